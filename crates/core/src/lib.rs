@@ -1,6 +1,13 @@
 //! The pure core of Trainyard: the job lifecycle (`step`), admission (`schedule`), the
 //! machine-type catalog and the replica environment. No clock, no threads, no files.
 
+pub mod catalog;
+pub mod env;
+pub mod job;
 pub mod run;
+pub mod schedule;
+pub mod step;
 
+pub use job::{Job, Micros, Phase, Settings, State};
 pub use run::{Outcome, RunId};
+pub use step::{step, Effect, Event, Transition};

@@ -1,0 +1,220 @@
+//! The environment every replica's program sees (L8): CLUSTER_SPEC, TF_CONFIG,
+//! MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, AIP_* directories and CLOUD_ML_*.
+
+use serde_json::{json, Map, Value};
+
+/// One replica of the job as the cluster layout lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub pool: usize,
+    pub index: u32,
+    /// `HOST:PORT`, owned for the life of the job.
+    pub address: String,
+}
+
+/// Everything the environment of one replica depends on.
+#[derive(Clone, Debug)]
+pub struct EnvInput<'a> {
+    pub project: &'a str,
+    pub region: &'a str,
+    pub job_id: u64,
+    pub trial_id: Option<&'a str>,
+    /// The job spec as JSON text (CLUSTER_SPEC's and TF_CONFIG's `job`).
+    pub job_spec_json: &'a str,
+    /// Every replica of the job, in pool and index order.
+    pub members: &'a [Member],
+    /// Which member this replica is.
+    pub this: usize,
+    /// Local directory that `baseOutputDirectory` maps to (for a trial: `<base>/<trialId>`).
+    pub base_output_dir: Option<&'a str>,
+    /// The pool's own `env` entries; they come last and win.
+    pub pool_env: &'a [(String, String)],
+}
+
+const TF_TYPES: [&str; 4] = ["chief", "worker", "ps", "evaluator"];
+
+fn task(kind: String, index: u32, trial: Option<&str>) -> Value {
+    let mut t = Map::new();
+    t.insert("type".into(), Value::String(kind));
+    t.insert("index".into(), json!(index));
+    if let Some(trial) = trial {
+        t.insert("trial".into(), Value::String(trial.into()));
+    }
+    Value::Object(t)
+}
+
+fn dir(base: &str, sub: &str) -> String {
+    format!("{}/{sub}/", base.trim_end_matches('/'))
+}
+
+/// L8: the environment of `input.members[input.this]`, as name/value pairs.
+pub fn replica_env(input: &EnvInput<'_>) -> Vec<(String, String)> {
+    let me = &input.members[input.this];
+    let mut env: Vec<(String, String)> = Vec::new();
+
+    let mut cluster = Map::new();
+    for m in input.members {
+        let list = cluster.entry(format!("workerpool{}", m.pool)).or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(a) = list {
+            a.push(Value::String(m.address.clone()));
+        }
+    }
+    let cluster_spec = json!({
+        "cluster": cluster,
+        "environment": "cloud",
+        "task": task(format!("workerpool{}", me.pool), me.index, input.trial_id),
+        "job": input.job_spec_json,
+    });
+    env.push(("CLUSTER_SPEC".into(), cluster_spec.to_string()));
+
+    if input.members.len() > 1 {
+        // TF_CONFIG: pool 0 → chief, 1 → worker, 2 → ps, 3 → evaluator (not listed).
+        let mut tf_cluster = Map::new();
+        for m in input.members.iter().filter(|m| m.pool < 3) {
+            let list = tf_cluster.entry(TF_TYPES[m.pool].to_string()).or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(a) = list {
+                a.push(Value::String(m.address.clone()));
+            }
+        }
+        let kind = TF_TYPES.get(me.pool).copied().unwrap_or("worker").to_string();
+        let tf = json!({
+            "cluster": tf_cluster,
+            "task": task(kind, me.index, input.trial_id),
+            "environment": "cloud",
+            "job": input.job_spec_json,
+        });
+        env.push(("TF_CONFIG".into(), tf.to_string()));
+    }
+
+    // PyTorch-style rendezvous: the primary's address; world = pools 0 and 1.
+    if let Some(primary) = input.members.iter().find(|m| m.pool == 0) {
+        let (host, port) = primary.address.rsplit_once(':').unwrap_or((primary.address.as_str(), ""));
+        env.push(("MASTER_ADDR".into(), host.to_string()));
+        env.push(("MASTER_PORT".into(), port.to_string()));
+    }
+    let world = input.members.iter().filter(|m| m.pool <= 1).count();
+    env.push(("WORLD_SIZE".into(), world.to_string()));
+    if me.pool <= 1 {
+        let rank = if me.pool == 0 { 0 } else { 1 + me.index as usize };
+        env.push(("RANK".into(), rank.to_string()));
+    }
+
+    if let Some(base) = input.base_output_dir {
+        env.push(("AIP_MODEL_DIR".into(), dir(base, "model")));
+        env.push(("AIP_CHECKPOINT_DIR".into(), dir(base, "checkpoints")));
+        env.push(("AIP_TENSORBOARD_LOG_DIR".into(), dir(base, "logs")));
+    }
+    env.push(("CLOUD_ML_PROJECT_ID".into(), input.project.to_string()));
+    env.push(("CLOUD_ML_REGION".into(), input.region.to_string()));
+    env.push(("CLOUD_ML_JOB_ID".into(), input.job_id.to_string()));
+    if let Some(trial) = input.trial_id {
+        env.push(("CLOUD_ML_TRIAL_ID".into(), trial.to_string()));
+    }
+    for (k, v) in input.pool_env {
+        env.retain(|(name, _)| name != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+/// L8: the address of address slot `slot`: its own loopback address and a port that no
+/// other live slot below 20,000 uses, so programs that bind the wildcard address do not
+/// collide.
+pub fn slot_address(slot: u32, base_port: u16) -> String {
+    let n = slot + 2; // 127.0.0.2 upward; 127.0.0.1 stays the host's own
+    let port = base_port as u32 + slot % 20_000;
+    format!("127.{}.{}.{}:{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members() -> Vec<Member> {
+        vec![
+            Member { pool: 0, index: 0, address: "127.0.0.2:20000".into() },
+            Member { pool: 1, index: 0, address: "127.0.0.3:20001".into() },
+            Member { pool: 1, index: 1, address: "127.0.0.4:20002".into() },
+            Member { pool: 2, index: 0, address: "127.0.0.5:20003".into() },
+            Member { pool: 3, index: 0, address: "127.0.0.6:20004".into() },
+        ]
+    }
+
+    fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
+        env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+
+    /// L8: the environment of a worker in a 4-pool job.
+    #[test]
+    fn l8_multi_pool_environment() {
+        let m = members();
+        let pool_env = vec![("FOO".to_string(), "bar".to_string())];
+        let input = EnvInput {
+            project: "p",
+            region: "us-central1",
+            job_id: 42,
+            trial_id: None,
+            job_spec_json: "{\"workerPoolSpecs\":[]}",
+            members: &m,
+            this: 2,
+            base_output_dir: Some("/data/out/bucket/dir"),
+            pool_env: &pool_env,
+        };
+        let env = replica_env(&input);
+        let cs: Value = serde_json::from_str(get(&env, "CLUSTER_SPEC").unwrap()).unwrap();
+        assert_eq!(cs["cluster"]["workerpool1"], json!(["127.0.0.3:20001", "127.0.0.4:20002"]));
+        assert_eq!(cs["task"], json!({"type": "workerpool1", "index": 1}));
+        assert_eq!(cs["environment"], "cloud");
+        assert_eq!(cs["job"], "{\"workerPoolSpecs\":[]}");
+        let tf: Value = serde_json::from_str(get(&env, "TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(tf["cluster"]["chief"], json!(["127.0.0.2:20000"]));
+        assert_eq!(tf["cluster"]["ps"], json!(["127.0.0.5:20003"]));
+        assert!(tf["cluster"].get("evaluator").is_none(), "the evaluator is not listed");
+        assert_eq!(tf["task"], json!({"type": "worker", "index": 1}));
+        assert_eq!(get(&env, "MASTER_ADDR"), Some("127.0.0.2"));
+        assert_eq!(get(&env, "MASTER_PORT"), Some("20000"));
+        assert_eq!(get(&env, "WORLD_SIZE"), Some("3"));
+        assert_eq!(get(&env, "RANK"), Some("2"));
+        assert_eq!(get(&env, "AIP_MODEL_DIR"), Some("/data/out/bucket/dir/model/"));
+        assert_eq!(get(&env, "AIP_CHECKPOINT_DIR"), Some("/data/out/bucket/dir/checkpoints/"));
+        assert_eq!(get(&env, "AIP_TENSORBOARD_LOG_DIR"), Some("/data/out/bucket/dir/logs/"));
+        assert_eq!(get(&env, "CLOUD_ML_JOB_ID"), Some("42"));
+        assert_eq!(get(&env, "FOO"), Some("bar"));
+        assert_eq!(get(&env, "CLOUD_ML_TRIAL_ID"), None);
+    }
+
+    /// L8: a one-replica job gets no TF_CONFIG; a trial gets its id.
+    #[test]
+    fn l8_single_replica_trial() {
+        let m = vec![Member { pool: 0, index: 0, address: "127.0.0.9:20007".into() }];
+        let input = EnvInput {
+            project: "p",
+            region: "r",
+            job_id: 1,
+            trial_id: Some("3"),
+            job_spec_json: "{}",
+            members: &m,
+            this: 0,
+            base_output_dir: None,
+            pool_env: &[],
+        };
+        let env = replica_env(&input);
+        assert!(get(&env, "TF_CONFIG").is_none());
+        assert!(get(&env, "AIP_MODEL_DIR").is_none());
+        assert_eq!(get(&env, "CLOUD_ML_TRIAL_ID"), Some("3"));
+        assert_eq!(get(&env, "RANK"), Some("0"));
+        let cs: Value = serde_json::from_str(get(&env, "CLUSTER_SPEC").unwrap()).unwrap();
+        assert_eq!(cs["task"]["trial"], "3");
+    }
+
+    /// L8: distinct slots get distinct addresses and ports.
+    #[test]
+    fn l8_slot_addresses_are_distinct() {
+        let a: std::collections::BTreeSet<String> = (0..20_000).map(|s| slot_address(s, 20000)).collect();
+        assert_eq!(a.len(), 20_000);
+        let ports: std::collections::BTreeSet<&str> = a.iter().map(|x| x.rsplit_once(':').unwrap().1).collect();
+        assert_eq!(ports.len(), 20_000);
+        assert_eq!(slot_address(0, 20000), "127.0.0.2:20000");
+        assert_eq!(slot_address(300, 20000), "127.0.1.46:20300");
+    }
+}

@@ -1,0 +1,521 @@
+//! The state of one job as the lifecycle sees it. States carry their own data, so an
+//! impossible combination (an end time on a running job, a replica running in a queued
+//! job) cannot be built.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Microseconds since the Unix epoch. The core never reads a clock: `now` is passed in.
+pub type Micros = i64;
+
+pub const SECOND: Micros = 1_000_000;
+pub const MINUTE: Micros = 60 * SECOND;
+pub const HOUR: Micros = 60 * MINUTE;
+pub const DAY: Micros = 24 * HOUR;
+
+/// The settings that the lifecycle rules name, with their defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// L11: restarts of one replica for non-permanent failures within an attempt.
+    pub max_worker_restarts: u32,
+    /// L12: job retries for each of L11, transient exit codes and stockouts.
+    pub max_job_retries: u32,
+    /// L16: job retries after internal errors (3 attempts in total).
+    pub max_internal_retries: u32,
+    /// L13: exit statuses that retry the whole job.
+    pub transient_exit_codes: Vec<i32>,
+    /// L9, L17, L18, L19, L20: SIGTERM, then this long, then SIGKILL.
+    pub grace_period_secs: u64,
+    /// L19: `scheduling.timeout` when the job does not set one.
+    pub default_timeout_secs: u64,
+    /// L21: warn when a RUNNING job has written no checkpoint for this long.
+    pub checkpoint_warning_secs: u64,
+    /// L15: first backoff before a job retry after a stockout; doubles each time.
+    pub stockout_backoff_secs: u64,
+    /// L15: upper bound of that backoff.
+    pub stockout_backoff_max_secs: u64,
+    /// L15: `scheduling.maxWaitDuration` of FLEX_START jobs when unset.
+    pub default_max_wait_secs: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_worker_restarts: 5,
+            max_job_retries: 3,
+            max_internal_retries: 2,
+            transient_exit_codes: vec![6, 134, 11, 139],
+            grace_period_secs: 30,
+            default_timeout_secs: 7 * 24 * 3600,
+            checkpoint_warning_secs: 4 * 3600,
+            stockout_backoff_secs: 60,
+            stockout_backoff_max_secs: 1800,
+            default_max_wait_secs: 24 * 3600,
+        }
+    }
+}
+
+impl Settings {
+    pub fn grace(&self) -> Micros {
+        secs(self.grace_period_secs)
+    }
+    pub fn checkpoint_warning(&self) -> Micros {
+        secs(self.checkpoint_warning_secs)
+    }
+    /// L15: backoff before stockout retry number `n` (1-based).
+    pub fn stockout_backoff(&self, n: u32) -> Micros {
+        let base = secs(self.stockout_backoff_secs);
+        let factor = 1i64.checked_shl(n.saturating_sub(1).min(30)).unwrap_or(i64::MAX);
+        base.saturating_mul(factor).min(secs(self.stockout_backoff_max_secs))
+    }
+}
+
+pub fn secs(s: u64) -> Micros {
+    i64::try_from(s).unwrap_or(i64::MAX / SECOND).saturating_mul(SECOND)
+}
+
+/// The scheduling options of a job, resolved against the settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// L19, from admission.
+    pub timeout: Micros,
+    /// L12a.
+    pub restart_job_on_worker_restart: bool,
+    /// L12a.
+    pub disable_retries: bool,
+    /// L15: FLEX_START waits for capacity instead of failing on a stockout.
+    pub flex_start: bool,
+    /// L15: how long a FLEX_START job waits; 0 waits forever.
+    pub max_wait: Micros,
+}
+
+impl Policy {
+    pub fn defaults(settings: &Settings) -> Policy {
+        Policy {
+            timeout: secs(settings.default_timeout_secs),
+            restart_job_on_worker_restart: false,
+            disable_retries: false,
+            flex_start: false,
+            max_wait: secs(settings.default_max_wait_secs),
+        }
+    }
+
+    /// L12a: `disableRetries` overrides `restartJobOnWorkerRestart` to false.
+    pub fn restarts_become_retries(&self) -> bool {
+        self.restart_job_on_worker_restart && !self.disable_retries
+    }
+}
+
+/// The job's error (a google.rpc.Status), set only on FAILED or CANCELLED (L2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobError {
+    pub code: i32,
+    pub message: String,
+}
+
+pub mod code {
+    pub const CANCELLED: i32 = 1;
+    pub const INVALID_ARGUMENT: i32 = 3;
+    pub const DEADLINE_EXCEEDED: i32 = 4;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
+    pub const INTERNAL: i32 = 13;
+}
+
+/// The wire state of a job (L1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum State {
+    Queued,
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelling,
+    Cancelled,
+}
+
+impl State {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Succeeded | State::Failed | State::Cancelled)
+    }
+    /// The wire name (`JOB_STATE_RUNNING`).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            State::Queued => "JOB_STATE_QUEUED",
+            State::Pending => "JOB_STATE_PENDING",
+            State::Running => "JOB_STATE_RUNNING",
+            State::Succeeded => "JOB_STATE_SUCCEEDED",
+            State::Failed => "JOB_STATE_FAILED",
+            State::Cancelling => "JOB_STATE_CANCELLING",
+            State::Cancelled => "JOB_STATE_CANCELLED",
+        }
+    }
+    pub const ALL: [State; 7] = [
+        State::Queued,
+        State::Pending,
+        State::Running,
+        State::Succeeded,
+        State::Failed,
+        State::Cancelling,
+        State::Cancelled,
+    ];
+}
+
+/// Why the job retries (L12): each kind has its own budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RetryKind {
+    /// L11: a replica failed once more after its restart budget, or L12a turned a replica
+    /// restart into a job retry.
+    WorkerRestarts,
+    /// L13: a transient exit code.
+    TransientExit,
+    /// L15: no capacity.
+    Stockout,
+    /// L16: an internal error.
+    Internal,
+}
+
+/// Job retries used so far, per kind (L12, L16). Never reset (L23).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retries {
+    pub worker_restarts: u32,
+    pub transient_exit: u32,
+    pub stockout: u32,
+    pub internal: u32,
+}
+
+impl Retries {
+    pub fn get(&self, kind: RetryKind) -> u32 {
+        match kind {
+            RetryKind::WorkerRestarts => self.worker_restarts,
+            RetryKind::TransientExit => self.transient_exit,
+            RetryKind::Stockout => self.stockout,
+            RetryKind::Internal => self.internal,
+        }
+    }
+    pub fn bump(&mut self, kind: RetryKind) -> u32 {
+        let c = match kind {
+            RetryKind::WorkerRestarts => &mut self.worker_restarts,
+            RetryKind::TransientExit => &mut self.transient_exit,
+            RetryKind::Stockout => &mut self.stockout,
+            RetryKind::Internal => &mut self.internal,
+        };
+        *c += 1;
+        *c
+    }
+    pub fn total(&self) -> u32 {
+        self.worker_restarts + self.transient_exit + self.stockout + self.internal
+    }
+}
+
+/// What happens once every replica of the attempt has stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum After {
+    /// L17: the primary exited 0.
+    Succeed,
+    /// A permanent error (L13, L14, L15, L16, L19, or a retry budget spent).
+    Fail(JobError),
+    /// L12, L16: a fresh attempt. `reason` goes to the log.
+    Retry { kind: RetryKind, reason: String },
+    /// L18.
+    Cancel,
+}
+
+/// What the job waits for while it holds quota but has no running attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wait {
+    /// Replicas have been launched; waiting for all of them to start (L7).
+    Starting,
+    /// L15: waiting to be placed again, not before `not_before` (retry backoff).
+    Placement { not_before: Micros },
+    /// L15 FLEX_START: waiting for capacity since `since`.
+    Capacity { since: Micros },
+}
+
+/// The job's phase. The wire state is derived from it (`Job::state`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// L3: waiting for quota (and, with an exact fleet, capacity held by other jobs).
+    Queued,
+    /// L5: admitted, quota held; the attempt is starting or waiting to be placed.
+    Pending { admitted_at: Micros, wait: Wait },
+    /// L7: every replica of the attempt has started.
+    Running { admitted_at: Micros },
+    /// Replicas are being shut down; `then` is applied when the last one has stopped.
+    /// `cancelling` shows the job as CANCELLING (L18); `was` is the state shown otherwise.
+    Stopping { admitted_at: Micros, then: After, cancelling: bool, was: State },
+    Succeeded { end: Micros },
+    Failed { end: Micros, error: JobError },
+    Cancelled { end: Micros, error: JobError },
+}
+
+/// Where a replica's current run is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaState {
+    /// Not launched in this attempt (waiting for placement, or the attempt ended).
+    Idle,
+    /// Launch issued, not yet started.
+    Launching,
+    /// The program runs (L7).
+    Running { since: Micros },
+    /// Stop issued (SIGTERM, grace, SIGKILL). `then` says what follows its exit.
+    Stopping { then: AfterReplicaStop },
+    /// Exited and not to be restarted in this attempt (L17: non-primary exit 0).
+    Done,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AfterReplicaStop {
+    /// Part of shutting the attempt down.
+    Down,
+    /// L9: node maintenance; restart on `node` with the same name and address, not
+    /// counted against L11.
+    Move { node: String },
+}
+
+impl ReplicaState {
+    /// A process of this replica may be alive (L20).
+    pub fn is_live(&self) -> bool {
+        matches!(self, ReplicaState::Launching | ReplicaState::Running { .. } | ReplicaState::Stopping { .. })
+    }
+}
+
+/// One replica of the job; its name and address stay for the life of the job (L8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    /// `workerpool{pool}-{index}`.
+    pub name: String,
+    pub pool: usize,
+    pub index: u32,
+    /// The node it runs on (set at placement, kept across restarts).
+    pub node: Option<String>,
+    /// `HOST:PORT` owned for the life of the job (L8), set at first placement.
+    pub address: Option<String>,
+    /// Run number within the attempt: every restart (L9, L10) takes the next one.
+    pub restart: u32,
+    /// L11: restarts for non-permanent failures within the attempt.
+    pub failures: u32,
+    pub state: ReplicaState,
+}
+
+impl Replica {
+    pub fn new(pool: usize, index: u32) -> Replica {
+        Replica {
+            name: format!("workerpool{pool}-{index}"),
+            pool,
+            index,
+            node: None,
+            address: None,
+            restart: 0,
+            failures: 0,
+            state: ReplicaState::Idle,
+        }
+    }
+    pub fn is_primary(&self) -> bool {
+        self.pool == 0 && self.index == 0
+    }
+}
+
+/// L21: checkpoint bookkeeping.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// When a checkpoint was last seen written under AIP_CHECKPOINT_DIR.
+    pub last_write: Option<Micros>,
+    /// When the last "no checkpoint" warning was given.
+    pub warned_at: Option<Micros>,
+    /// Whether the job has a checkpoint directory at all.
+    pub enabled: bool,
+}
+
+/// Resources a job asks for, in quota metrics (L3-L5) and per replica (placement).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Demand {
+    /// Quota metric name → amount for all replicas (e.g. `custom_model_training_cpus`).
+    pub metrics: BTreeMap<String, u64>,
+    /// Per replica, in replica order: what one node must offer to run it.
+    pub replicas: Vec<ReplicaDemand>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDemand {
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    /// Accelerator type (wire name) and count.
+    pub accelerator: Option<(String, u32)>,
+}
+
+/// One job under the lifecycle rules.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: u64,
+    pub project: String,
+    pub region: String,
+    pub policy: Policy,
+    pub demand: Demand,
+    pub phase: Phase,
+    pub create_time: Micros,
+    pub update_time: Micros,
+    /// L2: the first RUNNING.
+    pub start_time: Option<Micros>,
+    /// 0-based attempt number.
+    pub attempt: u32,
+    pub retries: Retries,
+    pub replicas: Vec<Replica>,
+    pub checkpoint: Checkpoint,
+    /// Why a QUEUED or PENDING job waits, in plain words (shown by the API and the CLI).
+    pub waiting_reason: Option<String>,
+}
+
+impl Job {
+    /// A new job (L3: it starts QUEUED). `pools[i]` is the replica count of pool i
+    /// (0 for an empty placeholder pool).
+    pub fn new(
+        id: u64,
+        project: String,
+        region: String,
+        pools: &[u32],
+        demand: Demand,
+        policy: Policy,
+        checkpoints: bool,
+        now: Micros,
+    ) -> Job {
+        let replicas = pools
+            .iter()
+            .enumerate()
+            .flat_map(|(pool, &count)| (0..count).map(move |index| Replica::new(pool, index)))
+            .collect();
+        Job {
+            id,
+            project,
+            region,
+            policy,
+            demand,
+            phase: Phase::Queued,
+            create_time: now,
+            update_time: now,
+            start_time: None,
+            attempt: 0,
+            retries: Retries::default(),
+            replicas,
+            checkpoint: Checkpoint { enabled: checkpoints, ..Checkpoint::default() },
+            waiting_reason: None,
+        }
+    }
+
+    /// The wire state (L1).
+    pub fn state(&self) -> State {
+        match &self.phase {
+            Phase::Queued => State::Queued,
+            Phase::Pending { .. } => State::Pending,
+            Phase::Running { .. } => State::Running,
+            Phase::Stopping { cancelling: true, .. } => State::Cancelling,
+            Phase::Stopping { was, .. } => *was,
+            Phase::Succeeded { .. } => State::Succeeded,
+            Phase::Failed { .. } => State::Failed,
+            Phase::Cancelled { .. } => State::Cancelled,
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.state().is_terminal()
+    }
+
+    /// L2: set when the job became terminal.
+    pub fn end_time(&self) -> Option<Micros> {
+        match &self.phase {
+            Phase::Succeeded { end } | Phase::Failed { end, .. } | Phase::Cancelled { end, .. } => Some(*end),
+            _ => None,
+        }
+    }
+
+    /// L2: only FAILED and CANCELLED jobs carry an error.
+    pub fn error(&self) -> Option<&JobError> {
+        match &self.phase {
+            Phase::Failed { error, .. } | Phase::Cancelled { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// L5: quota is held from admission until the job is terminal.
+    pub fn holds_quota(&self) -> bool {
+        !matches!(self.phase, Phase::Queued) && !self.is_terminal()
+    }
+
+    /// Nodes are held while a replica is placed and may be alive.
+    pub fn holds_capacity(&self) -> bool {
+        match &self.phase {
+            Phase::Queued => false,
+            Phase::Pending { wait: Wait::Placement { .. } | Wait::Capacity { .. }, .. } => {
+                self.replicas.iter().any(|r| r.state.is_live())
+            }
+            p => !matches!(p, Phase::Succeeded { .. } | Phase::Failed { .. } | Phase::Cancelled { .. }),
+        }
+    }
+
+    /// The job waits to be placed on nodes (admission of a QUEUED job, or L15 re-placement).
+    pub fn wants_placement(&self, now: Micros) -> bool {
+        match &self.phase {
+            Phase::Queued => true,
+            Phase::Pending { wait: Wait::Placement { not_before }, .. } => now >= *not_before,
+            Phase::Pending { wait: Wait::Capacity { .. }, .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Admission time, for L19.
+    pub fn admitted_at(&self) -> Option<Micros> {
+        match &self.phase {
+            Phase::Pending { admitted_at, .. } | Phase::Running { admitted_at } | Phase::Stopping { admitted_at, .. } => {
+                Some(*admitted_at)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn replica(&self, name: &str) -> Option<&Replica> {
+        self.replicas.iter().find(|r| r.name == name)
+    }
+
+    pub fn live_replicas(&self) -> impl Iterator<Item = &Replica> {
+        self.replicas.iter().filter(|r| r.state.is_live())
+    }
+
+    /// The next moment at which `step(.., Event::Tick, ..)` has something to do.
+    pub fn next_deadline(&self, settings: &Settings) -> Option<Micros> {
+        let mut best: Option<Micros> = None;
+        let mut consider = |t: Micros| best = Some(best.map_or(t, |b| b.min(t)));
+        if let Some(admitted) = self.admitted_at() {
+            // L19: the timeout runs from admission; a job already stopping for another
+            // reason is left to finish stopping.
+            if !matches!(self.phase, Phase::Stopping { .. }) {
+                consider(admitted.saturating_add(self.policy.timeout));
+            }
+        }
+        match &self.phase {
+            Phase::Pending { wait: Wait::Placement { not_before }, .. } => consider(*not_before),
+            Phase::Pending { wait: Wait::Capacity { since }, .. } if self.policy.max_wait > 0 => {
+                consider(since.saturating_add(self.policy.max_wait))
+            }
+            Phase::Running { .. } => {
+                if let Some(t) = self.checkpoint_due(settings) {
+                    consider(t)
+                }
+            }
+            _ => {}
+        }
+        best
+    }
+
+    /// L21: when the next "no checkpoint" warning is due.
+    pub fn checkpoint_due(&self, settings: &Settings) -> Option<Micros> {
+        if !self.checkpoint.enabled {
+            return None;
+        }
+        let since = [self.checkpoint.last_write, self.checkpoint.warned_at, self.start_time]
+            .into_iter()
+            .flatten()
+            .max()?;
+        Some(since.saturating_add(settings.checkpoint_warning()))
+    }
+}

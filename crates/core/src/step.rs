@@ -1,0 +1,602 @@
+//! The lifecycle rules L1-L23 as one pure function:
+//! `step(job, event, now, settings) -> Transition { job, effects }`.
+//!
+//! No clock, no I/O: the driver commits the new job and its effects in one transaction
+//! (L23) and then executes the effects. Every backend report carries its `RunId`
+//! (fencing token): a report about an older attempt or restart changes nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{
+    code, After, AfterReplicaStop, Job, JobError, Micros, Phase, ReplicaState, RetryKind, Settings, State, Wait,
+};
+use crate::run::{Outcome, RunId};
+
+/// Something that happened to a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// The scheduler admitted the job (L5) or placed it again after a stockout (L15):
+    /// `nodes[i]` runs replica i; `addresses[i]` is its address for the life of the job
+    /// (L8), given at the first placement (empty later: replicas keep theirs).
+    Place { nodes: Vec<String>, addresses: Vec<String> },
+    /// L15: the region has no capacity for the attempt (not a quota matter).
+    Stockout { detail: String },
+    /// A replica's program started (L7).
+    Started { run: RunId },
+    /// A replica's run ended; `stderr_tail` are its last stderr lines (L13).
+    Exited { run: RunId, outcome: Outcome, stderr_tail: Vec<String> },
+    /// L18.
+    Cancel,
+    /// L9: the replica's node goes into maintenance; restart it on `replacement`
+    /// after SIGTERM and the grace period. `None`: no node can take it (L15).
+    NodeMaintenance { replica: String, replacement: Option<String> },
+    /// L9: the replica's node is gone; restart it on `replacement` at once.
+    NodeLost { replica: String, replacement: Option<String> },
+    /// L21: a checkpoint was seen written at `at`.
+    CheckpointSeen { at: Micros },
+    /// Time passed: timeouts (L19), FLEX_START waits (L15), checkpoint warnings (L21).
+    Tick,
+}
+
+/// What the driver must do after committing the transition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// Start the run on the node. Idempotent in the backend.
+    Launch { run: RunId, node: String },
+    /// SIGTERM, wait `grace`, then SIGKILL the run's whole process tree (L20).
+    Stop { run: RunId, grace: Micros },
+    /// A lifecycle event for the job's log (L22).
+    Log(LogLine),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    pub attempt: u32,
+    pub replica: Option<String>,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub job: Job,
+    pub effects: Vec<Effect>,
+    /// False when the event was stale or changed nothing: nothing to commit.
+    pub changed: bool,
+}
+
+/// A command the job's state does not allow.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    /// L18: cancelling a terminal job.
+    #[error("{0}")]
+    FailedPrecondition(String),
+}
+
+/// Apply one event to one job.
+pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result<Transition, Rejected> {
+    // L1: a terminal job never changes state again.
+    if job.is_terminal() {
+        return match event {
+            Event::Cancel => Err(Rejected::FailedPrecondition(format!(
+                "The job is in state {} and cannot be cancelled.",
+                job.state().wire_name()
+            ))),
+            _ => Ok(Transition { job: job.clone(), effects: Vec::new(), changed: false }),
+        };
+    }
+    let mut cx = Cx { job: job.clone(), effects: Vec::new(), now, settings };
+    match event {
+        Event::Place { nodes, addresses } => cx.place(nodes, addresses),
+        Event::Stockout { detail } => cx.stockout(detail),
+        Event::Started { run } => cx.started(&run),
+        Event::Exited { run, outcome, stderr_tail } => cx.exited(&run, outcome, stderr_tail),
+        Event::Cancel => cx.cancel(),
+        Event::NodeMaintenance { replica, replacement } => cx.node_event(&replica, replacement, true),
+        Event::NodeLost { replica, replacement } => cx.node_event(&replica, replacement, false),
+        Event::CheckpointSeen { at } => {
+            if cx.job.checkpoint.last_write.is_none_or(|t| at > t) {
+                cx.job.checkpoint.last_write = Some(at);
+            }
+        }
+        Event::Tick => cx.tick(),
+    }
+    let changed = cx.job != *job || !cx.effects.is_empty();
+    if changed {
+        // L2: updateTime at every change.
+        cx.job.update_time = now;
+    }
+    Ok(Transition { job: cx.job, effects: cx.effects, changed })
+}
+
+/// L13: the message of a user code exception.
+pub fn exit_message(replica: &str, status: i32, reason: &str, tail: &[String]) -> String {
+    let mut m = format!("The replica {replica} exited with a non-zero status of {status}. Termination reason: {reason}.");
+    if !tail.is_empty() {
+        m.push_str("\nLast lines of stderr:\n");
+        m.push_str(&tail.join("\n"));
+    }
+    m
+}
+
+/// L14.
+pub fn oom_message(replica: &str, status: i32) -> String {
+    format!("The replica {replica} ran out of memory and exited with a non-zero status of {status}.")
+}
+
+/// L15.
+pub fn stockout_message(region: &str) -> String {
+    format!("Resources are insufficient in region: {region}. Try a different region or use a different accelerator.")
+}
+
+/// L16.
+pub const INTERNAL_MESSAGE: &str = "Internal error occurred for the current attempt.";
+
+struct Cx<'a> {
+    job: Job,
+    effects: Vec<Effect>,
+    now: Micros,
+    settings: &'a Settings,
+}
+
+impl Cx<'_> {
+    fn log(&mut self, replica: Option<&str>, text: impl Into<String>) {
+        self.effects.push(Effect::Log(LogLine {
+            attempt: self.job.attempt,
+            replica: replica.map(str::to_owned),
+            text: text.into(),
+        }));
+    }
+
+    fn run_id(&self, idx: usize) -> RunId {
+        let r = &self.job.replicas[idx];
+        RunId { job: self.job.id, attempt: self.job.attempt, replica: r.name.clone(), restart: r.restart }
+    }
+
+    fn launch(&mut self, idx: usize) {
+        let Some(node) = self.job.replicas[idx].node.clone() else {
+            // Unreachable by construction: replicas are placed before they launch.
+            return;
+        };
+        self.job.replicas[idx].state = ReplicaState::Launching;
+        let run = self.run_id(idx);
+        self.effects.push(Effect::Launch { run, node });
+    }
+
+    fn stop(&mut self, idx: usize, then: AfterReplicaStop) {
+        let run = self.run_id(idx);
+        self.job.replicas[idx].state = ReplicaState::Stopping { then };
+        let grace = self.settings.grace();
+        self.effects.push(Effect::Stop { run, grace });
+    }
+
+    fn admitted_at(&self) -> Micros {
+        self.job.admitted_at().unwrap_or(self.now)
+    }
+
+    /// L6: every replica of the attempt is launched at once, in parallel.
+    fn launch_attempt(&mut self) {
+        let admitted_at = self.admitted_at();
+        self.job.phase = Phase::Pending { admitted_at, wait: Wait::Starting };
+        self.log(None, "Waiting for job to be provisioned.");
+        for idx in 0..self.job.replicas.len() {
+            self.launch(idx);
+        }
+    }
+
+    /// L5 admission, or L15 placement again after a stockout.
+    fn place(&mut self, nodes: Vec<String>, addresses: Vec<String>) {
+        let n = self.job.replicas.len();
+        if !self.job.wants_placement(self.now) || nodes.len() != n || !(addresses.is_empty() || addresses.len() == n) {
+            return;
+        }
+        for (r, address) in self.job.replicas.iter_mut().zip(addresses) {
+            r.address.get_or_insert(address);
+        }
+        if matches!(self.job.phase, Phase::Queued) {
+            self.job.phase = Phase::Pending { admitted_at: self.now, wait: Wait::Starting };
+            self.log(None, "Job admitted: quota is held until the job ends.");
+        }
+        for (r, node) in self.job.replicas.iter_mut().zip(nodes) {
+            r.node = Some(node);
+        }
+        self.job.waiting_reason = None;
+        self.launch_attempt();
+    }
+
+    /// L15: no capacity for the attempt.
+    fn stockout(&mut self, detail: String) {
+        let message = stockout_message(&self.job.region);
+        match &self.job.phase {
+            Phase::Queued => {
+                // The job is admitted (quota held, L5) and its first attempt fails.
+                self.job.phase = Phase::Pending { admitted_at: self.now, wait: Wait::Starting };
+                self.log(None, "Job admitted: quota is held until the job ends.");
+            }
+            Phase::Pending { wait: Wait::Capacity { .. }, .. } => return, // already waiting
+            Phase::Stopping { .. } => return,
+            _ => {}
+        }
+        self.log(None, format!("{message} ({detail})"));
+        if self.job.policy.flex_start && !self.job.live_replicas().any(|_| true) {
+            self.wait_for_capacity(detail);
+            return;
+        }
+        let error = JobError { code: code::RESOURCE_EXHAUSTED, message };
+        self.retry_or_fail(RetryKind::Stockout, format!("stockout: {detail}"), error);
+    }
+
+    /// L15 FLEX_START: wait PENDING for capacity, up to maxWaitDuration.
+    fn wait_for_capacity(&mut self, detail: String) {
+        let admitted_at = self.admitted_at();
+        self.job.phase = Phase::Pending { admitted_at, wait: Wait::Capacity { since: self.now } };
+        let limit = if self.job.policy.max_wait == 0 {
+            "with no limit".to_string()
+        } else {
+            format!("up to {}s", self.job.policy.max_wait / crate::job::SECOND)
+        };
+        self.job.waiting_reason = Some(format!("FLEX_START: waiting for capacity ({detail}), {limit}."));
+        self.log(None, format!("FLEX_START: waiting for capacity {limit}."));
+    }
+
+    /// L7: RUNNING once every replica of the attempt has started.
+    fn started(&mut self, run: &RunId) {
+        let Some(idx) = self.current(run) else { return };
+        if self.job.replicas[idx].state != ReplicaState::Launching {
+            return;
+        }
+        self.job.replicas[idx].state = ReplicaState::Running { since: self.now };
+        self.maybe_running();
+    }
+
+    fn maybe_running(&mut self) {
+        let Phase::Pending { admitted_at, wait: Wait::Starting } = self.job.phase else { return };
+        let all_started = self
+            .job
+            .replicas
+            .iter()
+            .all(|r| matches!(r.state, ReplicaState::Running { .. } | ReplicaState::Done));
+        if all_started {
+            self.job.phase = Phase::Running { admitted_at };
+            self.job.start_time.get_or_insert(self.now);
+            self.log(None, "Job is running.");
+        }
+    }
+
+    /// The replica index of a report about the current run; None for a stale report.
+    fn current(&self, run: &RunId) -> Option<usize> {
+        if run.job != self.job.id || run.attempt != self.job.attempt {
+            return None;
+        }
+        let idx = self.job.replicas.iter().position(|r| r.name == run.replica)?;
+        let r = &self.job.replicas[idx];
+        (r.restart == run.restart && r.state.is_live()).then_some(idx)
+    }
+
+    fn exited(&mut self, run: &RunId, outcome: Outcome, tail: Vec<String>) {
+        let Some(idx) = self.current(run) else { return };
+        let name = self.job.replicas[idx].name.clone();
+        let status = outcome.exit_status();
+        match self.job.replicas[idx].state.clone() {
+            ReplicaState::Stopping { then: AfterReplicaStop::Move { node } }
+                if !matches!(self.job.phase, Phase::Stopping { .. }) =>
+            {
+                // L9: restarted on another node, same name and address, not counted (L11).
+                let r = &mut self.job.replicas[idx];
+                r.node = Some(node.clone());
+                r.restart += 1;
+                self.log(Some(&name), format!("Replica {name} restarted on node {node} after node maintenance."));
+                self.launch(idx);
+                return;
+            }
+            ReplicaState::Stopping { .. } => {
+                self.job.replicas[idx].state = ReplicaState::Idle;
+                self.log(Some(&name), format!("Replica {name} stopped ({}).", describe(&outcome)));
+                self.finish_if_down();
+                return;
+            }
+            _ => {}
+        }
+        if matches!(self.job.phase, Phase::Stopping { .. }) {
+            // The attempt is already ending: an outcome now is not classified.
+            self.job.replicas[idx].state = ReplicaState::Idle;
+            self.finish_if_down();
+            return;
+        }
+        let transient = |s: i32| self.settings.transient_exit_codes.contains(&s);
+        // L10: classify at once.
+        match outcome {
+            Outcome::Exited { code: 0 } if self.job.replicas[idx].is_primary() => {
+                // L17: the primary's success ends the job; other replicas are shut down.
+                self.job.replicas[idx].state = ReplicaState::Done;
+                self.log(Some(&name), format!("Replica {name} exited with status 0."));
+                self.end_attempt(After::Succeed);
+            }
+            Outcome::Exited { code: 0 } => {
+                // L17: a non-primary that exits 0 is finished and not restarted.
+                self.job.replicas[idx].state = ReplicaState::Done;
+                self.log(Some(&name), format!("Replica {name} finished with status 0."));
+                self.maybe_running();
+            }
+            Outcome::Exited { code } if transient(code) => self.transient(idx, code, tail),
+            Outcome::Signaled { signal } if transient(128 + signal) => self.transient(idx, 128 + signal, tail),
+            Outcome::Exited { code } => {
+                // L13: user code exception, permanent.
+                self.job.replicas[idx].state = ReplicaState::Idle;
+                let message = exit_message(&name, code, "Error", &tail);
+                self.fail(message, code::INVALID_ARGUMENT);
+            }
+            Outcome::StartError { message } => {
+                // L13: the program could not be started.
+                self.job.replicas[idx].state = ReplicaState::Idle;
+                let mut tail = tail;
+                tail.push(message);
+                let message = exit_message(&name, status, "StartError", &tail);
+                self.fail(message, code::INVALID_ARGUMENT);
+            }
+            Outcome::OomKilled { status } => {
+                // L14: out of memory, from the cgroup's OOM-kill accounting.
+                self.job.replicas[idx].state = ReplicaState::Idle;
+                self.fail(oom_message(&name, status), code::RESOURCE_EXHAUSTED);
+            }
+            Outcome::Signaled { .. } | Outcome::Lost { .. } => self.non_permanent(idx, &outcome, tail),
+            Outcome::LaunchFailed { message } => {
+                // L16: a failure of Trainyard or its engine.
+                self.job.replicas[idx].state = ReplicaState::Idle;
+                self.log(Some(&name), format!("Replica {name} could not be launched: {message}"));
+                self.log(None, INTERNAL_MESSAGE);
+                let error = JobError { code: code::INTERNAL, message: INTERNAL_MESSAGE.to_string() };
+                self.retry_or_fail(RetryKind::Internal, format!("internal error launching {name}: {message}"), error);
+            }
+        }
+    }
+
+    fn fail(&mut self, message: String, code: i32) {
+        self.end_attempt(After::Fail(JobError { code, message }));
+    }
+
+    /// L13: a transient exit code retries the whole job (L12).
+    fn transient(&mut self, idx: usize, status: i32, tail: Vec<String>) {
+        let name = self.job.replicas[idx].name.clone();
+        self.job.replicas[idx].state = ReplicaState::Idle;
+        let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
+        self.retry_or_fail(RetryKind::TransientExit, format!("replica {name} exited with transient status {status}"), error);
+    }
+
+    /// L10: a non-permanent failure restarts the replica on the same node (L11 limit).
+    fn non_permanent(&mut self, idx: usize, outcome: &Outcome, tail: Vec<String>) {
+        let name = self.job.replicas[idx].name.clone();
+        let status = outcome.exit_status();
+        let what = describe(outcome);
+        let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
+        if self.job.policy.restarts_become_retries() {
+            // L12a: any replica restart becomes a job retry.
+            self.job.replicas[idx].state = ReplicaState::Idle;
+            let reason = format!("replica {name} {what} and scheduling.restartJobOnWorkerRestart is set");
+            self.retry_or_fail(RetryKind::WorkerRestarts, reason, error);
+            return;
+        }
+        let max = self.settings.max_worker_restarts;
+        let r = &mut self.job.replicas[idx];
+        if r.failures < max {
+            r.failures += 1;
+            r.restart += 1;
+            let n = r.failures;
+            self.log(Some(&name), format!("Replica {name} {what}; restarting it ({n} of {max})."));
+            self.launch(idx);
+        } else {
+            // L11: the next failure after the limit retries the whole job.
+            self.job.replicas[idx].state = ReplicaState::Idle;
+            let reason = format!("replica {name} {what} after {max} restarts");
+            self.retry_or_fail(RetryKind::WorkerRestarts, reason, error);
+        }
+    }
+
+    /// L12, L12a, L16: a job retry if the budget allows, else FAILED with `error`.
+    fn retry_or_fail(&mut self, kind: RetryKind, reason: String, error: JobError) {
+        let s = self.settings;
+        if self.job.policy.disable_retries {
+            self.log(None, format!("Job will not be retried: scheduling.disableRetries is set ({reason})."));
+            self.end_attempt(After::Fail(error));
+            return;
+        }
+        let limit = if kind == RetryKind::Internal { s.max_internal_retries } else { s.max_job_retries };
+        if self.job.retries.get(kind) < limit {
+            self.end_attempt(After::Retry { kind, reason });
+        } else {
+            self.log(None, "Job will not be retried, max error retry attempts reached.");
+            self.end_attempt(After::Fail(error));
+        }
+    }
+
+    /// Shut every live replica down (L17, L18, L19, L20); `then` is applied once all are down.
+    fn end_attempt(&mut self, then: After) {
+        let was = match self.job.state() {
+            State::Running => State::Running,
+            _ => State::Pending,
+        };
+        let cancelling = matches!(then, After::Cancel);
+        let admitted_at = self.admitted_at();
+        for idx in 0..self.job.replicas.len() {
+            match &self.job.replicas[idx].state {
+                ReplicaState::Launching | ReplicaState::Running { .. } => self.stop(idx, AfterReplicaStop::Down),
+                ReplicaState::Stopping { .. } => {
+                    self.job.replicas[idx].state = ReplicaState::Stopping { then: AfterReplicaStop::Down }
+                }
+                ReplicaState::Idle | ReplicaState::Done => {}
+            }
+        }
+        self.job.phase = Phase::Stopping { admitted_at, then, cancelling, was };
+        self.finish_if_down();
+    }
+
+    /// Once no replica of the attempt is alive, apply what the attempt's end decided.
+    fn finish_if_down(&mut self) {
+        let Phase::Stopping { admitted_at, then, .. } = &self.job.phase else { return };
+        if self.job.live_replicas().any(|_| true) {
+            return;
+        }
+        let (admitted_at, then) = (*admitted_at, then.clone());
+        let end = self.now;
+        match then {
+            After::Succeed => {
+                self.job.phase = Phase::Succeeded { end };
+                self.log(None, "Job completed successfully.");
+            }
+            After::Fail(error) => {
+                self.log(None, format!("Job failed. {}", error.message));
+                self.job.phase = Phase::Failed { end, error };
+            }
+            After::Cancel => {
+                // L18: CANCELLED with code 1.
+                self.job.phase =
+                    Phase::Cancelled { end, error: JobError { code: code::CANCELLED, message: "CANCELED".into() } };
+                self.log(None, "Job cancelled.");
+            }
+            After::Retry { kind: RetryKind::Stockout, reason } if self.job.policy.flex_start => {
+                // L15 FLEX_START: wait for capacity instead of spending a retry.
+                self.next_attempt();
+                self.job.phase = Phase::Pending { admitted_at, wait: Wait::Placement { not_before: end } };
+                self.wait_for_capacity(reason);
+            }
+            After::Retry { kind, reason } => {
+                let n = self.job.retries.bump(kind);
+                let limit =
+                    if kind == RetryKind::Internal { self.settings.max_internal_retries } else { self.settings.max_job_retries };
+                self.next_attempt();
+                self.log(None, format!("Job retry {n} of {limit}: {reason}."));
+                if kind == RetryKind::Stockout {
+                    // L15: retried with backoff, placed again.
+                    let not_before = end.saturating_add(self.settings.stockout_backoff(n));
+                    self.job.phase = Phase::Pending { admitted_at, wait: Wait::Placement { not_before } };
+                    self.job.waiting_reason = Some(format!(
+                        "Stockout in region {}: retry {n} of {limit} after a backoff of {}s.",
+                        self.job.region,
+                        (not_before - end) / crate::job::SECOND
+                    ));
+                } else {
+                    self.job.phase = Phase::Pending { admitted_at, wait: Wait::Starting };
+                    self.launch_attempt();
+                }
+            }
+        }
+    }
+
+    /// A fresh attempt: replicas keep their names, nodes and addresses (L8), their
+    /// per-attempt counters start again.
+    fn next_attempt(&mut self) {
+        self.job.attempt += 1;
+        for r in &mut self.job.replicas {
+            r.restart = 0;
+            r.failures = 0;
+            r.state = ReplicaState::Idle;
+        }
+    }
+
+    /// L18.
+    fn cancel(&mut self) {
+        match &mut self.job.phase {
+            Phase::Queued => {
+                // A QUEUED job is cancelled at once.
+                self.job.phase = Phase::Stopping {
+                    admitted_at: self.now,
+                    then: After::Cancel,
+                    cancelling: true,
+                    was: State::Queued,
+                };
+                self.finish_if_down();
+            }
+            Phase::Stopping { then, cancelling, .. } => {
+                *cancelling = true;
+                if matches!(then, After::Retry { .. }) {
+                    *then = After::Cancel;
+                }
+                self.log(None, "Cancel requested.");
+            }
+            _ => {
+                self.log(None, "Cancel requested.");
+                self.end_attempt(After::Cancel);
+            }
+        }
+    }
+
+    /// L9: node maintenance (graceful) or node loss (at once).
+    fn node_event(&mut self, replica: &str, replacement: Option<String>, graceful: bool) {
+        let Some(idx) = self.job.replicas.iter().position(|r| r.name == replica) else { return };
+        if matches!(self.job.phase, Phase::Stopping { .. })
+            || !matches!(self.job.replicas[idx].state, ReplicaState::Launching | ReplicaState::Running { .. })
+        {
+            return;
+        }
+        let what = if graceful { "its node went into maintenance" } else { "its node was lost" };
+        if self.job.policy.restarts_become_retries() {
+            // L12a: the restart becomes a job retry.
+            let reason = format!("replica {replica}: {what} and scheduling.restartJobOnWorkerRestart is set");
+            let error = JobError { code: code::INTERNAL, message: INTERNAL_MESSAGE.into() };
+            self.retry_or_fail(RetryKind::WorkerRestarts, reason, error);
+            return;
+        }
+        let Some(node) = replacement else {
+            // L15: nowhere to restart it.
+            self.stockout(format!("replica {replica}: {what} and no other node can take it"));
+            return;
+        };
+        if graceful {
+            self.log(Some(replica), format!("Replica {replica}: {what}; SIGTERM, then restart on node {node}."));
+            self.stop(idx, AfterReplicaStop::Move { node });
+        } else {
+            // The old run is stopped for good measure (L20); its late report is stale.
+            let run = self.run_id(idx);
+            self.effects.push(Effect::Stop { run, grace: 0 });
+            let r = &mut self.job.replicas[idx];
+            r.node = Some(node.clone());
+            r.restart += 1;
+            self.log(Some(replica), format!("Replica {replica}: {what}; restarting it on node {node}."));
+            self.launch(idx);
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = self.now;
+        // L19: timeout since admission.
+        if let Some(admitted) = self.job.admitted_at() {
+            if !matches!(self.job.phase, Phase::Stopping { .. }) && now >= admitted.saturating_add(self.job.policy.timeout)
+            {
+                let secs = self.job.policy.timeout / crate::job::SECOND;
+                self.log(None, format!("Job reached its timeout of {secs}s (scheduling.timeout)."));
+                let message = format!("The job has run longer than its timeout of {secs}s (scheduling.timeout).");
+                self.end_attempt(After::Fail(JobError { code: code::DEADLINE_EXCEEDED, message }));
+                return;
+            }
+        }
+        match self.job.phase {
+            Phase::Pending { wait: Wait::Capacity { since }, .. }
+                if self.job.policy.max_wait > 0 && now >= since.saturating_add(self.job.policy.max_wait) =>
+            {
+                // L15 FLEX_START: the wait ran out.
+                let message = stockout_message(&self.job.region);
+                self.log(None, "FLEX_START: maxWaitDuration ran out.");
+                self.end_attempt(After::Fail(JobError { code: code::RESOURCE_EXHAUSTED, message }));
+            }
+            Phase::Running { .. } => {
+                // L21: warn when no checkpoint has been written for a while.
+                if self.job.checkpoint_due(self.settings).is_some_and(|due| now >= due) {
+                    self.job.checkpoint.warned_at = Some(now);
+                    let hours = self.settings.checkpoint_warning_secs as f64 / 3600.0;
+                    self.log(None, format!("Warning: no checkpoint written to AIP_CHECKPOINT_DIR for {hours} hours."));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Exited { code } => format!("exited with status {code}"),
+        Outcome::Signaled { signal } => format!("was killed by signal {signal}"),
+        Outcome::OomKilled { status } => format!("ran out of memory (status {status})"),
+        Outcome::StartError { message } => format!("could not start: {message}"),
+        Outcome::Lost { message } => format!("was lost by its supervisor: {message}"),
+        Outcome::LaunchFailed { message } => format!("could not be launched: {message}"),
+    }
+}

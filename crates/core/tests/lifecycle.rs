@@ -1,0 +1,743 @@
+//! The lifecycle rules L1-L23, one or more tests per rule, with virtual time.
+
+use trainyard_core::job::{code, Demand, Policy, ReplicaDemand, ReplicaState, Wait, HOUR, SECOND};
+use trainyard_core::step::{exit_message, Rejected};
+use trainyard_core::{step, Effect, Event, Job, Micros, Outcome, Phase, RunId, Settings, State};
+
+const T0: Micros = 1_700_000_000 * SECOND;
+
+fn settings() -> Settings {
+    Settings::default()
+}
+
+fn job_with(pools: &[u32], policy: impl FnOnce(&mut Policy)) -> Job {
+    let s = settings();
+    let mut p = Policy::defaults(&s);
+    policy(&mut p);
+    let n: u32 = pools.iter().sum();
+    let demand = Demand {
+        metrics: [("custom_model_training_cpus".to_string(), 4 * n as u64)].into(),
+        replicas: vec![ReplicaDemand { cpus: 4, memory_bytes: 1 << 30, accelerator: None }; n as usize],
+    };
+    Job::new(7, "proj".into(), "us-central1".into(), pools, demand, p, true, T0)
+}
+
+fn job(pools: &[u32]) -> Job {
+    job_with(pools, |_| {})
+}
+
+struct H {
+    job: Job,
+    now: Micros,
+    effects: Vec<Effect>,
+    s: Settings,
+}
+
+impl H {
+    fn new(job: Job) -> H {
+        H { job, now: T0, effects: Vec::new(), s: settings() }
+    }
+    fn ev(&mut self, e: Event) -> &mut Self {
+        let t = step(&self.job, e, self.now, &self.s).expect("event accepted");
+        self.job = t.job;
+        self.effects = t.effects;
+        self
+    }
+    fn at(&mut self, dt: Micros) -> &mut Self {
+        self.now += dt;
+        self
+    }
+    fn place(&mut self) -> &mut Self {
+        let n = self.job.replicas.len();
+        let addrs = (0..n).map(|i| format!("127.0.0.{}:{}", i + 2, 20000 + i)).collect();
+        self.ev(Event::Place { nodes: vec!["local".into(); n], addresses: addrs })
+    }
+    fn run(&self, replica: &str) -> RunId {
+        let r = self.job.replica(replica).expect("replica");
+        RunId { job: self.job.id, attempt: self.job.attempt, replica: replica.into(), restart: r.restart }
+    }
+    fn start_all(&mut self) -> &mut Self {
+        let names: Vec<String> = self.job.replicas.iter().map(|r| r.name.clone()).collect();
+        for n in names {
+            let run = self.run(&n);
+            self.ev(Event::Started { run });
+        }
+        self
+    }
+    fn exit(&mut self, replica: &str, outcome: Outcome) -> &mut Self {
+        let run = self.run(replica);
+        self.ev(Event::Exited { run, outcome, stderr_tail: vec!["Traceback: boom".into()] })
+    }
+    /// Report every run the last transition stopped as exited by SIGTERM.
+    fn stopped_exit(&mut self) -> &mut Self {
+        let stops: Vec<RunId> = self
+            .effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Stop { run, .. } => Some(run.clone()),
+                _ => None,
+            })
+            .collect();
+        for run in stops {
+            self.ev(Event::Exited { run, outcome: Outcome::Signaled { signal: 15 }, stderr_tail: vec![] });
+        }
+        self
+    }
+    fn launches(&self) -> Vec<&RunId> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Launch { run, .. } => Some(run),
+                _ => None,
+            })
+            .collect()
+    }
+    fn stops(&self) -> usize {
+        self.effects.iter().filter(|e| matches!(e, Effect::Stop { .. })).count()
+    }
+    fn logs(&self) -> Vec<&str> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Log(l) => Some(l.text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+    fn state(&self) -> State {
+        self.job.state()
+    }
+    fn error(&self) -> (i32, String) {
+        let e = self.job.error().expect("error set");
+        (e.code, e.message.clone())
+    }
+}
+
+/// L1: a terminal job never changes again, whatever arrives.
+#[test]
+fn l1_terminal_is_final() {
+    let mut h = H::new(job(&[1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 0 });
+    assert_eq!(h.state(), State::Succeeded);
+    let before = h.job.clone();
+    for e in [
+        Event::Tick,
+        Event::Stockout { detail: "x".into() },
+        Event::Place { nodes: vec!["n".into()], addresses: vec![] },
+        Event::Started { run: h.run("workerpool0-0") },
+    ] {
+        let t = step(&before, e, h.now + HOUR, &h.s).unwrap();
+        assert!(!t.changed);
+        assert_eq!(t.job, before);
+        assert!(t.effects.is_empty());
+    }
+}
+
+/// L1: the wire names of the states.
+#[test]
+fn l1_state_wire_names() {
+    let names: Vec<&str> = State::ALL.iter().map(|s| s.wire_name()).collect();
+    assert_eq!(
+        names,
+        [
+            "JOB_STATE_QUEUED",
+            "JOB_STATE_PENDING",
+            "JOB_STATE_RUNNING",
+            "JOB_STATE_SUCCEEDED",
+            "JOB_STATE_FAILED",
+            "JOB_STATE_CANCELLING",
+            "JOB_STATE_CANCELLED"
+        ]
+    );
+    assert!(State::Cancelled.is_terminal() && !State::Cancelling.is_terminal());
+}
+
+/// L2: createTime, startTime, endTime, updateTime; error only on FAILED/CANCELLED, in the
+/// same transition that makes the job terminal.
+#[test]
+fn l2_times_and_error() {
+    let mut h = H::new(job(&[1]));
+    assert_eq!(h.job.create_time, T0);
+    assert_eq!(h.job.start_time, None);
+    h.at(SECOND).place();
+    assert_eq!(h.job.update_time, T0 + SECOND);
+    assert_eq!(h.job.start_time, None);
+    h.at(SECOND).start_all();
+    assert_eq!(h.job.start_time, Some(T0 + 2 * SECOND));
+    assert!(h.job.error().is_none() && h.job.end_time().is_none());
+    h.at(SECOND).exit("workerpool0-0", Outcome::Exited { code: 2 });
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.job.end_time(), Some(T0 + 3 * SECOND));
+    assert_eq!(h.job.update_time, T0 + 3 * SECOND);
+    assert_eq!(h.error().0, code::INVALID_ARGUMENT);
+}
+
+/// L3, L5: a new job is QUEUED; admission makes it PENDING and holds quota.
+#[test]
+fn l3_l5_queued_then_pending_on_admission() {
+    let mut h = H::new(job(&[1, 2]));
+    assert_eq!(h.state(), State::Queued);
+    assert!(!h.job.holds_quota());
+    h.place();
+    assert_eq!(h.state(), State::Pending);
+    assert!(h.job.holds_quota());
+    assert!(h.logs().iter().any(|l| l.contains("admitted")));
+}
+
+/// L6: all replicas of the attempt are launched in the same transition.
+#[test]
+fn l6_parallel_start() {
+    let mut h = H::new(job(&[1, 3, 1]));
+    h.place();
+    let l = h.launches();
+    assert_eq!(l.len(), 5);
+    let names: Vec<&str> = l.iter().map(|r| r.replica.as_str()).collect();
+    assert_eq!(names, ["workerpool0-0", "workerpool1-0", "workerpool1-1", "workerpool1-2", "workerpool2-0"]);
+}
+
+/// L7: RUNNING once every replica has started, not before.
+#[test]
+fn l7_running_when_all_started() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place();
+    let r0 = h.run("workerpool0-0");
+    h.ev(Event::Started { run: r0 });
+    assert_eq!(h.state(), State::Pending);
+    let r1 = h.run("workerpool1-0");
+    h.ev(Event::Started { run: r1 });
+    assert_eq!(h.state(), State::Running);
+    assert!(h.logs().contains(&"Job is running."));
+}
+
+/// L8, L9, L10: addresses and nodes stay across restarts and retries.
+#[test]
+fn l8_addresses_kept_across_restarts_and_retries() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    let addr = h.job.replica("workerpool1-0").unwrap().address.clone();
+    assert_eq!(addr.as_deref(), Some("127.0.0.3:20001"));
+    h.exit("workerpool1-0", Outcome::Signaled { signal: 9 });
+    assert_eq!(h.job.replica("workerpool1-0").unwrap().address, addr);
+    // A transient exit retries the job; addresses are kept and a new placement does not
+    // replace them.
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 134 }).stopped_exit();
+    assert_eq!(h.job.attempt, 1);
+    assert_eq!(h.job.replica("workerpool1-0").unwrap().address, addr);
+}
+
+/// L9: node maintenance: SIGTERM with grace, then the replica restarts on another node
+/// with the same name and address; not counted against L11.
+#[test]
+fn l9_maintenance_restarts_elsewhere_uncounted() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    h.ev(Event::NodeMaintenance { replica: "workerpool1-0".into(), replacement: Some("n2".into()) });
+    assert!(matches!(&h.effects[..], [.., Effect::Stop { grace, .. }] if *grace == 30 * SECOND));
+    assert_eq!(h.state(), State::Running);
+    h.stopped_exit();
+    let l = h.launches();
+    assert_eq!(l.len(), 1);
+    assert_eq!((l[0].replica.as_str(), l[0].restart), ("workerpool1-0", 1));
+    assert!(matches!(&h.effects[..], [.., Effect::Launch { node, .. }] if node == "n2"));
+    let r = h.job.replica("workerpool1-0").unwrap();
+    assert_eq!((r.failures, r.address.as_deref()), (0, Some("127.0.0.3:20001")));
+}
+
+/// L9: node loss: restarted at once elsewhere; the old run is stopped and its late report
+/// is stale.
+#[test]
+fn l9_node_loss_restarts_at_once() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    let old = h.run("workerpool1-0");
+    h.ev(Event::NodeLost { replica: "workerpool1-0".into(), replacement: Some("n3".into()) });
+    assert_eq!(h.stops(), 1);
+    assert_eq!(h.launches().len(), 1);
+    assert_eq!(h.job.replica("workerpool1-0").unwrap().failures, 0);
+    let before = h.job.clone();
+    let t = step(&before, Event::Exited { run: old, outcome: Outcome::Signaled { signal: 9 }, stderr_tail: vec![] }, h.now, &h.s)
+        .unwrap();
+    assert!(!t.changed, "a report about the old run is stale");
+}
+
+/// L9, L15: no node can take the replica: a stockout.
+#[test]
+fn l9_no_replacement_is_a_stockout() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    h.ev(Event::NodeLost { replica: "workerpool1-0".into(), replacement: None });
+    h.stopped_exit().stopped_exit();
+    assert_eq!(h.job.retries.stockout, 1);
+    assert!(matches!(h.job.phase, Phase::Pending { wait: Wait::Placement { .. }, .. }));
+}
+
+/// L10: a replica killed by a signal (not a transient code) is restarted at once on the
+/// same node; the job carries on.
+#[test]
+fn l10_non_permanent_restart_same_node() {
+    let mut h = H::new(job(&[1, 2]));
+    h.place().start_all();
+    h.exit("workerpool1-1", Outcome::Signaled { signal: 9 });
+    assert_eq!(h.state(), State::Running);
+    let l = h.launches();
+    assert_eq!(l.len(), 1);
+    assert_eq!((l[0].replica.as_str(), l[0].restart, l[0].attempt), ("workerpool1-1", 1, 0));
+    assert_eq!(h.job.replica("workerpool1-1").unwrap().node.as_deref(), Some("local"));
+    assert!(h.logs().iter().any(|l| l.contains("restarting it (1 of 5)")));
+    // A supervisor that lost the replica is non-permanent too.
+    h.exit("workerpool1-0", Outcome::Lost { message: "shim died".into() });
+    assert_eq!(h.launches().len(), 1);
+}
+
+/// L10, L13: a replica that called exit(N != 0) is a user code exception: permanent.
+#[test]
+fn l10_exit_code_is_permanent() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    h.exit("workerpool1-0", Outcome::Exited { code: 1 });
+    assert_eq!(h.state(), State::Running, "the others are shut down first");
+    assert_eq!(h.stops(), 1);
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Failed);
+}
+
+/// L11: after 5 restarts the next failure retries the whole job (L12).
+#[test]
+fn l11_restart_limit_then_job_retry() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    for i in 1..=5 {
+        h.exit("workerpool1-0", Outcome::Signaled { signal: 9 });
+        assert_eq!(h.job.replica("workerpool1-0").unwrap().failures, i);
+        let run = h.run("workerpool1-0");
+        h.ev(Event::Started { run });
+    }
+    h.exit("workerpool1-0", Outcome::Signaled { signal: 9 });
+    assert_eq!(h.stops(), 1, "the primary is stopped");
+    h.stopped_exit();
+    assert_eq!(h.job.attempt, 1);
+    assert_eq!(h.job.retries.worker_restarts, 1);
+    assert_eq!(h.state(), State::Pending);
+    assert_eq!(h.launches().len(), 2, "a fresh attempt starts all replicas");
+    assert_eq!(h.job.replica("workerpool1-0").unwrap().failures, 0);
+}
+
+/// L11: the limit is a setting.
+#[test]
+fn l11_limit_is_a_setting() {
+    let mut h = H::new(job(&[1]));
+    h.s.max_worker_restarts = 1;
+    h.place().start_all();
+    h.exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    assert_eq!(h.job.attempt, 0);
+    h.start_all().exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    assert_eq!(h.job.attempt, 1);
+}
+
+/// L12: at most 3 job retries per kind; then FAILED with the last failure's error.
+#[test]
+fn l12_retry_budget_then_failed_with_last_error() {
+    let mut h = H::new(job(&[1]));
+    h.place();
+    for attempt in 0..3 {
+        assert_eq!(h.job.attempt, attempt);
+        h.start_all().exit("workerpool0-0", Outcome::Exited { code: 6 });
+    }
+    assert_eq!(h.job.retries.transient_exit, 3);
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 6 });
+    assert_eq!(h.state(), State::Failed);
+    let (c, m) = h.error();
+    assert_eq!(c, code::INVALID_ARGUMENT);
+    assert!(m.starts_with("The replica workerpool0-0 exited with a non-zero status of 6. Termination reason: Error."), "{m}");
+    assert!(h.logs().contains(&"Job will not be retried, max error retry attempts reached."));
+}
+
+/// L12: each kind has its own budget.
+#[test]
+fn l12_budgets_are_separate() {
+    let mut h = H::new(job(&[1]));
+    h.s.max_worker_restarts = 0;
+    h.place();
+    for _ in 0..3 {
+        h.start_all().exit("workerpool0-0", Outcome::Exited { code: 139 });
+    }
+    for _ in 0..3 {
+        h.start_all().exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    }
+    assert_eq!(h.job.retries.transient_exit, 3);
+    assert_eq!(h.job.retries.worker_restarts, 3);
+    assert_eq!(h.state(), State::Pending);
+    assert_eq!(h.job.attempt, 6);
+}
+
+/// L12a: restartJobOnWorkerRestart turns a replica restart into a job retry.
+#[test]
+fn l12a_restart_job_on_worker_restart() {
+    let mut h = H::new(job_with(&[1, 1], |p| p.restart_job_on_worker_restart = true));
+    h.place().start_all();
+    h.exit("workerpool1-0", Outcome::Signaled { signal: 9 });
+    assert_eq!(h.stops(), 1);
+    h.stopped_exit();
+    assert_eq!(h.job.attempt, 1);
+    assert_eq!(h.job.retries.worker_restarts, 1);
+}
+
+/// L12a: disableRetries: no job retry at all, and it overrides restartJobOnWorkerRestart.
+#[test]
+fn l12a_disable_retries() {
+    let mut h = H::new(job_with(&[1], |p| {
+        p.disable_retries = true;
+        p.restart_job_on_worker_restart = true;
+    }));
+    h.place().start_all();
+    // Overridden: the replica restart stays a replica restart.
+    h.exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    assert_eq!((h.job.attempt, h.state()), (0, State::Running));
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 134 });
+    assert_eq!(h.state(), State::Failed, "a transient code is not retried");
+    assert!(h.logs().iter().any(|l| l.contains("disableRetries")));
+
+    let mut h = H::new(job_with(&[1], |p| p.disable_retries = true));
+    h.place();
+    h.exit("workerpool0-0", Outcome::LaunchFailed { message: "x".into() });
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.error().0, code::INTERNAL);
+}
+
+/// L13: the user code exception message carries replica, status, reason and stderr tail.
+#[test]
+fn l13_user_error_message() {
+    let mut h = H::new(job(&[1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 3 });
+    let (c, m) = h.error();
+    assert_eq!(c, 3);
+    assert_eq!(
+        m,
+        "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.\nLast lines of stderr:\nTraceback: boom"
+    );
+    assert_eq!(m, exit_message("workerpool0-0", 3, "Error", &["Traceback: boom".into()]));
+}
+
+/// L13: a program that could not be started: StartError.
+#[test]
+fn l13_start_error() {
+    let mut h = H::new(job(&[1]));
+    h.place().exit("workerpool0-0", Outcome::StartError { message: "No such file or directory: ./train".into() });
+    assert_eq!(h.state(), State::Failed);
+    let (c, m) = h.error();
+    assert_eq!(c, 3);
+    assert!(m.contains("Termination reason: StartError."), "{m}");
+    assert!(m.contains("No such file or directory: ./train"));
+}
+
+/// L13: transient codes 6, 134, 11, 139 and deaths by SIGABRT/SIGSEGV retry the job.
+#[test]
+fn l13_transient_codes_and_signals() {
+    for outcome in [
+        Outcome::Exited { code: 6 },
+        Outcome::Exited { code: 134 },
+        Outcome::Exited { code: 11 },
+        Outcome::Exited { code: 139 },
+        Outcome::Signaled { signal: 6 },
+        Outcome::Signaled { signal: 11 },
+    ] {
+        let mut h = H::new(job(&[1]));
+        h.place().start_all().exit("workerpool0-0", outcome.clone());
+        assert_eq!(h.job.retries.transient_exit, 1, "{outcome:?}");
+        assert_eq!(h.job.attempt, 1);
+        assert_eq!(h.launches().len(), 1);
+    }
+    // A signal death reports 128+signal.
+    assert_eq!(Outcome::Signaled { signal: 9 }.exit_status(), 137);
+}
+
+/// L13: transient codes are a setting.
+#[test]
+fn l13_transient_codes_setting() {
+    let mut h = H::new(job(&[1]));
+    h.s.transient_exit_codes = vec![42];
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 42 });
+    assert_eq!(h.job.attempt, 1);
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 6 });
+    assert_eq!(h.state(), State::Failed);
+}
+
+/// L14: an OOM kill is permanent, code 8, with the service's message.
+#[test]
+fn l14_out_of_memory() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all().exit("workerpool1-0", Outcome::OomKilled { status: 137 }).stopped_exit();
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(
+        h.error(),
+        (8, "The replica workerpool1-0 ran out of memory and exited with a non-zero status of 137.".to_string())
+    );
+}
+
+/// L15: a stockout retries the job with backoff, placed again; then FAILED with code 8.
+#[test]
+fn l15_stockout_retries_with_backoff() {
+    let mut h = H::new(job(&[1]));
+    h.ev(Event::Stockout { detail: "0 of 1 nodes usable".into() });
+    assert_eq!(h.state(), State::Pending, "admitted, the first attempt failed");
+    assert!(h.job.holds_quota());
+    let Phase::Pending { wait: Wait::Placement { not_before }, .. } = h.job.phase else { panic!("{:?}", h.job.phase) };
+    assert_eq!(not_before, h.now + 60 * SECOND);
+    assert!(!h.job.wants_placement(h.now));
+    assert!(h.job.waiting_reason.as_deref().unwrap().contains("Stockout"));
+    h.at(60 * SECOND);
+    assert!(h.job.wants_placement(h.now));
+    h.ev(Event::Stockout { detail: "x".into() });
+    let Phase::Pending { wait: Wait::Placement { not_before }, .. } = h.job.phase else { panic!() };
+    assert_eq!(not_before, h.now + 120 * SECOND, "backoff doubles");
+    h.at(120 * SECOND).ev(Event::Stockout { detail: "x".into() });
+    h.at(HOUR).ev(Event::Stockout { detail: "x".into() });
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(
+        h.error(),
+        (8, "Resources are insufficient in region: us-central1. Try a different region or use a different accelerator.".into())
+    );
+}
+
+/// L15: after a stockout backoff, placement succeeds and the attempt runs.
+#[test]
+fn l15_placed_again_after_backoff() {
+    let mut h = H::new(job(&[1]));
+    h.ev(Event::Stockout { detail: "x".into() });
+    h.at(61 * SECOND).place();
+    assert_eq!(h.launches().len(), 1);
+    assert_eq!(h.launches()[0].attempt, 1);
+    h.start_all();
+    assert_eq!(h.state(), State::Running);
+}
+
+/// L15: FLEX_START waits PENDING for capacity up to maxWaitDuration, then fails.
+#[test]
+fn l15_flex_start_waits_then_fails() {
+    let mut h = H::new(job_with(&[1], |p| {
+        p.flex_start = true;
+        p.max_wait = HOUR;
+    }));
+    h.ev(Event::Stockout { detail: "x".into() });
+    assert!(matches!(h.job.phase, Phase::Pending { wait: Wait::Capacity { .. }, .. }));
+    assert_eq!(h.job.retries.stockout, 0, "FLEX_START spends no retry");
+    assert!(h.job.wants_placement(h.now));
+    assert_eq!(h.job.next_deadline(&h.s), Some(T0 + HOUR));
+    h.at(HOUR - 1).ev(Event::Tick);
+    assert_eq!(h.state(), State::Pending);
+    h.at(1).ev(Event::Tick);
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.error().0, 8);
+}
+
+/// L15: FLEX_START with maxWaitDuration 0 waits forever, and starts when placed.
+#[test]
+fn l15_flex_start_zero_waits_forever() {
+    let mut h = H::new(job_with(&[1], |p| {
+        p.flex_start = true;
+        p.max_wait = 0;
+        p.timeout = 1000 * 24 * HOUR;
+    }));
+    h.ev(Event::Stockout { detail: "x".into() });
+    h.at(100 * 24 * HOUR).ev(Event::Tick);
+    assert_eq!(h.state(), State::Pending);
+    h.place().start_all();
+    assert_eq!(h.state(), State::Running);
+}
+
+/// L16: an internal error retries the job at most twice, then FAILED code 13.
+#[test]
+fn l16_internal_error() {
+    let mut h = H::new(job(&[1]));
+    h.place();
+    for _ in 0..2 {
+        h.exit("workerpool0-0", Outcome::LaunchFailed { message: "fork failed".into() });
+        assert_eq!(h.state(), State::Pending);
+    }
+    assert_eq!(h.job.attempt, 2);
+    h.exit("workerpool0-0", Outcome::LaunchFailed { message: "fork failed".into() });
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.error(), (13, "Internal error occurred for the current attempt.".into()));
+    assert!(h.logs().contains(&"Internal error occurred for the current attempt."));
+}
+
+/// L17: the primary's exit 0 ends the job; other replicas are shut down first.
+#[test]
+fn l17_primary_success_stops_others() {
+    let mut h = H::new(job(&[1, 2]));
+    h.place().start_all();
+    h.exit("workerpool1-0", Outcome::Exited { code: 0 });
+    assert_eq!(h.job.replica("workerpool1-0").unwrap().state, ReplicaState::Done);
+    assert!(h.launches().is_empty(), "a non-primary that exits 0 is not restarted");
+    h.exit("workerpool0-0", Outcome::Exited { code: 0 });
+    assert_eq!(h.stops(), 1, "only the replica still running is stopped");
+    assert_eq!(h.state(), State::Running);
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Succeeded);
+    assert!(h.job.error().is_none());
+    assert!(h.logs().contains(&"Job completed successfully."));
+}
+
+/// L18: a QUEUED job is cancelled at once.
+#[test]
+fn l18_cancel_queued() {
+    let mut h = H::new(job(&[1]));
+    h.ev(Event::Cancel);
+    assert_eq!(h.state(), State::Cancelled);
+    assert_eq!(h.error(), (1, "CANCELED".into()));
+}
+
+/// L18, L20: CANCELLING while replicas shut down, then CANCELLED code 1.
+#[test]
+fn l18_cancel_running() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all().ev(Event::Cancel);
+    assert_eq!(h.state(), State::Cancelling);
+    assert_eq!(h.stops(), 2);
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Cancelled);
+    assert_eq!(h.error().0, code::CANCELLED);
+    assert_eq!(h.job.live_replicas().count(), 0);
+}
+
+/// L18: cancelling a terminal job is refused with FAILED_PRECONDITION.
+#[test]
+fn l18_cancel_terminal_refused() {
+    let mut h = H::new(job(&[1]));
+    h.ev(Event::Cancel);
+    let r = step(&h.job, Event::Cancel, h.now, &h.s);
+    assert!(matches!(r, Err(Rejected::FailedPrecondition(m)) if m.contains("JOB_STATE_CANCELLED")));
+}
+
+/// L1, L18: a cancel during a retry's shutdown cancels; during a failure it ends FAILED.
+#[test]
+fn l18_cancel_while_stopping() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 6 });
+    let stops = h.effects.clone();
+    h.ev(Event::Cancel);
+    assert_eq!(h.state(), State::Cancelling);
+    h.effects = stops;
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Cancelled);
+
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 1 });
+    let stops = h.effects.clone();
+    h.ev(Event::Cancel);
+    h.effects = stops;
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Failed, "CANCELLING may end in FAILED");
+}
+
+/// L19: the timeout runs from admission; replicas are shut down, then FAILED code 4.
+#[test]
+fn l19_timeout() {
+    let mut h = H::new(job_with(&[1], |p| p.timeout = 10 * SECOND));
+    h.at(5 * SECOND).place().start_all();
+    assert_eq!(h.job.next_deadline(&h.s), Some(T0 + 15 * SECOND));
+    h.at(9 * SECOND).ev(Event::Tick);
+    assert_eq!(h.state(), State::Running);
+    h.at(SECOND).ev(Event::Tick);
+    assert_eq!(h.stops(), 1);
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.error().0, code::DEADLINE_EXCEEDED);
+}
+
+/// L19: the default timeout is 7 days.
+#[test]
+fn l19_default_timeout_seven_days() {
+    let p = Policy::defaults(&Settings::default());
+    assert_eq!(p.timeout, 7 * 24 * HOUR);
+}
+
+/// L20: every live replica gets a stop when the attempt ends, and the job is terminal
+/// only when none is left.
+#[test]
+fn l20_nothing_left_running() {
+    let mut h = H::new(job(&[1, 3]));
+    h.place();
+    let r = h.run("workerpool1-0");
+    h.ev(Event::Started { run: r });
+    h.exit("workerpool0-0", Outcome::OomKilled { status: 137 });
+    assert_eq!(h.stops(), 3, "launching replicas are stopped too");
+    assert!(!h.job.is_terminal());
+    h.stopped_exit();
+    assert!(h.job.is_terminal());
+    assert_eq!(h.job.live_replicas().count(), 0);
+}
+
+/// L21: a warning when a RUNNING job has written no checkpoint for 4 hours.
+#[test]
+fn l21_checkpoint_warning() {
+    let mut h = H::new(job(&[1]));
+    h.place().start_all();
+    assert_eq!(h.job.next_deadline(&h.s), Some(T0 + 4 * HOUR));
+    h.at(3 * HOUR).ev(Event::CheckpointSeen { at: T0 + 3 * HOUR });
+    h.at(3 * HOUR).ev(Event::Tick);
+    assert!(h.logs().is_empty(), "a checkpoint 3 hours ago");
+    h.at(HOUR).ev(Event::Tick);
+    assert!(h.logs().iter().any(|l| l.contains("no checkpoint")), "{:?}", h.logs());
+    assert_eq!(h.job.next_deadline(&h.s), Some(h.now + 4 * HOUR), "the next warning 4 hours later");
+}
+
+/// L22: the lifecycle events are in the log stream: admitted, running, restarted and why,
+/// retried and why, ended and why.
+#[test]
+fn l22_lifecycle_events_logged() {
+    let mut h = H::new(job(&[1]));
+    let mut all = Vec::new();
+    h.place();
+    all.extend(h.logs().iter().map(|s| s.to_string()));
+    h.start_all();
+    all.extend(h.logs().iter().map(|s| s.to_string()));
+    h.exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    all.extend(h.logs().iter().map(|s| s.to_string()));
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 134 });
+    all.extend(h.logs().iter().map(|s| s.to_string()));
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 0 });
+    all.extend(h.logs().iter().map(|s| s.to_string()));
+    let text = all.join("\n");
+    for needle in [
+        "admitted",
+        "Waiting for job to be provisioned.",
+        "Job is running.",
+        "was killed by signal 9; restarting it (1 of 5)",
+        "Job retry 1 of 3: replica workerpool0-0 exited with transient status 134",
+        "Job completed successfully.",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}
+
+/// L23: the job's state survives serialisation unchanged (the store keeps it as is), and a
+/// restored job carries on with its counters.
+#[test]
+fn l23_state_round_trip_keeps_counters() {
+    let mut h = H::new(job(&[1, 1]));
+    h.place().start_all();
+    h.exit("workerpool1-0", Outcome::Signaled { signal: 9 });
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 6 }).stopped_exit();
+    let text = serde_json::to_string(&h.job).unwrap();
+    let restored: Job = serde_json::from_str(&text).unwrap();
+    assert_eq!(restored, h.job);
+    h.job = restored;
+    assert_eq!(h.job.retries.transient_exit, 1);
+    h.start_all().exit("workerpool0-0", Outcome::Exited { code: 6 }).stopped_exit();
+    assert_eq!(h.job.retries.transient_exit, 2);
+}
+
+/// Fencing: a report from an older attempt or restart is dropped.
+#[test]
+fn stale_reports_are_dropped() {
+    let mut h = H::new(job(&[1]));
+    h.place().start_all();
+    let old = h.run("workerpool0-0");
+    h.exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    let t = step(&h.job, Event::Exited { run: old.clone(), outcome: Outcome::Exited { code: 1 }, stderr_tail: vec![] }, h.now, &h.s)
+        .unwrap();
+    assert!(!t.changed);
+    let t = step(&h.job, Event::Started { run: old }, h.now, &h.s).unwrap();
+    assert!(!t.changed);
+}
