@@ -1,1 +1,501 @@
-//! placeholder
+//! Durable state: SQLite in WAL mode with versioned migrations.
+//!
+//! L23: every state change and the effects it causes are committed in one transaction
+//! (`Store::commit`) before they are reported or executed. Effects that touch the world
+//! (launch, stop) go to an outbox that is emptied only after they were carried out, so a
+//! server killed in between finishes them after a restart (effects are idempotent).
+//! Lifecycle log lines (L22) are written in the same transaction as the state they
+//! describe.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use trainyard_core::{Effect, Job, Micros};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {source}")]
+    Open { path: PathBuf, source: rusqlite::Error },
+    #[error("database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("stored record of job {job} is damaged: {source}")]
+    Corrupt { job: u64, source: serde_json::Error },
+    #[error("encoding a record: {0}")]
+    Encode(serde_json::Error),
+    #[error("the database has schema version {found}, newer than this Trainyard knows ({known})")]
+    TooNew { found: i64, known: i64 },
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Schema migrations, applied in order; `PRAGMA user_version` counts how many ran.
+const MIGRATIONS: &[&str] = &[
+    // 1: jobs, labels, outbox, lifecycle events, operations.
+    "CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        project TEXT NOT NULL,
+        region TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        create_time INTEGER NOT NULL,
+        update_time INTEGER NOT NULL,
+        terminal INTEGER NOT NULL DEFAULT 0,
+        resource TEXT NOT NULL,
+        core TEXT NOT NULL
+     );
+     CREATE INDEX jobs_by_parent ON jobs(kind, project, region, id DESC);
+     CREATE INDEX jobs_active ON jobs(terminal) WHERE terminal = 0;
+     CREATE TABLE labels (
+        job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (job_id, key)
+     );
+     CREATE INDEX labels_by_key ON labels(key, value);
+     CREATE TABLE outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL,
+        effect TEXT NOT NULL
+     );
+     CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        time INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        replica TEXT,
+        text TEXT NOT NULL
+     );
+     CREATE INDEX events_by_job ON events(job_id, seq);
+     CREATE TABLE operations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        project TEXT NOT NULL,
+        region TEXT NOT NULL,
+        body TEXT NOT NULL
+     );
+     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+];
+
+/// A job as stored: the resource the user sent (JSON, output fields cleared) and the
+/// lifecycle state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredJob {
+    pub kind: String,
+    pub resource: String,
+    pub job: Job,
+}
+
+/// One lifecycle log line (L22).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRow {
+    pub seq: i64,
+    pub time: Micros,
+    pub attempt: u32,
+    pub replica: Option<String>,
+    pub text: String,
+}
+
+/// A new job to insert; `make` builds its lifecycle state once the id is known.
+pub struct NewJob<'a> {
+    pub kind: &'a str,
+    pub project: &'a str,
+    pub region: &'a str,
+    pub display_name: &'a str,
+    pub labels: &'a [(String, String)],
+    pub resource: &'a str,
+}
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn terminal_flag(job: &Job) -> i64 {
+    i64::from(job.is_terminal())
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(StoreError::Encode)
+}
+
+impl Store {
+    /// Open (creating if needed) and migrate the database at `path`.
+    pub fn open(path: &Path) -> Result<Store> {
+        let conn = Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
+        let mut store = Store { conn, path: path.to_owned() };
+        store.configure()?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// A second connection to the same database, for readers.
+    pub fn reopen(&self) -> Result<Store> {
+        Store::open(&self.path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(&mut self) -> Result<()> {
+        // WAL: readers do not block the writer. synchronous=FULL: a commit is on disk
+        // before it returns (L23), even across a power cut.
+        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        self.conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(())
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::TooNew { found: version, known });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    pub fn schema_version(&self) -> Result<i64> {
+        Ok(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    /// Insert a new job and its "queued" log line in one transaction; returns the job.
+    pub fn insert_job(&mut self, new: &NewJob<'_>, make: impl FnOnce(u64) -> Job) -> Result<Job> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO jobs (kind, project, region, display_name, state, create_time, update_time, resource, core)
+             VALUES (?1, ?2, ?3, ?4, '', 0, 0, ?5, '')",
+            params![new.kind, new.project, new.region, new.display_name, new.resource],
+        )?;
+        let id = tx.last_insert_rowid() as u64;
+        let job = make(id);
+        tx.execute(
+            "UPDATE jobs SET state = ?2, create_time = ?3, update_time = ?4, core = ?5 WHERE id = ?1",
+            params![id as i64, job.state().wire_name(), job.create_time, job.update_time, encode(&job)?],
+        )?;
+        for (k, v) in new.labels {
+            tx.execute("INSERT INTO labels (job_id, key, value) VALUES (?1, ?2, ?3)", params![id as i64, k, v])?;
+        }
+        insert_event(&tx, id, job.create_time, 0, None, "Job queued.")?;
+        tx.commit()?;
+        Ok(job)
+    }
+
+    /// L23: commit the job's new state, its lifecycle log lines and its world effects in
+    /// one transaction. Returns the outbox entries to execute, in order.
+    pub fn commit(&mut self, job: &Job, effects: &[Effect], now: Micros) -> Result<Vec<(i64, Effect)>> {
+        let tx = self.conn.transaction()?;
+        let outbox = write_job(&tx, job, effects, now)?;
+        tx.commit()?;
+        Ok(outbox)
+    }
+
+    /// Several jobs' transitions in one transaction (a scheduling round).
+    pub fn commit_many(&mut self, batch: &[(&Job, &[Effect])], now: Micros) -> Result<Vec<(i64, Effect)>> {
+        let tx = self.conn.transaction()?;
+        let mut outbox = Vec::new();
+        for (job, effects) in batch {
+            outbox.extend(write_job(&tx, job, effects, now)?);
+        }
+        tx.commit()?;
+        Ok(outbox)
+    }
+
+    /// An effect was carried out: drop it from the outbox.
+    pub fn outbox_done(&mut self, seq: i64) -> Result<()> {
+        self.conn.execute("DELETE FROM outbox WHERE seq = ?1", params![seq])?;
+        Ok(())
+    }
+
+    /// Effects committed but not yet carried out (after a crash), in order.
+    pub fn pending_outbox(&self) -> Result<Vec<(i64, u64, Effect)>> {
+        let mut st = self.conn.prepare("SELECT seq, job_id, effect FROM outbox ORDER BY seq")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, job, text) = row?;
+            let effect = serde_json::from_str(&text).map_err(|source| StoreError::Corrupt { job: job as u64, source })?;
+            out.push((seq, job as u64, effect));
+        }
+        Ok(out)
+    }
+
+    /// Every job that is not terminal, oldest first.
+    pub fn active_jobs(&self) -> Result<Vec<StoredJob>> {
+        self.query_jobs("SELECT id, kind, resource, core FROM jobs WHERE terminal = 0 ORDER BY id", [])
+    }
+
+    /// One job, if it exists under this project and region (L: another project's job is
+    /// simply not found).
+    pub fn get_job(&self, kind: &str, project: &str, region: &str, id: u64) -> Result<Option<StoredJob>> {
+        let mut v = self.query_jobs(
+            "SELECT id, kind, resource, core FROM jobs WHERE id = ?1 AND kind = ?2 AND project = ?3 AND region = ?4",
+            params![id as i64, kind, project, region],
+        )?;
+        Ok(v.pop())
+    }
+
+    pub fn get_job_by_id(&self, id: u64) -> Result<Option<StoredJob>> {
+        let mut v = self.query_jobs("SELECT id, kind, resource, core FROM jobs WHERE id = ?1", params![id as i64])?;
+        Ok(v.pop())
+    }
+
+    /// A page of jobs, newest first, with ids below `before` (the page token's position).
+    /// `filter` is an SQL condition over the columns of `jobs` (built by the API layer
+    /// from a parsed filter, with its own parameters).
+    pub fn list_jobs(
+        &self,
+        kind: &str,
+        project: &str,
+        region: &str,
+        filter: Option<(&str, &[rusqlite::types::Value])>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<StoredJob>> {
+        let mut sql = String::from("SELECT id, kind, resource, core FROM jobs WHERE kind = ? AND project = ? AND region = ?");
+        let mut values: Vec<rusqlite::types::Value> = vec![kind.to_string().into(), project.to_string().into(), region.to_string().into()];
+        if let Some(b) = before {
+            sql.push_str(" AND id < ?");
+            values.push((b as i64).into());
+        }
+        if let Some((cond, params)) = filter {
+            sql.push_str(" AND (");
+            sql.push_str(cond);
+            sql.push(')');
+            values.extend(params.iter().cloned());
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?");
+        values.push((limit as i64).into());
+        self.query_jobs(&sql, rusqlite::params_from_iter(values))
+    }
+
+    fn query_jobs<P: rusqlite::Params>(&self, sql: &str, params: P) -> Result<Vec<StoredJob>> {
+        let mut st = self.conn.prepare_cached(sql)?;
+        let rows = st.query_map(params, |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, kind, resource, core) = row?;
+            let job = serde_json::from_str(&core).map_err(|source| StoreError::Corrupt { job: id as u64, source })?;
+            out.push(StoredJob { kind, resource, job });
+        }
+        Ok(out)
+    }
+
+    /// Delete a terminal job with its labels and log lines, in one transaction. Returns
+    /// false, changing nothing, when the job does not exist or is not terminal.
+    pub fn delete_job(&mut self, id: u64) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute("DELETE FROM jobs WHERE id = ?1 AND terminal = 1", params![id as i64])?;
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    /// Lifecycle log lines of a job after `after_seq`.
+    pub fn events(&self, job: u64, after_seq: i64) -> Result<Vec<EventRow>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT seq, time, attempt, replica, text FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
+        )?;
+        let rows = st.query_map(params![job as i64, after_seq], |r| {
+            Ok(EventRow {
+                seq: r.get(0)?,
+                time: r.get(1)?,
+                attempt: r.get::<_, i64>(2)? as u32,
+                replica: r.get(3)?,
+                text: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Store a long-running operation; returns its id.
+    pub fn insert_operation(&mut self, project: &str, region: &str, make: impl FnOnce(u64) -> String) -> Result<u64> {
+        let tx = self.conn.transaction()?;
+        tx.execute("INSERT INTO operations (project, region, body) VALUES (?1, ?2, '')", params![project, region])?;
+        let id = tx.last_insert_rowid() as u64;
+        tx.execute("UPDATE operations SET body = ?2 WHERE id = ?1", params![id as i64, make(id)])?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    pub fn get_operation(&self, project: &str, region: &str, id: u64) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT body FROM operations WHERE id = ?1 AND project = ?2 AND region = ?3",
+                params![id as i64, project, region],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0)).optional()?)
+    }
+
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    /// For bulk loading in benchmarks and tests: run `f` inside one transaction.
+    pub fn with_transaction<T>(&mut self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let tx = self.conn.transaction()?;
+        let v = f(&tx)?;
+        tx.commit()?;
+        Ok(v)
+    }
+}
+
+fn insert_event(tx: &Transaction<'_>, job: u64, time: Micros, attempt: u32, replica: Option<&str>, text: &str) -> Result<()> {
+    tx.execute(
+        "INSERT INTO events (job_id, time, attempt, replica, text) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![job as i64, time, attempt, replica, text],
+    )?;
+    Ok(())
+}
+
+fn write_job(tx: &Transaction<'_>, job: &Job, effects: &[Effect], now: Micros) -> Result<Vec<(i64, Effect)>> {
+    tx.execute(
+        "UPDATE jobs SET state = ?2, update_time = ?3, terminal = ?4, core = ?5 WHERE id = ?1",
+        params![job.id as i64, job.state().wire_name(), job.update_time, terminal_flag(job), encode(job)?],
+    )?;
+    let mut outbox = Vec::new();
+    for e in effects {
+        match e {
+            Effect::Log(line) => insert_event(tx, job.id, now, line.attempt, line.replica.as_deref(), &line.text)?,
+            other => {
+                tx.execute(
+                    "INSERT INTO outbox (job_id, effect) VALUES (?1, ?2)",
+                    params![job.id as i64, encode(other)?],
+                )?;
+                outbox.push((tx.last_insert_rowid(), other.clone()));
+            }
+        }
+    }
+    Ok(outbox)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_core::job::{Demand, Policy};
+    use trainyard_core::{Event, Settings};
+
+    fn new_job(store: &mut Store, project: &str) -> Job {
+        let s = Settings::default();
+        store
+            .insert_job(
+                &NewJob {
+                    kind: "custom",
+                    project,
+                    region: "us-central1",
+                    display_name: "d",
+                    labels: &[("team".into(), "nlp".into())],
+                    resource: "{}",
+                },
+                |id| Job::new(id, project.into(), "us-central1".into(), &[1], Demand::default(), Policy::defaults(&s), false, 5),
+            )
+            .unwrap()
+    }
+
+    /// L23: a committed transition, its log lines and its outbox survive a reopen.
+    #[test]
+    fn l23_commit_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut store = Store::open(&path).unwrap();
+        let job = new_job(&mut store, "p");
+        assert_eq!(job.id, 1);
+        let s = Settings::default();
+        let t = trainyard_core::step(&job, Event::Place { nodes: vec!["local".into()], addresses: vec!["127.0.0.2:20000".into()] }, 10, &s)
+            .unwrap();
+        let outbox = store.commit(&t.job, &t.effects, 10).unwrap();
+        assert_eq!(outbox.len(), 1);
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        let active = store.active_jobs().unwrap();
+        assert_eq!(active.len(), 1);
+        assert_eq!(active[0].job, t.job);
+        let pending = store.pending_outbox().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert!(matches!(pending[0].2, Effect::Launch { .. }));
+        let ev = store.events(1, 0).unwrap();
+        let texts: Vec<&str> = ev.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(texts[0], "Job queued.");
+        assert!(texts.iter().any(|t| t.contains("admitted")));
+    }
+
+    /// Ids are never reused, even after a delete.
+    #[test]
+    fn ids_never_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let a = new_job(&mut store, "p");
+        let s = Settings::default();
+        let t = trainyard_core::step(&a, Event::Cancel, 6, &s).unwrap();
+        store.commit(&t.job, &t.effects, 6).unwrap();
+        assert!(store.delete_job(a.id).unwrap());
+        let b = new_job(&mut store, "p");
+        assert!(b.id > a.id);
+        assert!(store.events(a.id, 0).unwrap().is_empty(), "its log lines went with it");
+    }
+
+    /// Deleting a job that is not terminal changes nothing.
+    #[test]
+    fn delete_refuses_live_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let a = new_job(&mut store, "p");
+        assert!(!store.delete_job(a.id).unwrap());
+        assert!(store.get_job_by_id(a.id).unwrap().is_some());
+    }
+
+    /// Another project's job is not found.
+    #[test]
+    fn get_is_scoped_to_project() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let a = new_job(&mut store, "p");
+        assert!(store.get_job("custom", "p", "us-central1", a.id).unwrap().is_some());
+        assert!(store.get_job("custom", "q", "us-central1", a.id).unwrap().is_none());
+        assert!(store.get_job("custom", "p", "europe-west4", a.id).unwrap().is_none());
+    }
+
+    #[test]
+    fn list_newest_first_with_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        for _ in 0..5 {
+            new_job(&mut store, "p");
+        }
+        new_job(&mut store, "q");
+        let page = store.list_jobs("custom", "p", "us-central1", None, None, 2).unwrap();
+        assert_eq!(page.iter().map(|j| j.job.id).collect::<Vec<_>>(), [5, 4]);
+        let page = store.list_jobs("custom", "p", "us-central1", None, Some(4), 10).unwrap();
+        assert_eq!(page.iter().map(|j| j.job.id).collect::<Vec<_>>(), [3, 2, 1]);
+    }
+
+    /// A database written by a newer Trainyard is refused, not damaged.
+    #[test]
+    fn newer_schema_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", 99).unwrap();
+        }
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
+    }
+}
