@@ -481,8 +481,9 @@ impl Job {
         self.replicas.iter().filter(|r| r.state.is_live())
     }
 
-    /// The next moment at which `step(.., Event::Tick, ..)` has something to do.
-    pub fn next_deadline(&self, settings: &Settings) -> Option<Micros> {
+    /// The next moment at which `step(.., Event::Tick, ..)` has something to do, or (for
+    /// a retry backoff that has not ended by `now`) at which the job wants placement.
+    pub fn next_deadline(&self, settings: &Settings, now: Micros) -> Option<Micros> {
         let mut best: Option<Micros> = None;
         let mut consider = |t: Micros| best = Some(best.map_or(t, |b| b.min(t)));
         if let Some(admitted) = self.admitted_at() {
@@ -493,7 +494,7 @@ impl Job {
             }
         }
         match &self.phase {
-            Phase::Pending { wait: Wait::Placement { not_before }, .. } => consider(*not_before),
+            Phase::Pending { wait: Wait::Placement { not_before }, .. } if *not_before > now => consider(*not_before),
             Phase::Pending { wait: Wait::Capacity { since }, .. } if self.policy.max_wait > 0 => {
                 consider(since.saturating_add(self.policy.max_wait))
             }

@@ -522,7 +522,7 @@ fn l15_flex_start_waits_then_fails() {
     assert!(matches!(h.job.phase, Phase::Pending { wait: Wait::Capacity { .. }, .. }));
     assert_eq!(h.job.retries.stockout, 0, "FLEX_START spends no retry");
     assert!(h.job.wants_placement(h.now));
-    assert_eq!(h.job.next_deadline(&h.s), Some(T0 + HOUR));
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(T0 + HOUR));
     h.at(HOUR - 1).ev(Event::Tick);
     assert_eq!(h.state(), State::Pending);
     h.at(1).ev(Event::Tick);
@@ -635,7 +635,7 @@ fn l18_cancel_while_stopping() {
 fn l19_timeout() {
     let mut h = H::new(job_with(&[1], |p| p.timeout = 10 * SECOND));
     h.at(5 * SECOND).place().start_all();
-    assert_eq!(h.job.next_deadline(&h.s), Some(T0 + 15 * SECOND));
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(T0 + 15 * SECOND));
     h.at(9 * SECOND).ev(Event::Tick);
     assert_eq!(h.state(), State::Running);
     h.at(SECOND).ev(Event::Tick);
@@ -673,13 +673,13 @@ fn l20_nothing_left_running() {
 fn l21_checkpoint_warning() {
     let mut h = H::new(job(&[1]));
     h.place().start_all();
-    assert_eq!(h.job.next_deadline(&h.s), Some(T0 + 4 * HOUR));
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(T0 + 4 * HOUR));
     h.at(3 * HOUR).ev(Event::CheckpointSeen { at: T0 + 3 * HOUR });
     h.at(3 * HOUR).ev(Event::Tick);
     assert!(h.logs().is_empty(), "a checkpoint 3 hours ago");
     h.at(HOUR).ev(Event::Tick);
     assert!(h.logs().iter().any(|l| l.contains("no checkpoint")), "{:?}", h.logs());
-    assert_eq!(h.job.next_deadline(&h.s), Some(h.now + 4 * HOUR), "the next warning 4 hours later");
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(h.now + 4 * HOUR), "the next warning 4 hours later");
 }
 
 /// L22: the lifecycle events are in the log stream: admitted, running, restarted and why,
