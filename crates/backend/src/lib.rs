@@ -1,1 +1,16 @@
-//! placeholder
+//! Backends that run replica runs. `local`: processes on this host, each under a shim
+//! (`trainyard shim <run_dir>`) that owns the replica's process group and memory cgroup
+//! and records its outcome in the run directory.
+
+pub mod cgroup;
+mod fsutil;
+pub mod local;
+pub mod log;
+mod procfs;
+pub mod shim;
+
+pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, ReplicaCgroup};
+pub use fsutil::FileError;
+pub use local::{BackendError, BackendEvent, EventSink, LocalBackend};
+pub use log::{read_log, stderr_tail, LogEntry};
+pub use shim::{main_from_args, write_spec, ShimSpec, ShimStatus};

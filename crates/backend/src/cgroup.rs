@@ -1,0 +1,607 @@
+//! The replica's memory cgroup: detection of the memory hierarchy (cgroup v1 or v2), a
+//! per-replica cgroup with a memory limit, the kernel's OOM-kill counter (L14), and
+//! killing everything in it (L20).
+//!
+//! Every file helper takes the cgroup directory as a parameter, so unit tests run against
+//! a temporary directory holding fixture files.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::fsutil::{FileError, IoResultExt};
+
+/// Directory made below the server's own cgroup; replica cgroups live inside it.
+pub const BASE_DIR_NAME: &str = "trainyard";
+
+/// How long `kill_all` keeps killing before it reports the cgroup as not empty.
+const KILL_ALL_BOUND: Duration = Duration::from_secs(5);
+/// How long `remove` retries `rmdir` on EBUSY (a killed process still exiting).
+const REMOVE_BOUND: Duration = Duration::from_secs(2);
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error("invalid cgroup name {0:?}: must be non-empty and contain no '/'")]
+    InvalidName(String),
+    #[error("cgroup {} still has {remaining} process(es) after killing for {bound:?}", path.display())]
+    NotEmpty { path: PathBuf, remaining: usize, bound: Duration },
+    #[error("cgroup {} already exists and holds {processes} process(es)", path.display())]
+    InUse { path: PathBuf, processes: usize },
+    #[error("unsupported cgroup version {0} (expected 1 or 2)")]
+    UnsupportedVersion(u8),
+}
+
+/// The cgroup hierarchy that holds the memory controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+impl CgroupVersion {
+    /// The number written into the shim's spec (`cgroup_version`).
+    pub fn number(self) -> u8 {
+        match self {
+            CgroupVersion::V1 => 1,
+            CgroupVersion::V2 => 2,
+        }
+    }
+
+    pub fn from_number(n: u8) -> Result<Self, CgroupError> {
+        match n {
+            1 => Ok(CgroupVersion::V1),
+            2 => Ok(CgroupVersion::V2),
+            other => Err(CgroupError::UnsupportedVersion(other)),
+        }
+    }
+}
+
+/// What this host offers for replica cgroups. `base` is `<own cgroup>/trainyard`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CgroupSupport {
+    V1 { base: PathBuf },
+    V2 { base: PathBuf },
+    /// No writable memory hierarchy: replicas run without a memory limit and their OOM
+    /// kills are reported as unknown (never guessed from exit status 137, L14).
+    Unavailable { reason: String },
+}
+
+impl CgroupSupport {
+    /// Finds the memory hierarchy of this process (from `/proc/self/cgroup` and
+    /// `/proc/self/mountinfo`), makes `<own cgroup>/trainyard`, and proves it usable by
+    /// creating and removing a probe cgroup with a memory limit.
+    pub fn detect() -> CgroupSupport {
+        let read = |p: &str| fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
+        let located = read("/proc/self/cgroup")
+            .and_then(|cg| read("/proc/self/mountinfo").map(|mi| (cg, mi)))
+            .and_then(|(cg, mi)| locate_memory_cgroup(&cg, &mi));
+        match located.and_then(|(version, own)| prepare_base(version, &own)) {
+            Ok(support) => support,
+            Err(reason) => CgroupSupport::Unavailable { reason },
+        }
+    }
+
+    /// The version and base directory, when available.
+    pub fn base(&self) -> Option<(CgroupVersion, &Path)> {
+        match self {
+            CgroupSupport::V1 { base } => Some((CgroupVersion::V1, base)),
+            CgroupSupport::V2 { base } => Some((CgroupVersion::V2, base)),
+            CgroupSupport::Unavailable { .. } => None,
+        }
+    }
+}
+
+/// Finds the directory of this process's own memory cgroup from the texts of
+/// `/proc/self/cgroup` and `/proc/self/mountinfo`. A v1 memory controller wins over v2
+/// (on a hybrid host the unified hierarchy has no memory controller); for v2 the
+/// controller must be listed in the cgroup's `cgroup.controllers`, which the caller checks.
+pub fn locate_memory_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<(CgroupVersion, PathBuf), String> {
+    let mut v1_path = None;
+    let mut v2_path = None;
+    for line in proc_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" && controllers.is_empty() {
+            v2_path = Some(path.to_string());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            v1_path = Some(path.to_string());
+        }
+    }
+    let mounts: Vec<Mount> = mountinfo.lines().filter_map(parse_mountinfo_line).collect();
+    if let Some(path) = v1_path {
+        let mount = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "memory"))
+            .ok_or_else(|| "the memory controller is listed in /proc/self/cgroup but no cgroup v1 memory mount was found".to_string())?;
+        return join_mount(mount, &path).map(|p| (CgroupVersion::V1, p));
+    }
+    if let Some(path) = v2_path {
+        let mount = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup2")
+            .ok_or_else(|| "no cgroup2 mount found in /proc/self/mountinfo".to_string())?;
+        return join_mount(mount, &path).map(|p| (CgroupVersion::V2, p));
+    }
+    Err("this process is in no memory cgroup (/proc/self/cgroup lists neither a v1 memory controller nor a v2 hierarchy)".into())
+}
+
+struct Mount {
+    root: String,
+    mount_point: String,
+    fstype: String,
+    super_options: String,
+}
+
+/// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`
+fn parse_mountinfo_line(line: &str) -> Option<Mount> {
+    let (left, right) = line.split_once(" - ")?;
+    let left: Vec<&str> = left.split(' ').collect();
+    let right: Vec<&str> = right.split(' ').collect();
+    Some(Mount {
+        root: unescape_mountinfo(left.get(3)?),
+        mount_point: unescape_mountinfo(left.get(4)?),
+        fstype: right.first()?.to_string(),
+        super_options: right.get(2).copied().unwrap_or("").to_string(),
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
+fn unescape_mountinfo(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let v = (bytes[i + 1] - b'0') as u32 * 64 + (bytes[i + 2] - b'0') as u32 * 8 + (bytes[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The directory of cgroup `path` (as listed in /proc/self/cgroup) below `mount`, whose
+/// root may itself be a sub-cgroup (cgroup namespaces, bind mounts in containers).
+fn join_mount(mount: &Mount, path: &str) -> Result<PathBuf, String> {
+    let root = mount.root.trim_end_matches('/');
+    let rel = if root.is_empty() {
+        path
+    } else if path == root {
+        ""
+    } else if let Some(rest) = path.strip_prefix(root).filter(|r| r.starts_with('/')) {
+        rest
+    } else {
+        return Err(format!(
+            "our cgroup {path} is not below the root {} of the cgroup mount at {}",
+            mount.root, mount.mount_point
+        ));
+    };
+    let mut dir = PathBuf::from(&mount.mount_point);
+    for part in rel.split('/').filter(|p| !p.is_empty()) {
+        dir.push(part);
+    }
+    Ok(dir)
+}
+
+/// Makes `<own>/trainyard` usable for replica cgroups, or says why it cannot be.
+fn prepare_base(version: CgroupVersion, own: &Path) -> Result<CgroupSupport, String> {
+    let base = own.join(BASE_DIR_NAME);
+    if version == CgroupVersion::V2 {
+        let controllers = read_file(&own.join("cgroup.controllers")).map_err(|e| e.to_string())?;
+        if !controllers.split_whitespace().any(|c| c == "memory") {
+            return Err(format!(
+                "the memory controller is not available in the cgroup v2 hierarchy at {} (cgroup.controllers: {:?})",
+                own.display(),
+                controllers.trim()
+            ));
+        }
+        enable_memory_controller(own)?;
+    }
+    match fs::create_dir(&base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create cgroup {}: {e}", base.display())),
+    }
+    if version == CgroupVersion::V2 {
+        enable_memory_controller(&base)?;
+    }
+    // Prove it: a probe cgroup with a memory limit, removed again.
+    let probe_name = format!("probe-{}", std::process::id());
+    let probe = ReplicaCgroup::create(version, &base, &probe_name, Some(1 << 30))
+        .map_err(|e| format!("cannot use cgroup base {}: {e}", base.display()))?;
+    probe.remove().map_err(|e| format!("cannot remove probe cgroup: {e}"))?;
+    Ok(match version {
+        CgroupVersion::V1 => CgroupSupport::V1 { base },
+        CgroupVersion::V2 => CgroupSupport::V2 { base },
+    })
+}
+
+/// v2: lets children of `dir` have the memory controller (`+memory` in
+/// `cgroup.subtree_control`). Fails with a reason when the kernel refuses, e.g. because
+/// `dir` holds processes itself (the "no internal processes" rule).
+fn enable_memory_controller(dir: &Path) -> Result<(), String> {
+    let ctl = dir.join("cgroup.subtree_control");
+    let current = read_file(&ctl).map_err(|e| e.to_string())?;
+    if current.split_whitespace().any(|c| c == "memory") {
+        return Ok(());
+    }
+    write_file(&ctl, "+memory").map_err(|e| {
+        format!(
+            "{e} (a cgroup v2 directory that holds processes cannot delegate controllers: run the server in a \
+             cgroup of its own, e.g. a systemd unit with Delegate=yes and the server moved into a leaf)"
+        )
+    })
+}
+
+/// One replica's cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaCgroup {
+    version: CgroupVersion,
+    path: PathBuf,
+}
+
+impl ReplicaCgroup {
+    /// Creates `<base>/<name>` (or reuses it if it exists) and sets the memory limit:
+    /// v1 `memory.limit_in_bytes` and, where it exists, `memory.memsw.limit_in_bytes` to
+    /// the same value so that swap cannot hide the limit; v2 `memory.max` and
+    /// `memory.swap.max` = 0 where it exists.
+    pub fn create(
+        version: CgroupVersion,
+        base: &Path,
+        name: &str,
+        memory_limit_bytes: Option<u64>,
+    ) -> Result<ReplicaCgroup, CgroupError> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(CgroupError::InvalidName(name.to_string()));
+        }
+        let path = base.join(name);
+        let existed = match fs::create_dir(&path) {
+            Ok(()) => false,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => true,
+            Err(e) => return Err(FileError { op: "create cgroup", path, source: e }.into()),
+        };
+        let cg = ReplicaCgroup { version, path };
+        if existed {
+            // Left over by a crash it may be; but never take over (and later kill) a
+            // cgroup in which something runs.
+            let procs = cg.procs_file();
+            let busy = match read_pids(&procs) {
+                Ok(pids) => pids.len(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(e.into()),
+            };
+            if busy > 0 {
+                return Err(CgroupError::InUse { path: cg.path, processes: busy });
+            }
+        }
+        if let Some(limit) = memory_limit_bytes {
+            let made = cg.set_memory_limit(limit);
+            if let Err(e) = made {
+                let _ = fs::remove_dir(&cg.path);
+                return Err(e);
+            }
+        }
+        Ok(cg)
+    }
+
+    /// An existing replica cgroup, e.g. named in a spec written by an earlier process.
+    pub fn open(version: CgroupVersion, path: PathBuf) -> ReplicaCgroup {
+        ReplicaCgroup { version, path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
+    fn set_memory_limit(&self, limit: u64) -> Result<(), CgroupError> {
+        let value = limit.to_string();
+        match self.version {
+            CgroupVersion::V1 => {
+                // limit first: memsw must never be below it.
+                write_file(&self.path.join("memory.limit_in_bytes"), &value)?;
+                let memsw = self.path.join("memory.memsw.limit_in_bytes");
+                if memsw.exists() {
+                    write_file(&memsw, &value)?;
+                }
+            }
+            CgroupVersion::V2 => {
+                write_file(&self.path.join("memory.max"), &value)?;
+                let swap = self.path.join("memory.swap.max");
+                if swap.exists() {
+                    write_file(&swap, "0")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The file a process writes `0` into to join this cgroup.
+    pub fn procs_file(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// The pids now in the cgroup.
+    pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        Ok(read_pids(&self.procs_file())?)
+    }
+
+    /// How many processes the kernel's OOM killer killed in this cgroup: v2
+    /// `memory.events` / v1 `memory.oom_control`, line `oom_kill N`. `None` when the
+    /// kernel does not account it (unknown, not zero).
+    pub fn oom_kills(&self) -> Option<u64> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        };
+        let text = read_file(&self.path.join(file)).ok()?;
+        flat_keyed_value(&text, "oom_kill")
+    }
+
+    /// SIGKILLs every process in the cgroup and waits (bounded) until it is empty: v2
+    /// `cgroup.kill` where the kernel has it, else reading `cgroup.procs` and killing each
+    /// pid, again until none is left (a process may fork while we read).
+    pub fn kill_all(&self) -> Result<(), CgroupError> {
+        let started = Instant::now();
+        let kill_file = self.path.join("cgroup.kill");
+        let use_kill_file = self.version == CgroupVersion::V2 && kill_file.exists();
+        loop {
+            if use_kill_file {
+                write_file(&kill_file, "1")?;
+            }
+            let pids = self.pids()?;
+            if pids.is_empty() {
+                return Ok(());
+            }
+            if !use_kill_file {
+                kill_pids(&pids);
+            }
+            if started.elapsed() >= KILL_ALL_BOUND {
+                return Err(CgroupError::NotEmpty { path: self.path.clone(), remaining: pids.len(), bound: KILL_ALL_BOUND });
+            }
+            thread::sleep(RETRY_PAUSE);
+        }
+    }
+
+    /// One pass of killing: SIGKILL every pid listed now (or `cgroup.kill`). Returns how
+    /// many processes were listed. For callers that reap between passes.
+    pub fn kill_pass(&self) -> Result<usize, CgroupError> {
+        let kill_file = self.path.join("cgroup.kill");
+        if self.version == CgroupVersion::V2 && kill_file.exists() {
+            write_file(&kill_file, "1")?;
+        }
+        let pids = self.pids()?;
+        kill_pids(&pids);
+        Ok(pids.len())
+    }
+
+    /// Removes the cgroup directory, retrying briefly while the kernel still counts an
+    /// exiting process in it. An already removed cgroup is fine.
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        let started = Instant::now();
+        loop {
+            match fs::remove_dir(&self.path) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) if started.elapsed() < REMOVE_BOUND && e.raw_os_error() == Some(libc::EBUSY) => {
+                    thread::sleep(RETRY_PAUSE);
+                }
+                Err(e) => return Err(FileError { op: "remove cgroup", path: self.path.clone(), source: e }.into()),
+            }
+        }
+    }
+}
+
+fn kill_pids(pids: &[i32]) {
+    for &pid in pids {
+        if pid > 0 {
+            // SAFETY: kill(2) with a positive pid and a valid signal has no memory effects.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The value of `key` in a flat-keyed cgroup file (`key value` per line).
+pub fn flat_keyed_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut it = line.split_whitespace();
+        (it.next() == Some(key)).then(|| it.next()?.parse().ok()).flatten()
+    })
+}
+
+/// Reads a cgroup file.
+pub fn read_file(path: &Path) -> Result<String, FileError> {
+    fs::read_to_string(path).at("read", path)
+}
+
+/// Writes a cgroup file. Like youki's `write_cgroup_file`, it never creates the file: a
+/// missing file means the controller is missing, which must not pass silently.
+pub fn write_file(path: &Path, data: &str) -> Result<(), FileError> {
+    let mut f = OpenOptions::new().write(true).truncate(true).open(path).at("open cgroup file", path)?;
+    f.write_all(data.as_bytes()).at("write cgroup file", path)
+}
+
+/// The pids in a `cgroup.procs` file.
+pub fn read_pids(path: &Path) -> Result<Vec<i32>, FileError> {
+    Ok(read_file(path)?.lines().filter_map(|l| l.trim().parse().ok()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(dir: &Path, files: &[(&str, &str)]) {
+        fs::create_dir_all(dir).unwrap();
+        for (name, content) in files {
+            fs::write(dir.join(name), content).unwrap();
+        }
+    }
+
+    #[test]
+    fn v1_create_sets_limit_and_memsw() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("j1-a0-workerpool0-0-r0");
+        fixture(
+            &dir,
+            &[
+                ("memory.limit_in_bytes", "9223372036854771712\n"),
+                ("memory.memsw.limit_in_bytes", "9223372036854771712\n"),
+                ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
+                ("cgroup.procs", ""),
+            ],
+        );
+        let cg = ReplicaCgroup::create(CgroupVersion::V1, tmp.path(), "j1-a0-workerpool0-0-r0", Some(100_000_000)).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap(), "100000000");
+        assert_eq!(fs::read_to_string(dir.join("memory.memsw.limit_in_bytes")).unwrap(), "100000000");
+        assert_eq!(cg.oom_kills(), Some(2));
+        assert_eq!(cg.procs_file(), dir.join("cgroup.procs"));
+        cg.kill_all().unwrap(); // empty procs: returns at once
+    }
+
+    #[test]
+    fn v1_without_memsw_file_sets_only_the_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fixture(&dir, &[("memory.limit_in_bytes", "0"), ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n")]);
+        let cg = ReplicaCgroup::create(CgroupVersion::V1, tmp.path(), "r", Some(5)).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap(), "5");
+        assert!(!dir.join("memory.memsw.limit_in_bytes").exists());
+        // An old kernel without the oom_kill line: unknown, not zero.
+        assert_eq!(cg.oom_kills(), None);
+    }
+
+    #[test]
+    fn v2_create_sets_max_and_swap_and_reads_oom_kill() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fixture(
+            &dir,
+            &[
+                ("memory.max", "max\n"),
+                ("memory.swap.max", "max\n"),
+                ("memory.events", "low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n"),
+                ("cgroup.procs", ""),
+            ],
+        );
+        let cg = ReplicaCgroup::create(CgroupVersion::V2, tmp.path(), "r", Some(104_857_600)).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("memory.max")).unwrap(), "104857600");
+        assert_eq!(fs::read_to_string(dir.join("memory.swap.max")).unwrap(), "0");
+        assert_eq!(cg.oom_kills(), Some(1));
+    }
+
+    #[test]
+    fn v2_kill_all_writes_cgroup_kill() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fixture(&dir, &[("cgroup.kill", ""), ("cgroup.procs", "")]);
+        let cg = ReplicaCgroup::open(CgroupVersion::V2, dir.clone());
+        cg.kill_all().unwrap();
+        assert_eq!(fs::read_to_string(dir.join("cgroup.kill")).unwrap(), "1");
+    }
+
+    #[test]
+    fn missing_limit_file_is_an_error_naming_the_file_and_removes_the_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = ReplicaCgroup::create(CgroupVersion::V2, tmp.path(), "r", Some(1)).unwrap_err();
+        assert!(err.to_string().contains("memory.max"), "{err}");
+        assert!(!tmp.path().join("r").exists());
+    }
+
+    #[test]
+    fn an_existing_cgroup_with_processes_is_not_taken_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fixture(&dir, &[("memory.max", "max\n"), ("cgroup.procs", "4242\n")]);
+        let err = ReplicaCgroup::create(CgroupVersion::V2, tmp.path(), "r", Some(1)).unwrap_err();
+        assert!(matches!(err, CgroupError::InUse { processes: 1, .. }), "{err}");
+        assert_eq!(fs::read_to_string(dir.join("memory.max")).unwrap(), "max\n");
+    }
+
+    #[test]
+    fn names_with_slashes_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            ReplicaCgroup::create(CgroupVersion::V1, tmp.path(), "../x", None),
+            Err(CgroupError::InvalidName(_))
+        ));
+    }
+
+    #[test]
+    fn remove_tolerates_a_missing_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fs::create_dir(&dir).unwrap();
+        let cg = ReplicaCgroup::open(CgroupVersion::V1, dir.clone());
+        cg.remove().unwrap();
+        cg.remove().unwrap();
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn read_pids_parses_procs() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("cgroup.procs"), "12\n345\n\n").unwrap();
+        assert_eq!(read_pids(&tmp.path().join("cgroup.procs")).unwrap(), vec![12, 345]);
+    }
+
+    const HYBRID_CGROUP: &str = "9:name=systemd:/\n4:memory:/process_api/e7a3\n1:cpu:/\n0::/\n";
+    const HYBRID_MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn locate_hybrid_prefers_v1_memory() {
+        let (v, p) = locate_memory_cgroup(HYBRID_CGROUP, HYBRID_MOUNTINFO).unwrap();
+        assert_eq!(v, CgroupVersion::V1);
+        assert_eq!(p, PathBuf::from("/sys/fs/cgroup/memory/process_api/e7a3"));
+    }
+
+    #[test]
+    fn locate_pure_v2() {
+        let cg = "0::/user.slice/user-1000.slice/session-2.scope\n";
+        let mi = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n";
+        let (v, p) = locate_memory_cgroup(cg, mi).unwrap();
+        assert_eq!(v, CgroupVersion::V2);
+        assert_eq!(p, PathBuf::from("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"));
+    }
+
+    #[test]
+    fn locate_v1_with_mount_root_below_hierarchy_root() {
+        // A container whose memory hierarchy is bind-mounted from /docker/abc.
+        let cg = "5:memory:/docker/abc/inner\n0::/\n";
+        let mi = "40 31 0:32 /docker/abc /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n";
+        let (_, p) = locate_memory_cgroup(cg, mi).unwrap();
+        assert_eq!(p, PathBuf::from("/sys/fs/cgroup/memory/inner"));
+        let cg_outside = "5:memory:/elsewhere\n";
+        assert!(locate_memory_cgroup(cg_outside, mi).unwrap_err().contains("not below"));
+    }
+
+    #[test]
+    fn locate_without_any_memory_hierarchy_says_why() {
+        let err = locate_memory_cgroup("1:cpu:/\n", "").unwrap_err();
+        assert!(err.contains("no memory cgroup"), "{err}");
+    }
+
+    #[test]
+    fn mountinfo_octal_escapes() {
+        assert_eq!(unescape_mountinfo(r"/a\040b"), "/a b");
+    }
+}

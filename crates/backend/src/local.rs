@@ -1,0 +1,492 @@
+//! The local backend: each replica run is a shim process ([`crate::shim`]) supervising
+//! one program, with everything about the run kept in its run directory, so that a
+//! restarted server adopts running replicas instead of losing them (L23).
+//!
+//! One watcher thread per run turns the shim's files into [`BackendEvent`]s. Liveness is
+//! the shim's `flock` on `shim.lock`, never a stored pid (pids are reused). The server
+//! only ever takes that lock shared (`LOCK_SH`): it can then wait for a shim's exclusive
+//! lock to go without ever looking like a shim itself.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use trainyard_core::{Outcome, RunId};
+
+use crate::cgroup::{CgroupSupport, CgroupVersion, ReplicaCgroup};
+use crate::fsutil::{self, FileError, IoResultExt};
+use crate::log;
+use crate::shim::{self, ShimError, ShimSpec, ShimStatus};
+
+/// How many stderr lines an `Exited` event carries (L13).
+pub const STDERR_TAIL_LINES: usize = 20;
+
+/// How long `stop` waits for a shim that this backend is still starting to take its lock.
+const STOP_WAIT_FOR_SHIM: Duration = Duration::from_secs(5);
+
+/// What the backend reports about a run. Every event carries the run's id, the fencing
+/// token by which the driver drops late reports of older attempts and restarts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendEvent {
+    Started { run: RunId, pid: u32 },
+    Exited { run: RunId, outcome: Outcome, stderr_tail: Vec<String> },
+}
+
+/// Where events go: typically a closure that sends into the driver's channel.
+pub type EventSink = Arc<dyn Fn(BackendEvent) + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("the shim command is empty")]
+    NoShimCommand,
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error(transparent)]
+    Shim(#[from] ShimError),
+    #[error("cannot start the shim {program:?} for {}: {source}", run_dir.display())]
+    SpawnShim { program: OsString, run_dir: PathBuf, source: io::Error },
+    #[error("cannot start a watcher thread for {}: {source}", run_dir.display())]
+    Thread { run_dir: PathBuf, source: io::Error },
+    #[error("cannot signal the shim (pid {pid}) of {}: {source}", run_dir.display())]
+    Signal { pid: i32, run_dir: PathBuf, source: io::Error },
+    #[error("the shim of {} did not come up within {bound:?}, cannot stop it", run_dir.display())]
+    StopTimeout { run_dir: PathBuf, bound: Duration },
+}
+
+/// Runs replicas as local processes under shims. `Send + Sync`; all waiting happens on
+/// one thread per run.
+pub struct LocalBackend {
+    shim_command: Vec<OsString>,
+    cgroups: CgroupSupport,
+    /// Run directories that a watcher of this backend is reporting on.
+    watched: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+/// Marks a run directory as watched until dropped.
+struct Claim {
+    watched: Arc<Mutex<HashSet<PathBuf>>>,
+    run_dir: PathBuf,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        lock_set(&self.watched).remove(&self.run_dir);
+    }
+}
+
+fn lock_set(set: &Mutex<HashSet<PathBuf>>) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
+    set.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Is a shim alive in the run directory, by its lock?
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LockState {
+    /// A shim holds the lock.
+    Held,
+    /// The lock file exists and nobody holds it.
+    Free,
+    /// No lock file: no shim ever started here.
+    Missing,
+}
+
+fn probe_lock(run_dir: &Path) -> Result<LockState, FileError> {
+    let path = run_dir.join(shim::LOCK_FILE);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockState::Missing),
+        Err(e) => return Err(FileError { op: "open lock", path, source: e }),
+    };
+    loop {
+        // SAFETY: flock on a descriptor we own; closing it releases the lock.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
+            return Ok(LockState::Free);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(LockState::Held),
+            _ => return Err(FileError { op: "probe lock", path, source: err }),
+        }
+    }
+}
+
+/// Blocks until no shim holds the run directory's lock: returns when the shim exits,
+/// without polling.
+fn wait_for_shim_exit(run_dir: &Path) -> Result<(), FileError> {
+    let path = run_dir.join(shim::LOCK_FILE);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(FileError { op: "open lock", path, source: e }),
+    };
+    loop {
+        // SAFETY: as in probe_lock.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(FileError { op: "wait for lock", path, source: err });
+        }
+    }
+}
+
+/// The replica cgroup's name for a run: `j12-a0-workerpool0-0-r0-1f2e3d4c`. The suffix
+/// is a hash of the run directory, so that two servers with different data directories
+/// under one parent cgroup never share (and kill) each other's replica cgroups.
+pub fn cgroup_name(run: &RunId, run_dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let replica: String = run.replica.chars().map(|c| if c == '/' || c.is_control() { '_' } else { c }).collect();
+    // FNV-1a: stable across Rust versions, unlike std's hasher.
+    let hash = run_dir.as_os_str().as_bytes().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("j{}-a{}-{}-r{}-{:08x}", run.job, run.attempt, replica, run.restart, hash as u32)
+}
+
+/// The outcome a finished shim recorded. An OOM kill counts only when the cgroup's
+/// `oom_kill` counter went up *and* the run failed: a program that survived the OOM
+/// death of one of its helpers and exited 0 succeeded.
+pub fn outcome_from_status(status: &ShimStatus) -> Outcome {
+    if let Some(message) = &status.launch_error {
+        return Outcome::LaunchFailed { message: message.clone() };
+    }
+    if let Some(message) = &status.start_error {
+        return Outcome::StartError { message: message.clone() };
+    }
+    let oom = status.oom_kills.is_some_and(|n| n > 0);
+    match (status.exit_code, status.signal) {
+        (_, Some(signal)) if oom => Outcome::OomKilled { status: 128 + signal },
+        (Some(code), None) if oom && code != 0 => Outcome::OomKilled { status: code },
+        (_, Some(signal)) => Outcome::Signaled { signal },
+        (Some(code), None) => Outcome::Exited { code },
+        (None, None) => Outcome::Lost { message: format!("{} records neither an exit code nor a signal", shim::STATUS_FILE) },
+    }
+}
+
+impl LocalBackend {
+    /// `shim_command` is the program and leading arguments that run a shim, e.g.
+    /// `[current_exe, "shim"]`; the run directory is appended.
+    pub fn new(shim_command: Vec<OsString>, cgroups: CgroupSupport) -> LocalBackend {
+        LocalBackend { shim_command, cgroups, watched: Arc::new(Mutex::new(HashSet::new())) }
+    }
+
+    pub fn cgroups(&self) -> &CgroupSupport {
+        &self.cgroups
+    }
+
+    fn claim(&self, run_dir: &Path) -> Option<Claim> {
+        let mut set = lock_set(&self.watched);
+        set.insert(run_dir.to_path_buf())
+            .then(|| Claim { watched: Arc::clone(&self.watched), run_dir: run_dir.to_path_buf() })
+    }
+
+    fn is_watched(&self, run_dir: &Path) -> bool {
+        lock_set(&self.watched).contains(run_dir)
+    }
+
+    /// Launches a run, idempotently: a run that already ended is reported from its
+    /// `status.json`, a run whose shim is alive is adopted, a run that this backend
+    /// already watches is left alone, and a run whose shim died is reported `Lost`: a
+    /// program is never started twice for one `RunId`. Otherwise writes `spec.json`
+    /// (with this backend's cgroup base) and starts a shim. Events go to `sink` from a
+    /// watcher thread; errors here mean nothing was started.
+    pub fn launch(&self, run: RunId, run_dir: &Path, spec: ShimSpec, sink: EventSink) -> Result<(), BackendError> {
+        let program = self.shim_command.first().ok_or(BackendError::NoShimCommand)?.clone();
+        let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
+        let Some(claim) = self.claim(&run_dir) else { return Ok(()) };
+        match probe_lock(&run_dir)? {
+            LockState::Held => return self.watch(claim, move |claim| watch_adopted(run, claim, sink)),
+            LockState::Free | LockState::Missing => {
+                if run_dir.join(shim::STATUS_FILE).exists() || run_dir.join(shim::PID_FILE).exists() {
+                    return self.watch(claim, move |claim| finish(run, claim, sink, false, None));
+                }
+            }
+        }
+        fs::create_dir_all(&run_dir).at("create run directory", &run_dir)?;
+        let mut spec = spec;
+        match self.cgroups.base() {
+            Some((version, base)) => {
+                spec.cgroup_base = Some(base.to_path_buf());
+                spec.cgroup_version = Some(version.number());
+            }
+            None => {
+                spec.cgroup_base = None;
+                spec.cgroup_version = None;
+            }
+        }
+        if spec.cgroup_name.is_empty() {
+            spec.cgroup_name = cgroup_name(&run, &run_dir);
+        }
+        shim::write_spec(&run_dir, &spec)?;
+        let stderr_path = run_dir.join(shim::SHIM_STDERR_FILE);
+        let shim_stderr = fsutil::open_append(&stderr_path)?;
+        let mut cmd = Command::new(&program);
+        cmd.args(&self.shim_command[1..])
+            .arg(&run_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(shim_stderr));
+        // SAFETY: setsid is async-signal-safe. The shim leaves the server's session at
+        // once, before a Ctrl-C meant for the server could reach it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|source| BackendError::SpawnShim { program: program.clone(), run_dir: run_dir.clone(), source })?;
+        let shim_pid = child.id();
+        let watched = self.watch(claim, move |claim| watch_spawned(run, claim, child, sink));
+        if watched.is_err() {
+            // Nobody would report on it: let it stop the program and record the outcome.
+            // SAFETY: our own child, not yet waited for, so its pid is still ours.
+            unsafe {
+                libc::kill(shim_pid as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        watched
+    }
+
+    /// Watches a run launched by an earlier server process: `Started` if the program
+    /// started, then `Exited` once its shim is gone (or at once if it already is).
+    pub fn adopt(&self, run: RunId, run_dir: &Path, sink: EventSink) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
+        let Some(claim) = self.claim(&run_dir) else { return Ok(()) };
+        match probe_lock(&run_dir)? {
+            LockState::Held => self.watch(claim, move |claim| watch_adopted(run, claim, sink)),
+            LockState::Free | LockState::Missing => self.watch(claim, move |claim| finish(run, claim, sink, false, None)),
+        }
+    }
+
+    /// Asks a run's shim to stop it: SIGTERM to the shim, which sends SIGTERM to the
+    /// program's process group and SIGKILL after the spec's grace period, so the stop
+    /// completes even if this server dies meanwhile. A run that has ended (or never had
+    /// a live shim) is left as it is. The `Exited` event comes from the run's watcher.
+    pub fn stop(&self, run_dir: &Path) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
+        let deadline = Instant::now() + STOP_WAIT_FOR_SHIM;
+        loop {
+            if run_dir.join(shim::STATUS_FILE).exists() {
+                return Ok(());
+            }
+            match probe_lock(&run_dir)? {
+                LockState::Held => {
+                    // The lock holder is the shim that wrote this pid file (a shim never
+                    // runs where another one's pid file exists), so the pid is not a
+                    // reused one while the lock is held.
+                    if let Some(pid) = read_pid(&run_dir)? {
+                        // SAFETY: kill(2) has no memory effects.
+                        if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
+                            return Ok(());
+                        }
+                        let err = io::Error::last_os_error();
+                        if err.raw_os_error() == Some(libc::ESRCH) {
+                            return Ok(()); // it exited just now
+                        }
+                        return Err(BackendError::Signal { pid, run_dir, source: err });
+                    }
+                    // Locked but the pid not yet written: the shim is starting.
+                }
+                LockState::Free | LockState::Missing => {
+                    if !self.is_watched(&run_dir) {
+                        return Ok(());
+                    }
+                    // We launched it and its shim has not taken the lock yet.
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(BackendError::StopTimeout { run_dir, bound: STOP_WAIT_FOR_SHIM });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn watch(&self, claim: Claim, f: impl FnOnce(Claim) + Send + 'static) -> Result<(), BackendError> {
+        let run_dir = claim.run_dir.clone();
+        let name = format!("watch-{}", run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+        // On failure the closure, and with it the claim, is dropped.
+        thread::Builder::new()
+            .name(name)
+            .spawn(move || f(claim))
+            .map(|_| ())
+            .map_err(|source| BackendError::Thread { run_dir, source })
+    }
+}
+
+fn read_pid(run_dir: &Path) -> Result<Option<libc::pid_t>, FileError> {
+    let path = run_dir.join(shim::PID_FILE);
+    Ok(fsutil::read_optional(&path)?
+        .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<libc::pid_t>().ok())
+        .filter(|&pid| pid > 0))
+}
+
+fn send_started(run: &RunId, run_dir: &Path, sink: &EventSink) -> bool {
+    match shim::read_started(run_dir) {
+        Ok(Some(started)) => {
+            sink(BackendEvent::Started { run: run.clone(), pid: started.pid });
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(%run, "{e}");
+            false
+        }
+    }
+}
+
+/// For a shim this process spawned: its `started` line, then its exit.
+fn watch_spawned(run: RunId, claim: Claim, mut child: Child, sink: EventSink) {
+    let mut started_sent = false;
+    if let Some(stdout) = child.stdout.take() {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line.trim_end() == shim::STARTED_LINE => {
+                    started_sent = send_started(&run, &claim.run_dir, &sink);
+                    break;
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    let exit = match child.wait() {
+        Ok(status) => status,
+        Err(e) => {
+            tracing::error!(%run, "cannot wait for the shim: {e}");
+            if let Err(e) = wait_for_shim_exit(&claim.run_dir) {
+                tracing::error!(%run, "{e}");
+            }
+            finish(run, claim, sink, started_sent, Some(format!("cannot wait for the shim: {e}")));
+            return;
+        }
+    };
+    if exit.code() == Some(shim::EXIT_ALREADY_RUNNING) {
+        // Another shim owns the run (started by an earlier server): wait for that one.
+        if let Err(e) = wait_for_shim_exit(&claim.run_dir) {
+            tracing::error!(%run, "{e}");
+        }
+    }
+    let described = match (exit.code(), exit.signal()) {
+        (Some(code), _) => format!("the shim exited with status {code}"),
+        (None, Some(sig)) => format!("the shim was killed by signal {sig}"),
+        _ => "the shim ended".to_string(),
+    };
+    finish(run, claim, sink, started_sent, Some(described));
+}
+
+/// For a shim started by an earlier server: `Started` now if the program runs, then the
+/// blocking wait on the shim's lock.
+fn watch_adopted(run: RunId, claim: Claim, sink: EventSink) {
+    let started_sent = send_started(&run, &claim.run_dir, &sink);
+    if let Err(e) = wait_for_shim_exit(&claim.run_dir) {
+        tracing::error!(%run, "{e}");
+    }
+    finish(run, claim, sink, started_sent, None);
+}
+
+/// The shim is gone: report the outcome it recorded, or `Lost` (and kill what is left
+/// in the replica's cgroup) if it recorded none.
+fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_exit: Option<String>) {
+    let run_dir = claim.run_dir.clone();
+    let outcome = match shim::read_status(&run_dir) {
+        Ok(Some(status)) => outcome_from_status(&status),
+        Ok(None) => {
+            clean_up_lost(&run, &run_dir);
+            let how = shim_exit.map(|s| format!(" ({s})")).unwrap_or_default();
+            Outcome::Lost { message: format!("the replica's supervisor ended without recording an outcome{how}") }
+        }
+        Err(e) => Outcome::Lost { message: e.to_string() },
+    };
+    let ran = !matches!(outcome, Outcome::StartError { .. } | Outcome::LaunchFailed { .. });
+    if ran && !started_sent {
+        send_started(&run, &run_dir, &sink);
+    }
+    let stderr_tail = log::stderr_tail(&run_dir, STDERR_TAIL_LINES).unwrap_or_else(|e| {
+        tracing::warn!(%run, "{e}");
+        Vec::new()
+    });
+    // Released before reporting, so that a launch prompted by this event reads the
+    // status afresh instead of being taken for a duplicate.
+    drop(claim);
+    sink(BackendEvent::Exited { run, outcome, stderr_tail });
+}
+
+/// A shim that died without a status may have left its program running in the replica's
+/// cgroup: kill it there (L20). Without a cgroup nothing can be killed safely (the
+/// program's pid may have been reused).
+fn clean_up_lost(run: &RunId, run_dir: &Path) {
+    let spec = match shim::read_spec(run_dir) {
+        Ok(Some(spec)) => spec,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(%run, "{e}");
+            return;
+        }
+    };
+    let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { return };
+    let Ok(version) = CgroupVersion::from_number(version) else { return };
+    let path = base.join(&spec.cgroup_name);
+    if spec.cgroup_name.is_empty() || !path.is_dir() {
+        return;
+    }
+    let cg = ReplicaCgroup::open(version, path);
+    if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
+        tracing::warn!(%run, "cleaning up after a lost shim: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(exit_code: Option<i32>, signal: Option<i32>, oom_kills: Option<u64>) -> ShimStatus {
+        ShimStatus { exit_code, signal, oom_kills, start_error: None, launch_error: None, ended_micros: 0 }
+    }
+
+    /// L14: OOM only from the cgroup's counter, never from status 137 alone.
+    #[test]
+    fn l14_oom_comes_from_the_counter_not_from_137() {
+        assert_eq!(outcome_from_status(&status(None, Some(9), Some(1))), Outcome::OomKilled { status: 137 });
+        assert_eq!(outcome_from_status(&status(None, Some(9), Some(0))), Outcome::Signaled { signal: 9 });
+        assert_eq!(outcome_from_status(&status(None, Some(9), None)), Outcome::Signaled { signal: 9 });
+        assert_eq!(outcome_from_status(&status(Some(137), None, None)), Outcome::Exited { code: 137 });
+        assert_eq!(outcome_from_status(&status(Some(1), None, Some(2))), Outcome::OomKilled { status: 1 });
+        // A helper was OOM-killed but the program recovered and succeeded.
+        assert_eq!(outcome_from_status(&status(Some(0), None, Some(1))), Outcome::Exited { code: 0 });
+    }
+
+    #[test]
+    fn start_and_launch_errors_win() {
+        let mut s = status(None, None, None);
+        s.start_error = Some("cannot start \"x\"".into());
+        assert!(matches!(outcome_from_status(&s), Outcome::StartError { .. }));
+        s.start_error = None;
+        s.launch_error = Some("cgroup".into());
+        assert!(matches!(outcome_from_status(&s), Outcome::LaunchFailed { .. }));
+        assert!(matches!(outcome_from_status(&status(None, None, None)), Outcome::Lost { .. }));
+    }
+
+    #[test]
+    fn cgroup_names() {
+        let run = RunId { job: 12, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
+        let a = cgroup_name(&run, Path::new("/data/a/runs/12/0/workerpool0-0/0"));
+        let b = cgroup_name(&run, Path::new("/data/b/runs/12/0/workerpool0-0/0"));
+        assert!(a.starts_with("j12-a0-workerpool0-0-r0-") && a.len() == "j12-a0-workerpool0-0-r0-".len() + 8, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, cgroup_name(&run, Path::new("/data/a/runs/12/0/workerpool0-0/0")));
+    }
+}

@@ -1,0 +1,677 @@
+//! The per-replica supervisor (`trainyard shim <run_dir>`), like conmon or
+//! containerd-shim: it outlives the server, runs one program in its own process group and
+//! cgroup, streams its output into `log.jsonl` (L22), stops it on SIGTERM with a grace
+//! period (L9, L18), kills every process of the replica when the program ends (L20),
+//! and writes the outcome with the cgroup's OOM-kill count (L14) atomically into
+//! `status.json`, where a restarted server finds it (L23).
+//!
+//! Files in the run directory:
+//! - `spec.json` (written by the server before launch): [`ShimSpec`]
+//! - `shim.lock`: held with `flock(LOCK_EX)` for the shim's whole life; a lock that can
+//!   be taken means no shim runs, whatever pid a stale file names
+//! - `shim.pid`: the shim's pid, for `stop` (signalled only while the lock is held)
+//! - `started.json`: [`Started`], once the program runs
+//! - `log.jsonl`: the program's stdout and stderr ([`crate::log`])
+//! - `status.json`: [`ShimStatus`], the last thing the shim writes
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{CgroupError, CgroupVersion, ReplicaCgroup};
+use crate::fsutil::{self, FileError, IoResultExt};
+use crate::log::{self, LogWriter};
+
+pub const SPEC_FILE: &str = "spec.json";
+pub const STATUS_FILE: &str = "status.json";
+pub const STARTED_FILE: &str = "started.json";
+pub const LOCK_FILE: &str = "shim.lock";
+pub const PID_FILE: &str = "shim.pid";
+/// Where the server sends the shim's own diagnostics.
+pub const SHIM_STDERR_FILE: &str = "shim.stderr";
+/// The line the shim prints on its stdout once the program runs.
+pub const STARTED_LINE: &str = "started";
+
+/// Exit code: another shim holds this run directory's lock (it is running the replica).
+pub const EXIT_ALREADY_RUNNING: i32 = 75;
+/// Exit code: a shim already ran in this run directory; a run is never started twice.
+pub const EXIT_ALREADY_RAN: i32 = 76;
+/// Exit code: wrong arguments.
+pub const EXIT_USAGE: i32 = 64;
+/// Exit code: the shim failed before it could write a status (the server reports Lost).
+pub const EXIT_SHIM_FAILED: i32 = 71;
+
+/// How long a starting shim retries a lock that a server's liveness probe holds for a
+/// moment, before it concludes that another shim owns the run.
+const LOCK_RETRY: Duration = Duration::from_secs(2);
+/// Bound on killing and reaping what is left of the replica after the program exited.
+const CLEANUP_BOUND: Duration = Duration::from_secs(10);
+/// Bound on waiting for the output pumps to reach EOF after everything was killed.
+const PUMP_DRAIN_BOUND: Duration = Duration::from_secs(5);
+
+fn default_grace() -> f64 {
+    30.0
+}
+
+/// What to run: written by the server into `<run_dir>/spec.json` before the shim starts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShimSpec {
+    /// The program and its arguments; `argv[0]` is looked up in the `PATH` of `env`.
+    pub argv: Vec<String>,
+    /// The complete environment of the program (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    /// Working directory; `None` keeps the shim's.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
+    /// Time between SIGTERM and SIGKILL when the replica is stopped.
+    #[serde(default = "default_grace")]
+    pub grace_seconds: f64,
+    /// `<own cgroup>/trainyard`; `None` runs without a cgroup (no limit, OOM unknown).
+    #[serde(default)]
+    pub cgroup_base: Option<PathBuf>,
+    /// 1 or 2, with `cgroup_base`.
+    #[serde(default)]
+    pub cgroup_version: Option<u8>,
+    /// The replica cgroup's directory name below `cgroup_base`.
+    #[serde(default)]
+    pub cgroup_name: String,
+}
+
+impl ShimSpec {
+    /// A spec with no cgroup, no limit, the shim's working directory and a 30 s grace.
+    pub fn new(argv: Vec<String>, env: Vec<(String, String)>) -> ShimSpec {
+        ShimSpec {
+            argv,
+            env,
+            cwd: None,
+            memory_limit_bytes: None,
+            grace_seconds: default_grace(),
+            cgroup_base: None,
+            cgroup_version: None,
+            cgroup_name: String::new(),
+        }
+    }
+}
+
+/// `<run_dir>/started.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Started {
+    pub pid: u32,
+    pub time_micros: i64,
+}
+
+/// `<run_dir>/status.json`: how the run ended. Exactly one of `exit_code`, `signal`,
+/// `start_error`, `launch_error` is set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShimStatus {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The cgroup's `oom_kill` counter; `None` = unknown (no cgroup, or not accounted).
+    pub oom_kills: Option<u64>,
+    /// The program could not be started (not found, not executable, bad cwd): the user's.
+    pub start_error: Option<String>,
+    /// The replica could not be set up for a reason that is not the user's (cgroup,
+    /// unreadable spec, log file).
+    #[serde(default)]
+    pub launch_error: Option<String>,
+    pub ended_micros: i64,
+}
+
+impl ShimStatus {
+    fn failed_before_start(start_error: Option<String>, launch_error: Option<String>) -> ShimStatus {
+        ShimStatus {
+            exit_code: None,
+            signal: None,
+            oom_kills: None,
+            start_error,
+            launch_error,
+            ended_micros: fsutil::now_micros(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error("malformed {}: {source}", path.display())]
+    Json { path: PathBuf, source: serde_json::Error },
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("{what}: {source}")]
+    Sys { what: &'static str, source: io::Error },
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ShimError> {
+    let mut bytes = serde_json::to_vec(value).map_err(|source| ShimError::Json { path: path.to_path_buf(), source })?;
+    bytes.push(b'\n');
+    Ok(fsutil::write_atomic(path, &bytes)?)
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, ShimError> {
+    match fsutil::read_optional(path)? {
+        None => Ok(None),
+        Some(bytes) => {
+            serde_json::from_slice(&bytes).map(Some).map_err(|source| ShimError::Json { path: path.to_path_buf(), source })
+        }
+    }
+}
+
+/// Writes `<run_dir>/spec.json` atomically.
+pub fn write_spec(run_dir: &Path, spec: &ShimSpec) -> Result<(), ShimError> {
+    write_json(&run_dir.join(SPEC_FILE), spec)
+}
+
+/// Reads `<run_dir>/spec.json`, `None` if absent.
+pub fn read_spec(run_dir: &Path) -> Result<Option<ShimSpec>, ShimError> {
+    read_json(&run_dir.join(SPEC_FILE))
+}
+
+/// Reads `<run_dir>/status.json`, `None` if the run has not ended (or its shim was lost).
+pub fn read_status(run_dir: &Path) -> Result<Option<ShimStatus>, ShimError> {
+    read_json(&run_dir.join(STATUS_FILE))
+}
+
+/// Reads `<run_dir>/started.json`, `None` if the program was never started.
+pub fn read_started(run_dir: &Path) -> Result<Option<Started>, ShimError> {
+    read_json(&run_dir.join(STARTED_FILE))
+}
+
+fn diag(msg: std::fmt::Arguments<'_>) {
+    // Never panic on a closed stderr (eprintln! would).
+    let _ = writeln!(io::stderr(), "trainyard shim: {msg}");
+}
+
+/// Entry point of `trainyard shim <run_dir>` and of the `trainyard-shim` binary; `args`
+/// are the arguments after the program (and subcommand) name. Call it before any other
+/// thread exists: it changes the process's signal mask, which threads inherit.
+/// Returns the process exit code: 0 whenever `status.json` was written.
+pub fn main_from_args(args: Vec<String>) -> i32 {
+    // Signals first, so that a stop that arrives while the shim is starting is held
+    // pending and handled by the main loop, instead of killing the shim.
+    if let Err(e) = block_supervisor_signals() {
+        diag(format_args!("{e}"));
+        return EXIT_SHIM_FAILED;
+    }
+    // SAFETY: setting a disposition to SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let [run_dir] = args.as_slice() else {
+        diag(format_args!("usage: trainyard shim <run_dir>"));
+        return EXIT_USAGE;
+    };
+    let run_dir = match std::path::absolute(run_dir) {
+        Ok(p) => p,
+        Err(e) => {
+            diag(format_args!("run directory {run_dir}: {e}"));
+            return EXIT_USAGE;
+        }
+    };
+    match supervise(&run_dir) {
+        Ok(code) => code,
+        Err(e) => {
+            diag(format_args!("{}: {e}", run_dir.display()));
+            EXIT_SHIM_FAILED
+        }
+    }
+}
+
+fn supervisor_sigset() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+fn block_supervisor_signals() -> Result<(), ShimError> {
+    let set = supervisor_sigset();
+    // SAFETY: a valid set; the old mask is not needed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(ShimError::Sys { what: "block signals", source: io::Error::from_raw_os_error(rc) });
+    }
+    Ok(())
+}
+
+fn sys<T: PartialOrd + Default>(what: &'static str, rc: T) -> Result<T, ShimError> {
+    if rc < T::default() {
+        Err(ShimError::Sys { what, source: io::Error::last_os_error() })
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Takes the run directory's lock, retrying for a moment (a server probing liveness holds
+/// it briefly). `Ok(None)`: another shim holds it.
+fn take_lock(path: &Path) -> Result<Option<File>, ShimError> {
+    let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).at("open lock", path)?;
+    let started = Instant::now();
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(file));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if started.elapsed() < LOCK_RETRY => thread::sleep(Duration::from_millis(20)),
+            Some(libc::EWOULDBLOCK) => return Ok(None),
+            _ => return Err(FileError { op: "lock", path: path.to_path_buf(), source: err }.into()),
+        }
+    }
+}
+
+fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
+    // Own session: the shim survives the server and a Ctrl-C in the server's terminal.
+    // EPERM means we already lead a session (the server may do setsid for us).
+    // SAFETY: setsid has no memory effects.
+    unsafe {
+        libc::setsid();
+    }
+    let Some(_lock) = take_lock(&run_dir.join(LOCK_FILE))? else {
+        diag(format_args!("another shim is running {}", run_dir.display()));
+        return Ok(EXIT_ALREADY_RUNNING);
+    };
+    if run_dir.join(STATUS_FILE).exists() || run_dir.join(PID_FILE).exists() {
+        diag(format_args!("a shim already ran in {}; not starting the program again", run_dir.display()));
+        return Ok(EXIT_ALREADY_RAN);
+    }
+    fsutil::write_atomic(&run_dir.join(PID_FILE), format!("{}\n", std::process::id()).as_bytes())?;
+
+    let spec = match read_spec(run_dir) {
+        Ok(Some(spec)) => spec,
+        Ok(None) => return fail_before_start(run_dir, None, None, format!("{} is missing", SPEC_FILE)),
+        Err(e) => return fail_before_start(run_dir, None, None, e.to_string()),
+    };
+    let cgroup = match (&spec.cgroup_base, spec.cgroup_version) {
+        (Some(base), Some(version)) => {
+            let made = CgroupVersion::from_number(version)
+                .and_then(|v| ReplicaCgroup::create(v, base, &spec.cgroup_name, spec.memory_limit_bytes));
+            match made {
+                Ok(cg) => Some(cg),
+                Err(e) => return fail_before_start(run_dir, None, None, format!("cannot set up the replica's cgroup: {e}")),
+            }
+        }
+        _ => None,
+    };
+    // Orphaned descendants (double-forked daemons) become our children, so we can find
+    // and kill them when the program ends (L20).
+    // SAFETY: prctl with integer arguments.
+    if let Err(e) = sys("PR_SET_CHILD_SUBREAPER", unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }) {
+        diag(format_args!("{e}; orphaned descendants may escape"));
+    }
+    let writer = match LogWriter::open(&run_dir.join(log::LOG_FILE)) {
+        Ok(w) => Arc::new(w),
+        Err(e) => return fail_before_start(run_dir, None, cgroup.as_ref(), e.to_string()),
+    };
+
+    let mut child = match spawn_program(&spec, cgroup.as_ref()) {
+        Ok(child) => child,
+        Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), cgroup.as_ref(), String::new()),
+        Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
+    };
+    let pid = child.id();
+    let pgid = pid as libc::pid_t;
+
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut pumps = 0;
+    for (stream, reader) in [
+        ("stdout", child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>)),
+        ("stderr", child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>)),
+    ] {
+        let Some(reader) = reader else { continue };
+        let (writer, done_tx) = (Arc::clone(&writer), done_tx.clone());
+        let spawned = thread::Builder::new().name(format!("pump-{stream}")).spawn(move || {
+            log::pump(reader, stream, &writer);
+            let _ = done_tx.send(());
+        });
+        match spawned {
+            Ok(_) => pumps += 1,
+            Err(e) => diag(format_args!("cannot start the {stream} reader: {e}")),
+        }
+    }
+    drop(done_tx);
+    // We reap with waitpid ourselves; dropping the handle neither kills nor waits.
+    drop(child);
+
+    let started = Started { pid, time_micros: fsutil::now_micros() };
+    if let Err(e) = write_json(&run_dir.join(STARTED_FILE), &started) {
+        diag(format_args!("{e}"));
+    }
+    {
+        // The server may be gone: EPIPE is ignored (SIGPIPE is ignored too).
+        let mut out = io::stdout().lock();
+        let _ = writeln!(out, "{STARTED_LINE}");
+        let _ = out.flush();
+    }
+
+    let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
+    let wait_status = supervise_until_exit(pid as libc::pid_t, pgid, grace, cgroup.as_ref());
+
+    // L20: nothing of the replica keeps running after its program ended.
+    kill_remaining(pgid, cgroup.as_ref());
+
+    let drain_deadline = Instant::now() + PUMP_DRAIN_BOUND;
+    for _ in 0..pumps {
+        let left = drain_deadline.saturating_duration_since(Instant::now());
+        if done_rx.recv_timeout(left).is_err() {
+            diag(format_args!("output pipes still open after the replica was killed; the log may miss its end"));
+            break;
+        }
+    }
+    if let Err(e) = writer.flush() {
+        diag(format_args!("{e}"));
+    }
+
+    let (exit_code, signal) = if libc::WIFEXITED(wait_status) {
+        (Some(libc::WEXITSTATUS(wait_status)), None)
+    } else if libc::WIFSIGNALED(wait_status) {
+        (None, Some(libc::WTERMSIG(wait_status)))
+    } else {
+        (None, None)
+    };
+    let status = ShimStatus {
+        exit_code,
+        signal,
+        oom_kills: cgroup.as_ref().and_then(|cg| cg.oom_kills()),
+        start_error: None,
+        launch_error: None,
+        ended_micros: fsutil::now_micros(),
+    };
+    write_json(&run_dir.join(STATUS_FILE), &status)?;
+    remove_cgroup(cgroup.as_ref());
+    Ok(0)
+}
+
+/// Records a run that never started (start error: the user's; launch error: ours), and
+/// cleans up the cgroup.
+fn fail_before_start(
+    run_dir: &Path,
+    start_error: Option<String>,
+    cgroup: Option<&ReplicaCgroup>,
+    launch_error: String,
+) -> Result<i32, ShimError> {
+    let launch_error = (start_error.is_none()).then_some(launch_error);
+    write_json(&run_dir.join(STATUS_FILE), &ShimStatus::failed_before_start(start_error, launch_error))?;
+    remove_cgroup(cgroup);
+    Ok(0)
+}
+
+fn remove_cgroup(cgroup: Option<&ReplicaCgroup>) {
+    if let Some(cg) = cgroup {
+        if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
+            diag(format_args!("{e}"));
+        }
+    }
+}
+
+enum SpawnFailure {
+    /// The user's: program missing or not executable, bad working directory.
+    Start(String),
+    /// Ours: could not join the cgroup, could not make a pipe.
+    Launch(String),
+}
+
+fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std::process::Child, SpawnFailure> {
+    let Some(program) = spec.argv.first() else {
+        return Err(SpawnFailure::Start("the program's argv is empty".into()));
+    };
+    if let Some(cwd) = &spec.cwd {
+        if let Err(e) = fs::read_dir(cwd) {
+            return Err(SpawnFailure::Start(format!("cannot start {program:?}: working directory {}: {e}", cwd.display())));
+        }
+    }
+    let procs = match cgroup.map(|cg| CString::new(cg.procs_file().as_os_str().as_bytes())).transpose() {
+        Ok(p) => p,
+        Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
+    };
+    // A CLOEXEC pipe on which the child reports, before exec, that joining the cgroup
+    // failed: that failure is ours, while an exec failure is the user's.
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills two descriptors that we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(SpawnFailure::Launch(format!("pipe: {}", io::Error::last_os_error())));
+    }
+    // SAFETY: fresh descriptors from pipe2, owned from here on.
+    let (marker_read, marker_write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let marker_fd = marker_write.as_raw_fd();
+
+    let mut cmd = Command::new(program);
+    cmd.args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
+    // system calls on memory prepared before the fork (no allocation).
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(procs) = &procs {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                let ok = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                let err = io::Error::last_os_error();
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if !ok {
+                    libc::write(marker_fd, b"c".as_ptr().cast(), 1);
+                    return Err(err);
+                }
+            }
+            // Its own process group, so a stop reaches all of it with killpg.
+            if libc::setpgid(0, 0) != 0 {
+                let err = io::Error::last_os_error();
+                libc::write(marker_fd, b"g".as_ptr().cast(), 1);
+                return Err(err);
+            }
+            // The program starts with no blocked signals and default dispositions (the
+            // shim blocks TERM/INT/HUP/CHLD and ignores PIPE; both would be inherited).
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            for sig in 1..65 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    // The child's copy of the write end is gone (exec or exit); close ours, so the read
+    // below sees either the child's byte or EOF.
+    drop(cmd);
+    drop(marker_write);
+    match spawned {
+        Ok(child) => Ok(child),
+        Err(e) => {
+            let mut byte = [0u8; 1];
+            let mut marker = File::from(marker_read);
+            let ours = matches!(marker.read(&mut byte), Ok(1));
+            if ours && byte[0] == b'c' {
+                Err(SpawnFailure::Launch(format!("cannot move the program into its cgroup: {e}")))
+            } else if ours {
+                Err(SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")))
+            } else {
+                Err(SpawnFailure::Start(format!("cannot start {program:?}: {e}")))
+            }
+        }
+    }
+}
+
+/// Waits with `sigtimedwait` until the program exits; a SIGTERM/SIGINT/SIGHUP starts a
+/// stop: SIGTERM to its process group, then SIGKILL to the group and the cgroup at the
+/// end of the grace period. Reaps any other child on the way. Returns the wait status.
+fn supervise_until_exit(pid: libc::pid_t, pgid: libc::pid_t, grace: Duration, cgroup: Option<&ReplicaCgroup>) -> i32 {
+    let set = supervisor_sigset();
+    let mut main_status: Option<i32> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut stopping = false;
+    // A SIGCHLD may have come before we wait: reap once up front.
+    reap(pid, &mut main_status);
+    while main_status.is_none() {
+        let now = Instant::now();
+        if kill_at.is_some_and(|at| at <= now) {
+            kill_at = None;
+            // SAFETY: killpg with a pgid we created.
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+            if let Some(cg) = cgroup {
+                if let Err(e) = cg.kill_pass() {
+                    diag(format_args!("{e}"));
+                }
+            }
+            continue;
+        }
+        let sig = wait_signal(&set, kill_at.map(|at| at.saturating_duration_since(now)));
+        match sig {
+            Some(libc::SIGCHLD) => reap(pid, &mut main_status),
+            Some(libc::SIGTERM) | Some(libc::SIGINT) | Some(libc::SIGHUP) if !stopping => {
+                stopping = true;
+                // SAFETY: as above.
+                unsafe {
+                    libc::killpg(pgid, libc::SIGTERM);
+                }
+                kill_at = Some(Instant::now() + grace);
+            }
+            _ => {}
+        }
+    }
+    main_status.unwrap_or(0)
+}
+
+/// `sigtimedwait` (or `sigwaitinfo` without a timeout): the signal taken, or `None` on
+/// timeout or interruption.
+fn wait_signal(set: &libc::sigset_t, timeout: Option<Duration>) -> Option<i32> {
+    // SAFETY: valid set and timespec; no siginfo wanted.
+    let rc = unsafe {
+        match timeout {
+            Some(t) => {
+                let ts = libc::timespec {
+                    tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+                    tv_nsec: t.subsec_nanos() as libc::c_long,
+                };
+                libc::sigtimedwait(set, std::ptr::null_mut(), &ts)
+            }
+            None => libc::sigwaitinfo(set, std::ptr::null_mut()),
+        }
+    };
+    (rc > 0).then_some(rc)
+}
+
+/// Reaps every exited child without blocking, noting the program's status.
+fn reap(pid: libc::pid_t, main_status: &mut Option<i32>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes into our status variable.
+        let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if r <= 0 {
+            return;
+        }
+        if r == pid {
+            *main_status = Some(status);
+        }
+    }
+}
+
+/// SIGKILLs what is left of the program's process group, everything in its cgroup, and
+/// every child of the shim (orphans reparented to this subreaper), reaping as it goes,
+/// until nothing is left or the bound runs out.
+fn kill_remaining(pgid: libc::pid_t, cgroup: Option<&ReplicaCgroup>) {
+    let me = std::process::id() as libc::pid_t;
+    let deadline = Instant::now() + CLEANUP_BOUND;
+    let mut ignored = None;
+    loop {
+        // SAFETY: signals to a group and to pids found as our own children.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+        let in_cgroup = match cgroup.map(|cg| cg.kill_pass()) {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => {
+                diag(format_args!("{e}"));
+                0
+            }
+            None => 0,
+        };
+        let children = crate::procfs::children_of(me);
+        for &child in &children {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+            }
+        }
+        reap(-1, &mut ignored);
+        if children.is_empty() && in_cgroup == 0 {
+            return;
+        }
+        if Instant::now() >= deadline {
+            diag(format_args!(
+                "{} child process(es) and {in_cgroup} cgroup member(s) still present after {CLEANUP_BOUND:?}",
+                children.len()
+            ));
+            return;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_wire_format() {
+        let json = r#"{"argv":["prog","a"],"env":[["K","V"]],"cwd":null,"memory_limit_bytes":100,
+            "grace_seconds":30.0,"cgroup_base":"/sys/fs/cgroup/memory/x/trainyard","cgroup_version":1,
+            "cgroup_name":"j12-a0-workerpool0-0-r0"}"#;
+        let spec: ShimSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(spec.env, vec![("K".to_string(), "V".to_string())]);
+        assert_eq!(spec.cgroup_version, Some(1));
+        let back: serde_json::Value = serde_json::to_value(&spec).unwrap();
+        assert_eq!(back["env"], serde_json::json!([["K", "V"]]));
+        assert_eq!(back["cwd"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn status_wire_format() {
+        let s = ShimStatus {
+            exit_code: None,
+            signal: Some(9),
+            oom_kills: None,
+            start_error: None,
+            launch_error: None,
+            ended_micros: 5,
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["signal"], 9);
+        assert_eq!(v["oom_kills"], serde_json::Value::Null);
+        // A status without launch_error (the field is optional on read).
+        let old: ShimStatus =
+            serde_json::from_str(r#"{"exit_code":0,"signal":null,"oom_kills":0,"start_error":null,"ended_micros":1}"#).unwrap();
+        assert_eq!(old.exit_code, Some(0));
+    }
+}

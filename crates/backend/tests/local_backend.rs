@@ -1,0 +1,570 @@
+//! The local backend with real shims and real processes. Every wait has a deadline, so a
+//! hang fails the test instead of blocking the suite.
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use trainyard_backend::shim::{self, ShimSpec};
+use trainyard_backend::{read_log, BackendEvent, CgroupSupport, EventSink, LocalBackend};
+use trainyard_core::{Outcome, RunId};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn shim_command() -> Vec<OsString> {
+    vec![env!("CARGO_BIN_EXE_trainyard-shim").into()]
+}
+
+fn no_cgroups() -> CgroupSupport {
+    CgroupSupport::Unavailable { reason: "not used by this test".into() }
+}
+
+fn backend() -> LocalBackend {
+    LocalBackend::new(shim_command(), no_cgroups())
+}
+
+fn run_id(replica: &str) -> RunId {
+    RunId { job: 1, attempt: 0, replica: replica.into(), restart: 0 }
+}
+
+fn sink() -> (EventSink, Receiver<BackendEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let sink: EventSink = Arc::new(move |ev| {
+        let _ = tx.lock().unwrap().send(ev);
+    });
+    (sink, rx)
+}
+
+fn base_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = vec![("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+fn sh(script: &str) -> ShimSpec {
+    ShimSpec::new(vec!["sh".into(), "-c".into(), script.into()], base_env(&[]))
+}
+
+fn next_event(rx: &Receiver<BackendEvent>) -> BackendEvent {
+    match rx.recv_timeout(DEADLINE) {
+        Ok(ev) => ev,
+        Err(RecvTimeoutError::Timeout) => panic!("no backend event within {DEADLINE:?}"),
+        Err(RecvTimeoutError::Disconnected) => panic!("event sink dropped"),
+    }
+}
+
+/// Waits for `Exited`, returning the pid of a preceding `Started`, if any.
+fn wait_exit(rx: &Receiver<BackendEvent>, run: &RunId) -> (Option<u32>, Outcome, Vec<String>) {
+    let mut pid = None;
+    loop {
+        match next_event(rx) {
+            BackendEvent::Started { run: r, pid: p } => {
+                assert_eq!(&r, run);
+                assert!(pid.is_none(), "Started twice");
+                pid = Some(p);
+            }
+            BackendEvent::Exited { run: r, outcome, stderr_tail } => {
+                assert_eq!(&r, run);
+                return (pid, outcome, stderr_tail);
+            }
+        }
+    }
+}
+
+fn wait_started(rx: &Receiver<BackendEvent>) -> u32 {
+    match next_event(rx) {
+        BackendEvent::Started { pid, .. } => pid,
+        other => panic!("expected Started, got {other:?}"),
+    }
+}
+
+/// Polls the run's log until an entry with this text appears (test-side polling only).
+fn wait_for_log_line(run_dir: &Path, text: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (entries, _) = read_log(run_dir, 0).unwrap();
+        if entries.iter().any(|e| e.text == text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "log line {text:?} did not appear in {DEADLINE:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run_dir(tmp: &tempfile::TempDir) -> PathBuf {
+    tmp.path().join("runs/1/0/workerpool0-0/0")
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn exit_zero_reports_started_then_exited() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    backend().launch(run.clone(), &dir, sh("echo hello"), s).unwrap();
+    let (pid, outcome, tail) = wait_exit(&rx, &run);
+    assert!(pid.is_some_and(|p| p > 0));
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    assert!(tail.is_empty());
+    let status = shim::read_status(&dir).unwrap().unwrap();
+    assert_eq!((status.exit_code, status.signal, status.oom_kills), (Some(0), None, None));
+    assert!(dir.join("started.json").exists() && dir.join("spec.json").exists());
+}
+
+/// L13: a non-zero exit is an exit code of the program's own, with the last 20 stderr lines.
+#[test]
+fn l13_exit_3_with_stderr_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let script = "i=1; while [ $i -le 30 ]; do echo \"err $i\" >&2; echo \"out $i\"; i=$((i+1)); done; exit 3";
+    backend().launch(run.clone(), &dir, sh(script), s).unwrap();
+    let (_, outcome, tail) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 3 });
+    let want: Vec<String> = (11..=30).map(|i| format!("err {i}")).collect();
+    assert_eq!(tail, want);
+}
+
+/// L13 StartError: a program that does not exist.
+#[test]
+fn l13_start_error_for_a_missing_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let spec = ShimSpec::new(vec!["/nonexistent/train.py".into()], base_env(&[]));
+    backend().launch(run.clone(), &dir, spec, s).unwrap();
+    let (pid, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(pid, None, "a program that never started must not be reported Started");
+    let Outcome::StartError { message } = outcome else { panic!("expected StartError, got {outcome:?}") };
+    assert!(message.contains("/nonexistent/train.py") && message.contains("No such file"), "{message}");
+}
+
+/// L13 StartError: a file that is not executable.
+#[test]
+fn l13_start_error_for_a_non_executable_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("train.sh");
+    fs::write(&prog, "#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(&prog, fs::Permissions::from_mode(0o644)).unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let spec = ShimSpec::new(vec![prog.to_string_lossy().into_owned()], base_env(&[]));
+    backend().launch(run.clone(), &dir, spec, s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    let Outcome::StartError { message } = outcome else { panic!("expected StartError, got {outcome:?}") };
+    assert!(message.contains("train.sh") && message.contains("Permission denied"), "{message}");
+}
+
+/// L10: SIGKILL from outside Trainyard is a signal death (non-permanent), not an exit.
+#[test]
+fn l10_sigkill_from_outside_is_signaled_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    backend().launch(run.clone(), &dir, sh("exec sleep 300"), s).unwrap();
+    let pid = wait_started(&rx);
+    // SAFETY: kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Signaled { signal: 9 });
+}
+
+/// L18/L9: a stop sends SIGTERM; a program that checkpoints and exits 0 in its grace
+/// period ends with its own exit code.
+#[test]
+fn l18_stop_with_grace_program_exits_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = backend();
+    let script = "trap 'echo checkpointed; exit 0' TERM; echo ready; while :; do sleep 0.1; done";
+    b.launch(run.clone(), &dir, sh(script), s).unwrap();
+    wait_started(&rx);
+    wait_for_log_line(&dir, "ready");
+    b.stop(&dir).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    let (entries, _) = read_log(&dir, 0).unwrap();
+    assert!(entries.iter().any(|e| e.text == "checkpointed"));
+    // Stopping an ended run is a no-op.
+    b.stop(&dir).unwrap();
+}
+
+/// L18/L20: a program that ignores SIGTERM is SIGKILLed at the end of the grace period.
+#[test]
+fn l18_stop_kills_a_program_that_ignores_sigterm_after_grace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = backend();
+    let mut spec = sh("trap '' TERM; echo ready; while :; do sleep 0.1; done");
+    spec.grace_seconds = 0.5;
+    b.launch(run.clone(), &dir, spec, s).unwrap();
+    wait_started(&rx);
+    wait_for_log_line(&dir, "ready");
+    b.stop(&dir).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Signaled { signal: 9 });
+}
+
+/// L18: a stop issued right after launch, before the shim even holds its lock, is not lost.
+#[test]
+fn l18_stop_right_after_launch_reaches_the_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = backend();
+    b.launch(run.clone(), &dir, ShimSpec::new(vec!["sleep".into(), "300".into()], base_env(&[])), s).unwrap();
+    b.stop(&dir).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Signaled { signal: libc::SIGTERM });
+}
+
+fn descendants_do_not_survive(cgroups: CgroupSupport) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let work = tmp.path().join("work");
+    fs::create_dir_all(&work).unwrap();
+    let marker = format!("3{}.{}", std::process::id(), work.as_os_str().len() + rand_suffix());
+    // Two background children in the program's group, and a double-forked daemon in a
+    // session of its own; the program waits until all three exist, then exits 0.
+    let script = r#"
+        sleep "$MARK" & echo $! > a.pid
+        sleep "$MARK" & echo $! > b.pid
+        setsid sh -c 'sleep "$MARK" & echo $! > c.pid.tmp; mv c.pid.tmp c.pid'
+        while [ ! -s c.pid ]; do sleep 0.01; done
+        echo ready
+        exit 0"#;
+    let mut spec = ShimSpec::new(vec!["sh".into(), "-c".into(), script.into()], base_env(&[("MARK", &marker)]));
+    spec.cwd = Some(work.clone());
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    LocalBackend::new(shim_command(), cgroups).launch(run.clone(), &dir, spec, s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    for f in ["a.pid", "b.pid", "c.pid"] {
+        assert!(work.join(f).exists(), "{f} was not written: the descendant never ran");
+    }
+    let left = processes_with(&marker);
+    assert!(left.is_empty(), "processes of the finished replica still run: {left:?}");
+}
+
+fn rand_suffix() -> usize {
+    // Distinct per call within this process.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 100
+}
+
+/// L20 without a cgroup: the process group and the subreaper catch everything.
+#[test]
+fn l20_no_descendant_survives_without_cgroup() {
+    descendants_do_not_survive(no_cgroups());
+}
+
+/// L20 with the host's cgroup (when available).
+#[test]
+fn l20_no_descendant_survives_with_cgroup() {
+    let cgroups = CgroupSupport::detect();
+    if let CgroupSupport::Unavailable { reason } = &cgroups {
+        println!("cgroups unavailable ({reason}); running without");
+    }
+    descendants_do_not_survive(cgroups);
+}
+
+/// L14: an OOM kill is read from the cgroup's oom_kill counter.
+#[test]
+fn l14_memory_hog_is_oom_killed() {
+    let cgroups = CgroupSupport::detect();
+    if let CgroupSupport::Unavailable { reason } = &cgroups {
+        if std::env::var_os("CI").is_none() {
+            println!("SKIPPED l14_memory_hog_is_oom_killed: no usable memory cgroup: {reason}");
+            return;
+        }
+        panic!("CI is set and no memory cgroup is usable: {reason}");
+    }
+    let argv: Vec<String> = if Path::new("/usr/bin/python3").exists() {
+        vec!["/usr/bin/python3".into(), "-c".into(), "b=[bytearray(10**6) for _ in range(500)]".into()]
+    } else {
+        vec!["sh".into(), "-c".into(), "x=$(head -c 500000000 /dev/zero | tr '\\0' a); echo ${#x}".into()]
+    };
+    let mut spec = ShimSpec::new(argv, base_env(&[]));
+    spec.memory_limit_bytes = Some(100 * 1024 * 1024);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = LocalBackend::new(shim_command(), cgroups.clone());
+    b.launch(run.clone(), &dir, spec, s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::OomKilled { status: 137 });
+    let status = shim::read_status(&dir).unwrap().unwrap();
+    assert!(status.oom_kills.is_some_and(|n| n >= 1), "{status:?}");
+    let (_, base) = cgroups.base().unwrap();
+    let cg_dir = base.join(shim::read_spec(&dir).unwrap().unwrap().cgroup_name);
+    assert!(!cg_dir.exists(), "replica cgroup {} was not removed", cg_dir.display());
+}
+
+/// L23: a run started by one backend (server process) is adopted by the next one.
+#[test]
+fn l23_a_new_backend_adopts_a_running_replica() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let run = run_id("workerpool0-0");
+    let (s1, rx1) = sink();
+    let first = backend();
+    first.launch(run.clone(), &dir, ShimSpec::new(vec!["sleep".into(), "2".into()], base_env(&[])), s1).unwrap();
+    let pid = wait_started(&rx1);
+    // The shim leads a session of its own: a Ctrl-C or hang-up meant for the server's
+    // terminal does not reach it.
+    let shim_pid: i32 = fs::read_to_string(dir.join("shim.pid")).unwrap().trim().parse().unwrap();
+    let stat = fs::read_to_string(format!("/proc/{shim_pid}/stat")).unwrap();
+    let session: i32 = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert_eq!(session, shim_pid);
+    drop(first);
+    let (s2, rx2) = sink();
+    let second = backend();
+    second.adopt(run.clone(), &dir, s2).unwrap();
+    let (adopted_pid, outcome, _) = wait_exit(&rx2, &run);
+    assert_eq!(adopted_pid, Some(pid));
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    // Adopting a finished run reports it again from status.json.
+    let (s3, rx3) = sink();
+    backend().adopt(run.clone(), &dir, s3).unwrap();
+    assert_eq!(wait_exit(&rx3, &run).1, Outcome::Exited { code: 0 });
+}
+
+/// Architecture, idempotent effects: launching one run twice runs it once, whether the
+/// second launch comes from the same backend, from a new one while it runs, or after it ended.
+#[test]
+fn launching_a_run_twice_runs_it_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let work = tmp.path().join("work");
+    fs::create_dir_all(&work).unwrap();
+    let run = run_id("workerpool0-0");
+    let mut spec = sh("echo x >> count; echo ready; sleep 1");
+    spec.cwd = Some(work.clone());
+
+    let (s1, rx1) = sink();
+    let first = backend();
+    first.launch(run.clone(), &dir, spec.clone(), s1.clone()).unwrap();
+    first.launch(run.clone(), &dir, spec.clone(), s1).unwrap();
+    wait_started(&rx1);
+    wait_for_log_line(&dir, "ready");
+
+    let (s2, rx2) = sink();
+    backend().launch(run.clone(), &dir, spec.clone(), s2).unwrap();
+    assert_eq!(wait_exit(&rx2, &run).1, Outcome::Exited { code: 0 });
+    assert_eq!(wait_exit(&rx1, &run).1, Outcome::Exited { code: 0 });
+    assert!(rx1.try_recv().is_err(), "the same backend reported the run twice");
+
+    let (s3, rx3) = sink();
+    backend().launch(run.clone(), &dir, spec, s3).unwrap();
+    assert_eq!(wait_exit(&rx3, &run).1, Outcome::Exited { code: 0 });
+    assert_eq!(fs::read_to_string(work.join("count")).unwrap(), "x\n", "the program ran more than once");
+}
+
+/// L10: a supervisor that dies leaves the run Lost (not an exit of the program's own),
+/// and its program is not started again by a later launch.
+#[test]
+fn l10_a_killed_shim_is_reported_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let run = run_id("workerpool0-0");
+    let (s, rx) = sink();
+    let b = backend();
+    b.launch(run.clone(), &dir, ShimSpec::new(vec!["sleep".into(), "300".into()], base_env(&[])), s.clone()).unwrap();
+    let program = wait_started(&rx);
+    let shim_pid: i32 = fs::read_to_string(dir.join("shim.pid")).unwrap().trim().parse().unwrap();
+    // SAFETY: kill(2).
+    assert_eq!(unsafe { libc::kill(shim_pid, libc::SIGKILL) }, 0);
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert!(matches!(outcome, Outcome::Lost { .. }), "{outcome:?}");
+    // Relaunching the same run id does not start the program a second time.
+    b.launch(run.clone(), &dir, ShimSpec::new(vec!["sleep".into(), "300".into()], base_env(&[])), s).unwrap();
+    assert!(matches!(wait_exit(&rx, &run).1, Outcome::Lost { .. }));
+    // Without a cgroup the orphaned program cannot be found safely; end it here.
+    // SAFETY: kill(2) on the pid we were told about.
+    unsafe {
+        libc::kill(program as i32, libc::SIGKILL);
+    }
+}
+
+/// L22: both streams are kept, one entry per line, in order, with a final partial line.
+#[test]
+fn l22_log_has_both_streams_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let log = dir.join("log.jsonl");
+    // Each line waits until the previous one is in the log, so the order across the two
+    // pipes is deterministic.
+    let script = r#"
+        echo out1
+        until grep -q '"out1"' "$LOG"; do sleep 0.01; done
+        echo err1 >&2
+        until grep -q '"err1"' "$LOG"; do sleep 0.01; done
+        printf 'bad \377 byte\n'
+        until grep -q 'bad ' "$LOG"; do sleep 0.01; done
+        printf 'partial' >&2"#;
+    let spec = ShimSpec::new(
+        vec!["sh".into(), "-c".into(), script.into()],
+        base_env(&[("LOG", log.to_str().unwrap())]),
+    );
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    backend().launch(run.clone(), &dir, spec, s).unwrap();
+    let (_, outcome, tail) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    assert_eq!(tail, ["err1", "partial"]);
+    let (entries, offset) = read_log(&dir, 0).unwrap();
+    let got: Vec<(&str, &str)> = entries.iter().map(|e| (e.stream.as_str(), e.text.as_str())).collect();
+    assert_eq!(
+        got,
+        [("stdout", "out1"), ("stderr", "err1"), ("stdout", "bad \u{fffd} byte"), ("stderr", "partial")]
+    );
+    assert_eq!(offset, fs::metadata(&log).unwrap().len());
+    for pair in entries.windows(2) {
+        assert!(pair[0].time <= pair[1].time, "times go down: {pair:?}");
+    }
+    assert!(entries[0].time.len() == "2026-11-29T10:00:00.123456Z".len() && entries[0].time.ends_with('Z'));
+}
+
+/// The environment is exactly the spec's, and the working directory is honoured.
+#[test]
+fn program_gets_exactly_the_spec_env_and_cwd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let work = tmp.path().join("work");
+    fs::create_dir_all(&work).unwrap();
+    let mut spec = ShimSpec::new(
+        vec!["/usr/bin/env".into()],
+        vec![("ONLY".into(), "this".into()), ("AIP_MODEL_DIR".into(), "gs://b/m".into())],
+    );
+    spec.cwd = Some(work.clone());
+    let mut pwd = ShimSpec::new(vec!["/bin/pwd".into()], vec![]);
+    pwd.cwd = Some(work.clone());
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    backend().launch(run.clone(), &dir, spec, s.clone()).unwrap();
+    assert_eq!(wait_exit(&rx, &run).1, Outcome::Exited { code: 0 });
+    let (entries, _) = read_log(&dir, 0).unwrap();
+    let mut lines: Vec<&str> = entries.iter().map(|e| e.text.as_str()).collect();
+    lines.sort();
+    assert_eq!(lines, ["AIP_MODEL_DIR=gs://b/m", "ONLY=this"]);
+
+    let dir2 = tmp.path().join("run2");
+    let run2 = run_id("workerpool1-0");
+    backend().launch(run2.clone(), &dir2, pwd, s).unwrap();
+    assert_eq!(wait_exit(&rx, &run2).1, Outcome::Exited { code: 0 });
+    let (entries, _) = read_log(&dir2, 0).unwrap();
+    assert_eq!(entries[0].text, fs::canonicalize(&work).unwrap().to_string_lossy());
+}
+
+/// Measures (prints; asserts no timing): launch-to-Started and launch-to-Exited latency
+/// of a trivial program, and log throughput. Run with `--nocapture` to see the numbers.
+#[test]
+fn measure_latency_and_log_throughput() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cgroups = CgroupSupport::detect();
+    let label = match &cgroups {
+        CgroupSupport::V1 { .. } => "cgroup v1",
+        CgroupSupport::V2 { .. } => "cgroup v2",
+        CgroupSupport::Unavailable { .. } => "no cgroup",
+    };
+    let b = LocalBackend::new(shim_command(), cgroups);
+    let (s, rx) = sink();
+    let mut to_started = Vec::new();
+    let mut to_exited = Vec::new();
+    for i in 0..10 {
+        let run = RunId { job: 99, attempt: 0, replica: "workerpool0-0".into(), restart: i };
+        let t0 = Instant::now();
+        b.launch(run.clone(), &tmp.path().join(format!("r{i}")), ShimSpec::new(vec!["true".into()], base_env(&[])), s.clone())
+            .unwrap();
+        wait_started(&rx);
+        to_started.push(t0.elapsed());
+        let (_, outcome, _) = wait_exit(&rx, &run);
+        to_exited.push(t0.elapsed());
+        assert_eq!(outcome, Outcome::Exited { code: 0 });
+    }
+    to_started.sort();
+    to_exited.sort();
+    println!(
+        "[{label}] launch->Started median {:?} max {:?}; launch->Exited median {:?} max {:?} (10 runs of `true`)",
+        to_started[5], to_started[9], to_exited[5], to_exited[9]
+    );
+
+    let lines = 200_000;
+    let run = RunId { job: 99, attempt: 0, replica: "workerpool0-0".into(), restart: 100 };
+    let dir = tmp.path().join("throughput");
+    let t0 = Instant::now();
+    let spec = ShimSpec::new(vec!["seq".into(), lines.to_string()], base_env(&[]));
+    b.launch(run.clone(), &dir, spec, s).unwrap();
+    assert_eq!(wait_exit(&rx, &run).1, Outcome::Exited { code: 0 });
+    let elapsed = t0.elapsed();
+    // read_log returns at most a few MiB per call: read on until the offset stops moving.
+    let (mut entries, mut offset) = (Vec::new(), 0);
+    loop {
+        let (more, next) = read_log(&dir, offset).unwrap();
+        entries.extend(more);
+        if next == offset {
+            break;
+        }
+        offset = next;
+    }
+    assert_eq!(entries.len(), lines);
+    assert_eq!(entries.last().unwrap().text, lines.to_string());
+    let bytes = fs::metadata(dir.join("log.jsonl")).unwrap().len();
+    println!(
+        "[{label}] log: {lines} lines in {elapsed:?} = {:.0} lines/s, {bytes} bytes of log.jsonl",
+        lines as f64 / elapsed.as_secs_f64()
+    );
+}
+
+/// L16: a run directory the shim cannot use (here: no spec.json) is a launch failure of
+/// Trainyard's, not the user's; the shim binary's usage error exits 64.
+#[test]
+fn l16_a_shim_without_spec_records_a_launch_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    fs::create_dir_all(&dir).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard-shim")).arg(&dir).status().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    backend().adopt(run.clone(), &dir, s).unwrap();
+    let (pid, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(pid, None);
+    let Outcome::LaunchFailed { message } = outcome else { panic!("expected LaunchFailed, got {outcome:?}") };
+    assert!(message.contains("spec.json"), "{message}");
+    // A second shim in the same directory refuses to run anything.
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard-shim")).arg(&dir).status().unwrap();
+    assert_eq!(again.code(), Some(shim::EXIT_ALREADY_RAN));
+    let usage = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard-shim")).status().unwrap();
+    assert_eq!(usage.code(), Some(shim::EXIT_USAGE));
+}
