@@ -1,1 +1,78 @@
-fn main() {}
+//! `trainyard`: the server (`serve`), one job in the foreground (`local-run`), the
+//! client commands shaped like the managed service's CLI (`custom-jobs ...`), and the
+//! replica supervisor (`shim`, started by the server itself).
+
+mod client;
+mod jobfile;
+mod local_run;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "trainyard", version, about = "Self-hosted training jobs that speak the managed service's API")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API server and the scheduler.
+    Serve(serve::ServeArgs),
+    /// Run one job in the foreground from a job file (the `--config` YAML of the known CLI).
+    LocalRun(local_run::LocalRunArgs),
+    /// Create, list, describe, cancel CustomJobs and stream their logs.
+    #[command(name = "custom-jobs")]
+    CustomJobs(CustomJobs),
+}
+
+#[derive(Args)]
+struct CustomJobs {
+    #[command(subcommand)]
+    command: client::JobCommand,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    // The shim must set its signal mask before any thread exists.
+    if args.get(1).map(String::as_str) == Some("shim") {
+        let code = trainyard_backend::main_from_args(args[2..].to_vec());
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    let cli = Cli::parse();
+    let verbose = matches!(cli.command, Command::Serve(_));
+    init_tracing(verbose);
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::LocalRun(a) => local_run::run(a),
+        Command::CustomJobs(c) => client::run(c.command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ERROR: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(verbose: bool) {
+    let default = if verbose { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TRAINYARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// The command that starts a shim: this very binary with `shim`.
+pub fn shim_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
+    let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the trainyard executable: {e}"))?;
+    Ok(vec![exe.into_os_string(), "shim".into()])
+}
+
+pub fn cwd() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+}

@@ -1,1 +1,101 @@
-//! placeholder
+//! The Trainyard server: configuration, the driver thread that runs the lifecycle, the
+//! REST API, and the embedding used by `trainyard serve` and `trainyard local-run`.
+
+pub mod config;
+pub mod driver;
+pub mod http;
+pub mod jobspec;
+pub mod logs;
+pub mod venv;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use trainyard_backend::{CgroupSupport, LocalBackend};
+use trainyard_core::catalog::Catalog;
+use trainyard_store::Store;
+
+pub use config::Config;
+pub use driver::{Driver, Msg, Services};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Store(#[from] trainyard_store::StoreError),
+    #[error("cannot start the driver thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Environment variables passed on from the server to every replica's program.
+const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "TMPDIR", "PYTHONPATH"];
+
+/// A running engine: the driver thread and what talks to it.
+pub struct Engine {
+    pub tx: Sender<Msg>,
+    pub store_path: PathBuf,
+    pub services: Arc<Services>,
+    pub thread: std::thread::JoinHandle<Result<(), trainyard_store::StoreError>>,
+}
+
+/// Start the engine: open the store, detect cgroups, recover live jobs (L23), and run the
+/// driver on its own thread. `shim_command` starts a shim (e.g. `[current_exe, "shim"]`).
+pub fn start(
+    cfg: Config,
+    shim_command: Vec<OsString>,
+    workdir: PathBuf,
+    output_roots: Vec<PathBuf>,
+) -> Result<Engine, StartError> {
+    for dir in [&cfg.data_dir, &cfg.storage_root] {
+        std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
+    }
+    let cgroups = CgroupSupport::detect();
+    match &cgroups {
+        CgroupSupport::Unavailable { reason } => tracing::warn!(
+            "no writable memory cgroup ({reason}): replicas run without memory limits and OOM kills are reported as unknown"
+        ),
+        other => {
+            if let Some((v, base)) = other.base() {
+                tracing::info!("memory limits through cgroup v{} under {}", v.number(), base.display())
+            }
+        }
+    }
+    let store_path = cfg.data_dir.join("trainyard.db");
+    let store = Store::open(&store_path)?;
+    let base_env = PASSED_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    let services = Arc::new(Services {
+        catalog: Catalog::builtin(),
+        backend: Arc::new(LocalBackend::new(shim_command, cgroups)),
+        output_roots,
+        workdir,
+        base_env,
+        cfg,
+    });
+    let (mut driver, tx) = Driver::new(Arc::clone(&services), store);
+    driver.recover()?;
+    let thread = std::thread::Builder::new()
+        .name("driver".into())
+        .spawn(move || driver.run())
+        .map_err(StartError::Thread)?;
+    Ok(Engine { tx, store_path, services, thread })
+}
+
+/// The key of page tokens, made once per database.
+pub fn token_key(store: &mut Store) -> Result<u64, trainyard_store::StoreError> {
+    if let Some(k) = store.meta("page_token_key")?.and_then(|v| v.parse().ok()) {
+        return Ok(k);
+    }
+    let mut buf = [0u8; 8];
+    let key = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .map(|_| u64::from_le_bytes(buf))
+        .unwrap_or_else(|_| driver::now_micros() as u64 ^ std::process::id() as u64);
+    store.set_meta("page_token_key", &key.to_string())?;
+    Ok(key)
+}

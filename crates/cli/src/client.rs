@@ -1,0 +1,418 @@
+//! `trainyard custom-jobs create|list|describe|cancel|stream-logs`, against a server,
+//! shaped like the known CLI's `ai custom-jobs` commands.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Map, Value};
+
+#[derive(Args, Clone)]
+pub struct Target {
+    /// Trainyard server URL.
+    #[arg(long, env = "TRAINYARD_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    server: String,
+    /// Project id.
+    #[arg(long, env = "TRAINYARD_PROJECT", default_value = "local", global = true)]
+    project: String,
+    /// Region.
+    #[arg(long, env = "TRAINYARD_REGION", default_value = "us-central1", global = true)]
+    region: String,
+    /// Bearer token (also TRAINYARD_TOKEN).
+    #[arg(long, env = "TRAINYARD_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Subcommand)]
+pub enum JobCommand {
+    /// Create a CustomJob.
+    Create {
+        #[command(flatten)]
+        target: Target,
+        /// Display name of the job.
+        #[arg(long)]
+        display_name: Option<String>,
+        /// A worker pool: machine-type=M,replica-count=N,container-image-uri=I[,accelerator-type=T,accelerator-count=C]
+        /// or executor-image-uri=I,python-module=M,local-package-path=P. Repeat for pools 0, 1, 2, 3.
+        #[arg(long = "worker-pool-spec")]
+        worker_pool_specs: Vec<String>,
+        /// Job file (YAML CustomJobSpec) to start from.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Comma-separated arguments for every pool's program.
+        #[arg(long, value_delimiter = ',')]
+        args: Vec<String>,
+        /// Comma-separated command for every container pool.
+        #[arg(long, value_delimiter = ',')]
+        command: Vec<String>,
+        /// Labels KEY=VALUE, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        labels: Vec<String>,
+    },
+    /// List CustomJobs, newest first.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Most jobs to show.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Filter expression (as the API takes it).
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Show one CustomJob.
+    Describe {
+        #[command(flatten)]
+        target: Target,
+        /// Job id or resource name.
+        job: String,
+        #[arg(long, value_enum, default_value = "yaml")]
+        format: Format,
+    },
+    /// Cancel a CustomJob.
+    Cancel {
+        #[command(flatten)]
+        target: Target,
+        job: String,
+    },
+    /// Print a job's logs, following them until the job ends.
+    StreamLogs {
+        #[command(flatten)]
+        target: Target,
+        job: String,
+        /// Only this replica (e.g. workerpool0-0).
+        #[arg(long)]
+        replica: Option<String>,
+        /// Only this attempt.
+        #[arg(long)]
+        attempt: Option<u32>,
+    },
+}
+
+struct Api {
+    agent: ureq::Agent,
+    t: Target,
+}
+
+impl Api {
+    fn new(t: Target) -> Api {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Api { agent, t }
+    }
+
+    fn base(&self) -> String {
+        format!("{}/v1/projects/{}/locations/{}", self.t.server.trim_end_matches('/'), self.t.project, self.t.region)
+    }
+
+    fn job_url(&self, job: &str) -> anyhow::Result<String> {
+        let id = job.rsplit('/').next().unwrap_or(job);
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("{job:?} is not a job id or a customJobs resource name");
+        }
+        Ok(format!("{}/customJobs/{id}", self.base()))
+    }
+
+    fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let mut req = ureq::http::Request::builder().method(method).uri(url);
+        if let Some(t) = &self.t.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let text = body.map(|b| b.to_string()).unwrap_or_default();
+        if body.is_some() {
+            req = req.header("Content-Type", "application/json");
+        }
+        let req = req.body(text).context("building the request")?;
+        let mut resp = self.agent.run(req).with_context(|| format!("cannot reach the Trainyard server at {}", self.t.server))?;
+        let status = resp.status();
+        let text = resp.body_mut().read_to_string().context("reading the response")?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let msg = v["error"]["message"].as_str().unwrap_or(text.as_str());
+            let name = v["error"]["status"].as_str().unwrap_or("");
+            bail!("({name}) {msg}");
+        }
+        Ok(v)
+    }
+}
+
+pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        JobCommand::Create { target, display_name, worker_pool_specs, config, args, command, labels } => {
+            let api = Api::new(target);
+            let body = build_job(display_name, &worker_pool_specs, config, &args, &command, &labels)?;
+            let job = api.send("POST", &format!("{}/customJobs", api.base()), Some(&body))?;
+            let name = job["name"].as_str().unwrap_or("");
+            println!("CustomJob [{name}] is submitted successfully.\n");
+            println!("Your job is still active. You may view the status of your job with the command\n");
+            println!("  $ trainyard custom-jobs describe {name}\n");
+            println!("or continue streaming the logs with the command\n");
+            println!("  $ trainyard custom-jobs stream-logs {name}");
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::List { target, limit, filter, format } => {
+            let api = Api::new(target);
+            let mut jobs = Vec::new();
+            let mut token = String::new();
+            loop {
+                let mut url = format!("{}/customJobs?pageSize={}", api.base(), limit.unwrap_or(1000).min(1000));
+                if let Some(f) = &filter {
+                    url.push_str(&format!("&filter={}", encode(f)));
+                }
+                if !token.is_empty() {
+                    url.push_str(&format!("&pageToken={}", encode(&token)));
+                }
+                let page = api.send("GET", &url, None)?;
+                jobs.extend(page["customJobs"].as_array().cloned().unwrap_or_default());
+                token = page["nextPageToken"].as_str().unwrap_or("").to_string();
+                if token.is_empty() || limit.is_some_and(|l| jobs.len() >= l) {
+                    break;
+                }
+            }
+            if let Some(l) = limit {
+                jobs.truncate(l);
+            }
+            print_jobs(&jobs, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::Describe { target, job, format } => {
+            let api = Api::new(target);
+            let v = api.send("GET", &api.job_url(&job)?, None)?;
+            print_value(&v, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::Cancel { target, job } => {
+            let api = Api::new(target);
+            let url = api.job_url(&job)?;
+            api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
+            println!("Request to cancel CustomJob [{}] has been sent.", url.split("/v1/").nth(1).unwrap_or(&job));
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::StreamLogs { target, job, replica, attempt } => {
+            let api = Api::new(target);
+            let mut url = format!("{}/logs?follow=true", api.job_url(&job)?);
+            if let Some(r) = replica {
+                url.push_str(&format!("&replica={}", encode(&r)));
+            }
+            if let Some(a) = attempt {
+                url.push_str(&format!("&attempt={a}"));
+            }
+            let mut req = api.agent.get(&url);
+            if let Some(t) = &api.t.token {
+                req = req.header("Authorization", &format!("Bearer {t}"));
+            }
+            let resp = req.call().with_context(|| format!("cannot reach the Trainyard server at {}", api.t.server))?;
+            if !resp.status().is_success() {
+                let mut resp = resp;
+                let text = resp.body_mut().read_to_string().unwrap_or_default();
+                let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                bail!("{}", v["error"]["message"].as_str().unwrap_or(&text));
+            }
+            let reader = BufReader::new(resp.into_body().into_reader());
+            let stdout = std::io::stdout();
+            for line in reader.lines() {
+                let line = line.context("reading the log stream")?;
+                let e: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                let who = match e["stream"].as_str() {
+                    Some("event") => "trainyard".to_string(),
+                    _ => e["replica"].as_str().unwrap_or("?").to_string(),
+                };
+                let mut out = stdout.lock();
+                writeln!(out, "{} {}: {}", e["time"].as_str().unwrap_or(""), who, e["text"].as_str().unwrap_or(""))?;
+                out.flush()?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `machine-type=n1-standard-4,replica-count=1,container-image-uri=...` → a WorkerPoolSpec.
+pub fn parse_pool(spec: &str) -> anyhow::Result<Value> {
+    let mut kv = Map::new();
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').with_context(|| format!("--worker-pool-spec: {part:?} is not KEY=VALUE"))?;
+        kv.insert(k.trim().to_string(), Value::String(v.trim().to_string()));
+    }
+    let get = |k: &str| kv.get(k).and_then(Value::as_str).map(str::to_string);
+    for k in kv.keys() {
+        if ![
+            "machine-type",
+            "replica-count",
+            "accelerator-type",
+            "accelerator-count",
+            "container-image-uri",
+            "executor-image-uri",
+            "python-module",
+            "local-package-path",
+            "script",
+        ]
+        .contains(&k.as_str())
+        {
+            bail!("--worker-pool-spec: unknown key {k:?}");
+        }
+    }
+    let machine = get("machine-type").context("--worker-pool-spec needs machine-type")?;
+    let mut ms = json!({ "machineType": machine });
+    if let Some(a) = get("accelerator-type") {
+        ms["acceleratorType"] = Value::String(a);
+        ms["acceleratorCount"] = Value::String(get("accelerator-count").unwrap_or_else(|| "1".into()));
+    }
+    let mut pool = json!({ "machineSpec": ms, "replicaCount": get("replica-count").unwrap_or_else(|| "1".into()) });
+    match (get("container-image-uri"), get("executor-image-uri")) {
+        (Some(image), None) => pool["containerSpec"] = json!({ "imageUri": image }),
+        (None, Some(exec)) => {
+            let module = get("python-module").context("--worker-pool-spec with executor-image-uri needs python-module")?;
+            let mut p = json!({ "executorImageUri": exec, "pythonModule": module });
+            if let Some(path) = get("local-package-path") {
+                let abs = std::path::absolute(&path).with_context(|| format!("local-package-path {path:?}"))?;
+                p["packageUris"] = json!([abs.display().to_string()]);
+            }
+            pool["pythonPackageSpec"] = p;
+        }
+        (Some(_), Some(_)) => bail!("--worker-pool-spec: give container-image-uri or executor-image-uri, not both"),
+        (None, None) => bail!("--worker-pool-spec needs container-image-uri or executor-image-uri"),
+    }
+    Ok(pool)
+}
+
+fn build_job(
+    display_name: Option<String>,
+    pools: &[String],
+    config: Option<PathBuf>,
+    args: &[String],
+    command: &[String],
+    labels: &[String],
+) -> anyhow::Result<Value> {
+    let mut job = match &config {
+        Some(p) => crate::jobfile::read(p, display_name.as_deref())?,
+        None => json!({ "displayName": display_name.clone().context("--display-name is required")?, "jobSpec": {} }),
+    };
+    if !pools.is_empty() {
+        let specs: Vec<Value> = pools.iter().map(|p| parse_pool(p)).collect::<anyhow::Result<_>>()?;
+        job["jobSpec"]["workerPoolSpecs"] = Value::Array(specs);
+    }
+    if let Some(list) = job["jobSpec"]["workerPoolSpecs"].as_array_mut() {
+        for pool in list {
+            if let Some(c) = pool.get_mut("containerSpec").and_then(Value::as_object_mut) {
+                if !command.is_empty() {
+                    c.insert("command".into(), json!(command));
+                }
+                if !args.is_empty() {
+                    c.insert("args".into(), json!(args));
+                }
+            } else if let Some(p) = pool.get_mut("pythonPackageSpec").and_then(Value::as_object_mut) {
+                if !args.is_empty() {
+                    p.insert("args".into(), json!(args));
+                }
+            }
+        }
+    }
+    if !labels.is_empty() {
+        let mut m = Map::new();
+        for l in labels {
+            let (k, v) = l.split_once('=').with_context(|| format!("--labels: {l:?} is not KEY=VALUE"))?;
+            m.insert(k.to_string(), Value::String(v.to_string()));
+        }
+        job["labels"] = Value::Object(m);
+    }
+    Ok(job)
+}
+
+fn print_value(v: &Value, format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
+        Format::Yaml | Format::Table => print!("{}", serde_norway::to_string(v)?),
+    }
+    Ok(())
+}
+
+fn print_jobs(jobs: &[Value], format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Table => {
+            let rows: Vec<[String; 4]> = jobs
+                .iter()
+                .map(|j| {
+                    [
+                        j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string(),
+                        j["displayName"].as_str().unwrap_or("").to_string(),
+                        j["state"].as_str().unwrap_or("").to_string(),
+                        j["createTime"].as_str().unwrap_or("").to_string(),
+                    ]
+                })
+                .collect();
+            let head = ["ID", "DISPLAY_NAME", "STATE", "CREATE_TIME"];
+            let mut w = head.map(str::len);
+            for r in &rows {
+                for (i, c) in r.iter().enumerate() {
+                    w[i] = w[i].max(c.len());
+                }
+            }
+            let line = |cells: [&str; 4]| {
+                format!("{:w0$}  {:w1$}  {:w2$}  {}", cells[0], cells[1], cells[2], cells[3], w0 = w[0], w1 = w[1], w2 = w[2])
+            };
+            println!("{}", line(head).trim_end());
+            for r in &rows {
+                println!("{}", line([&r[0], &r[1], &r[2], &r[3]]).trim_end());
+            }
+        }
+        Format::Json => println!("{}", serde_json::to_string_pretty(jobs)?),
+        Format::Yaml => print!("{}", serde_norway::to_string(jobs)?),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_pool_spec_flag() {
+        let p = parse_pool("machine-type=n1-standard-4,replica-count=2,container-image-uri=img,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=2").unwrap();
+        assert_eq!(p["machineSpec"]["machineType"], "n1-standard-4");
+        assert_eq!(p["machineSpec"]["acceleratorType"], "NVIDIA_TESLA_T4");
+        assert_eq!(p["replicaCount"], "2");
+        assert_eq!(p["containerSpec"]["imageUri"], "img");
+        assert!(parse_pool("machine-type=x,replica-count=1").is_err());
+        assert!(parse_pool("machine-type=x,colour=blue,container-image-uri=i").unwrap_err().to_string().contains("colour"));
+    }
+
+    #[test]
+    fn build_job_applies_args_command_labels() {
+        let j = build_job(
+            Some("n".into()),
+            &["machine-type=n1-standard-4,replica-count=1,container-image-uri=i".into()],
+            None,
+            &["--epochs".into(), "3".into()],
+            &["python3".into(), "t.py".into()],
+            &["team=nlp".into()],
+        )
+        .unwrap();
+        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], json!(["python3", "t.py"]));
+        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"], json!(["--epochs", "3"]));
+        assert_eq!(j["labels"]["team"], "nlp");
+        let parsed = trainyard_api::parse_custom_job(j.to_string().as_bytes()).unwrap();
+        trainyard_api::validate_custom_job(&parsed).unwrap();
+    }
+}

@@ -1,0 +1,160 @@
+//! `trainyard local-run JOB.yaml`: one job in the foreground on an embedded store, its
+//! logs streamed with replica prefixes; exits 0 on SUCCEEDED. Ctrl-C cancels the job
+//! cleanly (L18); a second Ctrl-C leaves at once.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use trainyard_server::driver::{now_micros, KIND_CUSTOM};
+use trainyard_server::logs::{self, Cursor, Selector};
+use trainyard_server::{Config, Msg};
+use trainyard_store::Store;
+
+#[derive(Args)]
+pub struct LocalRunArgs {
+    /// The job file: a CustomJobSpec in YAML (workerPoolSpecs, scheduling, ...) or a whole CustomJob.
+    job_file: PathBuf,
+    /// Server config file (TOML) for lifecycle settings, node and catalog.
+    #[arg(long, env = "TRAINYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Keep the run's database and logs here (default: a temporary directory, removed at the end).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Project id the job runs under.
+    #[arg(long, default_value = "local")]
+    project: String,
+    /// Display name (default: the job file's name).
+    #[arg(long)]
+    display_name: Option<String>,
+}
+
+pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
+    let body = crate::jobfile::read(&args.job_file, args.display_name.as_deref())?;
+    let job = trainyard_api::parse_custom_job(body.to_string().as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {}", args.job_file.display(), e.message))?;
+    trainyard_api::validate_custom_job(&job).map_err(|e| anyhow::anyhow!("{}: {}", args.job_file.display(), e.message))?;
+
+    let temporary = args.data_dir.is_none();
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("trainyard-local-run-{}-{}", std::process::id(), now_micros()))
+    });
+    let mut cfg = match &args.config {
+        Some(p) => Config::load(p, Some(data_dir.clone()))?,
+        None => Config::builtin(Some(data_dir.clone())),
+    };
+    if args.config.is_none() {
+        // gs:// outputs outlive the temporary run directory.
+        cfg.storage_root = std::env::var_os("TRAINYARD_STORAGE_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| trainyard_server::config::default_data_dir().join("storage"));
+    }
+    let region = cfg.region.clone();
+    let job_dir = std::path::absolute(&args.job_file)
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .unwrap_or_else(crate::cwd);
+    let roots = vec![job_dir.clone(), crate::cwd(), PathBuf::from("/tmp"), data_dir.clone()];
+    let engine = trainyard_server::start(cfg, crate::shim_command()?, job_dir, roots)?;
+
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    engine
+        .tx
+        .send(Msg::Create { project: args.project.clone(), region: region.clone(), resource: Box::new(job), reply })
+        .map_err(|_| anyhow::anyhow!("the engine stopped"))?;
+    let created = rx.blocking_recv().context("the engine stopped")?.map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let id: u64 = created.name.rsplit('/').next().and_then(|s| s.parse().ok()).context("the created job has no id")?;
+    eprintln!("[trainyard] CustomJob {} created ({}).", created.name, created.display_name);
+
+    // Ctrl-C: the first cancels the job, the second leaves at once.
+    let interrupts = Arc::new(AtomicU32::new(0));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    {
+        let interrupts = Arc::clone(&interrupts);
+        let tx = engine.tx.clone();
+        let (project, region) = (args.project.clone(), region.clone());
+        std::thread::Builder::new().name("signals".into()).spawn(move || {
+            rt.block_on(async move {
+                loop {
+                    if tokio::signal::ctrl_c().await.is_err() {
+                        return;
+                    }
+                    if interrupts.fetch_add(1, Ordering::SeqCst) == 0 {
+                        eprintln!("\n[trainyard] Cancelling the job (Ctrl-C again to leave at once)...");
+                        let (reply, _rx) = tokio::sync::oneshot::channel();
+                        let _ = tx.send(Msg::Cancel { project: project.clone(), region: region.clone(), id, reply });
+                    } else {
+                        eprintln!("\n[trainyard] Leaving; replicas still stopping keep their shims.");
+                        std::process::exit(130);
+                    }
+                }
+            })
+        })?;
+    }
+
+    let store = Store::open(&engine.store_path)?;
+    let mut cursor = Cursor::default();
+    let sel = Selector::default();
+    let final_job = loop {
+        let done = store.get_job(KIND_CUSTOM, &args.project, &region, id)?.filter(|j| j.job.is_terminal());
+        // Drain everything written so far (after the job ended too).
+        loop {
+            let entries = logs::read_new(&store, &engine.services.cfg.data_dir, id, &sel, &mut cursor)?;
+            if entries.is_empty() {
+                break;
+            }
+            print_entries(&entries);
+        }
+        if let Some(j) = done {
+            break j;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = engine.tx.send(Msg::Shutdown);
+    let _ = engine.thread.join();
+    let state = final_job.job.state();
+    eprintln!("[trainyard] CustomJob {} ended: {}.", created.name, state.wire_name());
+    if let Some(e) = final_job.job.error() {
+        eprintln!("[trainyard] error (code {}): {}", e.code, e.message);
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&data_dir);
+    } else {
+        eprintln!("[trainyard] database and logs kept in {}", data_dir.display());
+    }
+    Ok(match state {
+        trainyard_core::State::Succeeded => ExitCode::SUCCESS,
+        trainyard_core::State::Cancelled => ExitCode::from(130),
+        trainyard_core::State::Failed => ExitCode::from(1),
+        other => bail!("the job ended in a state that is not terminal: {}", other.wire_name()),
+    })
+}
+
+/// `[workerpool0-0] line`, with attempt and restart when they are not the first.
+pub fn prefix(e: &logs::Entry) -> String {
+    if e.stream == "event" {
+        return if e.replica == "service" { "[trainyard]".into() } else { format!("[trainyard {}]", e.replica) };
+    }
+    if e.attempt == 0 && e.restart == 0 {
+        format!("[{}]", e.replica)
+    } else {
+        format!("[{} attempt {} restart {}]", e.replica, e.attempt, e.restart)
+    }
+}
+
+fn print_entries(entries: &[logs::Entry]) {
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let mut out = stdout.lock();
+    let mut err = stderr.lock();
+    for e in entries {
+        let line = format!("{} {}", prefix(e), e.text);
+        let _ = if e.stream == "stdout" { writeln!(out, "{line}") } else { writeln!(err, "{line}") };
+    }
+    let _ = out.flush();
+}

@@ -1,0 +1,93 @@
+//! `trainyard serve`: the API server, the driver and the scheduler.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use trainyard_server::http::{AppState, ReadPool};
+use trainyard_server::{Config, Msg};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Config file (TOML); without one, the built-in defaults for one workstation.
+    #[arg(long, env = "TRAINYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Where the database, run directories and logs live.
+    #[arg(long, env = "TRAINYARD_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = match &args.config {
+        Some(p) => Config::load(p, args.data_dir.clone())?,
+        None => Config::builtin(args.data_dir.clone()),
+    };
+    if let Some(l) = args.listen {
+        cfg.listen = l;
+    }
+    let addr: SocketAddr = cfg
+        .listen
+        .parse()
+        .with_context(|| format!("--listen {:?} is not an address such as 127.0.0.1:8080", cfg.listen))?;
+    if !addr.ip().is_loopback() {
+        bail!(
+            "refusing to listen on {addr} without authentication: this server has no tokens file, so it runs \
+             open and only on a loopback address (use --listen 127.0.0.1:PORT)"
+        );
+    }
+    let workdir = crate::cwd();
+    let roots = vec![cfg.data_dir.clone(), PathBuf::from("/tmp"), workdir.clone()];
+    let region = cfg.region.clone();
+    let source = cfg.source.clone();
+    let data_dir = cfg.data_dir.clone();
+    let engine = trainyard_server::start(cfg, crate::shim_command()?, workdir, roots)?;
+    let mut store = trainyard_store::Store::open(&engine.store_path)?;
+    let token_key = trainyard_server::token_key(&mut store)?;
+    drop(store);
+    let state = AppState {
+        tx: engine.tx.clone(),
+        readers: std::sync::Arc::new(ReadPool::new(engine.store_path.clone())),
+        data_dir: data_dir.clone(),
+        token_key,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let tx = engine.tx.clone();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(
+            "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); no tokens file: \
+             open to local clients only",
+            data_dir.display()
+        );
+        trainyard_server::http::serve(listener, state, shutdown_signal()).await?;
+        anyhow::Ok(())
+    })?;
+    // The replicas keep running under their shims; a restarted server adopts them.
+    let _ = tx.send(Msg::Shutdown);
+    match engine.thread.join() {
+        Ok(Ok(())) => Ok(ExitCode::SUCCESS),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => bail!("the driver thread panicked"),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = ctrl_c.await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("shutting down; running replicas stay up and are adopted at the next start");
+}

@@ -1,0 +1,653 @@
+//! The one driver thread that owns every live job. HTTP handlers and the CLI send it
+//! commands and await replies; the backend sends it events; it keeps the timers. For each
+//! event: `step` (pure), commit the new state and its effects in one transaction (L23),
+//! then carry the effects out. No lock is shared with the handlers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use trainyard_api::{ApiError, CustomJob, JobState, Status, Timestamp};
+use trainyard_backend::{BackendEvent, EventSink, LocalBackend, ShimSpec};
+use trainyard_core::catalog::Catalog;
+use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
+use trainyard_core::schedule::{schedule, Decision};
+use trainyard_core::step::{step, Rejected};
+use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
+use trainyard_store::{NewJob, Store, StoreError};
+
+use crate::config::Config;
+use crate::jobspec::{prepare, resolve_output_dir};
+
+pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, ApiError>>;
+
+/// What the driver is asked to do.
+pub enum Msg {
+    /// Create a CustomJob (already parsed and validated against the wire rules).
+    Create { project: String, region: String, resource: Box<CustomJob>, reply: Reply<CustomJob> },
+    /// L18.
+    Cancel { project: String, region: String, id: u64, reply: Reply<()> },
+    /// A report from the backend.
+    Backend(BackendEvent),
+    /// An effect carried out off the driver thread (a launch that first built a venv).
+    EffectDone(i64),
+    Shutdown,
+}
+
+pub const KIND_CUSTOM: &str = "custom";
+
+/// Everything the driver needs that is not a job.
+pub struct Services {
+    pub cfg: Config,
+    pub catalog: Catalog,
+    pub backend: Arc<LocalBackend>,
+    /// Extra directories (besides the storage root) that jobs may write outputs to.
+    pub output_roots: Vec<PathBuf>,
+    /// Working directory of replicas' programs.
+    pub workdir: PathBuf,
+    /// The shell environment passed on to programs (PATH, HOME, ...).
+    pub base_env: Vec<(String, String)>,
+}
+
+struct Live {
+    job: Job,
+    resource: CustomJob,
+    /// The last waiting reason written to the job's log.
+    waiting: Option<String>,
+}
+
+pub struct Driver {
+    svc: Arc<Services>,
+    store: Store,
+    jobs: BTreeMap<u64, Live>,
+    deadlines: BTreeSet<(Micros, u64)>,
+    deadline_of: HashMap<u64, Micros>,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+    /// Something changed that may let a waiting job be placed.
+    reschedule: bool,
+}
+
+pub fn now_micros() -> Micros {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as Micros).unwrap_or(0)
+}
+
+/// `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
+pub fn run_dir(data_dir: &Path, run: &RunId) -> PathBuf {
+    data_dir
+        .join("runs")
+        .join(run.job.to_string())
+        .join(run.attempt.to_string())
+        .join(&run.replica)
+        .join(run.restart.to_string())
+}
+
+pub fn job_name(project: &str, region: &str, id: u64) -> String {
+    format!("projects/{project}/locations/{region}/customJobs/{id}")
+}
+
+/// The resource as the API shows it: the stored request with the output fields of the
+/// lifecycle state (L1, L2).
+pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
+    let mut r = resource.clone();
+    r.name = job_name(&job.project, &job.region, job.id);
+    r.state = JobState::from_name(job.state().wire_name()).unwrap_or(JobState::Unspecified);
+    r.create_time = Some(Timestamp::from_micros(job.create_time));
+    r.update_time = Some(Timestamp::from_micros(job.update_time));
+    r.start_time = job.start_time.map(Timestamp::from_micros);
+    r.end_time = job.end_time().map(Timestamp::from_micros);
+    r.error = job.error().map(|e| Status { code: e.code, message: e.message.clone(), details: Vec::new() });
+    r
+}
+
+fn store_err(e: StoreError) -> ApiError {
+    tracing::error!("store: {e}");
+    ApiError::internal("Internal error: the job store failed; see the server log.")
+}
+
+impl Driver {
+    /// Open the driver on a store; `start` recovers the live jobs (L23).
+    pub fn new(svc: Arc<Services>, store: Store) -> (Driver, Sender<Msg>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = Driver {
+            svc,
+            store,
+            jobs: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            deadline_of: HashMap::new(),
+            tx: tx.clone(),
+            rx,
+            reschedule: true,
+        };
+        (d, tx)
+    }
+
+    fn sink(&self) -> EventSink {
+        let tx = Mutex::new(self.tx.clone());
+        Arc::new(move |ev| {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(Msg::Backend(ev));
+            }
+        })
+    }
+
+    /// L23: load every live job, adopt the runs that may still be alive, and finish the
+    /// effects that were committed but not carried out.
+    pub fn recover(&mut self) -> Result<(), StoreError> {
+        for stored in self.store.active_jobs()? {
+            let resource: CustomJob = match serde_json::from_str(&stored.resource) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("job {}: stored resource unreadable, skipped: {e}", stored.job.id);
+                    continue;
+                }
+            };
+            let id = stored.job.id;
+            self.jobs.insert(id, Live { job: stored.job, resource, waiting: None });
+            self.index_deadline(id);
+        }
+        let pending = self.store.pending_outbox()?;
+        let launching: HashSet<RunId> = pending
+            .iter()
+            .filter_map(|(_, _, e)| match e {
+                Effect::Launch { run, .. } => Some(run.clone()),
+                _ => None,
+            })
+            .collect();
+        let sink = self.sink();
+        let mut adopted = 0;
+        for live in self.jobs.values() {
+            for r in live.job.live_replicas() {
+                let run = RunId { job: live.job.id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
+                if launching.contains(&run) {
+                    continue;
+                }
+                let dir = run_dir(&self.svc.cfg.data_dir, &run);
+                match self.svc.backend.adopt(run.clone(), &dir, sink.clone()) {
+                    Ok(()) => adopted += 1,
+                    Err(e) => {
+                        tracing::error!("{run}: cannot adopt: {e}");
+                        let _ = self.tx.send(Msg::Backend(BackendEvent::Exited {
+                            run,
+                            outcome: Outcome::Lost { message: format!("could not be adopted after a restart: {e}") },
+                            stderr_tail: Vec::new(),
+                        }));
+                    }
+                }
+            }
+        }
+        tracing::info!("recovered {} live jobs, adopted {adopted} runs, {} pending effects", self.jobs.len(), pending.len());
+        let mut by_job: BTreeMap<u64, Vec<(i64, Effect)>> = BTreeMap::new();
+        for (seq, job, effect) in pending {
+            by_job.entry(job).or_default().push((seq, effect));
+        }
+        for (job, effects) in by_job {
+            self.execute(job, effects);
+        }
+        Ok(())
+    }
+
+    /// Run until `Shutdown` or until every sender is gone. A store failure stops the
+    /// driver: the state on disk is the truth, and a restart goes on from it (L23).
+    pub fn run(mut self) -> Result<(), StoreError> {
+        loop {
+            let now = now_micros();
+            self.on_time(now)?;
+            if self.reschedule {
+                self.reschedule = false;
+                self.schedule_round(now)?;
+            }
+            let wait = match self.deadlines.first() {
+                Some(&(t, _)) => Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64),
+                None => Duration::from_secs(60),
+            };
+            match self.rx.recv_timeout(wait) {
+                Ok(Msg::Shutdown) => return Ok(()),
+                Ok(msg) => self.handle(msg)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            // Drain whatever else is already queued before the next scheduling round.
+            while let Ok(msg) = self.rx.try_recv() {
+                if matches!(msg, Msg::Shutdown) {
+                    return Ok(());
+                }
+                self.handle(msg)?;
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
+        let now = now_micros();
+        match msg {
+            Msg::Create { project, region, resource, reply } => {
+                let r = self.create(project, region, *resource, now);
+                let _ = reply.send(r);
+            }
+            Msg::Cancel { project, region, id, reply } => {
+                let r = self.cancel(&project, &region, id, now);
+                let _ = reply.send(r);
+            }
+            Msg::Backend(BackendEvent::Started { run, .. }) => {
+                let id = run.job;
+                self.apply(id, Event::Started { run }, now)?.ok();
+            }
+            Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => {
+                let id = run.job;
+                self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
+            }
+            Msg::EffectDone(seq) => self.store.outbox_done(seq)?,
+            Msg::Shutdown => {}
+        }
+        Ok(())
+    }
+
+    fn create(&mut self, project: String, region: String, resource: CustomJob, now: Micros) -> Result<CustomJob, ApiError> {
+        let svc = Arc::clone(&self.svc);
+        if region != svc.cfg.region {
+            return Err(ApiError::invalid_argument(format!(
+                "Region \"{region}\" is not served here; this server serves \"{}\".",
+                svc.cfg.region
+            )));
+        }
+        let prepared = prepare(&resource, &svc.catalog, &svc.cfg.settings, &svc.cfg.fleet, &svc.cfg.quotas, &project)?;
+        if let Some(out) = &resource.job_spec.base_output_directory {
+            resolve_output_dir(
+                &out.output_uri_prefix,
+                &svc.cfg.storage_root,
+                &svc.output_roots,
+                "jobSpec.baseOutputDirectory.outputUriPrefix",
+            )?;
+        }
+        let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
+        let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let job = self
+            .store
+            .insert_job(
+                &NewJob {
+                    kind: KIND_CUSTOM,
+                    project: &project,
+                    region: &region,
+                    display_name: &resource.display_name,
+                    labels: &labels,
+                    resource: &text,
+                },
+                |id| {
+                    Job::new(
+                        id,
+                        project.clone(),
+                        region.clone(),
+                        &prepared.pools,
+                        prepared.demand.clone(),
+                        prepared.policy.clone(),
+                        prepared.checkpoints,
+                        now,
+                    )
+                },
+            )
+            .map_err(store_err)?;
+        let id = job.id;
+        tracing::info!("job {id} created: {}", resource.display_name);
+        self.jobs.insert(id, Live { job, resource, waiting: None });
+        self.index_deadline(id);
+        self.schedule_round(now).map_err(store_err)?;
+        // The job as it is now (admitted already when quota allowed).
+        match self.jobs.get(&id) {
+            Some(l) => Ok(render(&l.resource, &l.job)),
+            None => self.store.get_job_by_id(id).map_err(store_err)?.map_or_else(
+                || Err(ApiError::internal("job vanished")),
+                |s| {
+                    let r: CustomJob = serde_json::from_str(&s.resource).map_err(|e| ApiError::internal(e.to_string()))?;
+                    Ok(render(&r, &s.job))
+                },
+            ),
+        }
+    }
+
+    fn cancel(&mut self, project: &str, region: &str, id: u64, now: Micros) -> Result<(), ApiError> {
+        let name = job_name(project, region, id);
+        let owned = self.jobs.get(&id).is_some_and(|l| l.job.project == project && l.job.region == region);
+        if !owned {
+            // Not live here: either terminal (refused, L18) or not found (another project's
+            // job is not found either).
+            return match self.store.get_job(KIND_CUSTOM, project, region, id).map_err(store_err)? {
+                Some(s) => Err(ApiError::failed_precondition(format!(
+                    "The CustomJob \"{name}\" is in state {} and cannot be cancelled.",
+                    s.job.state().wire_name()
+                ))),
+                None => Err(ApiError::not_found(format!("The CustomJob \"{name}\" does not exist."))),
+            };
+        }
+        match self.apply(id, Event::Cancel, now) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Rejected::FailedPrecondition(m))) => Err(ApiError::failed_precondition(m)),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    /// Step one job, commit, execute. The outer Result is a store failure (fatal), the
+    /// inner one a refused command.
+    fn apply(&mut self, id: u64, event: Event, now: Micros) -> Result<Result<(), Rejected>, StoreError> {
+        let Some(live) = self.jobs.get(&id) else { return Ok(Ok(())) };
+        let t = match step(&live.job, event, now, &self.svc.cfg.settings) {
+            Ok(t) => t,
+            Err(r) => return Ok(Err(r)),
+        };
+        if !t.changed {
+            return Ok(Ok(()));
+        }
+        // L23: durable before anything is reported or done.
+        let outbox = self.store.commit(&t.job, &t.effects, now)?;
+        self.install(id, t.job);
+        self.execute(id, outbox);
+        Ok(Ok(()))
+    }
+
+    fn install(&mut self, id: u64, job: Job) {
+        let was_placed = self.jobs.get(&id).is_some_and(|l| l.job.holds_capacity() || l.job.holds_quota());
+        let terminal = job.is_terminal();
+        if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(now_micros()) {
+            self.reschedule = true;
+        }
+        if let Some(live) = self.jobs.get_mut(&id) {
+            live.job = job;
+        }
+        if terminal {
+            tracing::info!("job {id} ended {}", self.jobs.get(&id).map_or("", |l| l.job.state().wire_name()));
+            self.jobs.remove(&id);
+        }
+        self.index_deadline(id);
+    }
+
+    fn index_deadline(&mut self, id: u64) {
+        if let Some(old) = self.deadline_of.remove(&id) {
+            self.deadlines.remove(&(old, id));
+        }
+        if let Some(t) = self.jobs.get(&id).and_then(|l| l.job.next_deadline(&self.svc.cfg.settings, now_micros())) {
+            self.deadlines.insert((t, id));
+            self.deadline_of.insert(id, t);
+        }
+    }
+
+    /// Timers that are due: L19, L15, L21, and backoffs that end (then schedule).
+    fn on_time(&mut self, now: Micros) -> Result<(), StoreError> {
+        while let Some(&(t, id)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.deadlines.remove(&(t, id));
+            self.deadline_of.remove(&id);
+            if let Some(seen) = self.jobs.get(&id).and_then(|l| self.checkpoint_seen(l)) {
+                self.apply(id, Event::CheckpointSeen { at: seen }, now)?.ok();
+            }
+            self.apply(id, Event::Tick, now)?.ok();
+            if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
+                self.reschedule = true;
+            }
+            if !self.deadline_of.contains_key(&id) {
+                self.index_deadline(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// L21: the newest modification time under the job's checkpoint directory.
+    fn checkpoint_seen(&self, live: &Live) -> Option<Micros> {
+        if !matches!(live.job.phase, Phase::Running { .. }) {
+            return None;
+        }
+        let base = self.output_base(&live.resource)?;
+        newest_mtime(&base.join("checkpoints"), 4)
+    }
+
+    fn output_base(&self, resource: &CustomJob) -> Option<PathBuf> {
+        let out = resource.job_spec.base_output_directory.as_ref()?;
+        resolve_output_dir(&out.output_uri_prefix, &self.svc.cfg.storage_root, &self.svc.output_roots, "").ok()
+    }
+
+    /// Admission and placement for every job that waits (L3, L5, L15).
+    fn schedule_round(&mut self, now: Micros) -> Result<(), StoreError> {
+        let decisions = {
+            let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
+            if !live.iter().any(|j| j.wants_placement(now)) {
+                return Ok(());
+            }
+            schedule(&live, &self.svc.cfg.fleet, &self.svc.cfg.quotas, now)
+        };
+        let mut used: HashSet<String> = self
+            .jobs
+            .values()
+            .flat_map(|l| l.job.replicas.iter().filter_map(|r| r.address.clone()))
+            .collect();
+        let mut next_slot = 0u32;
+        for d in decisions {
+            match d {
+                Decision::Place { job, nodes } => {
+                    let Some(live) = self.jobs.get(&job) else { continue };
+                    // L8: addresses for the life of the job, given at the first placement.
+                    let addresses = if live.job.replicas.iter().all(|r| r.address.is_some()) {
+                        Vec::new()
+                    } else {
+                        (0..live.job.replicas.len())
+                            .map(|_| loop {
+                                let a = slot_address(next_slot, self.svc.cfg.base_port);
+                                next_slot += 1;
+                                if used.insert(a.clone()) {
+                                    break a;
+                                }
+                            })
+                            .collect()
+                    };
+                    self.apply(job, Event::Place { nodes, addresses }, now)?.ok();
+                }
+                Decision::Stockout { job, detail } => {
+                    self.apply(job, Event::Stockout { detail }, now)?.ok();
+                }
+                Decision::Wait { job, reason } => self.note_waiting(job, reason, now)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Write a waiting job's reason to its log when it changes.
+    fn note_waiting(&mut self, id: u64, reason: String, now: Micros) -> Result<(), StoreError> {
+        let Some(live) = self.jobs.get_mut(&id) else { return Ok(()) };
+        if live.waiting.as_deref() == Some(reason.as_str()) {
+            return Ok(());
+        }
+        live.waiting = Some(reason.clone());
+        live.job.waiting_reason = Some(reason.clone());
+        let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: reason });
+        self.store.commit(&live.job, &[line], now)?;
+        Ok(())
+    }
+
+    /// Carry out committed effects; each leaves the outbox once done.
+    fn execute(&mut self, id: u64, effects: Vec<(i64, Effect)>) {
+        for (seq, effect) in effects {
+            let done = match &effect {
+                Effect::Launch { run, .. } => self.launch(id, run, seq),
+                Effect::Stop { run, .. } => {
+                    let dir = run_dir(&self.svc.cfg.data_dir, run);
+                    if let Err(e) = self.svc.backend.stop(&dir) {
+                        tracing::warn!("{run}: stop: {e}");
+                    }
+                    true
+                }
+                Effect::Log(_) => true,
+            };
+            if done {
+                if let Err(e) = self.store.outbox_done(seq) {
+                    tracing::error!("outbox {seq}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Launch one run. Returns false when the launch finishes on another thread (which
+    /// reports `EffectDone`).
+    fn launch(&mut self, id: u64, run: &RunId, seq: i64) -> bool {
+        let sink = self.sink();
+        let Some(live) = self.jobs.get(&id) else { return true };
+        let dir = run_dir(&self.svc.cfg.data_dir, run);
+        let plan = match launch_plan(&self.svc, live, run) {
+            Ok(p) => p,
+            Err(outcome) => {
+                sink(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
+                return true;
+            }
+        };
+        let svc = Arc::clone(&self.svc);
+        let run = run.clone();
+        match plan {
+            LaunchPlan::Ready(spec) => {
+                do_launch(&svc, run, &dir, spec, sink);
+                true
+            }
+            LaunchPlan::NeedsVenv { spec, venv, packages, module_args } => {
+                let tx = self.tx.clone();
+                let spawned = std::thread::Builder::new().name(format!("venv-{id}")).spawn(move || {
+                    match crate::venv::ensure(&venv, &packages) {
+                        Ok(python) => {
+                            let mut spec = spec;
+                            spec.argv = std::iter::once(python.display().to_string()).chain(module_args).collect();
+                            do_launch(&svc, run, &dir, spec, sink);
+                        }
+                        Err(message) => {
+                            sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
+                        }
+                    }
+                    let _ = tx.send(Msg::EffectDone(seq));
+                });
+                if let Err(e) = spawned {
+                    tracing::error!("cannot start a thread to build a venv: {e}");
+                    return true;
+                }
+                false
+            }
+        }
+    }
+}
+
+fn do_launch(svc: &Services, run: RunId, dir: &Path, spec: ShimSpec, sink: EventSink) {
+    if let Err(e) = svc.backend.launch(run.clone(), dir, spec, sink.clone()) {
+        // L16: the replica could not be launched for a reason that is not the user's.
+        tracing::error!("{run}: launch failed: {e}");
+        sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
+    }
+}
+
+enum LaunchPlan {
+    Ready(ShimSpec),
+    NeedsVenv { spec: ShimSpec, venv: PathBuf, packages: Vec<PathBuf>, module_args: Vec<String> },
+}
+
+/// The program, environment (L8) and memory limit (L14) of one run.
+fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<LaunchPlan, Outcome> {
+    let job = &live.job;
+    let spec = &live.resource.job_spec;
+    let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
+        message: format!("no replica {} in job {}", run.replica, job.id),
+    })?;
+    let replica = &job.replicas[idx];
+    let pool = spec.worker_pool_specs.get(replica.pool).ok_or_else(|| Outcome::LaunchFailed {
+        message: format!("no worker pool {}", replica.pool),
+    })?;
+    let members: Vec<Member> = job
+        .replicas
+        .iter()
+        .map(|r| Member { pool: r.pool, index: r.index, address: r.address.clone().unwrap_or_default() })
+        .collect();
+    let spec_json = serde_json::to_string(spec).unwrap_or_default();
+    let base = live
+        .resource
+        .job_spec
+        .base_output_directory
+        .as_ref()
+        .and_then(|o| resolve_output_dir(&o.output_uri_prefix, &svc.cfg.storage_root, &svc.output_roots, "").ok());
+    let base_str = base.as_ref().map(|p| p.display().to_string());
+    let pool_env: Vec<(String, String)> = match (&pool.container_spec, &pool.python_package_spec) {
+        (Some(c), _) => c.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
+        (None, Some(p)) => p.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
+        _ => Vec::new(),
+    };
+    let mut env = svc.base_env.clone();
+    let input = EnvInput {
+        project: &job.project,
+        region: &job.region,
+        job_id: job.id,
+        trial_id: None,
+        job_spec_json: &spec_json,
+        members: &members,
+        this: idx,
+        base_output_dir: base_str.as_deref(),
+        pool_env: &pool_env,
+    };
+    for (k, v) in replica_env(&input) {
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    }
+    if let Some(b) = &base {
+        for sub in ["model", "checkpoints", "logs"] {
+            let _ = std::fs::create_dir_all(b.join(sub));
+        }
+    }
+    // L14: the machine type's memory minus the reserved share.
+    let memory = pool
+        .machine_spec
+        .as_ref()
+        .and_then(|m| svc.catalog.get(&m.machine_type))
+        .map(|m| svc.catalog.allocatable_memory(m));
+    let mut shim = ShimSpec::new(Vec::new(), env);
+    shim.cwd = Some(svc.workdir.clone());
+    shim.memory_limit_bytes = memory;
+    shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
+    match (&pool.container_spec, &pool.python_package_spec) {
+        (Some(c), _) => {
+            if c.command.is_empty() {
+                return Err(Outcome::StartError {
+                    message: format!(
+                        "containerSpec.command is empty: Trainyard runs the command as a host process and does not run \
+                         the image {:?}, so its entrypoint is unknown; set command",
+                        c.image_uri
+                    ),
+                });
+            }
+            shim.argv = c.command.iter().chain(&c.args).cloned().collect();
+            Ok(LaunchPlan::Ready(shim))
+        }
+        (None, Some(p)) => {
+            let mut packages = Vec::new();
+            for (i, uri) in p.package_uris.iter().enumerate() {
+                let field = format!("pythonPackageSpec.packageUris[{i}]");
+                let path = if uri.starts_with("gs://") {
+                    resolve_output_dir(uri, &svc.cfg.storage_root, &[], &field)
+                } else {
+                    resolve_output_dir(uri, &svc.cfg.storage_root, &[PathBuf::from("/")], &field)
+                }
+                .map_err(|e| Outcome::StartError { message: e.message })?;
+                packages.push(path);
+            }
+            let venv = svc.cfg.data_dir.join("venvs").join(job.id.to_string());
+            let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();
+            Ok(LaunchPlan::NeedsVenv { spec: shim, venv, packages, module_args })
+        }
+        (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
+    }
+}
+
+/// The newest modification time (µs) of any entry under `dir`, `depth` levels down.
+fn newest_mtime(dir: &Path, depth: u32) -> Option<Micros> {
+    let meta = std::fs::metadata(dir).ok()?;
+    let mut best = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_micros() as Micros);
+    if depth > 0 && meta.is_dir() {
+        for entry in std::fs::read_dir(dir).ok()?.flatten() {
+            if let Some(t) = newest_mtime(&entry.path(), depth - 1) {
+                best = Some(best.map_or(t, |b| b.max(t)));
+            }
+        }
+    }
+    best
+}

@@ -1,0 +1,465 @@
+//! The REST API (`/v1/projects/{p}/locations/{l}/customJobs...`). Writes go to the driver
+//! thread; reads go to SQLite through a small pool of read connections. Every error, even
+//! for a malformed body or an unknown route, is in the API's `{"error": ...}` shape.
+
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+use serde_json::Value;
+use trainyard_api::{ApiError, CustomJob, ListCustomJobsResponse, Operation, Timestamp};
+use trainyard_store::{Store, StoredJob};
+
+use crate::driver::{job_name, render, Msg, KIND_CUSTOM};
+use crate::logs;
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY: usize = 1024 * 1024;
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub tx: Sender<Msg>,
+    pub readers: Arc<ReadPool>,
+    pub data_dir: PathBuf,
+    /// Key of page tokens (kept in the database, so tokens survive a restart).
+    pub token_key: u64,
+}
+
+/// Read connections to the database, reused across requests.
+pub struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Store>>,
+}
+
+impl ReadPool {
+    pub fn new(path: PathBuf) -> ReadPool {
+        ReadPool { path, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// Run `f` on a read connection, off the async executor.
+    pub async fn with<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let pool = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let taken = pool.idle.lock().ok().and_then(|mut v| v.pop());
+            let store = match taken {
+                Some(s) => s,
+                None => Store::open(&pool.path).map_err(internal)?,
+            };
+            let r = f(&store);
+            if let Ok(mut v) = pool.idle.lock() {
+                if v.len() < 8 {
+                    v.push(store);
+                }
+            }
+            r
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("reader task failed: {e}")))?
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("internal error: {e}");
+    ApiError::internal("Internal error encountered.")
+}
+
+/// An API error as an HTTP response.
+pub struct AppError(pub ApiError);
+
+impl From<ApiError> for AppError {
+    fn from(e: ApiError) -> Self {
+        AppError(e)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, [(header::CONTENT_TYPE, "application/json")], self.0.to_json().to_string()).into_response()
+    }
+}
+
+type ApiResult = Result<Response, AppError>;
+
+/// The `$alt` query parameter: `json` (enum names) or `json;enum-encoding=int`.
+#[derive(Debug, Default, Deserialize)]
+pub struct Common {
+    #[serde(rename = "$alt")]
+    alt: Option<String>,
+}
+
+fn int_enums(common: &Common) -> Result<bool, ApiError> {
+    match common.alt.as_deref() {
+        None | Some("json") => Ok(false),
+        Some("json;enum-encoding=int") => Ok(true),
+        Some(other) => Err(ApiError::invalid_argument(format!(
+            "Unsupported $alt value \"{other}\": use \"json\" or \"json;enum-encoding=int\"."
+        ))),
+    }
+}
+
+fn json_response(value: impl serde::Serialize, ints: bool) -> ApiResult {
+    let mut v = serde_json::to_value(value).map_err(internal)?;
+    if ints {
+        trainyard_api::json::encode_enums_as_int(&mut v);
+    }
+    Ok(([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
+}
+
+fn parse_id(text: &str) -> Result<u64, ApiError> {
+    text.parse::<u64>().map_err(|_| {
+        ApiError::invalid_argument(format!("Invalid CustomJob id \"{text}\": job ids are decimal numbers."))
+    })
+}
+
+fn decode(stored: &StoredJob) -> Result<CustomJob, ApiError> {
+    let r: CustomJob = serde_json::from_str(&stored.resource).map_err(internal)?;
+    Ok(render(&r, &stored.job))
+}
+
+async fn ask<T>(state: &AppState, make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, ApiError>>) -> Msg) -> Result<T, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    state.tx.send(make(tx)).map_err(|_| ApiError::unavailable("The server is shutting down."))?;
+    rx.await.map_err(|_| ApiError::unavailable("The server is shutting down."))?
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    match headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("")) {
+        None => Ok(()),
+        Some(ct) if ct.trim().to_ascii_lowercase().starts_with("application/json") => Ok(()),
+        Some(ct) => Err(ApiError::invalid_argument(format!(
+            "Unsupported Content-Type \"{ct}\": send the request body as application/json."
+        ))),
+    }
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            AppError(ApiError::new(
+                trainyard_api::Code::OutOfRange,
+                format!("The request body is larger than the limit of {MAX_BODY} bytes."),
+            ))
+        } else {
+            AppError(ApiError::invalid_argument(format!("Cannot read the request body: {e}")))
+        }
+    })
+}
+
+async fn create_job(
+    State(state): State<AppState>,
+    Path((project, region)): Path<(String, String)>,
+    Query(common): Query<Common>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    let body = match body_bytes(body) {
+        Ok(b) => b,
+        Err(AppError(e)) if e.code == trainyard_api::Code::OutOfRange => return Ok(too_large(e)),
+        Err(e) => return Err(e),
+    };
+    check_content_type(&headers)?;
+    let job = trainyard_api::parse_custom_job(&body)?;
+    trainyard_api::validate_custom_job(&job)?;
+    let created = ask(&state, |reply| Msg::Create { project, region, resource: Box::new(job), reply }).await?;
+    json_response(created, ints)
+}
+
+fn too_large(e: ApiError) -> Response {
+    let body = serde_json::json!({"error": {"code": 413, "message": e.message, "status": "OUT_OF_RANGE"}});
+    (StatusCode::PAYLOAD_TOO_LARGE, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    #[serde(rename = "$alt")]
+    alt: Option<String>,
+    page_size: Option<String>,
+    page_token: Option<String>,
+    filter: Option<String>,
+    read_mask: Option<String>,
+}
+
+/// An opaque page token: the position (the last id shown) and a keyed check over the
+/// query it belongs to, so a token that was altered or comes from another query is refused.
+fn make_token(key: u64, scope: &str, last_id: u64) -> String {
+    format!("{last_id:x}.{:016x}", token_check(key, scope, last_id))
+}
+
+fn token_check(key: u64, scope: &str, last_id: u64) -> u64 {
+    // FNV-1a over key, scope and position.
+    let mut h: u64 = 0xcbf29ce484222325 ^ key;
+    for b in scope.bytes().chain(last_id.to_le_bytes()).chain(key.to_le_bytes()) {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn read_token(key: u64, scope: &str, token: &str) -> Result<u64, ApiError> {
+    let bad = || ApiError::invalid_argument("Invalid pageToken: it was altered or belongs to another query.");
+    let (pos, check) = token.split_once('.').ok_or_else(bad)?;
+    let last = u64::from_str_radix(pos, 16).map_err(|_| bad())?;
+    let check = u64::from_str_radix(check, 16).map_err(|_| bad())?;
+    if check != token_check(key, scope, last) {
+        return Err(bad());
+    }
+    Ok(last)
+}
+
+async fn list_jobs(
+    State(state): State<AppState>,
+    Path((project, region)): Path<(String, String)>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult {
+    let ints = int_enums(&Common { alt: q.alt.clone() })?;
+    let page_size = match q.page_size.as_deref() {
+        None | Some("") => DEFAULT_PAGE,
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if n < 0 => return Err(ApiError::invalid_argument("pageSize must not be negative.").into()),
+            Ok(0) => DEFAULT_PAGE,
+            Ok(n) => (n as usize).min(MAX_PAGE),
+            Err(_) => return Err(ApiError::invalid_argument(format!("pageSize \"{s}\" is not a number.")).into()),
+        },
+    };
+    if q.filter.as_deref().is_some_and(|f| !f.trim().is_empty()) {
+        return Err(ApiError::unimplemented("filter is not supported yet by this server.").into());
+    }
+    let _ = &q.read_mask;
+    let scope = format!("{KIND_CUSTOM}|{project}|{region}|");
+    let before = match q.page_token.as_deref() {
+        None | Some("") => None,
+        Some(t) => Some(read_token(state.token_key, &scope, t)?),
+    };
+    let (p, r) = (project.clone(), region.clone());
+    let rows = state
+        .readers
+        .with(move |s| s.list_jobs(KIND_CUSTOM, &p, &r, None, before, page_size + 1).map_err(internal))
+        .await?;
+    let more = rows.len() > page_size;
+    let shown: Vec<&StoredJob> = rows.iter().take(page_size).collect();
+    let mut resp = ListCustomJobsResponse::default();
+    for s in &shown {
+        resp.custom_jobs.push(decode(s)?);
+    }
+    if more {
+        if let Some(last) = shown.last() {
+            resp.next_page_token = make_token(state.token_key, &scope, last.job.id);
+        }
+    }
+    json_response(resp, ints)
+}
+
+async fn load(state: &AppState, project: &str, region: &str, id: u64) -> Result<StoredJob, ApiError> {
+    let (p, r) = (project.to_string(), region.to_string());
+    let found = state.readers.with(move |s| s.get_job(KIND_CUSTOM, &p, &r, id).map_err(internal)).await?;
+    found.ok_or_else(|| ApiError::not_found(format!("The CustomJob \"{}\" does not exist.", job_name(project, region, id))))
+}
+
+async fn get_job(
+    State(state): State<AppState>,
+    Path((project, region, id)): Path<(String, String, String)>,
+    Query(common): Query<Common>,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    if id.contains(':') {
+        return Err(method_not_allowed_error().into());
+    }
+    let id = parse_id(&id)?;
+    let stored = load(&state, &project, &region, id).await?;
+    json_response(decode(&stored)?, ints)
+}
+
+/// `POST .../customJobs/{id}:cancel` (the id and the verb are one path segment).
+async fn post_job(
+    State(state): State<AppState>,
+    Path((project, region, segment)): Path<(String, String, String)>,
+    Query(common): Query<Common>,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    let Some((id, verb)) = segment.split_once(':') else { return Err(method_not_allowed_error().into()) };
+    if verb != "cancel" {
+        return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a CustomJob.")).into());
+    }
+    let id = parse_id(id)?;
+    ask(&state, |reply| Msg::Cancel { project, region, id, reply }).await?;
+    json_response(serde_json::json!({}), ints)
+}
+
+async fn delete_job(
+    State(state): State<AppState>,
+    Path((project, region, id)): Path<(String, String, String)>,
+    Query(common): Query<Common>,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    let id = parse_id(&id)?;
+    let stored = load(&state, &project, &region, id).await?;
+    if !stored.job.is_terminal() {
+        return Err(ApiError::failed_precondition(format!(
+            "The CustomJob \"{}\" is in state {} and cannot be deleted; cancel it first.",
+            job_name(&project, &region, id),
+            stored.job.state().wire_name()
+        ))
+        .into());
+    }
+    let (p, r) = (project.clone(), region.clone());
+    let data_dir = state.data_dir.clone();
+    let op = state
+        .readers
+        .with(move |s| {
+            let mut s = s.reopen().map_err(internal)?;
+            if !s.delete_job(id).map_err(internal)? {
+                return Err(ApiError::not_found(format!("The CustomJob \"{}\" does not exist.", job_name(&p, &r, id))));
+            }
+            // Its logs and run directories go; outputs under baseOutputDirectory stay.
+            let _ = std::fs::remove_dir_all(data_dir.join("runs").join(id.to_string()));
+            let _ = std::fs::remove_dir_all(data_dir.join("venvs").join(id.to_string()));
+            let now = Timestamp::from_micros(crate::driver::now_micros());
+            let opid = s
+                .insert_operation(&p, &r, |opid| {
+                    let op = Operation::done_delete(format!("projects/{p}/locations/{r}/operations/{opid}"), now, now);
+                    serde_json::to_string(&op).unwrap_or_default()
+                })
+                .map_err(internal)?;
+            s.get_operation(&p, &r, opid).map_err(internal)
+        })
+        .await?;
+    let body: Value = serde_json::from_str(&op.unwrap_or_default()).map_err(internal)?;
+    json_response(body, ints)
+}
+
+async fn get_operation(
+    State(state): State<AppState>,
+    Path((project, region, op)): Path<(String, String, String)>,
+    Query(common): Query<Common>,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    let id = op
+        .parse::<u64>()
+        .map_err(|_| ApiError::invalid_argument(format!("Invalid operation id \"{op}\": ids are decimal numbers.")))?;
+    let (p, r) = (project.clone(), region.clone());
+    let body = state.readers.with(move |s| s.get_operation(&p, &r, id).map_err(internal)).await?;
+    let body = body.ok_or_else(|| {
+        ApiError::not_found(format!("The operation \"projects/{project}/locations/{region}/operations/{op}\" does not exist."))
+    })?;
+    let v: Value = serde_json::from_str(&body).map_err(internal)?;
+    json_response(v, ints)
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LogQuery {
+    follow: Option<bool>,
+    replica: Option<String>,
+    attempt: Option<u32>,
+}
+
+/// `GET .../customJobs/{id}/logs`: newline-delimited JSON entries (a Trainyard extension).
+/// With `follow=true` the stream goes on until the job is terminal.
+async fn job_logs(
+    State(state): State<AppState>,
+    Path((project, region, id)): Path<(String, String, String)>,
+    Query(q): Query<LogQuery>,
+) -> ApiResult {
+    let id = parse_id(&id)?;
+    load(&state, &project, &region, id).await?;
+    let sel = logs::Selector { replica: q.replica, attempt: q.attempt };
+    let follow = q.follow.unwrap_or(false);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let readers = Arc::clone(&state.readers);
+    let data_dir = state.data_dir.clone();
+    tokio::spawn(async move {
+        let mut cursor = logs::Cursor::default();
+        loop {
+            let (sel2, dd, mut cur) = (sel.clone(), data_dir.clone(), std::mem::take(&mut cursor));
+            let batch = readers
+                .with(move |s| {
+                    let mut all = Vec::new();
+                    loop {
+                        let e = logs::read_new(s, &dd, id, &sel2, &mut cur).map_err(internal)?;
+                        if e.is_empty() {
+                            break;
+                        }
+                        all.extend(e);
+                    }
+                    let terminal = s.get_job_by_id(id).map_err(internal)?.is_none_or(|j| j.job.is_terminal());
+                    Ok((all, terminal, cur))
+                })
+                .await;
+            let Ok((entries, terminal, cur)) = batch else { break };
+            cursor = cur;
+            if !entries.is_empty() {
+                let mut text = String::new();
+                for e in entries {
+                    text.push_str(&serde_json::to_string(&e).unwrap_or_default());
+                    text.push('\n');
+                }
+                if tx.send(Ok(Bytes::from(text))).await.is_err() {
+                    break;
+                }
+            }
+            if !follow || terminal {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    });
+    let stream = tokio_stream_from(rx);
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(stream)).into_response())
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures_core::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn method_not_allowed_error() -> ApiError {
+    ApiError::new(trainyard_api::Code::Unimplemented, "This method is not allowed on this resource.")
+}
+
+async fn not_found() -> AppError {
+    AppError(ApiError::not_found("The requested URL was not found on this server."))
+}
+
+async fn method_not_allowed() -> Response {
+    let body = serde_json::json!({"error": {"code": 405, "message": "This HTTP method is not allowed on this resource.", "status": "UNIMPLEMENTED"}});
+    (StatusCode::METHOD_NOT_ALLOWED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+pub fn router(state: AppState) -> Router {
+    let jobs = "/v1/projects/{project}/locations/{region}/customJobs";
+    Router::new()
+        .route(jobs, get(list_jobs).post(create_job))
+        .route(&format!("{jobs}/{{id}}"), get(get_job).post(post_job).delete(delete_job))
+        .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
+        .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// Serve the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}

@@ -1,0 +1,96 @@
+//! A job's log (L22): every replica's stdout and stderr for every attempt and restart,
+//! with the service's own lifecycle events, as one stream ordered by time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use trainyard_api::Timestamp;
+use trainyard_store::{Store, StoreError};
+
+/// One entry as the logs API and the CLI show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Entry {
+    pub time: String,
+    pub attempt: u32,
+    /// The replica's name, or `service` for lifecycle events.
+    pub replica: String,
+    pub restart: u32,
+    /// `stdout`, `stderr` or `event`.
+    pub stream: String,
+    pub text: String,
+    #[serde(skip)]
+    pub micros: i64,
+}
+
+/// Which entries a reader wants.
+#[derive(Clone, Debug, Default)]
+pub struct Selector {
+    pub replica: Option<String>,
+    pub attempt: Option<u32>,
+}
+
+/// Where a reader is in the job's log.
+#[derive(Clone, Debug, Default)]
+pub struct Cursor {
+    event_seq: i64,
+    offsets: BTreeMap<PathBuf, u64>,
+}
+
+/// `<runs>/<job>/<attempt>/<replica>/<restart>` directories of a job.
+fn run_dirs(job_dir: &Path) -> Vec<(u32, String, u32, PathBuf)> {
+    let mut out = Vec::new();
+    let Ok(attempts) = std::fs::read_dir(job_dir) else { return out };
+    for a in attempts.flatten() {
+        let Some(attempt) = a.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(replicas) = std::fs::read_dir(a.path()) else { continue };
+        for r in replicas.flatten() {
+            let Some(replica) = r.file_name().to_str().map(str::to_owned) else { continue };
+            let Ok(restarts) = std::fs::read_dir(r.path()) else { continue };
+            for x in restarts.flatten() {
+                let Some(restart) = x.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+                out.push((attempt, replica.clone(), restart, x.path()));
+            }
+        }
+    }
+    out
+}
+
+/// Entries that arrived since `cursor`, ordered by time.
+pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor: &mut Cursor) -> Result<Vec<Entry>, StoreError> {
+    let mut out = Vec::new();
+    for e in store.events(job, cursor.event_seq)? {
+        cursor.event_seq = e.seq;
+        if sel.attempt.is_some_and(|a| a != e.attempt) {
+            continue;
+        }
+        if let Some(r) = &sel.replica {
+            if e.replica.as_deref() != Some(r.as_str()) && e.replica.is_some() {
+                continue;
+            }
+        }
+        out.push(Entry {
+            time: Timestamp::from_micros(e.time).to_rfc3339(),
+            attempt: e.attempt,
+            replica: e.replica.unwrap_or_else(|| "service".into()),
+            restart: 0,
+            stream: "event".into(),
+            text: e.text,
+            micros: e.time,
+        });
+    }
+    for (attempt, replica, restart, dir) in run_dirs(&data_dir.join("runs").join(job.to_string())) {
+        if sel.attempt.is_some_and(|a| a != attempt) || sel.replica.as_ref().is_some_and(|r| *r != replica) {
+            continue;
+        }
+        let offset = cursor.offsets.get(&dir).copied().unwrap_or(0);
+        let Ok((entries, next)) = trainyard_backend::read_log(&dir, offset) else { continue };
+        cursor.offsets.insert(dir, next);
+        for e in entries {
+            let micros = Timestamp::parse_rfc3339(&e.time).map(|t| t.micros()).unwrap_or(0);
+            out.push(Entry { time: e.time, attempt, replica: replica.clone(), restart, stream: e.stream, text: e.text, micros });
+        }
+    }
+    out.sort_by_key(|e| e.micros);
+    Ok(out)
+}
