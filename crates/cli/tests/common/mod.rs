@@ -1,0 +1,229 @@
+//! A real `trainyard serve` on a free loopback port, in a temporary data directory, and an
+//! HTTP client for it. Dropping the server stops it and every replica it started.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_trainyard");
+
+pub struct Server {
+    pub child: Option<Child>,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    agent: ureq::Agent,
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// A config for tests: short grace period, optional extra TOML.
+pub fn config_text(extra: &str) -> String {
+    format!("[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n{extra}\n")
+}
+
+impl Server {
+    pub fn start(extra_config: &str) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("trainyard.toml");
+        std::fs::write(&config, config_text(extra_config)).expect("config");
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut s = Server { child: None, port: free_port(), dir, config, agent };
+        s.spawn();
+        s
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Start (or start again) the server process and wait until it answers.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))
+            .expect("log");
+        let child = Command::new(BIN)
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.agent.get(&format!("http://127.0.0.1:{}/healthz", self.port)).call() {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    panic!("server exited at start ({status}):\n{}", self.server_log());
+                }
+            }
+            assert!(Instant::now() < deadline, "server did not come up:\n{}", self.server_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL the server (its replicas' shims live on).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn jobs_url(&self, project: &str) -> String {
+        self.url(&format!("/v1/projects/{project}/locations/us-central1/customJobs"))
+    }
+
+    /// (status, body as JSON or Null).
+    pub fn call(&self, method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
+        let mut req = ureq::http::Request::builder().method(method).uri(url);
+        if body.is_some() {
+            req = req.header("Content-Type", "application/json");
+        }
+        let req = req.body(body.unwrap_or("").to_string()).expect("request");
+        let mut resp = self.agent.run(req).expect("http");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub fn create(&self, project: &str, job: &Value) -> Value {
+        let (status, body) = self.call("POST", &self.jobs_url(project), Some(&job.to_string()));
+        assert_eq!(status, 200, "create failed: {body}");
+        body
+    }
+
+    pub fn get(&self, name: &str) -> Value {
+        let (status, body) = self.call("GET", &self.url(&format!("/v1/{name}")), None);
+        assert_eq!(status, 200, "get {name}: {body}");
+        body
+    }
+
+    /// Poll the job until `pred` holds; panics with the job and the server log at the deadline.
+    pub fn wait_for(&self, name: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let j = self.get(name);
+            if pred(&j) {
+                return j;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting on {name}: {j:#}\nlogs:\n{}\nserver log:\n{}", self.logs_text(name), self.server_log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn wait_terminal(&self, name: &str, secs: u64) -> Value {
+        self.wait_for(name, secs, |j| {
+            matches!(j["state"].as_str(), Some("JOB_STATE_SUCCEEDED" | "JOB_STATE_FAILED" | "JOB_STATE_CANCELLED"))
+        })
+    }
+
+    /// The job's log entries (the logs extension), as JSON values.
+    pub fn logs(&self, name: &str) -> Vec<Value> {
+        let mut resp = self.agent.get(&self.url(&format!("/v1/{name}/logs"))).call().expect("logs");
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    pub fn logs_text(&self, name: &str) -> String {
+        self.logs(name)
+            .iter()
+            .map(|e| format!("{} {}: {}", e["replica"].as_str().unwrap_or(""), e["stream"].as_str().unwrap_or(""), e["text"].as_str().unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        // Stop every shim of this data directory (SIGTERM: they stop their programs).
+        let marker = self.data_dir().display().to_string();
+        for pid in pids_with(&marker) {
+            // SAFETY: kill(2) has no memory effects.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !pids_with(&marker).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Pids of live processes whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        // A zombie has an empty cmdline; only live processes count.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && cmd.contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A one-pool CustomJob running `sh -c SCRIPT`.
+pub fn sh_job(name: &str, script: &str) -> Value {
+    json!({
+        "displayName": name,
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"},
+            "replicaCount": "1",
+            "containerSpec": {"imageUri": "python:3.11", "command": ["sh", "-c", script]}
+        }]}
+    })
+}
+
+pub fn name_of(job: &Value) -> String {
+    job["name"].as_str().expect("name").to_string()
+}
+
+pub fn id_of(job: &Value) -> u64 {
+    name_of(job).rsplit('/').next().and_then(|s| s.parse().ok()).expect("id")
+}
+
+/// `<data>/runs/<job>/<attempt>/<replica>/<restart>`.
+pub fn run_dir(data: &Path, job: u64, attempt: u32, replica: &str, restart: u32) -> PathBuf {
+    data.join("runs").join(job.to_string()).join(attempt.to_string()).join(replica).join(restart.to_string())
+}

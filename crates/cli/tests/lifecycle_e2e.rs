@@ -1,0 +1,264 @@
+//! End-to-end lifecycle tests: a real server, real processes, over HTTP.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn state(j: &Value) -> &str {
+    j["state"].as_str().unwrap_or("")
+}
+
+/// L6, L7, L8, L17, L22: a two-pool job gets its environment, runs, succeeds when the
+/// primary exits 0 (the worker is shut down), and its logs hold every line.
+#[test]
+fn l8_l17_multi_replica_success() {
+    let s = Server::start("");
+    let job = json!({
+        "displayName": "multi",
+        "labels": {"team": "nlp"},
+        "jobSpec": {"workerPoolSpecs": [
+            {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+             "containerSpec": {"imageUri": "i", "command": ["sh", "-c",
+                "echo primary rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT; echo \"tf=$TF_CONFIG\"; sleep 1"]}},
+            {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 2,
+             "containerSpec": {"imageUri": "i", "command": ["sh", "-c", "echo worker rank=$RANK job=$CLOUD_ML_JOB_ID; sleep 60"],
+                               "env": [{"name": "MY_VAR", "value": "x"}]}}
+        ]}
+    });
+    let created = s.create("p", &job);
+    let name = name_of(&created);
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}");
+    assert!(done["startTime"].is_string() && done["endTime"].is_string(), "{done:#}");
+    assert!(done.get("error").is_none());
+    assert_eq!(done["labels"]["team"], "nlp");
+    let text = s.logs_text(&name);
+    assert!(text.contains("primary rank=0 world=3 master=127."), "{text}");
+    assert!(text.contains("worker rank=1"), "{text}");
+    assert!(text.contains("worker rank=2"), "{text}");
+    assert!(text.contains(&format!("job={}", id_of(&created))), "{text}");
+    assert!(text.contains("\"type\":\"chief\""), "{text}");
+    for event in ["Job queued.", "Job is running.", "Job completed successfully."] {
+        assert!(text.contains(event), "missing {event}: {text}");
+    }
+    // L20: the workers were shut down.
+    assert!(pids_with(&format!("job={}", id_of(&created))).is_empty());
+}
+
+/// L13: a replica that exits non-zero fails the job with code 3, the replica's name, its
+/// exit status and the tail of its stderr.
+#[test]
+fn l13_user_error_with_stderr_tail() {
+    let s = Server::start("");
+    let j = s.create("p", &sh_job("fail", "echo 'Traceback (most recent call last):' >&2; echo 'ValueError: bad lr' >&2; exit 3"));
+    let done = s.wait_terminal(&name_of(&j), 30);
+    assert_eq!(state(&done), "JOB_STATE_FAILED");
+    assert_eq!(done["error"]["code"], 3);
+    let m = done["error"]["message"].as_str().unwrap();
+    assert!(m.starts_with("The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error."), "{m}");
+    assert!(m.contains("ValueError: bad lr"), "{m}");
+}
+
+/// L13: a program that cannot be started is a StartError.
+#[test]
+fn l13_start_error() {
+    let s = Server::start("");
+    let mut job = sh_job("nostart", "");
+    job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] = json!(["/nonexistent/train"]);
+    let j = s.create("p", &job);
+    let done = s.wait_terminal(&name_of(&j), 30);
+    assert_eq!(state(&done), "JOB_STATE_FAILED");
+    let m = done["error"]["message"].as_str().unwrap();
+    assert!(m.contains("Termination reason: StartError."), "{m}");
+    assert!(m.contains("/nonexistent/train"), "{m}");
+}
+
+/// L13, L12: a transient exit code (134) retries the whole job; the retry succeeds.
+#[test]
+fn l13_transient_exit_code_retries_job() {
+    let s = Server::start("");
+    let marker = s.dir.path().join("first-run-done");
+    let script = format!("if [ -e {m} ]; then echo second; exit 0; else touch {m}; exit 134; fi", m = marker.display());
+    let j = s.create("p", &sh_job("transient", &script));
+    let name = name_of(&j);
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name));
+    let text = s.logs_text(&name);
+    assert!(text.contains("Job retry 1 of 3: replica workerpool0-0 exited with transient status 134"), "{text}");
+    assert!(run_dir(&s.data_dir(), id_of(&j), 1, "workerpool0-0", 0).exists(), "attempt 1 ran");
+}
+
+/// L10, L11: a replica killed by a signal is restarted on its own (same attempt).
+#[test]
+fn l10_non_permanent_failure_restarts_replica() {
+    let s = Server::start("");
+    let marker = s.dir.path().join("killed-once");
+    let script = format!("if [ -e {m} ]; then echo resumed; exit 0; else touch {m}; kill -9 $$; fi", m = marker.display());
+    let j = s.create("p", &sh_job("restart", &script));
+    let name = name_of(&j);
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name));
+    let text = s.logs_text(&name);
+    assert!(text.contains("was killed by signal 9; restarting it (1 of 5)"), "{text}");
+    assert!(run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 1).exists(), "restart 1 of attempt 0 ran");
+}
+
+/// L14: a real memory hog under its machine type's limit is OOM-killed: FAILED, code 8.
+#[test]
+fn l14_out_of_memory() {
+    let s = Server::start("");
+    let job = json!({
+        "displayName": "oom",
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-1"}, "replicaCount": "1",
+            "containerSpec": {"imageUri": "i", "command": ["python3", "-c",
+                "chunks = []\nwhile True:\n    chunks.append(bytearray(64 * 1024 * 1024))\n"]}
+        }]}
+    });
+    let j = s.create("p", &job);
+    let done = s.wait_terminal(&name_of(&j), 60);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done:#}");
+    assert_eq!(done["error"]["code"], 8, "{done:#}");
+    assert_eq!(
+        done["error"]["message"],
+        "The replica workerpool0-0 ran out of memory and exited with a non-zero status of 137."
+    );
+}
+
+/// L18, L20: cancel shuts every process of the job down, children included, and ends
+/// CANCELLED with code 1.
+#[test]
+fn l18_l20_cancel_leaves_nothing_behind() {
+    let s = Server::start("");
+    // A unique sleep length tags the job's processes: a child, a setsid grandchild, itself.
+    let secs = 300_000 + free_port() as u32;
+    let tag = format!("sleep {secs}");
+    let script = format!("{tag} & setsid {tag} & {tag}");
+    let j = s.create("p", &sh_job("cancel-me", &script));
+    let name = name_of(&j);
+    s.wait_for(&name, 30, |j| state(j) == "JOB_STATE_RUNNING");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!pids_with(&tag).is_empty(), "the job's processes run");
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!((status, body.clone()), (200, json!({})));
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(state(&done), "JOB_STATE_CANCELLED");
+    assert_eq!(done["error"]["code"], 1);
+    assert!(pids_with(&tag).is_empty(), "processes left: {:?}", pids_with(&tag));
+    // L18: cancelling a terminal job is refused.
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["status"], "FAILED_PRECONDITION");
+}
+
+/// L19: a job over its scheduling.timeout is shut down and FAILED with code 4.
+#[test]
+fn l19_timeout() {
+    let s = Server::start("");
+    let mut job = sh_job("timeout", "sleep 120");
+    job["jobSpec"]["scheduling"] = json!({"timeout": "2s"});
+    let j = s.create("p", &job);
+    let done = s.wait_terminal(&name_of(&j), 30);
+    assert_eq!(state(&done), "JOB_STATE_FAILED");
+    assert_eq!(done["error"]["code"], 4, "{done:#}");
+}
+
+/// L3, L4, L5: with a quota of 8 CPUs, a second n1-standard-4 x2 job waits QUEUED and runs
+/// when the first ends; a job above the limit is refused with 429 naming the metric.
+#[test]
+fn l3_l4_l5_quota() {
+    let s = Server::start("[quotas.default]\ncustom_model_training_cpus = 8\n");
+    let mut two = sh_job("big", "sleep 2");
+    two["jobSpec"]["workerPoolSpecs"] = json!([
+        {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1", "containerSpec": {"imageUri": "i", "command": ["sleep", "2"]}},
+        {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1", "containerSpec": {"imageUri": "i", "command": ["sleep", "60"]}}
+    ]);
+    let a = s.create("p", &two);
+    assert_eq!(state(&a), "JOB_STATE_PENDING", "admitted at once: {a:#}");
+    let b = s.create("p", &two);
+    assert_eq!(state(&b), "JOB_STATE_QUEUED");
+    let (status, body) = s.call("POST", &s.jobs_url("p"), Some(&{
+        let mut huge = two.clone();
+        huge["jobSpec"]["workerPoolSpecs"][1]["replicaCount"] = json!(3);
+        huge.to_string()
+    }));
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED");
+    assert!(body["error"]["message"].as_str().unwrap().contains("custom_model_training_cpus"));
+    let a_done = s.wait_terminal(&name_of(&a), 30);
+    assert_eq!(state(&a_done), "JOB_STATE_SUCCEEDED");
+    let b_done = s.wait_terminal(&name_of(&b), 30);
+    assert_eq!(state(&b_done), "JOB_STATE_SUCCEEDED");
+    assert!(s.logs_text(&name_of(&b)).contains("Waiting for quota: custom_model_training_cpus: needs 8, 8 of 8 in use."));
+}
+
+/// L21: the checkpoint directory is the same for every restart and retry.
+#[test]
+fn l21_checkpoint_dir_kept_across_restarts() {
+    let s = Server::start("");
+    let script = "d=$AIP_CHECKPOINT_DIR; echo dir=$d; if [ -e $d/ckpt ]; then echo resumed; exit 0; fi; echo 1 > $d/ckpt; kill -9 $$";
+    let mut job = sh_job("ckpt", script);
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://bucket/ckpt-test"});
+    let j = s.create("p", &job);
+    let name = name_of(&j);
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name));
+    let text = s.logs_text(&name);
+    let dirs: Vec<&str> = text.lines().filter(|l| l.contains("dir=")).collect();
+    assert_eq!(dirs.len(), 2, "{text}");
+    assert_eq!(dirs[0].split("dir=").nth(1), dirs[1].split("dir=").nth(1));
+    assert!(text.contains("resumed"));
+    assert!(s.data_dir().join("storage/bucket/ckpt-test/checkpoints/ckpt").exists());
+}
+
+/// L23: the server is killed with SIGKILL while jobs are QUEUED, RUNNING, in the middle of
+/// a replica restart, and finishing. Started again it has every job; running replicas were
+/// adopted, not restarted; and every job ends by the rules.
+#[test]
+fn l23_server_killed_and_restarted() {
+    let mut s = Server::start("[quotas.default]\ncustom_model_training_cpus = 12\n");
+    let tmp = s.dir.path().to_path_buf();
+    // A: runs across the outage and finishes after it.
+    let a = s.create("p", &sh_job("running", "sleep 3; echo A done"));
+    // B: killed by a signal once (restart), then runs across the outage.
+    let m = tmp.join("b-killed");
+    let b = s.create("p", &sh_job("restarting", &format!("if [ -e {m} ]; then sleep 3; echo B done; exit 0; fi; touch {m}; sleep 0.5; kill -9 $$", m = m.display())));
+    // C: finishes while the server is down.
+    let c = s.create("p", &sh_job("finishing", "sleep 1; echo C done; exit 0"));
+    // D: QUEUED (quota 12 = three n1-standard-4).
+    let d = s.create("p", &sh_job("queued", "echo D done"));
+    assert_eq!(state(&d), "JOB_STATE_QUEUED");
+    let (an, bn, cn, dn) = (name_of(&a), name_of(&b), name_of(&c), name_of(&d));
+    s.wait_for(&an, 30, |j| state(j) == "JOB_STATE_RUNNING");
+    // Wait until B's first run was killed and its restart started.
+    let b_restart = run_dir(&s.data_dir(), id_of(&b), 0, "workerpool0-0", 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !b_restart.join("started.json").exists() {
+        assert!(std::time::Instant::now() < deadline, "B never restarted:\n{}", s.logs_text(&bn));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a_started = std::fs::read_to_string(run_dir(&s.data_dir(), id_of(&a), 0, "workerpool0-0", 0).join("started.json")).unwrap();
+    s.kill9();
+    // C finishes while the server is down.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.spawn();
+    // Every job is there.
+    for n in [&an, &bn, &cn, &dn] {
+        s.get(n);
+    }
+    for (n, want) in [(&an, "A done"), (&bn, "B done"), (&cn, "C done"), (&dn, "D done")] {
+        let done = s.wait_terminal(n, 60);
+        assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{n}: {done:#}\n{}", s.logs_text(n));
+        assert!(s.logs_text(n).contains(want), "{n}: {}", s.logs_text(n));
+    }
+    // A's replica was adopted: same run, same process, no restart.
+    let a_after = std::fs::read_to_string(run_dir(&s.data_dir(), id_of(&a), 0, "workerpool0-0", 0).join("started.json")).unwrap();
+    assert_eq!(a_started, a_after);
+    assert!(!run_dir(&s.data_dir(), id_of(&a), 0, "workerpool0-0", 1).exists(), "A was not restarted");
+    // B kept its counters: one restart, no second.
+    assert!(!run_dir(&s.data_dir(), id_of(&b), 0, "workerpool0-0", 2).exists());
+    assert!(!run_dir(&s.data_dir(), id_of(&b), 1, "workerpool0-0", 0).exists(), "B was not retried");
+}
