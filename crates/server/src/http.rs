@@ -441,6 +441,23 @@ async fn method_not_allowed() -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
+/// Refuse a body announced larger than the limit before reading any of it (413 in the
+/// API's error shape); bodies without a length are limited while they are read.
+async fn limit_announced_body(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large(ApiError::new(
+            trainyard_api::Code::OutOfRange,
+            format!("The request body is larger than the limit of {MAX_BODY} bytes."),
+        ));
+    }
+    next.run(req).await
+}
+
 pub fn router(state: AppState) -> Router {
     let jobs = "/v1/projects/{project}/locations/{region}/customJobs";
     Router::new()
@@ -452,6 +469,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(limit_announced_body))
         .with_state(state)
 }
 

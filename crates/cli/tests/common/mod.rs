@@ -34,7 +34,9 @@ impl Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("trainyard.toml");
         std::fs::write(&config, config_text(extra_config)).expect("config");
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        // No connection reuse: a server may close a connection after an error response.
+        let agent: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
         let mut s = Server { child: None, port: free_port(), dir, config, agent };
         s.spawn();
         s
@@ -103,12 +105,20 @@ impl Server {
 
     /// (status, body as JSON or Null).
     pub fn call(&self, method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
+        self.call_raw(method, url, body.map(|b| b.as_bytes().to_vec()), "application/json")
+    }
+
+    /// A request with raw bytes and a content type of the caller's choice.
+    pub fn call_raw(&self, method: &str, url: &str, body: Option<Vec<u8>>, content_type: &str) -> (u16, Value) {
         let mut req = ureq::http::Request::builder().method(method).uri(url);
         if body.is_some() {
-            req = req.header("Content-Type", "application/json");
+            req = req.header("Content-Type", content_type);
         }
-        let req = req.body(body.unwrap_or("").to_string()).expect("request");
-        let mut resp = self.agent.run(req).expect("http");
+        let sent = match body {
+            Some(b) => self.agent.run(req.body(b).expect("request")),
+            None => self.agent.run(req.body(()).expect("request")),
+        };
+        let mut resp = sent.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
         let status = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap_or_default();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))

@@ -1,0 +1,196 @@
+//! The REST API over HTTP: the managed service's JSON rules, its errors for bad input
+//! (each in the `{"error": ...}` shape, each changing nothing), get/list/delete.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn good() -> Value {
+    sh_job("good", "exit 0")
+}
+
+/// Nothing stored: the project's list is empty.
+fn assert_nothing_stored(s: &Server, project: &str) {
+    let (status, body) = s.call("GET", &s.jobs_url(project), None);
+    assert_eq!(status, 200);
+    assert!(body.get("customJobs").is_none(), "something was stored: {body}");
+}
+
+fn assert_error(status: u16, body: &Value, want_status: u16, want_name: &str, needle: &str) {
+    assert_eq!(status, want_status, "{body}");
+    assert_eq!(body["error"]["code"], want_status, "{body}");
+    assert_eq!(body["error"]["status"], want_name, "{body}");
+    let m = body["error"]["message"].as_str().unwrap_or("");
+    assert!(m.contains(needle), "message {m:?} does not name {needle:?}");
+}
+
+/// Announce a body of `len` bytes and send its first kilobyte; read the answer. (The server
+/// refuses by Content-Length before reading the body, then closes the connection.)
+fn oversized_post(s: &Server, path: &str, len: usize) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n{{\"displayName\": \""
+    );
+    c.write_all(head.as_bytes()).expect("write");
+    let _ = c.write_all(&vec![b'x'; 1024]);
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text);
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[test]
+fn bad_requests_are_refused_naming_the_field() {
+    let s = Server::start("");
+    let url = s.jobs_url("bad");
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut j = good();
+        f(&mut j);
+        j.to_string()
+    };
+    let cases: Vec<(String, &str)> = vec![
+        ("{\"displayName\": \"x\",".to_string(), "Invalid JSON payload"),
+        ("[1,2]".to_string(), "custom_job"),
+        (with(&|j| j["displayName"] = json!(42)), "display_name"),
+        (with(&|j| j["colour"] = json!("blue")), "colour"),
+        (with(&|j| j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["gpus"] = json!(1)), "gpus"),
+        (with(&|j| j.as_object_mut().unwrap().remove("displayName").map(|_| ()).unwrap_or(())), "displayName"),
+        (with(&|j| j["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] = json!(2)), "jobSpec.workerPoolSpecs[0].replicaCount"),
+        (with(&|j| j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] = json!("n9-giant")), "jobSpec.workerPoolSpecs[0].machineSpec.machineType"),
+        (
+            with(&|j| {
+                j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = json!("NVIDIA_TESLA_T4");
+                j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorCount"] = json!(3);
+            }),
+            "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorCount",
+        ),
+        (with(&|j| j["jobSpec"]["scheduling"] = json!({"timeout": "-5s"})), "timeout"),
+        (with(&|j| j["jobSpec"]["scheduling"] = json!({"timeout": "soon"})), "timeout"),
+        (with(&|j| j["labels"] = json!({"Team": "x"})), "labels"),
+        (with(&|j| j["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://b/../../etc"})), "baseOutputDirectory"),
+        (with(&|j| j["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "/etc/trainyard"})), "baseOutputDirectory"),
+        (with(&|j| j["jobSpec"]["workerPoolSpecs"] = json!([])), "workerPoolSpecs"),
+    ];
+    for (body, needle) in cases {
+        let (status, resp) = s.call("POST", &url, Some(&body));
+        assert_error(status, &resp, 400, "INVALID_ARGUMENT", needle);
+    }
+    // Invalid UTF-8 and deeply nested JSON.
+    let (status, resp) = s.call_raw("POST", &url, Some(b"{\"displayName\": \"\xff\"}".to_vec()), "application/json");
+    assert_error(status, &resp, 400, "INVALID_ARGUMENT", "UTF-8");
+    // A body that is not JSON by its content type.
+    let (status, resp) = s.call_raw("POST", &url, Some(good().to_string().into_bytes()), "text/plain");
+    assert_error(status, &resp, 400, "INVALID_ARGUMENT", "Content-Type");
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let (status, resp) = s.call("POST", &url, Some(&deep));
+    assert_error(status, &resp, 400, "INVALID_ARGUMENT", "Nesting");
+    // A huge body: 413 in the error shape.
+    let (status, resp) = oversized_post(&s, "/v1/projects/bad/locations/us-central1/customJobs", 2 * 1024 * 1024);
+    assert_eq!(status, 413, "{resp}");
+    assert!(resp["error"]["message"].as_str().unwrap().contains("limit"), "{resp}");
+    assert_nothing_stored(&s, "bad");
+}
+
+#[test]
+fn unknown_jobs_routes_and_methods() {
+    let s = Server::start("");
+    let j = s.create("mine", &good());
+    let name = name_of(&j);
+    let id = id_of(&j);
+    // Another project's job is not found; so is an unknown id.
+    let (st, b) = s.call("GET", &format!("{}/{id}", s.jobs_url("other")), None);
+    assert_error(st, &b, 404, "NOT_FOUND", "does not exist");
+    let (st, b) = s.call("GET", &format!("{}/999999", s.jobs_url("mine")), None);
+    assert_error(st, &b, 404, "NOT_FOUND", "999999");
+    let (st, b) = s.call("POST", &format!("{}/{id}:cancel", s.jobs_url("other")), Some("{}"));
+    assert_error(st, &b, 404, "NOT_FOUND", "does not exist");
+    // A non-numeric id.
+    let (st, b) = s.call("GET", &format!("{}/abc", s.jobs_url("mine")), None);
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "abc");
+    // Unknown route and wrong method.
+    let (st, b) = s.call("GET", &s.url("/v1/nothing/here"), None);
+    assert_error(st, &b, 404, "NOT_FOUND", "not found");
+    let (st, b) = s.call("PUT", &s.jobs_url("mine"), Some("{}"));
+    assert_eq!(st, 405, "{b}");
+    assert!(b["error"]["message"].is_string());
+    // A bad $alt.
+    let (st, b) = s.call("GET", &format!("{}?$alt=proto", s.url(&format!("/v1/{name}"))), None);
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "$alt");
+    s.wait_terminal(&name, 30);
+}
+
+/// The official SDK sends `$alt=json;enum-encoding=int` and numeric enums.
+#[test]
+fn numeric_enums_in_and_out() {
+    let s = Server::start("");
+    let mut job = good();
+    job["jobSpec"]["scheduling"] = json!({"strategy": 1, "timeout": "3600s"});
+    let (st, created) = s.call("POST", &format!("{}?%24alt=json%3Benum-encoding%3Dint", s.jobs_url("p")), Some(&job.to_string()));
+    assert_eq!(st, 200, "{created}");
+    assert!(created["state"].is_number(), "{created}");
+    assert_eq!(created["jobSpec"]["scheduling"]["strategy"], 1);
+    assert_eq!(created["jobSpec"]["workerPoolSpecs"][0]["replicaCount"], "1", "int64 as a string");
+    let name = name_of(&created);
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(done["jobSpec"]["scheduling"]["strategy"], "ON_DEMAND");
+    assert_eq!(done["jobSpec"]["scheduling"]["timeout"], "3600s");
+    assert!(done["createTime"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn list_pages_newest_first_and_tokens_are_checked() {
+    let s = Server::start("");
+    let mut names = Vec::new();
+    for i in 0..5 {
+        names.push(name_of(&s.create("p", &sh_job(&format!("j{i}"), "exit 0"))));
+    }
+    let (st, page1) = s.call("GET", &format!("{}?pageSize=2", s.jobs_url("p")), None);
+    assert_eq!(st, 200);
+    let got: Vec<&str> = page1["customJobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
+    assert_eq!(got, [names[4].as_str(), names[3].as_str()]);
+    let token = page1["nextPageToken"].as_str().unwrap().to_string();
+    // Jobs created between pages do not disturb the next page.
+    s.create("p", &sh_job("late", "exit 0"));
+    let (_, page2) = s.call("GET", &format!("{}?pageSize=2&pageToken={token}", s.jobs_url("p")), None);
+    let got: Vec<&str> = page2["customJobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
+    assert_eq!(got, [names[2].as_str(), names[1].as_str()]);
+    // An altered token, or one from another query, is refused.
+    let mut altered = token.clone();
+    altered.replace_range(0..1, if altered.starts_with('1') { "2" } else { "1" });
+    let (st, b) = s.call("GET", &format!("{}?pageToken={altered}", s.jobs_url("p")), None);
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "pageToken");
+    let (st, b) = s.call("GET", &format!("{}?pageToken={token}", s.jobs_url("q")), None);
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "pageToken");
+    // The last page has no token.
+    let (_, last) = s.call("GET", &format!("{}?pageSize=100", s.jobs_url("p")), None);
+    assert_eq!(last["customJobs"].as_array().unwrap().len(), 6);
+    assert!(last.get("nextPageToken").is_none());
+}
+
+#[test]
+fn delete_returns_an_operation_and_removes_logs() {
+    let s = Server::start("");
+    let j = s.create("p", &sh_job("del", "sleep 30"));
+    let name = name_of(&j);
+    s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let (st, b) = s.call("DELETE", &s.url(&format!("/v1/{name}")), None);
+    assert_error(st, &b, 400, "FAILED_PRECONDITION", "cannot be deleted");
+    s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    s.wait_terminal(&name, 30);
+    let runs = s.data_dir().join("runs").join(id_of(&j).to_string());
+    assert!(runs.exists());
+    let (st, op) = s.call("DELETE", &s.url(&format!("/v1/{name}")), None);
+    assert_eq!(st, 200, "{op}");
+    assert_eq!(op["done"], true);
+    assert_eq!(op["metadata"]["@type"], "type.googleapis.com/google.cloud.aiplatform.v1.DeleteOperationMetadata");
+    assert_eq!(op["response"]["@type"], "type.googleapis.com/google.protobuf.Empty");
+    let (st, again) = s.call("GET", &s.url(&format!("/v1/{}", op["name"].as_str().unwrap())), None);
+    assert_eq!((st, &again), (200, &op));
+    let (st, _) = s.call("GET", &s.url(&format!("/v1/{name}")), None);
+    assert_eq!(st, 404);
+    assert!(!runs.exists(), "run directories removed");
+}
