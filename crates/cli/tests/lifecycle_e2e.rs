@@ -262,3 +262,49 @@ fn l23_server_killed_and_restarted() {
     assert!(!run_dir(&s.data_dir(), id_of(&b), 0, "workerpool0-0", 2).exists());
     assert!(!run_dir(&s.data_dir(), id_of(&b), 1, "workerpool0-0", 0).exists(), "B was not retried");
 }
+
+/// The default node overcommits: an `a2-highgpu-1g` primary runs a CPU-only program, with
+/// a warning in the job's log, under its machine type's memory limit (L14).
+#[test]
+fn missing_accelerator_runs_with_warning() {
+    let s = Server::start_builtin();
+    let job = json!({
+        "displayName": "gpu",
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1},
+            "replicaCount": "1",
+            "containerSpec": {"imageUri": "i", "command": ["sh", "-c", "echo cpu only"]}
+        }]}
+    });
+    let j = s.create("p", &job);
+    let name = name_of(&j);
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED");
+    let text = s.logs_text(&name);
+    assert!(text.contains("asks for 1 x NVIDIA_TESLA_A100 but node local has 0"), "{text}");
+}
+
+/// pythonPackageSpec: the package is installed into the job's venv and
+/// `python -m MODULE ARGS` runs.
+#[test]
+fn python_package_spec_runs_module() {
+    let s = Server::start("");
+    let pkg = s.dir.path().join("pkg");
+    std::fs::create_dir_all(pkg.join("trainer")).unwrap();
+    std::fs::write(pkg.join("setup.py"), "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n").unwrap();
+    std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
+    std::fs::write(pkg.join("trainer/task.py"), "import sys\nprint('task args', sys.argv[1:])\n").unwrap();
+    let job = json!({
+        "displayName": "pkg",
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": [pkg.display().to_string()],
+                                  "pythonModule": "trainer.task", "args": ["--lr", "0.1"]}
+        }]}
+    });
+    let j = s.create("p", &job);
+    let name = name_of(&j);
+    let done = s.wait_terminal(&name, 180);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&name));
+    assert!(s.logs_text(&name).contains("task args ['--lr', '0.1']"), "{}", s.logs_text(&name));
+}

@@ -65,8 +65,9 @@ impl Quotas {
 /// What the scheduler decided for one job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// Admit (L5) or place again (L15): `nodes[i]` runs replica i.
-    Place { job: u64, nodes: Vec<String> },
+    /// Admit (L5) or place again (L15): `nodes[i]` runs replica i. `warnings` say what an
+    /// overcommitting node lacks (the replica runs anyway).
+    Place { job: u64, nodes: Vec<String>, warnings: Vec<String> },
     /// L15: the fleet cannot hold the attempt for reasons outside the queue.
     Stockout { job: u64, detail: String },
     /// The job keeps waiting; `reason` says why in plain words.
@@ -168,9 +169,24 @@ pub fn schedule(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micros) -> V
                 continue;
             }
         }
+        let mut warnings = Vec::new();
         let placed = if fleet.overcommit {
-            // Everything on the first usable node; CPU and memory are shared.
-            usable.first().map(|n| vec![n.name.clone(); job.replicas.len()])
+            // Everything on the first usable node; CPU and memory are shared, and a missing
+            // accelerator is a warning, not a refusal.
+            usable.first().map(|n| {
+                for (r, d) in job.replicas.iter().zip(&job.demand.replicas) {
+                    if let Some((a, c)) = &d.accelerator {
+                        let have = n.accelerators.get(a).copied().unwrap_or(0);
+                        if have < *c {
+                            warnings.push(format!(
+                                "Warning: replica {} asks for {c} x {a} but node {} has {have}; it runs without them.",
+                                r.name, n.name
+                            ));
+                        }
+                    }
+                }
+                vec![n.name.clone(); job.replicas.len()]
+            })
         } else {
             place_all(&job.demand.replicas, &usable, &mut free)
         };
@@ -181,7 +197,7 @@ pub fn schedule(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micros) -> V
                         *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
                     }
                 }
-                out.push(Decision::Place { job: job.id, nodes });
+                out.push(Decision::Place { job: job.id, nodes, warnings });
             }
             None => {
                 // Would it fit the usable fleet if no other job held anything?

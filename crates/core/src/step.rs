@@ -17,8 +17,9 @@ use crate::run::{Outcome, RunId};
 pub enum Event {
     /// The scheduler admitted the job (L5) or placed it again after a stockout (L15):
     /// `nodes[i]` runs replica i; `addresses[i]` is its address for the life of the job
-    /// (L8), given at the first placement (empty later: replicas keep theirs).
-    Place { nodes: Vec<String>, addresses: Vec<String> },
+    /// (L8), given at the first placement (empty later: replicas keep theirs). `notes` go
+    /// to the job's log (e.g. an accelerator the node lacks).
+    Place { nodes: Vec<String>, addresses: Vec<String>, notes: Vec<String> },
     /// L15: the region has no capacity for the attempt (not a quota matter).
     Stockout { detail: String },
     /// A replica's program started (L7).
@@ -86,7 +87,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
     }
     let mut cx = Cx { job: job.clone(), effects: Vec::new(), now, settings };
     match event {
-        Event::Place { nodes, addresses } => cx.place(nodes, addresses),
+        Event::Place { nodes, addresses, notes } => cx.place(nodes, addresses, notes),
         Event::Stockout { detail } => cx.stockout(detail),
         Event::Started { run } => cx.started(&run),
         Event::Exited { run, outcome, stderr_tail } => cx.exited(&run, outcome, stderr_tail),
@@ -184,7 +185,7 @@ impl Cx<'_> {
     }
 
     /// L5 admission, or L15 placement again after a stockout.
-    fn place(&mut self, nodes: Vec<String>, addresses: Vec<String>) {
+    fn place(&mut self, nodes: Vec<String>, addresses: Vec<String>, notes: Vec<String>) {
         let n = self.job.replicas.len();
         if !self.job.wants_placement(self.now) || nodes.len() != n || !(addresses.is_empty() || addresses.len() == n) {
             return;
@@ -200,6 +201,9 @@ impl Cx<'_> {
             r.node = Some(node);
         }
         self.job.waiting_reason = None;
+        for n in notes {
+            self.log(None, n);
+        }
         self.launch_attempt();
     }
 

@@ -112,7 +112,7 @@ fn run_ops(pools: &[u32], restart_job: bool, disable: bool, flex: bool, ops: Vec
     for op in ops {
         let names: Vec<String> = job.replicas.iter().map(|r| r.name.clone()).collect();
         let event = match op {
-            Op::Place => Event::Place { nodes: vec!["a".into(); names.len()], addresses: vec![] },
+            Op::Place => Event::Place { nodes: vec!["a".into(); names.len()], addresses: vec![], notes: vec![] },
             Op::Stockout => Event::Stockout { detail: "x".into() },
             Op::Start(k) => match nth(&world.launching, k) {
                 Some(run) => {
@@ -232,7 +232,7 @@ fn apply(jobs: &mut [Job], decisions: &[Decision], now: Micros) {
     let s = Settings::default();
     for d in decisions {
         let (id, e) = match d {
-            Decision::Place { job, nodes } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![] }),
+            Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
             Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
             Decision::Wait { .. } => continue,
         };
@@ -298,7 +298,7 @@ fn l15_capacity_held_vs_stockout() {
     let mut jobs = vec![queued(1, "p", 8, 2, 0), queued(2, "p", 8, 1, 1)];
     let refs: Vec<&Job> = jobs.iter().collect();
     let d = schedule(&refs, &fleet, &quotas, 10);
-    assert!(matches!(&d[0], Decision::Place { job: 1, nodes } if nodes == &["n1", "n2"]), "gang placement: {d:?}");
+    assert!(matches!(&d[0], Decision::Place { job: 1, nodes, .. } if nodes == &["n1", "n2"]), "gang placement: {d:?}");
     assert!(matches!(&d[1], Decision::Wait { job: 2, reason } if reason.contains("held by other jobs")));
     apply(&mut jobs, &d, 10);
     // Now one node goes down and one is drained: the waiting job cannot fit the usable fleet.
@@ -318,6 +318,18 @@ fn overcommit_places_everything() {
     let d = schedule(&refs, &fleet, &Quotas::default(), 0);
     assert_eq!(d.len(), 2);
     assert!(d.iter().all(|d| matches!(d, Decision::Place { .. })));
+}
+
+/// The default fleet runs a replica whose accelerator the node lacks, with a warning.
+#[test]
+fn overcommit_warns_about_missing_accelerators() {
+    let fleet = Fleet { nodes: vec![node("local", 2)], overcommit: true };
+    let mut job = queued(1, "p", 12, 1, 0);
+    job.demand.replicas[0].accelerator = Some(("NVIDIA_TESLA_A100".into(), 1));
+    let d = schedule(&[&job], &fleet, &Quotas::default(), 0);
+    let [Decision::Place { warnings, .. }] = &d[..] else { panic!("{d:?}") };
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("1 x NVIDIA_TESLA_A100") && warnings[0].contains("workerpool0-0"), "{warnings:?}");
 }
 
 proptest! {

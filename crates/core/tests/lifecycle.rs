@@ -50,7 +50,7 @@ impl H {
     fn place(&mut self) -> &mut Self {
         let n = self.job.replicas.len();
         let addrs = (0..n).map(|i| format!("127.0.0.{}:{}", i + 2, 20000 + i)).collect();
-        self.ev(Event::Place { nodes: vec!["local".into(); n], addresses: addrs })
+        self.ev(Event::Place { nodes: vec!["local".into(); n], addresses: addrs, notes: vec![] })
     }
     fn run(&self, replica: &str) -> RunId {
         let r = self.job.replica(replica).expect("replica");
@@ -123,7 +123,7 @@ fn l1_terminal_is_final() {
     for e in [
         Event::Tick,
         Event::Stockout { detail: "x".into() },
-        Event::Place { nodes: vec!["n".into()], addresses: vec![] },
+        Event::Place { nodes: vec!["n".into()], addresses: vec![], notes: vec![] },
         Event::Started { run: h.run("workerpool0-0") },
     ] {
         let t = step(&before, e, h.now + HOUR, &h.s).unwrap();

@@ -424,7 +424,7 @@ impl Driver {
         let mut next_slot = 0u32;
         for d in decisions {
             match d {
-                Decision::Place { job, nodes } => {
+                Decision::Place { job, nodes, warnings } => {
                     let Some(live) = self.jobs.get(&job) else { continue };
                     // L8: addresses for the life of the job, given at the first placement.
                     let addresses = if live.job.replicas.iter().all(|r| r.address.is_some()) {
@@ -440,7 +440,7 @@ impl Driver {
                             })
                             .collect()
                     };
-                    self.apply(job, Event::Place { nodes, addresses }, now)?.ok();
+                    self.apply(job, Event::Place { nodes, addresses, notes: warnings }, now)?.ok();
                 }
                 Decision::Stockout { job, detail } => {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();

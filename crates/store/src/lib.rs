@@ -419,7 +419,7 @@ mod tests {
         let job = new_job(&mut store, "p");
         assert_eq!(job.id, 1);
         let s = Settings::default();
-        let t = trainyard_core::step(&job, Event::Place { nodes: vec!["local".into()], addresses: vec!["127.0.0.2:20000".into()] }, 10, &s)
+        let t = trainyard_core::step(&job, Event::Place { nodes: vec!["local".into()], addresses: vec!["127.0.0.2:20000".into()], notes: vec![] }, 10, &s)
             .unwrap();
         let outbox = store.commit(&t.job, &t.effects, 10).unwrap();
         assert_eq!(outbox.len(), 1);

@@ -42,6 +42,15 @@ impl Server {
         s
     }
 
+    /// A server on the built-in defaults (no config file at all).
+    pub fn start_builtin() -> Server {
+        let mut s = Server::start("");
+        s.kill9();
+        let _ = std::fs::remove_file(&s.config);
+        s.spawn();
+        s
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -55,8 +64,8 @@ impl Server {
             .expect("log");
         let child = Command::new(BIN)
             .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
-            .arg("--config")
-            .arg(&self.config)
+            .args(if self.config.exists() { vec!["--config".into(), self.config.clone().into_os_string()] } else { vec![] })
+            .env_remove("TRAINYARD_CONFIG")
             .arg("--data-dir")
             .arg(self.data_dir())
             .current_dir(self.dir.path())
