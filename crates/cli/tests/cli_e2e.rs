@@ -1,0 +1,108 @@
+//! `trainyard custom-jobs ...` against a real server.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+fn cli(s: &Server, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("custom-jobs")
+        .args(args)
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "cli")
+        .env_remove("TRAINYARD_TOKEN")
+        .output()
+        .expect("run trainyard")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn create_list_describe_logs_cancel() {
+    let s = Server::start("");
+    let o = cli(
+        &s,
+        &[
+            "create",
+            "--region=us-central1",
+            "--display-name=from-cli",
+            "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=python:3.11",
+            "--command=sh,-c,echo hello from cli; echo args $0 $1",
+            "--args=first,second",
+            "--labels=team=nlp,env=dev",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("CustomJob [projects/cli/locations/us-central1/customJobs/"), "{out}");
+    let name = out.split('[').nth(1).and_then(|r| r.split(']').next()).unwrap().to_string();
+    s.wait_terminal(&name, 30);
+
+    let o = cli(&s, &["list"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.lines().next().unwrap().starts_with("ID"), "{out}");
+    assert!(out.contains("from-cli") && out.contains("JOB_STATE_SUCCEEDED"), "{out}");
+
+    let o = cli(&s, &["list", "--format=json", "--limit=1"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["labels"]["team"], "nlp");
+
+    let id = name.rsplit('/').next().unwrap();
+    let o = cli(&s, &["describe", id]);
+    let out = text(&o);
+    assert!(out.contains("displayName: from-cli"), "{out}");
+    assert!(out.contains("state: JOB_STATE_SUCCEEDED"), "{out}");
+
+    let o = cli(&s, &["stream-logs", &name]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("workerpool0-0: hello from cli"), "{out}");
+    assert!(out.contains("workerpool0-0: args first second"), "{out}");
+    assert!(out.contains("trainyard: Job completed successfully."), "{out}");
+
+    // Cancelling a finished job: the service's error, non-zero exit.
+    let o = cli(&s, &["cancel", id]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("FAILED_PRECONDITION"), "{}", text(&o));
+}
+
+#[test]
+fn create_from_config_and_cancel() {
+    let s = Server::start("");
+    let cfg = s.dir.path().join("job.yaml");
+    std::fs::write(
+        &cfg,
+        "workerPoolSpecs:\n  - machineSpec: {machineType: e2-standard-4}\n    replicaCount: 1\n    containerSpec:\n      imageUri: x\n      command: [sleep, '300']\n",
+    )
+    .unwrap();
+    let o = cli(&s, &["create", "--display-name=cfg", &format!("--config={}", cfg.display())]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    let name = out.split('[').nth(1).and_then(|r| r.split(']').next()).unwrap().to_string();
+    s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let o = cli(&s, &["cancel", &name]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("Request to cancel CustomJob"), "{}", text(&o));
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(done["state"], "JOB_STATE_CANCELLED");
+}
+
+#[test]
+fn bad_flags_are_explained() {
+    let s = Server::start("");
+    let o = cli(&s, &["create", "--display-name=x", "--worker-pool-spec=machine-type=n1-standard-4,colour=red,container-image-uri=i"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("colour"), "{}", text(&o));
+    let o = cli(&s, &["describe", "not-a-job"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("not a job id"), "{}", text(&o));
+    let o = cli(&s, &["describe", "424242"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("NOT_FOUND"), "{}", text(&o));
+}
