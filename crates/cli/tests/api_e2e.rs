@@ -194,3 +194,77 @@ fn delete_returns_an_operation_and_removes_logs() {
     assert_eq!(st, 404);
     assert!(!runs.exists(), "run directories removed");
 }
+
+fn names(body: &Value) -> Vec<String> {
+    body["customJobs"].as_array().map(|a| a.iter().map(|j| j["displayName"].as_str().unwrap_or("").to_string()).collect()).unwrap_or_default()
+}
+
+fn list(s: &Server, project: &str, query: &str) -> (u16, Value) {
+    let q: String = query
+        .bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~=&".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect();
+    s.call("GET", &format!("{}?{q}", s.jobs_url(project)), None)
+}
+
+#[test]
+fn list_filters_in_sql() {
+    let s = Server::start("");
+    let mut a = sh_job("alpha-1", "exit 0");
+    a["labels"] = json!({"team": "nlp", "env": "dev"});
+    let mut b = sh_job("beta-2", "exit 3");
+    b["labels"] = json!({"team": "vision"});
+    let c = sh_job("alpha-3", "sleep 300");
+    let (an, bn, cn) = (name_of(&s.create("f", &a)), name_of(&s.create("f", &b)), name_of(&s.create("f", &c)));
+    s.wait_terminal(&an, 30);
+    s.wait_terminal(&bn, 30);
+    let c_job = s.wait_for(&cn, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let cases: &[(&str, &[&str])] = &[
+        ("filter=display_name=\"alpha-1\"", &["alpha-1"]),
+        ("filter=display_name=\"alpha-*\"", &["alpha-3", "alpha-1"]),
+        ("filter=display_name:\"ta-\"", &["beta-2"]),
+        ("filter=labels.team=\"nlp\"", &["alpha-1"]),
+        ("filter=labels.env:*", &["alpha-1"]),
+        ("filter=labels.team!=\"nlp\"", &["alpha-3", "beta-2"]),
+        ("filter=state=\"JOB_STATE_FAILED\"", &["beta-2"]),
+        ("filter=state=JOB_STATE_RUNNING OR state=JOB_STATE_FAILED", &["alpha-3", "beta-2"]),
+        ("filter=NOT state=JOB_STATE_RUNNING AND labels.team:\"i\"", &["beta-2"]),
+        ("filter=(display_name:alpha) AND -labels.team=nlp", &["alpha-3"]),
+        ("filter=state=3", &["alpha-3"]),
+    ];
+    for (q, want) in cases {
+        let (st, body) = list(&s, "f", q);
+        assert_eq!(st, 200, "{q}: {body}");
+        assert_eq!(names(&body), *want, "{q}");
+    }
+    let t = c_job["createTime"].as_str().unwrap();
+    let (_, body) = list(&s, "f", &format!("filter=create_time>=\"{t}\""));
+    assert_eq!(names(&body), ["alpha-3"]);
+    let (_, body) = list(&s, "f", &format!("filter=create_time<\"{t}\""));
+    assert_eq!(names(&body), ["beta-2", "alpha-1"]);
+    // Filtered pages: the token carries on the same filter, and only that filter.
+    let (_, p1) = list(&s, "f", "filter=display_name:alpha&pageSize=1");
+    assert_eq!(names(&p1), ["alpha-3"]);
+    let token = p1["nextPageToken"].as_str().unwrap();
+    let (_, p2) = list(&s, "f", &format!("filter=display_name:alpha&pageSize=1&pageToken={token}"));
+    assert_eq!(names(&p2), ["alpha-1"]);
+    assert!(p2.get("nextPageToken").is_none());
+    let (st, b) = list(&s, "f", &format!("filter=display_name:beta&pageSize=1&pageToken={token}"));
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "pageToken");
+    // Filters that do not parse: 400 with the column.
+    for (q, needle) in [
+        ("filter=colour=\"red\"", "column 1"),
+        ("filter=state=\"JOB_STATE_RUNNING\" AND", "column 30"),
+        ("filter=state=\"RUNNING\"", "not a job state"),
+        ("filter=create_time>\"yesterday\"", "RFC 3339"),
+        ("filter=(display_name:x", "')'"),
+    ] {
+        let (st, b) = list(&s, "f", q);
+        assert_error(st, &b, 400, "INVALID_ARGUMENT", needle);
+    }
+    // readMask keeps only the fields asked for.
+    let (_, body) = list(&s, "f", "readMask=name,display_name,jobSpec.scheduling&filter=labels.team=nlp");
+    let job = &body["customJobs"][0];
+    let keys: Vec<&String> = job.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["displayName", "name"], "{job}");
+}

@@ -15,7 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
-use trainyard_api::{ApiError, CustomJob, ListCustomJobsResponse, Operation, Timestamp};
+use trainyard_api::{ApiError, CustomJob, Operation, Timestamp};
 use trainyard_store::{Store, StoredJob};
 
 use crate::driver::{job_name, render, Msg, KIND_CUSTOM};
@@ -32,7 +32,7 @@ pub struct AppState {
     pub readers: Arc<ReadPool>,
     pub data_dir: PathBuf,
     /// Key of page tokens (kept in the database, so tokens survive a restart).
-    pub token_key: u64,
+    pub token_key: Vec<u8>,
 }
 
 /// Read connections to the database, reused across requests.
@@ -195,32 +195,117 @@ pub struct ListQuery {
     read_mask: Option<String>,
 }
 
-/// An opaque page token: the position (the last id shown) and a keyed check over the
-/// query it belongs to, so a token that was altered or comes from another query is refused.
-fn make_token(key: u64, scope: &str, last_id: u64) -> String {
-    format!("{last_id:x}.{:016x}", token_check(key, scope, last_id))
+/// An opaque page token: the position (the last id shown) and an HMAC-SHA256 over the
+/// query it belongs to (kind, project, region, filter) with the server's key, so a token
+/// that was altered or comes from another query is refused. Ids only grow, so jobs created
+/// between pages do not move the position.
+fn make_token(key: &[u8], scope: &str, last_id: u64) -> String {
+    format!("{last_id:x}.{}", hex(&token_mac(key, scope, last_id)))
 }
 
-fn token_check(key: u64, scope: &str, last_id: u64) -> u64 {
-    // FNV-1a over key, scope and position.
-    let mut h: u64 = 0xcbf29ce484222325 ^ key;
-    for b in scope.bytes().chain(last_id.to_le_bytes()).chain(key.to_le_bytes()) {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
+fn token_mac(key: &[u8], scope: &str, last_id: u64) -> Vec<u8> {
+    use hmac::Mac;
+    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| {
+        // HMAC takes keys of any length; this branch is unreachable.
+        <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(b"trainyard").expect("hmac key")
+    });
+    mac.update(scope.as_bytes());
+    mac.update(&last_id.to_be_bytes());
+    mac.finalize().into_bytes()[..16].to_vec()
 }
 
-fn read_token(key: u64, scope: &str, token: &str) -> Result<u64, ApiError> {
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn read_token(key: &[u8], scope: &str, token: &str) -> Result<u64, ApiError> {
     let bad = || ApiError::invalid_argument("Invalid pageToken: it was altered or belongs to another query.");
-    let (pos, check) = token.split_once('.').ok_or_else(bad)?;
+    let (pos, mac) = token.split_once('.').ok_or_else(bad)?;
     let last = u64::from_str_radix(pos, 16).map_err(|_| bad())?;
-    let check = u64::from_str_radix(check, 16).map_err(|_| bad())?;
-    if check != token_check(key, scope, last) {
+    if hex(&token_mac(key, scope, last)) != mac {
         return Err(bad());
     }
     Ok(last)
 }
+
+/// `readMask`: keep only the listed fields (camelCase or snake_case, dotted for nested).
+fn apply_read_mask(job: Value, mask: &str) -> Result<Value, ApiError> {
+    let paths: Vec<Vec<String>> = mask
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split('.').map(camel).collect())
+        .collect();
+    if paths.is_empty() {
+        return Ok(job);
+    }
+    let mut out = serde_json::Map::new();
+    for path in &paths {
+        let mut src = &job;
+        let mut ok = true;
+        for seg in path {
+            match src.get(seg) {
+                Some(v) => src = v,
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok {
+            continue;
+        }
+        insert_path(&mut out, path, src.clone());
+    }
+    Ok(Value::Object(out))
+}
+
+/// Put `value` at `path` in `obj`, creating the objects on the way.
+fn insert_path(obj: &mut serde_json::Map<String, Value>, path: &[String], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            obj.insert(last.clone(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = obj.entry(first.clone()).or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Value::Object(next) = entry {
+                insert_path(next, rest, value);
+            }
+        }
+    }
+}
+
+fn camel(s: &str) -> String {
+    let mut out = String::new();
+    let mut up = false;
+    for c in s.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.extend(c.to_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+const STATE_NAMES: [&str; 12] = [
+    "JOB_STATE_UNSPECIFIED",
+    "JOB_STATE_QUEUED",
+    "JOB_STATE_PENDING",
+    "JOB_STATE_RUNNING",
+    "JOB_STATE_SUCCEEDED",
+    "JOB_STATE_FAILED",
+    "JOB_STATE_CANCELLING",
+    "JOB_STATE_CANCELLED",
+    "JOB_STATE_PAUSED",
+    "JOB_STATE_EXPIRED",
+    "JOB_STATE_UPDATING",
+    "JOB_STATE_PARTIALLY_SUCCEEDED",
+];
 
 async fn list_jobs(
     State(state): State<AppState>,
@@ -237,32 +322,42 @@ async fn list_jobs(
             Err(_) => return Err(ApiError::invalid_argument(format!("pageSize \"{s}\" is not a number.")).into()),
         },
     };
-    if q.filter.as_deref().is_some_and(|f| !f.trim().is_empty()) {
-        return Err(ApiError::unimplemented("filter is not supported yet by this server.").into());
-    }
-    let _ = &q.read_mask;
-    let scope = format!("{KIND_CUSTOM}|{project}|{region}|");
+    let filter_text = q.filter.clone().unwrap_or_default();
+    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES)
+        .map_err(|e| ApiError::invalid_argument(e.to_string()))?;
+    let scope = format!("{KIND_CUSTOM}|{project}|{region}|{filter_text}");
     let before = match q.page_token.as_deref() {
         None | Some("") => None,
-        Some(t) => Some(read_token(state.token_key, &scope, t)?),
+        Some(t) => Some(read_token(&state.token_key, &scope, t)?),
     };
     let (p, r) = (project.clone(), region.clone());
     let rows = state
         .readers
-        .with(move |s| s.list_jobs(KIND_CUSTOM, &p, &r, None, before, page_size + 1).map_err(internal))
+        .with(move |s| {
+            let f = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
+            s.list_jobs(KIND_CUSTOM, &p, &r, f, before, page_size + 1).map_err(internal)
+        })
         .await?;
     let more = rows.len() > page_size;
     let shown: Vec<&StoredJob> = rows.iter().take(page_size).collect();
-    let mut resp = ListCustomJobsResponse::default();
+    let mut jobs = Vec::with_capacity(shown.len());
     for s in &shown {
-        resp.custom_jobs.push(decode(s)?);
+        let mut v = serde_json::to_value(decode(s)?).map_err(internal)?;
+        if let Some(mask) = q.read_mask.as_deref() {
+            v = apply_read_mask(v, mask)?;
+        }
+        jobs.push(v);
+    }
+    let mut resp = serde_json::Map::new();
+    if !jobs.is_empty() {
+        resp.insert("customJobs".into(), Value::Array(jobs));
     }
     if more {
         if let Some(last) = shown.last() {
-            resp.next_page_token = make_token(state.token_key, &scope, last.job.id);
+            resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last.job.id)));
         }
     }
-    json_response(resp, ints)
+    json_response(Value::Object(resp), ints)
 }
 
 async fn load(state: &AppState, project: &str, region: &str, id: u64) -> Result<StoredJob, ApiError> {

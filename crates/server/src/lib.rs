@@ -86,16 +86,23 @@ pub fn start(
     Ok(Engine { tx, store_path, services, thread })
 }
 
-/// The key of page tokens, made once per database.
-pub fn token_key(store: &mut Store) -> Result<u64, trainyard_store::StoreError> {
-    if let Some(k) = store.meta("page_token_key")?.and_then(|v| v.parse().ok()) {
-        return Ok(k);
+/// The key of page tokens, made once per database (so tokens outlive a restart).
+pub fn token_key(store: &mut Store) -> Result<Vec<u8>, trainyard_store::StoreError> {
+    if let Some(k) = store.meta("page_token_key_v2")? {
+        if let Some(bytes) = unhex(&k) {
+            return Ok(bytes);
+        }
     }
-    let mut buf = [0u8; 8];
-    let key = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
-        .map(|_| u64::from_le_bytes(buf))
-        .unwrap_or_else(|_| driver::now_micros() as u64 ^ std::process::id() as u64);
-    store.set_meta("page_token_key", &key.to_string())?;
+    let mut key = vec![0u8; 32];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut key)).is_err() {
+        let seed = format!("{}-{}", driver::now_micros(), std::process::id());
+        key = seed.into_bytes();
+    }
+    let text: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    store.set_meta("page_token_key_v2", &text)?;
     Ok(key)
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
 }

@@ -7,6 +7,8 @@
 //! Lifecycle log lines (L22) are written in the same transaction as the state they
 //! describe.
 
+pub mod filter;
+
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
