@@ -20,6 +20,9 @@ pub struct ServeArgs {
     /// Where the database, run directories and logs live.
     #[arg(long, env = "TRAINYARD_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Tokens file (TOML): bearer tokens and the projects each may use.
+    #[arg(long, env = "TRAINYARD_TOKENS")]
+    tokens: Option<PathBuf>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -34,12 +37,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .listen
         .parse()
         .with_context(|| format!("--listen {:?} is not an address such as 127.0.0.1:8080", cfg.listen))?;
-    if !addr.ip().is_loopback() {
+    if let Some(t) = args.tokens {
+        cfg.tokens_file = Some(t);
+    }
+    let tokens = match &cfg.tokens_file {
+        Some(path) => Some(std::sync::Arc::new(trainyard_server::auth::Tokens::load(path)?)),
+        None => None,
+    };
+    if tokens.is_none() && !addr.ip().is_loopback() {
         bail!(
-            "refusing to listen on {addr} without authentication: this server has no tokens file, so it runs \
-             open and only on a loopback address (use --listen 127.0.0.1:PORT)"
+            "refusing to listen on {addr} without authentication: give a tokens file (--tokens or tokens_file) \
+             or listen on a loopback address such as 127.0.0.1:8080"
         );
     }
+    let auth_note = match &tokens {
+        Some(t) => format!("{} bearer tokens", t.len()),
+        None => "no tokens file: open to local clients only".to_string(),
+    };
     let workdir = crate::cwd();
     let roots = vec![cfg.data_dir.clone(), PathBuf::from("/tmp"), workdir.clone()];
     let region = cfg.region.clone();
@@ -54,14 +68,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         readers: std::sync::Arc::new(ReadPool::new(engine.store_path.clone())),
         data_dir: data_dir.clone(),
         token_key,
+        tokens,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let tx = engine.tx.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); no tokens file: \
-             open to local clients only",
+            "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); {auth_note}",
             data_dir.display()
         );
         trainyard_server::http::serve(listener, state, shutdown_signal()).await?;

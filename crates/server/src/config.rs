@@ -28,6 +28,7 @@ struct File {
     storage_root: Option<PathBuf>,
     region: Option<String>,
     base_port: Option<u16>,
+    tokens_file: Option<PathBuf>,
     #[serde(default)]
     lifecycle: Option<Settings>,
     node: Option<NodeFile>,
@@ -65,6 +66,8 @@ pub struct Config {
     pub region: String,
     /// First port of the replica addresses (L8).
     pub base_port: u16,
+    /// Bearer tokens and the projects they may use; None: open, loopback only.
+    pub tokens_file: Option<PathBuf>,
     pub settings: Settings,
     pub fleet: Fleet,
     pub quotas: Quotas,
@@ -163,6 +166,7 @@ impl Config {
             storage_root,
             region: file.region.unwrap_or_else(|| "us-central1".into()),
             base_port: file.base_port.unwrap_or(20000),
+            tokens_file: file.tokens_file,
             settings: file.lifecycle.unwrap_or_default(),
             fleet: Fleet { nodes: vec![node], overcommit },
             quotas: Quotas { default: file.quotas.default, projects: file.quotas.projects },

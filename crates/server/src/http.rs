@@ -33,6 +33,8 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// Key of page tokens (kept in the database, so tokens survive a restart).
     pub token_key: Vec<u8>,
+    /// Bearer tokens; None: open (loopback only).
+    pub tokens: Option<Arc<crate::auth::Tokens>>,
 }
 
 /// Read connections to the database, reused across requests.
@@ -553,6 +555,21 @@ async fn limit_announced_body(req: axum::extract::Request, next: axum::middlewar
     next.run(req).await
 }
 
+/// Authentication of `/v1/projects/{project}/...` requests (when a tokens file is set).
+async fn authenticate(State(state): State<AppState>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let Some(tokens) = &state.tokens else { return next.run(req).await };
+    let path = req.uri().path();
+    let Some(project) = path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or("")) else {
+        return next.run(req).await;
+    };
+    let write = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match tokens.check(auth, project, write) {
+        Ok(_) => next.run(req).await,
+        Err(e) => AppError(e).into_response(),
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     let jobs = "/v1/projects/{project}/locations/{region}/customJobs";
     Router::new()
@@ -565,6 +582,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(limit_announced_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
 

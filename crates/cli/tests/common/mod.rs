@@ -26,7 +26,8 @@ pub fn free_port() -> u16 {
 
 /// A config for tests: short grace period, optional extra TOML.
 pub fn config_text(extra: &str) -> String {
-    format!("[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n{extra}\n")
+    // Top-level keys of `extra` must come before any table.
+    format!("{extra}\n[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n")
 }
 
 impl Server {
