@@ -49,6 +49,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
+/// Writes `bytes` to `path` so that a reader sees either the old file or the whole new
+/// one (write a temporary file, rename it over `path`), without forcing it to disk: for
+/// files that only matter while the machine stays up (a power cut ends the replica too).
+pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let mut tmp_name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    {
+        let mut file = File::create(&tmp).at("create", &tmp)?;
+        file.write_all(bytes).at("write", &tmp)?;
+    }
+    fs::rename(&tmp, path).at("rename into place", path)
+}
+
 /// fsyncs a directory so that a rename or a create in it is durable.
 pub fn sync_dir(dir: &Path) -> Result<(), FileError> {
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };

@@ -466,48 +466,67 @@ impl Driver {
 
     /// Carry out committed effects; each leaves the outbox once done.
     fn execute(&mut self, id: u64, effects: Vec<(i64, Effect)>) {
+        let mut done = Vec::with_capacity(effects.len());
+        let mut ready = Vec::new();
         for (seq, effect) in effects {
-            let done = match &effect {
-                Effect::Launch { run, .. } => self.launch(id, run, seq),
+            match &effect {
+                Effect::Launch { run, .. } => match self.prepare_launch(id, run, seq) {
+                    Prepared::Ready(dir, spec) => {
+                        ready.push((run.clone(), dir, spec));
+                        done.push(seq);
+                    }
+                    Prepared::Deferred => {}
+                    Prepared::Reported => done.push(seq),
+                },
                 Effect::Stop { run, .. } => {
                     let dir = run_dir(&self.svc.cfg.data_dir, run);
                     if let Err(e) = self.svc.backend.stop(&dir) {
                         tracing::warn!("{run}: stop: {e}");
                     }
-                    true
+                    done.push(seq);
                 }
-                Effect::Log(_) => true,
-            };
-            if done {
-                if let Err(e) = self.store.outbox_done(seq) {
-                    tracing::error!("outbox {seq}: {e}");
+                Effect::Log(_) => done.push(seq),
+            }
+        }
+        // L6: every replica of the attempt starts at once, each on its own thread.
+        let sink = self.sink();
+        match ready.len() {
+            0 => {}
+            1 => {
+                if let Some((run, dir, spec)) = ready.pop() {
+                    do_launch(&self.svc, run, &dir, spec, sink);
                 }
             }
+            _ => std::thread::scope(|scope| {
+                for (run, dir, spec) in ready {
+                    let (svc, sink) = (&self.svc, sink.clone());
+                    scope.spawn(move || do_launch(svc, run, &dir, spec, sink));
+                }
+            }),
+        }
+        if let Err(e) = self.store.outbox_done_many(&done) {
+            tracing::error!("outbox: {e}");
         }
     }
 
-    /// Launch one run. Returns false when the launch finishes on another thread (which
-    /// reports `EffectDone`).
-    fn launch(&mut self, id: u64, run: &RunId, seq: i64) -> bool {
+    /// Everything a launch needs, or the reason it will not happen here and now.
+    fn prepare_launch(&mut self, id: u64, run: &RunId, seq: i64) -> Prepared {
         let sink = self.sink();
-        let Some(live) = self.jobs.get(&id) else { return true };
+        let Some(live) = self.jobs.get(&id) else { return Prepared::Reported };
         let dir = run_dir(&self.svc.cfg.data_dir, run);
         let plan = match launch_plan(&self.svc, live, run) {
             Ok(p) => p,
             Err(outcome) => {
                 sink(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
-                return true;
+                return Prepared::Reported;
             }
         };
-        let svc = Arc::clone(&self.svc);
-        let run = run.clone();
         match plan {
-            LaunchPlan::Ready(spec) => {
-                do_launch(&svc, run, &dir, spec, sink);
-                true
-            }
+            LaunchPlan::Ready(spec) => Prepared::Ready(dir, spec),
             LaunchPlan::NeedsVenv { spec, venv, packages, module_args } => {
-                let tx = self.tx.clone();
+                // Building a venv takes seconds: on its own thread, which reports
+                // `EffectDone` when the launch is done.
+                let (svc, tx, run) = (Arc::clone(&self.svc), self.tx.clone(), run.clone());
                 let spawned = std::thread::Builder::new().name(format!("venv-{id}")).spawn(move || {
                     match crate::venv::ensure(&venv, &packages) {
                         Ok(python) => {
@@ -521,14 +540,24 @@ impl Driver {
                     }
                     let _ = tx.send(Msg::EffectDone(seq));
                 });
-                if let Err(e) = spawned {
-                    tracing::error!("cannot start a thread to build a venv: {e}");
-                    return true;
+                match spawned {
+                    Ok(_) => Prepared::Deferred,
+                    Err(e) => {
+                        tracing::error!("cannot start a thread to build a venv: {e}");
+                        Prepared::Reported
+                    }
                 }
-                false
             }
         }
     }
+}
+
+enum Prepared {
+    Ready(PathBuf, ShimSpec),
+    /// Another thread finishes it.
+    Deferred,
+    /// Nothing to launch: an outcome was reported instead.
+    Reported,
 }
 
 fn do_launch(svc: &Services, run: RunId, dir: &Path, spec: ShimSpec, sink: EventSink) {

@@ -216,6 +216,22 @@ impl Store {
         Ok(())
     }
 
+    /// Several effects were carried out: drop them in one transaction.
+    pub fn outbox_done_many(&mut self, seqs: &[i64]) -> Result<()> {
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare_cached("DELETE FROM outbox WHERE seq = ?1")?;
+            for s in seqs {
+                st.execute(params![s])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Effects committed but not yet carried out (after a crash), in order.
     pub fn pending_outbox(&self) -> Result<Vec<(i64, u64, Effect)>> {
         let mut st = self.conn.prepare("SELECT seq, job_id, effect FROM outbox ORDER BY seq")?;
