@@ -1,0 +1,177 @@
+"""Fixtures for the official-Python-SDK conformance suite.
+
+The suite builds nothing: it starts the already-built `trainyard` binary
+(`$TRAINYARD_BIN`, default `../target/debug/trainyard` next to this directory) on a
+free loopback port with a temporary data directory, and points the official
+`google-cloud-aiplatform` SDK at it exactly as a user would.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PROJECT = "sdk-tests"
+LOCATION = "us-central1"
+TOKEN = "sdk-test-token"
+
+
+def _binary() -> Path:
+    env = os.environ.get("TRAINYARD_BIN")
+    path = Path(env) if env else HERE.parent / "target" / "debug" / "trainyard"
+    path = path if path.is_absolute() else (HERE / path)
+    if not path.exists():
+        pytest.exit(
+            f"trainyard binary not found at {path}: run `cargo build -p trainyard` "
+            "first or set TRAINYARD_BIN",
+            returncode=2,
+        )
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, log: Path, deadline_s: float = 30.0):
+    url = f"http://127.0.0.1:{port}/healthz"
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"trainyard exited with {proc.returncode} before becoming healthy:\n"
+                + log.read_text(errors="replace")
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(
+        f"trainyard not healthy on {url} after {deadline_s}s:\n" + log.read_text(errors="replace")
+    )
+
+
+def _pids_touching(root: str):
+    """Processes whose command line, working directory or environment lie under root."""
+    me = os.getpid()
+    needle = (root.rstrip("/") + "/").encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle in f.read():
+                    found.append(pid)
+                    continue
+            cwd = os.readlink(f"/proc/{pid}/cwd").encode() + b"/"
+            if cwd.startswith(needle):
+                found.append(pid)
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _kill_leftovers(root: str):
+    own_pgid = os.getpgid(0)
+    for pid in _pids_touching(root):
+        try:
+            pgid = os.getpgid(pid)
+            if pgid != own_pgid:
+                os.killpg(pgid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def server():
+    """A running trainyard server; yields a dict with port, base URL and data dir."""
+    binary = _binary()
+    tmp = tempfile.TemporaryDirectory(prefix="trainyard-sdk-tests-")
+    root = Path(tmp.name)
+    data_dir = root / "data"
+    config = root / "trainyard.toml"
+    config.write_text("[lifecycle]\ngrace_period_secs = 1\n")
+    log = root / "server.log"
+    port = _free_port()
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "serve",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--data-dir",
+                str(data_dir),
+                "--config",
+                str(config),
+            ],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Replicas run in the server's working directory: keeping it inside the
+            # temporary root lets the teardown find every process of this server.
+            cwd=str(root),
+        )
+    try:
+        _wait_healthy(port, proc, log)
+        yield {
+            "port": port,
+            "url": f"http://127.0.0.1:{port}",
+            "data_dir": data_dir,
+            "log": log,
+        }
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        # Shims and replicas may outlive the server (it re-adopts them on restart):
+        # kill whatever still runs in, or names, this server's directory.
+        _kill_leftovers(str(root))
+        if os.environ.get("TRAINYARD_KEEP_LOG"):
+            print(log.read_text(errors="replace"))
+        tmp.cleanup()
+
+
+@pytest.fixture(scope="session")
+def server_port(server):
+    return server["port"]
+
+
+@pytest.fixture(scope="session")
+def sdk(server):
+    """The SDK configured against the server, as a user would do it."""
+    import google.oauth2.credentials
+    from google.cloud import aiplatform
+
+    aiplatform.init(
+        project=PROJECT,
+        location=LOCATION,
+        api_endpoint=f"http://127.0.0.1:{server['port']}",
+        api_transport="rest",
+        credentials=google.oauth2.credentials.Credentials(token=TOKEN),
+        staging_bucket="gs://bucket",
+    )
+    return aiplatform
