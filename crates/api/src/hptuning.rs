@@ -78,10 +78,12 @@ proto_enum! {
 
 /// `google.cloud.aiplatform.v1.HyperparameterTuningJob`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct HyperparameterTuningJob {
     /// `projects/{p}/locations/{l}/hyperparameterTuningJobs/{id}` (output only).
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub name: String,
     /// Required, at most 128 characters.
     #[serde(alias = "display_name", skip_serializing_if = "String::is_empty")]
@@ -90,6 +92,7 @@ pub struct HyperparameterTuningJob {
     #[serde(alias = "study_spec")]
     pub study_spec: StudySpec,
     /// Trials to run in total (> 0).
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int32"))]
     #[serde(
         alias = "max_trial_count",
         with = "crate::json::int32",
@@ -97,6 +100,7 @@ pub struct HyperparameterTuningJob {
     )]
     pub max_trial_count: i32,
     /// Trials to run at once (1..=maxTrialCount).
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int32"))]
     #[serde(
         alias = "parallel_trial_count",
         with = "crate::json::int32",
@@ -104,6 +108,7 @@ pub struct HyperparameterTuningJob {
     )]
     pub parallel_trial_count: i32,
     /// Failed trials tolerated before the job fails (0 = service default).
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int32"))]
     #[serde(
         alias = "max_failed_trial_count",
         with = "crate::json::int32",
@@ -115,24 +120,31 @@ pub struct HyperparameterTuningJob {
     pub trial_job_spec: CustomJobSpec,
     /// Output only.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub trials: Vec<Trial>,
     /// Output only.
     #[serde(skip_serializing_if = "JobState::is_unspecified")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub state: JobState,
     /// Output only.
     #[serde(alias = "create_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub create_time: Option<Timestamp>,
     /// Output only.
     #[serde(alias = "start_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub start_time: Option<Timestamp>,
     /// Output only.
     #[serde(alias = "end_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub end_time: Option<Timestamp>,
     /// Output only.
     #[serde(alias = "update_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub update_time: Option<Timestamp>,
     /// Output only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub error: Option<Status>,
     /// User labels.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -158,6 +170,7 @@ impl HyperparameterTuningJob {
 
 /// `google.cloud.aiplatform.v1.StudySpec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StudySpec {
     /// At least one.
@@ -209,6 +222,7 @@ pub struct StudySpec {
 
 /// `StudySpec.MetricSpec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MetricSpec {
     /// The metric's tag as reported by the trial.
@@ -224,9 +238,11 @@ pub struct MetricSpec {
 
 /// `StudySpec.MetricSpec.SafetyMetricConfig`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct SafetyMetricConfig {
     /// Threshold of the safe region.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Double"))]
     #[serde(
         alias = "safety_threshold",
         with = "crate::json::double",
@@ -234,6 +250,7 @@ pub struct SafetyMetricConfig {
     )]
     pub safety_threshold: f64,
     /// Fraction of trials that must be safe.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<crate::schema::Double>"))]
     #[serde(
         alias = "desired_min_safe_trials_fraction",
         with = "crate::json::double::option",
@@ -244,6 +261,7 @@ pub struct SafetyMetricConfig {
 
 /// `StudySpec.ParameterSpec`: one of the four value specs.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ParameterSpec {
     /// Name, passed to the trial as `--PARAMETER_ID=VALUE`.
@@ -280,9 +298,11 @@ pub struct ParameterSpec {
 
 /// `ParameterSpec.DoubleValueSpec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DoubleValueSpec {
     /// Inclusive lower bound.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Double"))]
     #[serde(
         alias = "min_value",
         with = "crate::json::double",
@@ -290,6 +310,7 @@ pub struct DoubleValueSpec {
     )]
     pub min_value: f64,
     /// Inclusive upper bound.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Double"))]
     #[serde(
         alias = "max_value",
         with = "crate::json::double",
@@ -297,6 +318,7 @@ pub struct DoubleValueSpec {
     )]
     pub max_value: f64,
     /// First value to try.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<crate::schema::Double>"))]
     #[serde(
         alias = "default_value",
         with = "crate::json::double::option",
@@ -307,9 +329,11 @@ pub struct DoubleValueSpec {
 
 /// `ParameterSpec.IntegerValueSpec` (int64 strings on output).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct IntegerValueSpec {
     /// Inclusive lower bound.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "min_value",
         with = "crate::json::int64",
@@ -317,6 +341,7 @@ pub struct IntegerValueSpec {
     )]
     pub min_value: i64,
     /// Inclusive upper bound.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "max_value",
         with = "crate::json::int64",
@@ -324,6 +349,7 @@ pub struct IntegerValueSpec {
     )]
     pub max_value: i64,
     /// First value to try.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<crate::schema::Int64>"))]
     #[serde(
         alias = "default_value",
         with = "crate::json::int64::option",
@@ -334,6 +360,7 @@ pub struct IntegerValueSpec {
 
 /// `ParameterSpec.CategoricalValueSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct CategoricalValueSpec {
     /// The categories.
@@ -346,15 +373,18 @@ pub struct CategoricalValueSpec {
 
 /// `ParameterSpec.DiscreteValueSpec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DiscreteValueSpec {
     /// The feasible values.
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<crate::schema::Double>"))]
     #[serde(
         with = "crate::json::double::vec",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub values: Vec<f64>,
     /// First value to try.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<crate::schema::Double>"))]
     #[serde(
         alias = "default_value",
         with = "crate::json::double::option",
@@ -366,6 +396,7 @@ pub struct DiscreteValueSpec {
 /// `ParameterSpec.ConditionalParameterSpec`: a child parameter and the parent values
 /// for which it is active (one of the three conditions).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ConditionalParameterSpec {
     /// The child parameter.
@@ -390,9 +421,11 @@ pub struct ConditionalParameterSpec {
 
 /// `ConditionalParameterSpec.DiscreteValueCondition`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DiscreteValueCondition {
     /// Parent values that activate the child.
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<crate::schema::Double>"))]
     #[serde(
         with = "crate::json::double::vec",
         skip_serializing_if = "Vec::is_empty"
@@ -402,9 +435,11 @@ pub struct DiscreteValueCondition {
 
 /// `ConditionalParameterSpec.IntValueCondition` (int64 strings on output).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct IntValueCondition {
     /// Parent values that activate the child.
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<crate::schema::Int64>"))]
     #[serde(
         with = "crate::json::int64::vec",
         skip_serializing_if = "Vec::is_empty"
@@ -414,6 +449,7 @@ pub struct IntValueCondition {
 
 /// `ConditionalParameterSpec.CategoricalValueCondition`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct CategoricalValueCondition {
     /// Parent values that activate the child.
@@ -423,6 +459,7 @@ pub struct CategoricalValueCondition {
 
 /// `StudySpec.DecayCurveAutomatedStoppingSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DecayCurveAutomatedStoppingSpec {
     /// Use elapsed time instead of steps as the x axis.
@@ -435,6 +472,7 @@ pub struct DecayCurveAutomatedStoppingSpec {
 
 /// `StudySpec.MedianAutomatedStoppingSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MedianAutomatedStoppingSpec {
     /// Use elapsed time instead of steps as the x axis.
@@ -447,9 +485,11 @@ pub struct MedianAutomatedStoppingSpec {
 
 /// `StudySpec.ConvexAutomatedStoppingSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ConvexAutomatedStoppingSpec {
     /// Steps (or seconds) after which a trial may be stopped.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "max_step_count",
         with = "crate::json::int64",
@@ -457,6 +497,7 @@ pub struct ConvexAutomatedStoppingSpec {
     )]
     pub max_step_count: i64,
     /// Steps (or seconds) before which a trial is never stopped.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "min_step_count",
         with = "crate::json::int64",
@@ -464,6 +505,7 @@ pub struct ConvexAutomatedStoppingSpec {
     )]
     pub min_step_count: i64,
     /// Measurements needed before stopping is considered.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "min_measurement_count",
         with = "crate::json::int64",
@@ -492,6 +534,7 @@ pub struct ConvexAutomatedStoppingSpec {
 
 /// `google.cloud.aiplatform.v1.Trial` (output only).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Trial {
     /// Resource name of the trial, if any.
@@ -531,6 +574,7 @@ pub struct Trial {
 
 /// `Trial.Parameter`: a number or a string.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct TrialParameter {
     /// The parameter.
@@ -538,17 +582,20 @@ pub struct TrialParameter {
     pub parameter_id: String,
     /// `google.protobuf.Value`: a JSON number or string.
     #[serde(skip_serializing_if = "Value::is_null")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::NumberOrString"))]
     pub value: Value,
 }
 
 /// `google.cloud.aiplatform.v1.Measurement`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Measurement {
     /// Time since the trial started.
     #[serde(alias = "elapsed_duration", skip_serializing_if = "Option::is_none")]
     pub elapsed_duration: Option<Duration>,
     /// int64: a string on output.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "step_count",
         with = "crate::json::int64",
@@ -562,12 +609,14 @@ pub struct Measurement {
 
 /// `Measurement.Metric`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MeasurementMetric {
     /// The metric.
     #[serde(alias = "metric_id", skip_serializing_if = "String::is_empty")]
     pub metric_id: String,
     /// Its value.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Double"))]
     #[serde(
         with = "crate::json::double",
         skip_serializing_if = "crate::json::is_zero_f64"
@@ -577,6 +626,7 @@ pub struct MeasurementMetric {
 
 /// Answer of `hyperparameterTuningJobs.list` (its jobs carry no `trials`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ListHyperparameterTuningJobsResponse {
     /// The page.

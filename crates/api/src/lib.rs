@@ -8,6 +8,7 @@
 //! - [`operation`]: long-running `Operation` and its metadata.
 //! - [`error`]: [`ApiError`] and the rpc [`Code`]s.
 //! - [`validate`]: structural checks at create (catalog checks live elsewhere).
+//! - `schema` (feature `schema`): JSON Schema (schemars) of the wire forms, for OpenAPI.
 //!
 //! Every resource struct denies unknown fields, accepts both lowerCamelCase and
 //! snake_case names on input and prints lowerCamelCase, omitting fields at their default.
@@ -122,6 +123,19 @@ macro_rules! proto_enum {
                 $crate::json::deserialize_enum::<D, $name>(d)
             }
         }
+
+        #[cfg(feature = "schema")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
+            }
+            fn schema_id() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed($proto)
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                $crate::schema::proto_enum_schema($proto, vec![$($wire),+])
+            }
+        }
     };
 }
 
@@ -129,6 +143,8 @@ pub mod error;
 pub mod hptuning;
 pub mod json;
 pub mod operation;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod types;
 pub mod validate;
 

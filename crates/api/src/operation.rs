@@ -14,6 +14,7 @@ pub const EMPTY_TYPE: &str = "type.googleapis.com/google.protobuf.Empty";
 
 /// `google.longrunning.Operation`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Operation {
     /// `projects/{p}/locations/{l}/operations/{id}` (or under the resource).
@@ -21,12 +22,14 @@ pub struct Operation {
     pub name: String,
     /// A JSON `Any` with `@type`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<crate::schema::Any>"))]
     pub metadata: Option<Value>,
     /// True once finished.
     #[serde(skip_serializing_if = "crate::json::is_false")]
     pub done: bool,
     /// A JSON `Any` with `@type`, when done without error.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<crate::schema::Any>"))]
     pub response: Option<Value>,
     /// The error, when done with one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,6 +69,7 @@ pub fn empty_any() -> Value {
 
 /// `google.cloud.aiplatform.v1.GenericOperationMetadata`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct GenericOperationMetadata {
     /// Partial failures of a batch operation.
@@ -81,6 +85,7 @@ pub struct GenericOperationMetadata {
 
 /// `google.cloud.aiplatform.v1.DeleteOperationMetadata`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DeleteOperationMetadata {
     /// Times of the operation.

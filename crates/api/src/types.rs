@@ -377,9 +377,11 @@ impl<'de> Deserialize<'de> for Timestamp {
 
 /// `google.rpc.Status`: a job's `error`, an operation's `error`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Status {
     /// Numeric rpc code (3 = INVALID_ARGUMENT, ...).
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int32"))]
     #[serde(
         with = "crate::json::int32",
         skip_serializing_if = "crate::json::is_zero_i32"
@@ -390,6 +392,7 @@ pub struct Status {
     pub message: String,
     /// `google.protobuf.Any` details, kept as JSON.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<crate::schema::Any>"))]
     pub details: Vec<Value>,
 }
 
@@ -409,10 +412,12 @@ impl Status {
 
 /// `google.cloud.aiplatform.v1.CustomJob`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct CustomJob {
     /// `projects/{p}/locations/{l}/customJobs/{id}` (output only).
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub name: String,
     /// Required, at most 128 characters.
     #[serde(alias = "display_name", skip_serializing_if = "String::is_empty")]
@@ -422,21 +427,27 @@ pub struct CustomJob {
     pub job_spec: CustomJobSpec,
     /// Output only.
     #[serde(skip_serializing_if = "JobState::is_unspecified")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub state: JobState,
     /// Output only.
     #[serde(alias = "create_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub create_time: Option<Timestamp>,
     /// Output only: first time the job was RUNNING.
     #[serde(alias = "start_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub start_time: Option<Timestamp>,
     /// Output only: when the job became terminal.
     #[serde(alias = "end_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub end_time: Option<Timestamp>,
     /// Output only.
     #[serde(alias = "update_time", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub update_time: Option<Timestamp>,
     /// Output only: set on FAILED or CANCELLED.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub error: Option<Status>,
     /// User labels.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -446,6 +457,7 @@ pub struct CustomJob {
     pub encryption_spec: Option<EncryptionSpec>,
     /// Output only: replica name → interactive shell URI.
     #[serde(alias = "web_access_uris", skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub web_access_uris: BTreeMap<String, String>,
 }
 
@@ -465,6 +477,7 @@ impl CustomJob {
 
 /// `google.cloud.aiplatform.v1.EncryptionSpec` (stored, not honoured).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct EncryptionSpec {
     /// Cloud KMS key name.
@@ -474,6 +487,7 @@ pub struct EncryptionSpec {
 
 /// `google.cloud.aiplatform.v1.CustomJobSpec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct CustomJobSpec {
     /// Pool 0 primary, 1 workers, 2 parameter servers, 3 evaluators.
@@ -543,12 +557,14 @@ pub struct CustomJobSpec {
 
 /// `google.cloud.aiplatform.v1.WorkerPoolSpec`. An empty `{}` pool is a placeholder.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct WorkerPoolSpec {
     /// Machine type and accelerators.
     #[serde(alias = "machine_spec", skip_serializing_if = "Option::is_none")]
     pub machine_spec: Option<MachineSpec>,
     /// int64: a string on output.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int64"))]
     #[serde(
         alias = "replica_count",
         with = "crate::json::int64",
@@ -578,6 +594,7 @@ impl WorkerPoolSpec {
 
 /// `google.cloud.aiplatform.v1.MachineSpec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MachineSpec {
     /// `n1-standard-4`, `a2-highgpu-1g`, ...
@@ -590,6 +607,7 @@ pub struct MachineSpec {
     )]
     pub accelerator_type: AcceleratorType,
     /// Accelerators per replica.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int32"))]
     #[serde(
         alias = "accelerator_count",
         with = "crate::json::int32",
@@ -609,6 +627,7 @@ pub struct MachineSpec {
 
 /// `google.cloud.aiplatform.v1.ContainerSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ContainerSpec {
     /// Image to run.
@@ -627,6 +646,7 @@ pub struct ContainerSpec {
 
 /// `google.cloud.aiplatform.v1.PythonPackageSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PythonPackageSpec {
     /// Image with the Python runtime.
@@ -648,6 +668,7 @@ pub struct PythonPackageSpec {
 
 /// `google.cloud.aiplatform.v1.EnvVar`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct EnvVar {
     /// A valid identifier.
@@ -660,12 +681,14 @@ pub struct EnvVar {
 
 /// `google.cloud.aiplatform.v1.DiskSpec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DiskSpec {
     /// `pd-ssd`, `pd-standard`, ...
     #[serde(alias = "boot_disk_type", skip_serializing_if = "String::is_empty")]
     pub boot_disk_type: String,
     /// int32; 0 means the default (100).
+    #[cfg_attr(feature = "schema", schemars(with = "crate::schema::Int32"))]
     #[serde(
         alias = "boot_disk_size_gb",
         with = "crate::json::int32",
@@ -676,6 +699,7 @@ pub struct DiskSpec {
 
 /// `google.cloud.aiplatform.v1.NfsMount`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct NfsMount {
     /// NFS server address.
@@ -691,6 +715,7 @@ pub struct NfsMount {
 
 /// `google.cloud.aiplatform.v1.Scheduling`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Scheduling {
     /// Default 7 days.
@@ -718,6 +743,7 @@ pub struct Scheduling {
 
 /// `google.cloud.aiplatform.v1.GcsDestination`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct GcsDestination {
     /// `gs://bucket/dir`, `file:///dir` or `/dir`.
@@ -727,6 +753,7 @@ pub struct GcsDestination {
 
 /// Answer of `customJobs.list`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ListCustomJobsResponse {
     /// The page.

@@ -9,20 +9,43 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
 
+/// Where requests go. Each value comes from its flag, else its environment variable, else
+/// the CLI config file (`trainyard config set KEY VALUE`), else the default.
 #[derive(Args, Clone)]
 pub struct Target {
-    /// Trainyard server URL.
-    #[arg(long, env = "TRAINYARD_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
-    server: String,
-    /// Project id.
-    #[arg(long, env = "TRAINYARD_PROJECT", default_value = "local", global = true)]
-    project: String,
-    /// Region.
-    #[arg(long, env = "TRAINYARD_REGION", default_value = "us-central1", global = true)]
-    region: String,
-    /// Bearer token (also TRAINYARD_TOKEN).
+    /// Trainyard server URL [default: http://127.0.0.1:8080].
+    #[arg(long, env = "TRAINYARD_SERVER", global = true)]
+    server: Option<String>,
+    /// Project id [default: local].
+    #[arg(long, env = "TRAINYARD_PROJECT", global = true)]
+    project: Option<String>,
+    /// Region [default: us-central1].
+    #[arg(long, env = "TRAINYARD_REGION", global = true)]
+    region: Option<String>,
+    /// Bearer token.
     #[arg(long, env = "TRAINYARD_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
+}
+
+/// The resolved target.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    server: String,
+    project: String,
+    region: String,
+    token: Option<String>,
+}
+
+impl Target {
+    fn resolve(self) -> anyhow::Result<Resolved> {
+        let file = crate::cliconfig::load()?;
+        Ok(Resolved {
+            server: self.server.or(file.server).unwrap_or_else(|| "http://127.0.0.1:8080".into()),
+            project: self.project.or(file.project).unwrap_or_else(|| "local".into()),
+            region: self.region.or(file.region).unwrap_or_else(|| "us-central1".into()),
+            token: self.token.or(file.token),
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -102,13 +125,13 @@ pub enum JobCommand {
 
 struct Api {
     agent: ureq::Agent,
-    t: Target,
+    t: Resolved,
 }
 
 impl Api {
-    fn new(t: Target) -> Api {
+    fn new(t: Target) -> anyhow::Result<Api> {
         let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Api { agent, t }
+        Ok(Api { agent, t: t.resolve()? })
     }
 
     fn base(&self) -> String {
@@ -149,7 +172,7 @@ impl Api {
 pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         JobCommand::Create { target, display_name, worker_pool_specs, config, args, command, labels } => {
-            let api = Api::new(target);
+            let api = Api::new(target)?;
             let body = build_job(display_name, &worker_pool_specs, config, &args, &command, &labels)?;
             let job = api.send("POST", &format!("{}/customJobs", api.base()), Some(&body))?;
             let name = job["name"].as_str().unwrap_or("");
@@ -161,7 +184,7 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::List { target, limit, filter, format } => {
-            let api = Api::new(target);
+            let api = Api::new(target)?;
             let mut jobs = Vec::new();
             let mut token = String::new();
             loop {
@@ -186,20 +209,20 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::Describe { target, job, format } => {
-            let api = Api::new(target);
+            let api = Api::new(target)?;
             let v = api.send("GET", &api.job_url(&job)?, None)?;
             print_value(&v, format)?;
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::Cancel { target, job } => {
-            let api = Api::new(target);
+            let api = Api::new(target)?;
             let url = api.job_url(&job)?;
             api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
             println!("Request to cancel CustomJob [{}] has been sent.", url.split("/v1/").nth(1).unwrap_or(&job));
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::StreamLogs { target, job, replica, attempt } => {
-            let api = Api::new(target);
+            let api = Api::new(target)?;
             let mut url = format!("{}/logs?follow=true", api.job_url(&job)?);
             if let Some(r) = replica {
                 url.push_str(&format!("&replica={}", encode(&r)));

@@ -2,6 +2,7 @@
 //! client commands shaped like the managed service's CLI (`custom-jobs ...`), and the
 //! replica supervisor (`shim`, started by the server itself).
 
+mod cliconfig;
 mod client;
 mod jobfile;
 mod local_run;
@@ -28,6 +29,11 @@ enum Command {
     /// Create, list, describe, cancel CustomJobs and stream their logs.
     #[command(name = "custom-jobs")]
     CustomJobs(CustomJobs),
+    /// The CLI's own settings: server, project, region, token.
+    Config {
+        #[command(subcommand)]
+        command: cliconfig::ConfigCommand,
+    },
 }
 
 #[derive(Args)]
@@ -50,6 +56,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::LocalRun(a) => local_run::run(a),
         Command::CustomJobs(c) => client::run(c.command),
+        Command::Config { command } => cliconfig::run(command),
     };
     match result {
         Ok(code) => code,

@@ -268,3 +268,23 @@ fn list_filters_in_sql() {
     let keys: Vec<&String> = job.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["displayName", "name"], "{job}");
 }
+
+/// The OpenAPI document is served; malformed query strings get the error shape.
+#[test]
+fn openapi_and_query_errors() {
+    let s = Server::start("");
+    let (st, doc) = s.call("GET", &s.url("/openapi.json"), None);
+    assert_eq!(st, 200);
+    assert_eq!(doc["openapi"], "3.0.3");
+    assert!(doc["components"]["schemas"]["CustomJob"].is_object());
+    assert!(doc["paths"]["/v1/projects/{project}/locations/{location}/customJobs"]["post"].is_object(), "{:?}", doc["paths"].as_object().map(|p| p.keys().collect::<Vec<_>>()));
+    let j = s.create("p", &sh_job("q", "exit 0"));
+    let name = name_of(&j);
+    for q in ["/logs?attempt=x", "/logs?follow=yes", "?$alt=json&$alt=json"] {
+        let (st, b) = s.call("GET", &s.url(&format!("/v1/{name}{q}")), None);
+        assert_error(st, &b, 400, "INVALID_ARGUMENT", "");
+    }
+    let (st, b) = s.call("GET", &format!("{}?pageSize=1&pageSize=2", s.jobs_url("p")), None);
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "query");
+    s.wait_terminal(&name, 30);
+}

@@ -7,7 +7,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -103,6 +103,17 @@ pub struct Common {
     alt: Option<String>,
 }
 
+/// The common query parameters, with a malformed query answered in the API's error shape.
+pub struct Alt(pub Common);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Alt {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<Common>::from_request_parts(parts, state).await.map(|Query(c)| Alt(c)).map_err(query_error)
+    }
+}
+
 fn int_enums(common: &Common) -> Result<bool, ApiError> {
     match common.alt.as_deref() {
         None | Some("json") => Ok(false),
@@ -119,6 +130,11 @@ fn json_response(value: impl serde::Serialize, ints: bool) -> ApiResult {
         trainyard_api::json::encode_enums_as_int(&mut v);
     }
     Ok(([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
+}
+
+/// A query string that does not fit, in the API's error shape.
+fn query_error(e: QueryRejection) -> AppError {
+    AppError(ApiError::invalid_argument(format!("Invalid query parameters: {}", e.body_text())))
 }
 
 fn parse_id(text: &str) -> Result<u64, ApiError> {
@@ -164,7 +180,7 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
 async fn create_job(
     State(state): State<AppState>,
     Path((project, region)): Path<(String, String)>,
-    Query(common): Query<Common>,
+    Alt(common): Alt,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
@@ -312,8 +328,9 @@ const STATE_NAMES: [&str; 12] = [
 async fn list_jobs(
     State(state): State<AppState>,
     Path((project, region)): Path<(String, String)>,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
     let ints = int_enums(&Common { alt: q.alt.clone() })?;
     let page_size = match q.page_size.as_deref() {
         None | Some("") => DEFAULT_PAGE,
@@ -371,7 +388,7 @@ async fn load(state: &AppState, project: &str, region: &str, id: u64) -> Result<
 async fn get_job(
     State(state): State<AppState>,
     Path((project, region, id)): Path<(String, String, String)>,
-    Query(common): Query<Common>,
+    Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     if id.contains(':') {
@@ -386,7 +403,7 @@ async fn get_job(
 async fn post_job(
     State(state): State<AppState>,
     Path((project, region, segment)): Path<(String, String, String)>,
-    Query(common): Query<Common>,
+    Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     let Some((id, verb)) = segment.split_once(':') else { return Err(method_not_allowed_error().into()) };
@@ -401,7 +418,7 @@ async fn post_job(
 async fn delete_job(
     State(state): State<AppState>,
     Path((project, region, id)): Path<(String, String, String)>,
-    Query(common): Query<Common>,
+    Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     let id = parse_id(&id)?;
@@ -443,7 +460,7 @@ async fn delete_job(
 async fn get_operation(
     State(state): State<AppState>,
     Path((project, region, op)): Path<(String, String, String)>,
-    Query(common): Query<Common>,
+    Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     let id = op
@@ -470,8 +487,9 @@ pub struct LogQuery {
 async fn job_logs(
     State(state): State<AppState>,
     Path((project, region, id)): Path<(String, String, String)>,
-    Query(q): Query<LogQuery>,
+    q: Result<Query<LogQuery>, QueryRejection>,
 ) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
     let id = parse_id(&id)?;
     load(&state, &project, &region, id).await?;
     let sel = logs::Selector { replica: q.replica, attempt: q.attempt };
@@ -523,6 +541,13 @@ fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
 ) -> impl futures_core::Stream<Item = Result<Bytes, std::io::Error>> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// The OpenAPI 3 document, generated from the wire types.
+async fn openapi_json() -> Response {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let doc = DOC.get_or_init(|| crate::openapi::document().to_string());
+    ([(header::CONTENT_TYPE, "application/json")], doc.clone()).into_response()
 }
 
 fn method_not_allowed_error() -> ApiError {
@@ -578,6 +603,7 @@ pub fn router(state: AppState) -> Router {
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
