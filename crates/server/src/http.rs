@@ -334,11 +334,11 @@ async fn list_jobs(
     let ints = int_enums(&Common { alt: q.alt.clone() })?;
     let page_size = match q.page_size.as_deref() {
         None | Some("") => DEFAULT_PAGE,
-        Some(s) => match s.parse::<i64>() {
+        Some(s) => match s.parse::<i32>() {
             Ok(n) if n < 0 => return Err(ApiError::invalid_argument("pageSize must not be negative.").into()),
             Ok(0) => DEFAULT_PAGE,
             Ok(n) => (n as usize).min(MAX_PAGE),
-            Err(_) => return Err(ApiError::invalid_argument(format!("pageSize \"{s}\" is not a number.")).into()),
+            Err(_) => return Err(ApiError::invalid_argument(format!("pageSize \"{s}\" is not a 32-bit integer.")).into()),
         },
     };
     let filter_text = q.filter.clone().unwrap_or_default();
@@ -392,7 +392,7 @@ async fn get_job(
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     if id.contains(':') {
-        return Err(method_not_allowed_error().into());
+        return Ok(method_not_allowed_response("POST"));
     }
     let id = parse_id(&id)?;
     let stored = load(&state, &project, &region, id).await?;
@@ -406,7 +406,7 @@ async fn post_job(
     Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
-    let Some((id, verb)) = segment.split_once(':') else { return Err(method_not_allowed_error().into()) };
+    let Some((id, verb)) = segment.split_once(':') else { return Ok(method_not_allowed_response("GET, DELETE")) };
     if verb != "cancel" {
         return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a CustomJob.")).into());
     }
@@ -421,6 +421,9 @@ async fn delete_job(
     Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
+    if id.contains(':') {
+        return Ok(method_not_allowed_response("POST"));
+    }
     let id = parse_id(&id)?;
     let stored = load(&state, &project, &region, id).await?;
     if !stored.job.is_terminal() {
@@ -550,17 +553,33 @@ async fn openapi_json() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], doc.clone()).into_response()
 }
 
-fn method_not_allowed_error() -> ApiError {
-    ApiError::new(trainyard_api::Code::Unimplemented, "This method is not allowed on this resource.")
+/// 405 in the error shape, with the methods the resource allows.
+fn method_not_allowed_response(allow: &str) -> Response {
+    let body = serde_json::json!({"error": {"code": 405, "message": format!("This HTTP method is not allowed on this resource; it allows {allow}."), "status": "UNIMPLEMENTED"}});
+    (StatusCode::METHOD_NOT_ALLOWED, [(header::CONTENT_TYPE, "application/json".to_string()), (header::ALLOW, allow.to_string())], body.to_string())
+        .into_response()
+}
+
+/// The methods a path allows, by its shape.
+fn allowed_methods(path: &str) -> &'static str {
+    let last = path.rsplit('/').next().unwrap_or("");
+    if last.contains(':') {
+        "POST"
+    } else if path.ends_with("/customJobs") {
+        "GET, POST"
+    } else if path.contains("/customJobs/") && !path.ends_with("/logs") {
+        "GET, DELETE"
+    } else {
+        "GET"
+    }
 }
 
 async fn not_found() -> AppError {
     AppError(ApiError::not_found("The requested URL was not found on this server."))
 }
 
-async fn method_not_allowed() -> Response {
-    let body = serde_json::json!({"error": {"code": 405, "message": "This HTTP method is not allowed on this resource.", "status": "UNIMPLEMENTED"}});
-    (StatusCode::METHOD_NOT_ALLOWED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+async fn method_not_allowed(uri: axum::http::Uri) -> Response {
+    method_not_allowed_response(allowed_methods(uri.path()))
 }
 
 /// Refuse a body announced larger than the limit before reading any of it (413 in the

@@ -278,8 +278,8 @@ fn parameters() -> Value {
     json!({
         "project": path("project", "The project id (any non-empty segment).", None),
         "location": path("location", "The location (region), e.g. `us-central1`.", None),
-        "customJob": path("customJob", "The CustomJob id: a decimal number.", Some("^[0-9]+$")),
-        "operation": path("operation", "The operation id: a decimal number.", Some("^[0-9]+$")),
+        "customJob": path("customJob", "The CustomJob id: a decimal number.", Some("^[0-9]{1,18}$")),
+        "operation": path("operation", "The operation id: a decimal number.", Some("^[0-9]{1,18}$")),
         "alt": {
             "name": "$alt",
             "in": "query",
