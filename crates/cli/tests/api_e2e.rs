@@ -288,3 +288,40 @@ fn openapi_and_query_errors() {
     assert_error(st, &b, 400, "INVALID_ARGUMENT", "query");
     s.wait_terminal(&name, 30);
 }
+
+/// The logs extension: follow streams entries while the job runs and ends when it is
+/// terminal; replica and attempt select entries (L22).
+#[test]
+fn l22_logs_follow_until_terminal() {
+    use std::io::BufRead;
+    let s = Server::start("");
+    let j = s.create("p", &sh_job("follow", "for i in 1 2 3; do echo line $i; sleep 0.3; done; echo err >&2"));
+    let name = name_of(&j);
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let resp = agent.get(&s.url(&format!("/v1/{name}/logs?follow=true"))).call().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("content-type").unwrap(), "application/x-ndjson");
+    let started = std::time::Instant::now();
+    let mut entries = Vec::new();
+    for line in std::io::BufReader::new(resp.into_body().into_reader()).lines() {
+        let e: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        entries.push(e);
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let texts: Vec<String> = entries.iter().map(|e| e["text"].as_str().unwrap().to_string()).collect();
+    for want in ["line 1", "line 2", "line 3", "err", "Job completed successfully."] {
+        assert!(texts.iter().any(|t| t == want), "{want} missing: {texts:?}");
+    }
+    let err = entries.iter().find(|e| e["text"] == "err").unwrap();
+    assert_eq!((err["stream"].as_str(), err["replica"].as_str(), err["attempt"].as_u64(), err["restart"].as_u64()), (Some("stderr"), Some("workerpool0-0"), Some(0), Some(0)));
+    assert!(err["time"].as_str().unwrap().ends_with('Z'));
+    // The stream ended because the job is terminal.
+    assert_eq!(s.get(&name)["state"], "JOB_STATE_SUCCEEDED");
+    // Selecting a replica that does not exist leaves only the service's own job-wide events.
+    let only: Vec<Value> = {
+        let mut resp = agent.get(&s.url(&format!("/v1/{name}/logs?replica=workerpool9-9"))).call().unwrap();
+        let text = resp.body_mut().read_to_string().unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    assert!(only.iter().all(|e| e["stream"] == "event"), "{only:?}");
+}
