@@ -87,6 +87,10 @@ pub struct Policy {
     pub disable_retries: bool,
     /// L15: FLEX_START waits for capacity instead of failing on a stockout.
     pub flex_start: bool,
+    /// `scheduling.strategy: SPOT`: runs on idle capacity and may be preempted when other
+    /// work needs it (restarted when capacity returns, never counted against retries).
+    #[serde(default)]
+    pub spot: bool,
     /// L15: how long a FLEX_START job waits; 0 waits forever.
     pub max_wait: Micros,
 }
@@ -98,6 +102,7 @@ impl Policy {
             restart_job_on_worker_restart: false,
             disable_retries: false,
             flex_start: false,
+            spot: false,
             max_wait: secs(settings.default_max_wait_secs),
         }
     }
@@ -218,6 +223,8 @@ pub enum After {
     Fail(JobError),
     /// L12, L16: a fresh attempt. `reason` goes to the log.
     Retry { kind: RetryKind, reason: String },
+    /// SPOT preemption: a fresh attempt once capacity returns, counted against nothing.
+    Preempted { reason: String },
     /// L18.
     Cancel,
 }

@@ -37,6 +37,10 @@ pub enum Event {
     CheckpointSeen { at: Micros },
     /// Time passed: timeouts (L19), FLEX_START waits (L15), checkpoint warnings (L21).
     Tick,
+    /// A SPOT job's capacity is needed by other work: its replicas get SIGTERM and the grace
+    /// period, then the job waits PENDING for capacity and starts a fresh attempt, counted
+    /// against no retry budget.
+    Preempt { reason: String },
 }
 
 /// What the driver must do after committing the transition.
@@ -100,6 +104,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
             }
         }
         Event::Tick => cx.tick(),
+        Event::Preempt { reason } => cx.preempt(reason),
     }
     let changed = cx.job != *job || !cx.effects.is_empty();
     if changed {
@@ -456,6 +461,15 @@ impl Cx<'_> {
                     Phase::Cancelled { end, error: JobError { code: code::CANCELLED, message: "CANCELED".into() } };
                 self.log(None, "Job cancelled.");
             }
+            After::Preempted { reason } => {
+                // Counted against nothing; placed again when capacity returns.
+                self.next_attempt();
+                self.job.phase = Phase::Pending { admitted_at, wait: Wait::Placement { not_before: end } };
+                self.job.waiting_reason = Some(format!("SPOT: preempted ({reason}); waiting for capacity."));
+                for r in &mut self.job.replicas {
+                    r.node = None;
+                }
+            }
             After::Retry { kind: RetryKind::Stockout, reason } if self.job.policy.flex_start => {
                 // L15 FLEX_START: wait for capacity instead of spending a retry.
                 self.next_attempt();
@@ -521,6 +535,15 @@ impl Cx<'_> {
                 self.end_attempt(After::Cancel);
             }
         }
+    }
+
+    /// SPOT preemption: shut the attempt down, then wait for capacity.
+    fn preempt(&mut self, reason: String) {
+        if !self.job.policy.spot || !matches!(self.job.phase, Phase::Pending { .. } | Phase::Running { .. }) {
+            return;
+        }
+        self.log(None, format!("SPOT job preempted: {reason}."));
+        self.end_attempt(After::Preempted { reason });
     }
 
     /// L9: node maintenance (graceful) or node loss (at once).

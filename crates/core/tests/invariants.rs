@@ -24,6 +24,7 @@ enum Op {
     Tick(u32),
     Lost(usize),
     Maintenance(usize),
+    Preempt,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -37,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u32..4000).prop_map(Op::Tick),
         1 => (0usize..8).prop_map(Op::Lost),
         1 => (0usize..8).prop_map(Op::Maintenance),
+        1 => Just(Op::Preempt),
     ]
 }
 
@@ -91,13 +93,14 @@ fn nth(set: &BTreeSet<RunId>, k: usize) -> Option<RunId> {
     }
 }
 
-fn run_ops(pools: &[u32], restart_job: bool, disable: bool, flex: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run_ops(pools: &[u32], restart_job: bool, disable: bool, flex: bool, spot: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let s = Settings::default();
     let mut p = Policy::defaults(&s);
     p.timeout = 3600 * SECOND;
     p.restart_job_on_worker_restart = restart_job;
     p.disable_retries = disable;
     p.flex_start = flex;
+    p.spot = spot;
     p.max_wait = 1800 * SECOND;
     let n: u32 = pools.iter().sum();
     let demand = Demand {
@@ -149,6 +152,7 @@ fn run_ops(pools: &[u32], restart_job: bool, disable: bool, flex: bool, ops: Vec
             Op::Maintenance(k) => {
                 Event::NodeMaintenance { replica: names[k % names.len()].clone(), replacement: Some("c".into()) }
             }
+            Op::Preempt => Event::Preempt { reason: "x".into() },
         };
         let before = job.state();
         let t = match step(&job, event, now, &s) {
@@ -209,9 +213,10 @@ proptest! {
         restart_job in any::<bool>(),
         disable in any::<bool>(),
         flex in any::<bool>(),
+        spot in any::<bool>(),
         ops in proptest::collection::vec(op(), 0..120),
     ) {
-        run_ops(&pools, restart_job, disable, flex, ops)?;
+        run_ops(&pools, restart_job, disable, flex, spot, ops)?;
     }
 }
 

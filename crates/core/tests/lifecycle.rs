@@ -741,3 +741,29 @@ fn stale_reports_are_dropped() {
     let t = step(&h.job, Event::Started { run: old }, h.now, &h.s).unwrap();
     assert!(!t.changed);
 }
+
+/// SPOT preemption: SIGTERM and grace, then the job waits for capacity and starts a fresh
+/// attempt; no retry budget is spent; the replicas keep their names and addresses (L9).
+#[test]
+fn l9_spot_preemption_is_not_counted() {
+    let mut h = H::new(job_with(&[1, 1], |p| p.spot = true));
+    h.place().start_all();
+    let addr = h.job.replica("workerpool1-0").unwrap().address.clone();
+    h.ev(Event::Preempt { reason: "capacity needed by job 9".into() });
+    assert_eq!(h.stops(), 2);
+    assert!(matches!(&h.effects[..], [Effect::Log(_), Effect::Stop { grace, .. }, ..] if *grace == 30 * SECOND));
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Pending);
+    assert!(h.job.holds_quota() && !h.job.holds_capacity());
+    assert!(h.job.wants_placement(h.now));
+    assert_eq!(h.job.retries.total(), 0);
+    assert!(h.job.waiting_reason.as_deref().unwrap().contains("preempted"));
+    h.place().start_all();
+    assert_eq!((h.state(), h.job.attempt), (State::Running, 1));
+    assert_eq!(h.job.replica("workerpool1-0").unwrap().address, addr);
+    // A job that is not SPOT is never preempted.
+    let mut h = H::new(job(&[1]));
+    h.place().start_all();
+    h.ev(Event::Preempt { reason: "x".into() });
+    assert_eq!(h.state(), State::Running);
+}

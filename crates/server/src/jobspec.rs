@@ -109,6 +109,7 @@ pub fn prepare(
         policy.restart_job_on_worker_restart = s.restart_job_on_worker_restart;
         policy.disable_retries = s.disable_retries;
         policy.flex_start = s.strategy == Strategy::FlexStart;
+        policy.spot = s.strategy == Strategy::Spot;
         if let Some(w) = &s.max_wait_duration {
             policy.max_wait = micros(w);
         }
