@@ -525,7 +525,7 @@ impl Cx<'_> {
             }
             Phase::Stopping { then, cancelling, .. } => {
                 *cancelling = true;
-                if matches!(then, After::Retry { .. }) {
+                if matches!(then, After::Retry { .. } | After::Preempted { .. }) {
                     *then = After::Cancel;
                 }
                 self.log(None, "Cancel requested.");
