@@ -459,6 +459,12 @@ pub struct CustomJob {
     #[serde(alias = "web_access_uris", skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub web_access_uris: BTreeMap<String, String>,
+    /// Output only, a Trainyard extension: why a QUEUED or PENDING job waits, in plain
+    /// words (the quota metric that is short and by how much, the capacity it lacks, the
+    /// stockout backoff it waits out).
+    #[serde(alias = "trainyard_waiting_reason", skip_serializing_if = "String::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
+    pub trainyard_waiting_reason: String,
 }
 
 impl CustomJob {
@@ -472,6 +478,7 @@ impl CustomJob {
         self.update_time = None;
         self.error = None;
         self.web_access_uris.clear();
+        self.trainyard_waiting_reason.clear();
     }
 }
 

@@ -99,6 +99,10 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
     r.start_time = job.start_time.map(Timestamp::from_micros);
     r.end_time = job.end_time().map(Timestamp::from_micros);
     r.error = job.error().map(|e| Status { code: e.code, message: e.message.clone(), details: Vec::new() });
+    r.trainyard_waiting_reason = match job.state() {
+        trainyard_core::State::Queued | trainyard_core::State::Pending => job.waiting_reason.clone().unwrap_or_default(),
+        _ => String::new(),
+    };
     r
 }
 
