@@ -439,3 +439,151 @@ mod tests {
         trainyard_api::validate_custom_job(&parsed).unwrap();
     }
 }
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// List the nodes, their state and what runs on them.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Show one node.
+    Describe {
+        #[command(flatten)]
+        target: Target,
+        node: String,
+        #[arg(long, value_enum, default_value = "yaml")]
+        format: Format,
+    },
+    /// Drain a node: no new work; its replicas get SIGTERM and restart on other nodes (L9).
+    Drain {
+        #[command(flatten)]
+        target: Target,
+        node: String,
+    },
+    /// Let a drained node take work again.
+    Undrain {
+        #[command(flatten)]
+        target: Target,
+        node: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum QuotaCommand {
+    /// Limit, in use and queued demand per project and metric.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Read the quota limits again from the server's config file (no restart).
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+impl Api {
+    fn admin_url(&self, path: &str) -> String {
+        format!("{}/v1/admin/{path}", self.t.server.trim_end_matches('/'))
+    }
+}
+
+fn table(head: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells.iter().enumerate().map(|(i, c)| format!("{c:w$}", w = w[i])).collect::<Vec<_>>().join("  ").trim_end().to_string()
+    };
+    println!("{}", line(head.to_vec()));
+    for r in rows {
+        println!("{}", line(r.iter().map(String::as_str).collect()));
+    }
+}
+
+fn gib(v: &Value) -> String {
+    let b: f64 = v.as_str().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    format!("{:.1}", b / (1u64 << 30) as f64)
+}
+
+pub fn run_nodes(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        NodeCommand::List { target, format } => {
+            let api = Api::new(target)?;
+            let v = api.send("GET", &api.admin_url("nodes"), None)?;
+            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+            match format {
+                Format::Table => {
+                    let rows: Vec<Vec<String>> = nodes
+                        .iter()
+                        .map(|n| {
+                            vec![
+                                n["name"].as_str().unwrap_or("").to_string(),
+                                n["state"].as_str().unwrap_or("").to_string(),
+                                format!("{}/{}", n["allocated"]["cpus"], n["cpus"]),
+                                format!("{}/{}", gib(&n["allocated"]["memoryBytes"]), gib(&n["memoryBytes"])),
+                                n["accelerators"].as_object().map(|m| m.iter().map(|(k, c)| format!("{k}:{c}")).collect::<Vec<_>>().join(",")).unwrap_or_default(),
+                                n["replicas"].as_array().map_or(0, Vec::len).to_string(),
+                            ]
+                        })
+                        .collect();
+                    table(&["NAME", "STATE", "CPUS", "MEMORY_GIB", "ACCELERATORS", "REPLICAS"], &rows);
+                }
+                f => print_value(&Value::Array(nodes), f)?,
+            }
+        }
+        NodeCommand::Describe { target, node, format } => {
+            let api = Api::new(target)?;
+            print_value(&api.send("GET", &api.admin_url(&format!("nodes/{}", encode(&node))), None)?, format)?;
+        }
+        NodeCommand::Drain { target, node } => {
+            let api = Api::new(target)?;
+            let v = api.send("POST", &api.admin_url(&format!("nodes/{}:drain", encode(&node))), Some(&json!({})))?;
+            println!("Node [{node}] drained: {} replicas are moving to other nodes.", v["replicas"].as_array().map_or(0, Vec::len));
+        }
+        NodeCommand::Undrain { target, node } => {
+            let api = Api::new(target)?;
+            api.send("POST", &api.admin_url(&format!("nodes/{}:undrain", encode(&node))), Some(&json!({})))?;
+            println!("Node [{node}] takes work again.");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_quotas(cmd: QuotaCommand) -> anyhow::Result<ExitCode> {
+    let (target, format, reload) = match cmd {
+        QuotaCommand::List { target, format } => (target, format, false),
+        QuotaCommand::Reload { target } => (target, Format::Table, true),
+    };
+    let api = Api::new(target)?;
+    let v = if reload {
+        api.send("POST", &api.admin_url("quotas:reload"), Some(&json!({})))?
+    } else {
+        api.send("GET", &api.admin_url("quotas"), None)?
+    };
+    let rows = v["quotas"].as_array().cloned().unwrap_or_default();
+    match format {
+        Format::Table => {
+            let rows: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    ["project", "region", "metric", "limit", "inUse", "queued"]
+                        .iter()
+                        .map(|k| r[*k].as_str().map(str::to_string).unwrap_or_else(|| if *k == "limit" { "unlimited".into() } else { String::new() }))
+                        .collect()
+                })
+                .collect();
+            table(&["PROJECT", "REGION", "METRIC", "LIMIT", "IN_USE", "QUEUED"], &rows);
+        }
+        f => print_value(&Value::Array(rows), f)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -29,6 +29,16 @@ enum Command {
     /// Create, list, describe, cancel CustomJobs and stream their logs.
     #[command(name = "custom-jobs")]
     CustomJobs(CustomJobs),
+    /// Nodes of the fleet: list, describe, drain, undrain.
+    Nodes {
+        #[command(subcommand)]
+        command: client::NodeCommand,
+    },
+    /// Quotas: limits, use and queued demand; reload the limits.
+    Quotas {
+        #[command(subcommand)]
+        command: client::QuotaCommand,
+    },
     /// The CLI's own settings: server, project, region, token.
     Config {
         #[command(subcommand)]
@@ -57,6 +67,8 @@ fn main() -> ExitCode {
         Command::LocalRun(a) => local_run::run(a),
         Command::CustomJobs(c) => client::run(c.command),
         Command::Config { command } => cliconfig::run(command),
+        Command::Nodes { command } => client::run_nodes(command),
+        Command::Quotas { command } => client::run_quotas(command),
     };
     match result {
         Ok(code) => code,

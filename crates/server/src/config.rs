@@ -32,6 +32,12 @@ struct File {
     #[serde(default)]
     lifecycle: Option<Settings>,
     node: Option<NodeFile>,
+    /// Several nodes (virtual nodes on this host): capacity per node, exact.
+    #[serde(default)]
+    nodes: Vec<NodeFile>,
+    /// Share CPU and memory instead of reserving them (default: true for the built-in
+    /// single node, false once nodes are declared).
+    overcommit: Option<bool>,
     #[serde(default)]
     quotas: QuotasFile,
 }
@@ -39,7 +45,7 @@ struct File {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NodeFile {
-    name: Option<String>,
+    name: Option<toml::Spanned<String>>,
     cpus: Option<u32>,
     memory_gb: Option<f64>,
     #[serde(default)]
@@ -73,6 +79,8 @@ pub struct Config {
     pub quotas: Quotas,
     /// Where this configuration came from, for the start-up message.
     pub source: String,
+    /// The file it was read from (quotas can be read again from it at run time).
+    pub path: Option<PathBuf>,
 }
 
 fn host_cpus() -> u32 {
@@ -118,18 +126,56 @@ impl Config {
             message: describe_toml_error(&text, &e),
         })?;
         let invalid = |key: &str, message: String| ConfigError::Invalid { path: path.to_owned(), key: key.into(), message };
-        if let Some(n) = &file.node {
+        if file.node.is_some() && !file.nodes.is_empty() {
+            return Err(invalid("node", "declare either one [node] or a list of [[nodes]], not both".into()));
+        }
+        let line_of = |pos: usize| text[..pos.min(text.len())].matches('\n').count() + 1;
+        let mut seen: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        let single = file.node.iter().map(|n| ("node".to_string(), n));
+        let many = file.nodes.iter().enumerate().map(|(i, n)| (format!("nodes[{i}]"), n));
+        for (key, n) in single.chain(many) {
+            let at = n.name.as_ref().map(|s| format!(" (line {})", line_of(s.span().start))).unwrap_or_default();
             if n.cpus == Some(0) {
-                return Err(invalid("node.cpus", "must be at least 1".into()));
+                return Err(invalid(&format!("{key}.cpus"), format!("must be at least 1{at}")));
             }
             if let Some(m) = n.memory_gb {
                 if m.is_nan() || m <= 0.0 {
-                    return Err(invalid("node.memory_gb", format!("must be positive, not {m}")));
+                    return Err(invalid(&format!("{key}.memory_gb"), format!("must be positive, not {m}{at}")));
                 }
             }
             for (a, c) in &n.accelerators {
                 if *c == 0 {
-                    return Err(invalid(&format!("node.accelerators.{a}"), "must be at least 1".into()));
+                    return Err(invalid(&format!("{key}.accelerators.{a}"), format!("must be at least 1{at}")));
+                }
+                if !a.starts_with("NVIDIA_") && !a.starts_with("TPU_") {
+                    return Err(invalid(&format!("{key}.accelerators.{a}"), format!("is not an accelerator type{at}")));
+                }
+            }
+            if key != "node" {
+                let Some(name) = &n.name else { return Err(invalid(&key, "needs a name".into())) };
+                if name.get_ref().is_empty() {
+                    return Err(invalid(&format!("{key}.name"), format!("must not be empty{at}")));
+                }
+                if let Some(first) = seen.insert(name.get_ref().clone(), line_of(name.span().start)) {
+                    return Err(invalid(
+                        &format!("{key}.name"),
+                        format!("node \"{}\" is listed twice (lines {first} and {})", name.get_ref(), line_of(name.span().start)),
+                    ));
+                }
+                if n.cpus.is_none() || n.memory_gb.is_none() {
+                    return Err(invalid(&key, format!("needs cpus and memory_gb{at}")));
+                }
+            }
+        }
+        for (project, limits) in std::iter::once(("default".to_string(), &file.quotas.default))
+            .chain(file.quotas.projects.iter().map(|(p, l)| (format!("projects.{p}"), l)))
+        {
+            for (metric, _) in limits.iter() {
+                if !metric.starts_with("custom_model_training_") {
+                    return Err(invalid(
+                        &format!("quotas.{project}.{metric}"),
+                        "is not a quota metric (custom_model_training_cpus, custom_model_training_nvidia_t4_gpus, ...)".into(),
+                    ));
                 }
             }
         }
@@ -138,28 +184,30 @@ impl Config {
                 return Err(invalid("region", "must not be empty".into()));
             }
         }
-        Ok(Config::from_file(file, data_dir, path.display().to_string()))
+        let mut c = Config::from_file(file, data_dir, path.display().to_string());
+        c.path = Some(path.to_owned());
+        Ok(c)
     }
 
     fn from_file(file: File, data_dir: Option<PathBuf>, source: String) -> Config {
         let data_dir = data_dir.or(file.data_dir).unwrap_or_else(default_data_dir);
         let storage_root = file.storage_root.unwrap_or_else(|| data_dir.join("storage"));
-        let node_file = file.node;
-        // Without a [node] table the host overcommits; with one, capacity is exact unless
-        // it says otherwise.
-        let overcommit = node_file.as_ref().map_or(true, |n| n.overcommit.unwrap_or(false));
-        let node = Node {
-            name: node_file.as_ref().and_then(|n| n.name.clone()).unwrap_or_else(|| "local".into()),
-            cpus: node_file.as_ref().and_then(|n| n.cpus).unwrap_or_else(host_cpus),
-            memory_bytes: node_file
-                .as_ref()
-                .and_then(|n| n.memory_gb)
-                .map(|g| (g * GIB as f64) as u64)
-                .unwrap_or_else(host_memory),
-            accelerators: node_file.map(|n| n.accelerators).unwrap_or_default(),
+        let many = !file.nodes.is_empty();
+        // Without nodes declared the host overcommits; with them, capacity is exact unless
+        // the file says otherwise.
+        let overcommit = file
+            .overcommit
+            .or_else(|| file.node.as_ref().and_then(|n| n.overcommit))
+            .unwrap_or(file.node.is_none() && !many);
+        let to_node = |n: Option<&NodeFile>| Node {
+            name: n.and_then(|n| n.name.as_ref().map(|s| s.get_ref().clone())).unwrap_or_else(|| "local".into()),
+            cpus: n.and_then(|n| n.cpus).unwrap_or_else(host_cpus),
+            memory_bytes: n.and_then(|n| n.memory_gb).map(|g| (g * GIB as f64) as u64).unwrap_or_else(host_memory),
+            accelerators: n.map(|n| n.accelerators.clone()).unwrap_or_default(),
             up: true,
             schedulable: true,
         };
+        let nodes = if many { file.nodes.iter().map(|n| to_node(Some(n))).collect() } else { vec![to_node(file.node.as_ref())] };
         Config {
             listen: file.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             data_dir,
@@ -168,9 +216,10 @@ impl Config {
             base_port: file.base_port.unwrap_or(20000),
             tokens_file: file.tokens_file,
             settings: file.lifecycle.unwrap_or_default(),
-            fleet: Fleet { nodes: vec![node], overcommit },
+            fleet: Fleet { nodes, overcommit },
             quotas: Quotas { default: file.quotas.default, projects: file.quotas.projects },
             source,
+            path: None,
         }
     }
 }
@@ -232,6 +281,32 @@ mod tests {
         assert!(e.contains("trainyard.toml"), "{e}");
         assert!(e.contains("line 4"), "{e}");
         assert!(e.contains("memroy_gb"), "{e}");
+    }
+
+    #[test]
+    fn several_nodes_and_their_errors() {
+        let (_d, p) = write(
+            "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[[nodes]]\nname = \"n2\"\ncpus = 8\nmemory_gb = 32\naccelerators = { NVIDIA_TESLA_T4 = 2 }\n",
+        );
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.fleet.nodes.len(), 2);
+        assert!(!c.fleet.overcommit);
+        assert_eq!(c.fleet.nodes[1].accelerators["NVIDIA_TESLA_T4"], 2);
+        let (_d, p) = write("[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("nodes[1].name") && e.contains("listed twice") && e.contains("lines 2 and 6"), "{e}");
+        let (_d, p) = write("[[nodes]]\nname = \"n1\"\ncpus = 0\nmemory_gb = 16\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("nodes[0].cpus") && e.contains("line 2"), "{e}");
+        let (_d, p) = write("[[nodes]]\nname = \"n1\"\ncpus = 2\nmemory_gb = 16\naccelerators = { GPU = 1 }\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("nodes[0].accelerators.GPU"));
+        let (_d, p) = write("[[nodes]]\nname = \"n1\"\ncpus = 2\nmemory_gb = 16\nslots = 3\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("line 5") && e.contains("slots"), "{e}");
+        let (_d, p) = write("[quotas.default]\ncpus = 3\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("quotas.default.cpus"));
+        let (_d, p) = write("[quotas.default]\ncustom_model_training_cpus = -3\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("line 2"));
     }
 
     #[test]

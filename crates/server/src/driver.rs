@@ -13,7 +13,7 @@ use trainyard_api::{ApiError, CustomJob, JobState, Status, Timestamp};
 use trainyard_backend::{BackendEvent, EventSink, LocalBackend, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
-use trainyard_core::schedule::{schedule, Decision};
+use trainyard_core::schedule::{schedule, Decision, Fleet, Quotas};
 use trainyard_core::step::{step, Rejected};
 use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
 use trainyard_store::{NewJob, Store, StoreError};
@@ -33,10 +33,26 @@ pub enum Msg {
     Backend(BackendEvent),
     /// An effect carried out off the driver thread (a launch that first built a venv).
     EffectDone(i64),
+    /// Fleet and quota administration.
+    Admin { req: Admin, reply: Reply<serde_json::Value> },
     Shutdown,
 }
 
 pub const KIND_CUSTOM: &str = "custom";
+
+/// Administration requests (nodes and quotas).
+#[derive(Clone, Debug)]
+pub enum Admin {
+    ListNodes,
+    GetNode(String),
+    /// L9: the node goes into maintenance: its replicas get SIGTERM and the grace period,
+    /// then restart on other nodes with the same names and addresses.
+    Drain(String),
+    Undrain(String),
+    Quotas,
+    /// Read the quota limits again from the config file.
+    ReloadQuotas,
+}
 
 /// Everything the driver needs that is not a job.
 pub struct Services {
@@ -68,6 +84,10 @@ pub struct Driver {
     rx: Receiver<Msg>,
     /// Something changed that may let a waiting job be placed.
     reschedule: bool,
+    /// The nodes and their state (drained, down); starts from the config.
+    fleet: Fleet,
+    /// Quota limits; read again from the config file on request.
+    quotas: Quotas,
 }
 
 pub fn now_micros() -> Micros {
@@ -116,7 +136,7 @@ impl Driver {
     pub fn new(svc: Arc<Services>, store: Store) -> (Driver, Sender<Msg>) {
         let (tx, rx) = std::sync::mpsc::channel();
         let d = Driver {
-            svc,
+            svc: Arc::clone(&svc),
             store,
             jobs: BTreeMap::new(),
             deadlines: BTreeSet::new(),
@@ -124,6 +144,8 @@ impl Driver {
             tx: tx.clone(),
             rx,
             reschedule: true,
+            fleet: svc.cfg.fleet.clone(),
+            quotas: svc.cfg.quotas.clone(),
         };
         (d, tx)
     }
@@ -243,9 +265,218 @@ impl Driver {
                 self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
             }
             Msg::EffectDone(seq) => self.store.outbox_done(seq)?,
+            Msg::Admin { req, reply } => {
+                let r = self.admin(req, now);
+                let _ = reply.send(r);
+            }
             Msg::Shutdown => {}
         }
         Ok(())
+    }
+
+    fn admin(&mut self, req: Admin, now: Micros) -> Result<serde_json::Value, ApiError> {
+        match req {
+            Admin::ListNodes => {
+                let nodes: Vec<serde_json::Value> = self.fleet.nodes.iter().map(|n| self.node_view(n)).collect();
+                Ok(serde_json::json!({ "nodes": nodes }))
+            }
+            Admin::GetNode(name) => Ok(self.node_view(self.node(&name)?)),
+            Admin::Drain(name) => {
+                self.node(&name)?;
+                self.drain(&name, now).map_err(store_err)?;
+                Ok(self.node_view(self.node(&name)?))
+            }
+            Admin::Undrain(name) => {
+                self.node(&name)?;
+                if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+                    n.schedulable = true;
+                }
+                tracing::info!("node {name} undrained");
+                self.reschedule = true;
+                Ok(self.node_view(self.node(&name)?))
+            }
+            Admin::Quotas => Ok(self.quota_view()),
+            Admin::ReloadQuotas => {
+                let Some(path) = self.svc.cfg.path.clone() else {
+                    return Err(ApiError::failed_precondition("The server runs on its built-in defaults: there is no config file to read quotas from."));
+                };
+                let cfg = Config::load(&path, Some(self.svc.cfg.data_dir.clone()))
+                    .map_err(|e| ApiError::invalid_argument(format!("Quotas not changed: {e}")))?;
+                self.quotas = cfg.quotas;
+                tracing::info!("quotas read again from {}", path.display());
+                // A larger limit may admit queued jobs at once.
+                self.reschedule = true;
+                Ok(self.quota_view())
+            }
+        }
+    }
+
+    fn node(&self, name: &str) -> Result<&trainyard_core::schedule::Node, ApiError> {
+        self.fleet
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| ApiError::not_found(format!("Node \"{name}\" does not exist.")))
+    }
+
+    /// Live replicas per node: (job, replica index), including replicas moving there (L9).
+    fn placements(&self) -> BTreeMap<String, Vec<(u64, usize)>> {
+        let mut out: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
+        for live in self.jobs.values() {
+            for (i, r) in live.job.replicas.iter().enumerate() {
+                if let trainyard_core::job::ReplicaState::Stopping {
+                    then: trainyard_core::job::AfterReplicaStop::Move { node },
+                } = &r.state
+                {
+                    out.entry(node.clone()).or_default().push((live.job.id, i));
+                }
+                if r.state.is_live() {
+                    if let Some(n) = &r.node {
+                        out.entry(n.clone()).or_default().push((live.job.id, i));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn node_view(&self, n: &trainyard_core::schedule::Node) -> serde_json::Value {
+        let placements = self.placements();
+        let mine = placements.get(&n.name).cloned().unwrap_or_default();
+        let (mut cpus, mut memory) = (0u64, 0u64);
+        let mut accel: BTreeMap<String, u64> = BTreeMap::new();
+        let mut replicas = Vec::new();
+        for (job, i) in &mine {
+            let Some(live) = self.jobs.get(job) else { continue };
+            if let Some(d) = live.job.demand.replicas.get(*i) {
+                cpus += d.cpus as u64;
+                memory += d.memory_bytes;
+                if let Some((a, c)) = &d.accelerator {
+                    *accel.entry(a.clone()).or_insert(0) += *c as u64;
+                }
+            }
+            replicas.push(serde_json::json!({
+                "job": job_name(&live.job.project, &live.job.region, live.job.id),
+                "replica": live.job.replicas[*i].name,
+            }));
+        }
+        let state = if !n.up {
+            "DOWN"
+        } else if !n.schedulable {
+            "DRAINED"
+        } else {
+            "UP"
+        };
+        serde_json::json!({
+            "name": n.name,
+            "state": state,
+            "cpus": n.cpus,
+            "memoryBytes": n.memory_bytes.to_string(),
+            "accelerators": n.accelerators,
+            "allocated": {"cpus": cpus, "memoryBytes": memory.to_string(), "accelerators": accel},
+            "overcommit": self.fleet.overcommit,
+            "replicas": replicas,
+        })
+    }
+
+    /// Limit, in use and queued demand per project and metric.
+    fn quota_view(&self) -> serde_json::Value {
+        let mut rows: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        for live in self.jobs.values() {
+            let j = &live.job;
+            for (m, v) in &j.demand.metrics {
+                let e = rows.entry((j.project.clone(), m.clone())).or_insert((0, 0));
+                if j.holds_quota() {
+                    e.0 += v;
+                } else if matches!(j.phase, Phase::Queued) {
+                    e.1 += v;
+                }
+            }
+        }
+        for (p, limits) in &self.quotas.projects {
+            for m in limits.keys() {
+                rows.entry((p.clone(), m.clone())).or_insert((0, 0));
+            }
+        }
+        let mut out: Vec<serde_json::Value> = Vec::new();
+        for m in self.quotas.default.keys() {
+            if !rows.keys().any(|(_, rm)| rm == m) {
+                out.push(serde_json::json!({"project": "*", "region": self.svc.cfg.region, "metric": m,
+                    "limit": self.quotas.default[m].to_string(), "inUse": "0", "queued": "0"}));
+            }
+        }
+        for ((project, metric), (used, queued)) in rows {
+            let mut row = serde_json::json!({"project": project, "region": self.svc.cfg.region, "metric": metric,
+                "inUse": used.to_string(), "queued": queued.to_string()});
+            if let Some(l) = self.quotas.limit(&project, &metric) {
+                row["limit"] = serde_json::Value::String(l.to_string());
+            }
+            out.push(row);
+        }
+        serde_json::json!({ "quotas": out })
+    }
+
+    /// L9: drain a node: it takes no new work, and each of its replicas gets SIGTERM and
+    /// the grace period, then restarts on another node (or, with none, a stockout, L15).
+    fn drain(&mut self, name: &str, now: Micros) -> Result<(), StoreError> {
+        if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+            n.schedulable = false;
+        }
+        tracing::info!("node {name} drained");
+        let on_node: Vec<(u64, usize)> = self
+            .placements()
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(job, i)| {
+                self.jobs.get(job).is_some_and(|l| {
+                    l.job.replicas[*i].node.as_deref() == Some(name)
+                        && matches!(
+                            l.job.replicas[*i].state,
+                            trainyard_core::job::ReplicaState::Launching | trainyard_core::job::ReplicaState::Running { .. }
+                        )
+                })
+            })
+            .collect();
+        for (job, i) in on_node {
+            let replacement = self.replacement_node(job, i, name);
+            let Some(replica) = self.jobs.get(&job).map(|l| l.job.replicas[i].name.clone()) else { continue };
+            self.apply(job, Event::NodeMaintenance { replica, replacement }, now)?.ok();
+        }
+        Ok(())
+    }
+
+    /// A node that can take replica `i` of `job` now, other than `exclude`.
+    fn replacement_node(&self, job: u64, i: usize, exclude: &str) -> Option<String> {
+        let demand = self.jobs.get(&job)?.job.demand.replicas.get(i)?.clone();
+        let placements = self.placements();
+        self.fleet
+            .nodes
+            .iter()
+            .filter(|n| n.up && n.schedulable && n.name != exclude)
+            .find(|n| {
+                if self.fleet.overcommit {
+                    return true;
+                }
+                let (mut cpus, mut mem) = (demand.cpus as u64, demand.memory_bytes);
+                let mut acc: BTreeMap<String, u64> = BTreeMap::new();
+                if let Some((a, c)) = &demand.accelerator {
+                    acc.insert(a.clone(), *c as u64);
+                }
+                for (j, k) in placements.get(&n.name).map(Vec::as_slice).unwrap_or(&[]) {
+                    if let Some(d) = self.jobs.get(j).and_then(|l| l.job.demand.replicas.get(*k)) {
+                        cpus += d.cpus as u64;
+                        mem += d.memory_bytes;
+                        if let Some((a, c)) = &d.accelerator {
+                            *acc.entry(a.clone()).or_insert(0) += *c as u64;
+                        }
+                    }
+                }
+                cpus <= n.cpus as u64
+                    && mem <= n.memory_bytes
+                    && acc.iter().all(|(a, c)| n.accelerators.get(a).copied().unwrap_or(0) as u64 >= *c)
+            })
+            .map(|n| n.name.clone())
     }
 
     fn create(&mut self, project: String, region: String, resource: CustomJob, now: Micros) -> Result<CustomJob, ApiError> {
@@ -256,7 +487,7 @@ impl Driver {
                 svc.cfg.region
             )));
         }
-        let prepared = prepare(&resource, &svc.catalog, &svc.cfg.settings, &svc.cfg.fleet, &svc.cfg.quotas, &project)?;
+        let prepared = prepare(&resource, &svc.catalog, &svc.cfg.settings, &self.fleet, &self.quotas, &project)?;
         if let Some(out) = &resource.job_spec.base_output_directory {
             resolve_output_dir(
                 &out.output_uri_prefix,
@@ -418,7 +649,7 @@ impl Driver {
             if !live.iter().any(|j| j.wants_placement(now)) {
                 return Ok(());
             }
-            schedule(&live, &self.svc.cfg.fleet, &self.svc.cfg.quotas, now)
+            schedule(&live, &self.fleet, &self.quotas, now)
         };
         let mut used: HashSet<String> = self
             .jobs
@@ -607,6 +838,9 @@ fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<LaunchPlan, O
         _ => Vec::new(),
     };
     let mut env = svc.base_env.clone();
+    if let Some(node) = &replica.node {
+        env.push(("TRAINYARD_NODE".into(), node.clone()));
+    }
     let input = EnvInput {
         project: &job.project,
         region: &job.region,

@@ -546,6 +546,41 @@ fn tokio_stream_from(
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
+async fn admin(state: &AppState, req: crate::driver::Admin) -> ApiResult {
+    let v = ask(state, |reply| Msg::Admin { req, reply }).await?;
+    json_response(v, false)
+}
+
+async fn list_nodes(State(state): State<AppState>) -> ApiResult {
+    admin(&state, crate::driver::Admin::ListNodes).await
+}
+
+async fn get_node(State(state): State<AppState>, Path(node): Path<String>) -> ApiResult {
+    if node.contains(':') {
+        return Ok(method_not_allowed_response("POST"));
+    }
+    admin(&state, crate::driver::Admin::GetNode(node)).await
+}
+
+/// `POST /v1/admin/nodes/{node}:drain` and `:undrain`.
+async fn post_node(State(state): State<AppState>, Path(segment): Path<String>) -> ApiResult {
+    let Some((node, verb)) = segment.split_once(':') else { return Ok(method_not_allowed_response("GET")) };
+    let req = match verb {
+        "drain" => crate::driver::Admin::Drain(node.to_string()),
+        "undrain" => crate::driver::Admin::Undrain(node.to_string()),
+        other => return Err(ApiError::not_found(format!("Unknown method \"{other}\" on a node; use :drain or :undrain.")).into()),
+    };
+    admin(&state, req).await
+}
+
+async fn list_quotas(State(state): State<AppState>) -> ApiResult {
+    admin(&state, crate::driver::Admin::Quotas).await
+}
+
+async fn reload_quotas(State(state): State<AppState>) -> ApiResult {
+    admin(&state, crate::driver::Admin::ReloadQuotas).await
+}
+
 /// The OpenAPI 3 document, generated from the wire types.
 async fn openapi_json() -> Response {
     static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -603,7 +638,13 @@ async fn limit_announced_body(req: axum::extract::Request, next: axum::middlewar
 async fn authenticate(State(state): State<AppState>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let Some(tokens) = &state.tokens else { return next.run(req).await };
     let path = req.uri().path();
-    let Some(project) = path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or("")) else {
+    // Administration (nodes, quotas) needs a token for every project ("*").
+    let project = if path.starts_with("/v1/admin") {
+        Some("*")
+    } else {
+        path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or(""))
+    };
+    let Some(project) = project else {
         return next.run(req).await;
     };
     let write = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
@@ -621,6 +662,10 @@ pub fn router(state: AppState) -> Router {
         .route(&format!("{jobs}/{{id}}"), get(get_job).post(post_job).delete(delete_job))
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
+        .route("/v1/admin/nodes", get(list_nodes))
+        .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
+        .route("/v1/admin/quotas", get(list_quotas))
+        .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
         .route("/healthz", get(|| async { "ok" }))
         .route("/openapi.json", get(openapi_json))
         .fallback(not_found)

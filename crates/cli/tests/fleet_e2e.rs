@@ -1,0 +1,133 @@
+//! The fleet: virtual nodes on this host, node drain (L9), quotas at run time.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+const TWO_NODES: &str = "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[[nodes]]\nname = \"n2\"\ncpus = 4\nmemory_gb = 16\n";
+
+fn cli(s: &Server, args: &[&str]) -> (bool, String) {
+    let o = Command::new(BIN).args(args).env("TRAINYARD_SERVER", s.url("")).env_remove("TRAINYARD_TOKEN").output().unwrap();
+    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+fn node_of(s: &Server, job: &Value, replica: &str, restart: u32) -> String {
+    let dir = run_dir(&s.data_dir(), id_of(job), 0, replica, restart);
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spec.json")).unwrap()).unwrap();
+    spec["env"].as_array().unwrap().iter().find(|kv| kv[0] == "TRAINYARD_NODE").map(|kv| kv[1].as_str().unwrap().to_string()).unwrap()
+}
+
+/// L9: draining a node gives its replica SIGTERM and the grace period, then restarts it on
+/// the other node with the same name and address; the restart is not counted (L11).
+#[test]
+fn l9_drain_moves_replicas_to_another_node() {
+    let s = Server::start(TWO_NODES);
+    // The program traps SIGTERM, checkpoints (a file) and exits; restarted, it finds the
+    // checkpoint and finishes.
+    let marker = s.dir.path().join("ckpt");
+    let script = format!(
+        "echo addr=$(echo $CLUSTER_SPEC | sed 's/.*workerpool0\":\\[\"\\([^\"]*\\)\".*/\\1/') node=$TRAINYARD_NODE; \
+         if [ -e {m} ]; then echo resumed; exit 0; fi; \
+         trap 'echo saving; touch {m}; exit 0' TERM; while true; do sleep 0.1; done",
+        m = marker.display()
+    );
+    let j = s.create("p", &sh_job("drain-me", &script));
+    let name = name_of(&j);
+    s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let first = node_of(&s, &j, "workerpool0-0", 0);
+    let (ok, out) = cli(&s, &["nodes", "drain", &first]);
+    assert!(ok, "{out}");
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name));
+    let second = node_of(&s, &j, "workerpool0-0", 1);
+    assert_ne!(first, second, "restarted on the other node");
+    let text = s.logs_text(&name);
+    assert!(text.contains("saving"), "SIGTERM reached the program: {text}");
+    assert!(text.contains(&format!("Replica workerpool0-0 restarted on node {second} after node maintenance.")), "{text}");
+    let addrs: Vec<&str> = text.lines().filter_map(|l| l.split("addr=").nth(1)).map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(addrs.len(), 2, "{text}");
+    assert_eq!(addrs[0], addrs[1], "same address across the move");
+    assert!(!text.contains("restarting it (1 of 5)"), "not counted as a failure: {text}");
+    // The drained node takes no new work; undrained, it does again.
+    let (ok, out) = cli(&s, &["nodes", "list"]);
+    assert!(ok && out.contains("DRAINED"), "{out}");
+    let j2 = s.create("p", &sh_job("after-drain", "echo node=$TRAINYARD_NODE"));
+    s.wait_terminal(&name_of(&j2), 30);
+    assert_eq!(node_of(&s, &j2, "workerpool0-0", 0), second);
+    let (ok, _) = cli(&s, &["nodes", "undrain", &first]);
+    assert!(ok);
+    let (_, body) = s.call("GET", &s.url(&format!("/v1/admin/nodes/{first}")), None);
+    assert_eq!(body["state"], "UP");
+}
+
+/// L9, L15: draining the only node that can hold a replica is a stockout for its job.
+#[test]
+fn l15_drain_without_room_is_a_stockout() {
+    let s = Server::start("[[nodes]]\nname = \"only\"\ncpus = 4\nmemory_gb = 16\n");
+    let j = s.create("p", &sh_job("stuck", "sleep 300"));
+    let name = name_of(&j);
+    s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let (st, _) = s.call("POST", &s.url("/v1/admin/nodes/only:drain"), Some("{}"));
+    assert_eq!(st, 200);
+    let j = s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_PENDING" && j["trainyardWaitingReason"].is_string());
+    assert!(j["trainyardWaitingReason"].as_str().unwrap().contains("Stockout"), "{j:#}");
+    assert!(s.logs_text(&name).contains("Resources are insufficient in region: us-central1."));
+    s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    s.wait_terminal(&name, 30);
+}
+
+/// Unknown nodes are 404; a fleet file with a node listed twice is refused at start.
+#[test]
+fn unknown_node_and_bad_fleet_file() {
+    let s = Server::start(TWO_NODES);
+    let (st, b) = s.call("POST", &s.url("/v1/admin/nodes/n9:drain"), Some("{}"));
+    assert_eq!((st, b["error"]["status"].as_str()), (404, Some("NOT_FOUND")), "{b}");
+    let (ok, out) = cli(&s, &["nodes", "drain", "n9"]);
+    assert!(!ok && out.contains("NOT_FOUND"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fleet.toml");
+    std::fs::write(&cfg, format!("{TWO_NODES}\n[[nodes]]\nname = \"n1\"\ncpus = 2\nmemory_gb = 4\n")).unwrap();
+    let o = Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path().join("d"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("fleet.toml") && err.contains("nodes[2].name") && err.contains("listed twice"), "{err}");
+}
+
+/// L3, L5: quotas list shows limit, use and queued demand; a larger limit read again at
+/// run time admits the queued job without a restart.
+#[test]
+fn l3_quotas_listed_and_changed_at_run_time() {
+    let s = Server::start("[quotas.default]\ncustom_model_training_cpus = 4\n");
+    let a = s.create("q", &sh_job("a", "sleep 300"));
+    let b = s.create("q", &sh_job("b", "echo b ran"));
+    assert_eq!(b["state"], "JOB_STATE_QUEUED");
+    let (ok, out) = cli(&s, &["quotas", "list"]);
+    assert!(ok, "{out}");
+    let row = out.lines().find(|l| l.starts_with("q ")).unwrap_or_else(|| panic!("{out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols, ["q", "us-central1", "custom_model_training_cpus", "4", "4", "4"], "{out}");
+    // Raise the limit in the config file and read it again.
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("custom_model_training_cpus = 4", "custom_model_training_cpus = 8");
+    std::fs::write(&s.config, text).unwrap();
+    let (ok, out) = cli(&s, &["quotas", "reload"]);
+    assert!(ok, "{out}");
+    let done = s.wait_terminal(&name_of(&b), 30);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED");
+    // A broken file is refused and changes nothing.
+    std::fs::write(&s.config, "[quotas.default]\ncustom_model_training_cpus = \"many\"\n").unwrap();
+    let (st, body) = s.call("POST", &s.url("/v1/admin/quotas:reload"), Some("{}"));
+    assert_eq!(st, 400, "{body}");
+    let (_, body) = s.call("GET", &s.url("/v1/admin/quotas"), None);
+    assert!(body["quotas"].as_array().unwrap().iter().any(|r| r["limit"] == "8"), "{body}");
+    s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&a))), Some("{}"));
+    s.wait_terminal(&name_of(&a), 30);
+}
