@@ -7,6 +7,9 @@
 #
 # Logs and the saved controller state stay in STATE_DIR for a look afterwards.
 set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
 
 STATE_DIR=${1:-/tmp/trainyard-slurm}
 case $STATE_DIR in /*) ;; *) STATE_DIR="$(pwd)/$STATE_DIR" ;; esac
@@ -17,27 +20,18 @@ NODES=(n1 n2 n3 n4)
 log() { printf '[slurm-down] %s\n' "$*" >&2; }
 [ "$(id -u)" -eq 0 ] || { log "ERROR: must run as root"; exit 1; }
 
-pid_alive() {  # alive and not a zombie: pid 1 in the sandbox reaps late or never
-  local st; [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] || return 1
-  st=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
-  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
-}
-pid_of() {  # pid_of PIDFILE COMM: the pid if the file names a live process with that name
-  local pid; [ -f "$1" ] || return 1; pid=$(cat "$1" 2>/dev/null) || return 1
-  pid_alive "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && echo "$pid"
-}
 stop_pid() {  # stop_pid PID NAME: TERM, up to 5 s, then KILL
-  local pid=$1 i
+  local pid=$1
   kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 50); do pid_alive "$pid" || return 0; sleep 0.1; done
+  for _ in $(seq 50); do pid_alive "$pid" || return 0; sleep 0.1; done
   log "$2 (pid $pid) ignored TERM for 5 s: KILL"
   kill -KILL "$pid" 2>/dev/null
-  for i in $(seq 20); do pid_alive "$pid" || return 0; sleep 0.1; done
+  for _ in $(seq 20); do pid_alive "$pid" || return 0; sleep 0.1; done
   log "WARNING: $2 (pid $pid) still alive after KILL"; return 1
 }
 
 # --- 1. cancel every job while the controller still answers ----------------------
-if ctl=$(pid_of "$RUN/slurmctld.pid" slurmctld) && [ -f "$SLURM_CONF" ]; then
+if pid_of "$RUN/slurmctld.pid" slurmctld >/dev/null && [ -f "$SLURM_CONF" ]; then
   ids=$(squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')
   if [ -n "${ids// /}" ]; then
     log "cancelling jobs: $ids"
@@ -65,7 +59,7 @@ cg_dirs() {  # this cluster's cgroup trees: slurm_<node> in every v1 hierarchy
   done
 }
 cg_pids() { cg_dirs | while read -r d; do find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null; done | sort -un; }
-for attempt in 1 2 3; do
+for _ in 1 2 3; do
   left=()
   for p in $(cg_pids); do pid_alive "$p" && left+=("$p"); done
   [ ${#left[@]} -eq 0 ] && break

@@ -8,6 +8,9 @@
 # Needs: root, Debian 12 (apt-get), a cgroup v1 memory controller at /sys/fs/cgroup.
 # Set TRAINYARD_SLURM_GRES=0 to leave out the fake "gpu" GRES on n3,n4.
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
 
 STATE_DIR=${1:-/tmp/trainyard-slurm}
 case $STATE_DIR in /*) ;; *) STATE_DIR="$(pwd)/$STATE_DIR" ;; esac
@@ -21,8 +24,11 @@ GRES=${TRAINYARD_SLURM_GRES:-1}
 READY_TIMEOUT=${TRAINYARD_SLURM_READY_TIMEOUT:-60}   # seconds for nodes to turn idle
 SMOKE_TIMEOUT=${TRAINYARD_SLURM_SMOKE_TIMEOUT:-60}   # seconds for the smoke job
 
+# The last lines of a log, less the known noise (pmix, hwloc).
+logtail() { [ -f "$1" ] && grep -v -i -e pmix -e 'mpi:' -e hwloc "$1" | tail -"$2"; }
 log() { printf '[slurm-up] %s\n' "$*" >&2; }
 die() { printf '[slurm-up] ERROR: %s\n' "$*" >&2; exit 1; }
+# shellcheck disable=SC2154  # rc is assigned inside the trap
 trap 'rc=$?; [ $rc -eq 0 ] || printf "[slurm-up] FAILED (exit %s); see logs in %s\n" "$rc" "$LOG" >&2' EXIT
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (starts munged, slurmctld and slurmd, writes cgroups)"
@@ -30,13 +36,10 @@ command -v apt-get >/dev/null || die "apt-get not found: these scripts need Debi
 [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] \
   || die "no memory cgroup controller under /sys/fs/cgroup"
 
-# python3 reads squeue --json; prefer the system one (jobs and daemons see a plain PATH).
-PY=/usr/bin/python3; [ -x "$PY" ] || PY=$(command -v python3 || true)
-[ -n "$PY" ] || die "python3 is needed to read squeue --json"
+[ -n "$(slurm_python)" ] || die "python3 is needed to read squeue --json"
 
-T0=$(date +%s.%N)
+T0=$(now)
 mkdir -p "$STATE_DIR"
-elapsed() { "$PY" -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$(date +%s.%N)"; }
 
 # --- 1. packages -----------------------------------------------------------------
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
@@ -46,13 +49,14 @@ for p in "${PKGS[@]}"; do installed "$p" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing: ${missing[*]} (apt-get update first)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >"$STATE_DIR.apt.log" 2>&1 || { tail -20 "$STATE_DIR.apt.log" >&2; die "apt-get update failed"; }
+  apt-get update -q >"$STATE_DIR/apt.log" 2>&1 || { tail -20 "$STATE_DIR/apt.log" >&2; die "apt-get update failed"; }
   extra=()
   if ! installed slurmrestd && apt-cache show slurmrestd >/dev/null 2>&1; then extra+=(slurmrestd); fi
-  apt-get install -y -q --no-install-recommends "${PKGS[@]}" "${extra[@]}" >>"$STATE_DIR.apt.log" 2>&1 \
-    || { tail -30 "$STATE_DIR.apt.log" >&2; die "apt-get install failed (log: $STATE_DIR.apt.log)"; }
-  rm -f "$STATE_DIR.apt.log"
-  log "packages installed in $(elapsed "$T0") s"
+  [ ${#extra[@]} -eq 0 ] || log "also installing: ${extra[*]}"
+  apt-get install -y -q --no-install-recommends "${PKGS[@]}" "${extra[@]}" >>"$STATE_DIR/apt.log" 2>&1 \
+    || { tail -30 "$STATE_DIR/apt.log" >&2; die "apt-get install failed (log: $STATE_DIR/apt.log)"; }
+  rm -f "$STATE_DIR/apt.log"
+  log "packages installed in $(since "$T0") s"
 fi
 for b in slurmctld slurmd sbatch squeue sinfo scontrol munged; do
   command -v "$b" >/dev/null || [ -x "/usr/sbin/$b" ] || die "$b not found after install"
@@ -71,7 +75,7 @@ fi
 if [ ! -s /etc/munge/munge.key ]; then
   log "creating /etc/munge/munge.key"
   install -d -o munge -g munge -m 700 /etc/munge
-  if command -v mungekey >/dev/null; then mungekey --create --keyfile=/etc/munge/munge.key --force
+  if command -v mungekey >/dev/null; then mungekey --create --keyfile=/etc/munge/munge.key --force >&2
   else dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none; fi
 fi
 chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
@@ -85,7 +89,18 @@ fi
 munge -n | unmunge >/dev/null 2>&1 || die "munge round trip failed (munge -n | unmunge)"
 
 # --- 3. configuration ------------------------------------------------------------
+# Fake GPUs for the "gpu" partition. Slurm's gpu plugin drops a GPU without File=, and
+# wants File= to be a character or block device: two nodes of /dev/null's numbers
+# (c 1 3) under STATE_DIR/dev stand in for /dev/nvidia0,1. Nothing opens them.
 gres_node="" gres_types=""
+if [ "$GRES" = 1 ]; then
+  mkdir -p "$STATE_DIR/dev"
+  for i in 0 1; do
+    f=$STATE_DIR/dev/fakegpu$i
+    [ -c "$f" ] || { rm -f "$f"; mknod -m 666 "$f" c 1 3 2>/dev/null; } || true
+    [ -c "$f" ] || { log "WARNING: cannot mknod $f: no fake GPUs (set TRAINYARD_SLURM_GRES=0 to silence)"; GRES=0; }
+  done
+fi
 if [ "$GRES" = 1 ]; then gres_types="GresTypes=gpu"; gres_node="Gres=gpu:fake:2"; fi
 
 new_conf=$(cat <<CONF
@@ -144,52 +159,48 @@ ConstrainSwapSpace=yes
 AllowedSwapSpace=0
 CONF
 )
-# Fake GPUs: no device files, just a count the scheduler hands out.
 new_gres=$(cat <<CONF
 AutoDetect=off
-NodeName=n[3-4] Name=gpu Type=fake Count=2
+NodeName=n[3-4] Name=gpu Type=fake File=$STATE_DIR/dev/fakegpu[0-1]
 CONF
 )
 
-pid_alive() {  # pid alive and not a zombie (pid 1 here does not reap)
-  local st; [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] || return 1
-  st=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
-  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
-}
-daemon_alive() {  # daemon_alive PIDFILE COMM
-  local pid; [ -f "$1" ] || return 1; pid=$(cat "$1" 2>/dev/null) || return 1
-  pid_alive "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
+daemon_alive() { pid_of "$1" "$2" >/dev/null; }
 any_running=0
 daemon_alive "$RUN/slurmctld.pid" slurmctld && any_running=1
 for n in "${NODES[@]}"; do daemon_alive "$RUN/slurmd-$n.pid" slurmd && any_running=1; done
 
-write_if_changed() {  # write_if_changed FILE CONTENT -> returns 0 if it changed
-  if [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; then return 1; fi
-  printf '%s\n' "$2" >"$1.tmp" && mv "$1.tmp" "$1"; return 0
+differs() {  # differs FILE CONTENT
+  ! { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 }
+write() { printf '%s\n' "$2" >"$1.tmp" && mv "$1.tmp" "$1"; }
 changed=0
-write_if_changed "$SLURM_CONF" "$new_conf" && changed=1
-write_if_changed "$ETC/cgroup.conf" "$new_cgroup" && changed=1
-if [ "$GRES" = 1 ]; then write_if_changed "$ETC/gres.conf" "$new_gres" && changed=1
-elif [ -f "$ETC/gres.conf" ]; then rm -f "$ETC/gres.conf"; changed=1; fi
+differs "$SLURM_CONF" "$new_conf" && changed=1
+differs "$ETC/cgroup.conf" "$new_cgroup" && changed=1
+if [ "$GRES" = 1 ]; then differs "$ETC/gres.conf" "$new_gres" && changed=1
+elif [ -f "$ETC/gres.conf" ]; then changed=1; fi
 if [ $changed = 1 ] && [ $any_running = 1 ]; then
-  die "configuration in $ETC changed while the cluster runs: run scripts/slurm/down.sh $STATE_DIR first"
+  die "the configuration for $ETC differs from the running cluster's: run scripts/slurm/down.sh $STATE_DIR first"
+fi
+if [ $changed = 1 ]; then
+  write "$SLURM_CONF" "$new_conf"
+  write "$ETC/cgroup.conf" "$new_cgroup"
+  if [ "$GRES" = 1 ]; then write "$ETC/gres.conf" "$new_gres"; else rm -f "$ETC/gres.conf"; fi
 fi
 
 # --- 4. daemons ------------------------------------------------------------------
 if ! daemon_alive "$RUN/slurmctld.pid" slurmctld; then
   log "starting slurmctld"
   slurmctld -f "$SLURM_CONF" >>"$LOG/slurmctld.stdout" 2>&1 \
-    || { tail -20 "$LOG/slurmctld.log" >&2 2>/dev/null; die "slurmctld failed to start"; }
+    || { logtail "$LOG/slurmctld.log" 20 >&2; die "slurmctld failed to start"; }
 fi
 for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
-scontrol ping 2>/dev/null | grep -q UP || { tail -20 "$LOG/slurmctld.log" >&2; die "slurmctld does not answer (scontrol ping)"; }
+scontrol ping 2>/dev/null | grep -q UP || { logtail "$LOG/slurmctld.log" 20 >&2; die "slurmctld does not answer (scontrol ping)"; }
 for n in "${NODES[@]}"; do
   if ! daemon_alive "$RUN/slurmd-$n.pid" slurmd; then
     log "starting slurmd -N $n"
     slurmd -f "$SLURM_CONF" -N "$n" >>"$LOG/slurmd-$n.stdout" 2>&1 \
-      || { tail -20 "$LOG/slurmd-$n.log" >&2 2>/dev/null; die "slurmd -N $n failed to start"; }
+      || { logtail "$LOG/slurmd-$n.log" 20 >&2; die "slurmd -N $n failed to start"; }
   fi
 done
 
@@ -203,53 +214,32 @@ while :; do
   for n in $(printf '%s\n' "$states" | awk '$2 ~ /^down|^drain/ {print $1}'); do
     scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
   done
-  if [ "$(date +%s)" -ge "$deadline" ]; then
+  dead=""
+  for n in "${NODES[@]}"; do daemon_alive "$RUN/slurmd-$n.pid" slurmd || dead+="$n "; done
+  daemon_alive "$RUN/slurmctld.pid" slurmctld || dead+="slurmctld "
+  if [ -n "$dead" ] || [ "$(date +%s)" -ge "$deadline" ]; then
     {
-      echo "nodes not idle after ${READY_TIMEOUT}s:"; printf '%s\n' "$states"
-      echo "--- slurmctld.log (tail)"; tail -15 "$LOG/slurmctld.log" 2>/dev/null
-      for n in "${NODES[@]}"; do echo "--- slurmd-$n.log (tail)"; tail -8 "$LOG/slurmd-$n.log" 2>/dev/null; done
+      if [ -n "$dead" ]; then echo "daemon(s) exited: $dead(a port of 17000-17004 taken? see below)"
+      else echo "nodes not idle after ${READY_TIMEOUT}s:"; fi
+      printf '%s\n' "$states"
+      echo "--- slurmctld.log (tail)"; logtail "$LOG/slurmctld.log" 15
+      for n in "${NODES[@]}"; do echo "--- slurmd-$n.log (tail)"; logtail "$LOG/slurmd-$n.log" 8; done
     } >&2
     die "cluster did not become ready"
   fi
   sleep 0.2
 done
-log "4 nodes up after $(elapsed "$T0") s"
+log "4 nodes up after $(since "$T0") s"
 
 # --- 6. smoke job ----------------------------------------------------------------
-# Wait for a job to reach a final state; squeue --json ignores -j, so filter here.
-job_state() {
-  squeue --json 2>/dev/null | "$PY" -c '
-import json, sys
-jid = int(sys.argv[1])
-try:
-    jobs = json.load(sys.stdin).get("jobs", [])
-except Exception:
-    print("UNKNOWN"); sys.exit(0)
-for j in jobs:
-    if j.get("job_id") == jid:
-        s = j.get("job_state")
-        print(s if isinstance(s, str) else ",".join(s)); break
-else:
-    print("UNKNOWN")' "$1"
-}
-FINAL='COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED'
-wait_final() {  # wait_final JOBID TIMEOUT -> prints final state
-  local st end=$(( $(date +%s) + $2 ))
-  while :; do
-    st=$(job_state "$1")
-    if [[ $st =~ ^($FINAL)$ ]]; then echo "$st"; return 0; fi
-    [ "$(date +%s)" -lt "$end" ] || { echo "$st"; return 1; }
-    sleep 0.2
-  done
-}
 out=$STATE_DIR/jobs/smoke.out
 rm -f "$out"
 jid=$(sbatch --parsable -J smoke -o "$out" -e "$out" --wrap 'echo ok') || die "sbatch of the smoke job failed"
 jid=${jid%%;*}
 st=$(wait_final "$jid" "$SMOKE_TIMEOUT") || die "smoke job $jid not finished after ${SMOKE_TIMEOUT}s (state $st)"
-[ "$st" = COMPLETED ] || { tail -20 "$LOG/slurmctld.log" >&2; die "smoke job $jid ended $st, not COMPLETED"; }
+[ "$st" = COMPLETED ] || { logtail "$LOG/slurmctld.log" 20 >&2; die "smoke job $jid ended $st, not COMPLETED"; }
 grep -qx ok "$out" || die "smoke job $jid output is not 'ok': $(head -c 300 "$out" 2>/dev/null)"
-log "smoke job $jid COMPLETED; cluster ready in $(elapsed "$T0") s"
+log "smoke job $jid COMPLETED; cluster ready in $(since "$T0") s"
 
 cat <<ENV
 # Slurm cluster 'trainyard' is up. For a client:
