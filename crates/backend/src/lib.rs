@@ -7,10 +7,12 @@ mod fsutil;
 pub mod local;
 pub mod log;
 mod procfs;
+pub mod seam;
 pub mod shim;
 
 pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, ReplicaCgroup};
 pub use fsutil::FileError;
 pub use local::{BackendError, BackendEvent, EventSink, LocalBackend};
 pub use log::{read_log, stderr_tail, LogEntry};
+pub use seam::{Backend, Launch};
 pub use shim::{main_from_args, write_spec, ShimSpec, ShimStatus};

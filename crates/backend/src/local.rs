@@ -490,3 +490,56 @@ mod tests {
         assert_eq!(a, cgroup_name(&run, Path::new("/data/a/runs/12/0/workerpool0-0/0")));
     }
 }
+
+impl crate::seam::Backend for LocalBackend {
+    fn launch(&self, runs: Vec<crate::seam::Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+        // L6: each replica's shim is started on its own thread, so that no replica waits
+        // for another's fork and exec.
+        if runs.len() == 1 {
+            return runs
+                .into_iter()
+                .map(|l| {
+                    let r = LocalBackend::launch(self, l.run.clone(), &l.run_dir, l.spec, sink.clone());
+                    (l.run, r)
+                })
+                .collect();
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .into_iter()
+                .map(|l| {
+                    let sink = sink.clone();
+                    let run = l.run.clone();
+                    (run, scope.spawn(move || LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(run, h)| {
+                    let r = h.join().unwrap_or_else(|_| {
+                        Err(BackendError::Thread {
+                            run_dir: PathBuf::new(),
+                            source: io::Error::other("the launch thread panicked"),
+                        })
+                    });
+                    (run, r)
+                })
+                .collect()
+        })
+    }
+
+    fn adopt(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
+        LocalBackend::adopt(self, run, &run_dir, sink)
+    }
+
+    fn stop(&self, _run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
+        LocalBackend::stop(self, &run_dir)
+    }
+
+    fn describe(&self) -> String {
+        match self.cgroups().base() {
+            Some((v, base)) => format!("local processes; memory limits through cgroup v{} under {}", v.number(), base.display()),
+            None => "local processes; no writable memory cgroup: no memory limits, OOM kills reported as unknown".to_string(),
+        }
+    }
+}

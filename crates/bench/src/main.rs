@@ -545,7 +545,8 @@ fn run(opts: &Opts) -> Result<()> {
     let shim_command: Vec<OsString> = vec![exe.clone().into_os_string(), "shim".into()];
     let engine = trainyard_server::start(cfg, shim_command, workdir, vec![data_dir.clone()])?;
     let store = Store::open(&engine.store_path)?;
-    let cgroups = engine.services.backend.cgroups().clone();
+    let cgroups = trainyard_backend::CgroupSupport::detect();
+    let backend_line = engine.services.backend.describe();
 
     println!("== trainyard-bench ==");
     println!("environment:");
@@ -557,6 +558,7 @@ fn run(opts: &Opts) -> Result<()> {
     println!("  kernel            {}", read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default());
     println!("  cgroups (host)    {}", host_mount_cgroup_kind());
     println!("  cgroups (used)    {}", describe_cgroups(&cgroups));
+    println!("  backend           {backend_line}");
     match filesystem_of(&data_dir) {
         Some((t, m)) => println!("  data dir          {} ({t} mounted at {m})", data_dir.display()),
         None => println!("  data dir          {}", data_dir.display()),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use trainyard_api::{ApiError, CustomJob, JobState, Status, Timestamp};
-use trainyard_backend::{BackendEvent, EventSink, LocalBackend, ShimSpec};
+use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
 use trainyard_core::schedule::{schedule, Decision, Fleet, Quotas};
@@ -58,7 +58,7 @@ pub enum Admin {
 pub struct Services {
     pub cfg: Config,
     pub catalog: Catalog,
-    pub backend: Arc<LocalBackend>,
+    pub backend: Arc<dyn Backend>,
     /// Extra directories (besides the storage root) that jobs may write outputs to.
     pub output_roots: Vec<PathBuf>,
     /// Working directory of replicas' programs.
@@ -191,7 +191,7 @@ impl Driver {
                     continue;
                 }
                 let dir = run_dir(&self.svc.cfg.data_dir, &run);
-                match self.svc.backend.adopt(run.clone(), &dir, sink.clone()) {
+                match self.svc.backend.adopt(run.clone(), dir, sink.clone()) {
                     Ok(()) => adopted += 1,
                     Err(e) => {
                         tracing::error!("{run}: cannot adopt: {e}");
@@ -706,8 +706,8 @@ impl Driver {
         for (seq, effect) in effects {
             match &effect {
                 Effect::Launch { run, .. } => match self.prepare_launch(id, run, seq) {
-                    Prepared::Ready(dir, spec) => {
-                        ready.push((run.clone(), dir, spec));
+                    Prepared::Ready(launch) => {
+                        ready.push(launch);
                         done.push(seq);
                     }
                     Prepared::Deferred => {}
@@ -715,7 +715,7 @@ impl Driver {
                 },
                 Effect::Stop { run, .. } => {
                     let dir = run_dir(&self.svc.cfg.data_dir, run);
-                    if let Err(e) = self.svc.backend.stop(&dir) {
+                    if let Err(e) = self.svc.backend.stop(run, dir) {
                         tracing::warn!("{run}: stop: {e}");
                     }
                     done.push(seq);
@@ -723,21 +723,9 @@ impl Driver {
                 Effect::Log(_) => done.push(seq),
             }
         }
-        // L6: every replica of the attempt starts at once, each on its own thread.
-        let sink = self.sink();
-        match ready.len() {
-            0 => {}
-            1 => {
-                if let Some((run, dir, spec)) = ready.pop() {
-                    do_launch(&self.svc, run, &dir, spec, sink);
-                }
-            }
-            _ => std::thread::scope(|scope| {
-                for (run, dir, spec) in ready {
-                    let (svc, sink) = (&self.svc, sink.clone());
-                    scope.spawn(move || do_launch(svc, run, &dir, spec, sink));
-                }
-            }),
+        // L6: every replica of the attempt starts at once.
+        if !ready.is_empty() {
+            do_launch(&self.svc, ready, self.sink());
         }
         if let Err(e) = self.store.outbox_done_many(&done) {
             tracing::error!("outbox: {e}");
@@ -749,6 +737,7 @@ impl Driver {
         let sink = self.sink();
         let Some(live) = self.jobs.get(&id) else { return Prepared::Reported };
         let dir = run_dir(&self.svc.cfg.data_dir, run);
+        let node = live.job.replica(&run.replica).and_then(|r| r.node.clone()).unwrap_or_default();
         let plan = match launch_plan(&self.svc, live, run) {
             Ok(p) => p,
             Err(outcome) => {
@@ -757,7 +746,7 @@ impl Driver {
             }
         };
         match plan {
-            LaunchPlan::Ready(spec) => Prepared::Ready(dir, spec),
+            LaunchPlan::Ready(spec) => Prepared::Ready(Launch { run: run.clone(), run_dir: dir, spec, node }),
             LaunchPlan::NeedsVenv { spec, venv, packages, module_args } => {
                 // Building a venv takes seconds: on its own thread, which reports
                 // `EffectDone` when the launch is done.
@@ -767,7 +756,7 @@ impl Driver {
                         Ok(python) => {
                             let mut spec = spec;
                             spec.argv = std::iter::once(python.display().to_string()).chain(module_args).collect();
-                            do_launch(&svc, run, &dir, spec, sink);
+                            do_launch(&svc, vec![Launch { run, run_dir: dir, spec, node }], sink);
                         }
                         Err(message) => {
                             sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
@@ -788,18 +777,20 @@ impl Driver {
 }
 
 enum Prepared {
-    Ready(PathBuf, ShimSpec),
+    Ready(Launch),
     /// Another thread finishes it.
     Deferred,
     /// Nothing to launch: an outcome was reported instead.
     Reported,
 }
 
-fn do_launch(svc: &Services, run: RunId, dir: &Path, spec: ShimSpec, sink: EventSink) {
-    if let Err(e) = svc.backend.launch(run.clone(), dir, spec, sink.clone()) {
-        // L16: the replica could not be launched for a reason that is not the user's.
-        tracing::error!("{run}: launch failed: {e}");
-        sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
+fn do_launch(svc: &Services, runs: Vec<Launch>, sink: EventSink) {
+    for (run, result) in svc.backend.launch(runs, sink.clone()) {
+        if let Err(e) = result {
+            // L16: the replica could not be launched for a reason that is not the user's.
+            tracing::error!("{run}: launch failed: {e}");
+            sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use trainyard_backend::{CgroupSupport, LocalBackend};
+use trainyard_backend::{Backend, CgroupSupport, LocalBackend};
 use trainyard_core::catalog::Catalog;
 use trainyard_store::Store;
 
@@ -54,16 +54,12 @@ pub fn start(
     for dir in [&cfg.data_dir, &cfg.storage_root] {
         std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
     }
-    let cgroups = CgroupSupport::detect();
-    match &cgroups {
-        CgroupSupport::Unavailable { reason } => tracing::warn!(
-            "no writable memory cgroup ({reason}): replicas run without memory limits and OOM kills are reported as unknown"
-        ),
-        other => {
-            if let Some((v, base)) = other.base() {
-                tracing::info!("memory limits through cgroup v{} under {}", v.number(), base.display())
-            }
-        }
+    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect()));
+    let description = backend.describe();
+    if description.contains("no writable memory cgroup") {
+        tracing::warn!("backend: {description}");
+    } else {
+        tracing::info!("backend: {description}");
     }
     let store_path = cfg.data_dir.join("trainyard.db");
     let store = Store::open(&store_path)?;
@@ -73,7 +69,7 @@ pub fn start(
         .collect();
     let services = Arc::new(Services {
         catalog: Catalog::builtin(),
-        backend: Arc::new(LocalBackend::new(shim_command, cgroups)),
+        backend,
         output_roots,
         workdir,
         base_env,
