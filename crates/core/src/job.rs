@@ -372,6 +372,16 @@ pub struct Job {
     pub checkpoint: Checkpoint,
     /// Why a QUEUED or PENDING job waits, in plain words (shown by the API and the CLI).
     pub waiting_reason: Option<String>,
+    /// Set when the job is a trial of a HyperparameterTuningJob.
+    #[serde(default)]
+    pub trial: Option<TrialLink>,
+}
+
+/// The study and trial a trial's CustomJob belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialLink {
+    pub study: u64,
+    pub trial: String,
 }
 
 impl Job {
@@ -407,6 +417,7 @@ impl Job {
             replicas,
             checkpoint: Checkpoint { enabled: checkpoints, ..Checkpoint::default() },
             waiting_reason: None,
+            trial: None,
         }
     }
 

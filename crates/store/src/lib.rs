@@ -76,6 +76,9 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL
      );
      CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 2: filters on a display name or a state read only the matching rows, newest first.
+    "CREATE INDEX jobs_by_name ON jobs(kind, project, region, display_name);
+     CREATE INDEX jobs_by_state ON jobs(kind, project, region, state);",
 ];
 
 /// A job as stored: the resource the user sent (JSON, output fields cleared) and the
@@ -245,9 +248,88 @@ impl Store {
         Ok(out)
     }
 
-    /// Every job that is not terminal, oldest first.
+    /// Every CustomJob that is not terminal, oldest first.
     pub fn active_jobs(&self) -> Result<Vec<StoredJob>> {
-        self.query_jobs("SELECT id, kind, resource, core FROM jobs WHERE terminal = 0 ORDER BY id", [])
+        self.query_jobs("SELECT id, kind, resource, core FROM jobs WHERE terminal = 0 AND kind = 'custom' ORDER BY id", [])
+    }
+
+    /// Insert a resource of another kind (a HyperparameterTuningJob) whose state is an
+    /// opaque JSON text made once the id is known. Returns the id.
+    pub fn insert_other(&mut self, new: &NewJob<'_>, state: &str, now: Micros, make: impl FnOnce(u64) -> String) -> Result<u64> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO jobs (kind, project, region, display_name, state, create_time, update_time, resource, core)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, '')",
+            params![new.kind, new.project, new.region, new.display_name, state, now, new.resource],
+        )?;
+        let id = tx.last_insert_rowid() as u64;
+        tx.execute("UPDATE jobs SET core = ?2 WHERE id = ?1", params![id as i64, make(id)])?;
+        for (k, v) in new.labels {
+            tx.execute("INSERT INTO labels (job_id, key, value) VALUES (?1, ?2, ?3)", params![id as i64, k, v])?;
+        }
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Commit the state of a resource of another kind, with log lines, in one transaction.
+    pub fn commit_other(&mut self, id: u64, state: &str, terminal: bool, core: &str, now: Micros, lines: &[String]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE jobs SET state = ?2, update_time = ?3, terminal = ?4, core = ?5 WHERE id = ?1",
+            params![id as i64, state, now, i64::from(terminal), core],
+        )?;
+        for l in lines {
+            insert_event(&tx, id, now, 0, None, l)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Rows of another kind: (id, resource, core), the live ones or one by id and parent.
+    pub fn active_other(&self, kind: &str) -> Result<Vec<(u64, String, String)>> {
+        self.query_other("SELECT id, resource, core FROM jobs WHERE terminal = 0 AND kind = ?1 ORDER BY id", params![kind])
+    }
+
+    pub fn get_other(&self, kind: &str, project: &str, region: &str, id: u64) -> Result<Option<(u64, String, String)>> {
+        Ok(self
+            .query_other(
+                "SELECT id, resource, core FROM jobs WHERE id = ?1 AND kind = ?2 AND project = ?3 AND region = ?4",
+                params![id as i64, kind, project, region],
+            )?
+            .pop())
+    }
+
+    /// A page of rows of another kind, newest first (as `list_jobs`).
+    pub fn list_other(
+        &self,
+        kind: &str,
+        project: &str,
+        region: &str,
+        filter: Option<(&str, &[rusqlite::types::Value])>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, String, String)>> {
+        let mut sql = String::from("SELECT id, resource, core FROM jobs WHERE kind = ? AND project = ? AND region = ?");
+        let mut values: Vec<rusqlite::types::Value> = vec![kind.to_string().into(), project.to_string().into(), region.to_string().into()];
+        if let Some(b) = before {
+            sql.push_str(" AND id < ?");
+            values.push((b as i64).into());
+        }
+        if let Some((cond, p)) = filter {
+            sql.push_str(" AND (");
+            sql.push_str(cond);
+            sql.push(')');
+            values.extend(p.iter().cloned());
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?");
+        values.push((limit as i64).into());
+        self.query_other(&sql, rusqlite::params_from_iter(values))
+    }
+
+    fn query_other<P: rusqlite::Params>(&self, sql: &str, params: P) -> Result<Vec<(u64, String, String)>> {
+        let mut st = self.conn.prepare_cached(sql)?;
+        let rows = st.query_map(params, |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     /// One job, if it exists under this project and region (L: another project's job is
@@ -503,6 +585,33 @@ mod tests {
         assert_eq!(page.iter().map(|j| j.job.id).collect::<Vec<_>>(), [5, 4]);
         let page = store.list_jobs("custom", "p", "us-central1", None, Some(4), 10).unwrap();
         assert_eq!(page.iter().map(|j| j.job.id).collect::<Vec<_>>(), [3, 2, 1]);
+    }
+
+    /// A database made by the first schema version is migrated forward and keeps its jobs.
+    #[test]
+    fn old_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(
+                "INSERT INTO jobs (kind, project, region, display_name, state, create_time, update_time, resource, core)
+                 VALUES ('custom', 'p', 'r', 'old', 'JOB_STATE_SUCCEEDED', 1, 1, '{}', '{}')",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let n: i64 = store.conn.query_row("SELECT count(*) FROM jobs WHERE display_name = 'old'", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1);
+        let plan: String = store
+            .conn
+            .query_row("EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE kind='custom' AND project='p' AND region='r' AND display_name='x' ORDER BY id DESC", [], |r| r.get(3))
+            .unwrap();
+        assert!(plan.contains("jobs_by_name"), "{plan}");
     }
 
     /// A database written by a newer Trainyard is refused, not damaged.
