@@ -1,6 +1,7 @@
 //! The pure core of Trainyard: the job lifecycle (`step`), admission (`schedule`), the
 //! machine-type catalog and the replica environment. No clock, no threads, no files.
 
+pub mod capacity;
 pub mod catalog;
 pub mod env;
 pub mod job;

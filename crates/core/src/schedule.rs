@@ -1,17 +1,26 @@
 //! Admission and placement as a pure function (L3, L4, L5, L15):
-//! `schedule(jobs, fleet, quotas, now) -> Vec<Decision>`.
+//! `schedule(jobs, fleet, quotas, now) -> Vec<Decision>`, the same code that the simulator
+//! (`trainyard-sim`) measures at data-centre scale through `plan`.
 //!
 //! Quota first: a job is admitted only when its project's quota in its region covers
-//! every replica at once (L3). Then placement: with an exact fleet, every replica of the
-//! attempt is placed at once or not at all; capacity held by other jobs makes the job wait
-//! (QUEUED, not a stockout), capacity missing for other reasons (nodes down or drained)
-//! is a stockout (L15). The default fleet overcommits: placement always succeeds.
+//! every replica at once (L3). Waiting jobs are considered in weighted fair-share order
+//! (dominant resource fairness across projects, FIFO within a project; jobs that waited
+//! too long go first). Placement is best fit and all or nothing per attempt (gang): the
+//! replicas go to the nodes with the least free room that still hold them, so whole
+//! nodes stay free for large gangs. The first job that does not fit gets a reservation
+//! (when enough capacity frees, from running jobs' expected ends, and on which nodes);
+//! later jobs start only if they cannot delay it (EASY backfill). SPOT jobs use idle
+//! capacity and are preempted, cheapest first, when non-SPOT work needs it. With an exact
+//! fleet, capacity held by other jobs makes a job wait (QUEUED, not a stockout), capacity
+//! missing for other reasons (nodes down or drained) is a stockout (L15). The default
+//! fleet overcommits: placement always succeeds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Job, Micros, Phase, ReplicaDemand};
+use crate::capacity::{slots, Need, NodeIx, NodeTable, Shape, Work, NO_ACC};
+use crate::job::{secs, After, Job, Micros, Phase, ReplicaDemand, SECOND};
 
 /// A node that runs replicas.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +81,8 @@ pub enum Decision {
     Stockout { job: u64, detail: String },
     /// The job keeps waiting; `reason` says why in plain words.
     Wait { job: u64, reason: String },
+    /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`.
+    Preempt { job: u64, reason: String },
 }
 
 /// Quota in use per project and metric (L5: held from admission until terminal).
@@ -85,151 +96,1028 @@ pub fn quota_usage<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> BTreeMap<(Str
     usage
 }
 
+/// How the scheduler orders waiting work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    /// Weighted dominant resource fairness across projects; FIFO within a project.
+    FairShare,
+    /// First come, first served (the baselines).
+    Fifo,
+}
+
+/// Scheduler settings, with defaults for the server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    pub order: Order,
+    /// EASY backfill: the first job that does not fit gets a reservation, later jobs may
+    /// start only if they cannot delay it. Without backfill the first job that does not
+    /// fit blocks every later one (strict order).
+    pub backfill: bool,
+    /// SPOT jobs run on idle capacity and are preempted for non-SPOT work. When false,
+    /// SPOT jobs are scheduled like any other job.
+    pub preemption: bool,
+    /// Fair-share weight per project (default `default_weight`).
+    pub weights: BTreeMap<String, f64>,
+    pub default_weight: f64,
+    /// A job that has waited this long goes ahead of the fair order, oldest first (so
+    /// that a heavy project's big job cannot starve). None: never.
+    pub starvation_secs: Option<u64>,
+    /// At most this many blocked jobs per round look for SPOT jobs to preempt.
+    pub max_preemption_tries: usize,
+    /// Emit a `Wait` with a reason for every job that keeps waiting. The simulator turns
+    /// it off: only actions are needed there.
+    pub explain: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            order: Order::FairShare,
+            backfill: true,
+            preemption: true,
+            weights: BTreeMap::new(),
+            default_weight: 1.0,
+            starvation_secs: Some(12 * 3600),
+            max_preemption_tries: 8,
+            explain: true,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Strict FIFO, no backfill, no preemption (a baseline).
+    pub fn fifo() -> Self {
+        SchedulerConfig { order: Order::Fifo, backfill: false, preemption: false, starvation_secs: None, ..Self::default() }
+    }
+    /// FIFO order with EASY backfill, no preemption (a baseline like Slurm's).
+    pub fn easy() -> Self {
+        SchedulerConfig { order: Order::Fifo, backfill: true, preemption: false, starvation_secs: None, ..Self::default() }
+    }
+    pub fn weight(&self, project: &str) -> f64 {
+        let w = self.weights.get(project).copied().unwrap_or(self.default_weight);
+        if w.is_finite() && w > 0.0 {
+            w
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Optional per-job input besides the jobs themselves.
+#[derive(Clone, Debug, Default)]
+pub struct Hints {
+    /// Expected run time from admission, by job id. Without a hint the job's timeout
+    /// (L19) is used: the worst case, which makes reservations guarantees.
+    pub expected_duration: HashMap<u64, Micros>,
+}
+
+/// One job waiting for placement, in the scheduler's compact form.
 #[derive(Clone, Debug)]
-struct Free {
-    cpus: i64,
-    memory: i64,
-    accelerators: BTreeMap<String, i64>,
+pub struct Request<'a> {
+    pub id: u64,
+    pub project: &'a str,
+    /// Creation time: FIFO order within a project, and the age for starvation.
+    pub submitted: Micros,
+    /// Quota is already held (L5): placement again after a stockout or a preemption.
+    pub admitted: bool,
+    pub spot: bool,
+    pub shape: &'a Shape,
+    /// Quota demand (L3).
+    pub metrics: &'a BTreeMap<String, u64>,
+    /// Expected run time once placed (timeout or hint): used for backfill.
+    pub duration: Micros,
 }
 
-impl Free {
-    fn of(n: &Node) -> Free {
-        Free {
-            cpus: n.cpus as i64,
-            memory: n.memory_bytes as i64,
-            accelerators: n.accelerators.iter().map(|(k, v)| (k.clone(), *v as i64)).collect(),
-        }
-    }
-    fn fits(&self, d: &ReplicaDemand) -> bool {
-        self.cpus >= d.cpus as i64
-            && self.memory >= d.memory_bytes as i64
-            && d.accelerator.as_ref().is_none_or(|(a, c)| self.accelerators.get(a).copied().unwrap_or(0) >= *c as i64)
-    }
-    fn take(&mut self, d: &ReplicaDemand) {
-        self.cpus -= d.cpus as i64;
-        self.memory -= d.memory_bytes as i64;
-        if let Some((a, c)) = &d.accelerator {
-            *self.accelerators.entry(a.clone()).or_insert(0) -= *c as i64;
-        }
+/// A job that holds capacity.
+#[derive(Clone, Debug)]
+pub struct Running {
+    pub project: String,
+    /// Preemptible (SPOT and not already stopping).
+    pub spot: bool,
+    /// A SPOT job told to stop for a preemption; its capacity frees soon.
+    pub stopping: bool,
+    pub start: Micros,
+    /// Expected end (timeout or hint).
+    pub end: Micros,
+    pub placed: Vec<(NodeIx, Need)>,
+}
+
+/// The capacity state the scheduler decides on: the fleet, its free capacity per node
+/// (indexed for best fit), the jobs holding capacity ordered by expected end, and the use
+/// per project. `schedule` builds it from the jobs on every call; the simulator keeps one
+/// up to date incrementally (`start`, `finish`) and calls `plan` on it.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    table: NodeTable,
+    free: Work,
+    running: HashMap<u64, Running>,
+    by_end: BTreeSet<(Micros, u64)>,
+    spot: BTreeSet<u64>,
+    stopping: BTreeSet<u64>,
+    usage: HashMap<String, Vec<i64>>,
+    totals: Vec<i64>,
+}
+
+fn add_dims(v: &mut [i64], d: &Need, sign: i64) {
+    v[0] += sign * d.cpus;
+    v[1] += sign * d.mem;
+    if d.acc_type != NO_ACC && (d.acc_type as usize) + 2 < v.len() {
+        v[2 + d.acc_type as usize] += sign * d.acc;
     }
 }
 
-/// Gang placement: every replica placed, first fit, or None.
-fn place_all(replicas: &[ReplicaDemand], nodes: &[&Node], free: &mut [Free]) -> Option<Vec<String>> {
-    let mut trial = free.to_vec();
-    let mut out = Vec::with_capacity(replicas.len());
-    for d in replicas {
-        let i = (0..nodes.len()).find(|&i| trial[i].fits(d))?;
-        trial[i].take(d);
-        out.push(nodes[i].name.clone());
-    }
-    free.clone_from_slice(&trial);
-    Some(out)
-}
-
-/// Decide for every job that waits for placement. `jobs` are the live (non-terminal) jobs.
-pub fn schedule(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micros) -> Vec<Decision> {
-    let mut usage = quota_usage(jobs.iter().copied());
-    let usable: Vec<&Node> = fleet.nodes.iter().filter(|n| n.up && n.schedulable).collect();
-    let mut free: Vec<Free> = usable.iter().map(|n| Free::of(n)).collect();
-    if !fleet.overcommit {
-        // Capacity held by placed replicas of other jobs.
-        for j in jobs.iter().filter(|j| j.holds_capacity()) {
-            for (r, d) in j.replicas.iter().zip(&j.demand.replicas) {
-                if !r.state.is_live() {
-                    continue;
-                }
-                if let Some(i) = usable.iter().position(|n| Some(&n.name) == r.node.as_ref()) {
-                    free[i].take(d);
+impl Cluster {
+    pub fn new(fleet: &Fleet) -> Cluster {
+        let table = NodeTable::new(fleet);
+        let free = Work::new(&table);
+        let mut totals = vec![0i64; 2 + table.acc_names.len()];
+        for i in 0..table.len() {
+            if table.usable[i] {
+                totals[0] += table.cap_cpus[i];
+                totals[1] += table.cap_mem[i];
+                if table.acc_type[i] != NO_ACC {
+                    totals[2 + table.acc_type[i] as usize] += table.cap_acc[i];
                 }
             }
         }
+        Cluster {
+            table,
+            free,
+            running: HashMap::new(),
+            by_end: BTreeSet::new(),
+            spot: BTreeSet::new(),
+            stopping: BTreeSet::new(),
+            usage: HashMap::new(),
+            totals,
+        }
     }
-    // Jobs already admitted (re-placement after a stockout) first, then the queue in
-    // order of creation.
+
+    pub fn table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    pub fn shape(&self, replicas: &[ReplicaDemand]) -> Shape {
+        self.table.shape(replicas)
+    }
+
+    pub fn node(&self, name: &str) -> Option<NodeIx> {
+        self.table.index.get(name).copied()
+    }
+
+    pub fn running(&self) -> &HashMap<u64, Running> {
+        &self.running
+    }
+
+    /// Free accelerators of usable nodes, and their total.
+    pub fn free_accelerators(&self) -> (i64, i64) {
+        let mut free = 0;
+        let mut total = 0;
+        for i in 0..self.table.len() {
+            if self.table.usable[i] && self.table.acc_type[i] != NO_ACC {
+                free += self.free.acc[i].max(0);
+                total += self.table.cap_acc[i];
+            }
+        }
+        (free, total)
+    }
+
+    /// A job now holds `placed` (its live replicas' nodes and needs).
+    pub fn start(&mut self, id: u64, project: &str, spot: bool, start: Micros, end: Micros, placed: Vec<(NodeIx, Need)>) {
+        self.finish(id);
+        let usage = self.usage.entry(project.to_string()).or_insert_with(|| vec![0; self.totals.len()]);
+        for (n, d) in &placed {
+            self.free.take(&self.table, *n, d);
+            add_dims(usage, d, 1);
+        }
+        self.free.commit();
+        self.by_end.insert((end, id));
+        if spot {
+            self.spot.insert(id);
+        }
+        self.running.insert(id, Running { project: project.to_string(), spot, stopping: false, start, end, placed });
+    }
+
+    /// The job holds nothing any more.
+    pub fn finish(&mut self, id: u64) -> bool {
+        let Some(r) = self.running.remove(&id) else { return false };
+        for (n, d) in &r.placed {
+            self.free.give(&self.table, *n, d);
+        }
+        self.free.commit();
+        if let Some(u) = self.usage.get_mut(&r.project) {
+            for (_, d) in &r.placed {
+                add_dims(u, d, -1);
+            }
+        }
+        self.by_end.remove(&(r.end, id));
+        self.spot.remove(&id);
+        self.stopping.remove(&id);
+        true
+    }
+
+    /// A SPOT job was told to stop for a preemption: no longer a candidate; its capacity
+    /// frees when it has stopped (`finish`).
+    pub fn mark_stopping(&mut self, id: u64) {
+        if let Some(r) = self.running.get_mut(&id) {
+            r.spot = false;
+            r.stopping = true;
+            self.spot.remove(&id);
+            self.stopping.insert(id);
+        }
+    }
+
+    fn share(&self, usage: &[i64], weight: f64) -> f64 {
+        let mut s = 0f64;
+        for (u, t) in usage.iter().zip(&self.totals) {
+            if *t > 0 {
+                s = s.max(*u as f64 / *t as f64);
+            }
+        }
+        s / weight
+    }
+}
+
+/// Decide for every job that waits for placement. `jobs` are the live (non-terminal)
+/// jobs. Default settings, no hints.
+pub fn schedule(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micros) -> Vec<Decision> {
+    schedule_with(jobs, fleet, quotas, now, &SchedulerConfig::default(), &Hints::default())
+}
+
+/// `schedule` with settings and hints.
+pub fn schedule_with(
+    jobs: &[&Job],
+    fleet: &Fleet,
+    quotas: &Quotas,
+    now: Micros,
+    cfg: &SchedulerConfig,
+    hints: &Hints,
+) -> Vec<Decision> {
+    if fleet.overcommit {
+        return schedule_overcommit(jobs, fleet, quotas, now);
+    }
+    let duration = |j: &Job| hints.expected_duration.get(&j.id).copied().unwrap_or(j.policy.timeout).max(1);
+    let mut c = Cluster::new(fleet);
+    for j in jobs.iter().filter(|j| j.holds_capacity()) {
+        let placed: Vec<(NodeIx, Need)> = j
+            .replicas
+            .iter()
+            .zip(&j.demand.replicas)
+            .filter(|(r, _)| r.state.is_live())
+            .filter_map(|(r, d)| Some((c.node(r.node.as_deref()?)?, c.table.need(d))))
+            .collect();
+        let stopping = matches!(j.phase, Phase::Stopping { .. });
+        let preempted = matches!(&j.phase, Phase::Stopping { then: After::Preempted { .. }, .. });
+        let start = j.admitted_at().unwrap_or(now);
+        // A stopping job frees its capacity soon.
+        let end = if stopping { now } else { start.saturating_add(duration(j)) };
+        c.start(j.id, &j.project, j.policy.spot && !stopping, start, end, placed);
+        if preempted {
+            c.mark_stopping(j.id);
+        }
+    }
+    let waiting: Vec<&Job> = jobs.iter().copied().filter(|j| j.wants_placement(now)).collect();
+    let shapes: Vec<Shape> = waiting.iter().map(|j| c.shape(&j.demand.replicas)).collect();
+    let reqs: Vec<Request> = waiting
+        .iter()
+        .zip(&shapes)
+        .map(|(j, shape)| Request {
+            id: j.id,
+            project: &j.project,
+            submitted: j.create_time,
+            admitted: !matches!(j.phase, Phase::Queued),
+            spot: j.policy.spot,
+            shape,
+            metrics: &j.demand.metrics,
+            duration: duration(j),
+        })
+        .collect();
+    let used = quota_usage(jobs.iter().copied());
+    plan(&c, &reqs, quotas, &used, now, cfg)
+}
+
+/// The single-workstation default: quota first (L3), then everything on the first usable
+/// node; CPU and memory are shared, a missing accelerator is a warning, not a refusal.
+fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micros) -> Vec<Decision> {
+    let mut usage = quota_usage(jobs.iter().copied());
+    let usable: Vec<&Node> = fleet.nodes.iter().filter(|n| n.up && n.schedulable).collect();
     let mut waiting: Vec<&Job> = jobs.iter().copied().filter(|j| j.wants_placement(now)).collect();
     waiting.sort_by_key(|j| (matches!(j.phase, Phase::Queued), j.create_time, j.id));
-
     let mut out = Vec::new();
     for job in waiting {
-        if matches!(job.phase, Phase::Queued) {
-            // L3: QUEUED while the quota cannot cover all replicas at once.
-            let short: Vec<String> = job
-                .demand
-                .metrics
-                .iter()
-                .filter_map(|(m, need)| {
-                    let limit = quotas.limit(&job.project, m)?;
-                    let used = usage.get(&(job.project.clone(), m.clone())).copied().unwrap_or(0);
-                    (used + need > limit).then(|| format!("{m}: needs {need}, {used} of {limit} in use"))
-                })
-                .collect();
+        let queued = matches!(job.phase, Phase::Queued);
+        if queued {
+            let short = quota_short(quotas, &job.project, &job.demand.metrics, |m| {
+                usage.get(&(job.project.clone(), m.to_string())).copied().unwrap_or(0)
+            });
             if !short.is_empty() {
                 out.push(Decision::Wait { job: job.id, reason: format!("Waiting for quota: {}.", short.join("; ")) });
                 continue;
             }
         }
-        let mut warnings = Vec::new();
-        let placed = if fleet.overcommit {
-            // Everything on the first usable node; CPU and memory are shared, and a missing
-            // accelerator is a warning, not a refusal.
-            usable.first().map(|n| {
-                for (r, d) in job.replicas.iter().zip(&job.demand.replicas) {
-                    if let Some((a, c)) = &d.accelerator {
-                        let have = n.accelerators.get(a).copied().unwrap_or(0);
-                        if have < *c {
-                            warnings.push(format!(
-                                "Warning: replica {} asks for {c} x {a} but node {} has {have}; it runs without them.",
-                                r.name, n.name
-                            ));
-                        }
-                    }
+        let Some(n) = usable.first() else {
+            if queued {
+                for (m, v) in &job.demand.metrics {
+                    *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
                 }
-                vec![n.name.clone(); job.replicas.len()]
-            })
-        } else {
-            place_all(&job.demand.replicas, &usable, &mut free)
-        };
-        match placed {
-            Some(nodes) => {
-                if matches!(job.phase, Phase::Queued) {
-                    for (m, v) in &job.demand.metrics {
-                        *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
-                    }
-                }
-                out.push(Decision::Place { job: job.id, nodes, warnings });
             }
-            None => {
-                // Would it fit the usable fleet if no other job held anything?
-                let mut empty: Vec<Free> = usable.iter().map(|n| Free::of(n)).collect();
-                if !usable.is_empty() && place_all(&job.demand.replicas, &usable, &mut empty).is_some() {
-                    // Capacity held by other Trainyard jobs is not a stockout (L15).
-                    out.push(Decision::Wait {
-                        job: job.id,
-                        reason: "Waiting for capacity held by other jobs.".to_string(),
-                    });
-                } else {
-                    // The stockout admits the job (its quota is held, L5) and fails the attempt.
-                    if matches!(job.phase, Phase::Queued) {
-                        for (m, v) in &job.demand.metrics {
-                            *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
-                        }
-                    }
-                    let up = fleet.nodes.iter().filter(|n| n.up).count();
-                    let drained = fleet.nodes.iter().filter(|n| n.up && !n.schedulable).count();
-                    out.push(Decision::Stockout {
-                        job: job.id,
-                        detail: format!(
-                            "{} of {} nodes usable ({} down, {} drained)",
-                            usable.len(),
-                            fleet.nodes.len(),
-                            fleet.nodes.len() - up,
-                            drained
-                        ),
-                    });
+            out.push(Decision::Stockout { job: job.id, detail: stockout_detail_of(fleet) });
+            continue;
+        };
+        let mut warnings = Vec::new();
+        for (r, d) in job.replicas.iter().zip(&job.demand.replicas) {
+            if let Some((a, c)) = &d.accelerator {
+                let have = n.accelerators.get(a).copied().unwrap_or(0);
+                if have < *c {
+                    warnings.push(format!(
+                        "Warning: replica {} asks for {c} x {a} but node {} has {have}; it runs without them.",
+                        r.name, n.name
+                    ));
                 }
             }
         }
+        if queued {
+            for (m, v) in &job.demand.metrics {
+                *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
+            }
+        }
+        out.push(Decision::Place { job: job.id, nodes: vec![n.name.clone(); job.replicas.len()], warnings });
     }
     out
+}
+
+fn stockout_detail_of(fleet: &Fleet) -> String {
+    let up = fleet.nodes.iter().filter(|n| n.up).count();
+    let drained = fleet.nodes.iter().filter(|n| n.up && !n.schedulable).count();
+    let usable = fleet.nodes.iter().filter(|n| n.up && n.schedulable).count();
+    format!("{} of {} nodes usable ({} down, {} drained)", usable, fleet.nodes.len(), fleet.nodes.len() - up, drained)
+}
+
+/// L3: the metrics the quota cannot cover, in plain words (with the shortfall).
+fn quota_short(quotas: &Quotas, project: &str, metrics: &BTreeMap<String, u64>, used: impl Fn(&str) -> u64) -> Vec<String> {
+    metrics
+        .iter()
+        .filter_map(|(m, &need)| {
+            let limit = quotas.limit(project, m)?;
+            let used = used(m);
+            (used + need > limit)
+                .then(|| format!("{m}: needs {need}, {used} of {limit} in use (short by {})", used + need - limit))
+        })
+        .collect()
+}
+
+/// A reservation for the head of the order (EASY backfill).
+#[derive(Clone, Debug)]
+struct Resv {
+    job: u64,
+    /// When enough capacity is expected to be free (from expected ends).
+    time: Micros,
+    nodes: Vec<(NodeIx, i64)>,
+    /// What a job that runs past `time` may still take on each reserved node.
+    slack: HashMap<NodeIx, [i64; 3]>,
+}
+
+struct Proj<'a> {
+    name: &'a str,
+    usage: Vec<i64>,
+    weight: f64,
+    share: f64,
+    queue: Vec<usize>,
+    next: usize,
+}
+
+/// The order in which waiting jobs are considered: jobs that already hold quota, then
+/// starving jobs (oldest first), then the fair order (lowest weighted dominant share
+/// first; it changes as jobs are placed) or FIFO, then SPOT jobs.
+struct Queue<'a> {
+    lists: [Vec<usize>; 3],
+    list: usize,
+    at: usize,
+    projects: Vec<Proj<'a>>,
+    spot: Vec<usize>,
+    spot_at: usize,
+}
+
+impl Queue<'_> {
+    fn next(&mut self, reqs: &[Request]) -> Option<(usize, bool)> {
+        while self.list < 3 {
+            if let Some(&i) = self.lists[self.list].get(self.at) {
+                self.at += 1;
+                return Some((i, false));
+            }
+            self.list += 1;
+            self.at = 0;
+        }
+        let mut best: Option<(usize, (f64, Micros, u64))> = None;
+        for (p, pr) in self.projects.iter().enumerate() {
+            if let Some(&i) = pr.queue.get(pr.next) {
+                let key = (pr.share, reqs[i].submitted, reqs[i].id);
+                if best.as_ref().is_none_or(|(_, b)| key.partial_cmp(b) == Some(std::cmp::Ordering::Less)) {
+                    best = Some((p, key));
+                }
+            }
+        }
+        if let Some((p, _)) = best {
+            let pr = &mut self.projects[p];
+            pr.next += 1;
+            return Some((pr.queue[pr.next - 1], true));
+        }
+        let i = *self.spot.get(self.spot_at)?;
+        self.spot_at += 1;
+        Some((i, false))
+    }
+}
+
+struct Round<'a, 'r> {
+    c: &'a Cluster,
+    cfg: &'a SchedulerConfig,
+    now: Micros,
+    w: Work,
+    out: Vec<Decision>,
+    resv: Option<Resv>,
+    /// This round's placements: expected end and what they hold (for the timeline).
+    placed: Vec<(Micros, Vec<(NodeIx, Need)>)>,
+    /// Uniform shapes that did not fit (anything at least as big does not fit either).
+    failed: Vec<(Need, usize)>,
+    /// The same, for jobs that would run past the reservation.
+    failed_long: Vec<(Need, usize)>,
+    empty_fit: HashMap<(Need, usize), bool>,
+    chosen: HashSet<u64>,
+    preempt_tries: usize,
+    blocked_by: Option<u64>,
+    quota_round: HashMap<(&'r str, &'r str), u64>,
+}
+
+fn dominated(list: &[(Need, usize)], need: &Need, count: usize) -> bool {
+    list.iter().any(|(n, k)| need.covers(n) && count >= *k)
+}
+
+fn remember(list: &mut Vec<(Need, usize)>, need: Need, count: usize) {
+    if dominated(list, &need, count) {
+        return;
+    }
+    list.retain(|(n, k)| !(n.covers(&need) && *k >= count));
+    list.push((need, count));
+}
+
+fn fmt_dur(us: Micros) -> String {
+    let s = (us.max(0) + SECOND - 1) / SECOND;
+    let (d, h, m) = (s / 86400, (s % 86400) / 3600, (s % 3600) / 60);
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else if h > 0 {
+        format!("{h}h {m}m")
+    } else if m > 0 {
+        format!("{m}m {}s", s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn describe(t: &NodeTable, shape: &Shape) -> String {
+    let k = shape.needs.len();
+    let plural = if k == 1 { "" } else { "s" };
+    if shape.uniform && k > 0 {
+        let d = &shape.needs[0];
+        let gib = d.mem as f64 / (1u64 << 30) as f64;
+        if d.acc_type == NO_ACC {
+            format!("{k} replica{plural} of {} CPUs and {gib:.0} GiB", d.cpus)
+        } else {
+            format!("{k} replica{plural} of {} x {} ({} CPUs, {gib:.0} GiB)", d.acc, t.acc_name(d.acc_type), d.cpus)
+        }
+    } else {
+        format!("{k} replicas of mixed sizes")
+    }
+}
+
+fn node_list(t: &NodeTable, nodes: &[(NodeIx, i64)]) -> String {
+    let mut s: Vec<&str> = nodes.iter().take(4).map(|(n, _)| t.names[*n as usize].as_str()).collect();
+    let more = nodes.len().saturating_sub(4);
+    let mut out = s.join(", ");
+    if more > 0 {
+        s.clear();
+        out.push_str(&format!(" and {more} more"));
+    }
+    out
+}
+
+impl<'a, 'r> Round<'a, 'r> {
+    fn fits_empty(&mut self, shape: &Shape) -> bool {
+        let t = &self.c.table;
+        if shape.needs.is_empty() {
+            return true;
+        }
+        if shape.uniform {
+            let key = (shape.needs[0], shape.needs.len());
+            if let Some(&f) = self.empty_fit.get(&key) {
+                return f;
+            }
+            let d = &shape.needs[0];
+            let mut total = 0i64;
+            for i in 0..t.len() {
+                if t.usable[i] {
+                    total += slots(t.cap_cpus[i], t.cap_mem[i], t.cap_acc[i], t.acc_type[i], d);
+                    if total >= key.1 as i64 {
+                        break;
+                    }
+                }
+            }
+            let f = total >= key.1 as i64;
+            self.empty_fit.insert(key, f);
+            return f;
+        }
+        let mut empty = Work::new(t);
+        empty.place_gang(t, shape, None).is_some()
+    }
+
+    fn stockout_detail(&self) -> String {
+        let t = &self.c.table;
+        let usable = t.usable.iter().filter(|u| **u).count();
+        format!("{} of {} nodes usable ({} down, {} drained)", usable, t.len(), t.down, t.drained)
+    }
+
+    /// The placements of the jobs that would be released, for the timeline and
+    /// preemption: SPOT jobs (and stopping ones) at `now` when preemption is on.
+    fn release_now(&self) -> impl Iterator<Item = (u64, &'a Running)> + '_ {
+        let c = self.c;
+        let on = self.cfg.preemption;
+        c.spot
+            .iter()
+            .chain(c.stopping.iter())
+            .filter(move |_| on)
+            .filter(|id| !self.chosen.contains(id))
+            .filter_map(move |id| Some((*id, c.running.get(id)?)))
+    }
+
+    /// EASY: when will `r` fit, and on which nodes, if running jobs end as expected?
+    fn reserve(&self, r: &Request) -> Option<Resv> {
+        let c = self.c;
+        let t = &c.table;
+        let need = r.shape.max_need();
+        let count = r.shape.needs.len() as i64;
+        let mut pc = self.w.cpus.clone();
+        let mut pm = self.w.mem.clone();
+        let mut pa = self.w.acc.clone();
+        let mut total = 0i64;
+        for i in 0..t.len() {
+            if t.usable[i] {
+                total += slots(pc[i], pm[i], pa[i], t.acc_type[i], &need);
+            }
+        }
+        let mut touched: Vec<NodeIx> = Vec::new();
+        let mut seen = vec![false; t.len()];
+        let mut release = |placed: &[(NodeIx, Need)], total: &mut i64| {
+            for (n, d) in placed {
+                let i = *n as usize;
+                if !t.usable[i] {
+                    continue;
+                }
+                let before = slots(pc[i], pm[i], pa[i], t.acc_type[i], &need);
+                pc[i] += d.cpus;
+                pm[i] += d.mem;
+                if d.acc_type != NO_ACC {
+                    pa[i] += d.acc;
+                }
+                *total += slots(pc[i], pm[i], pa[i], t.acc_type[i], &need) - before;
+                if !seen[i] {
+                    seen[i] = true;
+                    touched.push(*n);
+                }
+            }
+        };
+        let mut time = self.now;
+        if total < count {
+            let mut done = false;
+            let early: HashSet<u64> = self.release_now().map(|(id, _)| id).collect();
+            for (_, run) in self.release_now() {
+                release(&run.placed, &mut total);
+            }
+            if total >= count {
+                done = true;
+            }
+            let mut mine: Vec<&(Micros, Vec<(NodeIx, Need)>)> = self.placed.iter().collect();
+            mine.sort_by_key(|p| p.0);
+            let mut mine = mine.into_iter().peekable();
+            let mut theirs = c.by_end.iter().filter(|(_, id)| !early.contains(id) && !self.chosen.contains(id)).peekable();
+            while !done {
+                let take_mine = match (mine.peek(), theirs.peek()) {
+                    (Some(a), Some(b)) => a.0 <= b.0,
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (None, None) => break,
+                };
+                let (end, placed) = if take_mine {
+                    let p = mine.next().expect("peeked");
+                    (p.0, &p.1)
+                } else {
+                    let (end, id) = theirs.next().expect("peeked");
+                    match c.running.get(id) {
+                        Some(run) => (*end, &run.placed),
+                        None => continue,
+                    }
+                };
+                release(placed, &mut total);
+                if total >= count {
+                    time = end.max(self.now);
+                    done = true;
+                }
+            }
+            if !done {
+                return None;
+            }
+        }
+        // Reserve nodes that free up first (so nodes free now stay open to backfill),
+        // then nodes free now.
+        let mut left = count;
+        let mut nodes = Vec::new();
+        let mut slack = HashMap::new();
+        let rest = (0..t.len() as NodeIx).filter(|&n| t.usable[n as usize] && !seen[n as usize]);
+        for n in touched.iter().copied().chain(rest) {
+            if left == 0 {
+                break;
+            }
+            let i = n as usize;
+            let k = slots(pc[i], pm[i], pa[i], t.acc_type[i], &need).min(left);
+            if k > 0 {
+                left -= k;
+                nodes.push((n, k));
+                let acc = if need.acc_type == NO_ACC { 0 } else { need.acc };
+                slack.insert(n, [pc[i] - k * need.cpus, pm[i] - k * need.mem, pa[i] - k * acc]);
+            }
+        }
+        Some(Resv { job: r.id, time, nodes, slack })
+    }
+
+    /// Free `r`'s room by preempting the cheapest set of SPOT jobs (or by claiming the
+    /// room of SPOT jobs already stopping). Returns the jobs to preempt and the number
+    /// of stopping jobs waited for.
+    fn preempt_for(&mut self, r: &Request, limit: Option<&HashMap<NodeIx, [i64; 3]>>) -> Option<(Vec<u64>, usize)> {
+        let c = self.c;
+        let t = &c.table;
+        let mut cands: Vec<(u128, u64, &Running)> = self
+            .release_now()
+            .map(|(id, run)| {
+                let units: i64 = run.placed.iter().map(|(_, d)| if d.acc_type == NO_ACC { d.cpus } else { d.acc * 1000 }).sum();
+                // Lost work (resources x time run), so the youngest and smallest go first;
+                // jobs already stopping cost nothing.
+                let cost = if run.stopping { 0 } else { 1 + units.max(1) as u128 * (self.now - run.start).max(0) as u128 };
+                (cost, id, run)
+            })
+            .collect();
+        if cands.is_empty() {
+            return None;
+        }
+        let m0 = self.w.mark();
+        for (_, _, run) in &cands {
+            for (n, d) in &run.placed {
+                self.w.give(t, *n, d);
+            }
+        }
+        let fits_all = self.w.place_gang(t, r.shape, limit).is_some();
+        self.w.rollback(t, m0);
+        if !fits_all {
+            return None;
+        }
+        cands.sort_by_key(|(cost, id, _)| (*cost, *id));
+        let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len() as i64));
+        let mut k = 0;
+        while k < cands.len() {
+            for (n, d) in &cands[k].2.placed {
+                self.w.give(t, *n, d);
+            }
+            k += 1;
+            if uniform.is_some_and(|(d, cnt)| self.w.slot_bound(t, &d) < cnt) {
+                continue;
+            }
+            let m1 = self.w.mark();
+            let ok = self.w.place_gang(t, r.shape, limit).is_some();
+            self.w.rollback(t, m1);
+            if ok {
+                break;
+            }
+        }
+        let mut set: Vec<usize> = (0..k).collect();
+        // Drop what is not needed, most expensive first.
+        if set.len() <= 64 {
+            for j in (0..set.len()).rev() {
+                self.w.rollback(t, m0);
+                for (x, &s) in set.iter().enumerate() {
+                    if x != j {
+                        for (n, d) in &cands[s].2.placed {
+                            self.w.give(t, *n, d);
+                        }
+                    }
+                }
+                let m1 = self.w.mark();
+                let ok = self.w.place_gang(t, r.shape, limit).is_some();
+                self.w.rollback(t, m1);
+                if ok {
+                    set.remove(j);
+                }
+            }
+        }
+        self.w.rollback(t, m0);
+        let mut before: HashMap<NodeIx, (i64, i64, i64)> = HashMap::new();
+        for &s in &set {
+            for (n, _) in &cands[s].2.placed {
+                let i = *n as usize;
+                before.entry(*n).or_insert((self.w.cpus[i], self.w.mem[i], self.w.acc[i]));
+            }
+        }
+        for &s in &set {
+            for (n, d) in &cands[s].2.placed {
+                self.w.give(t, *n, d);
+            }
+        }
+        // The job's claim: free now where it fits now, else the room the stopping SPOT
+        // jobs will leave. Nothing still held is handed to anyone else.
+        let mut tmp = self.w.clone();
+        let nodes = tmp.place_gang(t, r.shape, limit)?;
+        for (n, d) in nodes.iter().zip(&r.shape.needs) {
+            let i = *n as usize;
+            before.entry(*n).or_insert((self.w.cpus[i], self.w.mem[i], self.w.acc[i]));
+            self.w.take(t, *n, d);
+        }
+        let mut before: Vec<(NodeIx, (i64, i64, i64))> = before.into_iter().collect();
+        before.sort_unstable_by_key(|(n, _)| *n);
+        for (n, (c0, m0, a0)) in before {
+            let i = n as usize;
+            let (c1, m1, a1) = (self.w.cpus[i], self.w.mem[i], self.w.acc[i]);
+            self.w.set(t, n, c0.min(c1), m0.min(m1), a0.min(a1));
+        }
+        let claimed: Vec<(NodeIx, Need)> = nodes.iter().copied().zip(r.shape.needs.iter().copied()).collect();
+        self.placed.push((self.now.saturating_add(r.duration), claimed));
+        let mut preempt = Vec::new();
+        let mut stopping = 0;
+        for &s in &set {
+            let (_, id, run) = cands[s];
+            self.chosen.insert(id);
+            if run.stopping {
+                stopping += 1;
+            } else {
+                preempt.push(id);
+            }
+        }
+        Some((preempt, stopping))
+    }
+}
+
+/// The admission round on a capacity state: quota (L3), then the order (fair share or
+/// FIFO), best-fit gang placement, EASY reservation and backfill, SPOT preemption, and
+/// stockouts (L15). Pure: the decisions depend only on the arguments.
+pub fn plan(
+    c: &Cluster,
+    reqs: &[Request],
+    quotas: &Quotas,
+    quota_used: &BTreeMap<(String, String), u64>,
+    now: Micros,
+    cfg: &SchedulerConfig,
+) -> Vec<Decision> {
+    let t = &c.table;
+    // The order.
+    let mut q = Queue { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
+    let mut pidx: HashMap<&str, usize> = HashMap::new();
+    let starve = cfg.starvation_secs.map(|s| now.saturating_sub(secs(s)));
+    for (i, r) in reqs.iter().enumerate() {
+        if r.spot && cfg.preemption {
+            q.spot.push(i);
+        } else if r.admitted {
+            q.lists[0].push(i);
+        } else if cfg.order == Order::Fifo {
+            q.lists[2].push(i);
+        } else if starve.is_some_and(|s| r.submitted <= s) {
+            q.lists[1].push(i);
+        } else {
+            let p = *pidx.entry(r.project).or_insert_with(|| {
+                let usage = c.usage.get(r.project).cloned().unwrap_or_else(|| vec![0; c.totals.len()]);
+                let weight = cfg.weight(r.project);
+                let share = c.share(&usage, weight);
+                q.projects.push(Proj { name: r.project, usage, weight, share, queue: Vec::new(), next: 0 });
+                q.projects.len() - 1
+            });
+            q.projects[p].queue.push(i);
+        }
+    }
+    let key = |&i: &usize| (reqs[i].submitted, reqs[i].id);
+    for l in &mut q.lists {
+        l.sort_by_key(key);
+    }
+    for p in &mut q.projects {
+        p.queue.sort_by_key(key);
+    }
+    q.spot.sort_by_key(|&i| (!reqs[i].admitted, reqs[i].submitted, reqs[i].id));
+    let order_name = if cfg.order == Order::Fifo { "FIFO order" } else { "fair-share order" };
+
+    let mut quota_base: HashMap<(&str, &str), u64> = HashMap::with_capacity(quota_used.len());
+    for ((p, m), v) in quota_used {
+        quota_base.insert((p.as_str(), m.as_str()), *v);
+    }
+    let mut rd = Round {
+        c,
+        cfg,
+        now,
+        w: c.free.clone(),
+        out: Vec::new(),
+        resv: None,
+        placed: Vec::new(),
+        failed: Vec::new(),
+        failed_long: Vec::new(),
+        empty_fit: HashMap::new(),
+        chosen: HashSet::new(),
+        preempt_tries: 0,
+        blocked_by: None,
+        quota_round: HashMap::new(),
+    };
+    let total = reqs.len();
+    let mut pos = 0usize;
+    while let Some((i, _fair)) = q.next(reqs) {
+        pos += 1;
+        let r = &reqs[i];
+        let explain = cfg.explain;
+        let where_ = || format!("position {pos} of {total} in the {order_name} (project {})", r.project);
+        // L3: QUEUED while the quota cannot cover all replicas at once.
+        if !r.admitted && !r.metrics.is_empty() {
+            let short = quota_short(quotas, r.project, r.metrics, |m| {
+                quota_base.get(&(r.project, m)).copied().unwrap_or(0)
+                    + rd.quota_round.get(&(r.project, m)).copied().unwrap_or(0)
+            });
+            if !short.is_empty() {
+                if explain {
+                    rd.out.push(Decision::Wait { job: r.id, reason: format!("Waiting for quota: {}; {}.", short.join("; "), where_()) });
+                }
+                continue;
+            }
+        }
+        let spot_mode = r.spot && cfg.preemption;
+        if let Some(b) = rd.blocked_by.filter(|_| !spot_mode) {
+            // Strict order: nothing passes the first job that does not fit.
+            if !explain {
+                if q.spot.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            rd.out.push(Decision::Wait {
+                job: r.id,
+                reason: format!("Waiting for capacity held by other jobs: job {b} is ahead and does not fit yet (no backfill); {}.", where_()),
+            });
+            continue;
+        }
+        let long = !spot_mode && rd.resv.as_ref().is_some_and(|v| now.saturating_add(r.duration) > v.time);
+        let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len()));
+        let skip = uniform.is_some_and(|(d, k)| {
+            dominated(&rd.failed, &d, k)
+                || (long && dominated(&rd.failed_long, &d, k))
+                || rd.w.slot_bound(t, &d) < k as i64
+        });
+        let limit = if long { rd.resv.as_ref().map(|v| &v.slack) } else { None };
+        let placed = if skip { None } else { rd.w.place_gang(t, r.shape, limit) };
+        if let Some(nodes) = placed {
+            if long {
+                let v = rd.resv.as_mut().expect("long implies a reservation");
+                for (n, d) in nodes.iter().zip(&r.shape.needs) {
+                    if let Some(s) = v.slack.get_mut(n) {
+                        s[0] -= d.cpus;
+                        s[1] -= d.mem;
+                        s[2] -= if d.acc_type == NO_ACC { 0 } else { d.acc };
+                    }
+                }
+            }
+            let held: Vec<(NodeIx, Need)> = nodes.iter().copied().zip(r.shape.needs.iter().copied()).collect();
+            charge(&mut q, r, &held, c);
+            rd.placed.push((now.saturating_add(r.duration), held));
+            if !r.admitted {
+                for (m, v) in r.metrics {
+                    *rd.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
+                }
+            }
+            let names = nodes.iter().map(|n| t.names[*n as usize].clone()).collect();
+            rd.out.push(Decision::Place { job: r.id, nodes: names, warnings: Vec::new() });
+            continue;
+        }
+        if let Some((d, k)) = uniform {
+            if !skip {
+                if long {
+                    remember(&mut rd.failed_long, d, k);
+                } else {
+                    remember(&mut rd.failed, d, k);
+                }
+            }
+        }
+        if spot_mode {
+            if explain {
+                let why = if rd.fits_empty(r.shape) {
+                    "SPOT job waiting for idle capacity".to_string()
+                } else {
+                    format!("SPOT job waiting: the usable fleet cannot hold it ({})", rd.stockout_detail())
+                };
+                rd.out.push(Decision::Wait { job: r.id, reason: format!("{why}: needs {}; {}.", describe(t, r.shape), where_()) });
+            }
+            continue;
+        }
+        if cfg.preemption && rd.preempt_tries < cfg.max_preemption_tries && !(c.spot.is_empty() && c.stopping.is_empty()) {
+            rd.preempt_tries += 1;
+            let slack = if long { rd.resv.as_ref().map(|v| v.slack.clone()) } else { None };
+            if let Some((victims, stopping)) = rd.preempt_for(r, slack.as_ref()) {
+                let held = rd.placed.last().map(|p| p.1.clone()).unwrap_or_default();
+                charge(&mut q, r, &held, c);
+                if !r.admitted {
+                    for (m, v) in r.metrics {
+                        *rd.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
+                    }
+                }
+                for v in &victims {
+                    rd.out.push(Decision::Preempt { job: *v, reason: format!("its capacity is needed by job {} (project {})", r.id, r.project) });
+                }
+                if explain {
+                    rd.out.push(Decision::Wait {
+                        job: r.id,
+                        reason: format!(
+                            "Waiting for capacity held by other jobs: {} SPOT job(s) are being preempted for it; it starts when they have stopped; {}.",
+                            victims.len() + stopping,
+                            where_()
+                        ),
+                    });
+                }
+                continue;
+            }
+        }
+        // L15: capacity missing for reasons outside the queue is a stockout.
+        if !rd.fits_empty(r.shape) {
+            if !r.admitted {
+                for (m, v) in r.metrics {
+                    *rd.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
+                }
+            }
+            rd.out.push(Decision::Stockout { job: r.id, detail: rd.stockout_detail() });
+            continue;
+        }
+        // Capacity held by other Trainyard jobs: wait (QUEUED), never a stockout (L15).
+        if rd.resv.is_none() && rd.blocked_by.is_none() {
+            if !cfg.backfill {
+                rd.blocked_by = Some(r.id);
+                if explain {
+                    rd.out.push(Decision::Wait {
+                        job: r.id,
+                        reason: format!("Waiting for capacity held by other jobs: needs {}; {}.", describe(t, r.shape), where_()),
+                    });
+                }
+                continue;
+            }
+            rd.resv = rd.reserve(r);
+            if explain {
+                let reason = match &rd.resv {
+                    Some(v) => format!(
+                        "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (at {} s) on {} node(s) ({}); smaller jobs may start first only if they cannot delay it; {}.",
+                        describe(t, r.shape),
+                        fmt_dur(v.time - now),
+                        v.time / SECOND,
+                        v.nodes.len(),
+                        node_list(t, &v.nodes),
+                        where_()
+                    ),
+                    None => format!("Waiting for capacity held by other jobs: needs {}; {}.", describe(t, r.shape), where_()),
+                };
+                rd.out.push(Decision::Wait { job: r.id, reason });
+            }
+            continue;
+        }
+        if explain {
+            let fit_now = uniform.map_or(0, |(d, k)| rd.w.slot_bound(t, &d).min(k as i64));
+            let mut reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape));
+            if uniform.is_some() {
+                reason.push_str(&format!(", at most {fit_now} fit now"));
+            }
+            if let Some(v) = &rd.resv {
+                let m = rd.w.mark();
+                let fits_unconstrained = long && rd.w.place_gang(t, r.shape, None).is_some();
+                rd.w.rollback(t, m);
+                if fits_unconstrained {
+                    reason.push_str(&format!(
+                        "; it would fit now, but it could run past {} (at {} s) on nodes reserved for job {}, which is ahead of it",
+                        fmt_dur(v.time - now),
+                        v.time / SECOND,
+                        v.job
+                    ));
+                } else {
+                    reason.push_str(&format!("; job {} ahead of it holds a reservation (expected start within {})", v.job, fmt_dur(v.time - now)));
+                }
+            }
+            reason.push_str(&format!("; {}.", where_()));
+            rd.out.push(Decision::Wait { job: r.id, reason });
+        }
+    }
+    rd.out
+}
+
+/// The project's share grows with what the job takes (DRF), changing the fair order.
+/// Starving and re-placed jobs count too, for the jobs after them.
+fn charge(q: &mut Queue, r: &Request, held: &[(NodeIx, Need)], c: &Cluster) {
+    if let Some(p) = q.projects.iter_mut().find(|p| p.name == r.project) {
+        for (_, d) in held {
+            add_dims(&mut p.usage, d, 1);
+        }
+        p.share = c.share(&p.usage, p.weight);
+    }
 }

@@ -239,6 +239,7 @@ fn apply(jobs: &mut [Job], decisions: &[Decision], now: Micros) {
         let (id, e) = match d {
             Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
             Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
+            Decision::Preempt { job, reason } => (*job, Event::Preempt { reason: reason.clone() }),
             Decision::Wait { .. } => continue,
         };
         let j = jobs.iter_mut().find(|j| j.id == id).unwrap();

@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use trainyard_api::{ApiError, CustomJob, JobState, Status, Timestamp};
+use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, Status, Timestamp};
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
@@ -20,6 +20,7 @@ use trainyard_store::{NewJob, Store, StoreError};
 
 use crate::config::Config;
 use crate::jobspec::{prepare, resolve_output_dir};
+use crate::study::{self, Study, StudyConfig};
 
 pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, ApiError>>;
 
@@ -35,10 +36,15 @@ pub enum Msg {
     EffectDone(i64),
     /// Fleet and quota administration.
     Admin { req: Admin, reply: Reply<serde_json::Value> },
+    /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
+    CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
+    /// Cancel a HyperparameterTuningJob.
+    CancelStudy { project: String, region: String, id: u64, reply: Reply<()> },
     Shutdown,
 }
 
 pub const KIND_CUSTOM: &str = "custom";
+pub const KIND_STUDY: &str = "hptuning";
 
 /// Administration requests (nodes and quotas).
 #[derive(Clone, Debug)]
@@ -88,6 +94,18 @@ pub struct Driver {
     fleet: Fleet,
     /// Quota limits; read again from the config file on request.
     quotas: Quotas,
+    /// Live HyperparameterTuningJobs.
+    studies: BTreeMap<u64, LiveStudy>,
+    /// Study events waiting to be applied (from trial jobs' transitions).
+    study_events: Vec<(u64, study::Event)>,
+    /// When trials' metric files were last read.
+    last_metric_poll: Micros,
+}
+
+struct LiveStudy {
+    study: Study,
+    resource: HyperparameterTuningJob,
+    cfg: StudyConfig,
 }
 
 pub fn now_micros() -> Micros {
@@ -146,6 +164,9 @@ impl Driver {
             reschedule: true,
             fleet: svc.cfg.fleet.clone(),
             quotas: svc.cfg.quotas.clone(),
+            studies: BTreeMap::new(),
+            study_events: Vec::new(),
+            last_metric_poll: 0,
         };
         (d, tx)
     }
@@ -212,7 +233,246 @@ impl Driver {
         for (job, effects) in by_job {
             self.execute(job, effects);
         }
+        self.recover_studies()?;
         Ok(())
+    }
+
+    /// L23 for studies: load the live ones, link trials to the jobs created for them, and
+    /// create the trial jobs that a crash kept from being created (never twice).
+    fn recover_studies(&mut self) -> Result<(), StoreError> {
+        let now = now_micros();
+        for (id, resource, core) in self.store.active_other(KIND_STUDY)? {
+            let (Ok(resource), Ok(st)) =
+                (serde_json::from_str::<HyperparameterTuningJob>(&resource), serde_json::from_str::<Study>(&core))
+            else {
+                tracing::error!("study {id}: stored record unreadable, skipped");
+                continue;
+            };
+            let Ok(cfg) = StudyConfig::from_job(&resource) else { continue };
+            self.studies.insert(id, LiveStudy { study: st, resource, cfg });
+        }
+        let ids: Vec<u64> = self.studies.keys().copied().collect();
+        for id in ids {
+            // Trial jobs that exist, found by their link (live ones; ended ones are in the store).
+            let mut links: BTreeMap<String, u64> = BTreeMap::new();
+            for live in self.jobs.values() {
+                if let Some(l) = live.job.trial.as_ref().filter(|l| l.study == id) {
+                    links.insert(l.trial.clone(), live.job.id);
+                }
+            }
+            let mut changed = false;
+            let mut missing = Vec::new();
+            if let Some(ls) = self.studies.get_mut(&id) {
+                for t in ls.study.trials.iter_mut().filter(|t| !t.state.is_terminal() && t.custom_job.is_none()) {
+                    match links.get(&t.id) {
+                        Some(j) => {
+                            t.custom_job = Some(*j);
+                            changed = true;
+                        }
+                        None => missing.push(t.id.clone()),
+                    }
+                }
+            }
+            if changed {
+                self.commit_study(id, now, &[])?;
+            }
+            for trial in missing {
+                self.create_trial_job(id, &trial, now)?;
+            }
+            // Trials whose jobs ended while the server was down.
+            let ended: Vec<(String, u64)> = self
+                .studies
+                .get(&id)
+                .map(|ls| {
+                    ls.study
+                        .trials
+                        .iter()
+                        .filter(|t| !t.state.is_terminal())
+                        .filter_map(|t| t.custom_job.map(|j| (t.id.clone(), j)))
+                        .filter(|(_, j)| !self.jobs.contains_key(j))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (trial, j) in ended {
+                if let Some(stored) = self.store.get_job_by_id(j)? {
+                    let measurements = self.trial_measurements(&stored.job);
+                    self.study_events.push((
+                        id,
+                        study::Event::TrialEnded {
+                            trial,
+                            succeeded: stored.job.state() == trainyard_core::State::Succeeded,
+                            error: stored.job.error().map(|e| e.message.clone()),
+                            measurements,
+                        },
+                    ));
+                }
+            }
+            self.study_events.push((id, study::Event::Advance));
+        }
+        Ok(())
+    }
+
+    fn create_study(
+        &mut self,
+        project: String,
+        region: String,
+        resource: HyperparameterTuningJob,
+        now: Micros,
+    ) -> Result<serde_json::Value, ApiError> {
+        if region != self.svc.cfg.region {
+            return Err(ApiError::invalid_argument(format!(
+                "Region \"{region}\" is not served here; this server serves \"{}\".",
+                self.svc.cfg.region
+            )));
+        }
+        let cfg = StudyConfig::from_job(&resource)?;
+        // The trial job spec is checked against the catalog, fleet and quotas now.
+        let sample = trial_resource(&resource, "0", &[]);
+        prepare(&sample, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &project)
+            .map_err(|e| ApiError::new(e.code, e.message.replace("jobSpec.", "trialJobSpec.")))?;
+        if let Some(out) = &resource.trial_job_spec.base_output_directory {
+            resolve_output_dir(
+                &out.output_uri_prefix,
+                &self.svc.cfg.storage_root,
+                &self.svc.output_roots,
+                "trialJobSpec.baseOutputDirectory.outputUriPrefix",
+            )?;
+        }
+        let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
+        let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (p, r) = (project.clone(), region.clone());
+        let id = self
+            .store
+            .insert_other(
+                &NewJob { kind: KIND_STUDY, project: &project, region: &region, display_name: &resource.display_name, labels: &labels, resource: &text },
+                "JOB_STATE_PENDING",
+                now,
+                |id| serde_json::to_string(&Study::new(id, p, r, now)).unwrap_or_default(),
+            )
+            .map_err(store_err)?;
+        tracing::info!("hyperparameter tuning job {id} created: {}", resource.display_name);
+        self.studies.insert(id, LiveStudy { study: Study::new(id, project, region, now), resource, cfg });
+        self.apply_study(id, study::Event::Advance, now)?;
+        self.schedule_round(now).map_err(store_err)?;
+        self.study_view(id).ok_or_else(|| ApiError::internal("study vanished"))
+    }
+
+    fn study_view(&self, id: u64) -> Option<serde_json::Value> {
+        self.studies.get(&id).map(|ls| render_study(&ls.resource, &ls.study, true))
+    }
+
+    /// Step a study, commit it (trials as REQUESTED before their jobs exist), then act.
+    fn apply_study(&mut self, id: u64, event: study::Event, now: Micros) -> Result<(), ApiError> {
+        let Some(ls) = self.studies.get(&id) else { return Ok(()) };
+        let (next, actions) = study::step(&ls.study, &ls.cfg, event, now)?;
+        let lines: Vec<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                study::Action::Log(l) => Some(l.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Some(ls) = self.studies.get_mut(&id) {
+            ls.study = next;
+        }
+        self.commit_study(id, now, &lines).map_err(store_err)?;
+        for a in actions {
+            match a {
+                study::Action::CreateTrialJob { trial } => self.create_trial_job(id, &trial, now).map_err(store_err)?,
+                study::Action::StopTrialJob { custom_job } => {
+                    if let Err(e) = self.apply(custom_job, Event::Cancel, now) {
+                        tracing::error!("stopping trial job {custom_job}: {e}");
+                    }
+                }
+                study::Action::Log(_) => {}
+            }
+        }
+        if self.studies.get(&id).is_some_and(|l| l.study.is_terminal()) {
+            tracing::info!("hyperparameter tuning job {id} ended");
+            self.studies.remove(&id);
+        }
+        Ok(())
+    }
+
+    fn commit_study(&mut self, id: u64, now: Micros, lines: &[String]) -> Result<(), StoreError> {
+        let Some(ls) = self.studies.get(&id) else { return Ok(()) };
+        let text = serde_json::to_string(&ls.study).map_err(StoreError::Encode)?;
+        self.store.commit_other(id, ls.study.state_name(), ls.study.is_terminal(), &text, now, lines)
+    }
+
+    /// Create the CustomJob of a trial and link it (L: each trial is a CustomJob run under
+    /// the lifecycle rules).
+    fn create_trial_job(&mut self, id: u64, trial: &str, now: Micros) -> Result<(), StoreError> {
+        let Some(ls) = self.studies.get(&id) else { return Ok(()) };
+        let Some(t) = ls.study.trials.iter().find(|t| t.id == trial) else { return Ok(()) };
+        let resource = trial_resource(&ls.resource, trial, &t.params);
+        let (project, region) = (ls.study.project.clone(), ls.study.region.clone());
+        let link = trainyard_core::job::TrialLink { study: id, trial: trial.to_string() };
+        match self.create_with(project, region, resource, Some(link), now) {
+            Ok(job) => {
+                let job_id: u64 = job.name.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+                if let Some(t) = self.studies.get_mut(&id).and_then(|ls| ls.study.trial_mut(trial)) {
+                    t.custom_job = Some(job_id);
+                }
+                self.commit_study(id, now, &[])?;
+            }
+            Err(e) => {
+                // The trial cannot run at all (e.g. its quota is above the limit).
+                self.study_events.push((
+                    id,
+                    study::Event::TrialEnded { trial: trial.to_string(), succeeded: false, error: Some(e.message), measurements: Vec::new() },
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn drain_study_events(&mut self, now: Micros) -> Result<(), StoreError> {
+        while !self.study_events.is_empty() {
+            let batch = std::mem::take(&mut self.study_events);
+            for (id, ev) in batch {
+                if let Err(e) = self.apply_study(id, ev, now) {
+                    tracing::error!("study {id}: {}", e.message);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The primary replica's metric file of a trial job (cloudml-hypertune's format).
+    fn metric_file(&self, job: u64) -> PathBuf {
+        self.svc.cfg.data_dir.join("trials").join(job.to_string()).join("workerpool0-0").join("output.metrics")
+    }
+
+    fn trial_measurements(&self, job: &Job) -> Vec<(i64, f64)> {
+        let Some(link) = &job.trial else { return Vec::new() };
+        let Some(metric) = self.studies.get(&link.study).map(|l| l.cfg.metric_id.clone()) else { return Vec::new() };
+        let path = self.metric_file(job.id);
+        let Ok(text) = std::fs::read_to_string(&path) else { return Vec::new() };
+        let (m, bad) = study::read_metrics(&text, &metric);
+        for (line, why) in bad {
+            tracing::warn!("{}: line {line} skipped: {why}", path.display());
+        }
+        m
+    }
+
+    /// Intermediate measurements of running trials (early stopping).
+    fn poll_trial_metrics(&mut self, now: Micros) {
+        if self.studies.is_empty() || now - self.last_metric_poll < 1_000_000 {
+            return;
+        }
+        self.last_metric_poll = now;
+        let mut events = Vec::new();
+        for (id, ls) in &self.studies {
+            for t in ls.study.trials.iter().filter(|t| t.state == study::TrialState::Active) {
+                let Some(j) = t.custom_job.and_then(|j| self.jobs.get(&j)) else { continue };
+                let m = self.trial_measurements(&j.job);
+                if m != t.measurements {
+                    events.push((*id, study::Event::Measurements { trial: t.id.clone(), measurements: m }));
+                }
+            }
+        }
+        self.study_events.extend(events);
     }
 
     /// Run until `Shutdown` or until every sender is gone. A store failure stops the
@@ -221,14 +481,20 @@ impl Driver {
         loop {
             let now = now_micros();
             self.on_time(now)?;
+            self.poll_trial_metrics(now);
+            self.drain_study_events(now)?;
             if self.reschedule {
                 self.reschedule = false;
                 self.schedule_round(now)?;
             }
-            let wait = match self.deadlines.first() {
+            let mut wait = match self.deadlines.first() {
                 Some(&(t, _)) => Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64),
                 None => Duration::from_secs(60),
             };
+            if !self.studies.is_empty() {
+                // Trials' metric files are read about once a second.
+                wait = wait.min(Duration::from_millis(500));
+            }
             match self.rx.recv_timeout(wait) {
                 Ok(Msg::Shutdown) => return Ok(()),
                 Ok(msg) => self.handle(msg)?,
@@ -267,6 +533,29 @@ impl Driver {
             Msg::EffectDone(seq) => self.store.outbox_done(seq)?,
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
+                let _ = reply.send(r);
+            }
+            Msg::CreateStudy { project, region, resource, reply } => {
+                let r = self.create_study(project, region, *resource, now);
+                let _ = reply.send(r);
+            }
+            Msg::CancelStudy { project, region, id, reply } => {
+                let owned = self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region);
+                let r = if owned {
+                    self.apply_study(id, study::Event::Cancel, now)
+                } else {
+                    match self.store.get_other(KIND_STUDY, &project, &region, id).map_err(store_err) {
+                        Ok(Some(_)) => Err(ApiError::failed_precondition(format!(
+                            "The HyperparameterTuningJob \"{}\" has ended and cannot be cancelled.",
+                            study_name(&project, &region, id)
+                        ))),
+                        Ok(None) => Err(ApiError::not_found(format!(
+                            "The HyperparameterTuningJob \"{}\" does not exist.",
+                            study_name(&project, &region, id)
+                        ))),
+                        Err(e) => Err(e),
+                    }
+                };
                 let _ = reply.send(r);
             }
             Msg::Shutdown => {}
@@ -480,6 +769,17 @@ impl Driver {
     }
 
     fn create(&mut self, project: String, region: String, resource: CustomJob, now: Micros) -> Result<CustomJob, ApiError> {
+        self.create_with(project, region, resource, None, now)
+    }
+
+    fn create_with(
+        &mut self,
+        project: String,
+        region: String,
+        resource: CustomJob,
+        trial: Option<trainyard_core::job::TrialLink>,
+        now: Micros,
+    ) -> Result<CustomJob, ApiError> {
         let svc = Arc::clone(&self.svc);
         if region != svc.cfg.region {
             return Err(ApiError::invalid_argument(format!(
@@ -510,7 +810,7 @@ impl Driver {
                     resource: &text,
                 },
                 |id| {
-                    Job::new(
+                    let mut job = Job::new(
                         id,
                         project.clone(),
                         region.clone(),
@@ -519,7 +819,9 @@ impl Driver {
                         prepared.policy.clone(),
                         prepared.checkpoints,
                         now,
-                    )
+                    );
+                    job.trial = trial.clone();
+                    job
                 },
             )
             .map_err(store_err)?;
@@ -585,6 +887,25 @@ impl Driver {
         let terminal = job.is_terminal();
         if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(now_micros()) {
             self.reschedule = true;
+        }
+        if let Some(link) = job.trial.clone() {
+            let before = self.jobs.get(&id).map(|l| l.job.state());
+            let after = job.state();
+            if after == trainyard_core::State::Running && before != Some(after) {
+                self.study_events.push((link.study, study::Event::TrialRunning { trial: link.trial.clone() }));
+            }
+            if after.is_terminal() {
+                let measurements = self.trial_measurements(&job);
+                self.study_events.push((
+                    link.study,
+                    study::Event::TrialEnded {
+                        trial: link.trial,
+                        succeeded: after == trainyard_core::State::Succeeded,
+                        error: job.error().map(|e| e.message.clone()),
+                        measurements,
+                    },
+                ));
+            }
         }
         if let Some(live) = self.jobs.get_mut(&id) {
             live.job = job;
@@ -681,6 +1002,9 @@ impl Driver {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
                 }
                 Decision::Wait { job, reason } => self.note_waiting(job, reason, now)?,
+                Decision::Preempt { job, reason } => {
+                    self.apply(job, Event::Preempt { reason }, now)?.ok();
+                }
             }
         }
         Ok(())
@@ -832,11 +1156,17 @@ fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<LaunchPlan, O
     if let Some(node) = &replica.node {
         env.push(("TRAINYARD_NODE".into(), node.clone()));
     }
+    if job.trial.is_some() {
+        // cloudml-hypertune writes the trial's metrics here.
+        let dir = svc.cfg.data_dir.join("trials").join(job.id.to_string()).join(&replica.name);
+        let _ = std::fs::create_dir_all(&dir);
+        env.push(("CLOUD_ML_HP_METRIC_FILE".into(), dir.join("output.metrics").display().to_string()));
+    }
     let input = EnvInput {
         project: &job.project,
         region: &job.region,
         job_id: job.id,
-        trial_id: None,
+        trial_id: job.trial.as_ref().map(|t| t.trial.as_str()),
         job_spec_json: &spec_json,
         members: &members,
         this: idx,
@@ -908,4 +1238,62 @@ fn newest_mtime(dir: &Path, depth: u32) -> Option<Micros> {
         }
     }
     best
+}
+
+pub fn study_name(project: &str, region: &str, id: u64) -> String {
+    format!("projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}")
+}
+
+/// A trial's CustomJob: the trial job spec with `--ID=VALUE` appended to every replica's
+/// args, and its own output directory `<base>/<trialId>/`.
+pub fn trial_resource(hp: &HyperparameterTuningJob, trial: &str, params: &[(String, study::ParamValue)]) -> CustomJob {
+    let mut spec = hp.trial_job_spec.clone();
+    let args: Vec<String> = params.iter().map(|(k, v)| format!("--{k}={}", v.arg())).collect();
+    for pool in &mut spec.worker_pool_specs {
+        if let Some(c) = &mut pool.container_spec {
+            c.args.extend(args.iter().cloned());
+        }
+        if let Some(p) = &mut pool.python_package_spec {
+            p.args.extend(args.iter().cloned());
+        }
+    }
+    if let Some(out) = &mut spec.base_output_directory {
+        out.output_uri_prefix = format!("{}/{trial}", out.output_uri_prefix.trim_end_matches('/'));
+    }
+    let mut name = format!("{}-trial-{trial}", hp.display_name);
+    name.truncate(128);
+    CustomJob { display_name: name, job_spec: spec, labels: hp.labels.clone(), ..CustomJob::default() }
+}
+
+/// The HyperparameterTuningJob as the API shows it (with or without its trials).
+pub fn render_study(resource: &HyperparameterTuningJob, st: &Study, with_trials: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(resource).unwrap_or_else(|_| serde_json::json!({}));
+    let ts = |t: Micros| serde_json::Value::String(Timestamp::from_micros(t).to_rfc3339());
+    v["name"] = serde_json::Value::String(study_name(&st.project, &st.region, st.id));
+    v["state"] = serde_json::Value::String(st.state_name().to_string());
+    v["createTime"] = ts(st.create_time);
+    v["updateTime"] = ts(st.update_time);
+    if let Some(t) = st.start_time {
+        v["startTime"] = ts(t);
+    }
+    match &st.phase {
+        study::StudyPhase::Succeeded { end } => v["endTime"] = ts(*end),
+        study::StudyPhase::Failed { end, code, message } => {
+            v["endTime"] = ts(*end);
+            v["error"] = serde_json::json!({"code": code, "message": message});
+        }
+        study::StudyPhase::Cancelled { end } => {
+            v["endTime"] = ts(*end);
+            v["error"] = serde_json::json!({"code": 1, "message": "CANCELED"});
+        }
+        _ => {}
+    }
+    if with_trials && !st.trials.is_empty() {
+        let metric = resource.study_spec.metrics.first().map(|m| m.metric_id.clone()).unwrap_or_default();
+        let trials = study::render_trials(st, &metric, |j| job_name(&st.project, &st.region, j));
+        v["trials"] = serde_json::Value::Array(trials);
+    } else if let Some(o) = v.as_object_mut() {
+        o.remove("trials");
+    }
+    v
 }

@@ -18,7 +18,7 @@ use serde_json::Value;
 use trainyard_api::{ApiError, CustomJob, Operation, Timestamp};
 use trainyard_store::{Store, StoredJob};
 
-use crate::driver::{job_name, render, Msg, KIND_CUSTOM};
+use crate::driver::{job_name, render, Msg, KIND_CUSTOM, KIND_STUDY};
 use crate::logs;
 
 /// Request bodies larger than this are refused with 413.
@@ -135,6 +135,19 @@ fn json_response(value: impl serde::Serialize, ints: bool) -> ApiResult {
 /// A query string that does not fit, in the API's error shape.
 fn query_error(e: QueryRejection) -> AppError {
     AppError(ApiError::invalid_argument(format!("Invalid query parameters: {}", e.body_text())))
+}
+
+/// `pageSize`: 0 or absent for 100, at most 1000 (larger values are lowered).
+fn page_size(text: Option<&str>) -> Result<usize, ApiError> {
+    match text {
+        None | Some("") => Ok(DEFAULT_PAGE),
+        Some(s) => match s.parse::<i32>() {
+            Ok(n) if n < 0 => Err(ApiError::invalid_argument("pageSize must not be negative.")),
+            Ok(0) => Ok(DEFAULT_PAGE),
+            Ok(n) => Ok((n as usize).min(MAX_PAGE)),
+            Err(_) => Err(ApiError::invalid_argument(format!("pageSize \"{s}\" is not a 32-bit integer."))),
+        },
+    }
 }
 
 fn parse_id(text: &str) -> Result<u64, ApiError> {
@@ -332,15 +345,7 @@ async fn list_jobs(
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
     let ints = int_enums(&Common { alt: q.alt.clone() })?;
-    let page_size = match q.page_size.as_deref() {
-        None | Some("") => DEFAULT_PAGE,
-        Some(s) => match s.parse::<i32>() {
-            Ok(n) if n < 0 => return Err(ApiError::invalid_argument("pageSize must not be negative.").into()),
-            Ok(0) => DEFAULT_PAGE,
-            Ok(n) => (n as usize).min(MAX_PAGE),
-            Err(_) => return Err(ApiError::invalid_argument(format!("pageSize \"{s}\" is not a 32-bit integer.")).into()),
-        },
-    };
+    let page_size = page_size(q.page_size.as_deref())?;
     let filter_text = q.filter.clone().unwrap_or_default();
     let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES)
         .map_err(|e| ApiError::invalid_argument(e.to_string()))?;
@@ -434,18 +439,24 @@ async fn delete_job(
         ))
         .into());
     }
-    let (p, r) = (project.clone(), region.clone());
+    delete_terminal(&state, &project, &region, id, "CustomJob", ints).await
+}
+
+/// Delete a terminal resource (its logs and run directories go; outputs under
+/// baseOutputDirectory stay) and answer with a done long-running Operation.
+async fn delete_terminal(state: &AppState, project: &str, region: &str, id: u64, what: &'static str, ints: bool) -> ApiResult {
+    let (p, r) = (project.to_string(), region.to_string());
     let data_dir = state.data_dir.clone();
     let op = state
         .readers
         .with(move |s| {
             let mut s = s.reopen().map_err(internal)?;
             if !s.delete_job(id).map_err(internal)? {
-                return Err(ApiError::not_found(format!("The CustomJob \"{}\" does not exist.", job_name(&p, &r, id))));
+                return Err(ApiError::not_found(format!("The {what} {id} in projects/{p}/locations/{r} does not exist.")));
             }
-            // Its logs and run directories go; outputs under baseOutputDirectory stay.
             let _ = std::fs::remove_dir_all(data_dir.join("runs").join(id.to_string()));
             let _ = std::fs::remove_dir_all(data_dir.join("venvs").join(id.to_string()));
+            let _ = std::fs::remove_dir_all(data_dir.join("trials").join(id.to_string()));
             let now = Timestamp::from_micros(crate::driver::now_micros());
             let opid = s
                 .insert_operation(&p, &r, |opid| {
@@ -458,6 +469,136 @@ async fn delete_job(
         .await?;
     let body: Value = serde_json::from_str(&op.unwrap_or_default()).map_err(internal)?;
     json_response(body, ints)
+}
+
+// ---- HyperparameterTuningJobs ----
+
+async fn create_study(
+    State(state): State<AppState>,
+    Path((project, region)): Path<(String, String)>,
+    Alt(common): Alt,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    let body = match body_bytes(body) {
+        Ok(b) => b,
+        Err(AppError(e)) if e.code == trainyard_api::Code::OutOfRange => return Ok(too_large(e)),
+        Err(e) => return Err(e),
+    };
+    check_content_type(&headers)?;
+    let job = trainyard_api::parse_hyperparameter_tuning_job(&body)?;
+    trainyard_api::validate_hyperparameter_tuning_job(&job)?;
+    let created = ask(&state, |reply| Msg::CreateStudy { project, region, resource: Box::new(job), reply }).await?;
+    json_response(created, ints)
+}
+
+async fn load_study(state: &AppState, project: &str, region: &str, id: u64) -> Result<(trainyard_api::HyperparameterTuningJob, crate::study::Study), ApiError> {
+    let (p, r) = (project.to_string(), region.to_string());
+    let row = state.readers.with(move |s| s.get_other(KIND_STUDY, &p, &r, id).map_err(internal)).await?;
+    let (_, resource, core) = row.ok_or_else(|| {
+        ApiError::not_found(format!("The HyperparameterTuningJob \"{}\" does not exist.", crate::driver::study_name(project, region, id)))
+    })?;
+    let resource = serde_json::from_str(&resource).map_err(internal)?;
+    let st = serde_json::from_str(&core).map_err(internal)?;
+    Ok((resource, st))
+}
+
+async fn get_study(
+    State(state): State<AppState>,
+    Path((project, region, id)): Path<(String, String, String)>,
+    Alt(common): Alt,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    if id.contains(':') {
+        return Ok(method_not_allowed_response("POST"));
+    }
+    let id = parse_id(&id)?;
+    let (resource, st) = load_study(&state, &project, &region, id).await?;
+    json_response(crate::driver::render_study(&resource, &st, true), ints)
+}
+
+async fn post_study(
+    State(state): State<AppState>,
+    Path((project, region, segment)): Path<(String, String, String)>,
+    Alt(common): Alt,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    let Some((id, verb)) = segment.split_once(':') else { return Ok(method_not_allowed_response("GET, DELETE")) };
+    if verb != "cancel" {
+        return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a HyperparameterTuningJob.")).into());
+    }
+    let id = parse_id(id)?;
+    ask(&state, |reply| Msg::CancelStudy { project, region, id, reply }).await?;
+    json_response(serde_json::json!({}), ints)
+}
+
+async fn delete_study(
+    State(state): State<AppState>,
+    Path((project, region, id)): Path<(String, String, String)>,
+    Alt(common): Alt,
+) -> ApiResult {
+    let ints = int_enums(&common)?;
+    if id.contains(':') {
+        return Ok(method_not_allowed_response("POST"));
+    }
+    let id = parse_id(&id)?;
+    let (_, st) = load_study(&state, &project, &region, id).await?;
+    if !st.is_terminal() {
+        return Err(ApiError::failed_precondition(format!(
+            "The HyperparameterTuningJob \"{}\" is in state {} and cannot be deleted; cancel it first.",
+            crate::driver::study_name(&project, &region, id),
+            st.state_name()
+        ))
+        .into());
+    }
+    delete_terminal(&state, &project, &region, id, "HyperparameterTuningJob", ints).await
+}
+
+async fn list_studies(
+    State(state): State<AppState>,
+    Path((project, region)): Path<(String, String)>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
+    let ints = int_enums(&Common { alt: q.alt.clone() })?;
+    let page_size = page_size(q.page_size.as_deref())?;
+    let filter_text = q.filter.clone().unwrap_or_default();
+    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
+    let scope = format!("{KIND_STUDY}|{project}|{region}|{filter_text}");
+    let before = match q.page_token.as_deref() {
+        None | Some("") => None,
+        Some(t) => Some(read_token(&state.token_key, &scope, t)?),
+    };
+    let (p, r) = (project.clone(), region.clone());
+    let rows = state
+        .readers
+        .with(move |s| {
+            let f = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
+            s.list_other(KIND_STUDY, &p, &r, f, before, page_size + 1).map_err(internal)
+        })
+        .await?;
+    let more = rows.len() > page_size;
+    let mut jobs = Vec::new();
+    let mut last = None;
+    for (id, resource, core) in rows.iter().take(page_size) {
+        let resource: trainyard_api::HyperparameterTuningJob = serde_json::from_str(resource).map_err(internal)?;
+        let st: crate::study::Study = serde_json::from_str(core).map_err(internal)?;
+        let mut v = crate::driver::render_study(&resource, &st, false);
+        if let Some(mask) = q.read_mask.as_deref() {
+            v = apply_read_mask(v, mask)?;
+        }
+        jobs.push(v);
+        last = Some(*id);
+    }
+    let mut resp = serde_json::Map::new();
+    if !jobs.is_empty() {
+        resp.insert("hyperparameterTuningJobs".into(), Value::Array(jobs));
+    }
+    if let (true, Some(last)) = (more, last) {
+        resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last)));
+    }
+    json_response(Value::Object(resp), ints)
 }
 
 async fn get_operation(
@@ -662,6 +803,11 @@ pub fn router(state: AppState) -> Router {
         .route(&format!("{jobs}/{{id}}"), get(get_job).post(post_job).delete(delete_job))
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
+        .route("/v1/projects/{project}/locations/{region}/hyperparameterTuningJobs", get(list_studies).post(create_study))
+        .route(
+            "/v1/projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}",
+            get(get_study).post(post_study).delete(delete_study),
+        )
         .route("/v1/admin/nodes", get(list_nodes))
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
         .route("/v1/admin/quotas", get(list_quotas))

@@ -7,6 +7,7 @@ pub mod driver;
 pub mod http;
 pub mod jobspec;
 pub mod logs;
+pub mod study;
 pub mod openapi;
 pub mod venv;
 

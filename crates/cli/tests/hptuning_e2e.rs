@@ -1,0 +1,168 @@
+//! HyperparameterTuningJobs end to end: trials are CustomJobs run under the lifecycle
+//! rules, with their hyperparameters as arguments and metrics from the metric file.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// A trial program that reports `accuracy = 1 - (x - 0.3)^2` at three steps, in the
+/// cloudml-hypertune file format, and prints its trial id.
+const TRIAL: &str = r#"
+import json, os, sys, time
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+x = float(args["x"]); layers = int(args["layers"]); act = args["act"]
+print("trial", os.environ["CLOUD_ML_TRIAL_ID"], "x", x, "layers", layers, "act", act, "out", os.environ.get("AIP_MODEL_DIR", ""))
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+lines = []
+for step in (1, 2, 3):
+    acc = 1 - (x - 0.3) ** 2 - 0.01 * (3 - step)
+    lines.append(json.dumps({"global_step": str(step), "accuracy": str(acc), "timestamp": time.time(), "trial": os.environ["CLOUD_ML_TRIAL_ID"]}))
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    time.sleep(0.1)
+"#;
+
+fn study(algorithm: &str, max: i64, parallel: i64) -> Value {
+    json!({
+        "displayName": "tune",
+        "studySpec": {
+            "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": [
+                {"parameterId": "x", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0}, "scaleType": "UNIT_LINEAR_SCALE"},
+                {"parameterId": "layers", "integerValueSpec": {"minValue": "1", "maxValue": "4"}},
+                {"parameterId": "act", "categoricalValueSpec": {"values": ["relu", "tanh"]}}
+            ],
+            "algorithm": algorithm
+        },
+        "maxTrialCount": max,
+        "parallelTrialCount": parallel,
+        "trialJobSpec": {
+            "workerPoolSpecs": [{
+                "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", TRIAL], "args": ["--epochs=1"]}
+            }],
+            "baseOutputDirectory": {"outputUriPrefix": "gs://bucket/tune"}
+        }
+    })
+}
+
+fn studies_url(s: &Server, project: &str) -> String {
+    s.url(&format!("/v1/projects/{project}/locations/us-central1/hyperparameterTuningJobs"))
+}
+
+fn wait_study(s: &Server, name: &str, secs: u64) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let (st, j) = s.call("GET", &s.url(&format!("/v1/{name}")), None);
+        assert_eq!(st, 200, "{j}");
+        if matches!(j["state"].as_str(), Some("JOB_STATE_SUCCEEDED" | "JOB_STATE_FAILED" | "JOB_STATE_CANCELLED")) {
+            return j;
+        }
+        assert!(std::time::Instant::now() < deadline, "study did not end: {j:#}\n{}", s.server_log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn random_search_study_runs_trials() {
+    let s = Server::start("");
+    let (st, created) = s.call("POST", &studies_url(&s, "p"), Some(&study("RANDOM_SEARCH", 4, 2).to_string()));
+    assert_eq!(st, 200, "{created}");
+    let name = created["name"].as_str().unwrap().to_string();
+    let done = wait_study(&s, &name, 90);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let trials = done["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 4);
+    for t in trials {
+        assert_eq!(t["state"], "SUCCEEDED", "{t:#}");
+        let params: Vec<&str> = t["parameters"].as_array().unwrap().iter().map(|p| p["parameterId"].as_str().unwrap()).collect();
+        assert_eq!(params, ["act", "layers", "x"]);
+        assert_eq!(t["finalMeasurement"]["stepCount"], "3");
+        assert_eq!(t["measurements"].as_array().unwrap().len(), 3);
+        let job = t["customJob"].as_str().unwrap();
+        let logs = s.logs_text(job);
+        assert!(logs.contains(&format!("trial {}", t["id"].as_str().unwrap())), "{logs}");
+        assert!(logs.contains(&format!("/tune/{}/model/", t["id"].as_str().unwrap())), "per-trial output dir: {logs}");
+        assert_eq!(s.get(job)["state"], "JOB_STATE_SUCCEEDED");
+    }
+    // list omits trials.
+    let (_, list) = s.call("GET", &studies_url(&s, "p"), None);
+    assert!(list["hyperparameterTuningJobs"][0].get("trials").is_none(), "{list}");
+    assert_eq!(list["hyperparameterTuningJobs"][0]["name"], name.as_str());
+    // Numeric enums.
+    let (_, ints) = s.call("GET", &format!("{}?%24alt=json%3Benum-encoding%3Dint", s.url(&format!("/v1/{name}"))), None);
+    assert_eq!(ints["state"], 4);
+    assert_eq!(ints["trials"][0]["state"], 4);
+    assert_eq!(ints["studySpec"]["metrics"][0]["goal"], 1);
+    // Delete.
+    let (st, op) = s.call("DELETE", &s.url(&format!("/v1/{name}")), None);
+    assert_eq!(st, 200, "{op}");
+    assert_eq!(op["done"], true);
+}
+
+#[test]
+fn bayesian_study_and_bad_input() {
+    let s = Server::start("");
+    let (st, created) = s.call("POST", &studies_url(&s, "p"), Some(&study("ALGORITHM_UNSPECIFIED", 3, 1).to_string()));
+    assert_eq!(st, 200, "{created}");
+    // Bad input: clear errors naming the field, nothing stored.
+    let mut bad = study("GRID_SEARCH", 3, 1);
+    let (st, b) = s.call("POST", &studies_url(&s, "q"), Some(&bad.to_string()));
+    assert_eq!(st, 400, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("GRID_SEARCH") && b["error"]["message"].as_str().unwrap().contains("parameters[0]"), "{b}");
+    bad = study("RANDOM_SEARCH", 3, 1);
+    bad["studySpec"]["parameters"][0]["doubleValueSpec"] = json!({"minValue": 2.0, "maxValue": 1.0});
+    let (st, b) = s.call("POST", &studies_url(&s, "q"), Some(&bad.to_string()));
+    assert_eq!(st, 400, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("studySpec.parameters[0]"), "{b}");
+    bad = study("RANDOM_SEARCH", 0, 0);
+    let (st, b) = s.call("POST", &studies_url(&s, "q"), Some(&bad.to_string()));
+    assert_eq!(st, 400, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("maxTrialCount"), "{b}");
+    bad = study("RANDOM_SEARCH", 2, 3);
+    let (st, b) = s.call("POST", &studies_url(&s, "q"), Some(&bad.to_string()));
+    assert_eq!(st, 400, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("parallelTrialCount"), "{b}");
+    bad = study("RANDOM_SEARCH", 2, 1);
+    bad["trialJobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] = json!("n9-giant");
+    let (st, b) = s.call("POST", &studies_url(&s, "q"), Some(&bad.to_string()));
+    assert_eq!(st, 400, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().contains("trialJobSpec.workerPoolSpecs[0].machineSpec.machineType"), "{b}");
+    let (_, list) = s.call("GET", &studies_url(&s, "q"), None);
+    assert!(list.get("hyperparameterTuningJobs").is_none());
+    let done = wait_study(&s, created["name"].as_str().unwrap(), 90);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    assert_eq!(done["trials"].as_array().unwrap().len(), 3);
+}
+
+/// L23: a server killed during a study resumes it without losing or repeating a trial.
+#[test]
+fn l23_study_survives_server_kill() {
+    let mut s = Server::start("");
+    let (_, created) = s.call("POST", &studies_url(&s, "p"), Some(&study("RANDOM_SEARCH", 4, 2).to_string()));
+    let name = created["name"].as_str().unwrap().to_string();
+    // Wait for the first trial to end, then kill the server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, j) = s.call("GET", &s.url(&format!("/v1/{name}")), None);
+        if j["trials"].as_array().is_some_and(|t| t.iter().any(|t| t["state"] == "SUCCEEDED")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    s.kill9();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    s.spawn();
+    let done = wait_study(&s, &name, 90);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let trials = done["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 4, "no trial lost or repeated: {done:#}");
+    let jobs: std::collections::BTreeSet<&str> = trials.iter().map(|t| t["customJob"].as_str().unwrap()).collect();
+    assert_eq!(jobs.len(), 4, "each trial has its own job");
+    // Exactly four trial jobs were ever created.
+    let (_, list) = s.call("GET", &s.jobs_url("p"), None);
+    assert_eq!(list["customJobs"].as_array().unwrap().len(), 4, "{list:#}");
+}

@@ -1,0 +1,635 @@
+//! A HyperparameterTuningJob's study as a pure state machine: trials in, actions out.
+//!
+//! `step(study, config, event, now) -> (study, actions)`. Suggestions come from
+//! `trainyard_tuner::suggest` (pure, seeded), so a study replayed from its stored state
+//! makes the same decisions; each trial is a CustomJob run under the lifecycle rules, which
+//! the driver creates and reports on (actions and events).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use trainyard_api::hptuning::{
+    Algorithm as ApiAlgorithm, GoalType, HyperparameterTuningJob, MeasurementSelectionType, ParameterSpec, ScaleType,
+};
+use trainyard_api::ApiError;
+use trainyard_core::Micros;
+use trainyard_tuner as tuner;
+
+/// A parameter value as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Int(i64),
+    Double(f64),
+    Str(String),
+}
+
+impl ParamValue {
+    fn from_tuner(v: &tuner::Value) -> ParamValue {
+        match v {
+            tuner::Value::Int(i) => ParamValue::Int(*i),
+            tuner::Value::Double(d) => ParamValue::Double(*d),
+            tuner::Value::Str(s) => ParamValue::Str(s.clone()),
+        }
+    }
+    fn to_tuner(&self) -> tuner::Value {
+        match self {
+            ParamValue::Int(i) => tuner::Value::Int(*i),
+            ParamValue::Double(d) => tuner::Value::Double(*d),
+            ParamValue::Str(s) => tuner::Value::Str(s.clone()),
+        }
+    }
+    /// As the program sees it in `--ID=VALUE`.
+    pub fn arg(&self) -> String {
+        match self {
+            ParamValue::Int(i) => i.to_string(),
+            ParamValue::Double(d) => format!("{d}"),
+            ParamValue::Str(s) => s.clone(),
+        }
+    }
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            ParamValue::Int(i) => serde_json::json!(*i as f64),
+            ParamValue::Double(d) => serde_json::json!(d),
+            ParamValue::Str(s) => serde_json::json!(s),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TrialState {
+    Requested,
+    Active,
+    Stopping,
+    Succeeded,
+    Infeasible,
+}
+
+impl TrialState {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TrialState::Succeeded | TrialState::Infeasible)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StudyTrial {
+    /// "1", "2", ...
+    pub id: String,
+    pub params: Vec<(String, ParamValue)>,
+    pub state: TrialState,
+    /// The trial's CustomJob, once created.
+    pub custom_job: Option<u64>,
+    /// (step, value) of the study's metric, as reported so far.
+    pub measurements: Vec<(i64, f64)>,
+    pub final_measurement: Option<(i64, f64)>,
+    pub start_time: Micros,
+    pub end_time: Option<Micros>,
+    pub infeasible_reason: String,
+    /// The trial's job failed (counted against maxFailedTrialCount).
+    pub failed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum StudyPhase {
+    Pending,
+    Running,
+    Succeeded { end: Micros },
+    Failed { end: Micros, code: i32, message: String },
+    Cancelled { end: Micros },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Study {
+    pub id: u64,
+    pub project: String,
+    pub region: String,
+    pub phase: StudyPhase,
+    pub create_time: Micros,
+    pub update_time: Micros,
+    pub start_time: Option<Micros>,
+    pub trials: Vec<StudyTrial>,
+    pub seed: u64,
+}
+
+impl Study {
+    pub fn new(id: u64, project: String, region: String, now: Micros) -> Study {
+        Study {
+            id,
+            project,
+            region,
+            phase: StudyPhase::Pending,
+            create_time: now,
+            update_time: now,
+            start_time: None,
+            trials: Vec::new(),
+            seed: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED,
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase, StudyPhase::Succeeded { .. } | StudyPhase::Failed { .. } | StudyPhase::Cancelled { .. })
+    }
+
+    pub fn state_name(&self) -> &'static str {
+        match self.phase {
+            StudyPhase::Pending => "JOB_STATE_PENDING",
+            StudyPhase::Running => "JOB_STATE_RUNNING",
+            StudyPhase::Succeeded { .. } => "JOB_STATE_SUCCEEDED",
+            StudyPhase::Failed { .. } => "JOB_STATE_FAILED",
+            StudyPhase::Cancelled { .. } => "JOB_STATE_CANCELLED",
+        }
+    }
+
+    pub fn trial_mut(&mut self, id: &str) -> Option<&mut StudyTrial> {
+        self.trials.iter_mut().find(|t| t.id == id)
+    }
+}
+
+/// What the study's resource asks for, checked and translated for the tuner.
+#[derive(Clone, Debug)]
+pub struct StudyConfig {
+    pub space: tuner::Space,
+    pub algorithm: tuner::Algorithm,
+    pub goal: tuner::Goal,
+    pub metric_id: String,
+    pub max_trials: usize,
+    pub parallel: usize,
+    pub max_failed: usize,
+    pub best_measurement: bool,
+    pub stopping: Option<tuner::StoppingRule>,
+}
+
+fn param(p: &ParameterSpec, path: &str) -> Result<tuner::ParamSpec, ApiError> {
+    let scale = match p.scale_type {
+        ScaleType::UnitLogScale => tuner::Scale::Log,
+        ScaleType::UnitReverseLogScale => tuner::Scale::ReverseLog,
+        _ => tuner::Scale::Linear,
+    };
+    let mut spec = if let Some(d) = &p.double_value_spec {
+        let mut s = tuner::ParamSpec::double(&p.parameter_id, d.min_value, d.max_value, scale);
+        if let Some(v) = d.default_value {
+            s = s.with_default(tuner::Value::Double(v));
+        }
+        s
+    } else if let Some(i) = &p.integer_value_spec {
+        let mut s = tuner::ParamSpec::integer(&p.parameter_id, i.min_value, i.max_value, scale);
+        if let Some(v) = i.default_value {
+            s = s.with_default(tuner::Value::Int(v));
+        }
+        s
+    } else if let Some(c) = &p.categorical_value_spec {
+        let mut s = tuner::ParamSpec::categorical(&p.parameter_id, c.values.clone());
+        if let Some(v) = &c.default_value {
+            s = s.with_default(tuner::Value::Str(v.clone()));
+        }
+        s
+    } else if let Some(d) = &p.discrete_value_spec {
+        let mut s = tuner::ParamSpec::discrete(&p.parameter_id, d.values.clone(), scale);
+        if let Some(v) = d.default_value {
+            s = s.with_default(tuner::Value::Double(v));
+        }
+        s
+    } else {
+        return Err(ApiError::invalid_argument(format!("{path}: a parameter needs one of doubleValueSpec, integerValueSpec, categoricalValueSpec, discreteValueSpec.")));
+    };
+    for (i, c) in p.conditional_parameter_specs.iter().enumerate() {
+        let cpath = format!("{path}.conditionalParameterSpecs[{i}]");
+        let Some(child) = &c.parameter_spec else {
+            return Err(ApiError::invalid_argument(format!("{cpath}.parameterSpec is required.")));
+        };
+        let parent = if let Some(v) = &c.parent_discrete_values {
+            tuner::ParentValues::Discrete(v.values.clone())
+        } else if let Some(v) = &c.parent_int_values {
+            tuner::ParentValues::Int(v.values.clone())
+        } else if let Some(v) = &c.parent_categorical_values {
+            tuner::ParentValues::Categorical(v.values.clone())
+        } else {
+            return Err(ApiError::invalid_argument(format!("{cpath}: give the parent's values.")));
+        };
+        spec = spec.with_child(parent, param(child, &format!("{cpath}.parameterSpec"))?);
+    }
+    Ok(spec)
+}
+
+impl StudyConfig {
+    pub fn from_job(job: &HyperparameterTuningJob) -> Result<StudyConfig, ApiError> {
+        let s = &job.study_spec;
+        let params = s
+            .parameters
+            .iter()
+            .enumerate()
+            .map(|(i, p)| param(p, &format!("studySpec.parameters[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let space = tuner::Space::new(params);
+        space.validate().map_err(|e| ApiError::invalid_argument(format!("studySpec.parameters: {e}")))?;
+        let algorithm = match s.algorithm {
+            ApiAlgorithm::GridSearch => tuner::Algorithm::GridSearch,
+            ApiAlgorithm::RandomSearch => tuner::Algorithm::RandomSearch,
+            _ => tuner::Algorithm::Unspecified,
+        };
+        if algorithm == tuner::Algorithm::GridSearch {
+            tuner::grid_size(&space).map_err(|e| ApiError::invalid_argument(format!("studySpec.algorithm: {e}")))?;
+        }
+        let metric = s.metrics.first().ok_or_else(|| ApiError::invalid_argument("studySpec.metrics: at least one metric is required."))?;
+        let goal = match metric.goal {
+            GoalType::Minimize => tuner::Goal::Minimize,
+            _ => tuner::Goal::Maximize,
+        };
+        let max_trials = job.max_trial_count.max(1) as usize;
+        let stopping = if s.median_automated_stopping_spec.is_some() {
+            Some(tuner::StoppingRule::median())
+        } else if s.decay_curve_stopping_spec.is_some() {
+            Some(tuner::StoppingRule::decay_curve())
+        } else {
+            None
+        };
+        Ok(StudyConfig {
+            space,
+            algorithm,
+            goal,
+            metric_id: metric.metric_id.clone(),
+            max_trials,
+            parallel: (job.parallel_trial_count.max(1) as usize).min(max_trials),
+            // 0: the service decides; here: half of the trials may fail.
+            max_failed: if job.max_failed_trial_count > 0 { job.max_failed_trial_count as usize } else { max_trials.div_ceil(2) },
+            best_measurement: s.measurement_selection_type == MeasurementSelectionType::BestMeasurement,
+            stopping,
+        })
+    }
+}
+
+/// What happened to a study.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Make progress: start the study, ask for trials while there is room.
+    Advance,
+    /// A trial's CustomJob started running.
+    TrialRunning { trial: String },
+    /// New measurements of a running trial (the whole list read from its metric file).
+    Measurements { trial: String, measurements: Vec<(i64, f64)> },
+    /// A trial's CustomJob ended. `succeeded`: it ended SUCCEEDED (or was stopped by the
+    /// study); `error`: its error message otherwise.
+    TrialEnded { trial: String, succeeded: bool, error: Option<String>, measurements: Vec<(i64, f64)> },
+    Cancel,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create the trial's CustomJob (the trial is already stored as REQUESTED).
+    CreateTrialJob { trial: String },
+    /// Stop a trial's CustomJob (early stopping, or the study ended).
+    StopTrialJob { custom_job: u64 },
+    Log(String),
+}
+
+fn is_better(goal: tuner::Goal, a: f64, b: f64) -> bool {
+    goal.better(a, b)
+}
+
+/// Apply one event to a study.
+pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Result<(Study, Vec<Action>), ApiError> {
+    let mut s = study.clone();
+    let mut actions = Vec::new();
+    match event {
+        Event::Cancel => {
+            if s.is_terminal() {
+                return Err(ApiError::failed_precondition(format!(
+                    "The HyperparameterTuningJob is in state {} and cannot be cancelled.",
+                    s.state_name()
+                )));
+            }
+            for t in s.trials.iter_mut().filter(|t| !t.state.is_terminal()) {
+                if let Some(j) = t.custom_job {
+                    actions.push(Action::StopTrialJob { custom_job: j });
+                }
+                t.state = TrialState::Stopping;
+            }
+            s.phase = StudyPhase::Cancelled { end: now };
+            actions.push(Action::Log("HyperparameterTuningJob cancelled.".into()));
+        }
+        Event::TrialRunning { trial } => {
+            if let Some(t) = s.trial_mut(&trial) {
+                if t.state == TrialState::Requested {
+                    t.state = TrialState::Active;
+                }
+            }
+            if matches!(s.phase, StudyPhase::Pending) {
+                s.phase = StudyPhase::Running;
+                s.start_time.get_or_insert(now);
+            }
+        }
+        Event::Measurements { trial, measurements } => {
+            let goal = cfg.goal;
+            let completed = completed_trials(&s);
+            let Some(t) = s.trial_mut(&trial) else { return Ok((s, actions)) };
+            t.measurements = measurements;
+            if let (Some(rule), TrialState::Active) = (&cfg.stopping, t.state) {
+                let running = tuner::Trial {
+                    params: assignment(&t.params),
+                    value: None,
+                    intermediate: t.measurements.iter().map(|(st, v)| (*st as u64, *v)).collect(),
+                };
+                if tuner::should_stop(rule, goal, &running, &completed) {
+                    t.state = TrialState::Stopping;
+                    actions.push(Action::Log(format!("Trial {} stopped early: it is clearly worse than the trials so far.", t.id)));
+                    if let Some(j) = t.custom_job {
+                        actions.push(Action::StopTrialJob { custom_job: j });
+                    }
+                }
+            }
+        }
+        Event::TrialEnded { trial, succeeded, error, measurements } => {
+            let best = cfg.best_measurement;
+            let goal = cfg.goal;
+            if let Some(t) = s.trial_mut(&trial) {
+                if !t.state.is_terminal() {
+                    if !measurements.is_empty() {
+                        t.measurements = measurements;
+                    }
+                    t.end_time = Some(now);
+                    let stopped = t.state == TrialState::Stopping;
+                    let last = t.measurements.last().copied();
+                    let chosen = if best {
+                        t.measurements.iter().copied().reduce(|a, b| if is_better(goal, b.1, a.1) { b } else { a })
+                    } else {
+                        last
+                    };
+                    if succeeded || stopped {
+                        match chosen {
+                            Some(m) => {
+                                t.final_measurement = Some(m);
+                                t.state = TrialState::Succeeded;
+                            }
+                            None => {
+                                t.state = TrialState::Infeasible;
+                                t.infeasible_reason = "The trial reported no value of the metric.".into();
+                            }
+                        }
+                    } else {
+                        t.state = TrialState::Infeasible;
+                        t.failed = true;
+                        t.infeasible_reason = error.unwrap_or_else(|| "The trial's job failed.".into());
+                    }
+                    actions.push(Action::Log(format!("Trial {} ended: {:?}.", t.id, t.state)));
+                }
+            }
+        }
+        Event::Advance => {}
+    }
+    if !s.is_terminal() {
+        advance(&mut s, cfg, now, &mut actions)?;
+    }
+    s.update_time = now;
+    Ok((s, actions))
+}
+
+fn assignment(params: &[(String, ParamValue)]) -> tuner::Assignment {
+    params.iter().map(|(k, v)| (k.clone(), v.to_tuner())).collect()
+}
+
+fn completed_trials(s: &Study) -> Vec<tuner::Trial> {
+    s.trials
+        .iter()
+        .filter(|t| t.state.is_terminal())
+        .map(|t| tuner::Trial {
+            params: assignment(&t.params),
+            value: t.final_measurement.map(|m| m.1),
+            intermediate: t.measurements.iter().map(|(st, v)| (*st as u64, *v)).collect(),
+        })
+        .collect()
+}
+
+/// Ask for trials while there is room; end the study when it is done.
+fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Action>) -> Result<(), ApiError> {
+    let failed = s.trials.iter().filter(|t| t.failed).count();
+    let active: Vec<&StudyTrial> = s.trials.iter().filter(|t| !t.state.is_terminal()).collect();
+    if failed > cfg.max_failed {
+        for t in &active {
+            if let Some(j) = t.custom_job {
+                actions.push(Action::StopTrialJob { custom_job: j });
+            }
+        }
+        let message = format!("{failed} trials failed, more than maxFailedTrialCount ({}).", cfg.max_failed);
+        actions.push(Action::Log(format!("HyperparameterTuningJob failed: {message}")));
+        s.phase = StudyPhase::Failed { end: now, code: 9, message };
+        return Ok(());
+    }
+    let ended = s.trials.iter().filter(|t| t.state.is_terminal()).count();
+    let finish = |s: &mut Study, actions: &mut Vec<Action>| {
+        if s.trials.iter().any(|t| t.state == TrialState::Succeeded) {
+            s.phase = StudyPhase::Succeeded { end: now };
+            actions.push(Action::Log("HyperparameterTuningJob completed successfully.".into()));
+        } else {
+            let message = "No trial succeeded: every trial was infeasible or failed.".to_string();
+            actions.push(Action::Log(format!("HyperparameterTuningJob failed: {message}")));
+            s.phase = StudyPhase::Failed { end: now, code: 9, message };
+        }
+    };
+    if ended >= cfg.max_trials {
+        finish(s, actions);
+        return Ok(());
+    }
+    let room = cfg.parallel.saturating_sub(active.len()).min(cfg.max_trials - s.trials.len());
+    if room == 0 {
+        return Ok(());
+    }
+    let completed = completed_trials(s);
+    let pending: Vec<tuner::Assignment> = active.iter().map(|t| assignment(&t.params)).collect();
+    let suggestions = match tuner::suggest(&cfg.space, cfg.algorithm, cfg.goal, &completed, &pending, room, s.seed) {
+        Ok(v) => v,
+        Err(tuner::TunerError::Exhausted) => Vec::new(),
+        Err(e) => return Err(ApiError::internal(format!("the tuner failed: {e}"))),
+    };
+    if suggestions.is_empty() && active.is_empty() {
+        // A finite grid ran out before maxTrialCount.
+        actions.push(Action::Log("Every point of the search space has been tried.".into()));
+        finish(s, actions);
+        return Ok(());
+    }
+    for a in suggestions {
+        let id = (s.trials.len() + 1).to_string();
+        let params: Vec<(String, ParamValue)> = a.iter().map(|(k, v)| (k.clone(), ParamValue::from_tuner(v))).collect();
+        actions.push(Action::Log(format!(
+            "Trial {id} requested: {}.",
+            params.iter().map(|(k, v)| format!("{k}={}", v.arg())).collect::<Vec<_>>().join(", ")
+        )));
+        actions.push(Action::CreateTrialJob { trial: id.clone() });
+        s.trials.push(StudyTrial {
+            id,
+            params,
+            state: TrialState::Requested,
+            custom_job: None,
+            measurements: Vec::new(),
+            final_measurement: None,
+            start_time: now,
+            end_time: None,
+            infeasible_reason: String::new(),
+            failed: false,
+        });
+    }
+    Ok(())
+}
+
+/// Read a cloudml-hypertune metric file: JSON lines of string values, e.g.
+/// `{"global_step": "1000", "accuracy": "0.98", "timestamp": 1525851440.1, "trial": "0"}`.
+/// Returns (step, value) of `metric_id` (or of the library's default tag when the study
+/// has one metric), and the malformed lines (line number, why) to log.
+pub fn read_metrics(text: &str, metric_id: &str) -> (Vec<(i64, f64)>, Vec<(usize, String)>) {
+    const DEFAULT_TAG: &str = "training/hptuning/metric";
+    let mut out = Vec::new();
+    let mut bad = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                bad.push((i + 1, format!("not JSON: {e}")));
+                continue;
+            }
+        };
+        let num = |x: &serde_json::Value| x.as_f64().or_else(|| x.as_str().and_then(|s| s.trim().parse::<f64>().ok()));
+        let value = v.get(metric_id).or_else(|| v.get(DEFAULT_TAG)).and_then(num);
+        let Some(value) = value.filter(|x| x.is_finite()) else {
+            bad.push((i + 1, format!("no numeric value for metric \"{metric_id}\"")));
+            continue;
+        };
+        let step = v.get("global_step").and_then(num).map(|s| s as i64).unwrap_or(out.len() as i64 + 1);
+        out.push((step, value));
+    }
+    (out, bad)
+}
+
+/// The trials as the API shows them.
+pub fn render_trials(s: &Study, metric_id: &str, job_name: impl Fn(u64) -> String) -> Vec<serde_json::Value> {
+    let ts = |t: Micros| trainyard_api::Timestamp::from_micros(t).to_rfc3339();
+    s.trials
+        .iter()
+        .map(|t| {
+            let state = match t.state {
+                TrialState::Requested => "REQUESTED",
+                TrialState::Active => "ACTIVE",
+                TrialState::Stopping => "STOPPING",
+                TrialState::Succeeded => "SUCCEEDED",
+                TrialState::Infeasible => "INFEASIBLE",
+            };
+            let measurement = |(step, v): (i64, f64)| {
+                serde_json::json!({"stepCount": step.to_string(), "metrics": [{"metricId": metric_id, "value": v}]})
+            };
+            let mut o = serde_json::json!({
+                "id": t.id,
+                "state": state,
+                "parameters": t.params.iter().map(|(k, v)| serde_json::json!({"parameterId": k, "value": v.to_json()})).collect::<Vec<_>>(),
+                "startTime": ts(t.start_time),
+            });
+            if !t.measurements.is_empty() {
+                o["measurements"] = serde_json::Value::Array(t.measurements.iter().map(|m| measurement(*m)).collect());
+            }
+            if let Some(m) = t.final_measurement {
+                o["finalMeasurement"] = measurement(m);
+            }
+            if let Some(e) = t.end_time {
+                o["endTime"] = serde_json::json!(ts(e));
+            }
+            if !t.infeasible_reason.is_empty() {
+                o["infeasibleReason"] = serde_json::json!(t.infeasible_reason);
+            }
+            if let Some(j) = t.custom_job {
+                o["customJob"] = serde_json::json!(job_name(j));
+            }
+            o
+        })
+        .collect()
+}
+
+/// Job-level labels map for trials: which study they belong to.
+pub fn trial_labels(study: u64) -> BTreeMap<String, String> {
+    [("trainyard_study".to_string(), study.to_string())].into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(max: usize, parallel: usize, max_failed: usize) -> StudyConfig {
+        StudyConfig {
+            space: tuner::Space::new(vec![tuner::ParamSpec::double("lr", 0.001, 0.1, tuner::Scale::Log)]),
+            algorithm: tuner::Algorithm::RandomSearch,
+            goal: tuner::Goal::Maximize,
+            metric_id: "accuracy".into(),
+            max_trials: max,
+            parallel,
+            max_failed,
+            best_measurement: false,
+            stopping: None,
+        }
+    }
+
+    fn ended(s: &Study, c: &StudyConfig, trial: &str, ok: bool, m: &[(i64, f64)], now: Micros) -> (Study, Vec<Action>) {
+        step(s, c, Event::TrialEnded { trial: trial.into(), succeeded: ok, error: (!ok).then(|| "boom".into()), measurements: m.to_vec() }, now).unwrap()
+    }
+
+    #[test]
+    fn runs_at_most_parallel_trials_and_ends_after_max() {
+        let c = cfg(3, 2, 3);
+        let (s, a) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        assert_eq!(s.trials.len(), 2);
+        assert_eq!(a.iter().filter(|x| matches!(x, Action::CreateTrialJob { .. })).count(), 2);
+        let (s, a) = ended(&s, &c, "1", true, &[(1, 0.5), (2, 0.7)], 2);
+        assert_eq!(s.trials[0].final_measurement, Some((2, 0.7)));
+        assert_eq!(s.trials.len(), 3, "a third trial once one ended");
+        assert!(a.iter().any(|x| matches!(x, Action::CreateTrialJob { trial } if trial == "3")));
+        let (s, _) = ended(&s, &c, "2", true, &[], 3);
+        assert_eq!(s.trials[1].state, TrialState::Infeasible, "no metric: infeasible");
+        assert!(!s.is_terminal());
+        let (s, _) = ended(&s, &c, "3", true, &[(1, 0.1)], 4);
+        assert!(matches!(s.phase, StudyPhase::Succeeded { .. }));
+        assert_eq!(s.trials.len(), 3, "never more than maxTrialCount");
+    }
+
+    #[test]
+    fn fails_after_too_many_failures() {
+        let c = cfg(10, 3, 1);
+        let (s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let mut s = s;
+        for (i, t) in s.trials.iter_mut().enumerate() {
+            t.custom_job = Some(100 + i as u64);
+        }
+        let (s, _) = ended(&s, &c, "1", false, &[], 2);
+        assert!(!s.is_terminal());
+        let (s, a) = ended(&s, &c, "2", false, &[], 3);
+        assert!(matches!(&s.phase, StudyPhase::Failed { message, .. } if message.contains("maxFailedTrialCount")));
+        assert!(a.iter().any(|x| matches!(x, Action::StopTrialJob { custom_job: 102 })));
+    }
+
+    #[test]
+    fn best_measurement_selection() {
+        let mut c = cfg(1, 1, 1);
+        c.best_measurement = true;
+        let (s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (s, _) = ended(&s, &c, "1", true, &[(1, 0.5), (2, 0.9), (3, 0.7)], 2);
+        assert_eq!(s.trials[0].final_measurement, Some((2, 0.9)));
+    }
+
+    #[test]
+    fn cancel_stops_running_trials() {
+        let c = cfg(4, 2, 4);
+        let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        s.trials[0].custom_job = Some(7);
+        let (s, a) = step(&s, &c, Event::Cancel, 2).unwrap();
+        assert!(matches!(s.phase, StudyPhase::Cancelled { .. }));
+        assert!(a.contains(&Action::StopTrialJob { custom_job: 7 }));
+        assert!(step(&s, &c, Event::Cancel, 3).is_err());
+    }
+
+    #[test]
+    fn metric_file_lines() {
+        let text = "{\"global_step\": \"1\", \"accuracy\": \"0.5\", \"timestamp\": 1.0, \"trial\": \"1\"}\nnot json\n{\"global_step\": \"2\", \"loss\": \"3\"}\n{\"global_step\": \"3\", \"accuracy\": 0.75}\n";
+        let (m, bad) = read_metrics(text, "accuracy");
+        assert_eq!(m, vec![(1, 0.5), (3, 0.75)]);
+        assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![2, 3]);
+        let (m, _) = read_metrics("{\"training/hptuning/metric\": \"0.25\", \"global_step\": \"5\"}\n", "accuracy");
+        assert_eq!(m, vec![(5, 0.25)]);
+    }
+}

@@ -1,0 +1,610 @@
+//! A discrete-event simulator for the Trainyard scheduler.
+//!
+//! It runs the scheduler's pure admission round (`trainyard_core::schedule::plan`, the
+//! function behind `schedule`) on a fleet of GPU nodes and a workload, with a minimal job
+//! lifecycle: submitted (QUEUED) → placed (all replicas at once) → ended (success, early
+//! exit, or killed at its time limit, L19); a preempted SPOT job stops after the grace
+//! period and waits to be placed again, resuming from its last checkpoint. The capacity
+//! state is kept incrementally (`Cluster::start`/`finish`), as a long-lived server would.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use trainyard_core::capacity::{Need, NodeIx, Shape};
+use trainyard_core::job::{ReplicaDemand, Micros, HOUR, MINUTE, SECOND};
+use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, Node, Quotas, Request, SchedulerConfig};
+
+pub const ACCEL: &str = "NVIDIA_H100_80GB";
+pub const GPUS_PER_NODE: u32 = 8;
+
+/// One job of the workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimJob {
+    pub id: u64,
+    pub submit: Micros,
+    /// How long it runs if nothing stops it.
+    pub duration: Micros,
+    /// Its time limit (the user's estimate; the scheduler sees only this).
+    pub limit: Micros,
+    pub replicas: u32,
+    pub gpus_per_replica: u32,
+    pub project: String,
+    pub spot: bool,
+}
+
+impl SimJob {
+    pub fn gpus(&self) -> u64 {
+        self.replicas as u64 * self.gpus_per_replica as u64
+    }
+}
+
+/// Size classes of the report.
+pub const CLASSES: [&str; 4] = ["1 GPU", "2-8", "9-64", ">64"];
+
+pub fn class_of(gpus: u64) -> usize {
+    match gpus {
+        0..=1 => 0,
+        2..=8 => 1,
+        9..=64 => 2,
+        _ => 3,
+    }
+}
+
+/// splitmix64: small, seeded, deterministic.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.f64().max(1e-12);
+        let u2 = self.f64();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    pub fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
+        median * (sigma * self.normal()).exp()
+    }
+    pub fn pick(&mut self, weights: &[f64]) -> usize {
+        let total: f64 = weights.iter().sum();
+        let mut x = self.f64() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        weights.len() - 1
+    }
+}
+
+/// Synthetic workload shaped like published GPU-cluster traces (Philly, Helios): most jobs
+/// are short single-GPU jobs, a long tail of multi-node gangs of 8-GPU replicas holds most
+/// GPU time, arrivals follow a daily cycle, some jobs fail or exit early, users
+/// over-estimate their time limits, and projects differ in volume and job sizes. The
+/// arrival rate is set so that the offered load is `load` of the fleet's GPUs.
+pub fn synthetic(seed: u64, jobs: usize, total_gpus: u64, load: f64) -> Vec<SimJob> {
+    let mut rng = Rng::new(seed);
+    // (name, share of jobs, class mix [1, 2-8, 9-64, >64], share of SPOT jobs among <= 8 GPUs)
+    let projects: [(&str, f64, [f64; 4], f64); 8] = [
+        ("vision", 0.30, [0.78, 0.20, 0.02, 0.0], 0.05),
+        ("speech", 0.20, [0.70, 0.25, 0.05, 0.0], 0.05),
+        ("recsys", 0.15, [0.55, 0.30, 0.13, 0.02], 0.05),
+        ("nlp", 0.10, [0.45, 0.30, 0.18, 0.07], 0.0),
+        ("llm", 0.08, [0.20, 0.25, 0.30, 0.25], 0.0),
+        ("rl", 0.07, [0.50, 0.35, 0.13, 0.02], 0.10),
+        ("batch", 0.07, [0.80, 0.20, 0.0, 0.0], 0.60),
+        ("foundation", 0.03, [0.10, 0.20, 0.30, 0.40], 0.0),
+    ];
+    let shares: Vec<f64> = projects.iter().map(|p| p.1).collect();
+    let sizes: [&[(u32, f64)]; 4] = [
+        &[(1, 1.0)],
+        &[(2, 0.3), (4, 0.3), (8, 0.4)],
+        &[(16, 0.45), (32, 0.35), (64, 0.2)],
+        &[(128, 0.5), (256, 0.3), (512, 0.15), (1024, 0.05)],
+    ];
+    // Median run time and spread per class.
+    let runtime = [(15.0 * 60.0, 1.5), (40.0 * 60.0, 1.4), (2.0 * 3600.0, 1.2), (6.0 * 3600.0, 1.0)];
+    let mut out = Vec::with_capacity(jobs);
+    let mut gpu_secs = 0f64;
+    for id in 0..jobs {
+        let p = rng.pick(&shares);
+        let (name, _, mix, spot_share) = projects[p];
+        let class = rng.pick(&mix);
+        let ws: Vec<f64> = sizes[class].iter().map(|s| s.1).collect();
+        let gpus = sizes[class][rng.pick(&ws)].0;
+        let (replicas, per) = if gpus <= GPUS_PER_NODE { (1, gpus) } else { (gpus / GPUS_PER_NODE, GPUS_PER_NODE) };
+        let (median, sigma) = runtime[class];
+        let nominal = rng.lognormal(median, sigma).clamp(30.0, 7.0 * 86400.0);
+        // Users ask for 1.2-4x what the job needs, rounded up to 15 minutes.
+        let factor = 1.2 + 2.8 * rng.f64();
+        let limit_s = ((nominal * factor / 900.0).ceil() * 900.0).min(7.0 * 86400.0).max(nominal.ceil());
+        // 12% fail or exit early.
+        let actual = if rng.f64() < 0.12 { nominal * (0.01 + 0.49 * rng.f64()) } else { nominal };
+        let spot = gpus <= 8 && rng.f64() < spot_share;
+        gpu_secs += actual * gpus as f64;
+        out.push(SimJob {
+            id: id as u64 + 1,
+            submit: 0,
+            duration: (actual * SECOND as f64) as Micros,
+            limit: (limit_s * SECOND as f64) as Micros,
+            replicas,
+            gpus_per_replica: per,
+            project: name.to_string(),
+            spot,
+        });
+    }
+    // Arrivals: Poisson with a daily cycle (peak 1.6x the mean, trough 0.4x), by thinning.
+    let mean_rate = load * total_gpus as f64 / (gpu_secs / jobs.max(1) as f64); // jobs per second
+    let peak = mean_rate * 1.6;
+    let mut t = 0f64;
+    for j in &mut out {
+        loop {
+            t += -rng.f64().max(1e-12).ln() / peak;
+            let rate = mean_rate * (1.0 + 0.6 * (2.0 * std::f64::consts::PI * t / 86400.0).sin());
+            if rng.f64() * peak < rate {
+                break;
+            }
+        }
+        j.submit = (t * SECOND as f64) as Micros;
+    }
+    out
+}
+
+/// Read a trace: CSV with `submit_time_s, duration_s, replicas, gpus_per_replica, project`
+/// (a header line is allowed). The time limit of a trace job is twice its duration,
+/// rounded up to 15 minutes. A malformed row is an error naming the row (1-based line).
+pub fn parse_trace(text: &str) -> Result<Vec<SimJob>, String> {
+    let mut out = Vec::new();
+    for (ix, line) in text.lines().enumerate() {
+        let row = ix + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if row == 1 && f.first().is_some_and(|s| s.parse::<f64>().is_err()) {
+            continue; // header
+        }
+        if f.len() != 5 {
+            return Err(format!("trace row {row}: expected 5 fields (submit_time_s, duration_s, replicas, gpus_per_replica, project), found {}", f.len()));
+        }
+        let num = |i: usize, name: &str| -> Result<f64, String> {
+            let v: f64 = f[i].parse().map_err(|_| format!("trace row {row}: {name} is not a number: {:?}", f[i]))?;
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("trace row {row}: {name} must be a finite number >= 0, found {:?}", f[i]));
+            }
+            Ok(v)
+        };
+        let int = |i: usize, name: &str| -> Result<u32, String> {
+            let v: u32 = f[i].parse().map_err(|_| format!("trace row {row}: {name} is not a whole number: {:?}", f[i]))?;
+            if v == 0 {
+                return Err(format!("trace row {row}: {name} must be at least 1"));
+            }
+            Ok(v)
+        };
+        let submit = num(0, "submit_time_s")?;
+        let duration = num(1, "duration_s")?;
+        let replicas = int(2, "replicas")?;
+        let per = int(3, "gpus_per_replica")?;
+        if per > GPUS_PER_NODE {
+            return Err(format!("trace row {row}: gpus_per_replica {per} exceeds the {GPUS_PER_NODE} GPUs of a node"));
+        }
+        if f[4].is_empty() {
+            return Err(format!("trace row {row}: project is empty"));
+        }
+        let limit = ((duration * 2.0 / 900.0).ceil() * 900.0).max(duration.ceil()).max(60.0);
+        out.push(SimJob {
+            id: out.len() as u64 + 1,
+            submit: (submit * SECOND as f64) as Micros,
+            duration: (duration * SECOND as f64) as Micros,
+            limit: (limit * SECOND as f64) as Micros,
+            replicas,
+            gpus_per_replica: per,
+            project: f[4].to_string(),
+            spot: false,
+        });
+    }
+    out.sort_by_key(|j| (j.submit, j.id));
+    Ok(out)
+}
+
+/// `nodes` nodes of 8 GPUs, 96 CPUs, 1 TiB.
+pub fn fleet(nodes: usize) -> Fleet {
+    Fleet {
+        nodes: (0..nodes)
+            .map(|i| Node {
+                name: format!("g{i:05}"),
+                cpus: 96,
+                memory_bytes: 1 << 40,
+                accelerators: [(ACCEL.to_string(), GPUS_PER_NODE)].into(),
+                up: true,
+                schedulable: true,
+            })
+            .collect(),
+        overcommit: false,
+    }
+}
+
+fn demand(per: u32) -> ReplicaDemand {
+    ReplicaDemand { cpus: 12 * per, memory_bytes: (120u64 << 30) * per as u64, accelerator: Some((ACCEL.to_string(), per)) }
+}
+
+/// A named scheduler configuration to run.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub name: String,
+    pub cfg: SchedulerConfig,
+}
+
+pub fn default_policies() -> Vec<Policy> {
+    let mut ours = SchedulerConfig { explain: false, ..SchedulerConfig::default() };
+    ours.weights.insert("foundation".into(), 2.0);
+    vec![
+        Policy { name: "fifo (strict)".into(), cfg: SchedulerConfig { explain: false, ..SchedulerConfig::fifo() } },
+        Policy { name: "easy backfill".into(), cfg: SchedulerConfig { explain: false, ..SchedulerConfig::easy() } },
+        Policy { name: "trainyard".into(), cfg: ours },
+    ]
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub policy: String,
+    pub jobs: usize,
+    pub finished: usize,
+    pub placements: u64,
+    pub rounds: u64,
+    pub wall_secs: f64,
+    pub plan_secs: f64,
+    pub round_p99_us: f64,
+    /// GPU busy time / GPU time, from the first to the last submission.
+    pub utilisation: f64,
+    /// The same, over the whole run until the last job ended.
+    pub utilisation_all: f64,
+    pub makespan_s: f64,
+    /// p50, p99 queue wait (first placement − submission), seconds, per size class.
+    pub wait: [(usize, f64, f64); 4],
+    pub max_wait_s: f64,
+    pub max_wait_job: u64,
+    pub preemptions: u64,
+    /// GPU-hours of SPOT work lost to preemption (since the last checkpoint).
+    pub lost_gpu_h: f64,
+    pub spot_jobs: usize,
+}
+
+impl Report {
+    pub fn admissions_per_sec(&self) -> f64 {
+        self.placements as f64 / self.wall_secs.max(1e-9)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Ev {
+    /// Job index.
+    Arrive(usize),
+    /// Job index, attempt.
+    End(usize, u32),
+    /// A preempted job has stopped.
+    Stopped(usize, u32),
+    Tick,
+}
+
+#[derive(Clone, Debug, Default)]
+struct St {
+    first_start: Option<Micros>,
+    attempt: u32,
+    running_since: Option<Micros>,
+    /// Work done, kept across preemptions (checkpoints).
+    progress: Micros,
+    done: bool,
+    waiting: bool,
+}
+
+/// Checkpoints every 30 minutes: a preempted job resumes from the last one.
+const CHECKPOINT: Micros = 30 * MINUTE;
+const GRACE: Micros = 30 * SECOND;
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Run one policy over the workload. `interval` is the least simulated time between two
+/// scheduling rounds (rounds run when something changed).
+pub fn simulate(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros) -> Report {
+    let wall = Instant::now();
+    let fleet = fleet(nodes);
+    let mut cluster = Cluster::new(&fleet);
+    let total_gpus = nodes as u64 * GPUS_PER_NODE as u64;
+    // Interned shapes, one per (replicas, gpus per replica).
+    let mut shape_of: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut shapes: Vec<Shape> = Vec::new();
+    let mut needs: Vec<Need> = Vec::new();
+    let job_shape: Vec<usize> = jobs
+        .iter()
+        .map(|j| {
+            *shape_of.entry((j.replicas, j.gpus_per_replica)).or_insert_with(|| {
+                let d = vec![demand(j.gpus_per_replica); j.replicas as usize];
+                let s = cluster.shape(&d);
+                needs.push(s.needs[0]);
+                shapes.push(s);
+                shapes.len() - 1
+            })
+        })
+        .collect();
+    let no_metrics: BTreeMap<String, u64> = BTreeMap::new();
+    let quotas = Quotas::default();
+    let quota_used = BTreeMap::new();
+    let mut st: Vec<St> = vec![St::default(); jobs.len()];
+    let mut heap: BinaryHeap<Reverse<(Micros, u64, Ev)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |heap: &mut BinaryHeap<Reverse<(Micros, u64, Ev)>>, t: Micros, e: Ev| {
+        seq += 1;
+        heap.push(Reverse((t, seq, e)));
+    };
+    for (i, j) in jobs.iter().enumerate() {
+        push(&mut heap, j.submit, Ev::Arrive(i));
+    }
+    let last_submit = jobs.iter().map(|j| j.submit).max().unwrap_or(0);
+    let first_submit = jobs.iter().map(|j| j.submit).min().unwrap_or(0);
+    let mut waiting: Vec<usize> = Vec::new();
+    let mut busy: i64 = 0; // GPUs busy now
+    let mut last_t: Micros = first_submit;
+    let mut busy_window: f64 = 0.0; // GPU-µs within [first, last submit]
+    let mut busy_all: f64 = 0.0;
+    let mut rep = Report { policy: policy.name.clone(), jobs: jobs.len(), ..Report::default() };
+    rep.spot_jobs = jobs.iter().filter(|j| j.spot).count();
+    let mut next_round: Micros = Micros::MIN;
+    let mut tick_pending = false;
+    let mut dirty = false;
+    let mut round_us: Vec<f64> = Vec::new();
+    let mut plan_time = 0f64;
+    let by_id: HashMap<u64, usize> = jobs.iter().enumerate().map(|(i, j)| (j.id, i)).collect();
+    let mut now: Micros = first_submit;
+    let mut end_t: Micros = first_submit;
+    loop {
+        // All events at the next instant.
+        let Some(Reverse((t, _, _))) = heap.peek().copied() else { break };
+        // Account busy GPU time.
+        let dt = (t - last_t) as f64;
+        busy_all += busy as f64 * dt;
+        let lo = last_t.max(first_submit);
+        let hi = t.min(last_submit);
+        if hi > lo {
+            busy_window += busy as f64 * (hi - lo) as f64;
+        }
+        last_t = t;
+        now = t;
+        while let Some(Reverse((t2, _, e))) = heap.peek().copied() {
+            if t2 != now {
+                break;
+            }
+            heap.pop();
+            match e {
+                Ev::Arrive(i) => {
+                    st[i].waiting = true;
+                    waiting.push(i);
+                    dirty = true;
+                }
+                Ev::End(i, a) => {
+                    if st[i].attempt == a && st[i].running_since.is_some() && !st[i].done {
+                        cluster.finish(jobs[i].id);
+                        busy -= jobs[i].gpus() as i64;
+                        st[i].running_since = None;
+                        st[i].done = true;
+                        end_t = end_t.max(now);
+                        rep.finished += 1;
+                        dirty = true;
+                    }
+                }
+                Ev::Stopped(i, a) => {
+                    if st[i].attempt == a && !st[i].done {
+                        cluster.finish(jobs[i].id);
+                        busy -= jobs[i].gpus() as i64;
+                        let since = st[i].running_since.take().unwrap_or(now);
+                        let ran = (now - since).max(0);
+                        let kept = ran / CHECKPOINT * CHECKPOINT;
+                        rep.lost_gpu_h += (ran - kept) as f64 / HOUR as f64 * jobs[i].gpus() as f64;
+                        st[i].progress += kept;
+                        st[i].attempt += 1;
+                        st[i].waiting = true;
+                        waiting.push(i);
+                        dirty = true;
+                    }
+                }
+                Ev::Tick => tick_pending = false,
+            }
+        }
+        if !dirty {
+            continue;
+        }
+        if now < next_round {
+            if !tick_pending {
+                tick_pending = true;
+                push(&mut heap, next_round, Ev::Tick);
+            }
+            continue;
+        }
+        dirty = false;
+        next_round = now + interval;
+        let reqs: Vec<Request> = waiting
+            .iter()
+            .map(|&i| {
+                let j = &jobs[i];
+                Request {
+                    id: j.id,
+                    project: &j.project,
+                    submitted: j.submit,
+                    admitted: st[i].attempt > 0,
+                    spot: j.spot,
+                    shape: &shapes[job_shape[i]],
+                    metrics: &no_metrics,
+                    duration: j.limit,
+                }
+            })
+            .collect();
+        let t0 = Instant::now();
+        let decisions = plan(&cluster, &reqs, &quotas, &quota_used, now, &policy.cfg);
+        let el = t0.elapsed().as_secs_f64();
+        plan_time += el;
+        round_us.push(el * 1e6);
+        rep.rounds += 1;
+        drop(reqs);
+        let mut changed = false;
+        for d in decisions {
+            match d {
+                Decision::Place { job, nodes, .. } => {
+                    let i = by_id[&job];
+                    let j = &jobs[i];
+                    let need = needs[job_shape[i]];
+                    let placed: Vec<(NodeIx, Need)> =
+                        nodes.iter().map(|n| (cluster.node(n).expect("known node"), need)).collect();
+                    cluster.start(j.id, &j.project, j.spot && policy.cfg.preemption, now, now + j.limit, placed);
+                    busy += j.gpus() as i64;
+                    rep.placements += 1;
+                    let s = &mut st[i];
+                    s.waiting = false;
+                    s.first_start.get_or_insert(now);
+                    s.running_since = Some(now);
+                    // Runs what is left, or until its time limit (L19).
+                    let left = (j.duration - s.progress).max(SECOND).min(j.limit);
+                    let a = s.attempt;
+                    push(&mut heap, now + left, Ev::End(i, a));
+                    changed = true;
+                }
+                Decision::Preempt { job, .. } => {
+                    let i = by_id[&job];
+                    cluster.mark_stopping(job);
+                    rep.preemptions += 1;
+                    let a = st[i].attempt;
+                    push(&mut heap, now + GRACE, Ev::Stopped(i, a));
+                }
+                Decision::Stockout { job, .. } => {
+                    // Cannot happen with every node up; drop the job so the run ends.
+                    let i = by_id[&job];
+                    st[i].waiting = false;
+                    st[i].done = true;
+                    changed = true;
+                }
+                Decision::Wait { .. } => {}
+            }
+        }
+        if changed {
+            waiting.retain(|&i| st[i].waiting);
+        }
+    }
+    let _ = now;
+    rep.wall_secs = wall.elapsed().as_secs_f64();
+    rep.plan_secs = plan_time;
+    round_us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    rep.round_p99_us = quantile(&round_us, 0.99);
+    let window = (last_submit - first_submit).max(1) as f64;
+    rep.utilisation = busy_window / (window * total_gpus as f64);
+    rep.makespan_s = (end_t - first_submit) as f64 / SECOND as f64;
+    rep.utilisation_all = busy_all / ((end_t - first_submit).max(1) as f64 * total_gpus as f64);
+    let mut waits: [Vec<f64>; 4] = Default::default();
+    for (i, j) in jobs.iter().enumerate() {
+        if let Some(s) = st[i].first_start {
+            let w = (s - j.submit) as f64 / SECOND as f64;
+            waits[class_of(j.gpus())].push(w);
+            if w > rep.max_wait_s {
+                rep.max_wait_s = w;
+                rep.max_wait_job = j.id;
+            }
+        }
+    }
+    for (k, w) in waits.iter_mut().enumerate() {
+        w.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+        rep.wait[k] = (w.len(), quantile(w, 0.5), quantile(w, 0.99));
+    }
+    rep
+}
+
+fn hms(s: f64) -> String {
+    let s = s.max(0.0).round() as i64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The results table.
+pub fn table(reports: &[Report]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "| policy | admissions/s (wall) | plan() share of wall | rounds | round p99 | GPU util (arrival window) | GPU util (to last end) | makespan | p50/p99 wait 1 GPU | 2-8 | 9-64 | >64 | longest wait | preemptions | SPOT GPU-h lost |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        let w = |k: usize| format!("{} / {}", hms(r.wait[k].1), hms(r.wait[k].2));
+        let _ = writeln!(
+            o,
+            "| {} | {:.0} | {:.0}% | {} | {:.0} µs | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {} (job {}) | {} | {:.0} |",
+            r.policy,
+            r.admissions_per_sec(),
+            100.0 * r.plan_secs / r.wall_secs.max(1e-9),
+            r.rounds,
+            r.round_p99_us,
+            100.0 * r.utilisation,
+            100.0 * r.utilisation_all,
+            hms(r.makespan_s),
+            w(0),
+            w(1),
+            w(2),
+            w(3),
+            hms(r.max_wait_s),
+            r.max_wait_job,
+            r.preemptions,
+            r.lost_gpu_h
+        );
+    }
+    o
+}
+
+/// The targets, judged against the baselines of the same run.
+pub fn verdict(reports: &[Report], ours: &str) -> String {
+    let find = |n: &str| reports.iter().find(|r| r.policy == n);
+    let (Some(o), Some(fifo), Some(easy)) = (find(ours), find("fifo (strict)"), find("easy backfill")) else {
+        return String::from("(targets need the fifo, easy and trainyard policies in the run)\n");
+    };
+    let mut s = String::new();
+    let mut line = |ok: bool, text: String| {
+        let _ = writeln!(s, "- [{}] {text}", if ok { "met" } else { "NOT met" });
+    };
+    line(o.admissions_per_sec() >= 5000.0, format!("admissions per wall-clock second >= 5,000: {:.0}", o.admissions_per_sec()));
+    line(
+        o.utilisation >= easy.utilisation - 1e-9,
+        format!("GPU utilisation >= EASY's: {:.2}% vs {:.2}%", 100.0 * o.utilisation, 100.0 * easy.utilisation),
+    );
+    line(
+        o.wait[0].2 <= fifo.wait[0].2 / 2.0,
+        format!("p99 wait of 1-GPU jobs <= half of FIFO's: {} vs {} (half: {})", hms(o.wait[0].2), hms(fifo.wait[0].2), hms(fifo.wait[0].2 / 2.0)),
+    );
+    line(
+        o.max_wait_s <= easy.max_wait_s * 1.1,
+        format!("longest wait <= 1.1 x EASY's: {} vs {} (limit {})", hms(o.max_wait_s), hms(easy.max_wait_s), hms(easy.max_wait_s * 1.1)),
+    );
+    s
+}

@@ -1,0 +1,857 @@
+use std::collections::BTreeSet;
+
+use trainyard_tuner::{
+    grid_size, initial_design_size, should_stop, suggest, Algorithm, Assignment, Goal, ParamSpec,
+    ParentValues, Scale, Space, StoppingRule, Trial, TunerError, Value,
+};
+
+fn err_param(r: Result<(), TunerError>) -> (String, String) {
+    match r {
+        Err(TunerError::InvalidSpace { param, message }) => (param, message),
+        other => panic!("expected InvalidSpace, got {other:?}"),
+    }
+}
+
+#[test]
+fn validation_names_the_parameter() {
+    let (p, m) =
+        err_param(Space::new(vec![ParamSpec::double("lr", 1.0, 0.1, Scale::Linear)]).validate());
+    assert_eq!(p, "lr");
+    assert!(m.contains("above max"), "{m}");
+
+    let (p, m) =
+        err_param(Space::new(vec![ParamSpec::integer("n", 5, 2, Scale::Linear)]).validate());
+    assert_eq!(p, "n");
+    assert!(m.contains("above max"), "{m}");
+
+    let (p, m) =
+        err_param(Space::new(vec![ParamSpec::double("lr", 0.0, 1.0, Scale::Log)]).validate());
+    assert_eq!(p, "lr");
+    assert!(m.contains("positive"), "{m}");
+    let (p, _) =
+        err_param(Space::new(vec![ParamSpec::integer("k", -1, 4, Scale::ReverseLog)]).validate());
+    assert_eq!(p, "k");
+    let (p, _) = err_param(
+        Space::new(vec![ParamSpec::discrete("d", vec![0.0, 1.0], Scale::Log)]).validate(),
+    );
+    assert_eq!(p, "d");
+
+    let (p, m) =
+        err_param(Space::new(vec![ParamSpec::categorical("opt", Vec::<String>::new())]).validate());
+    assert_eq!(p, "opt");
+    assert!(m.contains("no values"), "{m}");
+    let (p, m) =
+        err_param(Space::new(vec![ParamSpec::discrete("bs", vec![], Scale::Linear)]).validate());
+    assert_eq!(p, "bs");
+    assert!(m.contains("no values"), "{m}");
+
+    let (p, m) = err_param(
+        Space::new(vec![
+            ParamSpec::double("a", 0.0, 1.0, Scale::Linear),
+            ParamSpec::integer("a", 0, 1, Scale::Linear),
+        ])
+        .validate(),
+    );
+    assert_eq!(p, "a");
+    assert!(m.contains("duplicate"), "{m}");
+
+    // A duplicate id hidden in a conditional child.
+    let (p, _) = err_param(
+        Space::new(vec![
+            ParamSpec::double("m", 0.0, 1.0, Scale::Linear),
+            ParamSpec::categorical("opt", ["sgd"]).with_child(
+                ParentValues::Categorical(vec!["sgd".into()]),
+                ParamSpec::double("m", 0.0, 1.0, Scale::Linear),
+            ),
+        ])
+        .validate(),
+    );
+    assert_eq!(p, "m");
+
+    // Parent values the parent cannot take.
+    let (p, m) = err_param(
+        Space::new(vec![ParamSpec::categorical("opt", ["sgd", "adam"])
+            .with_child(
+                ParentValues::Categorical(vec!["lion".into()]),
+                ParamSpec::double("momentum", 0.0, 1.0, Scale::Linear),
+            )])
+        .validate(),
+    );
+    assert_eq!(p, "momentum");
+    assert!(m.contains("\"lion\"") && m.contains("opt"), "{m}");
+    let (p, m) = err_param(
+        Space::new(vec![ParamSpec::integer("layers", 1, 4, Scale::Linear)
+            .with_child(
+                ParentValues::Int(vec![9]),
+                ParamSpec::double("w", 0.0, 1.0, Scale::Linear),
+            )])
+        .validate(),
+    );
+    assert_eq!(p, "w");
+    assert!(m.contains('9'), "{m}");
+    let (p, _) = err_param(
+        Space::new(vec![ParamSpec::discrete(
+            "bs",
+            vec![16.0, 32.0],
+            Scale::Linear,
+        )
+        .with_child(
+            ParentValues::Discrete(vec![64.0]),
+            ParamSpec::double("w", 0.0, 1.0, Scale::Linear),
+        )])
+        .validate(),
+    );
+    assert_eq!(p, "w");
+    // Parent values of the wrong kind, and a DOUBLE parent.
+    let (p, m) = err_param(
+        Space::new(vec![ParamSpec::discrete(
+            "bs",
+            vec![16.0, 32.0],
+            Scale::Linear,
+        )
+        .with_child(
+            ParentValues::Int(vec![16]),
+            ParamSpec::double("w", 0.0, 1.0, Scale::Linear),
+        )])
+        .validate(),
+    );
+    assert_eq!(p, "w");
+    assert!(m.contains("DISCRETE"), "{m}");
+    let (p, _) = err_param(
+        Space::new(vec![ParamSpec::double("x", 0.0, 1.0, Scale::Linear)
+            .with_child(
+                ParentValues::Discrete(vec![0.5]),
+                ParamSpec::double("w", 0.0, 1.0, Scale::Linear),
+            )])
+        .validate(),
+    );
+    assert_eq!(p, "w");
+
+    // A default outside the domain.
+    let (p, _) = err_param(
+        Space::new(vec![
+            ParamSpec::double("x", 0.0, 1.0, Scale::Linear).with_default(2.0)
+        ])
+        .validate(),
+    );
+    assert_eq!(p, "x");
+
+    // Errors surface through suggest too, and display well.
+    let bad = Space::new(vec![ParamSpec::double("lr", 1.0, 0.1, Scale::Linear)]);
+    let e = suggest(
+        &bad,
+        Algorithm::RandomSearch,
+        Goal::Maximize,
+        &[],
+        &[],
+        1,
+        0,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("lr"), "{e}");
+
+    assert!(mixed_space().validate().is_ok());
+}
+
+fn mixed_space() -> Space {
+    Space::new(vec![
+        ParamSpec::double("lr", 1e-4, 1.0, Scale::Log),
+        ParamSpec::integer("layers", 1, 8, Scale::Linear),
+        ParamSpec::categorical("optimizer", ["sgd", "adam", "rmsprop"]).with_child(
+            ParentValues::Categorical(vec!["sgd".into()]),
+            ParamSpec::double("momentum", 0.0, 0.99, Scale::Linear),
+        ),
+    ])
+}
+
+fn grid_space() -> Space {
+    Space::new(vec![
+        ParamSpec::categorical("opt", ["sgd", "adam"]).with_child(
+            ParentValues::Categorical(vec!["sgd".into()]),
+            ParamSpec::discrete("momentum", vec![0.0, 0.9], Scale::Linear),
+        ),
+        ParamSpec::integer("layers", 1, 2, Scale::Linear),
+    ])
+}
+
+fn show(a: &Assignment) -> String {
+    a.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn grid_enumerates_in_order_and_exhausts() {
+    let space = grid_space();
+    assert_eq!(grid_size(&space).unwrap(), 6);
+    let all = suggest(
+        &space,
+        Algorithm::GridSearch,
+        Goal::Maximize,
+        &[],
+        &[],
+        100,
+        0,
+    )
+    .unwrap();
+    let shown: Vec<String> = all.iter().map(show).collect();
+    assert_eq!(
+        shown,
+        vec![
+            "layers=1,momentum=0,opt=sgd",
+            "layers=2,momentum=0,opt=sgd",
+            "layers=1,momentum=0.9,opt=sgd",
+            "layers=2,momentum=0.9,opt=sgd",
+            "layers=1,opt=adam",
+            "layers=2,opt=adam",
+        ]
+    );
+    // Completed and pending points are skipped; the rest come in order.
+    let completed = vec![
+        Trial::new(all[0].clone(), Some(1.0)),
+        Trial::new(all[2].clone(), None),
+    ];
+    let pending = vec![all[1].clone()];
+    let next = suggest(
+        &space,
+        Algorithm::GridSearch,
+        Goal::Maximize,
+        &completed,
+        &pending,
+        2,
+        0,
+    )
+    .unwrap();
+    assert_eq!(next, vec![all[3].clone(), all[4].clone()]);
+    // Fewer than asked near the end, then Exhausted.
+    let pending: Vec<Assignment> = all[1..5].to_vec();
+    let next = suggest(
+        &space,
+        Algorithm::GridSearch,
+        Goal::Maximize,
+        &completed,
+        &pending,
+        3,
+        0,
+    )
+    .unwrap();
+    assert_eq!(next, vec![all[5].clone()]);
+    let pending: Vec<Assignment> = all[1..].to_vec();
+    assert_eq!(
+        suggest(
+            &space,
+            Algorithm::GridSearch,
+            Goal::Maximize,
+            &completed,
+            &pending,
+            1,
+            0
+        ),
+        Err(TunerError::Exhausted)
+    );
+    // An integer given as a whole double in a completed trial still matches.
+    let mut as_double = all[0].clone();
+    as_double.insert("layers".into(), Value::Double(1.0));
+    let next = suggest(
+        &space,
+        Algorithm::GridSearch,
+        Goal::Maximize,
+        &[Trial::new(as_double, Some(0.0))],
+        &[],
+        1,
+        0,
+    )
+    .unwrap();
+    assert_eq!(next, vec![all[1].clone()]);
+}
+
+#[test]
+fn grid_refuses_double_and_handles_huge_grids() {
+    let space = Space::new(vec![
+        ParamSpec::integer("n", 1, 3, Scale::Linear),
+        ParamSpec::categorical("c", ["a"]).with_child(
+            ParentValues::Categorical(vec!["a".into()]),
+            ParamSpec::double("x", 0.0, 1.0, Scale::Linear),
+        ),
+    ]);
+    let e = suggest(
+        &space,
+        Algorithm::GridSearch,
+        Goal::Maximize,
+        &[],
+        &[],
+        1,
+        0,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        TunerError::Unsupported("GRID_SEARCH does not support DOUBLE parameter x".into())
+    );
+    assert_eq!(
+        e.to_string(),
+        "GRID_SEARCH does not support DOUBLE parameter x"
+    );
+
+    let big = Space::new(vec![
+        ParamSpec::integer("a", 0, 1_000_000_000, Scale::Linear),
+        ParamSpec::integer("b", -5, 5, Scale::Linear).with_child(
+            ParentValues::Int(vec![0]),
+            ParamSpec::categorical("c", ["x", "y", "z"]),
+        ),
+    ]);
+    assert_eq!(grid_size(&big).unwrap(), 1_000_000_001 * 13);
+    let pts = suggest(&big, Algorithm::GridSearch, Goal::Minimize, &[], &[], 15, 0).unwrap();
+    assert_eq!(show(&pts[0]), "a=0,b=-5");
+    assert_eq!(show(&pts[5]), "a=0,b=0,c=x");
+    assert_eq!(show(&pts[7]), "a=0,b=0,c=z");
+    assert_eq!(show(&pts[8]), "a=0,b=1");
+    assert_eq!(show(&pts[13]), "a=1,b=-5");
+}
+
+#[test]
+fn random_respects_bounds_and_scales() {
+    let space = Space::new(vec![
+        ParamSpec::double("lin", -2.0, 3.0, Scale::Linear),
+        ParamSpec::double("log", 1e-5, 1e-1, Scale::Log),
+        ParamSpec::double("rlog", 1.0, 100.0, Scale::ReverseLog),
+        ParamSpec::integer("ilog", 1, 1000, Scale::Log),
+        ParamSpec::integer("i", 3, 5, Scale::Linear),
+        ParamSpec::discrete("d", vec![0.5, 2.0, 8.0], Scale::Log),
+    ]);
+    let n = 4000;
+    let pts = suggest(
+        &space,
+        Algorithm::RandomSearch,
+        Goal::Maximize,
+        &[],
+        &[],
+        n,
+        11,
+    )
+    .unwrap();
+    assert_eq!(pts.len(), n);
+    let mut decades = [0usize; 4];
+    let mut below_geo_mean = 0;
+    let mut rlog_top = 0;
+    let mut ints = [0usize; 3];
+    let mut ilog_small = 0;
+    for a in &pts {
+        let lin = a["lin"].as_f64().unwrap();
+        assert!((-2.0..=3.0).contains(&lin));
+        let lg = a["log"].as_f64().unwrap();
+        assert!((1e-5..=1e-1).contains(&lg));
+        decades[((lg.log10() + 5.0).floor() as usize).min(3)] += 1;
+        let r = a["rlog"].as_f64().unwrap();
+        assert!((1.0..=100.0).contains(&r));
+        if r > 100.0 + 1.0 - 10.0 {
+            rlog_top += 1; // the mirror of log-uniform's [1, 10]
+        }
+        let il = a["ilog"].as_i64().unwrap();
+        assert!((1..=1000).contains(&il));
+        if il <= 31 {
+            ilog_small += 1;
+        }
+        below_geo_mean += (lg < 1e-3) as usize;
+        let i = match a["i"] {
+            Value::Int(i) => i,
+            ref v => panic!("integer parameter came back as {v:?}"),
+        };
+        assert!((3..=5).contains(&i));
+        ints[(i - 3) as usize] += 1;
+        assert!([0.5, 2.0, 8.0].contains(&a["d"].as_f64().unwrap()));
+    }
+    // Log-uniform: each of the four decades gets about a quarter.
+    for c in decades {
+        assert!(
+            (c as f64 / n as f64 - 0.25).abs() < 0.035,
+            "decades {decades:?}"
+        );
+    }
+    assert!((below_geo_mean as f64 / n as f64 - 0.5).abs() < 0.04);
+    // Reverse log: half of the mass in the top 10% ... of the log range.
+    assert!(
+        (rlog_top as f64 / n as f64 - 0.5).abs() < 0.04,
+        "{rlog_top}"
+    );
+    // Integer on a log scale: about half at or below sqrt(1000).
+    assert!(
+        (ilog_small as f64 / n as f64 - 0.5).abs() < 0.05,
+        "{ilog_small}"
+    );
+    // Linear integers: every value equally likely (endpoints included).
+    for c in ints {
+        assert!((c as f64 / n as f64 - 1.0 / 3.0).abs() < 0.04, "{ints:?}");
+    }
+}
+
+fn branin(a: &Assignment) -> f64 {
+    let (x1, x2) = (a["x0"].as_f64().unwrap(), a["x1"].as_f64().unwrap());
+    let pi = std::f64::consts::PI;
+    (x2 - 5.1 / (4.0 * pi * pi) * x1 * x1 + 5.0 / pi * x1 - 6.0).powi(2)
+        + 10.0 * (1.0 - 1.0 / (8.0 * pi)) * x1.cos()
+        + 10.0
+}
+
+fn branin_space() -> Space {
+    Space::new(vec![
+        ParamSpec::double("x0", -5.0, 10.0, Scale::Linear),
+        ParamSpec::double("x1", 0.0, 15.0, Scale::Linear),
+    ])
+}
+
+fn run(
+    space: &Space,
+    alg: Algorithm,
+    f: fn(&Assignment) -> f64,
+    n: usize,
+    seed: u64,
+) -> Vec<Trial> {
+    let mut done = Vec::new();
+    for _ in 0..n {
+        let a = suggest(space, alg, Goal::Minimize, &done, &[], 1, seed)
+            .unwrap()
+            .remove(0);
+        let v = f(&a);
+        done.push(Trial::new(a, Some(v)));
+    }
+    done
+}
+
+fn best(t: &[Trial]) -> f64 {
+    t.iter()
+        .filter_map(|t| t.value)
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn bo_beats_random_on_branin() {
+    // Deterministic: fixed seeds, no clock, no threads.
+    let mut bo_wins = 0;
+    for seed in [1, 2, 3] {
+        let bo = best(&run(
+            &branin_space(),
+            Algorithm::Unspecified,
+            branin,
+            30,
+            seed,
+        ));
+        let rs = best(&run(
+            &branin_space(),
+            Algorithm::RandomSearch,
+            branin,
+            30,
+            seed,
+        ));
+        assert!(bo - 0.397_887 < 0.05, "seed {seed}: BO best {bo}");
+        bo_wins += (bo < rs) as usize;
+    }
+    assert_eq!(bo_wins, 3);
+}
+
+#[test]
+fn same_seed_same_suggestions() {
+    let space = mixed_space();
+    let hist = run(
+        &space,
+        Algorithm::Unspecified,
+        |a| a["lr"].as_f64().unwrap().ln().abs(),
+        10,
+        4,
+    );
+    for alg in [
+        Algorithm::Unspecified,
+        Algorithm::RandomSearch,
+        Algorithm::GridSearch,
+    ] {
+        let s = if alg == Algorithm::GridSearch {
+            grid_space()
+        } else {
+            space.clone()
+        };
+        let h: &[Trial] = if alg == Algorithm::GridSearch {
+            &[]
+        } else {
+            &hist
+        };
+        let a = suggest(&s, alg, Goal::Minimize, h, &[], 3, 99).unwrap();
+        let b = suggest(&s, alg, Goal::Minimize, h, &[], 3, 99).unwrap();
+        assert_eq!(a, b, "{alg:?}");
+        if alg != Algorithm::GridSearch {
+            let c = suggest(&s, alg, Goal::Minimize, h, &[], 3, 100).unwrap();
+            assert_ne!(
+                a, c,
+                "{alg:?}: a different seed should change the suggestions"
+            );
+        }
+    }
+    // A whole study replays identically.
+    let again = run(
+        &space,
+        Algorithm::Unspecified,
+        |a| a["lr"].as_f64().unwrap().ln().abs(),
+        10,
+        4,
+    );
+    assert_eq!(hist, again);
+}
+
+#[test]
+fn batch_suggestions_are_distinct_and_avoid_pending() {
+    let space = branin_space();
+    let hist = run(&space, Algorithm::Unspecified, branin, 12, 5);
+    let pending = suggest(
+        &space,
+        Algorithm::Unspecified,
+        Goal::Minimize,
+        &hist,
+        &[],
+        2,
+        5,
+    )
+    .unwrap();
+    let batch = suggest(
+        &space,
+        Algorithm::Unspecified,
+        Goal::Minimize,
+        &hist,
+        &pending,
+        4,
+        5,
+    )
+    .unwrap();
+    assert_eq!(batch.len(), 4);
+    let keys: BTreeSet<String> = batch.iter().chain(&pending).map(show).collect();
+    assert_eq!(keys.len(), 6, "batch and pending points must all differ");
+    // Kriging believer spreads the batch: no two points nearly coincide.
+    let all: Vec<&Assignment> = batch.iter().chain(&pending).collect();
+    for i in 0..all.len() {
+        for j in 0..i {
+            let d = ((all[i]["x0"].as_f64().unwrap() - all[j]["x0"].as_f64().unwrap()) / 15.0)
+                .hypot((all[i]["x1"].as_f64().unwrap() - all[j]["x1"].as_f64().unwrap()) / 15.0);
+            assert!(d > 1e-3, "points {i} and {j} nearly coincide");
+        }
+    }
+    // On a small finite space a batch never repeats a point.
+    let small = Space::new(vec![
+        ParamSpec::integer("a", 1, 3, Scale::Linear),
+        ParamSpec::categorical("b", ["x", "y"]),
+    ]);
+    let hist = run(
+        &small,
+        Algorithm::Unspecified,
+        |a| a["a"].as_f64().unwrap(),
+        4,
+        1,
+    );
+    let batch = suggest(
+        &small,
+        Algorithm::Unspecified,
+        Goal::Minimize,
+        &hist,
+        &[],
+        2,
+        1,
+    )
+    .unwrap();
+    let keys: BTreeSet<String> = hist
+        .iter()
+        .map(|t| show(&t.params))
+        .chain(batch.iter().map(show))
+        .collect();
+    assert_eq!(keys.len(), 6);
+}
+
+#[test]
+fn conditional_parameters_present_only_when_active() {
+    let space = mixed_space();
+    let check = |a: &Assignment| {
+        assert!(a.contains_key("lr") && a.contains_key("layers") && a.contains_key("optimizer"));
+        let sgd = a["optimizer"].as_str() == Some("sgd");
+        assert_eq!(a.contains_key("momentum"), sgd, "{}", show(a));
+        assert_eq!(a.len(), 3 + sgd as usize);
+    };
+    for a in suggest(
+        &space,
+        Algorithm::RandomSearch,
+        Goal::Maximize,
+        &[],
+        &[],
+        200,
+        3,
+    )
+    .unwrap()
+    {
+        check(&a);
+    }
+    // BO, through the initial design and well past it.
+    let f = |a: &Assignment| {
+        let m = a.get("momentum").and_then(Value::as_f64).unwrap_or(0.0);
+        (a["lr"].as_f64().unwrap().log10() + 2.0).powi(2) + (m - 0.9).powi(2)
+    };
+    let hist = run(
+        &space,
+        Algorithm::Unspecified,
+        f,
+        initial_design_size(4) + 8,
+        2,
+    );
+    let mut saw = BTreeSet::new();
+    for t in &hist {
+        check(&t.params);
+        saw.insert(t.params["optimizer"].as_str().unwrap().to_string());
+    }
+    assert_eq!(saw.len(), 3, "all categories explored");
+    for a in suggest(
+        &space,
+        Algorithm::Unspecified,
+        Goal::Minimize,
+        &hist,
+        &[],
+        3,
+        2,
+    )
+    .unwrap()
+    {
+        check(&a);
+    }
+    for a in suggest(
+        &grid_space(),
+        Algorithm::GridSearch,
+        Goal::Maximize,
+        &[],
+        &[],
+        10,
+        0,
+    )
+    .unwrap()
+    {
+        assert_eq!(a.contains_key("momentum"), a["opt"].as_str() == Some("sgd"));
+    }
+}
+
+#[test]
+fn defaults_seed_the_first_bo_suggestion() {
+    let space = Space::new(vec![
+        ParamSpec::double("lr", 1e-4, 1.0, Scale::Log).with_default(0.01),
+        ParamSpec::integer("n", 1, 9, Scale::Linear),
+    ]);
+    let a = suggest(
+        &space,
+        Algorithm::Unspecified,
+        Goal::Maximize,
+        &[],
+        &[],
+        2,
+        0,
+    )
+    .unwrap();
+    assert_eq!(a[0]["lr"], Value::Double(0.01));
+    assert_ne!(a[1]["lr"], Value::Double(0.01));
+}
+
+#[test]
+fn infeasible_trials_are_handled() {
+    // Trials on the right half are infeasible; BO must keep working and
+    // still find the optimum at the left edge of the feasible region.
+    let space = Space::new(vec![ParamSpec::double("x", 0.0, 1.0, Scale::Linear)]);
+    let mut done: Vec<Trial> = Vec::new();
+    for _ in 0..15 {
+        let a = suggest(
+            &space,
+            Algorithm::Unspecified,
+            Goal::Maximize,
+            &done,
+            &[],
+            1,
+            8,
+        )
+        .unwrap()
+        .remove(0);
+        let x = a["x"].as_f64().unwrap();
+        let v = if x > 0.5 {
+            None
+        } else {
+            Some(-(x - 0.3).powi(2))
+        };
+        done.push(Trial::new(a, v));
+    }
+    let best = done
+        .iter()
+        .filter_map(|t| t.value)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!(best > -1e-3, "best {best}");
+    // All infeasible: still suggests.
+    let all_bad: Vec<Trial> = done
+        .iter()
+        .map(|t| Trial::new(t.params.clone(), None))
+        .collect();
+    assert_eq!(
+        suggest(
+            &space,
+            Algorithm::Unspecified,
+            Goal::Maximize,
+            &all_bad,
+            &[],
+            2,
+            0
+        )
+        .unwrap()
+        .len(),
+        2
+    );
+    // A completed trial that does not fit the space is reported.
+    let mut bad = Assignment::new();
+    bad.insert("y".into(), Value::Double(0.1));
+    let mut hist = done.clone();
+    hist.push(Trial::new(bad, Some(0.0)));
+    let e = suggest(
+        &space,
+        Algorithm::Unspecified,
+        Goal::Maximize,
+        &hist,
+        &[],
+        1,
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, TunerError::InvalidTrial { ref param, .. } if param == "x"),
+        "{e:?}"
+    );
+}
+
+fn curve_trial(final_value: Option<f64>, steps: &[(u64, f64)]) -> Trial {
+    Trial {
+        params: Assignment::new(),
+        value: final_value,
+        intermediate: steps.to_vec(),
+    }
+}
+
+/// Accuracy-like curves rising towards `top`.
+fn rising(top: f64, n: u64) -> Vec<(u64, f64)> {
+    (1..=n)
+        .map(|s| (s * 100, top - (top - 0.1) / (s as f64)))
+        .collect()
+}
+
+#[test]
+fn median_stopping_rule() {
+    let rule = StoppingRule::median();
+    let completed: Vec<Trial> = [0.9, 0.8, 0.85, 0.7]
+        .iter()
+        .map(|&top| curve_trial(Some(top), &rising(top, 10)))
+        .collect();
+    // At step 300 the completed running averages are ~0.47..0.58; a trial
+    // whose best so far is 0.3 is below their median and is stopped.
+    let poor = curve_trial(None, &[(100, 0.2), (200, 0.3), (300, 0.25)]);
+    assert!(should_stop(&rule, Goal::Maximize, &poor, &completed));
+    let good = curve_trial(None, &[(100, 0.4), (200, 0.6), (300, 0.7)]);
+    assert!(!should_stop(&rule, Goal::Maximize, &good, &completed));
+    // Minimising a loss mirrors it.
+    let loss = |t: &Trial| {
+        curve_trial(
+            t.value.map(|v| -v),
+            &t.intermediate
+                .iter()
+                .map(|&(s, v)| (s, -v))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let completed_loss: Vec<Trial> = completed.iter().map(loss).collect();
+    assert!(should_stop(
+        &rule,
+        Goal::Minimize,
+        &loss(&poor),
+        &completed_loss
+    ));
+    assert!(!should_stop(
+        &rule,
+        Goal::Minimize,
+        &loss(&good),
+        &completed_loss
+    ));
+    // Too few completed trials with measurements at or before the step.
+    assert!(!should_stop(&rule, Goal::Maximize, &poor, &completed[..2]));
+    let late: Vec<Trial> = completed
+        .iter()
+        .map(|t| curve_trial(t.value, &t.intermediate[5..]))
+        .collect();
+    assert!(!should_stop(&rule, Goal::Maximize, &poor, &late));
+    // Infeasible completed trials are ignored.
+    let mut with_bad = completed[..2].to_vec();
+    with_bad.push(curve_trial(None, &rising(0.95, 10)));
+    assert!(!should_stop(&rule, Goal::Maximize, &poor, &with_bad));
+    // No measurements: never stop.
+    assert!(!should_stop(
+        &rule,
+        Goal::Maximize,
+        &curve_trial(None, &[]),
+        &completed
+    ));
+}
+
+#[test]
+fn decay_curve_stopping_rule() {
+    let rule = StoppingRule::decay_curve();
+    // A loss curve decaying like 0.2 + 2/t reaches ~0.2 at step 1000.
+    let loss = |a: f64, b: f64, n: u64| -> Vec<(u64, f64)> {
+        (1..=n).map(|s| (s * 10, a + b / (s as f64))).collect()
+    };
+    let completed = vec![
+        curve_trial(Some(0.2), &loss(0.2, 2.0, 100)),
+        curve_trial(Some(0.35), &loss(0.35, 2.0, 100)),
+        curve_trial(Some(0.5), &loss(0.5, 2.0, 100)),
+    ];
+    // Heading for 0.8: clearly worse than the best 0.2 although its current
+    // value (1.2 at step 40, after 4 measurements) is still far from final.
+    let doomed = curve_trial(None, &loss(0.8, 4.0, 8));
+    assert!(should_stop(&rule, Goal::Minimize, &doomed, &completed));
+    // Heading for 0.15: better than the best, keep it even though its
+    // current value is worse than every completed trial's final value.
+    let promising = curve_trial(None, &loss(0.15, 6.0, 8));
+    assert!(promising.intermediate.last().unwrap().1 > 0.5);
+    assert!(!should_stop(&rule, Goal::Minimize, &promising, &completed));
+    // Heading for 0.22 at the horizon (step 1000) against a best final value
+    // of 0.2: within the margin (0.1 × spread 0.3), so it goes on.
+    let close = curve_trial(None, &loss(0.19, 3.0, 8));
+    assert!(!should_stop(&rule, Goal::Minimize, &close, &completed));
+    // Too few measurements.
+    assert!(!should_stop(
+        &rule,
+        Goal::Minimize,
+        &curve_trial(None, &loss(0.8, 4.0, 3)),
+        &completed
+    ));
+    // Maximising: an exponential approach to 0.6 against a best of 0.9.
+    let acc = |top: f64, n: u64| -> Vec<(u64, f64)> {
+        (0..n)
+            .map(|s| (s * 50, top - (top - 0.1) * (-(s as f64) / 4.0).exp()))
+            .collect()
+    };
+    let completed = vec![
+        curve_trial(Some(0.9), &acc(0.9, 40)),
+        curve_trial(Some(0.7), &acc(0.7, 40)),
+    ];
+    assert!(should_stop(
+        &rule,
+        Goal::Maximize,
+        &curve_trial(None, &acc(0.6, 10)),
+        &completed
+    ));
+    assert!(!should_stop(
+        &rule,
+        Goal::Maximize,
+        &curve_trial(None, &acc(0.95, 10)),
+        &completed
+    ));
+    // Nothing completed: no reference, never stop.
+    assert!(!should_stop(
+        &rule,
+        Goal::Maximize,
+        &curve_trial(None, &acc(0.6, 10)),
+        &[]
+    ));
+}
