@@ -325,3 +325,16 @@ fn l22_logs_follow_until_terminal() {
     };
     assert!(only.iter().all(|e| e["stream"] == "event"), "{only:?}");
 }
+
+/// The web console is served at / and reads the same REST API.
+#[test]
+fn console_page_is_served() {
+    let s = Server::start("");
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut resp = agent.get(&s.url("/")).call().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("content-type").unwrap().to_str().unwrap().starts_with("text/html"));
+    let page = resp.body_mut().read_to_string().unwrap();
+    assert!(page.contains("<title>Trainyard</title>"));
+    assert!(page.contains("/customJobs?pageSize=100") && page.contains("/logs"), "the page uses the REST API");
+}

@@ -722,6 +722,12 @@ async fn reload_quotas(State(state): State<AppState>) -> ApiResult {
     admin(&state, crate::driver::Admin::ReloadQuotas).await
 }
 
+/// The web console: one page that lists a project's jobs and shows a job's details and
+/// logs, through this same REST API.
+async fn console() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], include_str!("console.html")).into_response()
+}
+
 /// The OpenAPI 3 document, generated from the wire types.
 async fn openapi_json() -> Response {
     static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -813,6 +819,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/quotas", get(list_quotas))
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(console))
+        .route("/console", get(console))
         .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
