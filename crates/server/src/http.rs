@@ -323,20 +323,12 @@ fn camel(s: &str) -> String {
     out
 }
 
-const STATE_NAMES: [&str; 12] = [
-    "JOB_STATE_UNSPECIFIED",
-    "JOB_STATE_QUEUED",
-    "JOB_STATE_PENDING",
-    "JOB_STATE_RUNNING",
-    "JOB_STATE_SUCCEEDED",
-    "JOB_STATE_FAILED",
-    "JOB_STATE_CANCELLING",
-    "JOB_STATE_CANCELLED",
-    "JOB_STATE_PAUSED",
-    "JOB_STATE_EXPIRED",
-    "JOB_STATE_UPDATING",
-    "JOB_STATE_PARTIALLY_SUCCEEDED",
-];
+/// Job state names by number, for filters (`state = 3`).
+static STATE_NAMES: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    let mut v: Vec<trainyard_api::JobState> = trainyard_api::JobState::ALL.to_vec();
+    v.sort_by_key(|s| s.number());
+    v.into_iter().map(|s| s.name()).collect()
+});
 
 async fn list_jobs(
     State(state): State<AppState>,
@@ -344,42 +336,63 @@ async fn list_jobs(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
+    let (p, r) = (project.clone(), region.clone());
+    list_page(&state, KIND_CUSTOM, &project, &region, q, "customJobs", move |s, f, before, limit| {
+        s.list_jobs(KIND_CUSTOM, &p, &r, f, before, limit)
+            .map_err(internal)?
+            .iter()
+            .map(|sj| Ok((sj.job.id, serde_json::to_value(decode(sj)?).map_err(internal)?)))
+            .collect()
+    })
+    .await
+}
+
+/// Rows of one page: (id, rendered resource), newest first, at most `limit`.
+type PageRows = Result<Vec<(u64, Value)>, ApiError>;
+
+/// One page of a list method: `pageSize`, a `pageToken` checked against its query, the
+/// `filter` compiled to SQL, `readMask`; `fetch` reads and renders the rows.
+async fn list_page(
+    state: &AppState,
+    kind: &'static str,
+    project: &str,
+    region: &str,
+    q: ListQuery,
+    collection: &'static str,
+    fetch: impl FnOnce(&Store, Option<(&str, &[rusqlite::types::Value])>, Option<u64>, usize) -> PageRows + Send + 'static,
+) -> ApiResult {
     let ints = int_enums(&Common { alt: q.alt.clone() })?;
     let page_size = page_size(q.page_size.as_deref())?;
     let filter_text = q.filter.clone().unwrap_or_default();
-    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES)
-        .map_err(|e| ApiError::invalid_argument(e.to_string()))?;
-    let scope = format!("{KIND_CUSTOM}|{project}|{region}|{filter_text}");
+    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
+    let scope = format!("{kind}|{project}|{region}|{filter_text}");
     let before = match q.page_token.as_deref() {
         None | Some("") => None,
         Some(t) => Some(read_token(&state.token_key, &scope, t)?),
     };
-    let (p, r) = (project.clone(), region.clone());
     let rows = state
         .readers
         .with(move |s| {
             let f = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
-            s.list_jobs(KIND_CUSTOM, &p, &r, f, before, page_size + 1).map_err(internal)
+            fetch(s, f, before, page_size + 1)
         })
         .await?;
     let more = rows.len() > page_size;
-    let shown: Vec<&StoredJob> = rows.iter().take(page_size).collect();
-    let mut jobs = Vec::with_capacity(shown.len());
-    for s in &shown {
-        let mut v = serde_json::to_value(decode(s)?).map_err(internal)?;
+    let mut items = Vec::new();
+    let mut last = None;
+    for (id, mut v) in rows.into_iter().take(page_size) {
         if let Some(mask) = q.read_mask.as_deref() {
             v = apply_read_mask(v, mask)?;
         }
-        jobs.push(v);
+        items.push(v);
+        last = Some(id);
     }
     let mut resp = serde_json::Map::new();
-    if !jobs.is_empty() {
-        resp.insert("customJobs".into(), Value::Array(jobs));
+    if !items.is_empty() {
+        resp.insert(collection.into(), Value::Array(items));
     }
-    if more {
-        if let Some(last) = shown.last() {
-            resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last.job.id)));
-        }
+    if let (true, Some(last)) = (more, last) {
+        resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last)));
     }
     json_response(Value::Object(resp), ints)
 }
@@ -561,44 +574,19 @@ async fn list_studies(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
-    let ints = int_enums(&Common { alt: q.alt.clone() })?;
-    let page_size = page_size(q.page_size.as_deref())?;
-    let filter_text = q.filter.clone().unwrap_or_default();
-    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
-    let scope = format!("{KIND_STUDY}|{project}|{region}|{filter_text}");
-    let before = match q.page_token.as_deref() {
-        None | Some("") => None,
-        Some(t) => Some(read_token(&state.token_key, &scope, t)?),
-    };
     let (p, r) = (project.clone(), region.clone());
-    let rows = state
-        .readers
-        .with(move |s| {
-            let f = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
-            s.list_other(KIND_STUDY, &p, &r, f, before, page_size + 1).map_err(internal)
-        })
-        .await?;
-    let more = rows.len() > page_size;
-    let mut jobs = Vec::new();
-    let mut last = None;
-    for (id, resource, core) in rows.iter().take(page_size) {
-        let resource: trainyard_api::HyperparameterTuningJob = serde_json::from_str(resource).map_err(internal)?;
-        let st: crate::study::Study = serde_json::from_str(core).map_err(internal)?;
-        let mut v = crate::driver::render_study(&resource, &st, false);
-        if let Some(mask) = q.read_mask.as_deref() {
-            v = apply_read_mask(v, mask)?;
-        }
-        jobs.push(v);
-        last = Some(*id);
-    }
-    let mut resp = serde_json::Map::new();
-    if !jobs.is_empty() {
-        resp.insert("hyperparameterTuningJobs".into(), Value::Array(jobs));
-    }
-    if let (true, Some(last)) = (more, last) {
-        resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last)));
-    }
-    json_response(Value::Object(resp), ints)
+    list_page(&state, KIND_STUDY, &project, &region, q, "hyperparameterTuningJobs", move |s, f, before, limit| {
+        s.list_other(KIND_STUDY, &p, &r, f, before, limit)
+            .map_err(internal)?
+            .iter()
+            .map(|(id, resource, core)| {
+                let resource: trainyard_api::HyperparameterTuningJob = serde_json::from_str(resource).map_err(internal)?;
+                let st: crate::study::Study = serde_json::from_str(core).map_err(internal)?;
+                Ok((*id, crate::driver::render_study(&resource, &st, false)))
+            })
+            .collect()
+    })
+    .await
 }
 
 async fn get_operation(

@@ -309,21 +309,8 @@ impl Store {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<(u64, String, String)>> {
-        let mut sql = String::from("SELECT id, resource, core FROM jobs WHERE kind = ? AND project = ? AND region = ?");
-        let mut values: Vec<rusqlite::types::Value> = vec![kind.to_string().into(), project.to_string().into(), region.to_string().into()];
-        if let Some(b) = before {
-            sql.push_str(" AND id < ?");
-            values.push((b as i64).into());
-        }
-        if let Some((cond, p)) = filter {
-            sql.push_str(" AND (");
-            sql.push_str(cond);
-            sql.push(')');
-            values.extend(p.iter().cloned());
-        }
-        sql.push_str(" ORDER BY id DESC LIMIT ?");
-        values.push((limit as i64).into());
-        self.query_other(&sql, rusqlite::params_from_iter(values))
+        let (cond, values) = page_condition(kind, project, region, filter, before, limit);
+        self.query_other(&format!("SELECT id, resource, core FROM jobs {cond}"), rusqlite::params_from_iter(values))
     }
 
     fn query_other<P: rusqlite::Params>(&self, sql: &str, params: P) -> Result<Vec<(u64, String, String)>> {
@@ -359,21 +346,8 @@ impl Store {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<StoredJob>> {
-        let mut sql = String::from("SELECT id, kind, resource, core FROM jobs WHERE kind = ? AND project = ? AND region = ?");
-        let mut values: Vec<rusqlite::types::Value> = vec![kind.to_string().into(), project.to_string().into(), region.to_string().into()];
-        if let Some(b) = before {
-            sql.push_str(" AND id < ?");
-            values.push((b as i64).into());
-        }
-        if let Some((cond, params)) = filter {
-            sql.push_str(" AND (");
-            sql.push_str(cond);
-            sql.push(')');
-            values.extend(params.iter().cloned());
-        }
-        sql.push_str(" ORDER BY id DESC LIMIT ?");
-        values.push((limit as i64).into());
-        self.query_jobs(&sql, rusqlite::params_from_iter(values))
+        let (cond, values) = page_condition(kind, project, region, filter, before, limit);
+        self.query_jobs(&format!("SELECT id, kind, resource, core FROM jobs {cond}"), rusqlite::params_from_iter(values))
     }
 
     fn query_jobs<P: rusqlite::Params>(&self, sql: &str, params: P) -> Result<Vec<StoredJob>> {
@@ -456,6 +430,33 @@ impl Store {
         tx.commit()?;
         Ok(v)
     }
+}
+
+/// `WHERE ... ORDER BY id DESC LIMIT ?` of one page: the kind, project and region, the
+/// position of a page token (`id < before`), and a compiled filter with its parameters.
+fn page_condition(
+    kind: &str,
+    project: &str,
+    region: &str,
+    filter: Option<(&str, &[rusqlite::types::Value])>,
+    before: Option<u64>,
+    limit: usize,
+) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = String::from("WHERE kind = ? AND project = ? AND region = ?");
+    let mut values: Vec<rusqlite::types::Value> = vec![kind.to_string().into(), project.to_string().into(), region.to_string().into()];
+    if let Some(b) = before {
+        sql.push_str(" AND id < ?");
+        values.push((b as i64).into());
+    }
+    if let Some((cond, params)) = filter {
+        sql.push_str(" AND (");
+        sql.push_str(cond);
+        sql.push(')');
+        values.extend(params.iter().cloned());
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    values.push((limit as i64).into());
+    (sql, values)
 }
 
 fn insert_event(tx: &Transaction<'_>, job: u64, time: Micros, attempt: u32, replica: Option<&str>, text: &str) -> Result<()> {
