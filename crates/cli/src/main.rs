@@ -59,6 +59,15 @@ fn main() -> ExitCode {
         let code = trainyard_backend::main_from_args(args[2..].to_vec());
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // A virtual node's agent: holds the node's lock until killed.
+    if args.get(1).map(String::as_str) == Some("node-agent") {
+        let Some(lock) = args.get(2) else {
+            eprintln!("usage: trainyard node-agent LOCK_FILE");
+            return ExitCode::from(64);
+        };
+        let code = trainyard_server::nodeagent::agent_main(std::path::Path::new(lock));
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     let verbose = matches!(cli.command, Command::Serve(_));
     init_tracing(verbose);

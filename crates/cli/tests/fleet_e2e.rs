@@ -131,3 +131,39 @@ fn l3_quotas_listed_and_changed_at_run_time() {
     s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&a))), Some("{}"));
     s.wait_terminal(&name_of(&a), 30);
 }
+
+/// L9: a virtual node whose agent dies is lost: its replica is restarted at once on the
+/// other node, with the same name and address, not counted against L11; the node is DOWN
+/// until it is brought back.
+#[test]
+fn l9_node_loss_restarts_replicas_elsewhere() {
+    let s = Server::start(TWO_NODES);
+    let marker = s.dir.path().join("lost-once");
+    let script = format!("echo node=$TRAINYARD_NODE; if [ -e {m} ]; then echo resumed; exit 0; fi; touch {m}; sleep 300", m = marker.display());
+    let j = s.create("p", &sh_job("node-loss", &script));
+    let name = name_of(&j);
+    s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let first = node_of(&s, &j, "workerpool0-0", 0);
+    let lock = s.data_dir().join("nodes").join(format!("{first}.lock"));
+    let agents = pids_with(&format!("node-agent {}", lock.display()));
+    assert_eq!(agents.len(), 1, "one agent per node: {agents:?}");
+    // SAFETY: kill(2) has no memory effects.
+    unsafe {
+        libc::kill(agents[0], libc::SIGKILL);
+    }
+    let done = s.wait_terminal(&name, 30);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name));
+    let second = node_of(&s, &j, "workerpool0-0", 1);
+    assert_ne!(first, second);
+    let text = s.logs_text(&name);
+    assert!(text.contains(&format!("its node was lost; restarting it on node {second}")), "{text}");
+    assert!(!text.contains("restarting it (1 of 5)"), "not counted: {text}");
+    let (_, node) = s.call("GET", &s.url(&format!("/v1/admin/nodes/{first}")), None);
+    assert_eq!(node["state"], "DOWN");
+    // Brought back, its agent runs again.
+    let (ok, out) = cli(&s, &["nodes", "undrain", &first]);
+    assert!(ok, "{out}");
+    let (_, node) = s.call("GET", &s.url(&format!("/v1/admin/nodes/{first}")), None);
+    assert_eq!(node["state"], "UP");
+    assert_eq!(pids_with(&format!("node-agent {}", lock.display())).len(), 1);
+}

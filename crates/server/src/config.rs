@@ -81,6 +81,8 @@ pub struct Config {
     pub source: String,
     /// The file it was read from (quotas can be read again from it at run time).
     pub path: Option<PathBuf>,
+    /// Declared virtual nodes each get an agent process; its death is the node's loss (L9).
+    pub node_agents: bool,
 }
 
 fn host_cpus() -> u32 {
@@ -220,6 +222,7 @@ impl Config {
             quotas: Quotas { default: file.quotas.default, projects: file.quotas.projects },
             source,
             path: None,
+            node_agents: many,
         }
     }
 }

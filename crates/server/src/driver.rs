@@ -36,6 +36,8 @@ pub enum Msg {
     EffectDone(i64),
     /// Fleet and quota administration.
     Admin { req: Admin, reply: Reply<serde_json::Value> },
+    /// L9: a node stopped answering (its agent is gone).
+    NodeLost(String),
     /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
@@ -71,6 +73,9 @@ pub struct Services {
     pub workdir: PathBuf,
     /// The shell environment passed on to programs (PATH, HOME, ...).
     pub base_env: Vec<(String, String)>,
+    /// The command of virtual nodes' agents (`[trainyard, "node-agent"]`), when the fleet
+    /// declares virtual nodes.
+    pub node_agent: Option<Vec<std::ffi::OsString>>,
 }
 
 struct Live {
@@ -183,6 +188,10 @@ impl Driver {
     /// L23: load every live job, adopt the runs that may still be alive, and finish the
     /// effects that were committed but not carried out.
     pub fn recover(&mut self) -> Result<(), StoreError> {
+        let names: Vec<String> = self.fleet.nodes.iter().map(|n| n.name.clone()).collect();
+        for n in names {
+            self.watch_node(&n);
+        }
         for stored in self.store.active_jobs()? {
             let resource: CustomJob = match serde_json::from_str(&stored.resource) {
                 Ok(r) => r,
@@ -531,6 +540,7 @@ impl Driver {
                 self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
             }
             Msg::EffectDone(seq) => self.store.outbox_done(seq)?,
+            Msg::NodeLost(node) => self.lose_node(&node, now)?,
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
                 let _ = reply.send(r);
@@ -577,8 +587,14 @@ impl Driver {
             }
             Admin::Undrain(name) => {
                 self.node(&name)?;
+                let was_down = self.fleet.nodes.iter().any(|n| n.name == name && !n.up);
                 if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
                     n.schedulable = true;
+                    n.up = true;
+                }
+                if was_down {
+                    // A lost node comes back: its agent is started again.
+                    self.watch_node(&name);
                 }
                 tracing::info!("node {name} undrained");
                 self.reschedule = true;
@@ -703,6 +719,49 @@ impl Driver {
             out.push(row);
         }
         serde_json::json!({ "quotas": out })
+    }
+
+    /// Start or find a virtual node's agent and watch it (a no-op without node agents).
+    fn watch_node(&mut self, name: &str) {
+        let Some(cmd) = self.svc.node_agent.clone() else { return };
+        let tx = Mutex::new(self.tx.clone());
+        let node = name.to_string();
+        let r = crate::nodeagent::ensure_and_watch(&self.svc.cfg.data_dir, name, &cmd, move || {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(Msg::NodeLost(node));
+            }
+        });
+        if let Err(e) = r {
+            tracing::error!("node {name}: cannot start or watch its agent, marking it down: {e}");
+            if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+                n.up = false;
+            }
+        }
+    }
+
+    /// L9: a node is lost: it takes no work, and each of its replicas is restarted at once
+    /// on another node with the same name and address (or, with none, a stockout, L15).
+    fn lose_node(&mut self, name: &str, now: Micros) -> Result<(), StoreError> {
+        let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) else { return Ok(()) };
+        if !n.up {
+            return Ok(());
+        }
+        n.up = false;
+        tracing::warn!("node {name} lost: its agent stopped answering");
+        let on_node: Vec<(u64, usize)> = self
+            .placements()
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(job, i)| self.jobs.get(job).is_some_and(|l| l.job.replicas[*i].node.as_deref() == Some(name)))
+            .collect();
+        for (job, i) in on_node {
+            let replacement = self.replacement_node(job, i, name);
+            let Some(replica) = self.jobs.get(&job).map(|l| l.job.replicas[i].name.clone()) else { continue };
+            self.apply(job, Event::NodeLost { replica, replacement }, now)?.ok();
+        }
+        self.reschedule = true;
+        Ok(())
     }
 
     /// L9: drain a node: it takes no new work, and each of its replicas gets SIGTERM and
@@ -1000,6 +1059,9 @@ impl Driver {
                 }
                 Decision::Stockout { job, detail } => {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
+                }
+                Decision::Preempt { job, reason } => {
+                    self.apply(job, Event::Preempt { reason }, now)?.ok();
                 }
                 Decision::Wait { job, reason } => self.note_waiting(job, reason, now)?,
                 Decision::Preempt { job, reason } => {

@@ -7,6 +7,7 @@ pub mod driver;
 pub mod http;
 pub mod jobspec;
 pub mod logs;
+pub mod nodeagent;
 pub mod study;
 pub mod openapi;
 pub mod venv;
@@ -55,6 +56,7 @@ pub fn start(
     for dir in [&cfg.data_dir, &cfg.storage_root] {
         std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
     }
+    let node_agent = cfg.node_agents.then(|| shim_command.first().map(|exe| vec![exe.clone(), "node-agent".into()])).flatten();
     let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect()));
     let description = backend.describe();
     if description.contains("no writable memory cgroup") {
@@ -69,6 +71,7 @@ pub fn start(
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     let services = Arc::new(Services {
+        node_agent,
         catalog: Catalog::builtin(),
         backend,
         output_roots,
