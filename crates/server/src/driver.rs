@@ -1060,9 +1060,6 @@ impl Driver {
                 Decision::Stockout { job, detail } => {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
                 }
-                Decision::Preempt { job, reason } => {
-                    self.apply(job, Event::Preempt { reason }, now)?.ok();
-                }
                 Decision::Wait { job, reason } => self.note_waiting(job, reason, now)?,
                 Decision::Preempt { job, reason } => {
                     self.apply(job, Event::Preempt { reason }, now)?.ok();
