@@ -373,6 +373,18 @@ impl Work {
     /// Gang placement: every replica placed (taken from the free capacity) or none.
     /// `limit` caps what may be taken on some nodes (the slack of a reservation).
     pub fn place_gang(&mut self, t: &NodeTable, shape: &Shape, limit: Option<&HashMap<NodeIx, [i64; 3]>>) -> Option<Vec<NodeIx>> {
+        self.place_gang_prefer(t, shape, limit, &[])
+    }
+
+    /// The same, trying the nodes of `prefer` first (best fit among them): a job that
+    /// ends before a reservation goes onto the reserved nodes, keeping the others open.
+    pub fn place_gang_prefer(
+        &mut self,
+        t: &NodeTable,
+        shape: &Shape,
+        limit: Option<&HashMap<NodeIx, [i64; 3]>>,
+        prefer: &[NodeIx],
+    ) -> Option<Vec<NodeIx>> {
         let m = self.mark();
         let mut out = Vec::with_capacity(shape.needs.len());
         let mut used: HashMap<NodeIx, [i64; 3]> = HashMap::new();
@@ -386,7 +398,19 @@ impl Work {
                         u[0] + d.cpus <= cap[0] && u[1] + d.mem <= cap[1] && u[2] + acc <= cap[2]
                     }
                 };
-                self.pick(t, d, &mut ok)
+                let mut best: Option<(i64, NodeIx)> = None;
+                for &n in prefer {
+                    if self.pos[n as usize] != u32::MAX && self.fits(t, n, d) && ok(n) {
+                        let room = if d.acc_type == NO_ACC { self.cpus[n as usize] } else { self.acc[n as usize] };
+                        if best.is_none_or(|(r, _)| room < r) {
+                            best = Some((room, n));
+                        }
+                    }
+                }
+                match best {
+                    Some((_, n)) => Some(n),
+                    None => self.pick(t, d, &mut ok),
+                }
             };
             match picked {
                 Some(n) => {

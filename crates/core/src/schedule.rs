@@ -126,6 +126,9 @@ pub struct SchedulerConfig {
     pub starvation_secs: Option<u64>,
     /// At most this many blocked jobs per round look for SPOT jobs to preempt.
     pub max_preemption_tries: usize,
+    /// A SPOT job is preempted only after it has run this long (so that it makes some
+    /// progress and is not preempted again and again by each new arrival).
+    pub spot_min_runtime_secs: u64,
     /// Emit a `Wait` with a reason for every job that keeps waiting. The simulator turns
     /// it off: only actions are needed there.
     pub explain: bool,
@@ -139,8 +142,9 @@ impl Default for SchedulerConfig {
             preemption: true,
             weights: BTreeMap::new(),
             default_weight: 1.0,
-            starvation_secs: Some(12 * 3600),
+            starvation_secs: Some(2 * 3600),
             max_preemption_tries: 8,
+            spot_min_runtime_secs: 1800,
             explain: true,
         }
     }
@@ -755,8 +759,10 @@ impl<'a, 'r> Round<'a, 'r> {
     fn preempt_for(&mut self, r: &Request, limit: Option<&HashMap<NodeIx, [i64; 3]>>) -> Option<(Vec<u64>, usize)> {
         let c = self.c;
         let t = &c.table;
+        let min_run = secs(self.cfg.spot_min_runtime_secs);
         let mut cands: Vec<(u128, u64, &Running)> = self
             .release_now()
+            .filter(|(_, run)| run.stopping || self.now.saturating_sub(run.start) >= min_run)
             .map(|(id, run)| {
                 let units: i64 = run.placed.iter().map(|(_, d)| if d.acc_type == NO_ACC { d.cpus } else { d.acc * 1000 }).sum();
                 // Lost work (resources x time run), so the youngest and smallest go first;
@@ -964,7 +970,10 @@ pub fn plan(
             });
             continue;
         }
-        let long = !spot_mode && rd.resv.as_ref().is_some_and(|v| now.saturating_add(r.duration) > v.time);
+        // Backfill must not delay the reservation: a job that could run past it takes only
+        // what the reservation does not need. SPOT jobs too (else they would be placed
+        // on the reserved room only to be preempted when it is due).
+        let long = rd.resv.as_ref().is_some_and(|v| now.saturating_add(r.duration) > v.time);
         let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len()));
         let skip = uniform.is_some_and(|(d, k)| {
             dominated(&rd.failed, &d, k)
@@ -972,7 +981,17 @@ pub fn plan(
                 || rd.w.slot_bound(t, &d) < k as i64
         });
         let limit = if long { rd.resv.as_ref().map(|v| &v.slack) } else { None };
-        let placed = if skip { None } else { rd.w.place_gang(t, r.shape, limit) };
+        let placed = if skip {
+            None
+        } else {
+            match rd.resv.as_ref().filter(|_| !long) {
+                Some(v) => {
+                    let prefer: Vec<NodeIx> = v.nodes.iter().map(|(n, _)| *n).collect();
+                    rd.w.place_gang_prefer(t, r.shape, None, &prefer)
+                }
+                None => rd.w.place_gang(t, r.shape, limit),
+            }
+        };
         if let Some(nodes) = placed {
             if long {
                 let v = rd.resv.as_mut().expect("long implies a reservation");

@@ -381,3 +381,345 @@ proptest! {
         }
     }
 }
+
+// ---- The scheduler's rules: backfill, fairness, SPOT preemption, reasons. ----
+
+use trainyard_core::capacity::{Need, NodeIx, Shape};
+use trainyard_core::job::{HOUR, MINUTE};
+use trainyard_core::schedule::{plan, schedule_with, Cluster, Hints, Request, SchedulerConfig};
+
+const GPU: &str = "NVIDIA_H100_80GB";
+
+fn gpu_fleet(n: usize) -> Fleet {
+    Fleet {
+        nodes: (0..n)
+            .map(|i| Node {
+                name: format!("n{i}"),
+                cpus: 96,
+                memory_bytes: 1 << 40,
+                accelerators: [(GPU.to_string(), 8)].into(),
+                up: true,
+                schedulable: true,
+            })
+            .collect(),
+        overcommit: false,
+    }
+}
+
+fn gpu_demand(per: u32) -> ReplicaDemand {
+    ReplicaDemand { cpus: 12 * per, memory_bytes: (100u64 << 30) * per as u64, accelerator: Some((GPU.to_string(), per)) }
+}
+
+fn gang(c: &Cluster, replicas: usize, per: u32) -> Shape {
+    c.shape(&vec![gpu_demand(per); replicas])
+}
+
+fn need(c: &Cluster, per: u32) -> Need {
+    c.shape(&[gpu_demand(per)]).needs[0]
+}
+
+fn req<'a>(id: u64, project: &'a str, shape: &'a Shape, duration: Micros, metrics: &'a BTreeMap<String, u64>) -> Request<'a> {
+    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration }
+}
+
+fn run(c: &Cluster, reqs: &[Request], now: Micros, cfg: &SchedulerConfig) -> Vec<Decision> {
+    plan(c, reqs, &Quotas::default(), &BTreeMap::new(), now, cfg)
+}
+
+fn placed(d: &[Decision], id: u64) -> Option<Vec<String>> {
+    d.iter().find_map(|d| match d {
+        Decision::Place { job, nodes, .. } if *job == id => Some(nodes.clone()),
+        _ => None,
+    })
+}
+
+fn reason(d: &[Decision], id: u64) -> String {
+    d.iter()
+        .find_map(|d| match d {
+            Decision::Wait { job, reason } if *job == id => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Wait for job {id}: {d:?}"))
+}
+
+/// EASY backfill: the head that does not fit gets a reservation; a later job starts only
+/// if it ends before the reservation or uses nodes the reservation does not need.
+#[test]
+fn backfill_cannot_delay_the_reservation() {
+    let mut c = Cluster::new(&gpu_fleet(5));
+    let n8 = need(&c, 8);
+    // A running job holds n0 and n1 until 1h (its timeout from admission).
+    c.start(100, "a", false, 0, HOUR, vec![(0 as NodeIx, n8), (1, n8)]);
+    let m = BTreeMap::new();
+    let head = gang(&c, 4, 8); // needs 4 whole nodes: only n2, n3, n4 are free
+    let one = gang(&c, 1, 8);
+    let reqs = [
+        req(1, "a", &head, 10 * HOUR, &m),
+        req(2, "a", &one, 30 * MINUTE, &m), // ends before the reservation
+        req(3, "a", &one, 10 * HOUR, &m),   // runs past it: only an unreserved node
+        req(4, "a", &one, 10 * HOUR, &m),   // runs past it, nothing unreserved left
+    ];
+    let cfg = SchedulerConfig { order: trainyard_core::schedule::Order::Fifo, ..SchedulerConfig::default() };
+    let d = run(&c, &reqs, 0, &cfg);
+    let r1 = reason(&d, 1);
+    assert!(r1.contains("held by other jobs") && r1.contains("Reserved: expected to start within 1h 0m") && r1.contains("4 node(s)"), "{r1}");
+    // The reservation takes the nodes that free up (n0, n1), then n2, n3: n4 stays open.
+    assert_eq!(placed(&d, 3), Some(vec!["n4".to_string()]), "{d:?}");
+    assert!(placed(&d, 2).is_some(), "a job that ends before the reservation backfills: {d:?}");
+    let r4 = reason(&d, 4);
+    assert!(r4.contains("would fit now, but it could run past") && r4.contains("reserved for job 1"), "{r4}");
+    // Without backfill (strict FIFO) nothing passes the head.
+    let d = run(&c, &reqs, 0, &SchedulerConfig::fifo());
+    assert!(d.iter().all(|d| !matches!(d, Decision::Place { .. })), "{d:?}");
+    assert!(reason(&d, 2).contains("job 1 is ahead"), "{d:?}");
+}
+
+/// Property: whatever backfill admits, the head still fits at its reservation time once
+/// the jobs expected to end by then have ended.
+#[test]
+fn backfilled_jobs_leave_room_for_the_head() {
+    let mut c = Cluster::new(&gpu_fleet(6));
+    let n4 = need(&c, 4);
+    c.start(100, "a", false, 0, 2 * HOUR, vec![(0, n4), (1, n4), (2, n4)]);
+    c.start(101, "a", false, 0, 3 * HOUR, vec![(3, n4)]);
+    let m = BTreeMap::new();
+    let head = gang(&c, 6, 8);
+    let small = gang(&c, 1, 4);
+    let mut reqs = vec![req(1, "a", &head, HOUR, &m)];
+    for id in 2..20 {
+        reqs.push(req(id, "a", &small, if id % 2 == 0 { HOUR } else { 10 * HOUR }, &m));
+    }
+    let d = run(&c, &reqs, 0, &SchedulerConfig::easy());
+    // At 3h both running jobs have ended; the short backfilled ones too. What is left
+    // are the long backfilled jobs: the head's 6 nodes x 8 GPUs must still be free.
+    let mut after = c.clone();
+    after.finish(100);
+    after.finish(101);
+    for dd in &d {
+        if let Decision::Place { job, nodes, .. } = dd {
+            if job % 2 == 1 {
+                let placed: Vec<(NodeIx, Need)> = nodes.iter().map(|n| (after.node(n).unwrap(), n4)).collect();
+                after.start(*job, "a", false, 0, 10 * HOUR, placed);
+            }
+        }
+    }
+    let d2 = run(&after, &reqs[..1], 3 * HOUR, &SchedulerConfig::easy());
+    assert!(placed(&d2, 1).is_some(), "backfill delayed the head: {d:?} then {d2:?}");
+}
+
+/// Fair share: the project using less (weighted dominant share) goes first, whatever the
+/// submission order; weights change the order; FIFO within a project.
+#[test]
+fn fair_share_order_and_weights() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    // Project "heavy" already uses one whole node; one node is left.
+    c.start(100, "heavy", false, 0, 10 * HOUR, vec![(0, n8)]);
+    let m = BTreeMap::new();
+    let one = gang(&c, 1, 8);
+    let reqs = [req(1, "heavy", &one, HOUR, &m), req(2, "light", &one, HOUR, &m), req(3, "light", &one, HOUR, &m)];
+    let d = run(&c, &reqs, 0, &SchedulerConfig::default());
+    assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "{d:?}");
+    let r1 = reason(&d, 1);
+    assert!(r1.contains("in the fair-share order (project heavy)"), "{r1}");
+    // The light project's second job comes after... the light project's first job.
+    let pos = |id: u64| d.iter().position(|x| matches!(x, Decision::Place { job, .. } | Decision::Wait { job, .. } if *job == id)).unwrap();
+    assert!(pos(2) < pos(3));
+    // "heavy" holds half the fleet, "light" a quarter: light goes first, unless heavy's
+    // weight is 4 (0.5 / 4 < 0.25).
+    let mut cfg = SchedulerConfig::default();
+    cfg.weights.insert("heavy".into(), 4.0);
+    let mut c3 = Cluster::new(&gpu_fleet(4));
+    c3.start(100, "heavy", false, 0, 10 * HOUR, vec![(0, n8), (1, n8)]);
+    c3.start(101, "light", false, 0, 10 * HOUR, vec![(2, n8)]);
+    let reqs = [req(2, "light", &one, HOUR, &m), req(1, "heavy", &one, HOUR, &m)];
+    let d = run(&c3, &reqs, 0, &cfg);
+    assert!(placed(&d, 1).is_some() && placed(&d, 2).is_none(), "weights: {d:?}");
+    let d = run(&c3, &reqs, 0, &SchedulerConfig::default());
+    assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "no weights: {d:?}");
+    // A job that waited past the starvation age goes first regardless of share.
+    let mut old = req(1, "heavy", &one, HOUR, &m);
+    old.submitted = 0;
+    let reqs = [req(2, "light", &one, HOUR, &m), old];
+    let d = run(&c3, &reqs, 3 * HOUR, &SchedulerConfig::default());
+    assert!(placed(&d, 1).is_some(), "starving job first: {d:?}");
+}
+
+/// SPOT: non-SPOT work that does not fit preempts the cheapest set of SPOT jobs (least
+/// work lost), never a non-SPOT job, and not a SPOT job that has just started.
+#[test]
+fn spot_preemption_picks_the_cheapest_set() {
+    let mut c = Cluster::new(&gpu_fleet(3));
+    let n8 = need(&c, 8);
+    let n4 = need(&c, 4);
+    let now = 10 * HOUR;
+    c.start(10, "s", true, 0, 20 * HOUR, vec![(0, n8)]); // ran 10h on 8 GPUs: expensive
+    c.start(11, "s", true, 9 * HOUR, 20 * HOUR, vec![(1, n4)]); // ran 1h on 4 GPUs
+    c.start(12, "s", true, 9 * HOUR, 20 * HOUR, vec![(1, n4)]);
+    c.start(13, "p", false, 0, 20 * HOUR, vec![(2, n8)]); // not SPOT: never preempted
+    let m = BTreeMap::new();
+    let one = gang(&c, 1, 8);
+    let d = run(&c, &[req(1, "p", &one, HOUR, &m)], now, &SchedulerConfig::default());
+    let mut victims: Vec<u64> = d
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Preempt { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect();
+    victims.sort();
+    assert_eq!(victims, vec![11, 12], "{d:?}");
+    assert!(reason(&d, 1).contains("2 SPOT job(s) are being preempted"), "{d:?}");
+    // Next round the victims are stopping: the job waits for them, nothing more is preempted.
+    c.mark_stopping(11);
+    c.mark_stopping(12);
+    let d = run(&c, &[req(1, "p", &one, HOUR, &m)], now + 10 * SECOND, &SchedulerConfig::default());
+    assert!(d.iter().all(|d| !matches!(d, Decision::Preempt { .. })), "{d:?}");
+    // Once they stopped, it is placed where they were.
+    c.finish(11);
+    c.finish(12);
+    let d = run(&c, &[req(1, "p", &one, HOUR, &m)], now + 40 * SECOND, &SchedulerConfig::default());
+    assert_eq!(placed(&d, 1), Some(vec!["n1".to_string()]), "{d:?}");
+    // A gang that needs two nodes preempts both SPOT nodes' jobs only if that suffices;
+    // with only non-SPOT jobs in the way nothing is preempted.
+    let mut c = Cluster::new(&gpu_fleet(2));
+    c.start(13, "p", false, 0, 20 * HOUR, vec![(0, n8)]);
+    c.start(14, "s", true, 0, 20 * HOUR, vec![(1, n4)]);
+    let two = gang(&c, 2, 8);
+    let d = run(&c, &[req(1, "p", &two, HOUR, &m)], now, &SchedulerConfig::default());
+    assert!(d.iter().all(|d| !matches!(d, Decision::Preempt { .. })), "{d:?}");
+    // A SPOT job that has just started is not preempted (it would thrash).
+    let mut c = Cluster::new(&gpu_fleet(1));
+    c.start(15, "s", true, now - 5 * MINUTE, 20 * HOUR, vec![(0, n8)]);
+    let d = run(&c, &[req(1, "p", &one, HOUR, &m)], now, &SchedulerConfig::default());
+    assert!(d.iter().all(|d| !matches!(d, Decision::Preempt { .. })), "{d:?}");
+    // With preemption off (the baselines), SPOT jobs are ordinary jobs.
+    let mut c = Cluster::new(&gpu_fleet(1));
+    c.start(16, "s", false, 0, 20 * HOUR, vec![(0, n8)]);
+    let d = run(&c, &[req(1, "p", &one, HOUR, &m)], now, &SchedulerConfig::easy());
+    assert!(d.iter().all(|d| !matches!(d, Decision::Preempt { .. })), "{d:?}");
+}
+
+/// "Why is my job waiting": quota shortfall and position, via `schedule_with` on jobs.
+#[test]
+fn wait_reasons_name_quota_shortfall_and_position() {
+    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 8)].into(), projects: BTreeMap::new() };
+    let fleet = Fleet { nodes: vec![node("n1", 64)], overcommit: false };
+    let jobs = [queued(1, "p", 4, 2, 0), queued(2, "p", 6, 1, 1)];
+    let refs: Vec<&Job> = jobs.iter().collect();
+    let d = schedule_with(&refs, &fleet, &quotas, 10, &SchedulerConfig::default(), &Hints::default());
+    let r = reason(&d, 2);
+    assert!(r.contains("custom_model_training_cpus: needs 6, 8 of 8 in use (short by 6)"), "{r}");
+    assert!(r.contains("position 2 of 2 in the fair-share order (project p)"), "{r}");
+}
+
+/// The hint replaces the timeout as the expected duration: a job hinted to end soon
+/// gives an earlier reservation.
+#[test]
+fn hints_shorten_reservations() {
+    let fleet = gpu_fleet(1);
+    let s = Settings::default();
+    let mut running = Job::new(1, "p".into(), "r".into(), &[1], Demand { metrics: BTreeMap::new(), replicas: vec![gpu_demand(8)] }, Policy::defaults(&s), false, 0);
+    running = step(&running, Event::Place { nodes: vec!["n0".into()], addresses: vec![], notes: vec![] }, 0, &s).unwrap().job;
+    let waiting = Job::new(2, "p".into(), "r".into(), &[1], Demand { metrics: BTreeMap::new(), replicas: vec![gpu_demand(8)] }, Policy::defaults(&s), false, 0);
+    let refs = [&running, &waiting];
+    let d = schedule_with(&refs, &fleet, &Quotas::default(), 0, &SchedulerConfig::default(), &Hints::default());
+    assert!(reason(&d, 2).contains("within 7d 0h"), "{d:?}");
+    let hints = Hints { expected_duration: [(1u64, 2 * HOUR)].into() };
+    let d = schedule_with(&refs, &fleet, &Quotas::default(), 0, &SchedulerConfig::default(), &hints);
+    assert!(reason(&d, 2).contains("within 2h 0m"), "{d:?}");
+}
+
+fn gpu_job(id: u64, project: &str, replicas: usize, per: u32, spot: bool, t: Micros) -> Job {
+    let s = Settings::default();
+    let mut p = Policy::defaults(&s);
+    p.spot = spot;
+    p.timeout = HOUR * (1 + (id % 5) as i64);
+    let demand = Demand {
+        metrics: [("gpus".to_string(), per as u64 * replicas as u64)].into(),
+        replicas: vec![gpu_demand(per); replicas],
+    };
+    let pools = if replicas == 1 { vec![1] } else { vec![1, (replicas - 1) as u32] };
+    Job::new(id, project.into(), "r".into(), &pools, demand, p, false, t)
+}
+
+/// Deliver every Stop effect as an exit, and every Launch as started.
+fn settle(job: Job, effects: Vec<Effect>, now: Micros) -> Job {
+    let s = Settings::default();
+    let mut j = job;
+    let mut queue = effects;
+    while let Some(e) = queue.pop() {
+        let ev = match e {
+            Effect::Launch { run, .. } => Event::Started { run },
+            Effect::Stop { run, .. } => Event::Exited { run, outcome: Outcome::Signaled { signal: 15 }, stderr_tail: vec![] },
+            Effect::Log(_) => continue,
+        };
+        let t = step(&j, ev, now, &s).unwrap();
+        j = t.job;
+        queue.extend(t.effects);
+    }
+    j
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// L3, L5 with GPUs, gangs, fair share, backfill and SPOT preemption: quota in use never
+    /// exceeds a limit, no node ever holds more GPUs, CPUs or memory than it has, and no
+    /// non-SPOT job is ever preempted.
+    #[test]
+    fn gpu_fleet_never_overcommitted(
+        arrivals in proptest::collection::vec((0usize..3, 1usize..4, prop_oneof![Just(1u32), Just(2), Just(4), Just(8)], any::<bool>()), 1..40),
+        endings in proptest::collection::vec(any::<prop::sample::Index>(), 0..40),
+    ) {
+        let s = Settings::default();
+        let projects = ["a", "b", "c"];
+        let quotas = Quotas { default: [("gpus".to_string(), 24)].into(), projects: BTreeMap::new() };
+        let fleet = gpu_fleet(4);
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut ends = endings.into_iter();
+        for (i, (p, reps, per, spot)) in arrivals.into_iter().enumerate() {
+            let now = i as Micros * 10 * MINUTE;
+            jobs.push(gpu_job(i as u64 + 1, projects[p], reps, per, spot, now));
+            for _round in 0..2 {
+                let live: Vec<&Job> = jobs.iter().filter(|j| !j.is_terminal()).collect();
+                let d = schedule(&live, &fleet, &quotas, now);
+                for dec in &d {
+                    let (id, e) = match dec {
+                        Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
+                        Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
+                        Decision::Preempt { job, reason } => (*job, Event::Preempt { reason: reason.clone() }),
+                        Decision::Wait { .. } => continue,
+                    };
+                    let j = jobs.iter_mut().find(|j| j.id == id).unwrap();
+                    if matches!(dec, Decision::Preempt { .. }) {
+                        prop_assert!(j.policy.spot, "a non-SPOT job was preempted");
+                    }
+                    let t = step(j, e, now, &s).unwrap();
+                    *j = settle(t.job, t.effects, now);
+                }
+                for ((_, metric), used) in quota_usage(jobs.iter()) {
+                    prop_assert!(used <= 24, "{metric} over quota: {used}");
+                }
+                let mut per_node: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+                for j in jobs.iter().filter(|j| j.holds_capacity()) {
+                    for (r, d) in j.replicas.iter().zip(&j.demand.replicas) {
+                        if r.state.is_live() {
+                            let e = per_node.entry(r.node.clone().unwrap()).or_insert((0, 0, 0));
+                            e.0 += d.accelerator.as_ref().map_or(0, |a| a.1 as u64);
+                            e.1 += d.cpus as u64;
+                            e.2 += d.memory_bytes;
+                        }
+                    }
+                }
+                prop_assert!(per_node.values().all(|&(g, c, m)| g <= 8 && c <= 96 && m <= 1 << 40), "{per_node:?}");
+            }
+            if let Some(ix) = ends.next() {
+                let k = ix.index(jobs.len());
+                if !jobs[k].is_terminal() {
+                    jobs[k] = cancel_fully(&jobs[k], now);
+                }
+            }
+        }
+    }
+}

@@ -126,7 +126,11 @@ pub fn synthetic(seed: u64, jobs: usize, total_gpus: u64, load: f64) -> Vec<SimJ
         let (name, _, mix, spot_share) = projects[p];
         let class = rng.pick(&mix);
         let ws: Vec<f64> = sizes[class].iter().map(|s| s.1).collect();
-        let gpus = sizes[class][rng.pick(&ws)].0;
+        let mut gpus = sizes[class][rng.pick(&ws)].0;
+        // No gang larger than half the fleet (small fleets in tests and --quick).
+        while gpus > 8 && gpus as u64 > total_gpus / 2 {
+            gpus /= 2;
+        }
         let (replicas, per) = if gpus <= GPUS_PER_NODE { (1, gpus) } else { (gpus / GPUS_PER_NODE, GPUS_PER_NODE) };
         let (median, sigma) = runtime[class];
         let nominal = rng.lognormal(median, sigma).clamp(30.0, 7.0 * 86400.0);
@@ -285,6 +289,14 @@ pub struct Report {
     /// GPU-hours of SPOT work lost to preemption (since the last checkpoint).
     pub lost_gpu_h: f64,
     pub spot_jobs: usize,
+    /// Longest wait of a non-SPOT job, and of a SPOT job.
+    pub max_wait_regular_s: f64,
+    pub max_wait_spot_s: f64,
+    /// SPOT jobs preempted at least once; most preemptions of one job.
+    pub preempted_jobs: usize,
+    pub max_preemptions_per_job: u32,
+    /// Jobs the fleet could never hold (L15 stockout; dropped).
+    pub stockouts: usize,
 }
 
 impl Report {
@@ -502,6 +514,7 @@ pub fn simulate(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros
                     let i = by_id[&job];
                     st[i].waiting = false;
                     st[i].done = true;
+                    rep.stockouts += 1;
                     changed = true;
                 }
                 Decision::Wait { .. } => {}
@@ -525,12 +538,19 @@ pub fn simulate(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros
         if let Some(s) = st[i].first_start {
             let w = (s - j.submit) as f64 / SECOND as f64;
             waits[class_of(j.gpus())].push(w);
+            if j.spot {
+                rep.max_wait_spot_s = rep.max_wait_spot_s.max(w);
+            } else {
+                rep.max_wait_regular_s = rep.max_wait_regular_s.max(w);
+            }
             if w > rep.max_wait_s {
                 rep.max_wait_s = w;
                 rep.max_wait_job = j.id;
             }
         }
     }
+    rep.preempted_jobs = st.iter().filter(|s| s.attempt > 0).count();
+    rep.max_preemptions_per_job = st.iter().map(|s| s.attempt).max().unwrap_or(0);
     for (k, w) in waits.iter_mut().enumerate() {
         w.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
         rep.wait[k] = (w.len(), quantile(w, 0.5), quantile(w, 0.99));
@@ -554,14 +574,14 @@ pub fn table(reports: &[Report]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "| policy | admissions/s (wall) | plan() share of wall | rounds | round p99 | GPU util (arrival window) | GPU util (to last end) | makespan | p50/p99 wait 1 GPU | 2-8 | 9-64 | >64 | longest wait | preemptions | SPOT GPU-h lost |"
+        "| policy | admissions/s (wall) | plan() share of wall | rounds | round p99 | GPU util (arrival window) | GPU util (to last end) | makespan | p50/p99 wait 1 GPU | 2-8 | 9-64 | >64 | longest wait (job) | longest non-SPOT / SPOT | preemptions (jobs hit, max per job) | SPOT GPU-h lost |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in reports {
         let w = |k: usize| format!("{} / {}", hms(r.wait[k].1), hms(r.wait[k].2));
         let _ = writeln!(
             o,
-            "| {} | {:.0} | {:.0}% | {} | {:.0} µs | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {} (job {}) | {} | {:.0} |",
+            "| {} | {:.0} | {:.0}% | {} | {:.0} µs | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {} (job {}) | {} / {} | {} ({}, {}) | {:.0} |",
             r.policy,
             r.admissions_per_sec(),
             100.0 * r.plan_secs / r.wall_secs.max(1e-9),
@@ -576,7 +596,11 @@ pub fn table(reports: &[Report]) -> String {
             w(3),
             hms(r.max_wait_s),
             r.max_wait_job,
+            hms(r.max_wait_regular_s),
+            hms(r.max_wait_spot_s),
             r.preemptions,
+            r.preempted_jobs,
+            r.max_preemptions_per_job,
             r.lost_gpu_h
         );
     }

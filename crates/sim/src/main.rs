@@ -12,6 +12,7 @@ const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--l
   --seed      workload seed (default 1)
   --load      offered load as a fraction of the fleet's GPUs (default 0.95)
   --interval  least simulated seconds between scheduling rounds (default 10)
+  --starvation  seconds after which a waiting job goes ahead of the fair order (our policy)
   --trace     CSV: submit_time_s,duration_s,replicas,gpus_per_replica,project
   --quick     500 nodes, 5000 jobs";
 
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     let mut load = 0.95f64;
     let mut interval = 10u64;
     let mut trace: Option<String> = None;
+    let mut starvation: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
                 "--load" => load = val("--load")?.parse().map_err(|e| format!("--load: {e}"))?,
                 "--interval" => interval = val("--interval")?.parse().map_err(|e| format!("--interval: {e}"))?,
                 "--trace" => trace = Some(val("--trace")?),
+                "--starvation" => starvation = Some(val("--starvation")?.parse().map_err(|e| format!("--starvation: {e}"))?),
                 "--quick" => {
                     nodes = 500;
                     jobs = 5_000;
@@ -83,7 +86,13 @@ fn main() -> ExitCode {
         interval
     );
     let mut reports = Vec::new();
-    for p in default_policies() {
+    let mut policies = default_policies();
+    if let Some(s) = starvation {
+        for p in policies.iter_mut().filter(|p| p.name == "trainyard") {
+            p.cfg.starvation_secs = Some(s);
+        }
+    }
+    for p in policies {
         let r = simulate(&workload, nodes, &p, interval as i64 * SECOND);
         eprintln!("{}: {:.1} s wall, {} placements, {} rounds", r.policy, r.wall_secs, r.placements, r.rounds);
         reports.push(r);
