@@ -504,20 +504,60 @@ impl Driver {
                 // Trials' metric files are read about once a second.
                 wait = wait.min(Duration::from_millis(500));
             }
-            match self.rx.recv_timeout(wait) {
-                Ok(Msg::Shutdown) => return Ok(()),
-                Ok(msg) => self.handle(msg)?,
-                Err(RecvTimeoutError::Timeout) => {}
+            let first = match self.rx.recv_timeout(wait) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            }
-            // Drain whatever else is already queued before the next scheduling round.
+            };
+            // Take whatever else is already queued, before the next scheduling round.
+            let mut queued = vec![first];
             while let Ok(msg) = self.rx.try_recv() {
-                if matches!(msg, Msg::Shutdown) {
-                    return Ok(());
-                }
-                self.handle(msg)?;
+                queued.push(msg);
             }
+            let mut started = Vec::new();
+            for msg in queued {
+                match msg {
+                    Msg::Shutdown => return Ok(()),
+                    // Replicas that started: one transaction for all of them (L7).
+                    Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
+                    other => {
+                        self.apply_started(std::mem::take(&mut started))?;
+                        self.handle(other)?;
+                    }
+                }
+            }
+            self.apply_started(started)?;
         }
+    }
+
+    /// `Started` reports, committed together: they only change replica states and log
+    /// lines, so one transaction (one fsync) serves a whole gang starting at once.
+    fn apply_started(&mut self, runs: Vec<RunId>) -> Result<(), StoreError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let now = now_micros();
+        let mut staged: BTreeMap<u64, (Job, Vec<Effect>)> = BTreeMap::new();
+        for run in runs {
+            let id = run.job;
+            let Some(current) = staged.get(&id).map(|(j, _)| j).or_else(|| self.jobs.get(&id).map(|l| &l.job)) else {
+                continue;
+            };
+            let Ok(t) = step(current, Event::Started { run }, now, &self.svc.cfg.settings) else { continue };
+            if !t.changed {
+                continue;
+            }
+            let entry = staged.entry(id).or_insert_with(|| (t.job.clone(), Vec::new()));
+            entry.0 = t.job;
+            entry.1.extend(t.effects);
+        }
+        let batch: Vec<(&Job, &[Effect])> = staged.values().map(|(j, e)| (j, e.as_slice())).collect();
+        let outbox = self.store.commit_many(&batch, now)?;
+        debug_assert!(outbox.is_empty(), "a start causes no world effects");
+        for (id, (job, _)) in staged {
+            self.install(id, job);
+        }
+        Ok(())
     }
 
     fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
