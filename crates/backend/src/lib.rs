@@ -9,6 +9,7 @@ pub mod log;
 mod procfs;
 pub mod seam;
 pub mod shim;
+pub mod slurm;
 
 pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, ReplicaCgroup};
 pub use fsutil::FileError;
@@ -16,3 +17,4 @@ pub use local::{BackendError, BackendEvent, EventSink, LocalBackend};
 pub use log::{read_log, stderr_tail, LogEntry};
 pub use seam::{Backend, Launch};
 pub use shim::{main_from_args, write_spec, ShimSpec, ShimStatus};
+pub use slurm::{SlurmBackend, SlurmOptions};

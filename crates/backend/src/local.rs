@@ -59,6 +59,9 @@ pub enum BackendError {
     Signal { pid: i32, run_dir: PathBuf, source: io::Error },
     #[error("the shim of {} did not come up within {bound:?}, cannot stop it", run_dir.display())]
     StopTimeout { run_dir: PathBuf, bound: Duration },
+    /// A Slurm command failed or refused the request; `message` is Slurm's own text.
+    #[error("slurm: {command}: {message}")]
+    Slurm { command: String, message: String },
 }
 
 /// Runs replicas as local processes under shims. `Send + Sync`; all waiting happens on

@@ -40,6 +40,42 @@ struct File {
     overcommit: Option<bool>,
     #[serde(default)]
     quotas: QuotasFile,
+    /// `"local"` (default) or `"slurm"`.
+    backend: Option<String>,
+    slurm: Option<SlurmFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlurmFile {
+    partition: Option<String>,
+    gpu_partition: Option<String>,
+    shim_program: Option<PathBuf>,
+    squeue_interval_ms: Option<u64>,
+    fit_to_nodes: Option<bool>,
+}
+
+/// Which execution engine runs the replicas.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Processes on this host under shims.
+    #[default]
+    Local,
+    /// Slurm batch jobs (`[slurm]` table).
+    Slurm(SlurmConfig),
+}
+
+/// The `[slurm]` table, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlurmConfig {
+    /// Where jobs go (required; checked against `sinfo` at start).
+    pub partition: String,
+    pub gpu_partition: Option<String>,
+    /// The `trainyard` binary the nodes run as `<shim_program> shim <run_dir>`; `None`:
+    /// the running binary.
+    pub shim_program: Option<PathBuf>,
+    pub squeue_interval_ms: u64,
+    pub fit_to_nodes: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +119,7 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// Declared virtual nodes each get an agent process; its death is the node's loss (L9).
     pub node_agents: bool,
+    pub backend: BackendChoice,
 }
 
 fn host_cpus() -> u32 {
@@ -186,6 +223,33 @@ impl Config {
                 return Err(invalid("region", "must not be empty".into()));
             }
         }
+        match file.backend.as_deref() {
+            None | Some("local") => {}
+            Some("slurm") => {
+                let Some(slurm) = &file.slurm else {
+                    return Err(invalid("slurm", "backend = \"slurm\" needs a [slurm] table with a partition".into()));
+                };
+                match &slurm.partition {
+                    Some(p) if !p.is_empty() => {}
+                    _ => return Err(invalid("slurm.partition", "must name a Slurm partition".into())),
+                }
+                if slurm.gpu_partition.as_deref() == Some("") {
+                    return Err(invalid("slurm.gpu_partition", "must not be empty".into()));
+                }
+                if slurm.squeue_interval_ms == Some(0) {
+                    return Err(invalid("slurm.squeue_interval_ms", "must be at least 1".into()));
+                }
+                if let Some(p) = &slurm.shim_program {
+                    if !p.is_absolute() {
+                        return Err(invalid("slurm.shim_program", format!("must be an absolute path, not {}", p.display())));
+                    }
+                }
+            }
+            Some(other) => return Err(invalid("backend", format!("must be \"local\" or \"slurm\", not {other:?}"))),
+        }
+        if file.slurm.is_some() && file.backend.as_deref() != Some("slurm") {
+            return Err(invalid("slurm", "a [slurm] table needs backend = \"slurm\"".into()));
+        }
         let mut c = Config::from_file(file, data_dir, path.display().to_string());
         c.path = Some(path.to_owned());
         Ok(c)
@@ -209,6 +273,16 @@ impl Config {
             up: true,
             schedulable: true,
         };
+        let backend = match (file.backend.as_deref(), &file.slurm) {
+            (Some("slurm"), Some(s)) => BackendChoice::Slurm(SlurmConfig {
+                partition: s.partition.clone().unwrap_or_default(),
+                gpu_partition: s.gpu_partition.clone(),
+                shim_program: s.shim_program.clone(),
+                squeue_interval_ms: s.squeue_interval_ms.unwrap_or(500),
+                fit_to_nodes: s.fit_to_nodes.unwrap_or(false),
+            }),
+            _ => BackendChoice::Local,
+        };
         let nodes = if many { file.nodes.iter().map(|n| to_node(Some(n))).collect() } else { vec![to_node(file.node.as_ref())] };
         Config {
             listen: file.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
@@ -222,6 +296,7 @@ impl Config {
             quotas: Quotas { default: file.quotas.default, projects: file.quotas.projects },
             source,
             path: None,
+            backend,
             node_agents: many,
         }
     }
@@ -310,6 +385,37 @@ mod tests {
         assert!(Config::load(&p, None).unwrap_err().to_string().contains("quotas.default.cpus"));
         let (_d, p) = write("[quotas.default]\ncustom_model_training_cpus = -3\n");
         assert!(Config::load(&p, None).unwrap_err().to_string().contains("line 2"));
+    }
+
+    #[test]
+    fn backend_choice_and_slurm_table() {
+        let (_d, p) = write("region = \"r\"\n");
+        assert_eq!(Config::load(&p, None).unwrap().backend, BackendChoice::Local);
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\ngpu_partition = \"gpu\"\nfit_to_nodes = true\n");
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(
+            c.backend,
+            BackendChoice::Slurm(SlurmConfig {
+                partition: "debug".into(),
+                gpu_partition: Some("gpu".into()),
+                shim_program: None,
+                squeue_interval_ms: 500,
+                fit_to_nodes: true,
+            })
+        );
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\npartiton = \"x\"\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("partiton") && e.contains("line 4"), "{e}");
+        let (_d, p) = write("backend = \"slurm\"\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("[slurm]"));
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\ngpu_partition = \"gpu\"\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("slurm.partition"));
+        let (_d, p) = write("backend = \"k8s\"\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("backend"));
+        let (_d, p) = write("[slurm]\npartition = \"debug\"\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("needs backend"));
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\nshim_program = \"trainyard\"\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("slurm.shim_program"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use trainyard_backend::{Backend, CgroupSupport, LocalBackend};
+use trainyard_backend::{Backend, CgroupSupport, LocalBackend, SlurmBackend, SlurmOptions};
 use trainyard_core::catalog::Catalog;
 use trainyard_store::Store;
 
@@ -32,6 +32,9 @@ pub enum StartError {
     Store(#[from] trainyard_store::StoreError),
     #[error("cannot start the driver thread: {0}")]
     Thread(std::io::Error),
+    /// The Slurm backend could not start; `key` is the config key at fault.
+    #[error("the Slurm backend{}: {source}", key.as_ref().map(|k| format!(" (config key slurm.{k})")).unwrap_or_default())]
+    Slurm { key: Option<String>, source: trainyard_backend::BackendError },
 }
 
 /// Environment variables passed on from the server to every replica's program.
@@ -57,7 +60,31 @@ pub fn start(
         std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
     }
     let node_agent = cfg.node_agents.then(|| shim_command.first().map(|exe| vec![exe.clone(), "node-agent".into()])).flatten();
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect()));
+    let backend: Arc<dyn Backend> = match &cfg.backend {
+        config::BackendChoice::Local => Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect())),
+        config::BackendChoice::Slurm(s) => {
+            let shim_command = match &s.shim_program {
+                Some(p) => vec![p.clone().into_os_string(), OsString::from("shim")],
+                None => shim_command,
+            };
+            let mut opts = SlurmOptions::new(s.partition.clone(), shim_command);
+            opts.gpu_partition = s.gpu_partition.clone();
+            opts.poll_interval = std::time::Duration::from_millis(s.squeue_interval_ms);
+            opts.fit_to_nodes = s.fit_to_nodes;
+            let backend = SlurmBackend::new(opts).map_err(|source| {
+                let key = match &source {
+                    trainyard_backend::BackendError::Slurm { command, .. }
+                        if command == "partition" || command == "gpu_partition" =>
+                    {
+                        Some(command.clone())
+                    }
+                    _ => None,
+                };
+                StartError::Slurm { key, source }
+            })?;
+            Arc::new(backend)
+        }
+    };
     let description = backend.describe();
     if description.contains("no writable memory cgroup") {
         tracing::warn!("backend: {description}");

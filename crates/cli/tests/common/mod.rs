@@ -24,10 +24,84 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// A config for tests: short grace period, optional extra TOML.
+/// A config for tests: short grace period, optional extra TOML. With
+/// `TRAINYARD_TEST_BACKEND=slurm` (and a reachable cluster) the Slurm backend is chosen.
 pub fn config_text(extra: &str) -> String {
     // Top-level keys of `extra` must come before any table.
-    format!("{extra}\n[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n")
+    let (head, tail) = if slurm_backend() { (SLURM_HEAD, slurm_table()) } else { ("", String::new()) };
+    format!("{head}{extra}\n[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n{tail}")
+}
+
+const SLURM_HEAD: &str = "backend = \"slurm\"\n";
+
+fn slurm_table() -> String {
+    let partition = std::env::var("TRAINYARD_SLURM_PARTITION").unwrap_or_else(|_| "debug".into());
+    let gpu = std::env::var("TRAINYARD_SLURM_GPU_PARTITION").unwrap_or_else(|_| "gpu".into());
+    // fit_to_nodes: the development cluster's nodes (2 CPUs, 2000 MB) are smaller than
+    // the machine types the tests ask for.
+    format!("[slurm]\npartition = \"{partition}\"\ngpu_partition = \"{gpu}\"\nsqueue_interval_ms = 250\nfit_to_nodes = true\n")
+}
+
+/// Is `TRAINYARD_TEST_BACKEND=slurm` asked for?
+pub fn slurm_requested() -> bool {
+    std::env::var("TRAINYARD_TEST_BACKEND").is_ok_and(|v| v == "slurm")
+}
+
+/// Does a Slurm cluster answer (`sinfo`)? Needs `SLURM_CONF` from `scripts/slurm/up.sh`.
+pub fn slurm_cluster_up() -> bool {
+    static UP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *UP.get_or_init(|| {
+        Command::new("sinfo").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    })
+}
+
+/// Are the tests running on the Slurm backend? Asked for and the cluster is up; asked for
+/// and the cluster is missing fails in CI (`CI=true`) and falls back to the local
+/// backend, with a printed reason, elsewhere.
+pub fn slurm_backend() -> bool {
+    if !slurm_requested() {
+        return false;
+    }
+    if slurm_cluster_up() {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("TRAINYARD_TEST_BACKEND=slurm but no Slurm cluster answers (run `eval \"$(scripts/slurm/up.sh)\"`)");
+    }
+    eprintln!("SKIP slurm: TRAINYARD_TEST_BACKEND=slurm but no Slurm cluster answers; running on the local backend");
+    false
+}
+
+/// For a test that cannot hold on Slurm: prints why and returns true when it should be
+/// skipped.
+pub fn skip_on_slurm(reason: &str) -> bool {
+    if slurm_backend() {
+        eprintln!("SKIP on the Slurm backend: {reason}");
+        return true;
+    }
+    false
+}
+
+/// The Slurm job ids of every run under a data directory (`runs/**/slurm.json`).
+pub fn slurm_job_ids(data: &Path) -> Vec<u64> {
+    fn walk(dir: &Path, depth: u32, out: &mut Vec<u64>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.file_name().is_some_and(|n| n == "slurm.json") {
+                if let Ok(text) = std::fs::read_to_string(&p) {
+                    if let Some(id) = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["job_id"].as_u64()) {
+                        out.push(id);
+                    }
+                }
+            } else if depth > 0 && p.is_dir() {
+                walk(&p, depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&data.join("runs"), 5, &mut out);
+    out
 }
 
 impl Server {
@@ -186,6 +260,15 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
+        // Slurm: cancel every job of this data directory (a no-op for ended ones).
+        let ids = slurm_job_ids(&self.data_dir());
+        if !ids.is_empty() {
+            let _ = Command::new("scancel")
+                .args(ids.iter().map(|i| i.to_string()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         // Stop every shim of this data directory (SIGTERM: they stop their programs).
         let marker = self.data_dir().display().to_string();
         for pid in pids_with(&marker) {

@@ -1,0 +1,1176 @@
+//! The Slurm backend: every replica run is the same shim as on the local backend
+//! ([`crate::shim`]), but started by Slurm as a batch job:
+//!
+//! ```text
+//! sbatch --parsable --no-requeue --job-name=ty-<job>-<attempt>-<replica>-<restart>
+//!        --partition=P --mem=<MB> --cpus-per-task=N [--gres=gpu:K] [--time=M]
+//!        --chdir=<run_dir> --output=<run_dir>/slurm.out --open-mode=append
+//!        --wrap 'exec <trainyard> shim <run_dir>'
+//! ```
+//!
+//! The run directory must be on a file system that every node sees at the same path (on
+//! the development cluster all nodes are this host). The shim writes `started.json`,
+//! `log.jsonl` and `status.json` there exactly as it does locally; Slurm supplies the
+//! memory cgroup (`--mem`, `ConstrainRAMSpace=yes`), so the shim runs without a cgroup of
+//! its own (`cgroup_base: None`) and the OOM verdict comes from Slurm's `OUT_OF_MEMORY`
+//! state (L14).
+//!
+//! **One Slurm job per run.** A `launch` of several runs (every replica of an attempt, L6)
+//! submits one job per run, in parallel, not a heterogeneous job: each replica's program
+//! starts as soon as Slurm placed it (L6 says exactly that), a single replica can be
+//! restarted, stopped and accounted on its own (L9, L10), and its job id is its own.
+//! A hetjob would add gang start (no attempt holding part of the cluster while its other
+//! replicas wait), at the price of per-component ids (`<id>+<offset>`), `srun
+//! --het-group` steps whose state `squeue --json` does not show per component, and a
+//! restart path that differs from the first start. Gang start is left for later.
+//!
+//! **Durability (L23).** Before `sbatch`, `slurm.json` is written durably with the job's
+//! name and no id ("submitting"); after it, again durably with the id, before `launch`
+//! returns. A run whose `slurm.json` exists is never submitted again: it is adopted. A
+//! `slurm.json` without an id (the server died during `sbatch`) is resolved by looking the
+//! job up in `squeue` by its output path, which is unique per run; and the shim itself
+//! refuses to run twice in one run directory.
+//!
+//! **Watching.** One thread per backend. Every 50 ms it looks at the watched runs' files
+//! (`started.json` → `Started`; `status.json` → time to ask Slurm), and every
+//! `poll_interval` (or at once when a `status.json` appeared) it runs `squeue --json`,
+//! which ignores `-j` in 22.05: the jobs are filtered by id here, and only the fields
+//! needed are parsed. A run is reported `Exited` once its job left the running states
+//! (see [`outcome_for`] for the mapping). `squeue` failing (slurmctld down) is not a
+//! failure of the runs: the watcher keeps polling and logs it; output that cannot be
+//! parsed for 10 s in a row ends every watched run as `LaunchFailed` (L16) after
+//! cancelling its job, so that nothing keeps running unwatched.
+//!
+//! **Stop.** `scancel --signal=TERM --full <id>` (the shim gets SIGTERM and stops the
+//! program with the spec's grace period itself), then after the grace period plus a
+//! second `scancel <id>` as a backstop (Slurm's KillWait does the SIGKILL). A pending job
+//! is cancelled at once. Idempotent: cancelling an ended job does nothing.
+//!
+//! **Resources.** `--mem` from the spec's memory limit (L14, in MiB, rounded up);
+//! `--cpus-per-task` and `--gres=gpu:K` from the replica's machine type and accelerator
+//! count, read from the job spec that the program's `CLUSTER_SPEC` carries, with the
+//! built-in machine-type catalog; GPU jobs go to `gpu_partition`. `--time` only when the
+//! job sets `scheduling.timeout`: that timeout plus the grace period plus a minute,
+//! rounded up to minutes, so that Trainyard's own L19 deadline always comes first and
+//! Slurm's limit is only a backstop for a server that is down. With `fit_to_nodes`,
+//! requests larger than the partition's largest node are reduced to it (development
+//! clusters with small nodes); otherwise Slurm refuses them and the launch fails.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use trainyard_core::{Outcome, RunId};
+
+use crate::fsutil;
+use crate::local::{outcome_from_status, BackendError, BackendEvent, EventSink, STDERR_TAIL_LINES};
+use crate::log;
+use crate::seam::{Backend, Launch};
+use crate::shim::{self, ShimSpec, ShimStatus};
+
+/// `<run_dir>/slurm.json`: the Slurm job of the run.
+pub const SLURM_FILE: &str = "slurm.json";
+/// `<run_dir>/slurm.out`: the batch job's own stdout/stderr (Slurm's and the shim's).
+pub const SLURM_OUT_FILE: &str = "slurm.out";
+
+/// How often the watcher looks at run files.
+const FILE_TICK: Duration = Duration::from_millis(50);
+/// A `status.json` was seen but Slurm still shows the job running: report from the
+/// status after this long anyway.
+const STATUS_WITHOUT_END: Duration = Duration::from_secs(10);
+/// A watched job missing from `squeue` (purged, or the controller lost its state).
+const MISSING_BOUND: Duration = Duration::from_secs(10);
+/// `squeue` output that cannot be parsed for this long ends the watched runs (L16).
+const UNPARSEABLE_BOUND: Duration = Duration::from_secs(10);
+/// How often the watcher asks `sinfo` for drained nodes while replicas run.
+const DRAIN_CHECK: Duration = Duration::from_secs(2);
+/// Attempts of `sbatch` while the controller cannot be reached.
+const SUBMIT_ATTEMPTS: u32 = 3;
+
+/// What the server configures for the Slurm backend.
+#[derive(Clone, Debug)]
+pub struct SlurmOptions {
+    pub partition: String,
+    /// Where jobs with GPUs go; `None`: `partition`.
+    pub gpu_partition: Option<String>,
+    /// The program and leading arguments that run a shim, e.g. `[trainyard, "shim"]`.
+    pub shim_command: Vec<OsString>,
+    /// How often `squeue --json` runs while runs are watched.
+    pub poll_interval: Duration,
+    /// Reduce CPU and memory requests to the partition's largest node.
+    pub fit_to_nodes: bool,
+    /// Bound on one Slurm command (sbatch, squeue, scancel, sinfo).
+    pub command_timeout: Duration,
+}
+
+impl SlurmOptions {
+    pub fn new(partition: impl Into<String>, shim_command: Vec<OsString>) -> SlurmOptions {
+        SlurmOptions {
+            partition: partition.into(),
+            gpu_partition: None,
+            shim_command,
+            poll_interval: Duration::from_millis(500),
+            fit_to_nodes: false,
+            command_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The largest node of a partition, from `sinfo --json`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeSize {
+    pub cpus: u32,
+    pub memory_mb: u64,
+}
+
+/// `<run_dir>/slurm.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmJobFile {
+    /// `None` while `sbatch` runs (or if the server died during it).
+    pub job_id: Option<u64>,
+    pub job_name: String,
+    #[serde(default)]
+    pub submitted_micros: i64,
+}
+
+// ---------------------------------------------------------------------------------------
+// squeue --json (openapi v0.0.38 in 22.05): only the fields needed, unknown ones ignored.
+
+#[derive(Debug, Deserialize)]
+struct SqueueDoc {
+    #[serde(default)]
+    jobs: Vec<serde_json::Value>,
+}
+
+/// One job of `squeue --json`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct SqJob {
+    pub job_id: u64,
+    #[serde(default)]
+    pub job_state: String,
+    #[serde(default)]
+    pub state_reason: String,
+    /// Raw wait status in 22.05 (an object in later versions: then ignored).
+    #[serde(default)]
+    pub exit_code: Option<serde_json::Value>,
+    #[serde(default)]
+    pub nodes: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub standard_output: String,
+}
+
+impl SqJob {
+    pub fn raw_exit(&self) -> Option<i64> {
+        self.exit_code.as_ref().and_then(|v| v.as_i64())
+    }
+}
+
+/// Parses `squeue --json`. A job entry that does not parse is skipped (and counted); a
+/// document that does not parse is an error.
+pub fn parse_squeue(text: &[u8]) -> Result<(HashMap<u64, SqJob>, usize), String> {
+    let doc: SqueueDoc = serde_json::from_slice(text).map_err(|e| format!("squeue --json output does not parse: {e}"))?;
+    let mut out = HashMap::with_capacity(doc.jobs.len());
+    let mut bad = 0;
+    for v in doc.jobs {
+        match serde_json::from_value::<SqJob>(v) {
+            Ok(j) => {
+                out.insert(j.job_id, j);
+            }
+            Err(_) => bad += 1,
+        }
+    }
+    Ok((out, bad))
+}
+
+/// A wait status as Slurm reports it (`exit_code` of `squeue --json`): exit code in
+/// bits 8-15, the signal in bits 0-6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+pub fn decode_wait_status(raw: i64) -> WaitStatus {
+    let signal = (raw & 0x7f) as i32;
+    if signal != 0 {
+        WaitStatus::Signaled(signal)
+    } else {
+        WaitStatus::Exited(((raw >> 8) & 0xff) as i32)
+    }
+}
+
+/// States in which the job may still run or start.
+pub fn is_live_state(state: &str) -> bool {
+    matches!(
+        state,
+        "PENDING" | "RUNNING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED" | "REQUEUED" | "REQUEUE_FED" | "REQUEUE_HOLD"
+            | "RESIZING" | "SIGNALING" | "STAGE_OUT" | "RESV_DEL_HOLD" | "SPECIAL_EXIT" | "STOPPED"
+    )
+}
+
+/// The outcome of an ended run, from the shim's `status.json` (when it wrote one) and the
+/// job's final Slurm state:
+/// - the shim's start and launch errors first (StartError is the user's, L13);
+/// - `OUT_OF_MEMORY` → `OomKilled` (L14), with the status the shim saw (137 for SIGKILL);
+/// - `NODE_FAIL` (or reason `NodeDown`), `BOOT_FAIL`, `PREEMPTED`, `DEADLINE`, `TIMEOUT` →
+///   `Lost`: the engine took the replica away; the driver restarts it (L9/L10, not
+///   counted against L11). TIMEOUT is Lost rather than `Signaled 15`: the limit is set
+///   past Trainyard's own L19 deadline, so it only fires when the server was not there to
+///   enforce L19, and then the recovered driver applies L19 itself; it is not the
+///   program's fault and must not use up its restarts;
+/// - otherwise the shim's status, as on the local backend;
+/// - no status: a job stopped by Trainyard → `Signaled 15`; `JobLaunchFailure` or a job
+///   that never ran the program → `LaunchFailed` (L16); a program that ran → `Lost`.
+pub fn outcome_for(job: Option<&SqJob>, status: Option<&ShimStatus>, started: bool, stopped: bool) -> Outcome {
+    if let Some(s) = status {
+        if s.start_error.is_some() || s.launch_error.is_some() {
+            return outcome_from_status(s);
+        }
+    }
+    let state = job.map(|j| j.job_state.as_str()).unwrap_or("");
+    let reason = job.map(|j| j.state_reason.as_str()).unwrap_or("");
+    let nodes = job.map(|j| j.nodes.as_str()).unwrap_or("");
+    let id = job.map(|j| j.job_id).unwrap_or(0);
+    if state == "OUT_OF_MEMORY" {
+        let status = match status.map(|s| (s.exit_code, s.signal)) {
+            Some((_, Some(sig))) => 128 + sig,
+            Some((Some(code), None)) if code != 0 => code,
+            _ => 137,
+        };
+        return Outcome::OomKilled { status };
+    }
+    if matches!(state, "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED" | "DEADLINE") || reason == "NodeDown" {
+        return Outcome::Lost { message: format!("Slurm job {id} on node {nodes} ended {state} ({reason})") };
+    }
+    if state == "TIMEOUT" {
+        return Outcome::Lost { message: format!("Slurm job {id} reached its time limit (TIMEOUT)") };
+    }
+    if let Some(s) = status {
+        return outcome_from_status(s);
+    }
+    if stopped {
+        return Outcome::Signaled { signal: 15 };
+    }
+    let raw = job.and_then(|j| j.raw_exit());
+    let how = match raw.map(decode_wait_status) {
+        Some(WaitStatus::Exited(c)) => format!("exit status {c}"),
+        Some(WaitStatus::Signaled(s)) => format!("signal {s}"),
+        None => "no exit status".into(),
+    };
+    let what = if job.is_none() { "is no longer known to Slurm".to_string() } else { format!("ended {state} ({reason}, {how})") };
+    if !started {
+        return Outcome::LaunchFailed { message: format!("Slurm job {id} {what} before the program started") };
+    }
+    Outcome::Lost { message: format!("Slurm job {id} {what} without the shim recording an outcome") }
+}
+
+// ---------------------------------------------------------------------------------------
+// Running Slurm commands.
+
+/// Runs a command with a bound; `Ok(stdout)` on exit 0, else Slurm's message.
+fn run_cmd(program: &str, args: &[OsString], timeout: Duration) -> Result<Vec<u8>, String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let out_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_end(&mut b);
+        }
+        b
+    });
+    let err_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_end(&mut b);
+        }
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{program} did not finish within {timeout:?}"));
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("waiting for {program}: {e}")),
+        }
+    };
+    let out = out_reader.join().unwrap_or_default();
+    let err = err_reader.join().unwrap_or_default();
+    if status.success() {
+        Ok(out)
+    } else {
+        let text = String::from_utf8_lossy(&err).trim().to_string();
+        let text = if text.is_empty() { String::from_utf8_lossy(&out).trim().to_string() } else { text };
+        Err(if text.is_empty() { format!("{program} failed ({status})") } else { text })
+    }
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// Errors of `sbatch` that mean "the controller could not be reached": worth a retry.
+fn is_transient(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    ["unable to contact slurm controller", "socket timed out", "temporarily unavailable", "try again", "did not finish within", "connection refused", "zero bytes were transmitted"]
+        .iter()
+        .any(|p| m.contains(p))
+}
+
+fn sh_quote(s: &[u8]) -> String {
+    let s = String::from_utf8_lossy(s);
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The partitions' largest node, from `sinfo --json`.
+pub fn partition_sizes(text: &[u8]) -> Result<HashMap<String, NodeSize>, String> {
+    #[derive(Deserialize)]
+    struct Doc {
+        #[serde(default)]
+        nodes: Vec<Node>,
+    }
+    #[derive(Deserialize)]
+    struct Node {
+        #[serde(default)]
+        cpus: u32,
+        #[serde(default)]
+        real_memory: u64,
+        #[serde(default)]
+        partitions: Vec<String>,
+    }
+    let doc: Doc = serde_json::from_slice(text).map_err(|e| format!("sinfo --json output does not parse: {e}"))?;
+    let mut out: HashMap<String, NodeSize> = HashMap::new();
+    for n in doc.nodes {
+        for p in n.partitions {
+            let e = out.entry(p).or_default();
+            e.cpus = e.cpus.max(n.cpus);
+            e.memory_mb = e.memory_mb.max(n.real_memory);
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// What a run asks of Slurm.
+
+/// The resources of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub cpus: u32,
+    pub memory_mb: Option<u64>,
+    pub gpus: u32,
+    /// `--time` in minutes.
+    pub time_minutes: Option<u64>,
+}
+
+/// Reads the replica's machine type, accelerator count and the job's timeout from the job
+/// spec that `CLUSTER_SPEC` carries (`"job"`), with the built-in catalog.
+pub fn request_for(run: &RunId, spec: &ShimSpec) -> Request {
+    let mut r = Request {
+        cpus: 1,
+        memory_mb: spec.memory_limit_bytes.map(|b| b.div_ceil(1024 * 1024)),
+        gpus: 0,
+        time_minutes: None,
+    };
+    let pool: Option<usize> =
+        run.replica.strip_prefix("workerpool").and_then(|s| s.split('-').next()).and_then(|p| p.parse().ok());
+    let job: Option<serde_json::Value> = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "CLUSTER_SPEC")
+        .and_then(|(_, v)| serde_json::from_str::<serde_json::Value>(v).ok())
+        .and_then(|cs| match &cs["job"] {
+            serde_json::Value::String(s) => serde_json::from_str(s).ok(),
+            v @ serde_json::Value::Object(_) => Some(v.clone()),
+            _ => None,
+        });
+    let Some(job) = job else { return r };
+    let pools = job.get("workerPoolSpecs").or_else(|| job.get("worker_pool_specs"));
+    if let (Some(pool), Some(pools)) = (pool, pools) {
+        let machine = &pools[pool]["machineSpec"];
+        if let Some(mt) = machine["machineType"].as_str() {
+            if let Some(m) = trainyard_core::catalog::Catalog::builtin().get(mt) {
+                r.cpus = m.vcpus.max(1);
+            }
+        }
+        let count = &machine["acceleratorCount"];
+        r.gpus = count.as_u64().or_else(|| count.as_str().and_then(|s| s.parse().ok())).unwrap_or(0) as u32;
+    }
+    if let Some(t) = job["scheduling"]["timeout"].as_str() {
+        if let Some(secs) = t.strip_suffix('s').and_then(|s| s.parse::<f64>().ok()) {
+            let total = secs.max(0.0) + spec.grace_seconds.max(0.0) + 60.0;
+            r.time_minutes = Some((total / 60.0).ceil() as u64);
+        }
+    }
+    r
+}
+
+// ---------------------------------------------------------------------------------------
+// The backend.
+
+struct Watch {
+    run: RunId,
+    job_id: u64,
+    sink: EventSink,
+    started_sent: bool,
+    status_seen: Option<Instant>,
+    missing_since: Option<Instant>,
+    stopped: bool,
+    /// The node this run was moved off because it was drained (L9).
+    drained: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    watches: HashMap<PathBuf, Watch>,
+    /// Backstop cancels: (when, job id).
+    kills: Vec<(Instant, u64)>,
+    /// The last `squeue` view of the watched jobs.
+    last: HashMap<u64, SqJob>,
+    unparseable_since: Option<Instant>,
+}
+
+struct Shared {
+    opts: SlurmOptions,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+/// Runs replicas as Slurm batch jobs; see the module docs.
+pub struct SlurmBackend {
+    shared: Arc<Shared>,
+    sizes: HashMap<String, NodeSize>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn slurm_err(command: &str, message: impl Into<String>) -> BackendError {
+    BackendError::Slurm { command: command.into(), message: message.into() }
+}
+
+pub fn read_job_file(run_dir: &Path) -> Result<Option<SlurmJobFile>, BackendError> {
+    let path = run_dir.join(SLURM_FILE);
+    match fsutil::read_optional(&path)? {
+        None => Ok(None),
+        Some(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| slurm_err("read slurm.json", format!("{}: {e}", path.display()))),
+    }
+}
+
+fn write_job_file(run_dir: &Path, f: &SlurmJobFile) -> Result<(), BackendError> {
+    let mut bytes = serde_json::to_vec(f).map_err(|e| slurm_err("write slurm.json", e.to_string()))?;
+    bytes.push(b'\n');
+    Ok(fsutil::write_atomic(&run_dir.join(SLURM_FILE), &bytes)?)
+}
+
+pub fn job_name(run: &RunId) -> String {
+    let replica: String = run.replica.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    format!("ty-{}-{}-{}-{}", run.job, run.attempt, replica, run.restart)
+}
+
+impl SlurmBackend {
+    /// Checks that the partitions exist (`sinfo --json`) and starts the watcher thread.
+    /// The error names the option (`partition`, `gpu_partition`) that is wrong.
+    pub fn new(opts: SlurmOptions) -> Result<SlurmBackend, BackendError> {
+        if opts.shim_command.is_empty() {
+            return Err(BackendError::NoShimCommand);
+        }
+        let out = run_cmd("sinfo", &os(&["--json"]), opts.command_timeout).map_err(|m| slurm_err("sinfo --json", m))?;
+        let sizes = partition_sizes(&out).map_err(|m| slurm_err("sinfo --json", m))?;
+        for (key, p) in [("partition", Some(&opts.partition)), ("gpu_partition", opts.gpu_partition.as_ref())] {
+            if let Some(p) = p {
+                if !sizes.contains_key(p) {
+                    let mut known: Vec<&String> = sizes.keys().collect();
+                    known.sort();
+                    return Err(slurm_err(
+                        key,
+                        format!("partition {p:?} does not exist or has no nodes (partitions: {known:?})"),
+                    ));
+                }
+            }
+        }
+        let shared = Arc::new(Shared { opts, state: Mutex::new(State::default()), wake: Condvar::new() });
+        let w = Arc::clone(&shared);
+        thread::Builder::new()
+            .name("slurm-watch".into())
+            .spawn(move || watcher(w))
+            .map_err(|source| BackendError::Thread { run_dir: PathBuf::new(), source })?;
+        Ok(SlurmBackend { shared, sizes })
+    }
+
+    fn opts(&self) -> &SlurmOptions {
+        &self.shared.opts
+    }
+
+    /// The `sbatch` arguments of a run (without `--wrap`).
+    pub fn sbatch_args(&self, run: &RunId, run_dir: &Path, spec: &ShimSpec) -> Vec<OsString> {
+        let mut req = request_for(run, spec);
+        let partition = match (&self.opts().gpu_partition, req.gpus) {
+            (Some(g), n) if n > 0 => g.clone(),
+            _ => self.opts().partition.clone(),
+        };
+        if self.opts().fit_to_nodes {
+            if let Some(size) = self.sizes.get(&partition) {
+                req.cpus = req.cpus.min(size.cpus.max(1));
+                req.memory_mb = req.memory_mb.map(|m| m.min(size.memory_mb.max(1)));
+            }
+        }
+        let mut a: Vec<OsString> = os(&["--parsable", "--no-requeue", "--open-mode=append"]);
+        a.push(format!("--job-name={}", job_name(run)).into());
+        a.push(format!("--partition={partition}").into());
+        if let Some(mb) = req.memory_mb {
+            a.push(format!("--mem={mb}M").into());
+        }
+        a.push(format!("--cpus-per-task={}", req.cpus).into());
+        if req.gpus > 0 {
+            a.push(format!("--gres=gpu:{}", req.gpus).into());
+        }
+        if let Some(m) = req.time_minutes {
+            a.push(format!("--time={m}").into());
+        }
+        let mut chdir = OsString::from("--chdir=");
+        chdir.push(run_dir);
+        a.push(chdir);
+        let mut out = OsString::from("--output=");
+        out.push(run_dir.join(SLURM_OUT_FILE));
+        a.push(out);
+        let mut wrap = String::from("exec");
+        for part in self.opts().shim_command.iter().map(|s| s.as_bytes()).chain([run_dir.as_os_str().as_bytes()]) {
+            wrap.push(' ');
+            wrap.push_str(&sh_quote(part));
+        }
+        a.push("--wrap".into());
+        a.push(wrap.into());
+        a
+    }
+
+    /// Looks a run's job up by its output path (unique per run).
+    fn find_by_output(&self, run_dir: &Path) -> Result<Option<u64>, String> {
+        let out = run_cmd("squeue", &os(&["--json"]), self.opts().command_timeout)?;
+        let (jobs, _) = parse_squeue(&out)?;
+        let want = run_dir.join(SLURM_OUT_FILE);
+        Ok(jobs.values().filter(|j| Path::new(&j.standard_output) == want).map(|j| j.job_id).max())
+    }
+
+    fn launch_one(&self, l: Launch, sink: EventSink) -> Result<(), BackendError> {
+        let run = l.run;
+        let run_dir = std::path::absolute(&l.run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
+        if lock(&self.shared.state).watches.contains_key(&run_dir) {
+            return Ok(());
+        }
+        if let Some(f) = read_job_file(&run_dir)? {
+            if f.job_id.is_some() || run_dir.join(shim::STATUS_FILE).exists() {
+                return self.adopt_dir(run, run_dir, sink);
+            }
+            // The server died during sbatch: submitted or not?
+            match self.find_by_output(&run_dir) {
+                Ok(Some(id)) => {
+                    write_job_file(&run_dir, &SlurmJobFile { job_id: Some(id), ..f })?;
+                    return self.adopt_dir(run, run_dir, sink);
+                }
+                Ok(None) => {}
+                Err(m) => return Err(slurm_err("squeue --json", m)),
+            }
+        } else if run_dir.join(shim::STATUS_FILE).exists() || run_dir.join(shim::PID_FILE).exists() {
+            return self.adopt_dir(run, run_dir, sink);
+        }
+        std::fs::create_dir_all(&run_dir).map_err(|e| slurm_err("create run directory", format!("{}: {e}", run_dir.display())))?;
+        let mut spec = l.spec;
+        // Slurm's cgroup limits the memory (--mem) and reports OOM kills.
+        spec.cgroup_base = None;
+        spec.cgroup_version = None;
+        let args = self.sbatch_args(&run, &run_dir, &spec);
+        shim::write_spec(&run_dir, &spec)?;
+        let name = job_name(&run);
+        write_job_file(&run_dir, &SlurmJobFile { job_id: None, job_name: name.clone(), submitted_micros: fsutil::now_micros() })?;
+        let mut last = String::new();
+        for attempt in 0..SUBMIT_ATTEMPTS {
+            if attempt > 0 {
+                thread::sleep(Duration::from_secs(u64::from(attempt)));
+                // A timed-out sbatch may have gone through.
+                if let Ok(Some(id)) = self.find_by_output(&run_dir) {
+                    return self.submitted(run, run_dir, name, id, sink);
+                }
+            }
+            match run_cmd("sbatch", &args, self.opts().command_timeout) {
+                Ok(out) => {
+                    let text = String::from_utf8_lossy(&out);
+                    // --parsable: "<id>" or "<id>;<cluster>".
+                    let id = text.trim().split(';').next().and_then(|s| s.trim().parse::<u64>().ok());
+                    let Some(id) = id else {
+                        tracing::error!(%run, "sbatch printed {text:?}, not a job id");
+                        return Err(slurm_err("sbatch", format!("unexpected output {:?}", text.trim())));
+                    };
+                    return self.submitted(run, run_dir, name, id, sink);
+                }
+                Err(m) if is_transient(&m) => {
+                    tracing::warn!(%run, "sbatch: {m} (attempt {} of {SUBMIT_ATTEMPTS})", attempt + 1);
+                    last = m;
+                }
+                Err(m) => {
+                    // Refused: nothing was submitted; the run may be launched again.
+                    let _ = std::fs::remove_file(run_dir.join(SLURM_FILE));
+                    return Err(slurm_err("sbatch", m));
+                }
+            }
+        }
+        // Not known to be submitted: remove the marker only if squeue says it is not there.
+        if let Ok(None) = self.find_by_output(&run_dir) {
+            let _ = std::fs::remove_file(run_dir.join(SLURM_FILE));
+        }
+        Err(slurm_err("sbatch", last))
+    }
+
+    fn submitted(&self, run: RunId, run_dir: PathBuf, name: String, id: u64, sink: EventSink) -> Result<(), BackendError> {
+        let f = SlurmJobFile { job_id: Some(id), job_name: name, submitted_micros: fsutil::now_micros() };
+        if let Err(e) = write_job_file(&run_dir, &f) {
+            // Without a durable id a restarted server could not find the job: cancel it.
+            let _ = run_cmd("scancel", &[OsString::from(id.to_string())], self.opts().command_timeout);
+            return Err(e);
+        }
+        self.watch(run, run_dir, id, sink);
+        Ok(())
+    }
+
+    fn watch(&self, run: RunId, run_dir: PathBuf, job_id: u64, sink: EventSink) {
+        let mut st = lock(&self.shared.state);
+        st.watches.entry(run_dir).or_insert(Watch {
+            run,
+            job_id,
+            sink,
+            started_sent: false,
+            status_seen: None,
+            missing_since: None,
+            stopped: false,
+            drained: None,
+        });
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+
+    fn adopt_dir(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
+        if lock(&self.shared.state).watches.contains_key(&run_dir) {
+            return Ok(());
+        }
+        let file = read_job_file(&run_dir)?;
+        let id = match file.as_ref().and_then(|f| f.job_id) {
+            Some(id) => Some(id),
+            None if file.is_some() => self.find_by_output(&run_dir).map_err(|m| slurm_err("squeue --json", m))?,
+            None => None,
+        };
+        match id {
+            Some(id) => {
+                if let Some(f) = file.filter(|f| f.job_id.is_none()) {
+                    write_job_file(&run_dir, &SlurmJobFile { job_id: Some(id), ..f })?;
+                }
+                self.watch(run, run_dir, id, sink);
+            }
+            None => {
+                // Never submitted (or its record is gone): report what the directory holds.
+                let status = shim::read_status(&run_dir).ok().flatten();
+                let started = run_dir.join(shim::STARTED_FILE).exists();
+                let outcome = match &status {
+                    Some(s) => outcome_from_status(s),
+                    None if file.is_some() => Outcome::LaunchFailed { message: "the run was never submitted to Slurm".into() },
+                    None => Outcome::Lost { message: "the run has no Slurm job".into() },
+                };
+                report_end(&run, &run_dir, &sink, started && status.is_some(), false, outcome);
+            }
+        }
+        Ok(())
+    }
+
+    fn job_of(&self, run_dir: &Path) -> Option<u64> {
+        if let Some(w) = lock(&self.shared.state).watches.get(run_dir) {
+            return Some(w.job_id);
+        }
+        read_job_file(run_dir).ok().flatten().and_then(|f| f.job_id)
+    }
+}
+
+/// Sends `Started` (if the program ran and it was not sent) and `Exited`.
+fn report_end(run: &RunId, run_dir: &Path, sink: &EventSink, ran: bool, started_sent: bool, outcome: Outcome) {
+    if ran && !started_sent {
+        if let Ok(Some(s)) = shim::read_started(run_dir) {
+            sink(BackendEvent::Started { run: run.clone(), pid: s.pid });
+        }
+    }
+    let stderr_tail = log::stderr_tail(run_dir, STDERR_TAIL_LINES).unwrap_or_default();
+    sink(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail });
+}
+
+fn scancel(opts: &SlurmOptions, args: &[&str]) -> Result<(), String> {
+    run_cmd("scancel", &os(args), opts.command_timeout).map(|_| ())
+}
+
+/// The watcher thread: see the module docs.
+fn watcher(shared: Arc<Shared>) {
+    let opts = &shared.opts;
+    let mut last_squeue: Option<Instant> = None;
+    let mut last_warn: Option<Instant> = None;
+    let mut last_sinfo: Option<Instant> = None;
+    loop {
+        // Wait for work.
+        let (dirs, due): (Vec<(PathBuf, bool, bool)>, Vec<u64>) = {
+            let mut st = lock(&shared.state);
+            while st.watches.is_empty() && st.kills.is_empty() {
+                st.last.clear();
+                st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            let now = Instant::now();
+            let due: Vec<u64> = st.kills.iter().filter(|(at, _)| *at <= now).map(|(_, id)| *id).collect();
+            st.kills.retain(|(at, _)| *at > now);
+            let dirs = st.watches.iter().map(|(d, w)| (d.clone(), w.started_sent, w.status_seen.is_some())).collect();
+            (dirs, due)
+        };
+        for id in due {
+            if let Err(m) = scancel(opts, &[&id.to_string()]) {
+                tracing::warn!("scancel {id}: {m}");
+            }
+        }
+        // Files: started.json and status.json.
+        let mut events = Vec::new();
+        let mut new_status = false;
+        for (dir, started_sent, status_seen) in &dirs {
+            let started = if !started_sent { shim::read_started(dir).ok().flatten() } else { None };
+            let status_now = !status_seen && dir.join(shim::STATUS_FILE).exists();
+            if started.is_none() && !status_now {
+                continue;
+            }
+            let mut st = lock(&shared.state);
+            let Some(w) = st.watches.get_mut(dir) else { continue };
+            if let Some(s) = started {
+                w.started_sent = true;
+                events.push((w.sink.clone(), BackendEvent::Started { run: w.run.clone(), pid: s.pid }));
+            }
+            if status_now {
+                w.status_seen = Some(Instant::now());
+                new_status = true;
+            }
+        }
+        for (sink, ev) in events {
+            sink(ev);
+        }
+        let now = Instant::now();
+        let since = last_squeue.map(|t| now.duration_since(t));
+        let poll = since.is_none_or(|d| d >= opts.poll_interval || (new_status && d >= Duration::from_millis(100)))
+            && !dirs.is_empty();
+        if poll {
+            last_squeue = Some(now);
+            match run_cmd("squeue", &os(&["--json"]), opts.command_timeout) {
+                Err(m) => {
+                    if last_warn.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                        tracing::warn!("squeue --json: {m} (the runs keep being watched)");
+                        last_warn = Some(Instant::now());
+                    }
+                }
+                Ok(out) => match parse_squeue(&out) {
+                    Ok((jobs, bad)) => {
+                        if bad > 0 {
+                            tracing::debug!("squeue --json: {bad} job entries did not parse");
+                        }
+                        settle(&shared, jobs);
+                    }
+                    Err(m) => {
+                        let text = String::from_utf8_lossy(&out[..out.len().min(2000)]).into_owned();
+                        tracing::error!("{m}; output: {text}");
+                        unparseable(&shared, m);
+                    }
+                },
+            }
+        }
+        if last_sinfo.is_none_or(|t| t.elapsed() >= DRAIN_CHECK) {
+            last_sinfo = Some(Instant::now());
+            check_drained(&shared);
+        }
+        let st = lock(&shared.state);
+        let _ = shared.wake.wait_timeout(st, FILE_TICK);
+    }
+}
+
+/// The nodes that are drained, draining or down, from `sinfo --json`.
+pub fn unavailable_nodes(text: &[u8]) -> Result<Vec<String>, String> {
+    #[derive(Deserialize)]
+    struct Doc {
+        #[serde(default)]
+        nodes: Vec<Node>,
+    }
+    #[derive(Deserialize)]
+    struct Node {
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        state: String,
+        #[serde(default)]
+        state_flags: Vec<String>,
+    }
+    let doc: Doc = serde_json::from_slice(text).map_err(|e| format!("sinfo --json output does not parse: {e}"))?;
+    Ok(doc
+        .nodes
+        .into_iter()
+        .filter(|n| n.state_flags.iter().any(|f| f.starts_with("DRAIN")) || n.state.eq_ignore_ascii_case("down"))
+        .map(|n| n.name)
+        .collect())
+}
+
+/// L9, node maintenance: a running replica on a drained node gets SIGTERM and its grace
+/// period (`scancel --signal=TERM --full`, then the backstop cancel) while the node is
+/// still up, and ends `Lost`, so that the driver restarts it elsewhere (the drained node
+/// takes no new work).
+fn check_drained(shared: &Shared) {
+    let running: Vec<(PathBuf, u64, String)> = {
+        let st = lock(&shared.state);
+        st.watches
+            .iter()
+            .filter(|(_, w)| w.drained.is_none() && !w.stopped)
+            .filter_map(|(d, w)| {
+                let j = st.last.get(&w.job_id)?;
+                (j.job_state == "RUNNING" && !j.nodes.is_empty()).then(|| (d.clone(), w.job_id, j.nodes.clone()))
+            })
+            .collect()
+    };
+    if running.is_empty() {
+        return;
+    }
+    let Ok(out) = run_cmd("sinfo", &os(&["--json"]), shared.opts.command_timeout) else { return };
+    let Ok(down) = unavailable_nodes(&out) else { return };
+    for (dir, id, node) in running {
+        if !down.contains(&node) {
+            continue;
+        }
+        tracing::info!("Slurm job {id}: node {node} is drained or down; moving the replica (L9)");
+        let grace = shim::read_spec(&dir).ok().flatten().map(|s| s.grace_seconds).unwrap_or(30.0);
+        {
+            let mut st = lock(&shared.state);
+            let Some(w) = st.watches.get_mut(&dir) else { continue };
+            w.drained = Some(node.clone());
+            let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
+            st.kills.push((at, id));
+        }
+        if scancel(&shared.opts, &["--signal=TERM", "--full", &id.to_string()]).is_err() {
+            let _ = scancel(&shared.opts, &[&id.to_string()]);
+        }
+    }
+}
+
+/// After a good `squeue`: ends the runs whose jobs ended.
+fn settle(shared: &Shared, jobs: HashMap<u64, SqJob>) {
+    let now = Instant::now();
+    let mut ended = Vec::new();
+    let mut cancel = Vec::new();
+    {
+        let mut st = lock(&shared.state);
+        st.unparseable_since = None;
+        let ids: Vec<u64> = st.watches.values().map(|w| w.job_id).collect();
+        st.last = ids.iter().filter_map(|id| jobs.get(id).map(|j| (*id, j.clone()))).collect();
+        let dirs: Vec<PathBuf> = st.watches.keys().cloned().collect();
+        for dir in dirs {
+            let Some(w) = st.watches.get_mut(&dir) else { continue };
+            let job = jobs.get(&w.job_id);
+            let done = match job {
+                Some(j) if !is_live_state(&j.job_state) => true,
+                Some(_) => w.status_seen.is_some_and(|t| now.duration_since(t) >= STATUS_WITHOUT_END),
+                None => {
+                    w.missing_since.get_or_insert(now);
+                    if w.status_seen.is_some() {
+                        true
+                    } else if w.missing_since.is_some_and(|t| now.duration_since(t) >= MISSING_BOUND) {
+                        cancel.push(w.job_id);
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if job.is_some() {
+                w.missing_since = None;
+            }
+            if done {
+                let w = st.watches.remove(&dir).expect("present");
+                ended.push((dir, w, job.cloned()));
+            }
+        }
+    }
+    for id in cancel {
+        let _ = scancel(&shared.opts, &[&id.to_string()]);
+    }
+    for (dir, w, job) in ended {
+        let status = shim::read_status(&dir).ok().flatten();
+        let started = w.started_sent || dir.join(shim::STARTED_FILE).exists();
+        let mut outcome = outcome_for(job.as_ref(), status.as_ref(), started, w.stopped);
+        if let Some(node) = &w.drained {
+            if !matches!(outcome, Outcome::StartError { .. } | Outcome::LaunchFailed { .. } | Outcome::OomKilled { .. }) {
+                outcome = Outcome::Lost { message: format!("node {node} was drained for maintenance") };
+            }
+        }
+        let ran = !matches!(outcome, Outcome::StartError { .. } | Outcome::LaunchFailed { .. });
+        report_end(&w.run, &dir, &w.sink, ran && started, w.started_sent, outcome);
+    }
+}
+
+/// `squeue` printed something that does not parse: after a while, end every watched run
+/// as an internal error (L16), cancelling its job first.
+fn unparseable(shared: &Shared, message: String) {
+    let mut st = lock(&shared.state);
+    let since = *st.unparseable_since.get_or_insert_with(Instant::now);
+    if since.elapsed() < UNPARSEABLE_BOUND {
+        return;
+    }
+    st.unparseable_since = None;
+    let all: Vec<(PathBuf, Watch)> = st.watches.drain().collect();
+    drop(st);
+    for (dir, w) in all {
+        let _ = scancel(&shared.opts, &[&w.job_id.to_string()]);
+        let outcome = Outcome::LaunchFailed { message: format!("cannot read the state of Slurm job {}: {message}", w.job_id) };
+        report_end(&w.run, &dir, &w.sink, false, w.started_sent, outcome);
+    }
+}
+
+impl Backend for SlurmBackend {
+    fn launch(&self, runs: Vec<Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+        if runs.len() == 1 {
+            return runs
+                .into_iter()
+                .map(|l| {
+                    let run = l.run.clone();
+                    (run, self.launch_one(l, sink.clone()))
+                })
+                .collect();
+        }
+        // L6: every replica's job is submitted at once.
+        thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .into_iter()
+                .map(|l| {
+                    let sink = sink.clone();
+                    (l.run.clone(), scope.spawn(move || self.launch_one(l, sink)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(run, h)| (run, h.join().unwrap_or_else(|_| Err(slurm_err("sbatch", "the launch thread panicked")))))
+                .collect()
+        })
+    }
+
+    fn adopt(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
+        self.adopt_dir(run, run_dir, sink)
+    }
+
+    fn stop(&self, run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
+        let Some(id) = self.job_of(&run_dir) else { return Ok(()) };
+        let (known, pending) = {
+            let mut st = lock(&self.shared.state);
+            if let Some(w) = st.watches.get_mut(&run_dir) {
+                w.stopped = true;
+            }
+            let j = st.last.get(&id);
+            (j.map(|j| j.job_state.clone()), j.is_some_and(|j| j.job_state == "PENDING"))
+        };
+        if known.as_deref().is_some_and(|s| !is_live_state(s)) {
+            return Ok(());
+        }
+        let ids = id.to_string();
+        if pending || run_dir.join(shim::STATUS_FILE).exists() {
+            return scancel(self.opts(), &[&ids]).map_err(|m| slurm_err("scancel", m));
+        }
+        if let Err(m) = scancel(self.opts(), &["--signal=TERM", "--full", &ids]) {
+            // Pending ("can not be altered now") or already over: a plain cancel does it.
+            tracing::debug!(%run, "scancel --signal=TERM: {m}");
+            return scancel(self.opts(), &[&ids]).map_err(|m| slurm_err("scancel", m));
+        }
+        let grace = shim::read_spec(&run_dir).ok().flatten().map(|s| s.grace_seconds).unwrap_or(30.0);
+        let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
+        lock(&self.shared.state).kills.push((at, id));
+        self.shared.wake.notify_all();
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "Slurm (partition {}{}); memory limits and OOM kills through Slurm's --mem and cgroups{}",
+            self.opts().partition,
+            self.opts().gpu_partition.as_ref().map(|g| format!(", GPU partition {g}")).unwrap_or_default(),
+            if self.opts().fit_to_nodes { "; requests reduced to the largest node" } else { "" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURE: &str = include_str!("../tests/fixtures/squeue-22.05.json");
+
+    fn job(id: u64) -> SqJob {
+        let (jobs, bad) = parse_squeue(FIXTURE.as_bytes()).unwrap();
+        assert_eq!(bad, 0);
+        jobs[&id].clone()
+    }
+
+    fn status(exit_code: Option<i32>, signal: Option<i32>) -> ShimStatus {
+        ShimStatus { exit_code, signal, oom_kills: None, start_error: None, launch_error: None, ended_micros: 0 }
+    }
+
+    /// The real `squeue --json` of Slurm 22.05.8 (captured from scripts/slurm/up.sh's
+    /// cluster): states, reasons and raw exit codes.
+    #[test]
+    fn parses_a_real_squeue_sample() {
+        let (jobs, bad) = parse_squeue(FIXTURE.as_bytes()).unwrap();
+        assert_eq!(bad, 0);
+        assert_eq!(jobs.len(), 8);
+        let oom = &jobs[&30];
+        assert_eq!((oom.job_state.as_str(), oom.state_reason.as_str(), oom.raw_exit()), ("OUT_OF_MEMORY", "OutOfMemory", Some(253)));
+        assert_eq!(oom.nodes, "n1");
+        assert_eq!(oom.standard_output, "/tmp/t1/slurm.out");
+        assert_eq!((jobs[&31].job_state.as_str(), jobs[&31].raw_exit()), ("FAILED", Some(768)));
+        assert_eq!(jobs[&32].state_reason, "JobLaunchFailure");
+        assert_eq!(jobs[&34].job_state, "PENDING");
+        assert_eq!(jobs[&35].job_state, "CANCELLED");
+        assert_eq!(jobs[&36].job_state, "COMPLETED");
+        assert_eq!((jobs[&37].job_state.as_str(), jobs[&37].state_reason.as_str()), ("NODE_FAIL", "NodeDown"));
+    }
+
+    #[test]
+    fn tolerates_unknown_and_bad_entries() {
+        let (jobs, bad) =
+            parse_squeue(br#"{"meta":{},"jobs":[{"job_id":5,"job_state":"RUNNING","new_field":{"x":1},"exit_code":{"status":"x"}},{"nope":1}]}"#)
+                .unwrap();
+        assert_eq!(bad, 1);
+        assert_eq!(jobs[&5].job_state, "RUNNING");
+        assert_eq!(jobs[&5].raw_exit(), None);
+        assert!(parse_squeue(b"squeue: error: Unable to contact slurm controller").is_err());
+        assert!(parse_squeue(b"").is_err());
+    }
+
+    #[test]
+    fn wait_status_decoding() {
+        assert_eq!(decode_wait_status(768), WaitStatus::Exited(3));
+        assert_eq!(decode_wait_status(0), WaitStatus::Exited(0));
+        assert_eq!(decode_wait_status(9), WaitStatus::Signaled(9));
+        assert_eq!(decode_wait_status(15), WaitStatus::Signaled(15));
+        assert_eq!(decode_wait_status(134 << 8), WaitStatus::Exited(134));
+        // OOM: Slurm's 0:125 (253 = 0xfd).
+        assert_eq!(decode_wait_status(253), WaitStatus::Signaled(125));
+    }
+
+    /// L14: OUT_OF_MEMORY is an OOM kill, with the status the shim saw.
+    #[test]
+    fn l14_out_of_memory_state() {
+        assert_eq!(outcome_for(Some(&job(30)), Some(&status(None, Some(9))), true, false), Outcome::OomKilled { status: 137 });
+        assert_eq!(outcome_for(Some(&job(30)), None, true, false), Outcome::OomKilled { status: 137 });
+        // A plain SIGKILL without OUT_OF_MEMORY is not an OOM (never guessed from 137).
+        let mut failed = job(32);
+        failed.state_reason = "NonZeroExitCode".into();
+        assert_eq!(outcome_for(Some(&failed), Some(&status(None, Some(9))), true, false), Outcome::Signaled { signal: 9 });
+    }
+
+    /// L9/L10: node failure is Lost (restarted, not counted); TIMEOUT too.
+    #[test]
+    fn l9_node_fail_and_timeout_are_lost() {
+        assert!(matches!(outcome_for(Some(&job(37)), None, true, false), Outcome::Lost { .. }));
+        assert!(matches!(outcome_for(Some(&job(37)), Some(&status(None, Some(15))), true, false), Outcome::Lost { .. }));
+        let mut t = job(36);
+        t.job_state = "TIMEOUT".into();
+        t.state_reason = "TimeLimit".into();
+        assert!(matches!(outcome_for(Some(&t), Some(&status(None, Some(15))), true, false), Outcome::Lost { .. }));
+    }
+
+    /// L13, L16: the shim's status decides; without one, a job that never ran the
+    /// program is a launch failure, one that ran is lost.
+    #[test]
+    fn l13_l16_status_and_launch_failures() {
+        assert_eq!(outcome_for(Some(&job(31)), Some(&status(Some(3), None)), true, false), Outcome::Exited { code: 3 });
+        assert_eq!(outcome_for(Some(&job(36)), Some(&status(Some(0), None)), true, false), Outcome::Exited { code: 0 });
+        let mut s = status(None, None);
+        s.start_error = Some("cannot start \"/x\"".into());
+        assert!(matches!(outcome_for(Some(&job(36)), Some(&s), false, false), Outcome::StartError { .. }));
+        assert!(matches!(outcome_for(Some(&job(32)), None, false, false), Outcome::LaunchFailed { .. }));
+        assert!(matches!(outcome_for(Some(&job(32)), None, true, false), Outcome::Lost { .. }));
+        assert!(matches!(outcome_for(None, None, false, false), Outcome::LaunchFailed { .. }));
+        assert_eq!(outcome_for(Some(&job(35)), None, false, true), Outcome::Signaled { signal: 15 });
+    }
+
+    #[test]
+    fn states() {
+        for s in ["PENDING", "RUNNING", "COMPLETING", "CONFIGURING"] {
+            assert!(is_live_state(s), "{s}");
+        }
+        for s in ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"] {
+            assert!(!is_live_state(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn requests_from_the_job_spec() {
+        let job_spec = serde_json::json!({
+            "workerPoolSpecs": [
+                {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1"},
+                {"machineSpec": {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 2}}
+            ],
+            "scheduling": {"timeout": "90s"}
+        });
+        let cs = serde_json::json!({"cluster": {}, "job": job_spec.to_string()});
+        let mut spec = ShimSpec::new(vec!["x".into()], vec![("CLUSTER_SPEC".into(), cs.to_string())]);
+        spec.memory_limit_bytes = Some(3 * 1024 * 1024 * 1024 + 1);
+        spec.grace_seconds = 30.0;
+        let run = RunId { job: 7, attempt: 1, replica: "workerpool1-0".into(), restart: 2 };
+        let r = request_for(&run, &spec);
+        assert_eq!(r, Request { cpus: 8, memory_mb: Some(3073), gpus: 2, time_minutes: Some(3) });
+        let r0 = request_for(&RunId { replica: "workerpool0-0".into(), ..run.clone() }, &spec);
+        assert_eq!((r0.cpus, r0.gpus), (4, 0));
+        assert_eq!(job_name(&run), "ty-7-1-workerpool1-0-2");
+        // No CLUSTER_SPEC: one CPU, the memory limit, no time limit.
+        let bare = ShimSpec::new(vec!["x".into()], vec![]);
+        assert_eq!(request_for(&run, &bare), Request { cpus: 1, memory_mb: None, gpus: 0, time_minutes: None });
+    }
+
+    #[test]
+    fn sinfo_sizes_and_quoting() {
+        let s = partition_sizes(
+            br#"{"nodes":[{"name":"n1","cpus":2,"real_memory":2000,"partitions":["debug"]},
+                          {"name":"n3","cpus":4,"real_memory":1000,"partitions":["debug","gpu"],"extra":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s["debug"], NodeSize { cpus: 4, memory_mb: 2000 });
+        assert_eq!(s["gpu"], NodeSize { cpus: 4, memory_mb: 1000 });
+        assert_eq!(sh_quote(b"/a b/it's"), "'/a b/it'\\''s'");
+        assert!(is_transient("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"));
+        assert!(!is_transient("sbatch: error: Batch job submission failed: Requested node configuration is not available"));
+    }
+
+    #[test]
+    fn drained_and_down_nodes() {
+        let down = unavailable_nodes(
+            br#"{"nodes":[{"name":"n1","state":"idle","state_flags":[]},{"name":"n2","state":"mixed","state_flags":["DRAIN"]},
+                          {"name":"n3","state":"down","state_flags":["NOT_RESPONDING"]},{"name":"n4","state":"allocated"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(down, vec!["n2".to_string(), "n3".to_string()]);
+    }
+}
