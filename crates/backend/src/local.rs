@@ -62,6 +62,10 @@ pub enum BackendError {
     /// A Slurm command failed or refused the request; `message` is Slurm's own text.
     #[error("slurm: {command}: {message}")]
     Slurm { command: String, message: String },
+    /// The execution engine cannot be reached now (e.g. slurmctld is down); nothing was
+    /// started, and the same launch may be tried again later.
+    #[error("{engine} is unreachable: {message}")]
+    Unavailable { engine: String, message: String },
 }
 
 /// Runs replicas as local processes under shims. `Send + Sync`; all waiting happens on

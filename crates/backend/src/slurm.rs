@@ -641,7 +641,8 @@ impl SlurmBackend {
         if let Ok(None) = self.find_by_output(&run_dir) {
             let _ = std::fs::remove_file(run_dir.join(SLURM_FILE));
         }
-        Err(slurm_err("sbatch", last))
+        // The controller is unreachable: the driver keeps the job PENDING and tries again.
+        Err(BackendError::Unavailable { engine: "the Slurm controller".into(), message: last })
     }
 
     fn submitted(&self, run: RunId, run_dir: PathBuf, name: String, id: u64, sink: EventSink) -> Result<(), BackendError> {

@@ -142,3 +142,42 @@ fn l9_node_drain_moves_the_replica() {
     assert!(run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 1).exists(), "restart 1 of attempt 0 ran");
     assert!(!run_dir(&s.data_dir(), id_of(&j), 1, "workerpool0-0", 0).exists(), "no job retry");
 }
+
+/// slurmctld down when a job is created: the job stays PENDING with a clear reason (not
+/// FAILED, not lost) and starts when slurmctld is back.
+#[test]
+fn slurmctld_down_keeps_the_job_pending() {
+    if !ready() {
+        return;
+    }
+    let s = Server::start("");
+    let conf = std::env::var("SLURM_CONF").unwrap_or_default();
+    let state_dir = std::path::Path::new(&conf).parent().and_then(|etc| etc.parent()).map(|p| p.to_path_buf()).expect("state dir");
+    let pid: i32 = std::fs::read_to_string(state_dir.join("run/slurmctld.pid"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .expect("slurmctld pid file");
+    // SAFETY: kill(2) has no memory effects.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Command::new("squeue").arg("-h").output().map(|o| o.status.success()).unwrap_or(false) {
+        assert!(Instant::now() < deadline, "slurmctld did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let j = s.create("p", &sh_job("ctld-down", "echo ran while the controller came back"));
+    let name = name_of(&j);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.wait_for(&name, 90, |j| {
+            j["state"] == "JOB_STATE_PENDING" && j["trainyardWaitingReason"].as_str().is_some_and(|r| r.contains("unreachable"))
+        })
+    }));
+    // Start the controller again, whatever happened.
+    let _ = Command::new("slurmctld").args(["-f", &conf]).status();
+    let waiting = result.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    eprintln!("waiting: {}", waiting["trainyardWaitingReason"]);
+    let done = s.wait_terminal(&name, 120);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&name));
+    assert!(!run_dir(&s.data_dir(), id_of(&j), 1, "workerpool0-0", 0).exists(), "no job retry (L16 not spent)");
+}

@@ -38,6 +38,9 @@ pub enum Msg {
     Admin { req: Admin, reply: Reply<serde_json::Value> },
     /// L9: a node stopped answering (its agent is gone).
     NodeLost(String),
+    /// The execution engine could not be reached for this launch: try it again later, the
+    /// job waiting PENDING (not an internal error, L16).
+    LaunchLater { launch: Box<Launch>, reason: String },
     /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
@@ -105,6 +108,8 @@ pub struct Driver {
     study_events: Vec<(u64, study::Event)>,
     /// When trials' metric files were last read.
     last_metric_poll: Micros,
+    /// Launches put off while the engine is unreachable: (when, launch, tries).
+    later: Vec<(Micros, Launch, u32)>,
 }
 
 struct LiveStudy {
@@ -172,6 +177,7 @@ impl Driver {
             studies: BTreeMap::new(),
             study_events: Vec::new(),
             last_metric_poll: 0,
+            later: Vec::new(),
         };
         (d, tx)
     }
@@ -492,6 +498,7 @@ impl Driver {
             self.on_time(now)?;
             self.poll_trial_metrics(now);
             self.drain_study_events(now)?;
+            self.retry_later_launches(now);
             if self.reschedule {
                 self.reschedule = false;
                 self.schedule_round(now)?;
@@ -503,6 +510,9 @@ impl Driver {
             if !self.studies.is_empty() {
                 // Trials' metric files are read about once a second.
                 wait = wait.min(Duration::from_millis(500));
+            }
+            if let Some(t) = self.later.iter().map(|(t, _, _)| *t).min() {
+                wait = wait.min(Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64));
             }
             let first = match self.rx.recv_timeout(wait) {
                 Ok(msg) => msg,
@@ -527,6 +537,29 @@ impl Driver {
                 }
             }
             self.apply_started(started)?;
+        }
+    }
+
+    /// Launches put off while the engine was unreachable, when their time has come; those of
+    /// runs no longer current are dropped (the launch is idempotent anyway).
+    fn retry_later_launches(&mut self, now: Micros) {
+        if self.later.is_empty() {
+            return;
+        }
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.later).into_iter().partition(|(t, _, _)| *t <= now);
+        self.later = rest;
+        let mut runs = Vec::new();
+        for (_, launch, tries) in due {
+            let current = self.jobs.get(&launch.run.job).and_then(|l| l.job.replica(&launch.run.replica)).is_some_and(|r| {
+                r.restart == launch.run.restart && r.state == trainyard_core::job::ReplicaState::Launching
+            }) && self.jobs.get(&launch.run.job).is_some_and(|l| l.job.attempt == launch.run.attempt);
+            if current {
+                runs.push(launch);
+                let _ = tries;
+            }
+        }
+        if !runs.is_empty() {
+            do_launch(&self.svc, runs, self.sink(), &self.tx);
         }
     }
 
@@ -581,6 +614,14 @@ impl Driver {
             }
             Msg::EffectDone(seq) => self.store.outbox_done(seq)?,
             Msg::NodeLost(node) => self.lose_node(&node, now)?,
+            Msg::LaunchLater { launch, reason } => {
+                let job = launch.run.job;
+                let tries = self.later.iter().filter(|(_, l, _)| l.run == launch.run).map(|(_, _, n)| *n).max().unwrap_or(0) + 1;
+                self.later.retain(|(_, l, _)| l.run != launch.run);
+                let delay = (2_000_000i64 << (tries - 1).min(4)).min(30_000_000);
+                self.later.push((now + delay, *launch, tries));
+                self.note_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)?;
+            }
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
                 let _ = reply.send(r);
@@ -1148,7 +1189,7 @@ impl Driver {
         }
         // L6: every replica of the attempt starts at once.
         if !ready.is_empty() {
-            do_launch(&self.svc, ready, self.sink());
+            do_launch(&self.svc, ready, self.sink(), &self.tx);
         }
         if let Err(e) = self.store.outbox_done_many(&done) {
             tracing::error!("outbox: {e}");
@@ -1179,7 +1220,7 @@ impl Driver {
                         Ok(python) => {
                             let mut spec = spec;
                             spec.argv = std::iter::once(python.display().to_string()).chain(module_args).collect();
-                            do_launch(&svc, vec![Launch { run, run_dir: dir, spec, node }], sink);
+                            do_launch(&svc, vec![Launch { run, run_dir: dir, spec, node }], sink, &tx);
                         }
                         Err(message) => {
                             sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
@@ -1207,12 +1248,22 @@ enum Prepared {
     Reported,
 }
 
-fn do_launch(svc: &Services, runs: Vec<Launch>, sink: EventSink) {
+fn do_launch(svc: &Services, runs: Vec<Launch>, sink: EventSink, tx: &Sender<Msg>) {
+    let keep: BTreeMap<RunId, Launch> = runs.iter().map(|l| (l.run.clone(), l.clone())).collect();
     for (run, result) in svc.backend.launch(runs, sink.clone()) {
-        if let Err(e) = result {
-            // L16: the replica could not be launched for a reason that is not the user's.
-            tracing::error!("{run}: launch failed: {e}");
-            sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
+        match result {
+            Ok(()) => {}
+            Err(trainyard_backend::BackendError::Unavailable { engine, message }) => {
+                tracing::warn!("{run}: {engine} is unreachable ({message}); the launch is tried again later");
+                if let Some(launch) = keep.get(&run) {
+                    let _ = tx.send(Msg::LaunchLater { launch: Box::new(launch.clone()), reason: format!("{engine} is unreachable ({message})") });
+                }
+            }
+            Err(e) => {
+                // L16: the replica could not be launched for a reason that is not the user's.
+                tracing::error!("{run}: launch failed: {e}");
+                sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
+            }
         }
     }
 }
