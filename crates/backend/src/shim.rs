@@ -87,6 +87,22 @@ pub struct ShimSpec {
     /// The replica cgroup's directory name below `cgroup_base`.
     #[serde(default)]
     pub cgroup_name: String,
+    /// What the replica asks of its node, for engines that place work themselves (Slurm):
+    /// the machine type's vCPUs, its accelerator type and count, and the job's
+    /// `scheduling.timeout` in seconds. The shim itself does not use them.
+    #[serde(default)]
+    pub resources: Resources,
+}
+
+/// A replica's request of resources (see `ShimSpec::resources`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    #[serde(default)]
+    pub accelerator: Option<(String, u32)>,
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
 }
 
 impl ShimSpec {
@@ -101,6 +117,7 @@ impl ShimSpec {
             cgroup_base: None,
             cgroup_version: None,
             cgroup_name: String::new(),
+            resources: Resources::default(),
         }
     }
 }

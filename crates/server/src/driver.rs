@@ -1341,6 +1341,17 @@ fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<LaunchPlan, O
     let mut shim = ShimSpec::new(Vec::new(), env);
     shim.cwd = Some(svc.workdir.clone());
     shim.memory_limit_bytes = memory;
+    shim.resources = trainyard_backend::Resources {
+        cpus: job.demand.replicas.get(idx).map(|d| d.cpus),
+        accelerator: job.demand.replicas.get(idx).and_then(|d| d.accelerator.clone()),
+        timeout_secs: live
+            .resource
+            .job_spec
+            .scheduling
+            .as_ref()
+            .and_then(|s| s.timeout.as_ref())
+            .map(|t| t.seconds.max(0) as u64),
+    };
     shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
     match (&pool.container_spec, &pool.python_package_spec) {
         (Some(c), _) => {
