@@ -167,3 +167,32 @@ fn l9_node_loss_restarts_replicas_elsewhere() {
     assert_eq!(node["state"], "UP");
     assert_eq!(pids_with(&format!("node-agent {}", lock.display())).len(), 1);
 }
+
+/// SPOT: a SPOT job runs on idle capacity; when non-SPOT work needs the node, the SPOT job
+/// gets SIGTERM and its grace period, waits PENDING, and runs again when capacity returns,
+/// counted against no retry budget.
+#[test]
+fn spot_job_is_preempted_and_comes_back() {
+    let s = Server::start("[[nodes]]\nname = \"only\"\ncpus = 4\nmemory_gb = 16\n\n[scheduler]\nspot_min_runtime_secs = 0\n");
+    let marker = s.dir.path().join("spot-ran");
+    let script = format!(
+        "if [ -e {m} ]; then echo spot finished; exit 0; fi; touch {m}; trap 'echo spot got SIGTERM; exit 0' TERM; while true; do sleep 0.1; done",
+        m = marker.display()
+    );
+    let mut spot = sh_job("spot", &script);
+    spot["jobSpec"]["scheduling"] = serde_json::json!({"strategy": "SPOT"});
+    let spot = s.create("p", &spot);
+    let spot_name = name_of(&spot);
+    s.wait_for(&spot_name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let urgent = s.create("p", &sh_job("urgent", "sleep 1; echo urgent done"));
+    let urgent_done = s.wait_terminal(&name_of(&urgent), 60);
+    assert_eq!(urgent_done["state"], "JOB_STATE_SUCCEEDED");
+    let spot_done = s.wait_terminal(&spot_name, 60);
+    assert_eq!(spot_done["state"], "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&spot_name));
+    let text = s.logs_text(&spot_name);
+    assert!(text.contains("SPOT job preempted"), "{text}");
+    assert!(text.contains("spot got SIGTERM"), "the grace period let it checkpoint: {text}");
+    assert!(text.contains("spot finished"), "{text}");
+    assert!(!text.contains("Job retry"), "no retry budget spent: {text}");
+    assert!(run_dir(&s.data_dir(), id_of(&spot), 1, "workerpool0-0", 0).exists(), "a fresh attempt ran");
+}

@@ -43,6 +43,24 @@ struct File {
     /// `"local"` (default) or `"slurm"`.
     backend: Option<String>,
     slurm: Option<SlurmFile>,
+    scheduler: Option<SchedulerFile>,
+}
+
+/// `[scheduler]`: how waiting work is ordered and placed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchedulerFile {
+    /// `"fair_share"` (default) or `"fifo"`.
+    order: Option<trainyard_core::schedule::Order>,
+    backfill: Option<bool>,
+    preemption: Option<bool>,
+    /// A job waiting this long goes ahead of the fair order; 0: never.
+    starvation_secs: Option<u64>,
+    /// A SPOT job is preempted only after it has run this long.
+    spot_min_runtime_secs: Option<u64>,
+    /// Fair-share weight per project (default 1).
+    #[serde(default)]
+    weights: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,6 +129,7 @@ pub struct Config {
     /// Bearer tokens and the projects they may use; None: open, loopback only.
     pub tokens_file: Option<PathBuf>,
     pub settings: Settings,
+    pub scheduler: trainyard_core::schedule::SchedulerConfig,
     pub fleet: Fleet,
     pub quotas: Quotas,
     /// Where this configuration came from, for the start-up message.
@@ -206,6 +225,13 @@ impl Config {
                 }
             }
         }
+        if let Some(sc) = &file.scheduler {
+            for (p, w) in &sc.weights {
+                if !(w.is_finite() && *w > 0.0) {
+                    return Err(invalid(&format!("scheduler.weights.{p}"), format!("must be a positive number, not {w}")));
+                }
+            }
+        }
         for (project, limits) in std::iter::once(("default".to_string(), &file.quotas.default))
             .chain(file.quotas.projects.iter().map(|(p, l)| (format!("projects.{p}"), l)))
         {
@@ -292,6 +318,20 @@ impl Config {
             base_port: file.base_port.unwrap_or(20000),
             tokens_file: file.tokens_file,
             settings: file.lifecycle.unwrap_or_default(),
+            scheduler: {
+                let mut c = trainyard_core::schedule::SchedulerConfig::default();
+                if let Some(f) = &file.scheduler {
+                    c.order = f.order.unwrap_or(c.order);
+                    c.backfill = f.backfill.unwrap_or(c.backfill);
+                    c.preemption = f.preemption.unwrap_or(c.preemption);
+                    if let Some(secs) = f.starvation_secs {
+                        c.starvation_secs = (secs > 0).then_some(secs);
+                    }
+                    c.spot_min_runtime_secs = f.spot_min_runtime_secs.unwrap_or(c.spot_min_runtime_secs);
+                    c.weights = f.weights.clone();
+                }
+                c
+            },
             fleet: Fleet { nodes, overcommit },
             quotas: Quotas { default: file.quotas.default, projects: file.quotas.projects },
             source,

@@ -13,7 +13,7 @@ use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, Stat
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
-use trainyard_core::schedule::{schedule, Decision, Fleet, Quotas};
+use trainyard_core::schedule::{schedule_with, Decision, Fleet, Hints, Quotas};
 use trainyard_core::step::{step, Rejected};
 use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
 use trainyard_store::{NewJob, Store, StoreError};
@@ -1110,7 +1110,7 @@ impl Driver {
             if !live.iter().any(|j| j.wants_placement(now)) {
                 return Ok(());
             }
-            schedule(&live, &self.fleet, &self.quotas, now)
+            schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &Hints::default())
         };
         let mut used: HashSet<String> = self
             .jobs
