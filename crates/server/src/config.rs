@@ -44,6 +44,23 @@ struct File {
     backend: Option<String>,
     slurm: Option<SlurmFile>,
     scheduler: Option<SchedulerFile>,
+    /// Machine types added to (or replacing in) the built-in catalog.
+    #[serde(default)]
+    machine_types: Vec<MachineTypeFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MachineTypeFile {
+    name: toml::Spanned<String>,
+    vcpus: u32,
+    memory_gb: f64,
+    /// Accelerator type → the counts allowed with this machine type.
+    #[serde(default)]
+    accelerators: BTreeMap<String, Vec<u32>>,
+    /// The machine type must be used with one of its accelerators (a2, a3, g2).
+    #[serde(default)]
+    accelerator_required: bool,
 }
 
 /// `[scheduler]`: how waiting work is ordered and placed.
@@ -100,6 +117,8 @@ pub struct SlurmConfig {
 #[serde(deny_unknown_fields)]
 struct NodeFile {
     name: Option<toml::Spanned<String>>,
+    /// The node is a machine of this type: its vCPUs, memory and accelerators by default.
+    machine_type: Option<String>,
     cpus: Option<u32>,
     memory_gb: Option<f64>,
     #[serde(default)]
@@ -129,6 +148,8 @@ pub struct Config {
     /// Bearer tokens and the projects they may use; None: open, loopback only.
     pub tokens_file: Option<PathBuf>,
     pub settings: Settings,
+    /// The machine-type catalog: built in, plus the file's `[[machine_types]]`.
+    pub catalog: trainyard_core::catalog::Catalog,
     pub scheduler: trainyard_core::schedule::SchedulerConfig,
     pub fleet: Fleet,
     pub quotas: Quotas,
@@ -184,6 +205,46 @@ impl Config {
             message: describe_toml_error(&text, &e),
         })?;
         let invalid = |key: &str, message: String| ConfigError::Invalid { path: path.to_owned(), key: key.into(), message };
+        let mut mt_seen: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        for (i, m) in file.machine_types.iter().enumerate() {
+            let line = text[..m.name.span().start.min(text.len())].matches('\n').count() + 1;
+            let key = format!("machine_types[{i}]");
+            let name = m.name.get_ref();
+            if name.is_empty() {
+                return Err(invalid(&format!("{key}.name"), format!("must not be empty (line {line})")));
+            }
+            if let Some(first) = mt_seen.insert(name.clone(), line) {
+                return Err(invalid(&format!("{key}.name"), format!("machine type \"{name}\" is listed twice (lines {first} and {line})")));
+            }
+            if m.vcpus == 0 {
+                return Err(invalid(&format!("{key}.vcpus"), format!("must be at least 1 (line {line})")));
+            }
+            if !(m.memory_gb.is_finite() && m.memory_gb > 0.0) {
+                return Err(invalid(&format!("{key}.memory_gb"), format!("must be positive, not {} (line {line})", m.memory_gb)));
+            }
+            for (a, counts) in &m.accelerators {
+                if counts.is_empty() || counts.contains(&0) {
+                    return Err(invalid(&format!("{key}.accelerators.{a}"), format!("must list counts of at least 1 (line {line})")));
+                }
+            }
+        }
+        let catalog = catalog_of(&file);
+        let nodes_with_type = file.node.iter().map(|n| ("node".to_string(), n)).chain(file.nodes.iter().enumerate().map(|(i, n)| (format!("nodes[{i}]"), n)));
+        for (key, n) in nodes_with_type {
+            let Some(mt) = &n.machine_type else { continue };
+            let Some(m) = catalog.get(mt) else {
+                return Err(invalid(&format!("{key}.machine_type"), format!("\"{mt}\" is not in the machine-type catalog")));
+            };
+            for (a, c) in &n.accelerators {
+                let allowed = m.accelerators.get(a).cloned().unwrap_or_default();
+                if !allowed.contains(c) {
+                    return Err(invalid(
+                        &format!("{key}.accelerators.{a}"),
+                        format!("{c} is not allowed with machine type \"{mt}\" (allowed: {allowed:?})"),
+                    ));
+                }
+            }
+        }
         if file.node.is_some() && !file.nodes.is_empty() {
             return Err(invalid("node", "declare either one [node] or a list of [[nodes]], not both".into()));
         }
@@ -220,8 +281,8 @@ impl Config {
                         format!("node \"{}\" is listed twice (lines {first} and {})", name.get_ref(), line_of(name.span().start)),
                     ));
                 }
-                if n.cpus.is_none() || n.memory_gb.is_none() {
-                    return Err(invalid(&key, format!("needs cpus and memory_gb{at}")));
+                if n.machine_type.is_none() && (n.cpus.is_none() || n.memory_gb.is_none()) {
+                    return Err(invalid(&key, format!("needs cpus and memory_gb, or a machine_type{at}")));
                 }
             }
         }
@@ -282,6 +343,7 @@ impl Config {
     }
 
     fn from_file(file: File, data_dir: Option<PathBuf>, source: String) -> Config {
+        let catalog = catalog_of(&file);
         let data_dir = data_dir.or(file.data_dir).unwrap_or_else(default_data_dir);
         let storage_root = file.storage_root.unwrap_or_else(|| data_dir.join("storage"));
         let many = !file.nodes.is_empty();
@@ -291,13 +353,26 @@ impl Config {
             .overcommit
             .or_else(|| file.node.as_ref().and_then(|n| n.overcommit))
             .unwrap_or(file.node.is_none() && !many);
-        let to_node = |n: Option<&NodeFile>| Node {
-            name: n.and_then(|n| n.name.as_ref().map(|s| s.get_ref().clone())).unwrap_or_else(|| "local".into()),
-            cpus: n.and_then(|n| n.cpus).unwrap_or_else(host_cpus),
-            memory_bytes: n.and_then(|n| n.memory_gb).map(|g| (g * GIB as f64) as u64).unwrap_or_else(host_memory),
-            accelerators: n.map(|n| n.accelerators.clone()).unwrap_or_default(),
-            up: true,
-            schedulable: true,
+        let to_node = |n: Option<&NodeFile>| {
+            let mt = n.and_then(|n| n.machine_type.as_deref()).and_then(|t| catalog.get(t));
+            let mt_accel: BTreeMap<String, u32> = mt
+                .map(|m| m.accelerators.iter().filter_map(|(a, c)| c.iter().max().map(|c| (a.clone(), *c))).take(1).collect())
+                .unwrap_or_default();
+            Node {
+                name: n.and_then(|n| n.name.as_ref().map(|s| s.get_ref().clone())).unwrap_or_else(|| "local".into()),
+                cpus: n.and_then(|n| n.cpus).or(mt.map(|m| m.vcpus)).unwrap_or_else(host_cpus),
+                memory_bytes: n
+                    .and_then(|n| n.memory_gb)
+                    .map(|g| (g * GIB as f64) as u64)
+                    .or(mt.map(|m| m.memory_bytes))
+                    .unwrap_or_else(host_memory),
+                accelerators: match n.map(|n| &n.accelerators) {
+                    Some(a) if !a.is_empty() => a.clone(),
+                    _ => mt_accel,
+                },
+                up: true,
+                schedulable: true,
+            }
         };
         let backend = match (file.backend.as_deref(), &file.slurm) {
             (Some("slurm"), Some(s)) => BackendChoice::Slurm(SlurmConfig {
@@ -318,6 +393,7 @@ impl Config {
             base_port: file.base_port.unwrap_or(20000),
             tokens_file: file.tokens_file,
             settings: file.lifecycle.unwrap_or_default(),
+            catalog: catalog.clone(),
             scheduler: {
                 let mut c = trainyard_core::schedule::SchedulerConfig::default();
                 if let Some(f) = &file.scheduler {
@@ -340,6 +416,25 @@ impl Config {
             node_agents: many,
         }
     }
+}
+
+/// The built-in catalog with the file's machine types added (or replacing built-in ones).
+fn catalog_of(file: &File) -> trainyard_core::catalog::Catalog {
+    let mut catalog = trainyard_core::catalog::Catalog::builtin();
+    for m in &file.machine_types {
+        let name = m.name.get_ref().clone();
+        catalog.machine_types.insert(
+            name.clone(),
+            trainyard_core::catalog::MachineType {
+                name,
+                vcpus: m.vcpus,
+                memory_bytes: (m.memory_gb * GIB as f64) as u64,
+                accelerators: m.accelerators.clone(),
+                accelerator_required: m.accelerator_required,
+            },
+        );
+    }
+    catalog
 }
 
 /// toml's error with the line number spelled out.
@@ -456,6 +551,28 @@ mod tests {
         assert!(Config::load(&p, None).unwrap_err().to_string().contains("needs backend"));
         let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\nshim_program = \"trainyard\"\n");
         assert!(Config::load(&p, None).unwrap_err().to_string().contains("slurm.shim_program"));
+    }
+
+    #[test]
+    fn machine_types_and_typed_nodes() {
+        let (_d, p) = write(
+            "[[machine_types]]\nname = \"lab-gpu-2\"\nvcpus = 16\nmemory_gb = 64\naccelerators = { NVIDIA_L4 = [1, 2] }\n\n\
+             [[nodes]]\nname = \"g1\"\nmachine_type = \"lab-gpu-2\"\n\n[[nodes]]\nname = \"a1\"\nmachine_type = \"a2-highgpu-1g\"\n",
+        );
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.catalog.get("lab-gpu-2").unwrap().vcpus, 16);
+        assert_eq!(c.fleet.nodes[0].cpus, 16);
+        assert_eq!(c.fleet.nodes[0].accelerators["NVIDIA_L4"], 2);
+        assert_eq!(c.fleet.nodes[1].accelerators["NVIDIA_TESLA_A100"], 1);
+        let (_d, p) = write("[[nodes]]\nname = \"a1\"\nmachine_type = \"a2-highgpu-1g\"\naccelerators = { NVIDIA_TESLA_A100 = 3 }\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("nodes[0].accelerators.NVIDIA_TESLA_A100") && e.contains("not allowed"), "{e}");
+        let (_d, p) = write("[[nodes]]\nname = \"x\"\nmachine_type = \"n9-giant\"\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("nodes[0].machine_type"));
+        let (_d, p) = write("[[machine_types]]\nname = \"m\"\nvcpus = 0\nmemory_gb = 1\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("machine_types[0].vcpus"));
+        let (_d, p) = write("[[machine_types]]\nname = \"m\"\nvcpus = 1\nmemory_gb = 1\naccelerators = { NVIDIA_L4 = [] }\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("machine_types[0].accelerators.NVIDIA_L4"));
     }
 
     #[test]

@@ -18,7 +18,6 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use trainyard_backend::{Backend, CgroupSupport, LocalBackend, SlurmBackend, SlurmOptions};
-use trainyard_core::catalog::Catalog;
 use trainyard_store::Store;
 
 pub use config::Config;
@@ -99,7 +98,7 @@ pub fn start(
         .collect();
     let services = Arc::new(Services {
         node_agent,
-        catalog: Catalog::builtin(),
+        catalog: cfg.catalog.clone(),
         backend,
         output_roots,
         workdir,
