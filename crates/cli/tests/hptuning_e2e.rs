@@ -166,3 +166,82 @@ fn l23_study_survives_server_kill() {
     let (_, list) = s.call("GET", &s.jobs_url("p"), None);
     assert_eq!(list["customJobs"].as_array().unwrap().len(), 4, "{list:#}");
 }
+
+/// Median automated stopping: with three trials done, a trial whose measurements are
+/// clearly worse than theirs is stopped (STOPPING, then SUCCEEDED with its last
+/// measurement), and its job is cancelled.
+#[test]
+fn median_stopping_stops_a_clearly_worse_trial() {
+    let s = Server::start("");
+    // Each trial reports `accuracy = q` at steps 1..8, 0.4 s apart.
+    let program = r#"
+import json, os, sys, time
+q = float([a for a in sys.argv if a.startswith("--q=")][0][4:])
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+lines = []
+for step in range(1, 9):
+    lines.append(json.dumps({"global_step": str(step), "accuracy": str(q), "trial": os.environ["CLOUD_ML_TRIAL_ID"]}))
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    time.sleep(0.4)
+"#;
+    let body = json!({
+        "displayName": "stopping",
+        "studySpec": {
+            "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": [{"parameterId": "q", "discreteValueSpec": {"values": [0.9, 0.8, 0.85, 0.1]}}],
+            "algorithm": "GRID_SEARCH",
+            "medianAutomatedStoppingSpec": {}
+        },
+        "maxTrialCount": 4,
+        "parallelTrialCount": 1,
+        "trialJobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", program]}
+        }]}
+    });
+    let (st, created) = s.call("POST", &studies_url(&s, "p"), Some(&body.to_string()));
+    assert_eq!(st, 200, "{created}");
+    let done = wait_study(&s, created["name"].as_str().unwrap(), 120);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let trials = done["trials"].as_array().unwrap();
+    let last = &trials[3];
+    assert_eq!(last["parameters"][0]["value"], 0.1);
+    assert_eq!(last["state"], "SUCCEEDED", "{last:#}");
+    let steps: i64 = last["finalMeasurement"]["stepCount"].as_str().unwrap().parse().unwrap();
+    assert!(steps < 8, "stopped before its end: {last:#}");
+    assert_eq!(s.get(last["customJob"].as_str().unwrap())["state"], "JOB_STATE_CANCELLED");
+    for t in &trials[..3] {
+        assert_eq!(t["finalMeasurement"]["stepCount"], "8", "{t:#}");
+    }
+}
+
+/// Cancel stops the running trials; the study ends CANCELLED and nothing keeps running.
+#[test]
+fn cancel_stops_running_trials() {
+    let s = Server::start("");
+    let mut body = study("RANDOM_SEARCH", 4, 2);
+    let tag = 310_000 + free_port() as u32;
+    body["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] = json!(["sh", "-c", format!("sleep {tag}"), "sh"]);
+    let (_, created) = s.call("POST", &studies_url(&s, "p"), Some(&body.to_string()));
+    let name = created["name"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pids_with(&format!("sleep {tag}")).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "two trials should run");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (st, b) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(st, 200, "{b}");
+    let done = wait_study(&s, &name, 30);
+    assert_eq!(done["state"], "JOB_STATE_CANCELLED");
+    assert_eq!(done["error"]["code"], 1);
+    for t in done["trials"].as_array().unwrap() {
+        let job = s.wait_terminal(t["customJob"].as_str().unwrap(), 30);
+        assert_eq!(job["state"], "JOB_STATE_CANCELLED");
+    }
+    assert!(pids_with(&format!("sleep {tag}")).is_empty());
+    let (st, b) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(st, 400, "{b}");
+    assert_eq!(b["error"]["status"], "FAILED_PRECONDITION");
+}
