@@ -117,6 +117,10 @@ fn unknown_jobs_routes_and_methods() {
     let (st, b) = s.call("PUT", &s.jobs_url("mine"), Some("{}"));
     assert_eq!(st, 405, "{b}");
     assert!(b["error"]["message"].is_string());
+    // A path with `..` segments.
+    let (st, b) = s.call("GET", &s.url("/v1/projects/mine/locations/us-central1/customJobs/../../../../etc/passwd"), None);
+    assert!(st == 404 || st == 400, "{st} {b}");
+    assert!(b["error"]["message"].is_string(), "the error shape: {b}");
     // A bad $alt.
     let (st, b) = s.call("GET", &format!("{}?$alt=proto", s.url(&format!("/v1/{name}"))), None);
     assert_error(st, &b, 400, "INVALID_ARGUMENT", "$alt");

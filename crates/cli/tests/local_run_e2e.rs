@@ -90,3 +90,34 @@ fn l21_checkpoint_example_resumes_after_kill() {
     assert!(seen.iter().any(|l| l.contains("restart 1] resumed from step")), "{seen:#?}");
     assert!(err.contains("was killed by signal 9; restarting it (1 of 5)"), "{err}");
 }
+
+/// L18, L20: Ctrl-C (SIGINT) cancels the job cleanly: local-run exits 130 and nothing of
+/// the job keeps running.
+#[test]
+fn l18_ctrl_c_cancels_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let secs = 320_000 + common::free_port() as u32;
+    let job = dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            "workerPoolSpecs:\n  - machineSpec: {{machineType: n1-standard-4}}\n    replicaCount: 1\n    containerSpec:\n      imageUri: x\n      command: [sh, -c, 'echo started; sleep {secs} & sleep {secs}']\n"
+        ),
+    )
+    .unwrap();
+    let mut child = local_run(&job, dir.path()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(first.contains("started"), "{first}");
+    // SAFETY: kill(2) has no memory effects.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("JOB_STATE_CANCELLED"), "{err}");
+    assert!(pids_with(&format!("sleep {secs}")).is_empty(), "nothing of the job keeps running");
+}
