@@ -417,18 +417,27 @@ async fn get_job(
     json_response(decode(&stored)?, ints)
 }
 
-/// `POST .../customJobs/{id}:cancel` (the id and the verb are one path segment).
+/// The id of `POST .../{id}:cancel` (the id and the verb are one path segment), or the
+/// answer for a segment that is not a cancel.
+fn cancel_id(segment: &str, what: &str) -> Result<u64, ApiResult> {
+    let Some((id, verb)) = segment.split_once(':') else { return Err(Ok(method_not_allowed_response("GET, DELETE"))) };
+    if verb != "cancel" {
+        return Err(Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a {what}.")).into()));
+    }
+    parse_id(id).map_err(|e| Err(e.into()))
+}
+
+/// `POST .../customJobs/{id}:cancel`.
 async fn post_job(
     State(state): State<AppState>,
     Path((project, region, segment)): Path<(String, String, String)>,
     Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
-    let Some((id, verb)) = segment.split_once(':') else { return Ok(method_not_allowed_response("GET, DELETE")) };
-    if verb != "cancel" {
-        return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a CustomJob.")).into());
-    }
-    let id = parse_id(id)?;
+    let id = match cancel_id(&segment, "CustomJob") {
+        Ok(id) => id,
+        Err(answer) => return answer,
+    };
     ask(&state, |reply| Msg::Cancel { project, region, id, reply }).await?;
     json_response(serde_json::json!({}), ints)
 }
@@ -537,11 +546,10 @@ async fn post_study(
     Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
-    let Some((id, verb)) = segment.split_once(':') else { return Ok(method_not_allowed_response("GET, DELETE")) };
-    if verb != "cancel" {
-        return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a HyperparameterTuningJob.")).into());
-    }
-    let id = parse_id(id)?;
+    let id = match cancel_id(&segment, "HyperparameterTuningJob") {
+        Ok(id) => id,
+        Err(answer) => return answer,
+    };
     ask(&state, |reply| Msg::CancelStudy { project, region, id, reply }).await?;
     json_response(serde_json::json!({}), ints)
 }
