@@ -37,4 +37,11 @@ pub trait Backend: Send + Sync {
 
     /// A line for the start-up log: which engine, and how it limits memory.
     fn describe(&self) -> String;
+
+    /// Why a launched run has not been handed to the engine yet (e.g. "the Slurm
+    /// controller is unreachable (...); trying again in 4s"), for the job's waiting reason;
+    /// `None` when nothing holds it up, or the engine does not say.
+    fn waiting_reason(&self, _run: &RunId) -> Option<String> {
+        None
+    }
 }

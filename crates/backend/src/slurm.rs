@@ -16,20 +16,42 @@
 //! state (L14).
 //!
 //! **One Slurm job per run.** A `launch` of several runs (every replica of an attempt, L6)
-//! submits one job per run, in parallel, not a heterogeneous job: each replica's program
-//! starts as soon as Slurm placed it (L6 says exactly that), a single replica can be
-//! restarted, stopped and accounted on its own (L9, L10), and its job id is its own.
-//! A hetjob would add gang start (no attempt holding part of the cluster while its other
-//! replicas wait), at the price of per-component ids (`<id>+<offset>`), `srun
-//! --het-group` steps whose state `squeue --json` does not show per component, and a
-//! restart path that differs from the first start. Gang start is left for later.
+//! submits one job per run, not a heterogeneous job: each replica's program starts as
+//! soon as Slurm placed it (L6 says exactly that), a single replica can be restarted,
+//! stopped and accounted on its own (L9, L10), and its job id is its own. A hetjob
+//! (`sbatch [comp 0] : [comp 1] ...`, one `srun --het-group=i` per replica) would add gang
+//! start, but was measured on Slurm 22.05.8 (scripts/slurm/up.sh) not to fit:
+//! - hetjobs are only scheduled by the backfill scheduler: a 3 x 1-CPU hetjob on idle
+//!   nodes started after 16-17 s (bf_interval, 30 s by default), a plain job after 0.7 s;
+//! - a signal reaches every component: `scancel --signal=TERM [--full] <id>+<i>` (and
+//!   `--signal=TERM <id>`) terminated every replica's step, so one replica cannot get
+//!   SIGTERM and its grace period (L9, L20) except through its step (`<jobid>.<step>`),
+//!   whose number is only known once the racing `srun`s got theirs (component 1 got step
+//!   2). A plain `scancel <id>+<i>` does end one component alone (KillWait only);
+//! - the components share the batch script's fate: a replica's component stays RUNNING
+//!   until every replica ended, and all end with one state; an OOM-killed step leaves its
+//!   component COMPLETED with only `derived_exit_code` 253 (no OUT_OF_MEMORY, L14).
 //!
-//! **Durability (L23).** Before `sbatch`, `slurm.json` is written durably with the job's
-//! name and no id ("submitting"); after it, again durably with the id, before `launch`
-//! returns. A run whose `slurm.json` exists is never submitted again: it is adopted. A
-//! `slurm.json` without an id (the server died during `sbatch`) is resolved by looking the
-//! job up in `squeue` by its output path, which is unique per run; and the shim itself
-//! refuses to run twice in one run directory.
+//! **Submission.** `launch` does only file-system work on the caller's thread: it writes
+//! the spec and, durably, `slurm.json` with the job's name and no id ("recorded"), queues
+//! the run for the submitter thread and returns. The submitter runs `sbatch` for each
+//! queued run, in order; a refusal ends the run `LaunchFailed` through the sink (L16) and
+//! removes `slurm.json`. While the controller cannot be reached (`sbatch` itself takes
+//! about 9 s to say so) every queued run waits, and after 2 s, doubling up to 30 s, the
+//! submitter tries again, one run at a time, for as long as it takes: the runs stay
+//! launching (their jobs PENDING), and [`Backend::waiting_reason`] says why (also while a
+//! command has hung for 3 s before it failed). Before every try after the first it
+//! looks the job up in `squeue` by its output path (unique per run), so that a try that
+//! timed out but went through is adopted, not submitted again. A run stopped before it
+//! was submitted ends `Signaled 15` without reaching Slurm (or, if a try may have gone
+//! through, once its job could be looked up and cancelled).
+//!
+//! **Durability (L23).** Once its `sbatch` answered, the job id is written to
+//! `slurm.json`, durably, before the run is watched. A run whose `slurm.json` holds an id
+//! is never submitted again: it is adopted. A `slurm.json` without an id (the server died
+//! before or during `sbatch`) goes back to the submitter, which looks the job up in
+//! `squeue` by its output path first and submits only if Slurm does not have it and the
+//! shim never ran there; and the shim itself refuses to run twice in one run directory.
 //!
 //! **Watching.** One thread per backend. Every 50 ms it looks at the watched runs' files
 //! (`started.json` → `Started`; `status.json` → time to ask Slurm), and every
@@ -47,10 +69,12 @@
 //! is cancelled at once. Idempotent: cancelling an ended job does nothing.
 //!
 //! **Resources.** `--mem` from the spec's memory limit (L14, in MiB, rounded up);
-//! `--cpus-per-task` and `--gres=gpu:K` from the replica's machine type and accelerator
-//! count, read from the job spec that the program's `CLUSTER_SPEC` carries, with the
-//! built-in machine-type catalog; GPU jobs go to `gpu_partition`. `--time` only when the
-//! job sets `scheduling.timeout`: that timeout plus the grace period plus a minute,
+//! `--cpus-per-task`, `--gres=gpu:K` and `--time` from the spec's `resources` (the
+//! replica's vCPUs, accelerator and the job's timeout, set by the driver); a spec without
+//! them (written by an older server) falls back to the job spec that the program's
+//! `CLUSTER_SPEC` carries, with the built-in machine-type catalog. GPU jobs go to
+//! `gpu_partition`. `--time` only when the job sets `scheduling.timeout`: that timeout
+//! plus the grace period plus a minute,
 //! rounded up to minutes, so that Trainyard's own L19 deadline always comes first and
 //! Slurm's limit is only a backstop for a server that is down. With `fit_to_nodes`,
 //! requests larger than the partition's largest node are reduced to it (development
@@ -89,10 +113,10 @@ const STATUS_WITHOUT_END: Duration = Duration::from_secs(10);
 const MISSING_BOUND: Duration = Duration::from_secs(10);
 /// `squeue` output that cannot be parsed for this long ends the watched runs (L16).
 const UNPARSEABLE_BOUND: Duration = Duration::from_secs(10);
+/// A Slurm command of the submitter running this long makes a waiting reason.
+const SLOW_COMMAND: Duration = Duration::from_secs(3);
 /// How often the watcher asks `sinfo` for drained nodes while replicas run.
 const DRAIN_CHECK: Duration = Duration::from_secs(2);
-/// Attempts of `sbatch` while the controller cannot be reached.
-const SUBMIT_ATTEMPTS: u32 = 3;
 
 /// What the server configures for the Slurm backend.
 #[derive(Clone, Debug)]
@@ -383,15 +407,36 @@ pub struct Request {
     pub time_minutes: Option<u64>,
 }
 
-/// Reads the replica's machine type, accelerator count and the job's timeout from the job
-/// spec that `CLUSTER_SPEC` carries (`"job"`), with the built-in catalog.
+/// `--time` for a job timeout: the timeout plus the grace period plus a minute, in whole
+/// minutes (Slurm's limit is only a backstop behind Trainyard's own L19 deadline).
+fn time_limit_minutes(timeout_secs: f64, grace_seconds: f64) -> u64 {
+    let total = timeout_secs.max(0.0) + grace_seconds.max(0.0) + 60.0;
+    (total / 60.0).ceil() as u64
+}
+
+/// The run's request: the memory limit of the spec, and the vCPUs, accelerator count and
+/// job timeout of `spec.resources`, which the driver sets for every run. A spec without
+/// them (written by an older server, read again on adoption or a resumed submission) falls
+/// back to the job spec that the program's `CLUSTER_SPEC` carries (`"job"`), with the
+/// built-in machine-type catalog.
 pub fn request_for(run: &RunId, spec: &ShimSpec) -> Request {
-    let mut r = Request {
-        cpus: 1,
-        memory_mb: spec.memory_limit_bytes.map(|b| b.div_ceil(1024 * 1024)),
-        gpus: 0,
-        time_minutes: None,
-    };
+    let memory_mb = spec.memory_limit_bytes.map(|b| b.div_ceil(1024 * 1024));
+    let res = &spec.resources;
+    if *res != crate::shim::Resources::default() {
+        return Request {
+            cpus: res.cpus.unwrap_or(1).max(1),
+            memory_mb,
+            gpus: res.accelerator.as_ref().map(|(_, n)| *n).unwrap_or(0),
+            time_minutes: res.timeout_secs.map(|t| time_limit_minutes(t as f64, spec.grace_seconds)),
+        };
+    }
+    request_from_cluster_spec(run, spec, memory_mb)
+}
+
+/// The fallback of [`request_for`]: machine type, accelerator count and timeout read from
+/// `CLUSTER_SPEC`.
+fn request_from_cluster_spec(run: &RunId, spec: &ShimSpec, memory_mb: Option<u64>) -> Request {
+    let mut r = Request { cpus: 1, memory_mb, gpus: 0, time_minutes: None };
     let pool: Option<usize> =
         run.replica.strip_prefix("workerpool").and_then(|s| s.split('-').next()).and_then(|p| p.parse().ok());
     let job: Option<serde_json::Value> = spec
@@ -418,8 +463,7 @@ pub fn request_for(run: &RunId, spec: &ShimSpec) -> Request {
     }
     if let Some(t) = job["scheduling"]["timeout"].as_str() {
         if let Some(secs) = t.strip_suffix('s').and_then(|s| s.parse::<f64>().ok()) {
-            let total = secs.max(0.0) + spec.grace_seconds.max(0.0) + 60.0;
-            r.time_minutes = Some((total / 60.0).ceil() as u64);
+            r.time_minutes = Some(time_limit_minutes(secs, spec.grace_seconds));
         }
     }
     r
@@ -440,9 +484,50 @@ struct Watch {
     drained: Option<String>,
 }
 
+/// A run that `launch` recorded (spec and `slurm.json` written) and that the submitter
+/// thread has not turned into a Slurm job yet.
+struct Submit {
+    run: RunId,
+    sink: EventSink,
+    /// The `sbatch` arguments.
+    args: Vec<OsString>,
+    name: String,
+    /// When it was queued (the submitter goes in this order).
+    queued: Instant,
+    /// Look the job up in `squeue` (by its output path) before submitting: the marker
+    /// comes from an earlier server, or an earlier try failed.
+    look_first: bool,
+    /// A try may have reached the controller (it timed out), or the marker comes from an
+    /// earlier server: a stop must look the job up before it can end the run.
+    maybe_submitted: bool,
+    stopped: bool,
+    /// The submitter is working on it.
+    in_flight: bool,
+}
+
+/// What the submitter needs of a [`Submit`] for one try.
+struct Try {
+    run: RunId,
+    sink: EventSink,
+    args: Vec<OsString>,
+    name: String,
+    look_first: bool,
+    maybe_submitted: bool,
+    stopped: bool,
+}
+
 #[derive(Default)]
 struct State {
     watches: HashMap<PathBuf, Watch>,
+    /// Runs waiting for (or in) `sbatch`, by run directory.
+    submits: HashMap<PathBuf, Submit>,
+    /// The controller is unreachable: tries so far, Slurm's message, the delay, and when
+    /// the submitter tries again. Shared by every queued run (one probe at a time).
+    ctld_tries: u32,
+    ctld_error: Option<(String, Duration)>,
+    ctld_retry_at: Option<Instant>,
+    /// Since when the submitter's current Slurm command runs (to say that it hangs).
+    in_flight_since: Option<Instant>,
     /// Backstop cancels: (when, job id).
     kills: Vec<(Instant, u64)>,
     /// The last `squeue` view of the watched jobs.
@@ -452,14 +537,17 @@ struct State {
 
 struct Shared {
     opts: SlurmOptions,
+    sizes: HashMap<String, NodeSize>,
     state: Mutex<State>,
+    /// Wakes the watcher.
     wake: Condvar,
+    /// Wakes the submitter.
+    submit_wake: Condvar,
 }
 
 /// Runs replicas as Slurm batch jobs; see the module docs.
 pub struct SlurmBackend {
     shared: Arc<Shared>,
-    sizes: HashMap<String, NodeSize>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -491,9 +579,90 @@ pub fn job_name(run: &RunId) -> String {
     format!("ty-{}-{}-{}-{}", run.job, run.attempt, replica, run.restart)
 }
 
+/// The delay before try `tries + 1` while the controller is unreachable: 2 s, doubling,
+/// at most 30 s.
+pub fn submit_backoff(tries: u32) -> Duration {
+    let n = tries.max(1) - 1;
+    Duration::from_secs((2u64 << n.min(4)).min(30))
+}
+
+/// The waiting reason of a run whose submission waits for the controller.
+fn unreachable_reason(message: &str, delay: Duration) -> String {
+    format!("the Slurm controller is unreachable ({message}); trying again in {}s", delay.as_secs())
+}
+
+/// The `sbatch` arguments of a run (see the module docs).
+fn sbatch_args(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, run: &RunId, run_dir: &Path, spec: &ShimSpec) -> Vec<OsString> {
+    let mut req = request_for(run, spec);
+    let partition = match (&opts.gpu_partition, req.gpus) {
+        (Some(g), n) if n > 0 => g.clone(),
+        _ => opts.partition.clone(),
+    };
+    if opts.fit_to_nodes {
+        if let Some(size) = sizes.get(&partition) {
+            req.cpus = req.cpus.min(size.cpus.max(1));
+            req.memory_mb = req.memory_mb.map(|m| m.min(size.memory_mb.max(1)));
+        }
+    }
+    let mut a: Vec<OsString> = os(&["--parsable", "--no-requeue", "--open-mode=append"]);
+    a.push(format!("--job-name={}", job_name(run)).into());
+    a.push(format!("--partition={partition}").into());
+    if let Some(mb) = req.memory_mb {
+        a.push(format!("--mem={mb}M").into());
+    }
+    a.push(format!("--cpus-per-task={}", req.cpus).into());
+    if req.gpus > 0 {
+        a.push(format!("--gres=gpu:{}", req.gpus).into());
+    }
+    if let Some(m) = req.time_minutes {
+        a.push(format!("--time={m}").into());
+    }
+    let mut chdir = OsString::from("--chdir=");
+    chdir.push(run_dir);
+    a.push(chdir);
+    let mut out = OsString::from("--output=");
+    out.push(run_dir.join(SLURM_OUT_FILE));
+    a.push(out);
+    let mut wrap = String::from("exec");
+    for part in opts.shim_command.iter().map(|s| s.as_bytes()).chain([run_dir.as_os_str().as_bytes()]) {
+        wrap.push(' ');
+        wrap.push_str(&sh_quote(part));
+    }
+    a.push("--wrap".into());
+    a.push(wrap.into());
+    a
+}
+
+/// Looks a run's job up by its output path (unique per run, unlike the job name across
+/// servers).
+fn find_by_output(opts: &SlurmOptions, run_dir: &Path) -> Result<Option<u64>, String> {
+    let out = run_cmd("squeue", &os(&["--json"]), opts.command_timeout)?;
+    let (jobs, _) = parse_squeue(&out)?;
+    let want = run_dir.join(SLURM_OUT_FILE);
+    Ok(jobs.values().filter(|j| Path::new(&j.standard_output) == want).map(|j| j.job_id).max())
+}
+
+/// Did the shim run (or start) in this directory?
+fn shim_ran(run_dir: &Path) -> bool {
+    [shim::STATUS_FILE, shim::STARTED_FILE, shim::PID_FILE].iter().any(|f| run_dir.join(f).exists())
+}
+
+/// A run without a Slurm job: reports what its directory holds.
+fn report_from_dir(run: &RunId, run_dir: &Path, sink: &EventSink, recorded: bool) {
+    let status = shim::read_status(run_dir).ok().flatten();
+    let started = run_dir.join(shim::STARTED_FILE).exists();
+    let outcome = match &status {
+        Some(s) => outcome_from_status(s),
+        None if recorded => Outcome::LaunchFailed { message: "the run was never submitted to Slurm".into() },
+        None => Outcome::Lost { message: "the run has no Slurm job".into() },
+    };
+    report_end(run, run_dir, sink, started && status.is_some(), false, outcome);
+}
+
 impl SlurmBackend {
-    /// Checks that the partitions exist (`sinfo --json`) and starts the watcher thread.
-    /// The error names the option (`partition`, `gpu_partition`) that is wrong.
+    /// Checks that the partitions exist (`sinfo --json`) and starts the watcher and the
+    /// submitter threads. The error names the option (`partition`, `gpu_partition`) that
+    /// is wrong.
     pub fn new(opts: SlurmOptions) -> Result<SlurmBackend, BackendError> {
         if opts.shim_command.is_empty() {
             return Err(BackendError::NoShimCommand);
@@ -512,203 +681,353 @@ impl SlurmBackend {
                 }
             }
         }
-        let shared = Arc::new(Shared { opts, state: Mutex::new(State::default()), wake: Condvar::new() });
+        let shared = Arc::new(Shared {
+            opts,
+            sizes,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            submit_wake: Condvar::new(),
+        });
         let w = Arc::clone(&shared);
         thread::Builder::new()
             .name("slurm-watch".into())
             .spawn(move || watcher(w))
             .map_err(|source| BackendError::Thread { run_dir: PathBuf::new(), source })?;
-        Ok(SlurmBackend { shared, sizes })
+        let s = Arc::clone(&shared);
+        thread::Builder::new()
+            .name("slurm-submit".into())
+            .spawn(move || submitter(s))
+            .map_err(|source| BackendError::Thread { run_dir: PathBuf::new(), source })?;
+        Ok(SlurmBackend { shared })
     }
 
     fn opts(&self) -> &SlurmOptions {
         &self.shared.opts
     }
 
-    /// The `sbatch` arguments of a run (without `--wrap`).
+    /// The `sbatch` arguments of a run (with `--wrap`).
     pub fn sbatch_args(&self, run: &RunId, run_dir: &Path, spec: &ShimSpec) -> Vec<OsString> {
-        let mut req = request_for(run, spec);
-        let partition = match (&self.opts().gpu_partition, req.gpus) {
-            (Some(g), n) if n > 0 => g.clone(),
-            _ => self.opts().partition.clone(),
-        };
-        if self.opts().fit_to_nodes {
-            if let Some(size) = self.sizes.get(&partition) {
-                req.cpus = req.cpus.min(size.cpus.max(1));
-                req.memory_mb = req.memory_mb.map(|m| m.min(size.memory_mb.max(1)));
-            }
-        }
-        let mut a: Vec<OsString> = os(&["--parsable", "--no-requeue", "--open-mode=append"]);
-        a.push(format!("--job-name={}", job_name(run)).into());
-        a.push(format!("--partition={partition}").into());
-        if let Some(mb) = req.memory_mb {
-            a.push(format!("--mem={mb}M").into());
-        }
-        a.push(format!("--cpus-per-task={}", req.cpus).into());
-        if req.gpus > 0 {
-            a.push(format!("--gres=gpu:{}", req.gpus).into());
-        }
-        if let Some(m) = req.time_minutes {
-            a.push(format!("--time={m}").into());
-        }
-        let mut chdir = OsString::from("--chdir=");
-        chdir.push(run_dir);
-        a.push(chdir);
-        let mut out = OsString::from("--output=");
-        out.push(run_dir.join(SLURM_OUT_FILE));
-        a.push(out);
-        let mut wrap = String::from("exec");
-        for part in self.opts().shim_command.iter().map(|s| s.as_bytes()).chain([run_dir.as_os_str().as_bytes()]) {
-            wrap.push(' ');
-            wrap.push_str(&sh_quote(part));
-        }
-        a.push("--wrap".into());
-        a.push(wrap.into());
-        a
+        sbatch_args(&self.shared.opts, &self.shared.sizes, run, run_dir, spec)
     }
 
-    /// Looks a run's job up by its output path (unique per run).
-    fn find_by_output(&self, run_dir: &Path) -> Result<Option<u64>, String> {
-        let out = run_cmd("squeue", &os(&["--json"]), self.opts().command_timeout)?;
-        let (jobs, _) = parse_squeue(&out)?;
-        let want = run_dir.join(SLURM_OUT_FILE);
-        Ok(jobs.values().filter(|j| Path::new(&j.standard_output) == want).map(|j| j.job_id).max())
+    /// Is the run watched or waiting for the submitter?
+    fn known(&self, run_dir: &Path) -> bool {
+        let st = lock(&self.shared.state);
+        st.watches.contains_key(run_dir) || st.submits.contains_key(run_dir)
     }
 
-    fn launch_one(&self, l: Launch, sink: EventSink) -> Result<(), BackendError> {
+    /// Hands a recorded run to the submitter (which the caller wakes).
+    fn enqueue(&self, run: RunId, run_dir: PathBuf, sink: EventSink, args: Vec<OsString>, name: String, resumed: bool) {
+        let mut st = lock(&self.shared.state);
+        st.submits.entry(run_dir).or_insert(Submit {
+            run,
+            sink,
+            args,
+            name,
+            queued: Instant::now(),
+            look_first: resumed,
+            maybe_submitted: resumed,
+            stopped: false,
+            in_flight: false,
+        });
+    }
+
+    /// `launch` of one run: records it durably and queues it for the submitter; only
+    /// file-system work happens on the caller's thread.
+    fn record(&self, l: Launch, sink: EventSink) -> Result<(), BackendError> {
         let run = l.run;
         let run_dir = std::path::absolute(&l.run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
-        if lock(&self.shared.state).watches.contains_key(&run_dir) {
+        if self.known(&run_dir) {
             return Ok(());
         }
-        if let Some(f) = read_job_file(&run_dir)? {
-            if f.job_id.is_some() || run_dir.join(shim::STATUS_FILE).exists() {
-                return self.adopt_dir(run, run_dir, sink);
-            }
-            // The server died during sbatch: submitted or not?
-            match self.find_by_output(&run_dir) {
-                Ok(Some(id)) => {
-                    write_job_file(&run_dir, &SlurmJobFile { job_id: Some(id), ..f })?;
-                    return self.adopt_dir(run, run_dir, sink);
-                }
-                Ok(None) => {}
-                Err(m) => return Err(slurm_err("squeue --json", m)),
-            }
-        } else if run_dir.join(shim::STATUS_FILE).exists() || run_dir.join(shim::PID_FILE).exists() {
-            return self.adopt_dir(run, run_dir, sink);
-        }
-        std::fs::create_dir_all(&run_dir).map_err(|e| slurm_err("create run directory", format!("{}: {e}", run_dir.display())))?;
         let mut spec = l.spec;
         // Slurm's cgroup limits the memory (--mem) and reports OOM kills.
         spec.cgroup_base = None;
         spec.cgroup_version = None;
+        if let Some(f) = read_job_file(&run_dir)? {
+            if f.job_id.is_some() || run_dir.join(shim::STATUS_FILE).exists() {
+                return self.adopt_dir(run, run_dir, sink);
+            }
+            // Recorded by an earlier server that did not learn the job id: the submitter
+            // looks the job up before it submits anything.
+            let args = self.sbatch_args(&run, &run_dir, &spec);
+            self.enqueue(run, run_dir, sink, args, f.job_name, true);
+            return Ok(());
+        } else if run_dir.join(shim::STATUS_FILE).exists() || run_dir.join(shim::PID_FILE).exists() {
+            return self.adopt_dir(run, run_dir, sink);
+        }
+        std::fs::create_dir_all(&run_dir).map_err(|e| slurm_err("create run directory", format!("{}: {e}", run_dir.display())))?;
         let args = self.sbatch_args(&run, &run_dir, &spec);
         shim::write_spec(&run_dir, &spec)?;
         let name = job_name(&run);
         write_job_file(&run_dir, &SlurmJobFile { job_id: None, job_name: name.clone(), submitted_micros: fsutil::now_micros() })?;
-        let mut last = String::new();
-        for attempt in 0..SUBMIT_ATTEMPTS {
-            if attempt > 0 {
-                thread::sleep(Duration::from_secs(u64::from(attempt)));
-                // A timed-out sbatch may have gone through.
-                if let Ok(Some(id)) = self.find_by_output(&run_dir) {
-                    return self.submitted(run, run_dir, name, id, sink);
-                }
-            }
-            match run_cmd("sbatch", &args, self.opts().command_timeout) {
-                Ok(out) => {
-                    let text = String::from_utf8_lossy(&out);
-                    // --parsable: "<id>" or "<id>;<cluster>".
-                    let id = text.trim().split(';').next().and_then(|s| s.trim().parse::<u64>().ok());
-                    let Some(id) = id else {
-                        tracing::error!(%run, "sbatch printed {text:?}, not a job id");
-                        return Err(slurm_err("sbatch", format!("unexpected output {:?}", text.trim())));
-                    };
-                    return self.submitted(run, run_dir, name, id, sink);
-                }
-                Err(m) if is_transient(&m) => {
-                    tracing::warn!(%run, "sbatch: {m} (attempt {} of {SUBMIT_ATTEMPTS})", attempt + 1);
-                    last = m;
-                }
-                Err(m) => {
-                    // Refused: nothing was submitted; the run may be launched again.
-                    let _ = std::fs::remove_file(run_dir.join(SLURM_FILE));
-                    return Err(slurm_err("sbatch", m));
-                }
-            }
-        }
-        // Not known to be submitted: remove the marker only if squeue says it is not there.
-        if let Ok(None) = self.find_by_output(&run_dir) {
-            let _ = std::fs::remove_file(run_dir.join(SLURM_FILE));
-        }
-        // The controller is unreachable: the driver keeps the job PENDING and tries again.
-        Err(BackendError::Unavailable { engine: "the Slurm controller".into(), message: last })
-    }
-
-    fn submitted(&self, run: RunId, run_dir: PathBuf, name: String, id: u64, sink: EventSink) -> Result<(), BackendError> {
-        let f = SlurmJobFile { job_id: Some(id), job_name: name, submitted_micros: fsutil::now_micros() };
-        if let Err(e) = write_job_file(&run_dir, &f) {
-            // Without a durable id a restarted server could not find the job: cancel it.
-            let _ = run_cmd("scancel", &[OsString::from(id.to_string())], self.opts().command_timeout);
-            return Err(e);
-        }
-        self.watch(run, run_dir, id, sink);
+        self.enqueue(run, run_dir, sink, args, name, false);
         Ok(())
-    }
-
-    fn watch(&self, run: RunId, run_dir: PathBuf, job_id: u64, sink: EventSink) {
-        let mut st = lock(&self.shared.state);
-        st.watches.entry(run_dir).or_insert(Watch {
-            run,
-            job_id,
-            sink,
-            started_sent: false,
-            status_seen: None,
-            missing_since: None,
-            stopped: false,
-            drained: None,
-        });
-        drop(st);
-        self.shared.wake.notify_all();
     }
 
     fn adopt_dir(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
-        if lock(&self.shared.state).watches.contains_key(&run_dir) {
+        if self.known(&run_dir) {
             return Ok(());
         }
-        let file = read_job_file(&run_dir)?;
-        let id = match file.as_ref().and_then(|f| f.job_id) {
-            Some(id) => Some(id),
-            None if file.is_some() => self.find_by_output(&run_dir).map_err(|m| slurm_err("squeue --json", m))?,
-            None => None,
+        let Some(file) = read_job_file(&run_dir)? else {
+            // Never recorded (or its record is gone): report what the directory holds.
+            report_from_dir(&run, &run_dir, &sink, false);
+            return Ok(());
         };
-        match id {
-            Some(id) => {
-                if let Some(f) = file.filter(|f| f.job_id.is_none()) {
-                    write_job_file(&run_dir, &SlurmJobFile { job_id: Some(id), ..f })?;
-                }
-                self.watch(run, run_dir, id, sink);
+        if let Some(id) = file.job_id {
+            watch(&self.shared, run, run_dir, id, sink, false);
+            return Ok(());
+        }
+        // Recorded, but the job id was never written (the server died during sbatch, or
+        // before the submitter got to it): the submitter looks the job up by its output
+        // path, and submits it only if Slurm does not have it and the shim never ran.
+        match shim::read_spec(&run_dir).ok().flatten() {
+            Some(spec) => {
+                let args = self.sbatch_args(&run, &run_dir, &spec);
+                self.enqueue(run, run_dir, sink, args, file.job_name, true);
+                self.shared.submit_wake.notify_all();
             }
-            None => {
-                // Never submitted (or its record is gone): report what the directory holds.
-                let status = shim::read_status(&run_dir).ok().flatten();
-                let started = run_dir.join(shim::STARTED_FILE).exists();
-                let outcome = match &status {
-                    Some(s) => outcome_from_status(s),
-                    None if file.is_some() => Outcome::LaunchFailed { message: "the run was never submitted to Slurm".into() },
-                    None => Outcome::Lost { message: "the run has no Slurm job".into() },
-                };
-                report_end(&run, &run_dir, &sink, started && status.is_some(), false, outcome);
-            }
+            None => report_from_dir(&run, &run_dir, &sink, true),
         }
         Ok(())
     }
+}
 
-    fn job_of(&self, run_dir: &Path) -> Option<u64> {
-        if let Some(w) = lock(&self.shared.state).watches.get(run_dir) {
-            return Some(w.job_id);
+/// Starts watching a submitted run.
+fn watch(shared: &Shared, run: RunId, run_dir: PathBuf, job_id: u64, sink: EventSink, stopped: bool) {
+    let mut st = lock(&shared.state);
+    if st.submits.remove(&run_dir).is_some_and(|s| s.in_flight) {
+        st.in_flight_since = None;
+    }
+    st.watches.entry(run_dir).or_insert(Watch {
+        run,
+        job_id,
+        sink,
+        started_sent: false,
+        status_seen: None,
+        missing_since: None,
+        stopped,
+        drained: None,
+    });
+    drop(st);
+    shared.wake.notify_all();
+}
+
+fn job_of(shared: &Shared, run_dir: &Path) -> Option<u64> {
+    if let Some(w) = lock(&shared.state).watches.get(run_dir) {
+        return Some(w.job_id);
+    }
+    read_job_file(run_dir).ok().flatten().and_then(|f| f.job_id)
+}
+
+/// Stops a submitted run: see "Stop" in the module docs.
+fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendError> {
+    let opts = &shared.opts;
+    let Some(id) = job_of(shared, run_dir) else { return Ok(()) };
+    let (known, pending) = {
+        let mut st = lock(&shared.state);
+        if let Some(w) = st.watches.get_mut(run_dir) {
+            w.stopped = true;
         }
-        read_job_file(run_dir).ok().flatten().and_then(|f| f.job_id)
+        let j = st.last.get(&id);
+        (j.map(|j| j.job_state.clone()), j.is_some_and(|j| j.job_state == "PENDING"))
+    };
+    if known.as_deref().is_some_and(|s| !is_live_state(s)) {
+        return Ok(());
+    }
+    let ids = id.to_string();
+    if pending || run_dir.join(shim::STATUS_FILE).exists() {
+        return scancel(opts, &[&ids]).map_err(|m| slurm_err("scancel", m));
+    }
+    if let Err(m) = scancel(opts, &["--signal=TERM", "--full", &ids]) {
+        // Pending ("can not be altered now") or already over: a plain cancel does it.
+        tracing::debug!(%run, "scancel --signal=TERM: {m}");
+        return scancel(opts, &[&ids]).map_err(|m| slurm_err("scancel", m));
+    }
+    let grace = shim::read_spec(run_dir).ok().flatten().map(|s| s.grace_seconds).unwrap_or(30.0);
+    let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
+    lock(&shared.state).kills.push((at, id));
+    shared.wake.notify_all();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The submitter thread.
+
+/// The submitter thread: see "Submission" in the module docs.
+fn submitter(shared: Arc<Shared>) {
+    loop {
+        let (dir, t) = next_submission(&shared);
+        submit(&shared, &dir, t);
+    }
+}
+
+/// Waits for a run that is due (queued, or stopped, and the controller's backoff over)
+/// and marks it in flight.
+fn next_submission(shared: &Shared) -> (PathBuf, Try) {
+    let mut st = lock(&shared.state);
+    loop {
+        let now = Instant::now();
+        let open = st.ctld_retry_at.is_none_or(|t| t <= now);
+        let due = st
+            .submits
+            .iter()
+            .filter(|(_, s)| !s.in_flight && (open || (s.stopped && !s.maybe_submitted)))
+            .min_by_key(|(_, s)| s.queued)
+            .map(|(d, _)| d.clone());
+        if let Some(dir) = due {
+            st.in_flight_since = Some(now);
+            let s = st.submits.get_mut(&dir).expect("present");
+            s.in_flight = true;
+            let t = Try {
+                run: s.run.clone(),
+                sink: s.sink.clone(),
+                args: s.args.clone(),
+                name: s.name.clone(),
+                look_first: s.look_first,
+                maybe_submitted: s.maybe_submitted,
+                stopped: s.stopped,
+            };
+            return (dir, t);
+        }
+        let waiting = st.submits.values().any(|s| !s.in_flight);
+        st = match st.ctld_retry_at {
+            Some(t) if waiting => {
+                let d = t.saturating_duration_since(now);
+                shared.submit_wake.wait_timeout(st, d).unwrap_or_else(|p| p.into_inner()).0
+            }
+            _ => shared.submit_wake.wait(st).unwrap_or_else(|p| p.into_inner()),
+        };
+    }
+}
+
+/// The controller answered: no more backoff.
+fn controller_answered(shared: &Shared) {
+    let mut st = lock(&shared.state);
+    st.ctld_tries = 0;
+    st.ctld_error = None;
+    st.ctld_retry_at = None;
+}
+
+/// One try of one run: look its job up if it may exist, else `sbatch` it.
+fn submit(shared: &Shared, dir: &Path, t: Try) {
+    let opts = &shared.opts;
+    if t.stopped && !t.maybe_submitted {
+        // Stopped before anything reached Slurm: nothing to cancel.
+        let _ = std::fs::remove_file(dir.join(SLURM_FILE));
+        end_submit(shared, dir, &t, outcome_for(None, None, false, true));
+        return;
+    }
+    if t.look_first {
+        let found = find_by_output(opts, dir);
+        if found.as_ref().is_ok() {
+            controller_answered(shared);
+        }
+        match found {
+            Ok(Some(id)) => return submitted(shared, dir, &t, id),
+            Ok(None) if t.stopped || shim_ran(dir) => {
+                // Not in Slurm: stopped, or the shim ran and its job is gone. Never submit
+                // it (again).
+                let _ = std::fs::remove_file(dir.join(SLURM_FILE));
+                {
+                    let mut st = lock(&shared.state);
+                    st.submits.remove(dir);
+                    st.in_flight_since = None;
+                }
+                if t.stopped && !shim_ran(dir) {
+                    report_end(&t.run, dir, &t.sink, false, false, outcome_for(None, None, false, true));
+                } else {
+                    report_from_dir(&t.run, dir, &t.sink, true);
+                }
+                return;
+            }
+            Ok(None) => {}
+            Err(m) if is_transient(&m) => return retry(shared, dir, &t, m, false),
+            Err(m) => {
+                // The marker stays: whether a job exists is unknown.
+                return end_submit(shared, dir, &t, Outcome::LaunchFailed { message: slurm_err("squeue --json", m).to_string() });
+            }
+        }
+    }
+    let result = run_cmd("sbatch", &t.args, opts.command_timeout);
+    if !result.as_ref().is_err_and(|m| is_transient(m)) {
+        controller_answered(shared);
+    }
+    match result {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out);
+            // --parsable: "<id>" or "<id>;<cluster>".
+            match text.trim().split(';').next().and_then(|s| s.trim().parse::<u64>().ok()) {
+                Some(id) => submitted(shared, dir, &t, id),
+                None => {
+                    tracing::error!(run = %t.run, "sbatch printed {text:?}, not a job id");
+                    let e = slurm_err("sbatch", format!("unexpected output {:?}", text.trim()));
+                    end_submit(shared, dir, &t, Outcome::LaunchFailed { message: e.to_string() });
+                }
+            }
+        }
+        Err(m) if is_transient(&m) => {
+            // A try that timed out may have reached the controller.
+            let maybe = m.contains("did not finish within") || m.to_ascii_lowercase().contains("timed out");
+            retry(shared, dir, &t, m, maybe);
+        }
+        Err(m) => {
+            // Refused: nothing was submitted (L16 for the driver).
+            let _ = std::fs::remove_file(dir.join(SLURM_FILE));
+            end_submit(shared, dir, &t, Outcome::LaunchFailed { message: slurm_err("sbatch", m).to_string() });
+        }
+    }
+}
+
+/// The controller could not be reached: every queued run waits for the backoff (2 s,
+/// doubling up to 30 s), then this one is tried again, looking its job up first. The run
+/// stays launching (its job PENDING) meanwhile.
+fn retry(shared: &Shared, dir: &Path, t: &Try, message: String, maybe_submitted: bool) {
+    let mut st = lock(&shared.state);
+    st.ctld_tries += 1;
+    let delay = submit_backoff(st.ctld_tries);
+    st.ctld_retry_at = Some(Instant::now() + delay);
+    tracing::warn!(run = %t.run, "the Slurm controller is unreachable ({message}); trying again in {}s (try {})", delay.as_secs(), st.ctld_tries);
+    st.ctld_error = Some((message, delay));
+    st.in_flight_since = None;
+    if let Some(s) = st.submits.get_mut(dir) {
+        s.in_flight = false;
+        s.look_first = true;
+        s.maybe_submitted |= maybe_submitted;
+    }
+    drop(st);
+    // A run stopped meanwhile may end now.
+    shared.submit_wake.notify_all();
+}
+
+/// Ends a run that will not be submitted: reports `Exited` with the outcome.
+fn end_submit(shared: &Shared, dir: &Path, t: &Try, outcome: Outcome) {
+    {
+        let mut st = lock(&shared.state);
+        st.submits.remove(dir);
+        st.in_flight_since = None;
+    }
+    if let Outcome::LaunchFailed { message } = &outcome {
+        tracing::error!(run = %t.run, "launch failed: {message}");
+    }
+    report_end(&t.run, dir, &t.sink, false, false, outcome);
+}
+
+/// The run has a job: records its id durably, then watches it (and stops it at once if
+/// it was stopped meanwhile).
+fn submitted(shared: &Shared, dir: &Path, t: &Try, id: u64) {
+    let f = SlurmJobFile { job_id: Some(id), job_name: t.name.clone(), submitted_micros: fsutil::now_micros() };
+    if let Err(e) = write_job_file(dir, &f) {
+        // Without a durable id a restarted server could not find the job: cancel it.
+        let _ = scancel(&shared.opts, &[&id.to_string()]);
+        return end_submit(shared, dir, t, Outcome::LaunchFailed { message: e.to_string() });
+    }
+    let stopped = lock(&shared.state).submits.get(dir).is_some_and(|s| s.stopped);
+    watch(shared, t.run.clone(), dir.to_path_buf(), id, t.sink.clone(), stopped);
+    if stopped {
+        if let Err(e) = stop_job(shared, &t.run, dir) {
+            tracing::warn!(run = %t.run, "stop: {e}");
+        }
     }
 }
 
@@ -951,30 +1270,18 @@ fn unparseable(shared: &Shared, message: String) {
 }
 
 impl Backend for SlurmBackend {
+    /// Records every run (spec and `slurm.json`, durably) and returns; the submitter
+    /// thread submits them in order and reports refusals as `Exited` (L16).
     fn launch(&self, runs: Vec<Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
-        if runs.len() == 1 {
-            return runs
-                .into_iter()
-                .map(|l| {
-                    let run = l.run.clone();
-                    (run, self.launch_one(l, sink.clone()))
-                })
-                .collect();
-        }
-        // L6: every replica's job is submitted at once.
-        thread::scope(|scope| {
-            let handles: Vec<_> = runs
-                .into_iter()
-                .map(|l| {
-                    let sink = sink.clone();
-                    (l.run.clone(), scope.spawn(move || self.launch_one(l, sink)))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|(run, h)| (run, h.join().unwrap_or_else(|_| Err(slurm_err("sbatch", "the launch thread panicked")))))
-                .collect()
-        })
+        let out = runs
+            .into_iter()
+            .map(|l| {
+                let run = l.run.clone();
+                (run, self.record(l, sink.clone()))
+            })
+            .collect();
+        self.shared.submit_wake.notify_all();
+        out
     }
 
     fn adopt(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
@@ -984,32 +1291,32 @@ impl Backend for SlurmBackend {
 
     fn stop(&self, run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
         let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
-        let Some(id) = self.job_of(&run_dir) else { return Ok(()) };
-        let (known, pending) = {
+        {
             let mut st = lock(&self.shared.state);
-            if let Some(w) = st.watches.get_mut(&run_dir) {
-                w.stopped = true;
+            if let Some(s) = st.submits.get_mut(&run_dir) {
+                // Not submitted yet: the submitter ends it (at once if nothing can have
+                // reached Slurm, else once it could look the job up and cancel it).
+                s.stopped = true;
+                drop(st);
+                self.shared.submit_wake.notify_all();
+                return Ok(());
             }
-            let j = st.last.get(&id);
-            (j.map(|j| j.job_state.clone()), j.is_some_and(|j| j.job_state == "PENDING"))
-        };
-        if known.as_deref().is_some_and(|s| !is_live_state(s)) {
-            return Ok(());
         }
-        let ids = id.to_string();
-        if pending || run_dir.join(shim::STATUS_FILE).exists() {
-            return scancel(self.opts(), &[&ids]).map_err(|m| slurm_err("scancel", m));
+        stop_job(&self.shared, run, &run_dir)
+    }
+
+    fn waiting_reason(&self, run: &RunId) -> Option<String> {
+        let st = lock(&self.shared.state);
+        if !st.submits.values().any(|s| s.run == *run) {
+            return None;
         }
-        if let Err(m) = scancel(self.opts(), &["--signal=TERM", "--full", &ids]) {
-            // Pending ("can not be altered now") or already over: a plain cancel does it.
-            tracing::debug!(%run, "scancel --signal=TERM: {m}");
-            return scancel(self.opts(), &[&ids]).map_err(|m| slurm_err("scancel", m));
+        if let Some((m, d)) = &st.ctld_error {
+            return Some(unreachable_reason(m, *d));
         }
-        let grace = shim::read_spec(&run_dir).ok().flatten().map(|s| s.grace_seconds).unwrap_or(30.0);
-        let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
-        lock(&self.shared.state).kills.push((at, id));
-        self.shared.wake.notify_all();
-        Ok(())
+        // A client command waits about 9 s for an unreachable controller before it fails.
+        st.in_flight_since
+            .is_some_and(|t| t.elapsed() >= SLOW_COMMAND)
+            .then(|| "the Slurm controller does not answer yet (unreachable or slow); the submission waits for it".to_string())
     }
 
     fn describe(&self) -> String {
@@ -1149,6 +1456,37 @@ mod tests {
         // No CLUSTER_SPEC: one CPU, the memory limit, no time limit.
         let bare = ShimSpec::new(vec!["x".into()], vec![]);
         assert_eq!(request_for(&run, &bare), Request { cpus: 1, memory_mb: None, gpus: 0, time_minutes: None });
+    }
+
+    /// `resources` (set by the driver) wins over CLUSTER_SPEC, which is only the fallback
+    /// for specs without them.
+    #[test]
+    fn requests_from_resources() {
+        let cs = serde_json::json!({"cluster": {}, "job": serde_json::json!({
+            "workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-8", "acceleratorCount": 4}}],
+            "scheduling": {"timeout": "3600s"}
+        }).to_string()});
+        let mut spec = ShimSpec::new(vec!["x".into()], vec![("CLUSTER_SPEC".into(), cs.to_string())]);
+        spec.memory_limit_bytes = Some(1024 * 1024 * 1024);
+        spec.grace_seconds = 30.0;
+        let run = RunId { job: 7, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
+        assert_eq!(request_for(&run, &spec), Request { cpus: 8, memory_mb: Some(1024), gpus: 4, time_minutes: Some(62) });
+        spec.resources = crate::shim::Resources { cpus: Some(4), accelerator: Some(("NVIDIA_TESLA_T4".into(), 1)), timeout_secs: Some(90) };
+        assert_eq!(request_for(&run, &spec), Request { cpus: 4, memory_mb: Some(1024), gpus: 1, time_minutes: Some(3) });
+        // Set but without an accelerator or a timeout: none, not CLUSTER_SPEC's.
+        spec.resources = crate::shim::Resources { cpus: Some(2), accelerator: None, timeout_secs: None };
+        assert_eq!(request_for(&run, &spec), Request { cpus: 2, memory_mb: Some(1024), gpus: 0, time_minutes: None });
+        // The replica name does not matter any more (no pool index needed).
+        let other = RunId { replica: "chief".into(), ..run.clone() };
+        assert_eq!(request_for(&other, &spec).cpus, 2);
+    }
+
+    #[test]
+    fn submit_backoff_and_reason() {
+        let secs: Vec<u64> = (1..=7).map(|n| submit_backoff(n).as_secs()).collect();
+        assert_eq!(secs, vec![2, 4, 8, 16, 30, 30, 30]);
+        let r = unreachable_reason("Unable to contact slurm controller (connect failure)", submit_backoff(2));
+        assert_eq!(r, "the Slurm controller is unreachable (Unable to contact slurm controller (connect failure)); trying again in 4s");
     }
 
     #[test]

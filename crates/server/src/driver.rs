@@ -110,6 +110,8 @@ pub struct Driver {
     last_metric_poll: Micros,
     /// Launches put off while the engine is unreachable: (when, launch, tries).
     later: Vec<(Micros, Launch, u32)>,
+    /// When launching runs last asked the backend why they wait.
+    last_backend_poll: Micros,
 }
 
 struct LiveStudy {
@@ -178,6 +180,7 @@ impl Driver {
             study_events: Vec::new(),
             last_metric_poll: 0,
             later: Vec::new(),
+            last_backend_poll: 0,
         };
         (d, tx)
     }
@@ -499,6 +502,7 @@ impl Driver {
             self.poll_trial_metrics(now);
             self.drain_study_events(now)?;
             self.retry_later_launches(now);
+            self.poll_backend_reasons(now)?;
             if self.reschedule {
                 self.reschedule = false;
                 self.schedule_round(now)?;
@@ -507,8 +511,10 @@ impl Driver {
                 Some(&(t, _)) => Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64),
                 None => Duration::from_secs(60),
             };
-            if !self.studies.is_empty() {
-                // Trials' metric files are read about once a second.
+            let starting = self.jobs.values().any(|l| matches!(l.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }));
+            if !self.studies.is_empty() || starting {
+                // Trials' metric files, and the engine's word on replicas still starting,
+                // are read about once a second.
                 wait = wait.min(Duration::from_millis(500));
             }
             if let Some(t) = self.later.iter().map(|(t, _, _)| *t).min() {
@@ -538,6 +544,33 @@ impl Driver {
             }
             self.apply_started(started)?;
         }
+    }
+
+    /// Why launched replicas have not started yet, as the engine says (e.g. its controller
+    /// is unreachable): shown as the job's waiting reason and written to its log.
+    fn poll_backend_reasons(&mut self, now: Micros) -> Result<(), StoreError> {
+        if now - self.last_backend_poll < 1_000_000 {
+            return Ok(());
+        }
+        self.last_backend_poll = now;
+        let mut reasons = Vec::new();
+        for live in self.jobs.values() {
+            if !matches!(live.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }) {
+                continue;
+            }
+            let launching = live.job.replicas.iter().filter(|r| r.state == trainyard_core::job::ReplicaState::Launching);
+            for r in launching {
+                let run = RunId { job: live.job.id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
+                if let Some(reason) = self.svc.backend.waiting_reason(&run) {
+                    reasons.push((live.job.id, format!("Waiting for the execution engine: {reason}")));
+                    break;
+                }
+            }
+        }
+        for (id, reason) in reasons {
+            self.note_waiting(id, reason, now)?;
+        }
+        Ok(())
     }
 
     /// Launches put off while the engine was unreachable, when their time has come; those of
