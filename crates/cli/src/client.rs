@@ -138,12 +138,17 @@ impl Api {
         format!("{}/v1/projects/{}/locations/{}", self.t.server.trim_end_matches('/'), self.t.project, self.t.region)
     }
 
-    fn job_url(&self, job: &str) -> anyhow::Result<String> {
+    /// The URL of a resource given by id or full name, in `collection`.
+    fn resource_url(&self, collection: &str, job: &str) -> anyhow::Result<String> {
         let id = job.rsplit('/').next().unwrap_or(job);
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
-            bail!("{job:?} is not a job id or a customJobs resource name");
+            bail!("{job:?} is not a job id or a {collection} resource name");
         }
-        Ok(format!("{}/customJobs/{id}", self.base()))
+        Ok(format!("{}/{collection}/{id}", self.base()))
+    }
+
+    fn job_url(&self, job: &str) -> anyhow::Result<String> {
+        self.resource_url("customJobs", job)
     }
 
     fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
@@ -584,6 +589,130 @@ pub fn run_quotas(cmd: QuotaCommand) -> anyhow::Result<ExitCode> {
             table(&["PROJECT", "REGION", "METRIC", "LIMIT", "IN_USE", "QUEUED"], &rows);
         }
         f => print_value(&Value::Array(rows), f)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trainyard hp-tuning-jobs ...`, like the known CLI's `ai hp-tuning-jobs`.
+#[derive(Subcommand)]
+pub enum StudyCommand {
+    /// Create a HyperparameterTuningJob from a YAML file holding its studySpec and
+    /// trialJobSpec (or a whole HyperparameterTuningJob).
+    Create {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        display_name: String,
+        /// YAML: `studySpec:` and `trialJobSpec:` (and optionally the counts).
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        max_trial_count: Option<i64>,
+        #[arg(long)]
+        parallel_trial_count: Option<i64>,
+        #[arg(long)]
+        max_failed_trial_count: Option<i64>,
+        #[arg(long, value_delimiter = ',')]
+        labels: Vec<String>,
+    },
+    /// List HyperparameterTuningJobs, newest first.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Show one HyperparameterTuningJob with its trials.
+    Describe {
+        #[command(flatten)]
+        target: Target,
+        job: String,
+        #[arg(long, value_enum, default_value = "yaml")]
+        format: Format,
+    },
+    /// Cancel a HyperparameterTuningJob and its running trials.
+    Cancel {
+        #[command(flatten)]
+        target: Target,
+        job: String,
+    },
+}
+
+impl Api {
+    fn study_url(&self, job: &str) -> anyhow::Result<String> {
+        self.resource_url("hyperparameterTuningJobs", job)
+    }
+}
+
+pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        StudyCommand::Create { target, display_name, config, max_trial_count, parallel_trial_count, max_failed_trial_count, labels } => {
+            let api = Api::new(target)?;
+            let text = std::fs::read_to_string(&config).with_context(|| format!("cannot read {}", config.display()))?;
+            let mut job: Value =
+                serde_norway::from_str(&text).with_context(|| format!("{} is not valid YAML", config.display()))?;
+            if !job.is_object() {
+                bail!("{}: expected a mapping with studySpec and trialJobSpec", config.display());
+            }
+            job["displayName"] = Value::String(display_name);
+            for (k, v) in [("maxTrialCount", max_trial_count), ("parallelTrialCount", parallel_trial_count), ("maxFailedTrialCount", max_failed_trial_count)] {
+                if let Some(v) = v {
+                    job[k] = json!(v);
+                }
+            }
+            if !labels.is_empty() {
+                let mut m = Map::new();
+                for l in &labels {
+                    let (k, v) = l.split_once('=').with_context(|| format!("--labels: {l:?} is not KEY=VALUE"))?;
+                    m.insert(k.to_string(), Value::String(v.to_string()));
+                }
+                job["labels"] = Value::Object(m);
+            }
+            let created = api.send("POST", &format!("{}/hyperparameterTuningJobs", api.base()), Some(&job))?;
+            let name = created["name"].as_str().unwrap_or("");
+            println!("Hyperparameter tuning job [{name}] submitted successfully.\n");
+            println!("Your job is still active. You may view the status of your job with the command\n");
+            println!("  $ trainyard hp-tuning-jobs describe {name}");
+        }
+        StudyCommand::List { target, filter, format } => {
+            let api = Api::new(target)?;
+            let mut url = format!("{}/hyperparameterTuningJobs?pageSize=1000", api.base());
+            if let Some(f) = &filter {
+                url.push_str(&format!("&filter={}", encode(f)));
+            }
+            let v = api.send("GET", &url, None)?;
+            let jobs = v["hyperparameterTuningJobs"].as_array().cloned().unwrap_or_default();
+            match format {
+                Format::Table => {
+                    let rows: Vec<Vec<String>> = jobs
+                        .iter()
+                        .map(|j| {
+                            vec![
+                                j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string(),
+                                j["displayName"].as_str().unwrap_or("").to_string(),
+                                j["state"].as_str().unwrap_or("").to_string(),
+                                j["maxTrialCount"].to_string(),
+                                j["createTime"].as_str().unwrap_or("").to_string(),
+                            ]
+                        })
+                        .collect();
+                    table(&["ID", "DISPLAY_NAME", "STATE", "MAX_TRIALS", "CREATE_TIME"], &rows);
+                }
+                f => print_value(&Value::Array(jobs), f)?,
+            }
+        }
+        StudyCommand::Describe { target, job, format } => {
+            let api = Api::new(target)?;
+            print_value(&api.send("GET", &api.study_url(&job)?, None)?, format)?;
+        }
+        StudyCommand::Cancel { target, job } => {
+            let api = Api::new(target)?;
+            let url = api.study_url(&job)?;
+            api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
+            println!("Request to cancel hyperparameter tuning job [{}] has been sent.", url.split("/v1/").nth(1).unwrap_or(&job));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

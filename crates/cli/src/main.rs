@@ -29,6 +29,12 @@ enum Command {
     /// Create, list, describe, cancel CustomJobs and stream their logs.
     #[command(name = "custom-jobs")]
     CustomJobs(CustomJobs),
+    /// Create, list, describe and cancel HyperparameterTuningJobs.
+    #[command(name = "hp-tuning-jobs")]
+    HpTuningJobs {
+        #[command(subcommand)]
+        command: client::StudyCommand,
+    },
     /// Nodes of the fleet: list, describe, drain, undrain.
     Nodes {
         #[command(subcommand)]
@@ -77,6 +83,7 @@ fn main() -> ExitCode {
         Command::CustomJobs(c) => client::run(c.command),
         Command::Config { command } => cliconfig::run(command),
         Command::Nodes { command } => client::run_nodes(command),
+        Command::HpTuningJobs { command } => client::run_studies(command),
         Command::Quotas { command } => client::run_quotas(command),
     };
     match result {

@@ -7,8 +7,14 @@ use std::process::{Command, Output};
 use common::*;
 
 fn cli(s: &Server, args: &[&str]) -> Output {
+    let mut all = vec!["custom-jobs"];
+    all.extend_from_slice(args);
+    trainyard(s, &all)
+}
+
+/// `trainyard ARGS` against the test server, in project `cli`.
+fn trainyard(s: &Server, args: &[&str]) -> Output {
     Command::new(BIN)
-        .arg("custom-jobs")
         .args(args)
         .env("TRAINYARD_SERVER", s.url(""))
         .env("TRAINYARD_PROJECT", "cli")
@@ -105,4 +111,35 @@ fn bad_flags_are_explained() {
     let o = cli(&s, &["describe", "424242"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("NOT_FOUND"), "{}", text(&o));
+}
+
+#[test]
+fn hp_tuning_jobs_commands() {
+    let s = Server::start("");
+    let cfg = s.dir.path().join("study.yaml");
+    std::fs::write(
+        &cfg,
+        "studySpec:\n  metrics: [{metricId: accuracy, goal: MAXIMIZE}]\n  parameters:\n    - parameterId: units\n      integerValueSpec: {minValue: 1, maxValue: 3}\n  algorithm: GRID_SEARCH\n\
+         trialJobSpec:\n  workerPoolSpecs:\n    - machineSpec: {machineType: n1-standard-4}\n      replicaCount: 1\n      containerSpec:\n        imageUri: x\n        command: [sh, -c, 'echo \"{\\\"accuracy\\\": \\\"0.5\\\"}\" > $CLOUD_ML_HP_METRIC_FILE']\n",
+    )
+    .unwrap();
+    let o = trainyard(&s, &["hp-tuning-jobs", "create", "--display-name=cli-study", &format!("--config={}", cfg.display()), "--max-trial-count=3", "--parallel-trial-count=3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    let name = out.split('[').nth(1).and_then(|r| r.split(']').next()).unwrap().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let o = trainyard(&s, &["hp-tuning-jobs", "describe", &name]);
+        let out = text(&o);
+        if out.contains("state: JOB_STATE_SUCCEEDED") {
+            assert!(out.contains("finalMeasurement"), "{out}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let o = trainyard(&s, &["hp-tuning-jobs", "list"]);
+    assert!(text(&o).contains("cli-study") && text(&o).contains("JOB_STATE_SUCCEEDED"), "{}", text(&o));
+    let o = trainyard(&s, &["hp-tuning-jobs", "cancel", &name]);
+    assert!(!o.status.success() && text(&o).contains("FAILED_PRECONDITION"), "{}", text(&o));
 }
