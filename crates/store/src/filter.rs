@@ -61,9 +61,12 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, FilterError> {
                         break;
                     }
                     if d == b'\\' {
-                        let Some(&e) = b.get(i + 1) else { return Err(err(i, "unterminated escape")) };
-                        s.push(e as char);
-                        i += 2;
+                        // The escaped character, whole (it may be several bytes long).
+                        let Some(e) = text.get(i + 1..).and_then(|t| t.chars().next()) else {
+                            return Err(err(i, "unterminated escape"));
+                        };
+                        s.push(e);
+                        i += 1 + e.len_utf8();
                         continue;
                     }
                     // Multi-byte UTF-8: copy the whole character.
@@ -359,6 +362,13 @@ mod tests {
         assert_eq!(sql("display_name=\"run-*\""), "(display_name GLOB ?)");
     }
 
+    /// A regression found by the property test: an escaped multi-byte character.
+    #[test]
+    fn escaped_multibyte_character() {
+        let c = compile("display_name=\"a\\\u{10b80}b\"", STATES).unwrap().unwrap();
+        assert_eq!(c.params, vec![Value::Text("a\u{10b80}b".into())]);
+    }
+
     #[test]
     fn errors_name_the_position() {
         let e = err("state=\"JOB_STATE_RUNNING\" AND");
@@ -379,5 +389,24 @@ mod tests {
         let e = err("state<JOB_STATE_FAILED");
         assert_eq!(e.column, 6);
         assert!(err("display_name").message.contains("operator"));
+    }
+}
+
+#[cfg(test)]
+mod no_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// Any text compiles or gives an error with a column inside (or just past) it.
+        #[test]
+        fn filters_never_panic(text in prop_oneof!["[ a-z_.=!<>:()\"'*0-9A-Z-]{0,40}", "\\PC{0,30}"]) {
+            match compile(&text, &["JOB_STATE_UNSPECIFIED", "JOB_STATE_QUEUED"]) {
+                Ok(_) => {}
+                Err(e) => prop_assert!(e.column >= 1 && e.column <= text.len() + 1, "{e} for {text:?}"),
+            }
+        }
     }
 }
