@@ -589,4 +589,20 @@ mod tests {
         assert!(Config::load(&p, None).is_err());
         assert!(Config::load(Path::new("/nonexistent/t.toml"), None).unwrap_err().to_string().contains("/nonexistent/t.toml"));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 400, ..Default::default() })]
+
+        /// A broken config file is an error naming the file, never a crash.
+        #[test]
+        fn any_config_text_is_an_error_or_a_config(text in proptest::prop_oneof![
+            "\\PC{0,60}",
+            "(\\[\\[?(node|nodes|quotas\\.default|lifecycle|scheduler|machine_types)\\]\\]?\\n)?([a-z_]{1,12} = (\"[^\"]{0,8}\"|-?[0-9]{1,4}|true|\\[1, 2\\]|\\{ [A-Z_]{1,8} = 2 \\})\\n){0,4}",
+        ]) {
+            let (_d, p) = write(&text);
+            if let Err(e) = Config::load(&p, None) {
+                proptest::prop_assert!(e.to_string().contains("trainyard.toml"), "{e}");
+            }
+        }
+    }
 }
