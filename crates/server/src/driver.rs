@@ -637,10 +637,7 @@ impl Driver {
                 let r = self.cancel(&project, &region, id, now);
                 let _ = reply.send(r);
             }
-            Msg::Backend(BackendEvent::Started { run, .. }) => {
-                let id = run.job;
-                self.apply(id, Event::Started { run }, now)?.ok();
-            }
+            Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_started(vec![run])?,
             Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => {
                 let id = run.job;
                 self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
