@@ -6,8 +6,20 @@
 //! `AND`, `OR`, `NOT` (or `-`), parentheses, juxtaposition as AND, quoted strings, RFC
 //! 3339 times. As in AIP-160, `OR` binds tighter than `AND`. `*` in a `display_name`
 //! or label value compared with `=` is a wildcard.
+//!
+//! Limits keep a filter's parse and its SQL small: at most [`MAX_LEN`] bytes, at most
+//! [`MAX_COMPARISONS`] comparisons, and parentheses and `NOT`s nested at most
+//! [`MAX_DEPTH`] levels deep. `AND` and `OR` chains compile to one flat SQL list each, so
+//! with these limits the SQL expression stays far below SQLite's depth limit (1000).
 
 use rusqlite::types::Value;
+
+/// Longest filter text, in bytes.
+pub const MAX_LEN: usize = 8192;
+/// Most comparisons in one filter.
+pub const MAX_COMPARISONS: usize = 200;
+/// Deepest nesting of parentheses and `NOT`s (together).
+pub const MAX_DEPTH: usize = 64;
 
 /// A filter that cannot be used; `column` is 1-based.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -123,6 +135,9 @@ struct Parser<'a> {
     end: usize,
     params: Vec<Value>,
     states: &'a [&'a str],
+    /// Parentheses and `NOT`s open around the current position.
+    depth: usize,
+    comparisons: usize,
 }
 
 impl Parser<'_> {
@@ -164,19 +179,33 @@ impl Parser<'_> {
         Ok(if parts.len() == 1 { parts.remove(0) } else { format!("({})", parts.join(" OR ")) })
     }
 
+    /// One more level of parentheses or `NOT`, refused past [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<(), FilterError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.err(format!("nesting deeper than {MAX_DEPTH} levels (parentheses and NOT)")));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
     fn unary(&mut self) -> Result<String, FilterError> {
         if self.is_word("NOT") {
+            self.enter()?;
             self.pos += 1;
-            return Ok(format!("(NOT {})", self.unary()?));
+            let inner = self.unary()?;
+            self.depth -= 1;
+            return Ok(format!("(NOT {inner})"));
         }
         match self.peek() {
             Some(Tok::LParen) => {
+                self.enter()?;
                 self.pos += 1;
                 let inner = self.conjunction()?;
                 if self.peek() != Some(&Tok::RParen) {
                     return Err(self.err("expected ')'"));
                 }
                 self.pos += 1;
+                self.depth -= 1;
                 Ok(inner)
             }
             Some(Tok::Word(w)) if w == "AND" || w == "OR" => Err(self.err(format!("unexpected {w}"))),
@@ -206,6 +235,10 @@ impl Parser<'_> {
     }
 
     fn comparison(&mut self) -> Result<String, FilterError> {
+        if self.comparisons >= MAX_COMPARISONS {
+            return Err(self.err(format!("more than {MAX_COMPARISONS} comparisons")));
+        }
+        self.comparisons += 1;
         let field_at = self.at();
         let Some((_, Tok::Word(field))) = self.toks.get(self.pos).cloned() else { return Err(self.err("expected a field name")) };
         self.pos += 1;
@@ -305,8 +338,11 @@ pub fn compile(text: &str, states: &[&str]) -> Result<Option<Compiled>, FilterEr
     if text.trim().is_empty() {
         return Ok(None);
     }
+    if text.len() > MAX_LEN {
+        return Err(FilterError { column: MAX_LEN + 1, message: format!("longer than {MAX_LEN} bytes") });
+    }
     let toks = lex(text)?;
-    let mut p = Parser { toks, pos: 0, end: text.len(), params: Vec::new(), states };
+    let mut p = Parser { toks, pos: 0, end: text.len(), params: Vec::new(), states, depth: 0, comparisons: 0 };
     let sql = p.conjunction()?;
     if p.pos < p.toks.len() {
         return Err(p.err("unexpected ')'"));
@@ -389,6 +425,80 @@ mod tests {
         let e = err("state<JOB_STATE_FAILED");
         assert_eq!(e.column, 6);
         assert!(err("display_name").message.contains("operator"));
+    }
+
+    /// A filter that is too long, too deep or too big is an error naming the limit (before,
+    /// 4,000 parentheses overflowed the parser's stack, and 1,000 `NOT`s went past SQLite's
+    /// expression depth).
+    #[test]
+    fn deep_parentheses_are_refused() {
+        let deep = |n: usize| format!("{}state=1{}", "(".repeat(n), ")".repeat(n));
+        let e = err(&deep(4000));
+        assert_eq!(e.column, MAX_DEPTH + 1, "{e}");
+        assert!(e.to_string().contains("nesting deeper than 64 levels"), "{e}");
+        let e = err(&deep(10_000));
+        assert!(e.to_string().contains("longer than 8192 bytes"), "{e}");
+        assert_eq!(e.column, MAX_LEN + 1);
+        // Unbalanced, as an attacker would send it.
+        let e = err(&"(".repeat(8000));
+        assert!(e.message.contains("nesting deeper than 64 levels"), "{e}");
+        // At the limit it compiles.
+        assert_eq!(sql(&deep(MAX_DEPTH)), "state = ?");
+    }
+
+    #[test]
+    fn deep_nots_are_refused() {
+        for not in ["NOT ", "-", "NOT (", "-("] {
+            let text = format!("{}state=1", not.repeat(1000));
+            let e = err(&text);
+            assert!(e.message.contains("nesting deeper than 64 levels"), "{not:?}: {e}");
+            assert!(e.column <= text.len(), "{e}");
+        }
+        let e = err(&format!("{}state=1", "NOT ".repeat(MAX_DEPTH + 1)));
+        assert_eq!(e.column, 4 * MAX_DEPTH + 1, "{e}");
+        assert!(sql(&format!("{}state=1", "NOT ".repeat(MAX_DEPTH))).starts_with("(NOT (NOT"));
+        // Depth is the nesting, not the count: many NOTs side by side are fine.
+        let flat = vec!["NOT state=1"; 100].join(" AND ");
+        assert!(compile(&flat, STATES).is_ok());
+    }
+
+    #[test]
+    fn long_chains_are_refused() {
+        for join in [" AND ", " OR ", " "] {
+            // 5,000 terms: past the length limit.
+            let e = err(&vec!["state=1"; 5000].join(join));
+            assert!(e.message.contains("longer than 8192 bytes"), "{join:?}: {e}");
+            // Short terms, one past the number of comparisons.
+            let text = vec!["state=1"; MAX_COMPARISONS + 1].join(join);
+            assert!(text.len() <= MAX_LEN);
+            let e = err(&text);
+            assert!(e.message.contains("more than 200 comparisons"), "{join:?}: {e}");
+            assert_eq!(e.column, text.rfind("state").map_or(0, |i| i + 1), "{e}");
+            // At the limit: one flat list, not nested binary expressions.
+            let ok = sql(&vec!["state=1"; MAX_COMPARISONS].join(join));
+            assert_eq!(ok.matches('(').count(), 1, "{ok}");
+        }
+    }
+
+    /// The largest SQL the limits allow (deepest nesting around the longest chain of the
+    /// deepest comparisons) runs in SQLite, whose expression depth limit is 1000.
+    #[test]
+    fn the_largest_filter_within_the_limits_runs() {
+        let chain = vec!["labels.k!=\"v*\""; MAX_COMPARISONS].join(" OR ");
+        let text = format!("{}{chain}{}", "NOT (".repeat(MAX_DEPTH / 2), ")".repeat(MAX_DEPTH / 2));
+        assert!(text.len() <= MAX_LEN);
+        let c = compile(&text, STATES).unwrap().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::Store::open(&dir.path().join("t.db")).unwrap();
+        let rows = store.list_jobs("custom", "p", "r", Some((c.sql.as_str(), c.params.as_slice())), None, 10).unwrap();
+        assert!(rows.is_empty());
+        // A nested AND chain at every level as well.
+        let mut text = String::from("state=1");
+        for _ in 0..MAX_DEPTH {
+            text = format!("state=1 AND ({text})");
+        }
+        let c = compile(&text, STATES).unwrap().unwrap();
+        assert!(store.list_jobs("custom", "p", "r", Some((c.sql.as_str(), c.params.as_slice())), None, 10).unwrap().is_empty());
     }
 }
 
