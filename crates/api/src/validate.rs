@@ -210,10 +210,14 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
             ));
         }
         (Some(c), None) => {
+            let p = format!("{path}.containerSpec");
             if c.image_uri.trim().is_empty() {
-                return bad(format!("{path}.containerSpec.imageUri is required."));
+                return bad(format!("{p}.imageUri is required."));
             }
-            validate_env(&c.env, &format!("{path}.containerSpec.env"))?;
+            no_nul(&c.image_uri, &format!("{p}.imageUri"))?;
+            no_nul_in(&c.command, &format!("{p}.command"))?;
+            no_nul_in(&c.args, &format!("{p}.args"))?;
+            validate_env(&c.env, &format!("{p}.env"))?;
         }
         (None, Some(p)) => {
             if p.executor_image_uri.trim().is_empty() {
@@ -236,7 +240,12 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
                     "{path}.pythonPackageSpec.packageUris[{k}] must not be empty."
                 ));
             }
-            validate_env(&p.env, &format!("{path}.pythonPackageSpec.env"))?;
+            let pp = format!("{path}.pythonPackageSpec");
+            no_nul(&p.executor_image_uri, &format!("{pp}.executorImageUri"))?;
+            no_nul(&p.python_module, &format!("{pp}.pythonModule"))?;
+            no_nul_in(&p.package_uris, &format!("{pp}.packageUris"))?;
+            no_nul_in(&p.args, &format!("{pp}.args"))?;
+            validate_env(&p.env, &format!("{pp}.env"))?;
         }
     }
     if let Some(disk) = &pool.disk_spec {
@@ -260,6 +269,9 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
         if mount.mount_point.trim().is_empty() {
             return bad(format!("{m}.mountPoint is required."));
         }
+        no_nul(&mount.server, &format!("{m}.server"))?;
+        no_nul(&mount.path, &format!("{m}.path"))?;
+        no_nul(&mount.mount_point, &format!("{m}.mountPoint"))?;
         if mount.mount_point.split('/').any(|s| s == "..") {
             return bad(format!("{m}.mountPoint must not contain a '..' segment."));
         }
@@ -267,12 +279,32 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
     Ok(())
 }
 
-/// Environment variable names: non-empty identifiers (`[A-Za-z_][A-Za-z0-9_]*`).
+/// A string handed to a process (argument, environment, path) cannot hold a NUL byte:
+/// refused at create rather than failing at launch.
+fn no_nul(text: &str, path: &str) -> Result {
+    if text.contains('\0') {
+        return bad(format!("{path} must not contain a NUL character."));
+    }
+    Ok(())
+}
+
+/// [`no_nul`] for each item of a list, with its index in the path (`command[1]`).
+fn no_nul_in(items: &[String], path: &str) -> Result {
+    for (k, item) in items.iter().enumerate() {
+        no_nul(item, &format!("{path}[{k}]"))?;
+    }
+    Ok(())
+}
+
+/// Environment variable names: non-empty identifiers (`[A-Za-z_][A-Za-z0-9_]*`, so no
+/// `=`); names and values without NUL characters.
 fn validate_env(env: &[EnvVar], path: &str) -> Result {
     for (k, var) in env.iter().enumerate() {
         if var.name.is_empty() {
             return bad(format!("{path}[{k}].name is required."));
         }
+        no_nul(&var.name, &format!("{path}[{k}].name"))?;
+        no_nul(&var.value, &format!("{path}[{k}].value"))?;
         let mut chars = var.name.chars();
         let first_ok = chars
             .next()

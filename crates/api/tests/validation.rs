@@ -1,7 +1,8 @@
 //! One test per structural rule checked at create; each asserts the field path.
 
 use trainyard_api::{
-    parse_custom_job, validate_custom_job, AcceleratorType, ContainerSpec, CustomJob, DiskSpec,
+    parse_custom_job, parse_hyperparameter_tuning_job, validate_custom_job,
+    validate_hyperparameter_tuning_job, AcceleratorType, ContainerSpec, CustomJob, DiskSpec,
     Duration, EnvVar, GcsDestination, MachineSpec, PythonPackageSpec, Scheduling, WorkerPoolSpec,
 };
 
@@ -485,4 +486,275 @@ fn nfs_mount_fields_are_required() {
         &job,
         "jobSpec.workerPoolSpecs[1].nfsMounts[0].mountPoint is required",
     );
+}
+
+// ---- NUL characters: refused at create (they cannot reach a process) ----
+
+fn python_job(spec: PythonPackageSpec) -> CustomJob {
+    let mut job = valid_job();
+    pool(&mut job, 0).container_spec = None;
+    pool(&mut job, 0).python_package_spec = Some(spec);
+    job
+}
+
+fn good_python() -> PythonPackageSpec {
+    PythonPackageSpec {
+        executor_image_uri: "python:3.12".into(),
+        package_uris: vec!["gs://b/p.tar.gz".into()],
+        python_module: "trainer.task".into(),
+        args: vec!["--epochs=5".into()],
+        env: vec![EnvVar {
+            name: "MODE".into(),
+            value: "fast".into(),
+        }],
+    }
+}
+
+const NUL: &str = "must not contain a NUL character";
+
+#[test]
+fn container_command_and_args_have_no_nul() {
+    let mut job = valid_job();
+    container(&mut job, 0).command = vec!["python".into(), "-c\0".into()];
+    assert_rejected(
+        &job,
+        &format!("jobSpec.workerPoolSpecs[0].containerSpec.command[1] {NUL}"),
+    );
+    let mut job = valid_job();
+    container(&mut job, 1).args = vec!["\0".into()];
+    assert_rejected(
+        &job,
+        &format!("jobSpec.workerPoolSpecs[1].containerSpec.args[0] {NUL}"),
+    );
+    let mut job = valid_job();
+    container(&mut job, 0).image_uri = "python:3.12\0".into();
+    assert_rejected(
+        &job,
+        &format!("jobSpec.workerPoolSpecs[0].containerSpec.imageUri {NUL}"),
+    );
+}
+
+#[test]
+fn container_env_has_no_nul() {
+    let mut job = valid_job();
+    container(&mut job, 1).env[0].value = "a\0b".into();
+    assert_rejected(
+        &job,
+        &format!("jobSpec.workerPoolSpecs[1].containerSpec.env[0].value {NUL}"),
+    );
+    let mut job = valid_job();
+    container(&mut job, 1).env.push(EnvVar {
+        name: "A\0".into(),
+        value: "x".into(),
+    });
+    assert_rejected(
+        &job,
+        &format!("jobSpec.workerPoolSpecs[1].containerSpec.env[1].name {NUL}"),
+    );
+}
+
+#[test]
+fn env_var_names_are_not_empty_and_have_no_equals_sign() {
+    for (name, expected) in [
+        (
+            "",
+            "jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[0].name is required",
+        ),
+        (
+            "A=B",
+            "jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[0].name \"A=B\" is not a valid",
+        ),
+        (
+            "=",
+            "jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[0].name \"=\" is not a valid",
+        ),
+    ] {
+        let mut spec = good_python();
+        spec.env[0].name = name.into();
+        assert_rejected(&python_job(spec), expected);
+    }
+}
+
+#[test]
+fn python_package_fields_have_no_nul() {
+    validate_custom_job(&python_job(good_python())).expect("valid python package");
+    let p = "jobSpec.workerPoolSpecs[0].pythonPackageSpec";
+    let cases: [(fn(&mut PythonPackageSpec), String); 7] = [
+        (
+            |s| s.python_module = "trainer\0task".into(),
+            format!("{p}.pythonModule {NUL}"),
+        ),
+        (
+            |s| s.package_uris.push("gs://b/\0".into()),
+            format!("{p}.packageUris[1] {NUL}"),
+        ),
+        (|s| s.args = vec!["\0".into()], format!("{p}.args[0] {NUL}")),
+        (
+            |s| s.env[0].value = "\0".into(),
+            format!("{p}.env[0].value {NUL}"),
+        ),
+        (
+            |s| s.env[0].name = "MO\0DE".into(),
+            format!("{p}.env[0].name {NUL}"),
+        ),
+        (
+            |s| s.executor_image_uri.push('\0'),
+            format!("{p}.executorImageUri {NUL}"),
+        ),
+        (|s| s.args.push("ok".into()), String::new()),
+    ];
+    for (change, expected) in cases {
+        let mut spec = good_python();
+        change(&mut spec);
+        if expected.is_empty() {
+            validate_custom_job(&python_job(spec)).expect("valid");
+        } else {
+            assert_rejected(&python_job(spec), &expected);
+        }
+    }
+}
+
+/// A NUL written as `\u0000` in the request body reaches validation and is refused.
+#[test]
+fn nul_escape_in_the_document_is_refused() {
+    let job = parse_custom_job(
+        br#"{"displayName": "t", "jobSpec": {"workerPoolSpecs": [
+          {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+           "containerSpec": {"imageUri": "python:3.12", "command": ["python3", "-c", "print(1)\u0000"]}}]}}"#,
+    )
+    .expect("parses");
+    assert_rejected(
+        &job,
+        &format!("jobSpec.workerPoolSpecs[0].containerSpec.command[2] {NUL}"),
+    );
+}
+
+#[test]
+fn trial_job_spec_has_no_nul() {
+    let doc = |pool: &str| {
+        format!(
+            r#"{{"displayName": "hp",
+              "studySpec": {{"metrics": [{{"metricId": "loss", "goal": "MINIMIZE"}}],
+                "parameters": [{{"parameterId": "n", "integerValueSpec": {{"minValue": 1, "maxValue": 4}}}}]}},
+              "maxTrialCount": 4, "parallelTrialCount": 2,
+              "trialJobSpec": {{"workerPoolSpecs": [{pool}]}}}}"#
+        )
+    };
+    let machine = r#""machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1""#;
+    let container =
+        |c: &str| format!(r#"{{{machine}, "containerSpec": {{"imageUri": "python:3.12", {c}}}}}"#);
+    let python = |c: &str| {
+        format!(
+            r#"{{{machine}, "pythonPackageSpec": {{"executorImageUri": "python:3.12",
+              "packageUris": ["gs://b/p.tar.gz"], "pythonModule": "t.task", {c}}}}}"#
+        )
+    };
+    let p = "trialJobSpec.workerPoolSpecs[0]";
+    for (pool, expected) in [
+        (container(r#""command": ["a"]"#), String::new()),
+        (
+            container(r#""command": ["a", "b\u0000"]"#),
+            format!("{p}.containerSpec.command[1] {NUL}"),
+        ),
+        (
+            container(r#""args": ["\u0000"]"#),
+            format!("{p}.containerSpec.args[0] {NUL}"),
+        ),
+        (
+            container(r#""env": [{"name": "A", "value": "\u0000"}]"#),
+            format!("{p}.containerSpec.env[0].value {NUL}"),
+        ),
+        (
+            container(r#""env": [{"name": "A=B", "value": "1"}]"#),
+            format!("{p}.containerSpec.env[0].name \"A=B\" is not a valid"),
+        ),
+        (python(r#""args": ["x"]"#), String::new()),
+        (
+            python(r#""args": ["x", "\u0000"]"#),
+            format!("{p}.pythonPackageSpec.args[1] {NUL}"),
+        ),
+        (
+            python(r#""env": [{"name": "\u0000", "value": "1"}]"#),
+            format!("{p}.pythonPackageSpec.env[0].name {NUL}"),
+        ),
+        (
+            python(r#""env": [{"name": "", "value": "1"}]"#),
+            format!("{p}.pythonPackageSpec.env[0].name is required"),
+        ),
+    ] {
+        let job = parse_hyperparameter_tuning_job(doc(&pool).as_bytes()).expect("parses");
+        let result = validate_hyperparameter_tuning_job(&job);
+        if expected.is_empty() {
+            result.expect("valid");
+        } else {
+            let err = result.expect_err("must be rejected");
+            assert_eq!(err.code, trainyard_api::Code::InvalidArgument);
+            assert!(
+                err.message.contains(&expected),
+                "expected {expected:?} in {:?}",
+                err.message
+            );
+        }
+    }
+    // pythonModule and packageUris of a trial's python package.
+    let pool = python(r#""args": []"#).replace("t.task", "t.\\u0000task");
+    let job = parse_hyperparameter_tuning_job(doc(&pool).as_bytes()).expect("parses");
+    let err = validate_hyperparameter_tuning_job(&job).expect_err("must be rejected");
+    assert!(
+        err.message
+            .contains(&format!("{p}.pythonPackageSpec.pythonModule {NUL}")),
+        "{}",
+        err.message
+    );
+    let pool = python(r#""args": []"#).replace("p.tar.gz\"", "p.tar.gz\", \"\\u0000\"");
+    let job = parse_hyperparameter_tuning_job(doc(&pool).as_bytes()).expect("parses");
+    let err = validate_hyperparameter_tuning_job(&job).expect_err("must be rejected");
+    assert!(
+        err.message
+            .contains(&format!("{p}.pythonPackageSpec.packageUris[1] {NUL}")),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn nfs_mount_fields_have_no_nul() {
+    let mount = trainyard_api::NfsMount {
+        server: "10.0.0.1".into(),
+        path: "/export".into(),
+        mount_point: "data".into(),
+    };
+    let mut job = valid_job();
+    pool(&mut job, 1).nfs_mounts = vec![mount.clone()];
+    validate_custom_job(&job).expect("valid mount");
+    for (m, field) in [
+        (
+            trainyard_api::NfsMount {
+                server: "10.0.0.1\0".into(),
+                ..mount.clone()
+            },
+            "server",
+        ),
+        (
+            trainyard_api::NfsMount {
+                path: "/ex\0port".into(),
+                ..mount.clone()
+            },
+            "path",
+        ),
+        (
+            trainyard_api::NfsMount {
+                mount_point: "\0data".into(),
+                ..mount.clone()
+            },
+            "mountPoint",
+        ),
+    ] {
+        let mut job = valid_job();
+        pool(&mut job, 1).nfs_mounts = vec![m];
+        assert_rejected(
+            &job,
+            &format!("jobSpec.workerPoolSpecs[1].nfsMounts[0].{field} {NUL}"),
+        );
+    }
 }
