@@ -633,3 +633,158 @@ mod tests {
         assert_eq!(m, vec![(5, 0.25)]);
     }
 }
+
+/// A study is stored as JSON and read back before every step: its doubles must come back
+/// bit for bit, so that a replayed study makes the same decisions as the original.
+#[cfg(test)]
+mod replay {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cfg() -> StudyConfig {
+        StudyConfig {
+            space: tuner::Space::new(vec![
+                tuner::ParamSpec::double("lr", 0.001, 0.1, tuner::Scale::Log),
+                tuner::ParamSpec::double("x", -5.0, 5.0, tuner::Scale::Linear),
+            ]),
+            algorithm: tuner::Algorithm::Unspecified,
+            goal: tuner::Goal::Maximize,
+            metric_id: "accuracy".into(),
+            max_trials: 40,
+            parallel: 3,
+            max_failed: 40,
+            best_measurement: false,
+            stopping: Some(tuner::StoppingRule::median()),
+        }
+    }
+
+    /// Every double of a study, as bits, in order.
+    fn bits(s: &Study) -> Vec<u64> {
+        let mut out = Vec::new();
+        for t in &s.trials {
+            for (_, v) in &t.params {
+                if let ParamValue::Double(d) = v {
+                    out.push(d.to_bits());
+                }
+            }
+            out.extend(t.measurements.iter().map(|m| m.1.to_bits()));
+            out.extend(t.final_measurement.iter().map(|m| m.1.to_bits()));
+        }
+        out
+    }
+
+    fn stored(s: &Study) -> Study {
+        let text = serde_json::to_string(s).expect("a study serializes");
+        serde_json::from_str(&text).expect("a stored study reads back")
+    }
+
+    fn trial(id: usize, params: Vec<(String, ParamValue)>, measurements: Vec<(i64, f64)>, done: bool) -> StudyTrial {
+        StudyTrial {
+            id: id.to_string(),
+            params,
+            state: if done { TrialState::Succeeded } else { TrialState::Active },
+            custom_job: Some(100 + id as u64),
+            final_measurement: if done { measurements.last().copied() } else { None },
+            measurements,
+            start_time: id as Micros,
+            end_time: done.then_some(id as Micros + 1),
+            infeasible_reason: String::new(),
+            failed: false,
+        }
+    }
+
+    fn finite() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<u64>().prop_map(f64::from_bits).prop_filter("finite", |f| f.is_finite()),
+            -1e6..1e6f64,
+            0.0..1.0f64,
+        ]
+    }
+
+    fn measurements(values: impl Strategy<Value = f64>) -> impl Strategy<Value = Vec<(i64, f64)>> {
+        prop::collection::vec(values, 1..5).prop_map(|v| v.into_iter().enumerate().map(|(i, x)| (i as i64 * 100 + 100, x)).collect())
+    }
+
+    /// A running study: completed trials (enough for the Gaussian process) and one active.
+    fn study() -> impl Strategy<Value = Study> {
+        let point = (0.001..=0.1f64, -5.0..=5.0f64);
+        let done = (point.clone(), measurements(-1e3..1e3f64));
+        (prop::collection::vec(done, 5..9), point, measurements(-1e3..1e3f64)).prop_map(|(done, (lr, x), running)| {
+            let mut s = Study::new(7, "p".into(), "r".into(), 0);
+            s.phase = StudyPhase::Running;
+            s.start_time = Some(1);
+            let params = |lr: f64, x: f64| vec![("lr".to_string(), ParamValue::Double(lr)), ("x".to_string(), ParamValue::Double(x))];
+            for (i, ((lr, x), m)) in done.into_iter().enumerate() {
+                s.trials.push(trial(i + 1, params(lr, x), m, true));
+            }
+            let n = s.trials.len() + 1;
+            s.trials.push(trial(n, params(lr, x), running, false));
+            s
+        })
+    }
+
+    #[test]
+    fn known_doubles_come_back_exactly() {
+        let mut s = Study::new(1, "p".into(), "r".into(), 0);
+        let values = [0.1 + 0.2, 0.30000000000000004, 1e-300, 5e-324, 9.441791986927227e-169, -0.0, f64::MAX];
+        let params = values.iter().enumerate().map(|(i, v)| (format!("p{i}"), ParamValue::Double(*v))).collect();
+        s.trials.push(trial(1, params, values.iter().enumerate().map(|(i, v)| (i as i64, *v)).collect(), true));
+        let back = stored(&s);
+        assert_eq!(bits(&back), bits(&s));
+        assert_eq!(back, s);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Arbitrary doubles in parameters and measurements come back bit for bit.
+        #[test]
+        fn stored_study_is_equal_bit_for_bit(
+            params in prop::collection::vec(finite(), 1..4),
+            ms in measurements(finite()),
+            int in any::<i64>(),
+        ) {
+            let mut s = Study::new(3, "p".into(), "r".into(), 0);
+            let mut p: Vec<(String, ParamValue)> = params.iter().enumerate().map(|(i, v)| (format!("d{i}"), ParamValue::Double(*v))).collect();
+            p.push(("n".into(), ParamValue::Int(int)));
+            p.push(("c".into(), ParamValue::Str("adam".into())));
+            s.trials.push(trial(1, p, ms, true));
+            let back = stored(&s);
+            prop_assert_eq!(bits(&back), bits(&s));
+            prop_assert_eq!(back, s);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// The study read back from its stored form suggests exactly the same trials,
+        /// makes the same early-stopping call and ends trials the same way as the original.
+        #[test]
+        fn replayed_study_makes_the_same_decisions(s in study(), more in measurements(-1e3..1e3f64)) {
+            let c = cfg();
+            let back = stored(&s);
+            prop_assert_eq!(bits(&back), bits(&s));
+            let active = s.trials.last().map(|t| t.id.clone()).unwrap_or_default();
+            let events = [
+                Event::Advance,
+                Event::Measurements { trial: active.clone(), measurements: more.clone() },
+                Event::TrialEnded { trial: active, succeeded: true, error: None, measurements: more },
+            ];
+            let (mut a, mut b) = (s, back);
+            for (k, e) in events.into_iter().enumerate() {
+                let now = 1000 + k as Micros;
+                let (sa, aa) = step(&a, &c, e.clone(), now).expect("the original steps");
+                let (sb, ab) = step(&b, &c, e, now).expect("the replay steps");
+                // Debug shows each double exactly (shortest text that reads back to it).
+                prop_assert_eq!(format!("{aa:?}"), format!("{ab:?}"));
+                prop_assert_eq!(bits(&sa), bits(&sb));
+                prop_assert_eq!(format!("{sa:?}"), format!("{sb:?}"));
+                // The replay goes on from the stored form, as the server does; the
+                // original never leaves memory.
+                a = sa;
+                b = stored(&sb);
+            }
+        }
+    }
+}
