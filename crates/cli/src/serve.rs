@@ -69,6 +69,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         data_dir: data_dir.clone(),
         token_key,
         tokens,
+        waiting: engine.waiting.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let tx = engine.tx.clone();

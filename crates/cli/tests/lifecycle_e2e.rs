@@ -180,8 +180,10 @@ fn l3_l4_l5_quota() {
     assert_eq!(state(&a), "JOB_STATE_PENDING", "admitted at once: {a:#}");
     let b = s.create("p", &two);
     assert_eq!(state(&b), "JOB_STATE_QUEUED");
-    // Why is it waiting? A documented extension field says so.
-    let reason = s.get(&name_of(&b))["trainyardWaitingReason"].as_str().unwrap_or("").to_string();
+    // Why is it waiting? A documented extension field says so (from the scheduling round
+    // that follows the create).
+    let b_now = s.wait_for(&name_of(&b), 5, |j| j.get("trainyardWaitingReason").is_some());
+    let reason = b_now["trainyardWaitingReason"].as_str().unwrap_or("").to_string();
     assert!(reason.contains("Waiting for quota: custom_model_training_cpus: needs 8, 8 of 8 in use"), "{reason}");
     let (status, body) = s.call("POST", &s.jobs_url("p"), Some(&{
         let mut huge = two.clone();

@@ -79,11 +79,22 @@ pub enum Decision {
     Place { job: u64, nodes: Vec<String>, warnings: Vec<String> },
     /// L15: the fleet cannot hold the attempt for reasons outside the queue.
     Stockout { job: u64, detail: String },
-    /// The job keeps waiting; `reason` says why in plain words.
-    Wait { job: u64, reason: String },
+    /// The job keeps waiting; `reason` says why in plain words, with numbers that move
+    /// (position, what is in use, expected times). `kind` names the reason without them:
+    /// the server logs and stores a reason when its kind changes, not when a number moves.
+    Wait { job: u64, kind: &'static str, reason: String },
     /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`.
     Preempt { job: u64, reason: String },
 }
+
+/// Kinds of waiting reasons (see [`Decision::Wait`]).
+pub const KIND_QUOTA: &str = "quota";
+pub const KIND_CAPACITY: &str = "capacity";
+pub const KIND_RESERVED: &str = "reserved";
+pub const KIND_BEHIND_RESERVATION: &str = "behind-reservation";
+pub const KIND_BLOCKED: &str = "blocked";
+pub const KIND_SPOT: &str = "spot";
+pub const KIND_PREEMPTING: &str = "preempting";
 
 /// Quota in use per project and metric (L5: held from admission until terminal).
 pub fn quota_usage<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> BTreeMap<(String, String), u64> {
@@ -416,7 +427,7 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
                 usage.get(&(job.project.clone(), m.to_string())).copied().unwrap_or(0)
             });
             if !short.is_empty() {
-                out.push(Decision::Wait { job: job.id, reason: format!("Waiting for quota: {}.", short.join("; ")) });
+                out.push(Decision::Wait { job: job.id, kind: KIND_QUOTA, reason: format!("Waiting for quota: {}.", short.join("; ")) });
                 continue;
             }
         }
@@ -950,7 +961,7 @@ pub fn plan(
             });
             if !short.is_empty() {
                 if explain {
-                    rd.out.push(Decision::Wait { job: r.id, reason: format!("Waiting for quota: {}; {}.", short.join("; "), where_()) });
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason: format!("Waiting for quota: {}; {}.", short.join("; "), where_()) });
                 }
                 continue;
             }
@@ -966,6 +977,7 @@ pub fn plan(
             }
             rd.out.push(Decision::Wait {
                 job: r.id,
+                kind: KIND_BLOCKED,
                 reason: format!("Waiting for capacity held by other jobs: job {b} is ahead and does not fit yet (no backfill); {}.", where_()),
             });
             continue;
@@ -1031,7 +1043,7 @@ pub fn plan(
                 } else {
                     format!("SPOT job waiting: the usable fleet cannot hold it ({})", rd.stockout_detail())
                 };
-                rd.out.push(Decision::Wait { job: r.id, reason: format!("{why}: needs {}; {}.", describe(t, r.shape), where_()) });
+                rd.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason: format!("{why}: needs {}; {}.", describe(t, r.shape), where_()) });
             }
             continue;
         }
@@ -1052,6 +1064,7 @@ pub fn plan(
                 if explain {
                     rd.out.push(Decision::Wait {
                         job: r.id,
+                        kind: KIND_PREEMPTING,
                         reason: format!(
                             "Waiting for capacity held by other jobs: {} SPOT job(s) are being preempted for it; it starts when they have stopped; {}.",
                             victims.len() + stopping,
@@ -1079,6 +1092,7 @@ pub fn plan(
                 if explain {
                     rd.out.push(Decision::Wait {
                         job: r.id,
+                        kind: KIND_CAPACITY,
                         reason: format!("Waiting for capacity held by other jobs: needs {}; {}.", describe(t, r.shape), where_()),
                     });
                 }
@@ -1098,7 +1112,8 @@ pub fn plan(
                     ),
                     None => format!("Waiting for capacity held by other jobs: needs {}; {}.", describe(t, r.shape), where_()),
                 };
-                rd.out.push(Decision::Wait { job: r.id, reason });
+                let kind = if rd.resv.is_some() { KIND_RESERVED } else { KIND_CAPACITY };
+                rd.out.push(Decision::Wait { job: r.id, kind, reason });
             }
             continue;
         }
@@ -1124,7 +1139,8 @@ pub fn plan(
                 }
             }
             reason.push_str(&format!("; {}.", where_()));
-            rd.out.push(Decision::Wait { job: r.id, reason });
+            let kind = if rd.resv.is_some() { KIND_BEHIND_RESERVATION } else { KIND_CAPACITY };
+            rd.out.push(Decision::Wait { job: r.id, kind, reason });
         }
     }
     rd.out

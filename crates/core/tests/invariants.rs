@@ -272,7 +272,7 @@ fn l3_queued_while_quota_short() {
     let refs: Vec<&Job> = jobs.iter().collect();
     let d = schedule(&refs, &fleet, &quotas, 10);
     assert!(matches!(&d[0], Decision::Place { job: 1, .. }));
-    assert!(matches!(&d[1], Decision::Wait { job: 2, reason } if reason.contains("custom_model_training_cpus: needs 4, 8 of 8 in use")), "{d:?}");
+    assert!(matches!(&d[1], Decision::Wait { job: 2, reason, .. } if reason.contains("custom_model_training_cpus: needs 4, 8 of 8 in use")), "{d:?}");
     apply(&mut jobs, &d, 10);
     assert_eq!(jobs[1].state(), State::Queued);
     // The first job ends: quota is returned at once (L5) and the second is admitted.
@@ -305,7 +305,7 @@ fn l15_capacity_held_vs_stockout() {
     let refs: Vec<&Job> = jobs.iter().collect();
     let d = schedule(&refs, &fleet, &quotas, 10);
     assert!(matches!(&d[0], Decision::Place { job: 1, nodes, .. } if nodes == &["n1", "n2"]), "gang placement: {d:?}");
-    assert!(matches!(&d[1], Decision::Wait { job: 2, reason } if reason.contains("held by other jobs")));
+    assert!(matches!(&d[1], Decision::Wait { job: 2, reason, .. } if reason.contains("held by other jobs")));
     apply(&mut jobs, &d, 10);
     // Now one node goes down and one is drained: the waiting job cannot fit the usable fleet.
     fleet.nodes[0].up = false;
@@ -436,7 +436,7 @@ fn placed(d: &[Decision], id: u64) -> Option<Vec<String>> {
 fn reason(d: &[Decision], id: u64) -> String {
     d.iter()
         .find_map(|d| match d {
-            Decision::Wait { job, reason } if *job == id => Some(reason.clone()),
+            Decision::Wait { job, reason, .. } if *job == id => Some(reason.clone()),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no Wait for job {id}: {d:?}"))

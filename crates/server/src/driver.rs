@@ -49,6 +49,8 @@ pub enum Msg {
 }
 
 pub const KIND_CUSTOM: &str = "custom";
+/// The kind of waiting reason the engine gives (see `Decision::Wait`).
+const ENGINE_WAIT: &str = "engine";
 pub const KIND_STUDY: &str = "hptuning";
 
 /// Administration requests (nodes and quotas).
@@ -84,8 +86,38 @@ pub struct Services {
 struct Live {
     job: Job,
     resource: CustomJob,
-    /// The last waiting reason written to the job's log.
-    waiting: Option<String>,
+    /// The kind of the last waiting reason written to the job's log (see
+    /// `Decision::Wait`): a reason is stored and logged when its kind changes, not when a
+    /// position number moves.
+    waiting: Option<&'static str>,
+}
+
+/// A CustomJob to create (from the API, or a study's trial).
+pub struct NewCustomJob {
+    pub project: String,
+    pub region: String,
+    pub resource: CustomJob,
+    pub trial: Option<trainyard_core::job::TrialLink>,
+}
+
+/// The waiting reasons of the latest scheduling round, with their moving numbers
+/// (positions, what is in use, expected times), for readers: shown on GET, never written.
+#[derive(Default)]
+pub struct WaitingView {
+    reasons: std::sync::RwLock<Arc<HashMap<u64, String>>>,
+}
+
+impl WaitingView {
+    /// The job's current waiting reason, if the last round gave it one.
+    pub fn get(&self, id: u64) -> Option<String> {
+        self.reasons.read().ok().and_then(|m| m.get(&id).cloned())
+    }
+
+    fn publish(&self, reasons: HashMap<u64, String>) {
+        if let Ok(mut m) = self.reasons.write() {
+            *m = Arc::new(reasons);
+        }
+    }
 }
 
 pub struct Driver {
@@ -112,6 +144,14 @@ pub struct Driver {
     later: Vec<(Micros, Launch, u32)>,
     /// When launching runs last asked the backend why they wait.
     last_backend_poll: Micros,
+    /// Scheduling rounds are coalesced: the next one runs no sooner than this (a few times
+    /// the last round's cost after it), so that a long queue cannot make every event pay
+    /// for a whole round.
+    next_round: Micros,
+    /// Waiting reasons of the last round, for readers.
+    waiting_view: Arc<WaitingView>,
+    /// Waiting reasons given by the engine (launches it holds up), merged into the view.
+    engine_reasons: HashMap<u64, String>,
 }
 
 struct LiveStudy {
@@ -181,8 +221,16 @@ impl Driver {
             last_metric_poll: 0,
             later: Vec::new(),
             last_backend_poll: 0,
+            next_round: 0,
+            waiting_view: Arc::new(WaitingView::default()),
+            engine_reasons: HashMap::new(),
         };
         (d, tx)
+    }
+
+    /// The waiting reasons readers show (positions move without being written).
+    pub fn waiting_view(&self) -> Arc<WaitingView> {
+        Arc::clone(&self.waiting_view)
     }
 
     fn sink(&self) -> EventSink {
@@ -371,7 +419,7 @@ impl Driver {
         tracing::info!("hyperparameter tuning job {id} created: {}", resource.display_name);
         self.studies.insert(id, LiveStudy { study: Study::new(id, project, region, now), resource, cfg });
         self.apply_study(id, study::Event::Advance, now)?;
-        self.schedule_round(now).map_err(store_err)?;
+        self.maybe_schedule(now).map_err(store_err)?;
         self.study_view(id).ok_or_else(|| ApiError::internal("study vanished"))
     }
 
@@ -426,9 +474,9 @@ impl Driver {
         let resource = trial_resource(&ls.resource, trial, &t.params);
         let (project, region) = (ls.study.project.clone(), ls.study.region.clone());
         let link = trainyard_core::job::TrialLink { study: id, trial: trial.to_string() };
-        match self.create_with(project, region, resource, Some(link), now) {
-            Ok(job) => {
-                let job_id: u64 = job.name.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let created = self.create_many(vec![NewCustomJob { project, region, resource, trial: Some(link) }], now).pop();
+        match created.unwrap_or_else(|| Err(ApiError::internal("no result for the trial job"))) {
+            Ok(job_id) => {
                 if let Some(t) = self.studies.get_mut(&id).and_then(|ls| ls.study.trial_mut(trial)) {
                     t.custom_job = Some(job_id);
                 }
@@ -503,14 +551,14 @@ impl Driver {
             self.drain_study_events(now)?;
             self.retry_later_launches(now);
             self.poll_backend_reasons(now)?;
-            if self.reschedule {
-                self.reschedule = false;
-                self.schedule_round(now)?;
-            }
+            self.maybe_schedule(now)?;
             let mut wait = match self.deadlines.first() {
                 Some(&(t, _)) => Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64),
                 None => Duration::from_secs(60),
             };
+            if self.reschedule {
+                wait = wait.min(Duration::from_micros((self.next_round - now_micros()).clamp(0, 1_000_000) as u64));
+            }
             let starting = self.jobs.values().any(|l| matches!(l.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }));
             if !self.studies.is_empty() || starting {
                 // Trials' metric files, and the engine's word on replicas still starting,
@@ -531,19 +579,42 @@ impl Driver {
                 queued.push(msg);
             }
             let mut started = Vec::new();
+            let mut creates = Vec::new();
             for msg in queued {
                 match msg {
                     Msg::Shutdown => return Ok(()),
                     // Replicas that started: one transaction for all of them (L7).
                     Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
+                    // Creates that arrive together are stored together (group commit).
+                    Msg::Create { project, region, resource, reply } => {
+                        creates.push((NewCustomJob { project, region, resource: *resource, trial: None }, reply))
+                    }
                     other => {
                         self.apply_started(std::mem::take(&mut started))?;
+                        if !creates.is_empty() {
+                            self.create_batch(std::mem::take(&mut creates), now_micros())?;
+                        }
                         self.handle(other)?;
                     }
                 }
             }
             self.apply_started(started)?;
+            if !creates.is_empty() {
+                self.create_batch(creates, now_micros())?;
+            }
         }
+    }
+
+    /// A scheduling round if one is wanted and its time has come.
+    fn maybe_schedule(&mut self, now: Micros) -> Result<(), StoreError> {
+        if !self.reschedule || now < self.next_round {
+            return Ok(());
+        }
+        self.reschedule = false;
+        let cost = self.schedule_round(now)?;
+        // Deciding takes at most about a fifth of the driver's time, however long the queue.
+        self.next_round = now_micros() + 4 * cost;
+        Ok(())
     }
 
     /// Why launched replicas have not started yet, as the engine says (e.g. its controller
@@ -568,7 +639,7 @@ impl Driver {
             }
         }
         for (id, reason) in reasons {
-            self.note_waiting(id, reason, now)?;
+            self.note_engine_waiting(id, reason, now)?;
         }
         Ok(())
     }
@@ -630,8 +701,7 @@ impl Driver {
         let now = now_micros();
         match msg {
             Msg::Create { project, region, resource, reply } => {
-                let r = self.create(project, region, *resource, now);
-                let _ = reply.send(r);
+                self.create_batch(vec![(NewCustomJob { project, region, resource: *resource, trial: None }, reply)], now)?;
             }
             Msg::Cancel { project, region, id, reply } => {
                 let r = self.cancel(&project, &region, id, now);
@@ -650,7 +720,7 @@ impl Driver {
                 self.later.retain(|(_, l, _)| l.run != launch.run);
                 let delay = (2_000_000i64 << (tries - 1).min(4)).min(30_000_000);
                 self.later.push((now + delay, *launch, tries));
-                self.note_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)?;
+                self.note_engine_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)?;
             }
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
@@ -938,27 +1008,101 @@ impl Driver {
             .map(|n| n.name.clone())
     }
 
-    fn create(&mut self, project: String, region: String, resource: CustomJob, now: Micros) -> Result<CustomJob, ApiError> {
-        self.create_with(project, region, resource, None, now)
+    /// Creates that arrived together: checked one by one, then stored in one transaction
+    /// (group commit: one fsync for all), then one scheduling round for all of them, then
+    /// answered.
+    fn create_batch(&mut self, batch: Vec<(NewCustomJob, Reply<CustomJob>)>, now: Micros) -> Result<(), StoreError> {
+        let (items, replies): (Vec<NewCustomJob>, Vec<Reply<CustomJob>>) = batch.into_iter().unzip();
+        let results = self.create_many(items, now);
+        self.maybe_schedule(now)?;
+        for (result, reply) in results.into_iter().zip(replies) {
+            let _ = reply.send(result.and_then(|id| self.render_current(id)));
+        }
+        Ok(())
     }
 
-    fn create_with(
-        &mut self,
-        project: String,
-        region: String,
-        resource: CustomJob,
-        trial: Option<trainyard_core::job::TrialLink>,
-        now: Micros,
-    ) -> Result<CustomJob, ApiError> {
-        let svc = Arc::clone(&self.svc);
-        if region != svc.cfg.region {
+    /// Check and store new CustomJobs; returns each one's id or why it was refused. The
+    /// accepted ones are stored together (all or none) and wait for the next round.
+    fn create_many(&mut self, items: Vec<NewCustomJob>, now: Micros) -> Vec<Result<u64, ApiError>> {
+        let mut results: Vec<Result<u64, ApiError>> = Vec::with_capacity(items.len());
+        let mut accepted = Vec::new();
+        for item in items {
+            match self.check_new(&item) {
+                Ok((prepared, text)) => {
+                    accepted.push((results.len(), item, prepared, text));
+                    results.push(Ok(0));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if accepted.is_empty() {
+            return results;
+        }
+        let labels: Vec<Vec<(String, String)>> = accepted
+            .iter()
+            .map(|(_, it, _, _)| it.resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .collect();
+        let news: Vec<NewJob<'_>> = accepted
+            .iter()
+            .zip(&labels)
+            .map(|((_, it, _, text), labels)| NewJob {
+                kind: KIND_CUSTOM,
+                project: &it.project,
+                region: &it.region,
+                display_name: &it.resource.display_name,
+                labels,
+                resource: text,
+            })
+            .collect();
+        let stored = self.store.insert_jobs(&news, |i, id| {
+            let (_, it, prepared, _) = &accepted[i];
+            let mut job = Job::new(
+                id,
+                it.project.clone(),
+                it.region.clone(),
+                &prepared.pools,
+                prepared.demand.clone(),
+                prepared.policy.clone(),
+                prepared.checkpoints,
+                now,
+            );
+            job.trial = it.trial.clone();
+            job
+        });
+        drop(news);
+        let jobs = match stored {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                let e = store_err(e);
+                for (i, _, _, _) in &accepted {
+                    results[*i] = Err(e.clone());
+                }
+                return results;
+            }
+        };
+        for ((i, item, _, _), job) in accepted.into_iter().zip(jobs) {
+            let id = job.id;
+            tracing::info!("job {id} created: {}", item.resource.display_name);
+            results[i] = Ok(id);
+            self.jobs.insert(id, Live { job, resource: item.resource, waiting: None });
+            self.index_deadline(id);
+        }
+        self.reschedule = true;
+        results
+    }
+
+    /// What a create is checked against besides the wire rules: the region, the catalog,
+    /// the fleet and quotas (L4), and the output directory.
+    fn check_new(&self, item: &NewCustomJob) -> Result<(crate::jobspec::Prepared, String), ApiError> {
+        let svc = &self.svc;
+        if item.region != svc.cfg.region {
             return Err(ApiError::invalid_argument(format!(
-                "Region \"{region}\" is not served here; this server serves \"{}\".",
-                svc.cfg.region
+                "Region \"{}\" is not served here; this server serves \"{}\".",
+                item.region, svc.cfg.region
             )));
         }
-        let prepared = prepare(&resource, &svc.catalog, &svc.cfg.settings, &self.fleet, &self.quotas, &project)?;
-        if let Some(out) = &resource.job_spec.base_output_directory {
+        let prepared = prepare(&item.resource, &svc.catalog, &svc.cfg.settings, &self.fleet, &self.quotas, &item.project)?;
+        if let Some(out) = &item.resource.job_spec.base_output_directory {
             resolve_output_dir(
                 &out.output_uri_prefix,
                 &svc.cfg.storage_root,
@@ -966,43 +1110,20 @@ impl Driver {
                 "jobSpec.baseOutputDirectory.outputUriPrefix",
             )?;
         }
-        let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
-        let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let job = self
-            .store
-            .insert_job(
-                &NewJob {
-                    kind: KIND_CUSTOM,
-                    project: &project,
-                    region: &region,
-                    display_name: &resource.display_name,
-                    labels: &labels,
-                    resource: &text,
-                },
-                |id| {
-                    let mut job = Job::new(
-                        id,
-                        project.clone(),
-                        region.clone(),
-                        &prepared.pools,
-                        prepared.demand.clone(),
-                        prepared.policy.clone(),
-                        prepared.checkpoints,
-                        now,
-                    );
-                    job.trial = trial.clone();
-                    job
-                },
-            )
-            .map_err(store_err)?;
-        let id = job.id;
-        tracing::info!("job {id} created: {}", resource.display_name);
-        self.jobs.insert(id, Live { job, resource, waiting: None });
-        self.index_deadline(id);
-        self.schedule_round(now).map_err(store_err)?;
-        // The job as it is now (admitted already when quota allowed).
+        let text = serde_json::to_string(&item.resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
+        Ok((prepared, text))
+    }
+
+    /// A job as it is now (admitted already when a round placed it).
+    fn render_current(&self, id: u64) -> Result<CustomJob, ApiError> {
         match self.jobs.get(&id) {
-            Some(l) => Ok(render(&l.resource, &l.job)),
+            Some(l) => {
+                let mut r = render(&l.resource, &l.job);
+                if let Some(reason) = self.waiting_view.get(id).filter(|_| !r.trainyard_waiting_reason.is_empty()) {
+                    r.trainyard_waiting_reason = reason;
+                }
+                Ok(r)
+            }
             None => self.store.get_job_by_id(id).map_err(store_err)?.map_or_else(
                 || Err(ApiError::internal("job vanished")),
                 |s| {
@@ -1078,6 +1199,10 @@ impl Driver {
             }
         }
         if let Some(live) = self.jobs.get_mut(&id) {
+            if live.job.state() != job.state() {
+                // A new wait (e.g. after a preemption) is logged afresh.
+                live.waiting = None;
+            }
             live.job = job;
         }
         if terminal {
@@ -1134,20 +1259,25 @@ impl Driver {
     }
 
     /// Admission and placement for every job that waits (L3, L5, L15).
-    fn schedule_round(&mut self, now: Micros) -> Result<(), StoreError> {
+    /// Returns what deciding cost (µs), the writes that follow not counted.
+    fn schedule_round(&mut self, now: Micros) -> Result<Micros, StoreError> {
+        let began = std::time::Instant::now();
         let decisions = {
             let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
             if !live.iter().any(|j| j.wants_placement(now)) {
-                return Ok(());
+                return Ok(began.elapsed().as_micros() as Micros);
             }
             schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &Hints::default())
         };
+        let cost = began.elapsed().as_micros() as Micros;
         let mut used: HashSet<String> = self
             .jobs
             .values()
             .flat_map(|l| l.job.replicas.iter().filter_map(|r| r.address.clone()))
             .collect();
         let mut next_slot = 0u32;
+        let mut reasons: HashMap<u64, String> = HashMap::new();
+        let mut changed: Vec<u64> = Vec::new();
         for d in decisions {
             match d {
                 Decision::Place { job, nodes, warnings } => {
@@ -1171,26 +1301,65 @@ impl Driver {
                 Decision::Stockout { job, detail } => {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
                 }
-                Decision::Wait { job, reason } => self.note_waiting(job, reason, now)?,
+                Decision::Wait { job, kind, reason } => {
+                    let Some(live) = self.jobs.get_mut(&job) else { continue };
+                    // The reason with its moving numbers is shown; it is written (state and
+                    // log line) only when its kind changes.
+                    if live.waiting != Some(kind) {
+                        live.waiting = Some(kind);
+                        live.job.waiting_reason = Some(reason.clone());
+                        changed.push(job);
+                    }
+                    reasons.insert(job, reason);
+                }
                 Decision::Preempt { job, reason } => {
                     self.apply(job, Event::Preempt { reason }, now)?.ok();
                 }
             }
         }
+        self.engine_reasons.retain(|id, _| self.jobs.contains_key(id));
+        self.publish_waiting(&changed, reasons, now)?;
+        Ok(cost)
+    }
+
+    /// Store and log the new waiting reasons of a round in one transaction, and show
+    /// every reason of the round (with the engine's) to readers.
+    fn publish_waiting(&mut self, changed: &[u64], mut reasons: HashMap<u64, String>, now: Micros) -> Result<(), StoreError> {
+        let lines: Vec<(u64, [Effect; 1])> = changed
+            .iter()
+            .filter_map(|id| {
+                let job = &self.jobs.get(id)?.job;
+                let text = job.waiting_reason.clone()?;
+                Some((*id, [Effect::Log(trainyard_core::step::LogLine { attempt: job.attempt, replica: None, text })]))
+            })
+            .collect();
+        let batch: Vec<(&Job, &[Effect])> =
+            lines.iter().filter_map(|(id, l)| Some((&self.jobs.get(id)?.job, l.as_slice()))).collect();
+        if !batch.is_empty() {
+            self.store.commit_many(&batch, now)?;
+        }
+        for (id, r) in &self.engine_reasons {
+            reasons.entry(*id).or_insert_with(|| r.clone());
+        }
+        self.waiting_view.publish(reasons);
         Ok(())
     }
 
-    /// Write a waiting job's reason to its log when it changes.
-    fn note_waiting(&mut self, id: u64, reason: String, now: Micros) -> Result<(), StoreError> {
+    /// The engine holds a launch up (e.g. its controller is unreachable): shown as the
+    /// job's waiting reason, and written to its log when it first says so.
+    fn note_engine_waiting(&mut self, id: u64, reason: String, now: Micros) -> Result<(), StoreError> {
         let Some(live) = self.jobs.get_mut(&id) else { return Ok(()) };
-        if live.waiting.as_deref() == Some(reason.as_str()) {
+        self.engine_reasons.insert(id, reason.clone());
+        if live.waiting == Some(ENGINE_WAIT) {
+            live.job.waiting_reason = Some(reason);
             return Ok(());
         }
-        live.waiting = Some(reason.clone());
+        live.waiting = Some(ENGINE_WAIT);
         live.job.waiting_reason = Some(reason.clone());
         let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: reason });
         self.store.commit(&live.job, &[line], now)?;
-        Ok(())
+        let reasons = self.waiting_view.reasons.read().map(|m| (**m).clone()).unwrap_or_default();
+        self.publish_waiting(&[], reasons, now)
     }
 
     /// Carry out committed effects; each leaves the outbox once done.

@@ -35,6 +35,8 @@ pub struct AppState {
     pub token_key: Vec<u8>,
     /// Bearer tokens; None: open (loopback only).
     pub tokens: Option<Arc<crate::auth::Tokens>>,
+    /// Waiting reasons of the latest scheduling round (positions move without a write).
+    pub waiting: Arc<crate::driver::WaitingView>,
 }
 
 /// Read connections to the database, reused across requests.
@@ -156,9 +158,15 @@ fn parse_id(text: &str) -> Result<u64, ApiError> {
     })
 }
 
-fn decode(stored: &StoredJob) -> Result<CustomJob, ApiError> {
+fn decode(stored: &StoredJob, waiting: &crate::driver::WaitingView) -> Result<CustomJob, ApiError> {
     let r: CustomJob = serde_json::from_str(&stored.resource).map_err(internal)?;
-    Ok(render(&r, &stored.job))
+    let mut job = render(&r, &stored.job);
+    if !job.trainyard_waiting_reason.is_empty() {
+        if let Some(reason) = waiting.get(stored.job.id) {
+            job.trainyard_waiting_reason = reason;
+        }
+    }
+    Ok(job)
 }
 
 async fn ask<T>(state: &AppState, make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, ApiError>>) -> Msg) -> Result<T, ApiError> {
@@ -337,11 +345,12 @@ async fn list_jobs(
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
     let (p, r) = (project.clone(), region.clone());
+    let waiting = Arc::clone(&state.waiting);
     list_page(&state, KIND_CUSTOM, &project, &region, q, "customJobs", move |s, f, before, limit| {
         s.list_jobs(KIND_CUSTOM, &p, &r, f, before, limit)
             .map_err(internal)?
             .iter()
-            .map(|sj| Ok((sj.job.id, serde_json::to_value(decode(sj)?).map_err(internal)?)))
+            .map(|sj| Ok((sj.job.id, serde_json::to_value(decode(sj, &waiting)?).map_err(internal)?)))
             .collect()
     })
     .await
@@ -414,7 +423,7 @@ async fn get_job(
     }
     let id = parse_id(&id)?;
     let stored = load(&state, &project, &region, id).await?;
-    json_response(decode(&stored)?, ints)
+    json_response(decode(&stored, &state.waiting)?, ints)
 }
 
 /// The id of `POST .../{id}:cancel` (the id and the verb are one path segment), or the

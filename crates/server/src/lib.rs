@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod datadir;
 pub mod driver;
 pub mod http;
 pub mod jobspec;
@@ -27,6 +28,9 @@ pub use driver::{Driver, Msg, Services};
 pub enum StartError {
     #[error("cannot create the data directory {path}: {source}")]
     DataDir { path: PathBuf, source: std::io::Error },
+    /// Another server uses the data directory (or its lock cannot be taken).
+    #[error(transparent)]
+    DataDirLock(#[from] datadir::LockError),
     #[error(transparent)]
     Store(#[from] trainyard_store::StoreError),
     #[error("cannot start the driver thread: {0}")]
@@ -45,10 +49,13 @@ pub struct Engine {
     pub store_path: PathBuf,
     pub services: Arc<Services>,
     pub thread: std::thread::JoinHandle<Result<(), trainyard_store::StoreError>>,
+    /// The exclusive lock on `<data_dir>/server.lock`, held for the life of the engine.
+    _data_dir_lock: datadir::DataDirLock,
 }
 
-/// Start the engine: open the store, detect cgroups, recover live jobs (L23), and run the
-/// driver on its own thread. `shim_command` starts a shim (e.g. `[current_exe, "shim"]`).
+/// Start the engine: lock the data directory (one server per directory), open the store,
+/// detect cgroups, recover live jobs (L23), and run the driver on its own thread.
+/// `shim_command` starts a shim (e.g. `[current_exe, "shim"]`).
 pub fn start(
     cfg: Config,
     shim_command: Vec<OsString>,
@@ -58,6 +65,7 @@ pub fn start(
     for dir in [&cfg.data_dir, &cfg.storage_root] {
         std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
     }
+    let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
     let node_agent = cfg.node_agents.then(|| shim_command.first().map(|exe| vec![exe.clone(), "node-agent".into()])).flatten();
     let backend: Arc<dyn Backend> = match &cfg.backend {
         config::BackendChoice::Local => Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect())),
@@ -111,7 +119,7 @@ pub fn start(
         .name("driver".into())
         .spawn(move || driver.run())
         .map_err(StartError::Thread)?;
-    Ok(Engine { tx, store_path, services, thread })
+    Ok(Engine { tx, store_path, services, thread, _data_dir_lock: data_dir_lock })
 }
 
 /// The key of page tokens, made once per database (so tokens outlive a restart).

@@ -174,23 +174,22 @@ impl Store {
     /// Insert a new job and its "queued" log line in one transaction; returns the job.
     pub fn insert_job(&mut self, new: &NewJob<'_>, make: impl FnOnce(u64) -> Job) -> Result<Job> {
         let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO jobs (kind, project, region, display_name, state, create_time, update_time, resource, core)
-             VALUES (?1, ?2, ?3, ?4, '', 0, 0, ?5, '')",
-            params![new.kind, new.project, new.region, new.display_name, new.resource],
-        )?;
-        let id = tx.last_insert_rowid() as u64;
-        let job = make(id);
-        tx.execute(
-            "UPDATE jobs SET state = ?2, create_time = ?3, update_time = ?4, core = ?5 WHERE id = ?1",
-            params![id as i64, job.state().wire_name(), job.create_time, job.update_time, encode(&job)?],
-        )?;
-        for (k, v) in new.labels {
-            tx.execute("INSERT INTO labels (job_id, key, value) VALUES (?1, ?2, ?3)", params![id as i64, k, v])?;
-        }
-        insert_event(&tx, id, job.create_time, 0, None, "Job queued.")?;
+        let job = insert_new(&tx, new, make)?;
         tx.commit()?;
         Ok(job)
+    }
+
+    /// Group commit: insert several new jobs, each with its "queued" log line, in one
+    /// transaction (one fsync for all of them). `make(i, id)` builds the lifecycle state of
+    /// `news[i]` once its id is known. All or none are stored.
+    pub fn insert_jobs(&mut self, news: &[NewJob<'_>], mut make: impl FnMut(usize, u64) -> Job) -> Result<Vec<Job>> {
+        let tx = self.conn.transaction()?;
+        let mut out = Vec::with_capacity(news.len());
+        for (i, new) in news.iter().enumerate() {
+            out.push(insert_new(&tx, new, |id| make(i, id))?);
+        }
+        tx.commit()?;
+        Ok(out)
     }
 
     /// L23: commit the job's new state, its lifecycle log lines and its world effects in
@@ -459,19 +458,39 @@ fn page_condition(
     (sql, values)
 }
 
-fn insert_event(tx: &Transaction<'_>, job: u64, time: Micros, attempt: u32, replica: Option<&str>, text: &str) -> Result<()> {
-    tx.execute(
-        "INSERT INTO events (job_id, time, attempt, replica, text) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![job as i64, time, attempt, replica, text],
+/// One new job row, its labels and its "queued" log line, inside `tx`.
+fn insert_new(tx: &Transaction<'_>, new: &NewJob<'_>, make: impl FnOnce(u64) -> Job) -> Result<Job> {
+    tx.prepare_cached(
+        "INSERT INTO jobs (kind, project, region, display_name, state, create_time, update_time, resource, core)
+         VALUES (?1, ?2, ?3, ?4, '', 0, 0, ?5, '')",
+    )?
+    .execute(params![new.kind, new.project, new.region, new.display_name, new.resource])?;
+    let id = tx.last_insert_rowid() as u64;
+    let job = make(id);
+    tx.prepare_cached("UPDATE jobs SET state = ?2, create_time = ?3, update_time = ?4, core = ?5 WHERE id = ?1")?.execute(
+        params![id as i64, job.state().wire_name(), job.create_time, job.update_time, encode(&job)?],
     )?;
+    for (k, v) in new.labels {
+        tx.prepare_cached("INSERT INTO labels (job_id, key, value) VALUES (?1, ?2, ?3)")?.execute(params![id as i64, k, v])?;
+    }
+    insert_event(tx, id, job.create_time, 0, None, "Job queued.")?;
+    Ok(job)
+}
+
+fn insert_event(tx: &Transaction<'_>, job: u64, time: Micros, attempt: u32, replica: Option<&str>, text: &str) -> Result<()> {
+    tx.prepare_cached("INSERT INTO events (job_id, time, attempt, replica, text) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![job as i64, time, attempt, replica, text])?;
     Ok(())
 }
 
 fn write_job(tx: &Transaction<'_>, job: &Job, effects: &[Effect], now: Micros) -> Result<Vec<(i64, Effect)>> {
-    tx.execute(
-        "UPDATE jobs SET state = ?2, update_time = ?3, terminal = ?4, core = ?5 WHERE id = ?1",
-        params![job.id as i64, job.state().wire_name(), job.update_time, terminal_flag(job), encode(job)?],
-    )?;
+    tx.prepare_cached("UPDATE jobs SET state = ?2, update_time = ?3, terminal = ?4, core = ?5 WHERE id = ?1")?.execute(params![
+        job.id as i64,
+        job.state().wire_name(),
+        job.update_time,
+        terminal_flag(job),
+        encode(job)?
+    ])?;
     let mut outbox = Vec::new();
     for e in effects {
         match e {
