@@ -342,3 +342,40 @@ fn console_page_is_served() {
     assert!(page.contains("<title>Trainyard</title>"));
     assert!(page.contains("/customJobs?pageSize=100") && page.contains("/logs"), "the page uses the REST API");
 }
+
+/// `readMask`: a path that names no field of the resource is a 400 naming it (also on an
+/// empty page); a field that is merely unset in this job (`error`, `endTime` of a running
+/// job) is not an error, and a nested path is checked by its first segment.
+#[test]
+fn read_mask_refuses_unknown_fields() {
+    let s = Server::start("");
+    let running = s.create("m", &sh_job("masked", "sleep 300"));
+    s.wait_for(&name_of(&running), 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    for (q, needle) in [
+        ("readMask=foo", "Invalid readMask: \"foo\" is not a field of CustomJob."),
+        ("readMask=name,colour", "\"colour\" is not a field of CustomJob"),
+        ("readMask=name,nope.scheduling", "\"nope.scheduling\" is not a field of CustomJob"),
+        ("readMask=display_name,Name", "\"Name\" is not a field of CustomJob"),
+        ("readMask=trials", "\"trials\" is not a field of CustomJob"),
+    ] {
+        let (st, b) = list(&s, "m", q);
+        assert_error(st, &b, 400, "INVALID_ARGUMENT", needle);
+        // Refused before anything is read: an empty project answers the same.
+        let (st, b) = list(&s, "empty", q);
+        assert_error(st, &b, 400, "INVALID_ARGUMENT", needle);
+    }
+    let (st, body) = list(&s, "m", "readMask=name,error,endTime,end_time,jobSpec.scheduling,jobSpec.nope,labels");
+    assert_eq!(st, 200, "{body}");
+    let job = &body["customJobs"][0];
+    let keys: Vec<&String> = job.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["name"], "{job}");
+    let (st, body) = list(&s, "m", "readMask=display_name,state, createTime");
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["customJobs"][0], json!({"displayName": "masked", "state": "JOB_STATE_RUNNING", "createTime": running["createTime"]}));
+    // The tuning jobs' list checks against HyperparameterTuningJob's fields.
+    let studies = |q: &str| s.call("GET", &s.url(&format!("/v1/projects/m/locations/us-central1/hyperparameterTuningJobs?{q}")), None);
+    let (st, b) = studies("readMask=jobSpec");
+    assert_error(st, &b, 400, "INVALID_ARGUMENT", "\"jobSpec\" is not a field of HyperparameterTuningJob");
+    let (st, b) = studies("readMask=trialJobSpec,trials,error,maxTrialCount");
+    assert_eq!(st, 200, "{b}");
+}

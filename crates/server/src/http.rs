@@ -267,19 +267,41 @@ fn read_token(key: &[u8], scope: &str, token: &str) -> Result<u64, ApiError> {
     Ok(last)
 }
 
-/// `readMask`: keep only the listed fields (camelCase or snake_case, dotted for nested).
-fn apply_read_mask(job: Value, mask: &str) -> Result<Value, ApiError> {
-    let paths: Vec<Vec<String>> = mask
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| p.split('.').map(camel).collect())
-        .collect();
-    if paths.is_empty() {
-        return Ok(job);
+/// Top-level field names of each resource (`CustomJob`, `HyperparameterTuningJob`), read
+/// from the JSON schemas of the wire types, so that they follow the types and their serde
+/// names.
+static RESOURCE_FIELDS: std::sync::LazyLock<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>> =
+    std::sync::LazyLock::new(|| {
+        trainyard_api::schema::component_schemas()
+            .into_iter()
+            .filter_map(|(name, schema)| {
+                let fields = schema.get("properties")?.as_object()?.keys().cloned().collect();
+                Some((name, fields))
+            })
+            .collect()
+    });
+
+/// The paths of a `readMask` (camelCase or snake_case, dotted for nested), each split
+/// into camelCase segments; an empty mask is None. A path whose first segment is not a
+/// field of `resource` is refused (a field that is merely unset in a resource is fine).
+fn parse_read_mask(mask: &str, resource: &str) -> Result<Option<Vec<Vec<String>>>, ApiError> {
+    let known = RESOURCE_FIELDS.get(resource);
+    let mut paths = Vec::new();
+    for text in mask.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let path: Vec<String> = text.split('.').map(camel).collect();
+        let first = path.first().map(String::as_str).unwrap_or("");
+        if known.is_some_and(|fields| !fields.contains(first)) {
+            return Err(ApiError::invalid_argument(format!("Invalid readMask: \"{text}\" is not a field of {resource}.")));
+        }
+        paths.push(path);
     }
+    Ok((!paths.is_empty()).then_some(paths))
+}
+
+/// `readMask`: keep only the fields at `paths` (from [`parse_read_mask`]).
+fn apply_read_mask(job: Value, paths: &[Vec<String>]) -> Value {
     let mut out = serde_json::Map::new();
-    for path in &paths {
+    for path in paths {
         let mut src = &job;
         let mut ok = true;
         for seg in path {
@@ -296,7 +318,7 @@ fn apply_read_mask(job: Value, mask: &str) -> Result<Value, ApiError> {
         }
         insert_path(&mut out, path, src.clone());
     }
-    Ok(Value::Object(out))
+    Value::Object(out)
 }
 
 /// Put `value` at `path` in `obj`, creating the objects on the way.
@@ -374,6 +396,8 @@ async fn list_page(
     let page_size = page_size(q.page_size.as_deref())?;
     let filter_text = q.filter.clone().unwrap_or_default();
     let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
+    let resource = if kind == KIND_STUDY { "HyperparameterTuningJob" } else { "CustomJob" };
+    let mask = parse_read_mask(q.read_mask.as_deref().unwrap_or(""), resource)?;
     let scope = format!("{kind}|{project}|{region}|{filter_text}");
     let before = match q.page_token.as_deref() {
         None | Some("") => None,
@@ -390,8 +414,8 @@ async fn list_page(
     let mut items = Vec::new();
     let mut last = None;
     for (id, mut v) in rows.into_iter().take(page_size) {
-        if let Some(mask) = q.read_mask.as_deref() {
-            v = apply_read_mask(v, mask)?;
+        if let Some(paths) = &mask {
+            v = apply_read_mask(v, paths);
         }
         items.push(v);
         last = Some(id);
