@@ -49,6 +49,8 @@ pub struct Engine {
     pub store_path: PathBuf,
     pub services: Arc<Services>,
     pub thread: std::thread::JoinHandle<Result<(), trainyard_store::StoreError>>,
+    /// Waiting reasons of the latest scheduling round, for readers.
+    pub waiting: Arc<driver::WaitingView>,
     /// The exclusive lock on `<data_dir>/server.lock`, held for the life of the engine.
     _data_dir_lock: datadir::DataDirLock,
 }
@@ -115,11 +117,12 @@ pub fn start(
     });
     let (mut driver, tx) = Driver::new(Arc::clone(&services), store);
     driver.recover()?;
+    let waiting = driver.waiting_view();
     let thread = std::thread::Builder::new()
         .name("driver".into())
         .spawn(move || driver.run())
         .map_err(StartError::Thread)?;
-    Ok(Engine { tx, store_path, services, thread, _data_dir_lock: data_dir_lock })
+    Ok(Engine { tx, store_path, services, thread, waiting, _data_dir_lock: data_dir_lock })
 }
 
 /// The key of page tokens, made once per database (so tokens outlive a restart).
