@@ -84,10 +84,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })?;
     // The replicas keep running under their shims; a restarted server adopts them.
     let _ = tx.send(Msg::Shutdown);
-    match engine.thread.join() {
+    let driver = engine.thread.join();
+    if engine.services.cfg.stop_node_agents {
+        stop_node_agents(&engine.services.cfg.data_dir);
+    }
+    match driver {
         Ok(Ok(())) => Ok(ExitCode::SUCCESS),
         Ok(Err(e)) => Err(e.into()),
         Err(_) => bail!("the driver thread panicked"),
+    }
+}
+
+/// `stop_node_agents = true`: the virtual nodes' agents end with the server.
+fn stop_node_agents(data_dir: &std::path::Path) {
+    match trainyard_server::nodeagent::stop_agents(data_dir, std::time::Duration::from_secs(5)) {
+        Ok(left) if left.is_empty() => tracing::info!("node agents stopped"),
+        Ok(left) => tracing::warn!("node agents still running after 5 s: {}", left.join(", ")),
+        Err(e) => tracing::warn!("cannot stop the node agents in {}: {e}", data_dir.display()),
     }
 }
 

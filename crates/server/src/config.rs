@@ -38,6 +38,9 @@ struct File {
     /// Share CPU and memory instead of reserving them (default: true for the built-in
     /// single node, false once nodes are declared).
     overcommit: Option<bool>,
+    /// Stop the virtual nodes' agents when the server shuts down cleanly (default: they
+    /// keep running and the next start adopts them).
+    stop_node_agents: Option<bool>,
     #[serde(default)]
     quotas: QuotasFile,
     /// `"local"` (default) or `"slurm"`.
@@ -159,6 +162,8 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// Declared virtual nodes each get an agent process; its death is the node's loss (L9).
     pub node_agents: bool,
+    /// Stop the agents at a clean shutdown instead of leaving them for the next start.
+    pub stop_node_agents: bool,
     pub backend: BackendChoice,
 }
 
@@ -414,6 +419,7 @@ impl Config {
             path: None,
             backend,
             node_agents: many,
+            stop_node_agents: file.stop_node_agents.unwrap_or(false),
         }
     }
 }

@@ -33,6 +33,8 @@ pub enum StartError {
     DataDirLock(#[from] datadir::LockError),
     #[error(transparent)]
     Store(#[from] trainyard_store::StoreError),
+    #[error("cannot write the fleet file of the node agents {path}: {source}")]
+    Fleet { path: PathBuf, source: std::io::Error },
     #[error("cannot start the driver thread: {0}")]
     Thread(std::io::Error),
     /// The Slurm backend could not start; `key` is the config key at fault.
@@ -69,6 +71,11 @@ pub fn start(
     }
     let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
     let node_agent = cfg.node_agents.then(|| shim_command.first().map(|exe| vec![exe.clone(), "node-agent".into()])).flatten();
+    // Before any agent is started or adopted: agents of nodes not listed here exit.
+    let agent_nodes: Vec<String> =
+        if node_agent.is_some() { cfg.fleet.nodes.iter().map(|n| n.name.clone()).collect() } else { Vec::new() };
+    nodeagent::write_fleet(&cfg.data_dir, &agent_nodes)
+        .map_err(|source| StartError::Fleet { path: nodeagent::fleet_path(&cfg.data_dir), source })?;
     let backend: Arc<dyn Backend> = match &cfg.backend {
         config::BackendChoice::Local => Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect())),
         config::BackendChoice::Slurm(s) => {
