@@ -71,6 +71,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokens,
         waiting: engine.waiting.clone(),
     };
+    let limits = engine.services.cfg.http.clone();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let tx = engine.tx.clone();
     rt.block_on(async move {
@@ -79,7 +80,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); {auth_note}",
             data_dir.display()
         );
-        trainyard_server::http::serve(listener, state, shutdown_signal()).await?;
+        trainyard_server::http::serve(listener, state, limits, shutdown_signal()).await?;
         anyhow::Ok(())
     })?;
     // The replicas keep running under their shims; a restarted server adopts them.

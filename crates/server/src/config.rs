@@ -50,6 +50,24 @@ struct File {
     /// Machine types added to (or replacing in) the built-in catalog.
     #[serde(default)]
     machine_types: Vec<MachineTypeFile>,
+    /// `[http]`: limits of the API's connections.
+    http: Option<HttpFile>,
+}
+
+/// `[http]`: how long a client may take, and how many may be connected at once.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    /// A request head (request line and headers) must arrive within this time.
+    header_timeout_secs: Option<u64>,
+    /// A request body must arrive within this time of its head.
+    body_timeout_secs: Option<u64>,
+    /// A keep-alive connection with no request is closed after this time.
+    idle_timeout_secs: Option<u64>,
+    /// Connections served at once; more wait in the listen backlog.
+    max_connections: Option<usize>,
+    /// At shutdown, requests still running after this time (log streams) are cut.
+    shutdown_grace_secs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +182,8 @@ pub struct Config {
     pub node_agents: bool,
     /// Stop the agents at a clean shutdown instead of leaving them for the next start.
     pub stop_node_agents: bool,
+    /// Limits of the API's connections (`[http]`).
+    pub http: crate::listen::Limits,
     pub backend: BackendChoice,
 }
 
@@ -339,6 +359,19 @@ impl Config {
             }
             Some(other) => return Err(invalid("backend", format!("must be \"local\" or \"slurm\", not {other:?}"))),
         }
+        if let Some(h) = &file.http {
+            let at_least_one = [
+                ("header_timeout_secs", h.header_timeout_secs),
+                ("body_timeout_secs", h.body_timeout_secs),
+                ("idle_timeout_secs", h.idle_timeout_secs),
+                ("max_connections", h.max_connections.map(|n| n as u64)),
+            ];
+            for (key, value) in at_least_one {
+                if value == Some(0) {
+                    return Err(invalid(&format!("http.{key}"), "must be at least 1".into()));
+                }
+            }
+        }
         if file.slurm.is_some() && file.backend.as_deref() != Some("slurm") {
             return Err(invalid("slurm", "a [slurm] table needs backend = \"slurm\"".into()));
         }
@@ -420,6 +453,18 @@ impl Config {
             backend,
             node_agents: many,
             stop_node_agents: file.stop_node_agents.unwrap_or(false),
+            http: {
+                let mut l = crate::listen::Limits::default();
+                if let Some(h) = &file.http {
+                    let secs = std::time::Duration::from_secs;
+                    l.header_timeout = h.header_timeout_secs.map(secs).unwrap_or(l.header_timeout);
+                    l.body_timeout = h.body_timeout_secs.map(secs).unwrap_or(l.body_timeout);
+                    l.idle_timeout = h.idle_timeout_secs.map(secs).unwrap_or(l.idle_timeout);
+                    l.max_connections = h.max_connections.unwrap_or(l.max_connections);
+                    l.shutdown_grace = h.shutdown_grace_secs.map(secs).unwrap_or(l.shutdown_grace);
+                }
+                l
+            },
         }
     }
 }
@@ -594,6 +639,27 @@ mod tests {
         let (_d, p) = write("[node\n");
         assert!(Config::load(&p, None).is_err());
         assert!(Config::load(Path::new("/nonexistent/t.toml"), None).unwrap_err().to_string().contains("/nonexistent/t.toml"));
+    }
+
+    #[test]
+    fn http_limits() {
+        let d = Config::builtin(None).http;
+        assert_eq!(d, crate::listen::Limits::default());
+        let (_d, p) = write("[http]\nheader_timeout_secs = 2\nbody_timeout_secs = 3\nidle_timeout_secs = 4\nmax_connections = 5\nshutdown_grace_secs = 0\n");
+        let h = Config::load(&p, None).unwrap().http;
+        assert_eq!(h.header_timeout, std::time::Duration::from_secs(2));
+        assert_eq!(h.body_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(h.idle_timeout, std::time::Duration::from_secs(4));
+        assert_eq!(h.max_connections, 5);
+        assert_eq!(h.shutdown_grace, std::time::Duration::ZERO);
+        let (_d, p) = write("[http]\nmax_connections = 0\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("trainyard.toml") && e.contains("http.max_connections"), "{e}");
+        let (_d, p) = write("[http]\nidle_timeout_secs = 0\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("http.idle_timeout_secs"));
+        let (_d, p) = write("listen = \"127.0.0.1:1\"\n[http]\nheader_timeout = 2\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("header_timeout"), "{e}");
     }
 
     proptest::proptest! {

@@ -859,11 +859,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve the API on `listener` until `shutdown` completes.
+/// Serve the API on `listener` until `shutdown` completes, within `limits` (timeouts, a
+/// cap on connections; see [`crate::listen`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
+    limits: crate::listen::Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    crate::listen::serve(listener, router(state), limits, shutdown).await
 }

@@ -7,6 +7,7 @@ pub mod datadir;
 pub mod driver;
 pub mod http;
 pub mod jobspec;
+pub mod listen;
 pub mod logs;
 pub mod nodeagent;
 pub mod study;

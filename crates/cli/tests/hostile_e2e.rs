@@ -1,0 +1,328 @@
+//! Hostile and broken HTTP clients against a real server: slow request heads, trickled
+//! bodies, idle keep-alive connections, more connections than the cap, no file descriptor
+//! left, and a shutdown with a log stream open.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn connect(s: &Server) -> TcpStream {
+    TcpStream::connect(("127.0.0.1", s.port)).expect("connect")
+}
+
+/// What a raw connection saw: its bytes, and whether (and when) the server closed it.
+struct Seen {
+    bytes: Vec<u8>,
+    closed_after: Option<Duration>,
+}
+
+impl Seen {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// Read for up to `max`, until the server closes the connection or `enough` holds of what
+/// came in.
+fn read_for(t: &mut TcpStream, max: Duration, enough: impl Fn(&[u8]) -> bool) -> Seen {
+    let t0 = Instant::now();
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = max.saturating_sub(t0.elapsed());
+        if left.is_zero() {
+            return Seen { bytes, closed_after: None };
+        }
+        t.set_read_timeout(Some(left.min(Duration::from_millis(100)))).expect("timeout");
+        match t.read(&mut buf) {
+            Ok(0) => return Seen { bytes, closed_after: Some(t0.elapsed()) },
+            Ok(n) => {
+                bytes.extend_from_slice(&buf[..n]);
+                if enough(&bytes) {
+                    return Seen { bytes, closed_after: None };
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return Seen { bytes, closed_after: Some(t0.elapsed()) }
+            }
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+}
+
+/// A whole `/healthz` response has come in.
+fn healthz_done(b: &[u8]) -> bool {
+    b.windows(6).any(|w| w == b"\r\n\r\nok")
+}
+
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+
+/// A client that sends half a request line and then nothing is closed after the header
+/// timeout, and so are one that sends nothing and one that trickles its head byte by byte;
+/// meanwhile other clients are served at once.
+#[test]
+fn slow_request_heads_are_closed_after_the_header_timeout_while_others_are_served() {
+    let s = Server::start("[http]\nheader_timeout_secs = 1\nidle_timeout_secs = 30\n");
+    let half = {
+        let mut t = connect(&s);
+        t.write_all(b"GET /heal").expect("write");
+        std::thread::spawn(move || read_for(&mut t, Duration::from_secs(10), |_| false))
+    };
+    let silent = {
+        let mut t = connect(&s);
+        std::thread::spawn(move || read_for(&mut t, Duration::from_secs(10), |_| false))
+    };
+    let trickle = {
+        let mut t = connect(&s);
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            for b in b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+                if t.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                if t0.elapsed() > Duration::from_secs(6) {
+                    break;
+                }
+            }
+            let rest = read_for(&mut t, Duration::from_secs(5), |_| false);
+            (t0.elapsed(), rest)
+        })
+    };
+    // Others are served at once all along.
+    let t0 = Instant::now();
+    let mut served = 0;
+    while t0.elapsed() < Duration::from_millis(2500) {
+        let t1 = Instant::now();
+        let (status, _) = s.call("GET", &s.url("/healthz"), None);
+        assert_eq!(status, 200);
+        assert!(t1.elapsed() < Duration::from_secs(2), "a normal client waited {:?}", t1.elapsed());
+        served += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(served >= 10, "{served}");
+    for (what, seen) in [("half a request line", half.join().expect("half")), ("nothing", silent.join().expect("silent"))] {
+        let after = seen.closed_after.unwrap_or_else(|| panic!("a client that sent {what} was never closed"));
+        eprintln!("a client that sent {what} was closed after {after:?}");
+        assert!(after >= Duration::from_millis(800) && after < Duration::from_secs(3), "{what}: {after:?}");
+        assert!(seen.bytes.is_empty() || seen.text().starts_with("HTTP/1.1 408"), "{}", seen.text());
+    }
+    let (took, seen) = trickle.join().expect("trickle");
+    eprintln!("a client that trickled its head was closed after {took:?}");
+    assert!(took < Duration::from_secs(4), "the trickled head held the connection for {took:?}");
+    assert!(!healthz_done(&seen.bytes), "{}", seen.text());
+}
+
+/// A keep-alive connection is reused within the idle timeout (longer than the header
+/// timeout) and closed once idle for longer.
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let s = Server::start("[http]\nheader_timeout_secs = 1\nidle_timeout_secs = 3\n");
+    let mut t = connect(&s);
+    t.write_all(HEALTHZ).expect("write");
+    let first = read_for(&mut t, Duration::from_secs(5), healthz_done);
+    assert!(healthz_done(&first.bytes), "{}", first.text());
+    // Idle past the header timeout, but within the idle timeout: still open, still served.
+    std::thread::sleep(Duration::from_millis(1800));
+    t.write_all(HEALTHZ).expect("write again");
+    let second = read_for(&mut t, Duration::from_secs(5), healthz_done);
+    assert!(healthz_done(&second.bytes), "the connection was closed before the idle timeout: {}", second.text());
+    let closed = read_for(&mut t, Duration::from_secs(10), |_| false);
+    let after = closed.closed_after.expect("an idle connection was never closed");
+    eprintln!("an idle keep-alive connection was closed after {after:?}");
+    assert!(after >= Duration::from_millis(2500) && after < Duration::from_secs(5), "{after:?}");
+}
+
+/// A request body trickled byte by byte is cut at the body timeout: the request fails with
+/// 400 saying why, and the connection is closed.
+#[test]
+fn a_trickled_body_is_cut_after_the_body_timeout() {
+    let s = Server::start("[http]\nheader_timeout_secs = 1\nbody_timeout_secs = 2\n");
+    let mut t = connect(&s);
+    let head = "POST /v1/projects/p/locations/us-central1/customJobs HTTP/1.1\r\nHost: t\r\n\
+                Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    t.write_all(head.as_bytes()).expect("head");
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    let mut closed = None;
+    let mut writing = true;
+    while t0.elapsed() < Duration::from_secs(10) {
+        if writing && t.write_all(b" ").is_err() {
+            writing = false;
+        }
+        let r = read_for(&mut t, Duration::from_millis(200), |_| false);
+        seen.extend_from_slice(&r.bytes);
+        if r.closed_after.is_some() {
+            closed = Some(t0.elapsed());
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&seen);
+    let closed = closed.unwrap_or_else(|| panic!("the trickled body held the connection: {text}"));
+    eprintln!("a trickled body was cut after {closed:?}");
+    assert!(closed >= Duration::from_millis(1500) && closed < Duration::from_secs(5), "{closed:?}");
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(text.contains("did not arrive within 2 s"), "{text}");
+    // The server is fine.
+    let (status, _) = s.call("GET", &s.url("/healthz"), None);
+    assert_eq!(status, 200);
+}
+
+/// More connections than the cap: the extra ones wait (the server neither fails nor
+/// serves them), and once the others close the waiting request is served.
+#[test]
+fn connections_beyond_the_cap_wait_and_are_served_once_others_close() {
+    let mut s = Server::start("[http]\nmax_connections = 4\nheader_timeout_secs = 60\nidle_timeout_secs = 60\n");
+    let hogs: Vec<TcpStream> = (0..24).map(|_| connect(&s)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut waiting = connect(&s);
+    waiting.write_all(HEALTHZ).expect("write");
+    let early = read_for(&mut waiting, Duration::from_millis(1500), healthz_done);
+    assert!(!healthz_done(&early.bytes) && early.closed_after.is_none(), "served beyond the cap: {}", early.text());
+    assert!(s.child.as_mut().expect("server").try_wait().expect("try_wait").is_none(), "the server died");
+    assert!(s.server_log().contains("connections open, the limit"), "{}", s.server_log());
+    let t0 = Instant::now();
+    drop(hogs);
+    let later = read_for(&mut waiting, Duration::from_secs(10), healthz_done);
+    assert!(healthz_done(&later.bytes), "not served after the others closed: {}", later.text());
+    eprintln!("the waiting request was served {:?} after the others closed", t0.elapsed());
+    let (status, _) = s.call("GET", &s.url("/healthz"), None);
+    assert_eq!(status, 200);
+}
+
+/// CPU time (user + system, in clock ticks) of a process so far.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let rest = stat.rsplit_once(')').expect("comm").1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), counted after the command name from field 3.
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+/// No file descriptor left: accept fails with EMFILE; the server backs off instead of
+/// spinning, stays up, and serves again once descriptors are free.
+#[test]
+fn accept_errors_from_fd_exhaustion_back_off_and_the_server_recovers() {
+    let mut s = Server::start("[http]\nheader_timeout_secs = 60\nidle_timeout_secs = 60\n");
+    s.kill9();
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(s.dir.path().join("server.log")).expect("log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", s.port), "--config"])
+        .arg(&s.config)
+        .arg("--data-dir")
+        .arg(s.data_dir())
+        .env_remove("TRAINYARD_CONFIG")
+        .current_dir(s.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            l.rlim_cur = 64;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    s.child = Some(cmd.spawn().expect("spawn"));
+    let pid = s.child.as_ref().expect("child").id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", s.port)).is_err() {
+        assert!(Instant::now() < deadline, "no server:\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, _) = s.call("GET", &s.url("/healthz"), None);
+    assert_eq!(status, 200);
+    // More connections than the server has descriptors for.
+    let hogs: Vec<TcpStream> = (0..120).map(|_| connect(&s)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_ticks(pid) - before;
+    eprintln!("CPU time of the server over 2 s without descriptors: {spent} ticks");
+    assert!(spent < 20, "the server spins on accept errors: {spent} ticks in 2 s");
+    assert!(s.child.as_mut().expect("server").try_wait().expect("try_wait").is_none(), "the server died:\n{}", s.server_log());
+    let log = s.server_log();
+    assert!(log.contains("cannot accept connections") && log.contains("Too many open files"), "{log}");
+    assert!(log.matches("cannot accept connections").count() <= 2, "the warning is rate-limited:\n{log}");
+    let t0 = Instant::now();
+    drop(hogs);
+    loop {
+        let mut t = connect(&s);
+        t.write_all(HEALTHZ).expect("write");
+        if healthz_done(&read_for(&mut t, Duration::from_secs(2), healthz_done).bytes) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "not served again:\n{}", s.server_log());
+    }
+    eprintln!("served again {:?} after the descriptors were freed", t0.elapsed());
+}
+
+/// SIGTERM with a request in flight and a `follow=true` log stream open: the request
+/// finishes, the stream is cut after the grace period, and the server exits 0.
+#[test]
+fn shutdown_finishes_requests_in_flight_and_does_not_wait_for_ever_on_log_streams() {
+    let mut s = Server::start("[http]\nshutdown_grace_secs = 2\n");
+    let j = s.create("p", &sh_job("long", "echo started; sleep 300"));
+    let name = name_of(&j);
+    s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let mut follow = connect(&s);
+    write!(follow, "GET /v1/{name}/logs?follow=true HTTP/1.1\r\nHost: t\r\n\r\n").expect("write");
+    let head = read_for(&mut follow, Duration::from_secs(5), |b| b.windows(4).any(|w| w == b"\r\n\r\n"));
+    assert!(head.text().starts_with("HTTP/1.1 200"), "{}", head.text());
+    // A create whose body is half sent when the signal comes.
+    let body = sh_job("in-flight", "true").to_string();
+    let (a, b) = body.as_bytes().split_at(body.len() / 2);
+    let mut create = connect(&s);
+    write!(
+        create,
+        "POST /v1/projects/p/locations/us-central1/customJobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("head");
+    create.write_all(a).expect("first half");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut child = s.child.take().expect("server");
+    let t0 = Instant::now();
+    // SAFETY: kill(2) has no memory effects.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    create.write_all(b).expect("second half");
+    let created = read_for(&mut create, Duration::from_secs(5), |b| b.ends_with(b"}"));
+    assert!(created.text().starts_with("HTTP/1.1 200"), "the request in flight did not finish: {}", created.text());
+    assert!(created.text().contains("in-flight"), "{}", created.text());
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the server did not stop with a log stream open:\n{}", s.server_log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t0.elapsed();
+    eprintln!("the server stopped {took:?} after SIGTERM with a log stream open");
+    assert!(status.success(), "{status}\n{}", s.server_log());
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(6), "{took:?}");
+    let rest = read_for(&mut follow, Duration::from_secs(2), |_| false);
+    assert!(rest.closed_after.is_some(), "the log stream was not closed");
+    // Nothing listens any more.
+    assert!(TcpStream::connect(("127.0.0.1", s.port)).is_err());
+    assert!(s.server_log().contains("still busy"), "{}", s.server_log());
+}

@@ -1,0 +1,412 @@
+//! The HTTP listener: an accept loop on hyper's HTTP/1 server with limits against slow,
+//! idle and too many clients.
+//!
+//! - A request head (request line and headers) must arrive within `header_timeout` of its
+//!   first byte, or of the connection's start: a client that trickles a head byte by byte
+//!   is closed all the same.
+//! - A request body must arrive within `body_timeout` of its head; a late body is an error
+//!   for the handler (400) and the connection is closed.
+//! - A keep-alive connection with no request is closed after `idle_timeout`, and so is a
+//!   connection whose client has not taken any of the response for that long.
+//! - At most `max_connections` connections are served at once; further clients wait in the
+//!   kernel's listen backlog until one closes.
+//! - Accept errors such as EMFILE (no file descriptor left) are tried again after a short
+//!   backoff (10 ms doubling to 1 s) and logged at most every 5 s, never a busy loop and
+//!   never the end of the server.
+//! - At shutdown the listener closes, idle connections close, requests in flight finish,
+//!   and whatever still runs after `shutdown_grace` (a `follow=true` log stream) is cut.
+//!
+//! One watcher per connection holds the deadlines: the connection's I/O and its requests
+//! tell it where the connection is (waiting for a head, serving a request, idle), and it
+//! drops the connection when the deadline of that state passes.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+/// Limits of the API's connections (`[http]` in the config).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Serve `app` on `listener` until `shutdown` completes, then close the listener, let the
+/// requests in flight finish for up to `limits.shutdown_grace`, cut the rest and return.
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut backoff = Duration::ZERO;
+    let mut last_accept_warning: Option<Instant> = None;
+    let mut last_full_warning: Option<Instant> = None;
+    loop {
+        while conns.try_join_next().is_some() {}
+        if permits.available_permits() == 0 && due(&mut last_full_warning) {
+            tracing::warn!(
+                "{} connections open, the limit (http.max_connections): new clients wait until one closes",
+                limits.max_connections
+            );
+        }
+        let permit = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                // The semaphore is never closed.
+                Err(_) => break,
+            },
+        };
+        let accepted = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                backoff = Duration::ZERO;
+                conns.spawn(connection(stream, app.clone(), limits.clone(), stop_rx.clone(), permit));
+            }
+            // The client went away before it was accepted: nothing to wait for.
+            Err(e) if is_connection_error(&e) => {}
+            Err(e) => {
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                if due(&mut last_accept_warning) {
+                    tracing::warn!("cannot accept connections: {e}; trying again in {} ms", backoff.as_millis());
+                }
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+            }
+        }
+    }
+    // New clients are refused from here on.
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let open = conns.len();
+    let drained =
+        tokio::time::timeout(limits.shutdown_grace, async { while conns.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::info!(
+            "{} of {open} connections still busy {} ms after shutdown began (log streams): closing them",
+            conns.len(),
+            limits.shutdown_grace.as_millis()
+        );
+        conns.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Rate limit of repeated warnings: true at most once per 5 s.
+fn due(last: &mut Option<Instant>) -> bool {
+    if last.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
+}
+
+/// Errors of one connection (not of the listener) that `accept` may report.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Serve one connection until it ends, a deadline passes, or shutdown (gracefully).
+async fn connection(
+    stream: TcpStream,
+    app: axum::Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let watch = Arc::new(Watch::new());
+    let io = TokioIo::new(Watched { inner: stream, watch: Arc::clone(&watch) });
+    let body_timeout = limits.body_timeout;
+    let service_watch = Arc::clone(&watch);
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let app = app.clone();
+        let watch = Arc::clone(&service_watch);
+        watch.set(BUSY);
+        let timer = (!req.body().is_end_stream()).then(|| Box::pin(tokio::time::sleep(body_timeout)));
+        let req = req.map(|inner| axum::body::Body::new(TimedBody { inner, timer, limit: body_timeout }));
+        async move {
+            let response = app.oneshot(req).await;
+            response.map(|r| r.map(|inner| EndNotice { inner, watch }))
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The watcher keeps the head deadline (hyper's own also starts on idle connections).
+    builder.keep_alive(true).header_read_timeout(None);
+    let conn = builder.serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!("connection ended: {e}");
+                }
+                break;
+            }
+            why = watch.expired(&limits) => {
+                tracing::debug!("closing a connection: {why}");
+                break;
+            }
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Where a connection is: waiting for (or reading) a request head, serving a request, or
+/// idle between requests.
+const HEAD: u64 = 0;
+const BUSY: u64 = 1;
+const IDLE: u64 = 2;
+
+/// The state of one connection, shared by its I/O, its requests and its watcher.
+struct Watch {
+    epoch: Instant,
+    /// `(milliseconds since epoch when the phase began) << 2 | phase`.
+    state: AtomicU64,
+    /// 0, or 1 + the milliseconds since epoch when a write began to wait for the client.
+    write_blocked: AtomicU64,
+    notify: Notify,
+}
+
+impl Watch {
+    fn new() -> Watch {
+        Watch {
+            epoch: Instant::now(),
+            state: AtomicU64::new(HEAD),
+            write_blocked: AtomicU64::new(0),
+            notify: Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX >> 2)
+    }
+
+    fn set(&self, phase: u64) {
+        self.state.store(self.now_ms() << 2 | phase, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Bytes came in: on an idle connection, a new request head begins.
+    fn bytes_read(&self) {
+        let s = self.state.load(Ordering::SeqCst);
+        if s & 3 == IDLE
+            && self.state.compare_exchange(s, self.now_ms() << 2 | HEAD, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        {
+            self.notify.notify_one();
+        }
+    }
+
+    /// A write went through, or waits for the client to read.
+    fn wrote(&self, waiting: bool) {
+        if waiting {
+            if self.write_blocked.load(Ordering::SeqCst) == 0 {
+                self.write_blocked.store(self.now_ms() + 1, Ordering::SeqCst);
+                self.notify.notify_one();
+            }
+        } else if self.write_blocked.load(Ordering::SeqCst) != 0 {
+            self.write_blocked.store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// Completes when the deadline of the connection's current state passes, with why.
+    async fn expired(&self, limits: &Limits) -> &'static str {
+        loop {
+            let s = self.state.load(Ordering::SeqCst);
+            let since = s >> 2;
+            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX >> 4);
+            let mut deadline = match s & 3 {
+                HEAD => Some((since.saturating_add(ms(limits.header_timeout)), "no complete request head in time")),
+                IDLE => Some((since.saturating_add(ms(limits.idle_timeout)), "idle")),
+                _ => None,
+            };
+            let blocked = self.write_blocked.load(Ordering::SeqCst);
+            if blocked != 0 {
+                let d = (blocked - 1).saturating_add(ms(limits.idle_timeout));
+                if deadline.is_none_or(|(e, _)| d < e) {
+                    deadline = Some((d, "the client takes none of the response"));
+                }
+            }
+            match deadline {
+                Some((d, why)) if d <= self.now_ms() => return why,
+                Some((d, _)) => {
+                    let at = self.epoch + Duration::from_millis(d);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = self.notify.notified() => {}
+                    }
+                }
+                None => self.notify.notified().await,
+            }
+        }
+    }
+}
+
+/// A connection's socket that reports its reads and blocked writes to the watcher.
+struct Watched {
+    inner: TcpStream,
+    watch: Arc<Watch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.watch.bytes_read();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch.wrote(r.is_pending());
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch.wrote(r.is_pending());
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A request body that must arrive before its timer runs out.
+struct TimedBody {
+    inner: Incoming,
+    /// None for a request without a body.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    limit: Duration,
+}
+
+/// The error of a body that did not arrive in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s", .0.as_secs_f64())]
+pub struct BodyTimeout(Duration);
+
+impl Body for TimedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => {
+                this.timer = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let late = this.timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                if late {
+                    Poll::Ready(Some(Err(BodyTimeout(this.limit).into())))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body that tells the watcher when it is done with (sent, or dropped).
+struct EndNotice {
+    inner: axum::body::Body,
+    watch: Arc<Watch>,
+}
+
+impl Drop for EndNotice {
+    fn drop(&mut self) {
+        self.watch.set(IDLE);
+    }
+}
+
+impl Body for EndNotice {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
