@@ -5,7 +5,7 @@
 //! messages (`stderr_tail`, L13).
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -35,53 +35,159 @@ pub struct LogEntry {
 }
 
 /// Appends entries to `log.jsonl`. Shared by the two pump threads; the lock keeps entries
-/// whole, and every entry is flushed so a reader sees it at once.
+/// whole, and every entry goes to the file in one `write` loop (no buffering), so a reader
+/// sees it at once.
+///
+/// A write that fails (a full disk: `ENOSPC`, a quota, an I/O error) never stops the
+/// replica: the entry is dropped and counted, the pumps keep draining the program's pipes
+/// so that it never blocks, and the first entry that can be written again is preceded by
+/// a `stderr` entry saying how many were dropped (L22: the log says where it has a gap).
+/// An entry cut off by a failing write is ended with a newline before the next one, so
+/// that the torn line is skipped by readers instead of swallowing the next entry.
 pub struct LogWriter {
     path: PathBuf,
-    out: Mutex<BufWriter<File>>,
+    state: Mutex<WriterState>,
+}
+
+struct WriterState {
+    file: File,
+    /// Entries that could not be written since the last one that could.
+    dropped: u64,
+    /// The first error of the current failing streak.
+    error: Option<String>,
+    /// The last write stopped in the middle of an entry.
+    torn: bool,
+}
+
+/// The text of the entry that reports a gap in the log.
+pub fn dropped_note(dropped: u64, error: &str) -> String {
+    let lines = if dropped == 1 { "line" } else { "lines" };
+    format!("trainyard: {dropped} {lines} of output could not be written to the log ({error}) and were dropped")
+}
+
+fn encode_entry(stream: &str, text: &[u8], path: &Path) -> Result<Vec<u8>, FileError> {
+    // The time is taken under the writer's lock, so times never go down in file order.
+    let entry = LogEntry {
+        time: fsutil::format_rfc3339_micros(fsutil::now_micros()),
+        stream: stream.to_string(),
+        text: String::from_utf8_lossy(text).into_owned(),
+    };
+    let mut line = serde_json::to_vec(&entry).map_err(io::Error::other).at("encode entry for", path)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+impl WriterState {
+    /// Writes `bytes` whole, or records how far it got: `torn` when some but not all of
+    /// them reached the file.
+    fn write_whole(&mut self, bytes: &[u8], path: &Path) -> Result<(), FileError> {
+        let mut written = 0;
+        while written < bytes.len() {
+            match self.file.write(&bytes[written..]) {
+                Ok(0) => {
+                    // A torn entry stays torn through failures that write nothing.
+                    self.torn |= written > 0;
+                    return Err(io::Error::from(io::ErrorKind::WriteZero)).at("append to", path);
+                }
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.torn |= written > 0;
+                    return Err(e).at("append to", path);
+                }
+            }
+        }
+        self.torn = false;
+        Ok(())
+    }
+
+    /// Ends a torn entry, then writes the note about dropped entries, if any.
+    fn catch_up(&mut self, path: &Path) -> Result<(), FileError> {
+        if self.torn {
+            self.write_whole(b"\n", path)?;
+        }
+        if self.dropped > 0 {
+            let error = self.error.clone().unwrap_or_default();
+            let note = dropped_note(self.dropped, &error);
+            let line = encode_entry("stderr", note.as_bytes(), path)?;
+            self.write_whole(&line, path)?;
+            let _ = writeln!(io::stderr(), "trainyard shim: {} can be written again; {note}", path.display());
+            self.dropped = 0;
+            self.error = None;
+        }
+        Ok(())
+    }
+
+    fn note_failure(&mut self, e: &FileError) {
+        self.dropped += 1;
+        if self.error.is_none() {
+            self.error = Some(e.source.to_string());
+            let _ = writeln!(io::stderr(), "trainyard shim: {e}; output lines are dropped (and counted) until it can be written again");
+        }
+    }
 }
 
 impl LogWriter {
     pub fn open(path: &Path) -> Result<LogWriter, FileError> {
         let file = fsutil::open_append(path)?;
-        Ok(LogWriter { path: path.to_path_buf(), out: Mutex::new(BufWriter::new(file)) })
+        Ok(LogWriter {
+            path: path.to_path_buf(),
+            state: Mutex::new(WriterState { file, dropped: 0, error: None, torn: false }),
+        })
     }
 
+    fn state(&self) -> std::sync::MutexGuard<'_, WriterState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Appends one entry. On failure the entry is dropped and counted (see the type's
+    /// docs); the error is returned for the caller's information only.
     pub fn write_entry(&self, stream: &str, text: &[u8]) -> Result<(), FileError> {
-        let mut out = self.out.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // The time is taken under the lock, so times never go down in file order.
-        let entry = LogEntry {
-            time: fsutil::format_rfc3339_micros(fsutil::now_micros()),
-            stream: stream.to_string(),
-            text: String::from_utf8_lossy(text).into_owned(),
-        };
-        let mut line = serde_json::to_vec(&entry).map_err(io::Error::other).at("encode entry for", &self.path)?;
-        line.push(b'\n');
-        out.write_all(&line).at("append to", &self.path)?;
-        out.flush().at("flush", &self.path)
+        let mut st = self.state();
+        let written = st.catch_up(&self.path).and_then(|()| {
+            let line = encode_entry(stream, text, &self.path)?;
+            st.write_whole(&line, &self.path)
+        });
+        if let Err(e) = &written {
+            st.note_failure(e);
+        }
+        written
     }
 
+    /// How many entries were dropped since the last one that could be written.
+    pub fn dropped(&self) -> u64 {
+        self.state().dropped
+    }
+
+    /// Writes the note about dropped entries now, if there are any (e.g. after the
+    /// program ended, once space is back). `Ok(())` when nothing is owed.
+    pub fn write_dropped_note(&self) -> Result<(), FileError> {
+        self.state().catch_up(&self.path)
+    }
+
+    /// Writes what is owed (see [`LogWriter::write_dropped_note`]) and forces the file to disk.
     pub fn flush(&self) -> Result<(), FileError> {
-        let mut out = self.out.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        out.flush().at("flush", &self.path)?;
-        out.get_ref().sync_data().at("fsync", &self.path)
+        let mut st = self.state();
+        st.catch_up(&self.path)?;
+        st.file.sync_data().at("fsync", &self.path)
+    }
+
+    /// Test seam: writes go to `file` from now on (e.g. `/dev/full`, then a real file).
+    #[cfg(test)]
+    fn replace_file(&self, file: File) {
+        self.state().file = file;
     }
 }
 
 /// Reads `reader` to EOF and writes one entry per line (a final line without a newline
-/// included). A write error is reported once on the shim's stderr and the pipe is still
-/// drained, so the program never blocks on a full pipe.
+/// included). An entry that cannot be written is dropped and counted by the writer, and
+/// the pipe is still drained, so the program never blocks on a full pipe.
 pub fn pump(reader: impl Read, stream: &str, writer: &LogWriter) {
     let mut reader = BufReader::with_capacity(MAX_ENTRY_BYTES, reader);
     let mut line: Vec<u8> = Vec::new();
-    let mut failed = false;
-    let mut emit = |line: &mut Vec<u8>| {
-        if let Err(e) = writer.write_entry(stream, line) {
-            if !failed {
-                failed = true;
-                let _ = writeln!(io::stderr(), "trainyard shim: {e}; further {stream} output is lost");
-            }
-        }
+    let emit = |line: &mut Vec<u8>| {
+        // A failure is counted and reported by the writer itself.
+        let _ = writer.write_entry(stream, line);
         line.clear();
     };
     loop {
@@ -265,6 +371,46 @@ mod tests {
         assert_eq!(all.len(), 5000);
         assert_eq!(all[0], "err 0");
         assert!(stderr_tail(dir.path(), 0).unwrap().is_empty());
+    }
+
+    /// L22 on a full disk: entries that cannot be written are dropped and counted, the
+    /// pump keeps draining, and the first entry written afterwards is preceded by a note
+    /// with the count; a torn entry does not swallow the next one.
+    #[test]
+    fn l22_a_full_disk_drops_and_counts_lines_then_notes_the_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOG_FILE);
+        let w = LogWriter::open(&path).unwrap();
+        w.write_entry("stdout", b"before").unwrap();
+        // The disk fills up in the middle of an entry (as a short write leaves it) ...
+        {
+            let mut f = fsutil::open_append(&path).unwrap();
+            f.write_all(br#"{"time":"2026-11-29T10:00:00.000000Z","stream":"std"#).unwrap();
+        }
+        w.state().torn = true;
+        // ... and stays full for a while.
+        w.replace_file(File::options().write(true).open("/dev/full").unwrap());
+        let input: Vec<u8> = (0..1000).flat_map(|i| format!("lost {i}\n").into_bytes()).collect();
+        pump(&input[..], "stdout", &w);
+        let e = w.write_entry("stderr", b"also lost").unwrap_err();
+        assert_eq!(e.source.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        assert_eq!(w.dropped(), 1001);
+        assert!(w.flush().is_err(), "the note cannot be written yet");
+        // Space is back.
+        w.replace_file(fsutil::open_append(&path).unwrap());
+        w.write_entry("stdout", b"after").unwrap();
+        assert_eq!(w.dropped(), 0);
+        let (es, _) = read_log(dir.path(), 0).unwrap();
+        let texts: Vec<&str> = es.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert_eq!(texts[0], "before");
+        assert_eq!(es[1].stream, "stderr");
+        assert!(texts[1].contains("1001 lines of output could not be written") && texts[1].contains("No space left"), "{}", texts[1]);
+        assert_eq!(texts[2], "after");
+        // Nothing is owed any more.
+        w.write_dropped_note().unwrap();
+        w.flush().unwrap();
+        assert_eq!(read_log(dir.path(), 0).unwrap().0.len(), 3);
     }
 
     #[test]

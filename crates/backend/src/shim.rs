@@ -58,6 +58,13 @@ const LOCK_RETRY: Duration = Duration::from_secs(2);
 const CLEANUP_BOUND: Duration = Duration::from_secs(10);
 /// Bound on waiting for the output pumps to reach EOF after everything was killed.
 const PUMP_DRAIN_BOUND: Duration = Duration::from_secs(5);
+/// A failed write of `status.json` is tried again after 50 ms, then after twice as long
+/// each time, up to 5 s between tries (L23).
+const STATUS_RETRY_FIRST: Duration = Duration::from_millis(50);
+const STATUS_RETRY_MAX: Duration = Duration::from_secs(5);
+/// A write of `status.json` that keeps failing is reported on the shim's stderr at most
+/// this often.
+const STATUS_RETRY_REPORT: Duration = Duration::from_secs(60);
 
 fn default_grace() -> f64 {
     30.0
@@ -424,9 +431,81 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         launch_error: None,
         ended_micros: fsutil::now_micros(),
     };
-    write_json(&run_dir.join(STATUS_FILE), &status)?;
+    record_status(run_dir, &status, Some(&writer))?;
+    if writer.dropped() > 0 {
+        diag(format_args!(
+            "{} output line(s) were dropped and the note saying so could not be written to {}",
+            writer.dropped(),
+            log::LOG_FILE
+        ));
+    }
     remove_cgroup(cgroup.as_ref());
     Ok(0)
+}
+
+/// L23: writes the outcome into `status.json` however long it takes. The program has
+/// ended and its outcome exists only in this process now: if the write fails (a full
+/// disk, a quota, an I/O error) the shim keeps the outcome and tries again with backoff,
+/// still holding the run directory's lock, so that the server sees the replica as
+/// running instead of lost (a lost replica would be started again, L10). The note about
+/// log lines dropped meanwhile is written first when it can be. Gives up only if the run
+/// directory itself is gone: nobody could read the status then.
+fn record_status(run_dir: &Path, status: &ShimStatus, log: Option<&LogWriter>) -> Result<(), ShimError> {
+    let path = run_dir.join(STATUS_FILE);
+    let write = || {
+        if let Some(log) = log {
+            // Best effort: the note belongs before the end of the log, but never holds up
+            // the outcome.
+            let _ = log.write_dropped_note();
+        }
+        write_json(&path, status)
+    };
+    let gone = || matches!(fs::metadata(run_dir), Err(e) if e.kind() == io::ErrorKind::NotFound);
+    write_until_done(&path, write, gone, thread::sleep).map(|_| ())
+}
+
+/// Tries `write` until it succeeds, sleeping (with `sleep`) 50 ms after the first
+/// failure and twice as long after each further one, up to 5 s; reports the first
+/// failure on stderr, then one line a minute while it keeps failing, and the recovery.
+/// Returns how many tries failed. Errors that are not I/O errors (the value cannot be
+/// encoded) are returned at once, as is the last I/O error once `gone()` holds.
+fn write_until_done(
+    path: &Path,
+    mut write: impl FnMut() -> Result<(), ShimError>,
+    mut gone: impl FnMut() -> bool,
+    mut sleep: impl FnMut(Duration),
+) -> Result<u32, ShimError> {
+    let mut failures: u32 = 0;
+    let mut delay = STATUS_RETRY_FIRST;
+    let mut reported: Option<Instant> = None;
+    loop {
+        let e = match write() {
+            Ok(()) => {
+                if failures > 0 {
+                    diag(format_args!("wrote {} after {failures} failed tries", path.display()));
+                }
+                return Ok(failures);
+            }
+            Err(e @ ShimError::File(_)) => e,
+            Err(e) => return Err(e),
+        };
+        failures = failures.saturating_add(1);
+        if gone() {
+            diag(format_args!("{e}; the run directory is gone, the outcome cannot be recorded"));
+            return Err(e);
+        }
+        if reported.is_none() {
+            diag(format_args!(
+                "{e}; the outcome is kept and the write tried again ({STATUS_RETRY_FIRST:?}, doubling up to {STATUS_RETRY_MAX:?})"
+            ));
+            reported = Some(Instant::now());
+        } else if reported.is_some_and(|t| t.elapsed() >= STATUS_RETRY_REPORT) {
+            diag(format_args!("{e}; still trying ({failures} failed tries so far)"));
+            reported = Some(Instant::now());
+        }
+        sleep(delay);
+        delay = (delay * 2).min(STATUS_RETRY_MAX);
+    }
 }
 
 /// Records a run that never started (start error: the user's; launch error: ours), and
@@ -438,7 +517,7 @@ fn fail_before_start(
     launch_error: String,
 ) -> Result<i32, ShimError> {
     let launch_error = (start_error.is_none()).then_some(launch_error);
-    write_json(&run_dir.join(STATUS_FILE), &ShimStatus::failed_before_start(start_error, launch_error))?;
+    record_status(run_dir, &ShimStatus::failed_before_start(start_error, launch_error), None)?;
     remove_cgroup(cgroup);
     Ok(0)
 }
@@ -682,6 +761,49 @@ mod tests {
         let back: serde_json::Value = serde_json::to_value(&spec).unwrap();
         assert_eq!(back["env"], serde_json::json!([["K", "V"]]));
         assert_eq!(back["cwd"], serde_json::Value::Null);
+    }
+
+    /// L23: a status write that fails is tried again (50 ms, doubling, at most 5 s apart)
+    /// until it succeeds, with the same outcome; only a run directory that is gone ends
+    /// the tries.
+    #[test]
+    fn l23_status_writes_are_retried_with_backoff_until_they_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATUS_FILE);
+        let status = ShimStatus::failed_before_start(None, Some("x".into()));
+        let mut left = 12;
+        let mut slept = Vec::new();
+        let failures = write_until_done(
+            &path,
+            || {
+                if left > 0 {
+                    left -= 1;
+                    let source = io::Error::from_raw_os_error(libc::ENOSPC);
+                    return Err(FileError { op: "write", path: path.clone(), source }.into());
+                }
+                write_json(&path, &status)
+            },
+            || false,
+            |d| slept.push(d.as_millis()),
+        )
+        .unwrap();
+        assert_eq!(failures, 12);
+        assert_eq!(slept, [50, 100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000, 5000]);
+        assert_eq!(read_status(dir.path()).unwrap(), Some(status));
+
+        // Gone: the last error is returned after one try.
+        let mut tries = 0;
+        let r = write_until_done(
+            &path,
+            || {
+                tries += 1;
+                Err(FileError { op: "write", path: path.clone(), source: io::Error::from_raw_os_error(libc::ENOENT) }.into())
+            },
+            || true,
+            |_| panic!("no sleep when the run directory is gone"),
+        );
+        assert!(r.is_err());
+        assert_eq!(tries, 1);
     }
 
     #[test]
