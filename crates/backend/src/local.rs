@@ -15,10 +15,12 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
 
 use crate::cgroup::{CgroupSupport, CgroupVersion, ReplicaCgroup};
@@ -66,6 +68,55 @@ pub enum BackendError {
     /// started, and the same launch may be tried again later.
     #[error("{engine} is unreachable: {message}")]
     Unavailable { engine: String, message: String },
+    /// A resource of the host ran out while launching (file descriptors, processes or
+    /// threads, memory, disk space): nothing was started, and the same launch may be
+    /// tried again later. Not a launch failure (L16): it must not use up the job's
+    /// attempts.
+    #[error("out of {resource}: {message}")]
+    Exhausted { resource: String, message: String },
+}
+
+impl BackendError {
+    /// Nothing was started and the same launch may be tried again later, with backoff:
+    /// the engine is unreachable ([`BackendError::Unavailable`]) or the host ran out of
+    /// a resource ([`BackendError::Exhausted`]). Any other launch error is a launch
+    /// failure of Trainyard's (L16).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, BackendError::Unavailable { .. } | BackendError::Exhausted { .. })
+    }
+
+    /// The operating-system error under this one, if it is one.
+    fn os_error(&self) -> Option<&io::Error> {
+        match self {
+            BackendError::File(e) | BackendError::Shim(ShimError::File(e)) => Some(&e.source),
+            BackendError::Shim(ShimError::Sys { source, .. })
+            | BackendError::SpawnShim { source, .. }
+            | BackendError::Thread { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// An error of a launch that ran out of a resource of the host becomes
+    /// [`BackendError::Exhausted`] (retryable); any other error is returned as it is.
+    pub fn classify_exhaustion(self) -> BackendError {
+        match self.os_error().and_then(exhausted_resource) {
+            Some(resource) => BackendError::Exhausted { resource: resource.to_string(), message: self.to_string() },
+            None => self,
+        }
+    }
+}
+
+/// Which resource an error of open, pipe, fork, exec or thread creation says ran out:
+/// `EMFILE`, `ENFILE`, `EAGAIN`, `ENOMEM`, `ENOSPC`; `None` for any other error.
+pub fn exhausted_resource(err: &io::Error) -> Option<&'static str> {
+    match err.raw_os_error()? {
+        libc::EMFILE => Some("file descriptors (this process's limit, RLIMIT_NOFILE)"),
+        libc::ENFILE => Some("file descriptors (the system's limit)"),
+        libc::EAGAIN => Some("processes or threads"),
+        libc::ENOMEM => Some("memory"),
+        libc::ENOSPC => Some("disk space"),
+        _ => None,
+    }
 }
 
 /// Runs replicas as local processes under shims. `Send + Sync`; all waiting happens on
@@ -205,11 +256,20 @@ impl LocalBackend {
     /// already watches is left alone, and a run whose shim died is reported `Lost`: a
     /// program is never started twice for one `RunId`. Otherwise writes `spec.json`
     /// (with this backend's cgroup base) and starts a shim. Events go to `sink` from a
-    /// watcher thread; errors here mean nothing was started.
+    /// watcher thread; errors here mean nothing was started. An error because the host
+    /// ran out of file descriptors, processes or threads, memory or disk space is
+    /// [`BackendError::Exhausted`] ([`BackendError::is_retryable`]): the same launch may
+    /// simply be tried again later (not an L16 launch failure).
     pub fn launch(&self, run: RunId, run_dir: &Path, spec: ShimSpec, sink: EventSink) -> Result<(), BackendError> {
+        self.launch_once(run, run_dir, spec, sink).map_err(BackendError::classify_exhaustion)
+    }
+
+    fn launch_once(&self, run: RunId, run_dir: &Path, spec: ShimSpec, sink: EventSink) -> Result<(), BackendError> {
         let program = self.shim_command.first().ok_or(BackendError::NoShimCommand)?.clone();
         let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
         let Some(claim) = self.claim(&run_dir) else { return Ok(()) };
+        // From here on an error drops the claim before it is returned, so that the same
+        // launch tried again is not taken for a duplicate.
         match probe_lock(&run_dir)? {
             LockState::Held => return self.watch(claim, move |claim| watch_adopted(run, claim, sink)),
             LockState::Free | LockState::Missing => {
@@ -236,33 +296,47 @@ impl LocalBackend {
         shim::write_spec(&run_dir, &spec)?;
         let stderr_path = run_dir.join(shim::SHIM_STDERR_FILE);
         let shim_stderr = fsutil::open_append(&stderr_path)?;
+        // The watcher thread first, the shim second: a thread that cannot be created
+        // leaves nothing started (no shim runs, the run directory stays launchable), while
+        // a shim without a watcher would run unreported.
+        let (hand_over, handed) = mpsc::sync_channel::<(Claim, Child)>(1);
+        let watcher = thread::Builder::new().name(watcher_name(&run_dir)).spawn(move || {
+            // Nothing arrives when the shim could not be started.
+            if let Ok((claim, child)) = handed.recv() {
+                watch_spawned(run, claim, child, sink);
+            }
+        });
+        if let Err(source) = watcher {
+            return Err(BackendError::Thread { run_dir, source });
+        }
         let mut cmd = Command::new(&program);
         cmd.args(&self.shim_command[1..])
             .arg(&run_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(shim_stderr));
-        // SAFETY: setsid is async-signal-safe. The shim leaves the server's session at
-        // once, before a Ctrl-C meant for the server could reach it.
+        // SAFETY: setsid is async-signal-safe and nix's wrapper allocates nothing. The
+        // shim leaves the server's session at once, before a Ctrl-C meant for the server
+        // could reach it.
         unsafe {
             cmd.pre_exec(|| {
-                libc::setsid();
+                let _ = nix::unistd::setsid();
                 Ok(())
             });
         }
+        // On failure nothing was started (fork or exec failed, the child is gone); the
+        // watcher ends when `hand_over` is dropped.
         let child = cmd
             .spawn()
             .map_err(|source| BackendError::SpawnShim { program: program.clone(), run_dir: run_dir.clone(), source })?;
         let shim_pid = child.id();
-        let watched = self.watch(claim, move |claim| watch_spawned(run, claim, child, sink));
-        if watched.is_err() {
-            // Nobody would report on it: let it stop the program and record the outcome.
-            // SAFETY: our own child, not yet waited for, so its pid is still ours.
-            unsafe {
-                libc::kill(shim_pid as libc::pid_t, libc::SIGTERM);
-            }
+        if hand_over.send((claim, child)).is_err() {
+            // The watcher is gone (it cannot be, short of a panic): nobody would report
+            // on the shim, so let it stop the program and record the outcome.
+            let _ = signal::kill(Pid::from_raw(shim_pid as i32), Signal::SIGTERM);
+            return Err(BackendError::Thread { run_dir, source: io::Error::other("the watcher thread ended before the shim started") });
         }
-        watched
+        Ok(())
     }
 
     /// Watches a run launched by an earlier server process: `Started` if the program
@@ -321,14 +395,17 @@ impl LocalBackend {
 
     fn watch(&self, claim: Claim, f: impl FnOnce(Claim) + Send + 'static) -> Result<(), BackendError> {
         let run_dir = claim.run_dir.clone();
-        let name = format!("watch-{}", run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
         // On failure the closure, and with it the claim, is dropped.
         thread::Builder::new()
-            .name(name)
+            .name(watcher_name(&run_dir))
             .spawn(move || f(claim))
             .map(|_| ())
             .map_err(|source| BackendError::Thread { run_dir, source })
     }
+}
+
+fn watcher_name(run_dir: &Path) -> String {
+    format!("watch-{}", run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
 }
 
 fn read_pid(run_dir: &Path) -> Result<Option<libc::pid_t>, FileError> {
@@ -487,6 +564,51 @@ mod tests {
         assert!(matches!(outcome_from_status(&status(None, None, None)), Outcome::Lost { .. }));
     }
 
+    /// L16: running out of a resource of the host at launch is retryable, never a
+    /// launch failure; other errors stay what they are.
+    #[test]
+    fn l16_exhaustion_at_launch_is_retryable() {
+        for (errno, resource) in [
+            (libc::EMFILE, "file descriptors"),
+            (libc::ENFILE, "file descriptors"),
+            (libc::EAGAIN, "processes or threads"),
+            (libc::ENOMEM, "memory"),
+            (libc::ENOSPC, "disk space"),
+        ] {
+            let spawn = BackendError::SpawnShim {
+                program: "trainyard".into(),
+                run_dir: PathBuf::from("/r"),
+                source: io::Error::from_raw_os_error(errno),
+            };
+            let file = BackendError::Shim(ShimError::File(FileError {
+                op: "create",
+                path: PathBuf::from("/r/spec.json.tmp"),
+                source: io::Error::from_raw_os_error(errno),
+            }));
+            let thread = BackendError::Thread { run_dir: PathBuf::from("/r"), source: io::Error::from_raw_os_error(errno) };
+            for e in [spawn, file, thread] {
+                assert!(!e.is_retryable());
+                let e = e.classify_exhaustion();
+                assert!(e.is_retryable(), "{e}");
+                match &e {
+                    BackendError::Exhausted { resource: r, message } => {
+                        assert!(r.starts_with(resource), "{r}");
+                        assert!(message.contains("/r"), "the message keeps its context: {message}");
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let not_found = BackendError::SpawnShim {
+            program: "trainyard".into(),
+            run_dir: PathBuf::from("/r"),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        assert!(!not_found.classify_exhaustion().is_retryable());
+        assert!(BackendError::Unavailable { engine: "slurm".into(), message: "down".into() }.is_retryable());
+        assert!(!BackendError::NoShimCommand.classify_exhaustion().is_retryable());
+    }
+
     #[test]
     fn cgroup_names() {
         let run = RunId { job: 12, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
@@ -511,24 +633,35 @@ impl crate::seam::Backend for LocalBackend {
                 })
                 .collect();
         }
+        // A launch thread that cannot be created (no threads left) launches its run on
+        // this thread instead, so that every run gets an answer.
         std::thread::scope(|scope| {
-            let handles: Vec<_> = runs
+            let launches: Vec<_> = runs
                 .into_iter()
                 .map(|l| {
-                    let sink = sink.clone();
                     let run = l.run.clone();
-                    (run, scope.spawn(move || LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink)))
+                    let (again, sink2) = (l.clone(), sink.clone());
+                    let spawned = thread::Builder::new()
+                        .name("launch".into())
+                        .spawn_scoped(scope, move || LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink2));
+                    match spawned {
+                        Ok(handle) => (run, Ok(handle)),
+                        Err(_) => (run, Err(again)),
+                    }
                 })
                 .collect();
-            handles
+            launches
                 .into_iter()
-                .map(|(run, h)| {
-                    let r = h.join().unwrap_or_else(|_| {
-                        Err(BackendError::Thread {
-                            run_dir: PathBuf::new(),
-                            source: io::Error::other("the launch thread panicked"),
-                        })
-                    });
+                .map(|(run, launch)| {
+                    let r = match launch {
+                        Ok(handle) => handle.join().unwrap_or_else(|_| {
+                            Err(BackendError::Thread {
+                                run_dir: PathBuf::new(),
+                                source: io::Error::other("the launch thread panicked"),
+                            })
+                        }),
+                        Err(l) => LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink.clone()),
+                    };
                     (run, r)
                 })
                 .collect()
