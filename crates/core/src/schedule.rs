@@ -16,6 +16,7 @@
 //! fleet overcommits: placement always succeeds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -79,12 +80,36 @@ pub enum Decision {
     Place { job: u64, nodes: Vec<String>, warnings: Vec<String> },
     /// L15: the fleet cannot hold the attempt for reasons outside the queue.
     Stockout { job: u64, detail: String },
-    /// The job keeps waiting; `reason` says why in plain words, with numbers that move
-    /// (position, what is in use, expected times). `kind` names the reason without them:
-    /// the server logs and stores a reason when its kind changes, not when a number moves.
-    Wait { job: u64, kind: &'static str, reason: String },
+    /// The job keeps waiting; `reason` says why in plain words (with numbers that move:
+    /// what is in use, expected times), `position` where it stands in the order; see
+    /// [`waiting_text`]. Jobs in the same situation share one `reason`. `kind` names the
+    /// reason without its numbers: the server logs and stores a reason when its kind
+    /// changes, not when a number moves.
+    Wait { job: u64, kind: &'static str, reason: Arc<str>, position: Option<Position> },
     /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`.
     Preempt { job: u64, reason: String },
+}
+
+/// Where a waiting job stands in the scheduling order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based.
+    pub pos: u32,
+    pub total: u32,
+    /// FIFO order (else fair-share).
+    pub fifo: bool,
+}
+
+/// A waiting reason as shown: the reason, then where the job stands (in its own
+/// project's words).
+pub fn waiting_text(reason: &str, position: Option<Position>, project: &str) -> String {
+    match position {
+        Some(p) => {
+            let order = if p.fifo { "FIFO order" } else { "fair-share order" };
+            format!("{reason}; position {} of {} in the {order} (project {project}).", p.pos, p.total)
+        }
+        None => format!("{reason}."),
+    }
 }
 
 /// Kinds of waiting reasons (see [`Decision::Wait`]).
@@ -427,7 +452,12 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
                 usage.get(&(job.project.clone(), m.to_string())).copied().unwrap_or(0)
             });
             if !short.is_empty() {
-                out.push(Decision::Wait { job: job.id, kind: KIND_QUOTA, reason: format!("Waiting for quota: {}.", short.join("; ")) });
+                out.push(Decision::Wait {
+                    job: job.id,
+                    kind: KIND_QUOTA,
+                    reason: format!("Waiting for quota: {}", quota_text(&short)).into(),
+                    position: None,
+                });
                 continue;
             }
         }
@@ -470,16 +500,29 @@ fn stockout_detail_of(fleet: &Fleet) -> String {
 }
 
 /// L3: the metrics the quota cannot cover, in plain words (with the shortfall).
-fn quota_short(quotas: &Quotas, project: &str, metrics: &BTreeMap<String, u64>, used: impl Fn(&str) -> u64) -> Vec<String> {
+/// The metrics a request is short of: (metric, need, in use, limit).
+fn quota_short<'m>(
+    quotas: &Quotas,
+    project: &str,
+    metrics: &'m BTreeMap<String, u64>,
+    used: impl Fn(&str) -> u64,
+) -> Vec<(&'m str, u64, u64, u64)> {
     metrics
         .iter()
         .filter_map(|(m, &need)| {
             let limit = quotas.limit(project, m)?;
             let used = used(m);
-            (used + need > limit)
-                .then(|| format!("{m}: needs {need}, {used} of {limit} in use (short by {})", used + need - limit))
+            (used + need > limit).then_some((m.as_str(), need, used, limit))
         })
         .collect()
+}
+
+fn quota_text(short: &[(&str, u64, u64, u64)]) -> String {
+    let parts: Vec<String> = short
+        .iter()
+        .map(|(m, need, used, limit)| format!("{m}: needs {need}, {used} of {limit} in use (short by {})", used + need - limit))
+        .collect();
+    parts.join("; ")
 }
 
 /// A reservation for the head of the order (EASY backfill).
@@ -562,6 +605,29 @@ struct Round<'a, 'r> {
     preempt_tries: usize,
     blocked_by: Option<u64>,
     quota_round: HashMap<(&'r str, &'r str), u64>,
+    /// Reasons already written this round, by what they depend on; cleared whenever the
+    /// round's state moves (a placement, a reservation, a preemption).
+    memo: HashMap<Memo, Arc<str>>,
+}
+
+/// What a memoised waiting reason depends on, besides the round's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Memo {
+    Quota(Vec<(String, u64, u64, u64)>),
+    Blocked(u64),
+    Capacity(Vec<Need>, bool),
+}
+
+impl Round<'_, '_> {
+    /// The reason for `key`, written once per state of the round.
+    fn memo(&mut self, key: Memo, make: impl FnOnce(&mut Self) -> String) -> Arc<str> {
+        if let Some(r) = self.memo.get(&key) {
+            return Arc::clone(r);
+        }
+        let r: Arc<str> = make(self).into();
+        self.memo.insert(key, Arc::clone(&r));
+        r
+    }
 }
 
 fn dominated(list: &[(Need, usize)], need: &Need, count: usize) -> bool {
@@ -574,6 +640,23 @@ fn remember(list: &mut Vec<(Need, usize)>, need: Need, count: usize) {
     }
     list.retain(|(n, k)| !(n.covers(&need) && *k >= count));
     list.push((need, count));
+}
+
+/// RFC 3339 (UTC, seconds) of a time in µs since the epoch.
+pub fn rfc3339(us: Micros) -> String {
+    let secs = us.div_euclid(SECOND);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
 fn fmt_dur(us: Micros) -> String {
@@ -924,7 +1007,7 @@ pub fn plan(
         p.queue.sort_by_key(key);
     }
     q.spot.sort_by_key(|&i| (!reqs[i].admitted, reqs[i].submitted, reqs[i].id));
-    let order_name = if cfg.order == Order::Fifo { "FIFO order" } else { "fair-share order" };
+    let fifo = cfg.order == Order::Fifo;
 
     let mut quota_base: HashMap<(&str, &str), u64> = HashMap::with_capacity(quota_used.len());
     for ((p, m), v) in quota_used {
@@ -945,14 +1028,15 @@ pub fn plan(
         preempt_tries: 0,
         blocked_by: None,
         quota_round: HashMap::new(),
+        memo: HashMap::new(),
     };
-    let total = reqs.len();
+    let total = reqs.len() as u32;
     let mut pos = 0usize;
     while let Some((i, _fair)) = q.next(reqs) {
         pos += 1;
         let r = &reqs[i];
         let explain = cfg.explain;
-        let where_ = || format!("position {pos} of {total} in the {order_name} (project {})", r.project);
+        let position = Some(Position { pos: pos as u32, total, fifo });
         // L3: QUEUED while the quota cannot cover all replicas at once.
         if !r.admitted && !r.metrics.is_empty() {
             let short = quota_short(quotas, r.project, r.metrics, |m| {
@@ -961,7 +1045,8 @@ pub fn plan(
             });
             if !short.is_empty() {
                 if explain {
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason: format!("Waiting for quota: {}; {}.", short.join("; "), where_()) });
+                    let reason = rd.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| format!("Waiting for quota: {}", quota_text(&short)));
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position });
                 }
                 continue;
             }
@@ -975,11 +1060,10 @@ pub fn plan(
                 }
                 continue;
             }
-            rd.out.push(Decision::Wait {
-                job: r.id,
-                kind: KIND_BLOCKED,
-                reason: format!("Waiting for capacity held by other jobs: job {b} is ahead and does not fit yet (no backfill); {}.", where_()),
+            let reason = rd.memo(Memo::Blocked(b), |_| {
+                format!("Waiting for capacity held by other jobs: job {b} is ahead and does not fit yet (no backfill)")
             });
+            rd.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position });
             continue;
         }
         // Backfill must not delay the reservation: a job that could run past it takes only
@@ -1025,6 +1109,7 @@ pub fn plan(
             }
             let names = nodes.iter().map(|n| t.names[*n as usize].clone()).collect();
             rd.out.push(Decision::Place { job: r.id, nodes: names, warnings: Vec::new() });
+            rd.memo.clear();
             continue;
         }
         if let Some((d, k)) = uniform {
@@ -1043,7 +1128,8 @@ pub fn plan(
                 } else {
                     format!("SPOT job waiting: the usable fleet cannot hold it ({})", rd.stockout_detail())
                 };
-                rd.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason: format!("{why}: needs {}; {}.", describe(t, r.shape), where_()) });
+                let reason = format!("{why}: needs {}", describe(t, r.shape)).into();
+                rd.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason, position });
             }
             continue;
         }
@@ -1051,6 +1137,7 @@ pub fn plan(
             rd.preempt_tries += 1;
             let slack = if long { rd.resv.as_ref().map(|v| v.slack.clone()) } else { None };
             if let Some((victims, stopping)) = rd.preempt_for(r, slack.as_ref()) {
+                rd.memo.clear();
                 let held = rd.placed.last().map(|p| p.1.clone()).unwrap_or_default();
                 charge(&mut q, r, &held, c);
                 if !r.admitted {
@@ -1062,15 +1149,11 @@ pub fn plan(
                     rd.out.push(Decision::Preempt { job: *v, reason: format!("its capacity is needed by job {} (project {})", r.id, r.project) });
                 }
                 if explain {
-                    rd.out.push(Decision::Wait {
-                        job: r.id,
-                        kind: KIND_PREEMPTING,
-                        reason: format!(
-                            "Waiting for capacity held by other jobs: {} SPOT job(s) are being preempted for it; it starts when they have stopped; {}.",
-                            victims.len() + stopping,
-                            where_()
-                        ),
-                    });
+                    let reason = format!(
+                        "Waiting for capacity held by other jobs: {} SPOT job(s) are being preempted for it; it starts when they have stopped",
+                        victims.len() + stopping,
+                    );
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position });
                 }
                 continue;
             }
@@ -1083,64 +1166,71 @@ pub fn plan(
                 }
             }
             rd.out.push(Decision::Stockout { job: r.id, detail: rd.stockout_detail() });
+            rd.memo.clear();
             continue;
         }
         // Capacity held by other Trainyard jobs: wait (QUEUED), never a stockout (L15).
         if rd.resv.is_none() && rd.blocked_by.is_none() {
             if !cfg.backfill {
                 rd.blocked_by = Some(r.id);
+                rd.memo.clear();
                 if explain {
-                    rd.out.push(Decision::Wait {
-                        job: r.id,
-                        kind: KIND_CAPACITY,
-                        reason: format!("Waiting for capacity held by other jobs: needs {}; {}.", describe(t, r.shape), where_()),
-                    });
+                    let reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)).into();
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_CAPACITY, reason, position });
                 }
                 continue;
             }
             rd.resv = rd.reserve(r);
+            rd.memo.clear();
             if explain {
                 let reason = match &rd.resv {
                     Some(v) => format!(
-                        "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (at {} s) on {} node(s) ({}); smaller jobs may start first only if they cannot delay it; {}.",
+                        "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (by {}) on {} node(s) ({}); smaller jobs may start first only if they cannot delay it",
                         describe(t, r.shape),
                         fmt_dur(v.time - now),
-                        v.time / SECOND,
+                        rfc3339(v.time),
                         v.nodes.len(),
                         node_list(t, &v.nodes),
-                        where_()
                     ),
-                    None => format!("Waiting for capacity held by other jobs: needs {}; {}.", describe(t, r.shape), where_()),
+                    None => format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)),
                 };
                 let kind = if rd.resv.is_some() { KIND_RESERVED } else { KIND_CAPACITY };
-                rd.out.push(Decision::Wait { job: r.id, kind, reason });
+                rd.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position });
             }
             continue;
         }
         if explain {
-            let fit_now = uniform.map_or(0, |(d, k)| rd.w.slot_bound(t, &d).min(k as i64));
-            let mut reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape));
-            if uniform.is_some() {
-                reason.push_str(&format!(", at most {fit_now} fit now"));
-            }
-            if let Some(v) = &rd.resv {
-                let m = rd.w.mark();
-                let fits_unconstrained = long && rd.w.place_gang(t, r.shape, None).is_some();
-                rd.w.rollback(t, m);
-                if fits_unconstrained {
-                    reason.push_str(&format!(
-                        "; it would fit now, but it could run past {} (at {} s) on nodes reserved for job {}, which is ahead of it",
-                        fmt_dur(v.time - now),
-                        v.time / SECOND,
-                        v.job
-                    ));
-                } else {
-                    reason.push_str(&format!("; job {} ahead of it holds a reservation (expected start within {})", v.job, fmt_dur(v.time - now)));
+            // Depends only on the shape, on whether the job would run past the
+            // reservation, and on the round's state (the memo is cleared when that moves).
+            let reason = rd.memo(Memo::Capacity(r.shape.needs.clone(), long), |rd| {
+                let fit_now = uniform.map_or(0, |(d, k)| rd.w.slot_bound(t, &d).min(k as i64));
+                let mut reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape));
+                if uniform.is_some() {
+                    reason.push_str(&format!(", at most {fit_now} fit now"));
                 }
-            }
-            reason.push_str(&format!("; {}.", where_()));
+                if let Some(v) = &rd.resv {
+                    let m = rd.w.mark();
+                    let fits_unconstrained = long && rd.w.place_gang(t, r.shape, None).is_some();
+                    rd.w.rollback(t, m);
+                    if fits_unconstrained {
+                        reason.push_str(&format!(
+                            "; it would fit now, but it could run past {} (by {}) on nodes reserved for job {}, which is ahead of it",
+                            fmt_dur(v.time - now),
+                            rfc3339(v.time),
+                            v.job
+                        ));
+                    } else {
+                        reason.push_str(&format!(
+                            "; job {} ahead of it holds a reservation (expected start within {})",
+                            v.job,
+                            fmt_dur(v.time - now)
+                        ));
+                    }
+                }
+                reason
+            });
             let kind = if rd.resv.is_some() { KIND_BEHIND_RESERVATION } else { KIND_CAPACITY };
-            rd.out.push(Decision::Wait { job: r.id, kind, reason });
+            rd.out.push(Decision::Wait { job: r.id, kind, reason, position });
         }
     }
     rd.out

@@ -436,7 +436,9 @@ fn placed(d: &[Decision], id: u64) -> Option<Vec<String>> {
 fn reason(d: &[Decision], id: u64) -> String {
     d.iter()
         .find_map(|d| match d {
-            Decision::Wait { job, reason, .. } if *job == id => Some(reason.clone()),
+            Decision::Wait { job, reason, position, .. } if *job == id => {
+                Some(trainyard_core::schedule::waiting_text(reason, *position, "p"))
+            }
             _ => None,
         })
         .unwrap_or_else(|| panic!("no Wait for job {id}: {d:?}"))
@@ -521,7 +523,7 @@ fn fair_share_order_and_weights() {
     let d = run(&c, &reqs, 0, &SchedulerConfig::default());
     assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "{d:?}");
     let r1 = reason(&d, 1);
-    assert!(r1.contains("in the fair-share order (project heavy)"), "{r1}");
+    assert!(r1.contains("in the fair-share order"), "{r1}");
     // The light project's second job comes after... the light project's first job.
     let pos = |id: u64| d.iter().position(|x| matches!(x, Decision::Place { job, .. } | Decision::Wait { job, .. } if *job == id)).unwrap();
     assert!(pos(2) < pos(3));
@@ -722,4 +724,69 @@ proptest! {
             }
         }
     }
+}
+
+/// Waiting reasons of jobs in the same situation are one shared text (a long queue costs
+/// one reason per situation, not one per job), each job keeps its own position, and a
+/// placement in between gives the jobs after it a fresh text (never a stale one).
+#[test]
+fn same_situation_shares_one_reason_with_own_positions() {
+    let fleet = Fleet { nodes: vec![node("n1", 8)], overcommit: false };
+    let mut jobs = vec![queued(1, "p", 8, 1, 0)];
+    for id in 2..=6 {
+        jobs.push(queued(id, "p", 8, 1, id as Micros));
+    }
+    let refs: Vec<&Job> = jobs.iter().collect();
+    let d = schedule_with(&refs, &fleet, &Quotas::default(), 10, &SchedulerConfig::default(), &Hints::default());
+    assert!(matches!(&d[0], Decision::Place { job: 1, .. }), "{d:?}");
+    let waits: Vec<(u64, std::sync::Arc<str>, u32)> = d
+        .iter()
+        .filter_map(|x| match x {
+            Decision::Wait { job, reason, position: Some(p), .. } => Some((*job, reason.clone(), p.pos)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits.len(), 5, "{d:?}");
+    // Job 2 holds the reservation; 3..6 share one text.
+    assert!(waits[0].1.contains("Reserved"), "{}", waits[0].1);
+    for w in &waits[2..] {
+        assert!(std::sync::Arc::ptr_eq(&waits[1].1, &w.1), "{} vs {}", waits[1].1, w.1);
+    }
+    assert_eq!(waits.iter().map(|w| w.2).collect::<Vec<_>>(), [2, 3, 4, 5, 6]);
+    let text = trainyard_core::schedule::waiting_text(&waits[1].1, Some(trainyard_core::schedule::Position { pos: 3, total: 6, fifo: false }), "p");
+    assert!(text.ends_with("; position 3 of 6 in the fair-share order (project p)."), "{text}");
+}
+
+/// The memo never outlives the state it was written in: after a placement, a job of the
+/// same shape and the same relation to the reservation gets a fresh reason ("at most N
+/// fit now" drops), never the one written before the placement.
+#[test]
+fn shared_reasons_follow_placements() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    // n0 is busy until 1h; n1 is free.
+    c.start(100, "a", false, 0, HOUR, vec![(0 as NodeIx, n8)]);
+    let m = BTreeMap::new();
+    let two = gang(&c, 2, 8);
+    let one = gang(&c, 1, 8);
+    let reqs = [
+        req(1, "a", &two, 10 * HOUR, &m),   // the head: reserved for 1h on n0 and n1
+        req(2, "a", &one, 10 * HOUR, &m),   // runs past the reservation: waits
+        req(3, "a", &one, 30 * MINUTE, &m), // ends before it: backfills onto n1
+        req(4, "a", &one, 10 * HOUR, &m),   // as job 2, but after job 3 took n1
+    ];
+    let cfg = SchedulerConfig { order: trainyard_core::schedule::Order::Fifo, ..SchedulerConfig::default() };
+    let d = run(&c, &reqs, 0, &cfg);
+    assert!(placed(&d, 3).is_some(), "{d:?}");
+    let (r2, r4) = (reason(&d, 2), reason(&d, 4));
+    assert!(r2.contains("at most 1 fit now"), "{r2}");
+    assert!(r4.contains("at most 0 fit now"), "{r4}");
+}
+
+/// Reservation times are RFC 3339.
+#[test]
+fn reservation_times_are_rfc3339() {
+    assert_eq!(trainyard_core::schedule::rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(trainyard_core::schedule::rfc3339(951_782_400 * SECOND), "2000-02-29T00:00:00Z");
+    assert_eq!(trainyard_core::schedule::rfc3339(1_796_634_797 * SECOND + 5), "2026-12-07T09:13:17Z");
 }

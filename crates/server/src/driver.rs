@@ -13,7 +13,7 @@ use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, Stat
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
-use trainyard_core::schedule::{schedule_with, Decision, Fleet, Hints, Quotas};
+use trainyard_core::schedule::{schedule_with, waiting_text, Decision, Fleet, Hints, Position, Quotas};
 use trainyard_core::step::{step, Rejected};
 use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
 use trainyard_store::{NewJob, Store, StoreError};
@@ -104,16 +104,34 @@ pub struct NewCustomJob {
 /// (positions, what is in use, expected times), for readers: shown on GET, never written.
 #[derive(Default)]
 pub struct WaitingView {
-    reasons: std::sync::RwLock<Arc<HashMap<u64, String>>>,
+    reasons: std::sync::RwLock<Arc<HashMap<u64, Waiting>>>,
+}
+
+/// A waiting reason as the latest round gave it: shared by the jobs in the same
+/// situation, with each one's position.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    pub reason: Arc<str>,
+    pub position: Option<Position>,
+}
+
+impl Waiting {
+    pub fn text(&self, project: &str) -> String {
+        waiting_text(&self.reason, self.position, project)
+    }
 }
 
 impl WaitingView {
     /// The job's current waiting reason, if the last round gave it one.
-    pub fn get(&self, id: u64) -> Option<String> {
-        self.reasons.read().ok().and_then(|m| m.get(&id).cloned())
+    pub fn get(&self, id: u64, project: &str) -> Option<String> {
+        self.reasons.read().ok().and_then(|m| m.get(&id).map(|w| w.text(project)))
     }
 
-    fn publish(&self, reasons: HashMap<u64, String>) {
+    fn snapshot(&self) -> HashMap<u64, Waiting> {
+        self.reasons.read().map(|m| (**m).clone()).unwrap_or_default()
+    }
+
+    fn publish(&self, reasons: HashMap<u64, Waiting>) {
         if let Ok(mut m) = self.reasons.write() {
             *m = Arc::new(reasons);
         }
@@ -151,7 +169,7 @@ pub struct Driver {
     /// Waiting reasons of the last round, for readers.
     waiting_view: Arc<WaitingView>,
     /// Waiting reasons given by the engine (launches it holds up), merged into the view.
-    engine_reasons: HashMap<u64, String>,
+    engine_reasons: HashMap<u64, Arc<str>>,
 }
 
 struct LiveStudy {
@@ -1119,7 +1137,7 @@ impl Driver {
         match self.jobs.get(&id) {
             Some(l) => {
                 let mut r = render(&l.resource, &l.job);
-                if let Some(reason) = self.waiting_view.get(id).filter(|_| !r.trainyard_waiting_reason.is_empty()) {
+                if let Some(reason) = self.waiting_view.get(id, &l.job.project).filter(|_| !r.trainyard_waiting_reason.is_empty()) {
                     r.trainyard_waiting_reason = reason;
                 }
                 Ok(r)
@@ -1276,7 +1294,7 @@ impl Driver {
             .flat_map(|l| l.job.replicas.iter().filter_map(|r| r.address.clone()))
             .collect();
         let mut next_slot = 0u32;
-        let mut reasons: HashMap<u64, String> = HashMap::new();
+        let mut reasons: HashMap<u64, Waiting> = HashMap::new();
         let mut changed: Vec<u64> = Vec::new();
         for d in decisions {
             match d {
@@ -1301,16 +1319,17 @@ impl Driver {
                 Decision::Stockout { job, detail } => {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
                 }
-                Decision::Wait { job, kind, reason } => {
+                Decision::Wait { job, kind, reason, position } => {
                     let Some(live) = self.jobs.get_mut(&job) else { continue };
+                    let waiting = Waiting { reason, position };
                     // The reason with its moving numbers is shown; it is written (state and
                     // log line) only when its kind changes.
                     if live.waiting != Some(kind) {
                         live.waiting = Some(kind);
-                        live.job.waiting_reason = Some(reason.clone());
+                        live.job.waiting_reason = Some(waiting.text(&live.job.project));
                         changed.push(job);
                     }
-                    reasons.insert(job, reason);
+                    reasons.insert(job, waiting);
                 }
                 Decision::Preempt { job, reason } => {
                     self.apply(job, Event::Preempt { reason }, now)?.ok();
@@ -1324,7 +1343,7 @@ impl Driver {
 
     /// Store and log the new waiting reasons of a round in one transaction, and show
     /// every reason of the round (with the engine's) to readers.
-    fn publish_waiting(&mut self, changed: &[u64], mut reasons: HashMap<u64, String>, now: Micros) -> Result<(), StoreError> {
+    fn publish_waiting(&mut self, changed: &[u64], mut reasons: HashMap<u64, Waiting>, now: Micros) -> Result<(), StoreError> {
         let lines: Vec<(u64, [Effect; 1])> = changed
             .iter()
             .filter_map(|id| {
@@ -1339,7 +1358,7 @@ impl Driver {
             self.store.commit_many(&batch, now)?;
         }
         for (id, r) in &self.engine_reasons {
-            reasons.entry(*id).or_insert_with(|| r.clone());
+            reasons.entry(*id).or_insert_with(|| Waiting { reason: Arc::clone(r), position: None });
         }
         self.waiting_view.publish(reasons);
         Ok(())
@@ -1349,7 +1368,7 @@ impl Driver {
     /// job's waiting reason, and written to its log when it first says so.
     fn note_engine_waiting(&mut self, id: u64, reason: String, now: Micros) -> Result<(), StoreError> {
         let Some(live) = self.jobs.get_mut(&id) else { return Ok(()) };
-        self.engine_reasons.insert(id, reason.clone());
+        self.engine_reasons.insert(id, reason.trim_end_matches('.').into());
         if live.waiting == Some(ENGINE_WAIT) {
             live.job.waiting_reason = Some(reason);
             return Ok(());
@@ -1358,7 +1377,7 @@ impl Driver {
         live.job.waiting_reason = Some(reason.clone());
         let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: reason });
         self.store.commit(&live.job, &[line], now)?;
-        let reasons = self.waiting_view.reasons.read().map(|m| (**m).clone()).unwrap_or_default();
+        let reasons = self.waiting_view.snapshot();
         self.publish_waiting(&[], reasons, now)
     }
 

@@ -162,7 +162,7 @@ fn decode(stored: &StoredJob, waiting: &crate::driver::WaitingView) -> Result<Cu
     let r: CustomJob = serde_json::from_str(&stored.resource).map_err(internal)?;
     let mut job = render(&r, &stored.job);
     if !job.trainyard_waiting_reason.is_empty() {
-        if let Some(reason) = waiting.get(stored.job.id) {
+        if let Some(reason) = waiting.get(stored.job.id, &stored.job.project) {
             job.trainyard_waiting_reason = reason;
         }
     }

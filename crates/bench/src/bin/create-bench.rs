@@ -1,0 +1,370 @@
+//! `create-bench`: how fast `trainyard serve` accepts CustomJobs, with an empty queue and
+//! with a long one, against SQLite's own rate of one-row durable transactions measured in
+//! the same run on the same disk.
+//!
+//! The server is the real binary (`target/release/trainyard serve`) on a small fleet (one
+//! 4-CPU node, n1-standard-4 jobs: one runs, the rest queue). Clients are threads with
+//! keep-alive connections, each creating jobs one after the other. For the long queue,
+//! the queued jobs are written into the database before the server starts (as a server
+//! that was stopped with them would have left them), so the server recovers them all.
+//!
+//! Printed: creates/s, create latency p50/p99, the server's CPU time per create (from
+//! /proc), lifecycle log lines per queued job, and the ratios against the baselines.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use trainyard_api::CustomJob;
+use trainyard_core::job::Job;
+use trainyard_server::jobspec::prepare;
+use trainyard_server::Config;
+use trainyard_store::{NewJob, Store};
+
+const USAGE: &str = "\
+usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick]
+
+  --queued N    jobs queued before the long-queue measurement (default 100000)
+  --clients N   concurrent clients (default 8)
+  --creates N   creates per measurement, over all clients (default 2000)
+  --baseline N  one-row SQLite transactions for the baseline (default 500)
+  --quick       --queued 2000 --creates 400 --baseline 100 (a smoke test)
+
+Build with `cargo build --release -p trainyard -p trainyard-bench`; run
+target/release/create-bench (it starts target/release/trainyard).";
+
+struct Opts {
+    queued: usize,
+    clients: usize,
+    creates: usize,
+    baseline: usize,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Option<Opts>> {
+        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500 };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut num = |name: &str| -> Result<usize> {
+                let v = it.next().ok_or_else(|| anyhow!("{name} needs a number"))?;
+                v.parse().map_err(|_| anyhow!("{name}: {v:?} is not a number"))
+            };
+            match a.as_str() {
+                "--queued" => o.queued = num("--queued")?,
+                "--clients" => o.clients = num("--clients")?.max(1),
+                "--creates" => o.creates = num("--creates")?.max(1),
+                "--baseline" => o.baseline = num("--baseline")?.max(1),
+                "--quick" => {
+                    o.queued = 2000;
+                    o.creates = 400;
+                    o.baseline = 100;
+                }
+                "-h" | "--help" => return Ok(None),
+                other => bail!("unknown argument {other:?}"),
+            }
+        }
+        Ok(Some(o))
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match Opts::parse(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("create-bench: {e}\n\n{USAGE}");
+            return ExitCode::from(64);
+        }
+    };
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("create-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const CONFIG: &str = "\
+[node]
+name = \"small\"
+cpus = 4
+memory_gb = 16
+";
+
+fn job_body(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "displayName": name,
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"},
+            "replicaCount": "1",
+            "containerSpec": {"imageUri": "local/bench", "command": ["true"]},
+        }]},
+    })
+}
+
+/// A running `trainyard serve`, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(exe: &Path, dir: &Path) -> Result<Server> {
+        let port = free_port()?;
+        let child = Command::new(exe)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(dir.join("trainyard.toml"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("TRAINYARD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let server = Server { child, base: format!("http://127.0.0.1:{port}") };
+        let agent = agent();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if agent.get(&format!("{}/healthz", server.base)).call().is_ok() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("the server did not answer within 600 s")
+    }
+
+    /// The server's user + system CPU time so far, in seconds.
+    fn cpu_secs(&self) -> Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).context("reading the server's /proc stat")?;
+        // Fields after the command name (which ends with ')'): utime is the 12th, stime the 13th.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Ok((ticks(11) + ticks(12)) / hz.max(1.0))
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+struct Measured {
+    per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    cpu_ms_per_create: f64,
+}
+
+/// `n` creates from `clients` threads; latency of each, wall time of all.
+fn measure(server: &Server, clients: usize, n: usize, tag: &str) -> Result<Measured> {
+    let url = Arc::new(format!("{}/v1/projects/bench/locations/us-central1/customJobs", server.base));
+    let cpu0 = server.cpu_secs()?;
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for c in 0..clients {
+        let url = Arc::clone(&url);
+        let count = n / clients + usize::from(c < n % clients);
+        let tag = tag.to_string();
+        handles.push(std::thread::spawn(move || -> Result<Vec<f64>> {
+            let agent = agent();
+            let mut lat = Vec::with_capacity(count);
+            for i in 0..count {
+                let body = job_body(&format!("{tag}-{c}-{i}")).to_string();
+                let t = Instant::now();
+                let mut resp = agent
+                    .post(url.as_str())
+                    .header("Content-Type", "application/json")
+                    .send(body.as_bytes())
+                    .context("POST customJobs")?;
+                let status = resp.status();
+                let text = resp.body_mut().read_to_string().context("reading the reply")?;
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                if !status.is_success() {
+                    bail!("create answered {status}: {text}");
+                }
+            }
+            Ok(lat)
+        }));
+    }
+    let mut lat = Vec::with_capacity(n);
+    for h in handles {
+        lat.extend(h.join().map_err(|_| anyhow!("a client thread panicked"))??);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = server.cpu_secs()? - cpu0;
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    Ok(Measured { per_sec: n as f64 / wall, p50_ms: pct(0.5), p99_ms: pct(0.99), cpu_ms_per_create: cpu * 1000.0 / n as f64 })
+}
+
+/// SQLite's own rate of durable one-row transactions (WAL, synchronous=FULL, as the
+/// store), on the same disk.
+fn sqlite_baseline(dir: &Path, n: usize) -> Result<f64> {
+    let conn = rusqlite::Connection::open(dir.join("baseline.db"))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL)")?;
+    let body = job_body("baseline").to_string();
+    let start = Instant::now();
+    for _ in 0..n {
+        conn.execute("INSERT INTO t (body) VALUES (?1)", [&body])?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Write `n` queued jobs into a new database, as the server would have.
+fn fill_queue(dir: &Path, n: usize) -> Result<()> {
+    let cfg = Config::load(&dir.join("trainyard.toml"), Some(dir.join("data"))).map_err(|e| anyhow!("{e}"))?;
+    std::fs::create_dir_all(dir.join("data"))?;
+    let mut store = Store::open(&dir.join("data").join("trainyard.db"))?;
+    let resource: CustomJob = trainyard_api::parse_custom_job(job_body("queued").to_string().as_bytes()).map_err(|e| anyhow!("{}", e.message))?;
+    let prepared = prepare(&resource, &cfg.catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, "bench").map_err(|e| anyhow!("{}", e.message))?;
+    let text = serde_json::to_string(&resource)?;
+    let now = trainyard_server::driver::now_micros();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(10_000);
+        let news: Vec<NewJob<'_>> = (0..k)
+            .map(|_| NewJob { kind: "custom", project: "bench", region: &cfg.region, display_name: "queued", labels: &[], resource: &text })
+            .collect();
+        store.insert_jobs(&news, |_, id| {
+            Job::new(id, "bench".into(), cfg.region.clone(), &prepared.pools, prepared.demand.clone(), prepared.policy.clone(), prepared.checkpoints, now)
+        })?;
+        left -= k;
+    }
+    Ok(())
+}
+
+/// One scheduling round of the server's kind (`schedule_with`, reasons included) over `n`
+/// queued jobs on the bench's fleet, in this process: median of 5, in ms.
+fn round_ms(dir: &Path, n: usize) -> Result<f64> {
+    let cfg = Config::load(&dir.join("trainyard.toml"), Some(dir.join("data"))).map_err(|e| anyhow!("{e}"))?;
+    let resource: CustomJob = trainyard_api::parse_custom_job(job_body("queued").to_string().as_bytes()).map_err(|e| anyhow!("{}", e.message))?;
+    let p = prepare(&resource, &cfg.catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, "bench").map_err(|e| anyhow!("{}", e.message))?;
+    let jobs: Vec<Job> = (1..=n as u64)
+        .map(|id| Job::new(id, "bench".into(), cfg.region.clone(), &p.pools, p.demand.clone(), p.policy.clone(), p.checkpoints, id as i64))
+        .collect();
+    let refs: Vec<&Job> = jobs.iter().collect();
+    let now = trainyard_server::driver::now_micros();
+    let mut t = Vec::new();
+    let sched = if std::env::var_os("CREATE_BENCH_NO_EXPLAIN").is_some() {
+        trainyard_core::schedule::SchedulerConfig { explain: false, ..cfg.scheduler.clone() }
+    } else {
+        cfg.scheduler.clone()
+    };
+    for _ in 0..5 {
+        let start = Instant::now();
+        let d = trainyard_core::schedule::schedule_with(&refs, &cfg.fleet, &cfg.quotas, now, &sched, &Default::default());
+        t.push(start.elapsed().as_secs_f64() * 1000.0);
+        std::hint::black_box(d);
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[2])
+}
+
+fn count(db: &Path, sql: &str) -> Result<i64> {
+    let conn = rusqlite::Connection::open(db)?;
+    Ok(conn.query_row(sql, [], |r| r.get(0))?)
+}
+
+fn exe_beside(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe().context("finding this program")?;
+    let p = me.parent().map(|d| d.join(name)).ok_or_else(|| anyhow!("no directory of {}", me.display()))?;
+    if !p.exists() {
+        bail!("{} not found: build it with `cargo build --release -p trainyard`", p.display());
+    }
+    Ok(p)
+}
+
+fn run(o: &Opts) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    if std::env::var_os("CREATE_BENCH_ROUND_ONLY").is_some() {
+        std::fs::write(tmp.path().join("trainyard.toml"), CONFIG)?;
+        println!("one scheduling round over {} queued jobs: {:.1} ms", o.queued, round_ms(tmp.path(), o.queued)?);
+        return Ok(());
+    }
+    let exe = exe_beside("trainyard")?;
+    println!("create-bench: {} clients, {} creates per measurement, {} queued for the long queue", o.clients, o.creates, o.queued);
+    let sqlite = sqlite_baseline(tmp.path(), o.baseline)?;
+    println!("baseline: SQLite one-row durable transactions: {sqlite:.0}/s");
+
+    let mut rows = Vec::new();
+    for (label, queued) in [("empty queue", 0usize), ("long queue", o.queued)] {
+        let dir = tmp.path().join(label.replace(' ', "-"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("trainyard.toml"), CONFIG)?;
+        if queued > 0 {
+            println!("{label}: one scheduling round over {queued} queued jobs: {:.1} ms (1,000 queued: {:.2} ms)", round_ms(&dir, queued)?, round_ms(&dir, 1000)?);
+            let t = Instant::now();
+            fill_queue(&dir, queued)?;
+            println!("{label}: {queued} queued jobs written in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        let t = Instant::now();
+        let server = Server::start(&exe, &dir)?;
+        println!("{label}: server up in {:.1} s", t.elapsed().as_secs_f64());
+        // Warm up (connections, first rounds), then measure.
+        measure(&server, o.clients, (o.creates / 10).max(o.clients), "warmup")?;
+        let m = measure(&server, o.clients, o.creates, "bench")?;
+        // Let the rounds catch up, then count what was written per queued job.
+        std::thread::sleep(Duration::from_secs(2));
+        drop(server);
+        let db = dir.join("data").join("trainyard.db");
+        let jobs = count(&db, "SELECT count(*) FROM jobs")?;
+        let lines = count(&db, "SELECT count(*) FROM events")?;
+        println!(
+            "{label}: {:.0} creates/s, p50 {:.1} ms, p99 {:.1} ms, server CPU {:.2} ms per create, {:.2} log lines per job ({} jobs)",
+            m.per_sec,
+            m.p50_ms,
+            m.p99_ms,
+            m.cpu_ms_per_create,
+            lines as f64 / jobs.max(1) as f64,
+            jobs
+        );
+        rows.push((label, m, lines as f64 / jobs.max(1) as f64));
+    }
+    println!();
+    println!("| queue | creates/s | vs SQLite 1-row txn/s | p50 ms | p99 ms | CPU ms/create | log lines/job |");
+    println!("|---|---|---|---|---|---|---|");
+    for (label, m, lines) in &rows {
+        println!(
+            "| {label} | {:.0} | {:.2}x | {:.1} | {:.1} | {:.2} | {:.2} |",
+            m.per_sec,
+            m.per_sec / sqlite,
+            m.p50_ms,
+            m.p99_ms,
+            m.cpu_ms_per_create,
+            lines
+        );
+    }
+    if let [(_, empty, _), (_, long, _)] = rows.as_slice() {
+        println!(
+            "long queue vs empty: creates/s {:.2}x, p99 {:.2}x, CPU per create {:.2}x",
+            long.per_sec / empty.per_sec,
+            long.p99_ms / empty.p99_ms,
+            long.cpu_ms_per_create / empty.cpu_ms_per_create.max(1e-9)
+        );
+    }
+    Ok(())
+}
