@@ -1,0 +1,260 @@
+//! The fleet in the driver: nodes (drain, loss, L9), their agents, quotas, and the
+//! administration views.
+
+use super::*;
+
+impl Driver {
+    pub(super) fn admin(&mut self, req: Admin, now: Micros) -> Result<serde_json::Value, ApiError> {
+        match req {
+            Admin::ListNodes => {
+                let nodes: Vec<serde_json::Value> = self.fleet.nodes.iter().map(|n| self.node_view(n)).collect();
+                Ok(serde_json::json!({ "nodes": nodes }))
+            }
+            Admin::GetNode(name) => Ok(self.node_view(self.node(&name)?)),
+            Admin::Drain(name) => {
+                self.node(&name)?;
+                self.drain(&name, now).map_err(store_err)?;
+                Ok(self.node_view(self.node(&name)?))
+            }
+            Admin::Undrain(name) => {
+                self.node(&name)?;
+                let was_down = self.fleet.nodes.iter().any(|n| n.name == name && !n.up);
+                if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+                    n.schedulable = true;
+                    n.up = true;
+                }
+                if was_down {
+                    // A lost node comes back: its agent is started again.
+                    self.watch_node(&name);
+                }
+                tracing::info!("node {name} undrained");
+                self.reschedule = true;
+                Ok(self.node_view(self.node(&name)?))
+            }
+            Admin::Quotas => Ok(self.quota_view()),
+            Admin::ReloadQuotas => {
+                let Some(path) = self.svc.cfg.path.clone() else {
+                    return Err(ApiError::failed_precondition("The server runs on its built-in defaults: there is no config file to read quotas from."));
+                };
+                let cfg = Config::load(&path, Some(self.svc.cfg.data_dir.clone()))
+                    .map_err(|e| ApiError::invalid_argument(format!("Quotas not changed: {e}")))?;
+                self.quotas = cfg.quotas;
+                tracing::info!("quotas read again from {}", path.display());
+                // A larger limit may admit queued jobs at once.
+                self.reschedule = true;
+                Ok(self.quota_view())
+            }
+        }
+    }
+
+    pub(super) fn node(&self, name: &str) -> Result<&trainyard_core::schedule::Node, ApiError> {
+        self.fleet
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| ApiError::not_found(format!("Node \"{name}\" does not exist.")))
+    }
+
+    /// Live replicas per node: (job, replica index), including replicas moving there (L9).
+    pub(super) fn placements(&self) -> BTreeMap<String, Vec<(u64, usize)>> {
+        let mut out: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
+        for live in self.jobs.values() {
+            for (i, r) in live.job.replicas.iter().enumerate() {
+                if let trainyard_core::job::ReplicaState::Stopping {
+                    then: trainyard_core::job::AfterReplicaStop::Move { node },
+                } = &r.state
+                {
+                    out.entry(node.clone()).or_default().push((live.job.id, i));
+                }
+                if r.state.is_live() {
+                    if let Some(n) = &r.node {
+                        out.entry(n.clone()).or_default().push((live.job.id, i));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn node_view(&self, n: &trainyard_core::schedule::Node) -> serde_json::Value {
+        let placements = self.placements();
+        let mine = placements.get(&n.name).cloned().unwrap_or_default();
+        let (mut cpus, mut memory) = (0u64, 0u64);
+        let mut accel: BTreeMap<String, u64> = BTreeMap::new();
+        let mut replicas = Vec::new();
+        for (job, i) in &mine {
+            let Some(live) = self.jobs.get(job) else { continue };
+            if let Some(d) = live.job.demand.replicas.get(*i) {
+                cpus += d.cpus as u64;
+                memory += d.memory_bytes;
+                if let Some((a, c)) = &d.accelerator {
+                    *accel.entry(a.clone()).or_insert(0) += *c as u64;
+                }
+            }
+            replicas.push(serde_json::json!({
+                "job": job_name(&live.job.project, &live.job.region, live.job.id),
+                "replica": live.job.replicas[*i].name,
+            }));
+        }
+        let state = if !n.up {
+            "DOWN"
+        } else if !n.schedulable {
+            "DRAINED"
+        } else {
+            "UP"
+        };
+        serde_json::json!({
+            "name": n.name,
+            "state": state,
+            "cpus": n.cpus,
+            "memoryBytes": n.memory_bytes.to_string(),
+            "accelerators": n.accelerators,
+            "allocated": {"cpus": cpus, "memoryBytes": memory.to_string(), "accelerators": accel},
+            "overcommit": self.fleet.overcommit,
+            "replicas": replicas,
+        })
+    }
+
+    /// Limit, in use and queued demand per project and metric.
+    pub(super) fn quota_view(&self) -> serde_json::Value {
+        let mut rows: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        for live in self.jobs.values() {
+            let j = &live.job;
+            for (m, v) in &j.demand.metrics {
+                let e = rows.entry((j.project.clone(), m.clone())).or_insert((0, 0));
+                if j.holds_quota() {
+                    e.0 += v;
+                } else if matches!(j.phase, Phase::Queued) {
+                    e.1 += v;
+                }
+            }
+        }
+        for (p, limits) in &self.quotas.projects {
+            for m in limits.keys() {
+                rows.entry((p.clone(), m.clone())).or_insert((0, 0));
+            }
+        }
+        let mut out: Vec<serde_json::Value> = Vec::new();
+        for m in self.quotas.default.keys() {
+            if !rows.keys().any(|(_, rm)| rm == m) {
+                out.push(serde_json::json!({"project": "*", "region": self.svc.cfg.region, "metric": m,
+                    "limit": self.quotas.default[m].to_string(), "inUse": "0", "queued": "0"}));
+            }
+        }
+        for ((project, metric), (used, queued)) in rows {
+            let mut row = serde_json::json!({"project": project, "region": self.svc.cfg.region, "metric": metric,
+                "inUse": used.to_string(), "queued": queued.to_string()});
+            if let Some(l) = self.quotas.limit(&project, &metric) {
+                row["limit"] = serde_json::Value::String(l.to_string());
+            }
+            out.push(row);
+        }
+        serde_json::json!({ "quotas": out })
+    }
+
+    /// Start or find a virtual node's agent and watch it (a no-op without node agents).
+    pub(super) fn watch_node(&mut self, name: &str) {
+        let Some(cmd) = self.svc.node_agent.clone() else { return };
+        let tx = Mutex::new(self.tx.clone());
+        let node = name.to_string();
+        let r = crate::nodeagent::ensure_and_watch(&self.svc.cfg.data_dir, name, &cmd, move || {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(Msg::NodeLost(node));
+            }
+        });
+        if let Err(e) = r {
+            tracing::error!("node {name}: cannot start or watch its agent, marking it down: {e}");
+            if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+                n.up = false;
+            }
+        }
+    }
+
+    /// L9: a node is lost: it takes no work, and each of its replicas is restarted at once
+    /// on another node with the same name and address (or, with none, a stockout, L15).
+    pub(super) fn lose_node(&mut self, name: &str, now: Micros) -> Result<(), StoreError> {
+        let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) else { return Ok(()) };
+        if !n.up {
+            return Ok(());
+        }
+        n.up = false;
+        tracing::warn!("node {name} lost: its agent stopped answering");
+        let on_node: Vec<(u64, usize)> = self
+            .placements()
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(job, i)| self.jobs.get(job).is_some_and(|l| l.job.replicas[*i].node.as_deref() == Some(name)))
+            .collect();
+        for (job, i) in on_node {
+            let replacement = self.replacement_node(job, i, name);
+            let Some(replica) = self.jobs.get(&job).map(|l| l.job.replicas[i].name.clone()) else { continue };
+            self.apply(job, Event::NodeLost { replica, replacement }, now)?.ok();
+        }
+        self.reschedule = true;
+        Ok(())
+    }
+
+    /// L9: drain a node: it takes no new work, and each of its replicas gets SIGTERM and
+    /// the grace period, then restarts on another node (or, with none, a stockout, L15).
+    pub(super) fn drain(&mut self, name: &str, now: Micros) -> Result<(), StoreError> {
+        if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+            n.schedulable = false;
+        }
+        tracing::info!("node {name} drained");
+        let on_node: Vec<(u64, usize)> = self
+            .placements()
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(job, i)| {
+                self.jobs.get(job).is_some_and(|l| {
+                    l.job.replicas[*i].node.as_deref() == Some(name)
+                        && matches!(
+                            l.job.replicas[*i].state,
+                            trainyard_core::job::ReplicaState::Launching | trainyard_core::job::ReplicaState::Running { .. }
+                        )
+                })
+            })
+            .collect();
+        for (job, i) in on_node {
+            let replacement = self.replacement_node(job, i, name);
+            let Some(replica) = self.jobs.get(&job).map(|l| l.job.replicas[i].name.clone()) else { continue };
+            self.apply(job, Event::NodeMaintenance { replica, replacement }, now)?.ok();
+        }
+        Ok(())
+    }
+
+    /// A node that can take replica `i` of `job` now, other than `exclude`.
+    pub(super) fn replacement_node(&self, job: u64, i: usize, exclude: &str) -> Option<String> {
+        let demand = self.jobs.get(&job)?.job.demand.replicas.get(i)?.clone();
+        let placements = self.placements();
+        self.fleet
+            .nodes
+            .iter()
+            .filter(|n| n.up && n.schedulable && n.name != exclude)
+            .find(|n| {
+                if self.fleet.overcommit {
+                    return true;
+                }
+                let (mut cpus, mut mem) = (demand.cpus as u64, demand.memory_bytes);
+                let mut acc: BTreeMap<String, u64> = BTreeMap::new();
+                if let Some((a, c)) = &demand.accelerator {
+                    acc.insert(a.clone(), *c as u64);
+                }
+                for (j, k) in placements.get(&n.name).map(Vec::as_slice).unwrap_or(&[]) {
+                    if let Some(d) = self.jobs.get(j).and_then(|l| l.job.demand.replicas.get(*k)) {
+                        cpus += d.cpus as u64;
+                        mem += d.memory_bytes;
+                        if let Some((a, c)) = &d.accelerator {
+                            *acc.entry(a.clone()).or_insert(0) += *c as u64;
+                        }
+                    }
+                }
+                cpus <= n.cpus as u64
+                    && mem <= n.memory_bytes
+                    && acc.iter().all(|(a, c)| n.accelerators.get(a).copied().unwrap_or(0) as u64 >= *c)
+            })
+            .map(|n| n.name.clone())
+    }
+}

@@ -1,0 +1,335 @@
+//! CustomJobs in the driver: create (group commit), cancel, one step of the lifecycle
+//! (`step`, commit, execute: L23), timers, and the scheduling round.
+
+use super::*;
+
+impl Driver {
+    /// Creates that arrived together: checked one by one, then stored in one transaction
+    /// (group commit: one fsync for all), then one scheduling round for all of them, then
+    /// answered.
+    pub(super) fn create_batch(&mut self, batch: Vec<(NewCustomJob, Reply<CustomJob>)>, now: Micros) -> Result<(), StoreError> {
+        let (items, replies): (Vec<NewCustomJob>, Vec<Reply<CustomJob>>) = batch.into_iter().unzip();
+        let results = self.create_many(items, now);
+        self.maybe_schedule(now)?;
+        for (result, reply) in results.into_iter().zip(replies) {
+            let _ = reply.send(result.and_then(|id| self.render_current(id)));
+        }
+        Ok(())
+    }
+
+    /// Check and store new CustomJobs; returns each one's id or why it was refused. The
+    /// accepted ones are stored together (all or none) and wait for the next round.
+    pub(super) fn create_many(&mut self, items: Vec<NewCustomJob>, now: Micros) -> Vec<Result<u64, ApiError>> {
+        let mut results: Vec<Result<u64, ApiError>> = Vec::with_capacity(items.len());
+        let mut accepted = Vec::new();
+        for item in items {
+            match self.check_new(&item) {
+                Ok((prepared, text)) => {
+                    accepted.push((results.len(), item, prepared, text));
+                    results.push(Ok(0));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if accepted.is_empty() {
+            return results;
+        }
+        let labels: Vec<Vec<(String, String)>> = accepted
+            .iter()
+            .map(|(_, it, _, _)| it.resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .collect();
+        let news: Vec<NewJob<'_>> = accepted
+            .iter()
+            .zip(&labels)
+            .map(|((_, it, _, text), labels)| NewJob {
+                kind: KIND_CUSTOM,
+                project: &it.project,
+                region: &it.region,
+                display_name: &it.resource.display_name,
+                labels,
+                resource: text,
+            })
+            .collect();
+        let stored = self.store.insert_jobs(&news, |i, id| {
+            let (_, it, prepared, _) = &accepted[i];
+            let mut job = Job::new(
+                id,
+                it.project.clone(),
+                it.region.clone(),
+                &prepared.pools,
+                prepared.demand.clone(),
+                prepared.policy.clone(),
+                prepared.checkpoints,
+                now,
+            );
+            job.trial = it.trial.clone();
+            job
+        });
+        drop(news);
+        let jobs = match stored {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                let e = store_err(e);
+                for (i, _, _, _) in &accepted {
+                    results[*i] = Err(e.clone());
+                }
+                return results;
+            }
+        };
+        for ((i, item, _, _), job) in accepted.into_iter().zip(jobs) {
+            let id = job.id;
+            tracing::info!("job {id} created: {}", item.resource.display_name);
+            results[i] = Ok(id);
+            self.jobs.insert(id, Live { job, resource: item.resource, waiting: None });
+            self.index_deadline(id);
+        }
+        self.reschedule = true;
+        results
+    }
+
+    /// What a create is checked against besides the wire rules: the region, the catalog,
+    /// the fleet and quotas (L4), and the output directory.
+    pub(super) fn check_new(&self, item: &NewCustomJob) -> Result<(crate::jobspec::Prepared, String), ApiError> {
+        let svc = &self.svc;
+        if item.region != svc.cfg.region {
+            return Err(ApiError::invalid_argument(format!(
+                "Region \"{}\" is not served here; this server serves \"{}\".",
+                item.region, svc.cfg.region
+            )));
+        }
+        let prepared = prepare(&item.resource, &svc.catalog, &svc.cfg.settings, &self.fleet, &self.quotas, &item.project)?;
+        if let Some(out) = &item.resource.job_spec.base_output_directory {
+            resolve_output_dir(
+                &out.output_uri_prefix,
+                &svc.cfg.storage_root,
+                &svc.output_roots,
+                "jobSpec.baseOutputDirectory.outputUriPrefix",
+            )?;
+        }
+        let text = serde_json::to_string(&item.resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
+        Ok((prepared, text))
+    }
+
+    /// A job as it is now (admitted already when a round placed it).
+    pub(super) fn render_current(&self, id: u64) -> Result<CustomJob, ApiError> {
+        match self.jobs.get(&id) {
+            Some(l) => {
+                let mut r = render(&l.resource, &l.job);
+                if let Some(reason) = self.waiting_view.get(id, &l.job.project).filter(|_| !r.trainyard_waiting_reason.is_empty()) {
+                    r.trainyard_waiting_reason = reason;
+                }
+                Ok(r)
+            }
+            None => self.store.get_job_by_id(id).map_err(store_err)?.map_or_else(
+                || Err(ApiError::internal("job vanished")),
+                |s| {
+                    let r: CustomJob = serde_json::from_str(&s.resource).map_err(|e| ApiError::internal(e.to_string()))?;
+                    Ok(render(&r, &s.job))
+                },
+            ),
+        }
+    }
+
+    pub(super) fn cancel(&mut self, project: &str, region: &str, id: u64, now: Micros) -> Result<(), ApiError> {
+        let name = job_name(project, region, id);
+        let owned = self.jobs.get(&id).is_some_and(|l| l.job.project == project && l.job.region == region);
+        if !owned {
+            // Not live here: either terminal (refused, L18) or not found (another project's
+            // job is not found either).
+            return match self.store.get_job(KIND_CUSTOM, project, region, id).map_err(store_err)? {
+                Some(s) => Err(ApiError::failed_precondition(format!(
+                    "The CustomJob \"{name}\" is in state {} and cannot be cancelled.",
+                    s.job.state().wire_name()
+                ))),
+                None => Err(ApiError::not_found(format!("The CustomJob \"{name}\" does not exist."))),
+            };
+        }
+        match self.apply(id, Event::Cancel, now) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Rejected::FailedPrecondition(m))) => Err(ApiError::failed_precondition(m)),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    /// Step one job, commit, execute. The outer Result is a store failure (fatal), the
+    /// inner one a refused command.
+    pub(super) fn apply(&mut self, id: u64, event: Event, now: Micros) -> Result<Result<(), Rejected>, StoreError> {
+        let Some(live) = self.jobs.get(&id) else { return Ok(Ok(())) };
+        let t = match step(&live.job, event, now, &self.svc.cfg.settings) {
+            Ok(t) => t,
+            Err(r) => return Ok(Err(r)),
+        };
+        if !t.changed {
+            return Ok(Ok(()));
+        }
+        // L23: durable before anything is reported or done.
+        let outbox = self.store.commit(&t.job, &t.effects, now)?;
+        self.install(id, t.job);
+        self.execute(id, outbox);
+        Ok(Ok(()))
+    }
+
+    pub(super) fn install(&mut self, id: u64, job: Job) {
+        let was_placed = self.jobs.get(&id).is_some_and(|l| l.job.holds_capacity() || l.job.holds_quota());
+        let terminal = job.is_terminal();
+        if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(now_micros()) {
+            self.reschedule = true;
+        }
+        if let Some(link) = job.trial.clone() {
+            let before = self.jobs.get(&id).map(|l| l.job.state());
+            let after = job.state();
+            if after == trainyard_core::State::Running && before != Some(after) {
+                self.study_events.push((link.study, study::Event::TrialRunning { trial: link.trial.clone() }));
+            }
+            if after.is_terminal() {
+                let measurements = self.trial_measurements(&job);
+                self.study_events.push((
+                    link.study,
+                    study::Event::TrialEnded {
+                        trial: link.trial,
+                        succeeded: after == trainyard_core::State::Succeeded,
+                        error: job.error().map(|e| e.message.clone()),
+                        measurements,
+                    },
+                ));
+            }
+        }
+        if let Some(live) = self.jobs.get_mut(&id) {
+            if live.job.state() != job.state() {
+                // A new wait (e.g. after a preemption) is logged afresh.
+                live.waiting = None;
+            }
+            live.job = job;
+        }
+        if terminal {
+            tracing::info!("job {id} ended {}", self.jobs.get(&id).map_or("", |l| l.job.state().wire_name()));
+            self.jobs.remove(&id);
+        }
+        self.index_deadline(id);
+    }
+
+    pub(super) fn index_deadline(&mut self, id: u64) {
+        if let Some(old) = self.deadline_of.remove(&id) {
+            self.deadlines.remove(&(old, id));
+        }
+        if let Some(t) = self.jobs.get(&id).and_then(|l| l.job.next_deadline(&self.svc.cfg.settings, now_micros())) {
+            self.deadlines.insert((t, id));
+            self.deadline_of.insert(id, t);
+        }
+    }
+
+    /// Timers that are due: L19, L15, L21, and backoffs that end (then schedule).
+    pub(super) fn on_time(&mut self, now: Micros) -> Result<(), StoreError> {
+        while let Some(&(t, id)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.deadlines.remove(&(t, id));
+            self.deadline_of.remove(&id);
+            if let Some(seen) = self.jobs.get(&id).and_then(|l| self.checkpoint_seen(l)) {
+                self.apply(id, Event::CheckpointSeen { at: seen }, now)?.ok();
+            }
+            self.apply(id, Event::Tick, now)?.ok();
+            if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
+                self.reschedule = true;
+            }
+            if !self.deadline_of.contains_key(&id) {
+                self.index_deadline(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// L21: the newest modification time under the job's checkpoint directory.
+    pub(super) fn checkpoint_seen(&self, live: &Live) -> Option<Micros> {
+        if !matches!(live.job.phase, Phase::Running { .. }) {
+            return None;
+        }
+        let base = self.output_base(&live.resource)?;
+        newest_mtime(&base.join("checkpoints"), 4)
+    }
+
+    pub(super) fn output_base(&self, resource: &CustomJob) -> Option<PathBuf> {
+        let out = resource.job_spec.base_output_directory.as_ref()?;
+        resolve_output_dir(&out.output_uri_prefix, &self.svc.cfg.storage_root, &self.svc.output_roots, "").ok()
+    }
+
+    /// Admission and placement for every job that waits (L3, L5, L15).
+    /// Returns what deciding cost (µs), the writes that follow not counted.
+    pub(super) fn schedule_round(&mut self, now: Micros) -> Result<Micros, StoreError> {
+        let began = std::time::Instant::now();
+        let decisions = {
+            let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
+            if !live.iter().any(|j| j.wants_placement(now)) {
+                return Ok(began.elapsed().as_micros() as Micros);
+            }
+            schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &Hints::default())
+        };
+        let cost = began.elapsed().as_micros() as Micros;
+        let mut used: HashSet<String> = self
+            .jobs
+            .values()
+            .flat_map(|l| l.job.replicas.iter().filter_map(|r| r.address.clone()))
+            .collect();
+        let mut next_slot = 0u32;
+        let mut reasons: HashMap<u64, Waiting> = HashMap::new();
+        let mut changed: Vec<u64> = Vec::new();
+        for d in decisions {
+            match d {
+                Decision::Place { job, nodes, warnings } => {
+                    let Some(live) = self.jobs.get(&job) else { continue };
+                    // L8: addresses for the life of the job, given at the first placement.
+                    let addresses = if live.job.replicas.iter().all(|r| r.address.is_some()) {
+                        Vec::new()
+                    } else {
+                        (0..live.job.replicas.len())
+                            .map(|_| loop {
+                                let a = slot_address(next_slot, self.svc.cfg.base_port);
+                                next_slot += 1;
+                                if used.insert(a.clone()) {
+                                    break a;
+                                }
+                            })
+                            .collect()
+                    };
+                    self.apply(job, Event::Place { nodes, addresses, notes: warnings }, now)?.ok();
+                }
+                Decision::Stockout { job, detail } => {
+                    self.apply(job, Event::Stockout { detail }, now)?.ok();
+                }
+                Decision::Wait { job, kind, reason, position } => {
+                    let Some(live) = self.jobs.get_mut(&job) else { continue };
+                    let waiting = Waiting { reason, position };
+                    // The reason with its moving numbers is shown; it is written (state and
+                    // log line) only when its kind changes.
+                    if live.waiting != Some(kind) {
+                        live.waiting = Some(kind);
+                        live.job.waiting_reason = Some(waiting.text(&live.job.project));
+                        changed.push(job);
+                    }
+                    reasons.insert(job, waiting);
+                }
+                Decision::Preempt { job, reason } => {
+                    self.apply(job, Event::Preempt { reason }, now)?.ok();
+                }
+            }
+        }
+        self.engine_reasons.retain(|id, _| self.jobs.contains_key(id));
+        self.publish_waiting(&changed, reasons, now)?;
+        Ok(cost)
+    }
+}
+
+/// The newest modification time (µs) of any entry under `dir`, `depth` levels down.
+pub(super) fn newest_mtime(dir: &Path, depth: u32) -> Option<Micros> {
+    let meta = std::fs::metadata(dir).ok()?;
+    let mut best = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_micros() as Micros);
+    if depth > 0 && meta.is_dir() {
+        for entry in std::fs::read_dir(dir).ok()?.flatten() {
+            if let Some(t) = newest_mtime(&entry.path(), depth - 1) {
+                best = Some(best.map_or(t, |b| b.max(t)));
+            }
+        }
+    }
+    best
+}

@@ -1,0 +1,303 @@
+//! HyperparameterTuningJobs in the driver: a study is a pure state machine
+//! (`crate::study`) whose trials are CustomJobs run under the lifecycle rules; here its
+//! events are applied, committed (trials as REQUESTED before their jobs exist) and acted on.
+
+use super::*;
+
+impl Driver {
+    /// L23 for studies: load the live ones, link trials to the jobs created for them, and
+    /// create the trial jobs that a crash kept from being created (never twice).
+    pub(super) fn recover_studies(&mut self) -> Result<(), StoreError> {
+        let now = now_micros();
+        for (id, resource, core) in self.store.active_other(KIND_STUDY)? {
+            let (Ok(resource), Ok(st)) =
+                (serde_json::from_str::<HyperparameterTuningJob>(&resource), serde_json::from_str::<Study>(&core))
+            else {
+                tracing::error!("study {id}: stored record unreadable, skipped");
+                continue;
+            };
+            let Ok(cfg) = StudyConfig::from_job(&resource) else { continue };
+            self.studies.insert(id, LiveStudy { study: st, resource, cfg });
+        }
+        let ids: Vec<u64> = self.studies.keys().copied().collect();
+        for id in ids {
+            // Trial jobs that exist, found by their link (live ones; ended ones are in the store).
+            let mut links: BTreeMap<String, u64> = BTreeMap::new();
+            for live in self.jobs.values() {
+                if let Some(l) = live.job.trial.as_ref().filter(|l| l.study == id) {
+                    links.insert(l.trial.clone(), live.job.id);
+                }
+            }
+            let mut changed = false;
+            let mut missing = Vec::new();
+            if let Some(ls) = self.studies.get_mut(&id) {
+                for t in ls.study.trials.iter_mut().filter(|t| !t.state.is_terminal() && t.custom_job.is_none()) {
+                    match links.get(&t.id) {
+                        Some(j) => {
+                            t.custom_job = Some(*j);
+                            changed = true;
+                        }
+                        None => missing.push(t.id.clone()),
+                    }
+                }
+            }
+            if changed {
+                self.commit_study(id, now, &[])?;
+            }
+            for trial in missing {
+                self.create_trial_job(id, &trial, now)?;
+            }
+            // Trials whose jobs ended while the server was down.
+            let ended: Vec<(String, u64)> = self
+                .studies
+                .get(&id)
+                .map(|ls| {
+                    ls.study
+                        .trials
+                        .iter()
+                        .filter(|t| !t.state.is_terminal())
+                        .filter_map(|t| t.custom_job.map(|j| (t.id.clone(), j)))
+                        .filter(|(_, j)| !self.jobs.contains_key(j))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (trial, j) in ended {
+                if let Some(stored) = self.store.get_job_by_id(j)? {
+                    let measurements = self.trial_measurements(&stored.job);
+                    self.study_events.push((
+                        id,
+                        study::Event::TrialEnded {
+                            trial,
+                            succeeded: stored.job.state() == trainyard_core::State::Succeeded,
+                            error: stored.job.error().map(|e| e.message.clone()),
+                            measurements,
+                        },
+                    ));
+                }
+            }
+            self.study_events.push((id, study::Event::Advance));
+        }
+        Ok(())
+    }
+
+    pub(super) fn create_study(
+        &mut self,
+        project: String,
+        region: String,
+        resource: HyperparameterTuningJob,
+        now: Micros,
+    ) -> Result<serde_json::Value, ApiError> {
+        if region != self.svc.cfg.region {
+            return Err(ApiError::invalid_argument(format!(
+                "Region \"{region}\" is not served here; this server serves \"{}\".",
+                self.svc.cfg.region
+            )));
+        }
+        let cfg = StudyConfig::from_job(&resource)?;
+        // The trial job spec is checked against the catalog, fleet and quotas now.
+        let sample = trial_resource(&resource, "0", &[]);
+        prepare(&sample, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &project)
+            .map_err(|e| ApiError::new(e.code, e.message.replace("jobSpec.", "trialJobSpec.")))?;
+        if let Some(out) = &resource.trial_job_spec.base_output_directory {
+            resolve_output_dir(
+                &out.output_uri_prefix,
+                &self.svc.cfg.storage_root,
+                &self.svc.output_roots,
+                "trialJobSpec.baseOutputDirectory.outputUriPrefix",
+            )?;
+        }
+        let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
+        let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (p, r) = (project.clone(), region.clone());
+        let id = self
+            .store
+            .insert_other(
+                &NewJob { kind: KIND_STUDY, project: &project, region: &region, display_name: &resource.display_name, labels: &labels, resource: &text },
+                "JOB_STATE_PENDING",
+                now,
+                |id| serde_json::to_string(&Study::new(id, p, r, now)).unwrap_or_default(),
+            )
+            .map_err(store_err)?;
+        tracing::info!("hyperparameter tuning job {id} created: {}", resource.display_name);
+        self.studies.insert(id, LiveStudy { study: Study::new(id, project, region, now), resource, cfg });
+        self.apply_study(id, study::Event::Advance, now)?;
+        self.maybe_schedule(now).map_err(store_err)?;
+        self.study_view(id).ok_or_else(|| ApiError::internal("study vanished"))
+    }
+
+    pub(super) fn study_view(&self, id: u64) -> Option<serde_json::Value> {
+        self.studies.get(&id).map(|ls| render_study(&ls.resource, &ls.study, true))
+    }
+
+    /// Step a study, commit it (trials as REQUESTED before their jobs exist), then act.
+    pub(super) fn apply_study(&mut self, id: u64, event: study::Event, now: Micros) -> Result<(), ApiError> {
+        let Some(ls) = self.studies.get(&id) else { return Ok(()) };
+        let (next, actions) = study::step(&ls.study, &ls.cfg, event, now)?;
+        let lines: Vec<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                study::Action::Log(l) => Some(l.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Some(ls) = self.studies.get_mut(&id) {
+            ls.study = next;
+        }
+        self.commit_study(id, now, &lines).map_err(store_err)?;
+        for a in actions {
+            match a {
+                study::Action::CreateTrialJob { trial } => self.create_trial_job(id, &trial, now).map_err(store_err)?,
+                study::Action::StopTrialJob { custom_job } => {
+                    if let Err(e) = self.apply(custom_job, Event::Cancel, now) {
+                        tracing::error!("stopping trial job {custom_job}: {e}");
+                    }
+                }
+                study::Action::Log(_) => {}
+            }
+        }
+        if self.studies.get(&id).is_some_and(|l| l.study.is_terminal()) {
+            tracing::info!("hyperparameter tuning job {id} ended");
+            self.studies.remove(&id);
+        }
+        Ok(())
+    }
+
+    pub(super) fn commit_study(&mut self, id: u64, now: Micros, lines: &[String]) -> Result<(), StoreError> {
+        let Some(ls) = self.studies.get(&id) else { return Ok(()) };
+        let text = serde_json::to_string(&ls.study).map_err(StoreError::Encode)?;
+        self.store.commit_other(id, ls.study.state_name(), ls.study.is_terminal(), &text, now, lines)
+    }
+
+    /// Create the CustomJob of a trial and link it (L: each trial is a CustomJob run under
+    /// the lifecycle rules).
+    pub(super) fn create_trial_job(&mut self, id: u64, trial: &str, now: Micros) -> Result<(), StoreError> {
+        let Some(ls) = self.studies.get(&id) else { return Ok(()) };
+        let Some(t) = ls.study.trials.iter().find(|t| t.id == trial) else { return Ok(()) };
+        let resource = trial_resource(&ls.resource, trial, &t.params);
+        let (project, region) = (ls.study.project.clone(), ls.study.region.clone());
+        let link = trainyard_core::job::TrialLink { study: id, trial: trial.to_string() };
+        let created = self.create_many(vec![NewCustomJob { project, region, resource, trial: Some(link) }], now).pop();
+        match created.unwrap_or_else(|| Err(ApiError::internal("no result for the trial job"))) {
+            Ok(job_id) => {
+                if let Some(t) = self.studies.get_mut(&id).and_then(|ls| ls.study.trial_mut(trial)) {
+                    t.custom_job = Some(job_id);
+                }
+                self.commit_study(id, now, &[])?;
+            }
+            Err(e) => {
+                // The trial cannot run at all (e.g. its quota is above the limit).
+                self.study_events.push((
+                    id,
+                    study::Event::TrialEnded { trial: trial.to_string(), succeeded: false, error: Some(e.message), measurements: Vec::new() },
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn drain_study_events(&mut self, now: Micros) -> Result<(), StoreError> {
+        while !self.study_events.is_empty() {
+            let batch = std::mem::take(&mut self.study_events);
+            for (id, ev) in batch {
+                if let Err(e) = self.apply_study(id, ev, now) {
+                    tracing::error!("study {id}: {}", e.message);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The primary replica's metric file of a trial job (cloudml-hypertune's format).
+    pub(super) fn metric_file(&self, job: u64) -> PathBuf {
+        self.svc.cfg.data_dir.join("trials").join(job.to_string()).join("workerpool0-0").join("output.metrics")
+    }
+
+    pub(super) fn trial_measurements(&self, job: &Job) -> Vec<(i64, f64)> {
+        let Some(link) = &job.trial else { return Vec::new() };
+        let Some(metric) = self.studies.get(&link.study).map(|l| l.cfg.metric_id.clone()) else { return Vec::new() };
+        let path = self.metric_file(job.id);
+        let Ok(text) = std::fs::read_to_string(&path) else { return Vec::new() };
+        let (m, bad) = study::read_metrics(&text, &metric);
+        for (line, why) in bad {
+            tracing::warn!("{}: line {line} skipped: {why}", path.display());
+        }
+        m
+    }
+
+    /// Intermediate measurements of running trials (early stopping).
+    pub(super) fn poll_trial_metrics(&mut self, now: Micros) {
+        if self.studies.is_empty() || now - self.last_metric_poll < 1_000_000 {
+            return;
+        }
+        self.last_metric_poll = now;
+        let mut events = Vec::new();
+        for (id, ls) in &self.studies {
+            for t in ls.study.trials.iter().filter(|t| t.state == study::TrialState::Active) {
+                let Some(j) = t.custom_job.and_then(|j| self.jobs.get(&j)) else { continue };
+                let m = self.trial_measurements(&j.job);
+                if m != t.measurements {
+                    events.push((*id, study::Event::Measurements { trial: t.id.clone(), measurements: m }));
+                }
+            }
+        }
+        self.study_events.extend(events);
+    }
+}
+
+pub fn study_name(project: &str, region: &str, id: u64) -> String {
+    format!("projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}")
+}
+
+/// A trial's CustomJob: the trial job spec with `--ID=VALUE` appended to every replica's
+/// args, and its own output directory `<base>/<trialId>/`.
+pub fn trial_resource(hp: &HyperparameterTuningJob, trial: &str, params: &[(String, study::ParamValue)]) -> CustomJob {
+    let mut spec = hp.trial_job_spec.clone();
+    let args: Vec<String> = params.iter().map(|(k, v)| format!("--{k}={}", v.arg())).collect();
+    for pool in &mut spec.worker_pool_specs {
+        if let Some(c) = &mut pool.container_spec {
+            c.args.extend(args.iter().cloned());
+        }
+        if let Some(p) = &mut pool.python_package_spec {
+            p.args.extend(args.iter().cloned());
+        }
+    }
+    if let Some(out) = &mut spec.base_output_directory {
+        out.output_uri_prefix = format!("{}/{trial}", out.output_uri_prefix.trim_end_matches('/'));
+    }
+    let mut name = format!("{}-trial-{trial}", hp.display_name);
+    name.truncate(128);
+    CustomJob { display_name: name, job_spec: spec, labels: hp.labels.clone(), ..CustomJob::default() }
+}
+
+/// The HyperparameterTuningJob as the API shows it (with or without its trials).
+pub fn render_study(resource: &HyperparameterTuningJob, st: &Study, with_trials: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(resource).unwrap_or_else(|_| serde_json::json!({}));
+    let ts = |t: Micros| serde_json::Value::String(Timestamp::from_micros(t).to_rfc3339());
+    v["name"] = serde_json::Value::String(study_name(&st.project, &st.region, st.id));
+    v["state"] = serde_json::Value::String(st.state_name().to_string());
+    v["createTime"] = ts(st.create_time);
+    v["updateTime"] = ts(st.update_time);
+    if let Some(t) = st.start_time {
+        v["startTime"] = ts(t);
+    }
+    match &st.phase {
+        study::StudyPhase::Succeeded { end } => v["endTime"] = ts(*end),
+        study::StudyPhase::Failed { end, code, message } => {
+            v["endTime"] = ts(*end);
+            v["error"] = serde_json::json!({"code": code, "message": message});
+        }
+        study::StudyPhase::Cancelled { end } => {
+            v["endTime"] = ts(*end);
+            v["error"] = serde_json::json!({"code": 1, "message": "CANCELED"});
+        }
+        _ => {}
+    }
+    if with_trials && !st.trials.is_empty() {
+        let metric = resource.study_spec.metrics.first().map(|m| m.metric_id.clone()).unwrap_or_default();
+        let trials = study::render_trials(st, &metric, |j| job_name(&st.project, &st.region, j));
+        v["trials"] = serde_json::Value::Array(trials);
+    } else if let Some(o) = v.as_object_mut() {
+        o.remove("trials");
+    }
+    v
+}

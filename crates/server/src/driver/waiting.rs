@@ -1,0 +1,111 @@
+//! Why a job waits: the reasons of the latest scheduling round and of the engine, shown
+//! to readers with their moving numbers, and written when their kind changes.
+
+use super::*;
+
+/// The waiting reasons of the latest scheduling round, with their moving numbers
+/// (positions, what is in use, expected times), for readers: shown on GET, never written.
+#[derive(Default)]
+pub struct WaitingView {
+    reasons: std::sync::RwLock<Arc<HashMap<u64, Waiting>>>,
+}
+
+/// A waiting reason as the latest round gave it: shared by the jobs in the same
+/// situation, with each one's position.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    pub reason: Arc<str>,
+    pub position: Option<Position>,
+}
+
+impl Waiting {
+    pub fn text(&self, project: &str) -> String {
+        waiting_text(&self.reason, self.position, project)
+    }
+}
+
+impl WaitingView {
+    /// The job's current waiting reason, if the last round gave it one.
+    pub fn get(&self, id: u64, project: &str) -> Option<String> {
+        self.reasons.read().ok().and_then(|m| m.get(&id).map(|w| w.text(project)))
+    }
+
+    fn snapshot(&self) -> HashMap<u64, Waiting> {
+        self.reasons.read().map(|m| (**m).clone()).unwrap_or_default()
+    }
+
+    fn publish(&self, reasons: HashMap<u64, Waiting>) {
+        if let Ok(mut m) = self.reasons.write() {
+            *m = Arc::new(reasons);
+        }
+    }
+}
+
+impl Driver {
+    /// Store and log the new waiting reasons of a round in one transaction, and show
+    /// every reason of the round (with the engine's) to readers.
+    pub(super) fn publish_waiting(&mut self, changed: &[u64], mut reasons: HashMap<u64, Waiting>, now: Micros) -> Result<(), StoreError> {
+        let lines: Vec<(u64, [Effect; 1])> = changed
+            .iter()
+            .filter_map(|id| {
+                let job = &self.jobs.get(id)?.job;
+                let text = job.waiting_reason.clone()?;
+                Some((*id, [Effect::Log(trainyard_core::step::LogLine { attempt: job.attempt, replica: None, text })]))
+            })
+            .collect();
+        let batch: Vec<(&Job, &[Effect])> =
+            lines.iter().filter_map(|(id, l)| Some((&self.jobs.get(id)?.job, l.as_slice()))).collect();
+        if !batch.is_empty() {
+            self.store.commit_many(&batch, now)?;
+        }
+        for (id, r) in &self.engine_reasons {
+            reasons.entry(*id).or_insert_with(|| Waiting { reason: Arc::clone(r), position: None });
+        }
+        self.waiting_view.publish(reasons);
+        Ok(())
+    }
+
+    /// The engine holds a launch up (e.g. its controller is unreachable): shown as the
+    /// job's waiting reason, and written to its log when it first says so.
+    pub(super) fn note_engine_waiting(&mut self, id: u64, reason: String, now: Micros) -> Result<(), StoreError> {
+        let Some(live) = self.jobs.get_mut(&id) else { return Ok(()) };
+        self.engine_reasons.insert(id, reason.trim_end_matches('.').into());
+        if live.waiting == Some(ENGINE_WAIT) {
+            live.job.waiting_reason = Some(reason);
+            return Ok(());
+        }
+        live.waiting = Some(ENGINE_WAIT);
+        live.job.waiting_reason = Some(reason.clone());
+        let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: reason });
+        self.store.commit(&live.job, &[line], now)?;
+        let reasons = self.waiting_view.snapshot();
+        self.publish_waiting(&[], reasons, now)
+    }
+
+    /// Why launched replicas have not started yet, as the engine says (e.g. its controller
+    /// is unreachable): shown as the job's waiting reason and written to its log.
+    pub(super) fn poll_backend_reasons(&mut self, now: Micros) -> Result<(), StoreError> {
+        if now - self.last_backend_poll < 1_000_000 {
+            return Ok(());
+        }
+        self.last_backend_poll = now;
+        let mut reasons = Vec::new();
+        for live in self.jobs.values() {
+            if !matches!(live.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }) {
+                continue;
+            }
+            let launching = live.job.replicas.iter().filter(|r| r.state == trainyard_core::job::ReplicaState::Launching);
+            for r in launching {
+                let run = RunId { job: live.job.id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
+                if let Some(reason) = self.svc.backend.waiting_reason(&run) {
+                    reasons.push((live.job.id, format!("Waiting for the execution engine: {reason}")));
+                    break;
+                }
+            }
+        }
+        for (id, reason) in reasons {
+            self.note_engine_waiting(id, reason, now)?;
+        }
+        Ok(())
+    }
+}
