@@ -13,8 +13,8 @@ pub mod slurm;
 
 pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, ReplicaCgroup};
 pub use fsutil::FileError;
-pub use local::{BackendError, BackendEvent, EventSink, LocalBackend};
+pub use local::LocalBackend;
 pub use log::{read_log, stderr_tail, LogEntry};
-pub use seam::{Backend, Launch};
+pub use seam::{Backend, BackendError, BackendEvent, EventSink, Launch};
 pub use shim::{main_from_args, write_spec, Resources, ShimSpec, ShimStatus};
 pub use slurm::{SlurmBackend, SlurmOptions};

@@ -11,7 +11,6 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader};
-use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,6 +18,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
@@ -26,6 +27,7 @@ use trainyard_core::{Outcome, RunId};
 use crate::cgroup::{CgroupSupport, CgroupVersion, ReplicaCgroup};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::log;
+use crate::seam::{BackendError, BackendEvent, EventSink};
 use crate::shim::{self, ShimError, ShimSpec, ShimStatus};
 
 /// How many stderr lines an `Exited` event carries (L13).
@@ -33,91 +35,6 @@ pub const STDERR_TAIL_LINES: usize = 20;
 
 /// How long `stop` waits for a shim that this backend is still starting to take its lock.
 const STOP_WAIT_FOR_SHIM: Duration = Duration::from_secs(5);
-
-/// What the backend reports about a run. Every event carries the run's id, the fencing
-/// token by which the driver drops late reports of older attempts and restarts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackendEvent {
-    Started { run: RunId, pid: u32 },
-    Exited { run: RunId, outcome: Outcome, stderr_tail: Vec<String> },
-}
-
-/// Where events go: typically a closure that sends into the driver's channel.
-pub type EventSink = Arc<dyn Fn(BackendEvent) + Send + Sync>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    #[error("the shim command is empty")]
-    NoShimCommand,
-    #[error(transparent)]
-    File(#[from] FileError),
-    #[error(transparent)]
-    Shim(#[from] ShimError),
-    #[error("cannot start the shim {program:?} for {}: {source}", run_dir.display())]
-    SpawnShim { program: OsString, run_dir: PathBuf, source: io::Error },
-    #[error("cannot start a watcher thread for {}: {source}", run_dir.display())]
-    Thread { run_dir: PathBuf, source: io::Error },
-    #[error("cannot signal the shim (pid {pid}) of {}: {source}", run_dir.display())]
-    Signal { pid: i32, run_dir: PathBuf, source: io::Error },
-    #[error("the shim of {} did not come up within {bound:?}, cannot stop it", run_dir.display())]
-    StopTimeout { run_dir: PathBuf, bound: Duration },
-    /// A Slurm command failed or refused the request; `message` is Slurm's own text.
-    #[error("slurm: {command}: {message}")]
-    Slurm { command: String, message: String },
-    /// The execution engine cannot be reached now (e.g. slurmctld is down); nothing was
-    /// started, and the same launch may be tried again later.
-    #[error("{engine} is unreachable: {message}")]
-    Unavailable { engine: String, message: String },
-    /// A resource of the host ran out while launching (file descriptors, processes or
-    /// threads, memory, disk space): nothing was started, and the same launch may be
-    /// tried again later. Not a launch failure (L16): it must not use up the job's
-    /// attempts.
-    #[error("out of {resource}: {message}")]
-    Exhausted { resource: String, message: String },
-}
-
-impl BackendError {
-    /// Nothing was started and the same launch may be tried again later, with backoff:
-    /// the engine is unreachable ([`BackendError::Unavailable`]) or the host ran out of
-    /// a resource ([`BackendError::Exhausted`]). Any other launch error is a launch
-    /// failure of Trainyard's (L16).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, BackendError::Unavailable { .. } | BackendError::Exhausted { .. })
-    }
-
-    /// The operating-system error under this one, if it is one.
-    fn os_error(&self) -> Option<&io::Error> {
-        match self {
-            BackendError::File(e) | BackendError::Shim(ShimError::File(e)) => Some(&e.source),
-            BackendError::Shim(ShimError::Sys { source, .. })
-            | BackendError::SpawnShim { source, .. }
-            | BackendError::Thread { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-
-    /// An error of a launch that ran out of a resource of the host becomes
-    /// [`BackendError::Exhausted`] (retryable); any other error is returned as it is.
-    pub fn classify_exhaustion(self) -> BackendError {
-        match self.os_error().and_then(exhausted_resource) {
-            Some(resource) => BackendError::Exhausted { resource: resource.to_string(), message: self.to_string() },
-            None => self,
-        }
-    }
-}
-
-/// Which resource an error of open, pipe, fork, exec or thread creation says ran out:
-/// `EMFILE`, `ENFILE`, `EAGAIN`, `ENOMEM`, `ENOSPC`; `None` for any other error.
-pub fn exhausted_resource(err: &io::Error) -> Option<&'static str> {
-    match err.raw_os_error()? {
-        libc::EMFILE => Some("file descriptors (this process's limit, RLIMIT_NOFILE)"),
-        libc::ENFILE => Some("file descriptors (the system's limit)"),
-        libc::EAGAIN => Some("processes or threads"),
-        libc::ENOMEM => Some("memory"),
-        libc::ENOSPC => Some("disk space"),
-        _ => None,
-    }
-}
 
 /// Runs replicas as local processes under shims. `Send + Sync`; all waiting happens on
 /// one thread per run.
@@ -157,21 +74,19 @@ enum LockState {
 
 fn probe_lock(run_dir: &Path) -> Result<LockState, FileError> {
     let path = run_dir.join(shim::LOCK_FILE);
-    let file = match File::open(&path) {
+    let mut file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockState::Missing),
         Err(e) => return Err(FileError { op: "open lock", path, source: e }),
     };
     loop {
-        // SAFETY: flock on a descriptor we own; closing it releases the lock.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
-            return Ok(LockState::Free);
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Ok(LockState::Held),
-            _ => return Err(FileError { op: "probe lock", path, source: err }),
+        // The shared lock, if we get it, is released when it is dropped here.
+        match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(_probe) => return Ok(LockState::Free),
+            Err((f, Errno::EINTR)) => file = f,
+            // EWOULDBLOCK (= EAGAIN on Linux): a shim holds it exclusively.
+            Err((_, Errno::EAGAIN)) => return Ok(LockState::Held),
+            Err((_, e)) => return Err(FileError { op: "probe lock", path, source: e.into() }),
         }
     }
 }
@@ -180,19 +95,16 @@ fn probe_lock(run_dir: &Path) -> Result<LockState, FileError> {
 /// without polling.
 fn wait_for_shim_exit(run_dir: &Path) -> Result<(), FileError> {
     let path = run_dir.join(shim::LOCK_FILE);
-    let file = match File::open(&path) {
+    let mut file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(FileError { op: "open lock", path, source: e }),
     };
     loop {
-        // SAFETY: as in probe_lock.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) } == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(FileError { op: "wait for lock", path, source: err });
+        match Flock::lock(file, FlockArg::LockShared) {
+            Ok(_released) => return Ok(()),
+            Err((f, Errno::EINTR)) => file = f,
+            Err((_, e)) => return Err(FileError { op: "wait for lock", path, source: e.into() }),
         }
     }
 }
@@ -367,15 +279,11 @@ impl LocalBackend {
                     // runs where another one's pid file exists), so the pid is not a
                     // reused one while the lock is held.
                     if let Some(pid) = read_pid(&run_dir)? {
-                        // SAFETY: kill(2) has no memory effects.
-                        if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
-                            return Ok(());
-                        }
-                        let err = io::Error::last_os_error();
-                        if err.raw_os_error() == Some(libc::ESRCH) {
-                            return Ok(()); // it exited just now
-                        }
-                        return Err(BackendError::Signal { pid, run_dir, source: err });
+                        return match signal::kill(Pid::from_raw(pid), Signal::SIGTERM) {
+                            // ESRCH: it exited just now.
+                            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+                            Err(e) => Err(BackendError::Signal { pid, run_dir, source: e.into() }),
+                        };
                     }
                     // Locked but the pid not yet written: the shim is starting.
                 }
@@ -384,6 +292,46 @@ impl LocalBackend {
                         return Ok(());
                     }
                     // We launched it and its shim has not taken the lock yet.
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(BackendError::StopTimeout { run_dir, bound: STOP_WAIT_FOR_SHIM });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills a run now, without the shim's cooperation (the escalation after a `stop`
+    /// that was not honoured in time: a shim stopped by SIGSTOP keeps its SIGTERM
+    /// pending for ever). While the shim holds the run's lock (so its pid file names it,
+    /// not a reused pid): SIGKILL of the program's process group (while the program is
+    /// provably the shim's child), of every child of the shim (the program and the
+    /// orphans it adopted as subreaper, until none is left alive), of the shim itself,
+    /// then of everything in the replica's cgroup (L20). A run that has ended is left
+    /// alone. A run whose shim is gone without an outcome only has its cgroup emptied.
+    /// The `Exited` event comes from the run's watcher: `Lost`, or the outcome the shim
+    /// recorded just before.
+    pub fn kill(&self, run_dir: &Path) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
+        let deadline = Instant::now() + STOP_WAIT_FOR_SHIM;
+        loop {
+            if run_dir.join(shim::STATUS_FILE).exists() {
+                return Ok(());
+            }
+            match probe_lock(&run_dir)? {
+                LockState::Held => {
+                    if let Some(pid) = read_pid(&run_dir)? {
+                        return kill_replica(&run_dir, pid);
+                    }
+                    // Locked but the pid not yet written: the shim is starting.
+                }
+                LockState::Free | LockState::Missing => {
+                    if !self.is_watched(&run_dir) {
+                        kill_cgroup(&run_dir);
+                        return Ok(());
+                    }
+                    // We launched it and its shim has not taken the lock yet, or its
+                    // watcher is reporting on it right now.
                 }
             }
             if Instant::now() >= deadline {
@@ -513,23 +461,160 @@ fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_ex
 /// cgroup: kill it there (L20). Without a cgroup nothing can be killed safely (the
 /// program's pid may have been reused).
 fn clean_up_lost(run: &RunId, run_dir: &Path) {
-    let spec = match shim::read_spec(run_dir) {
-        Ok(Some(spec)) => spec,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(%run, "{e}");
-            return;
+    match replica_cgroup(run_dir) {
+        Ok(Some(cg)) => {
+            if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
+                tracing::warn!(%run, "cleaning up after a lost shim: {e}");
+            }
         }
-    };
-    let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { return };
-    let Ok(version) = CgroupVersion::from_number(version) else { return };
+        Ok(None) => {}
+        Err(e) => tracing::warn!(%run, "{e}"),
+    }
+}
+
+/// The replica's cgroup, as its spec names it, if it exists.
+fn replica_cgroup(run_dir: &Path) -> Result<Option<ReplicaCgroup>, ShimError> {
+    let Some(spec) = shim::read_spec(run_dir)? else { return Ok(None) };
+    let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { return Ok(None) };
+    let Ok(version) = CgroupVersion::from_number(version) else { return Ok(None) };
     let path = base.join(&spec.cgroup_name);
     if spec.cgroup_name.is_empty() || !path.is_dir() {
-        return;
+        return Ok(None);
     }
-    let cg = ReplicaCgroup::open(version, path);
-    if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
-        tracing::warn!(%run, "cleaning up after a lost shim: {e}");
+    Ok(Some(ReplicaCgroup::open(version, path)))
+}
+
+/// SIGKILLs everything in the replica's cgroup, if it has one (`cgroup.kill` on v2 where
+/// the kernel has it). The cgroup itself is left for the watcher to remove.
+fn kill_cgroup(run_dir: &Path) {
+    match replica_cgroup(run_dir) {
+        Ok(Some(cg)) => {
+            if let Err(e) = cg.kill_all() {
+                tracing::warn!(run_dir = %run_dir.display(), "killing the replica's cgroup: {e}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(run_dir = %run_dir.display(), "{e}"),
+    }
+}
+
+/// How long `kill` goes on killing the children of a shim that keep appearing (orphans
+/// reparented to it) before it kills the shim itself.
+const KILL_CHILDREN_BOUND: Duration = Duration::from_secs(2);
+
+/// `kill` of a run whose shim (pid `shim_pid`) holds the run's lock: see
+/// [`LocalBackend::kill`]. The program and the shim's other children go first, while the
+/// shim is there to hold them: a child of the shim cannot have had its pid reused (the
+/// shim has not reaped it), and an orphan of the program is reparented to the shim (a
+/// subreaper), even when the shim is stopped. The shim needs no SIGCONT for SIGKILL.
+fn kill_replica(run_dir: &Path, shim_pid: libc::pid_t) -> Result<(), BackendError> {
+    let program = shim::read_started(run_dir).ok().flatten().and_then(|s| libc::pid_t::try_from(s.pid).ok());
+    let cgroup = replica_cgroup(run_dir).unwrap_or_else(|e| {
+        tracing::warn!(run_dir = %run_dir.display(), "{e}");
+        None
+    });
+    let deadline = Instant::now() + KILL_CHILDREN_BOUND;
+    loop {
+        let children = crate::procfs::children_with_state(shim_pid);
+        if let Some(program) = program.filter(|p| children.iter().any(|(c, _)| c == p)) {
+            // The program's process group (the program leads it: the shim gave it its
+            // own), with whatever of its tree is still in it.
+            let _ = signal::killpg(Pid::from_raw(program), Signal::SIGKILL);
+        }
+        let alive: Vec<libc::pid_t> = children.iter().filter(|(_, st)| *st != 'Z' && *st != 'X').map(|(p, _)| *p).collect();
+        for &child in &alive {
+            let _ = signal::kill(Pid::from_raw(child), Signal::SIGKILL);
+        }
+        if let Some(cg) = &cgroup {
+            if let Err(e) = cg.kill_pass() {
+                tracing::warn!(run_dir = %run_dir.display(), "{e}");
+            }
+        }
+        if alive.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    match signal::kill(Pid::from_raw(shim_pid), Signal::SIGKILL) {
+        // ESRCH: it exited just now.
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => return Err(BackendError::Signal { pid: shim_pid, run_dir: run_dir.to_path_buf(), source: e.into() }),
+    }
+    // Anything that forked meanwhile, or left the program's group and was not the
+    // shim's child (L20).
+    if let Some(cg) = &cgroup {
+        if let Err(e) = cg.kill_all() {
+            tracing::warn!(run_dir = %run_dir.display(), "killing the replica's cgroup: {e}");
+        }
+    }
+    Ok(())
+}
+
+impl crate::seam::Backend for LocalBackend {
+    fn launch(&self, runs: Vec<crate::seam::Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+        // L6: each replica's shim is started on its own thread, so that no replica waits
+        // for another's fork and exec.
+        if runs.len() == 1 {
+            return runs
+                .into_iter()
+                .map(|l| {
+                    let r = LocalBackend::launch(self, l.run.clone(), &l.run_dir, l.spec, sink.clone());
+                    (l.run, r)
+                })
+                .collect();
+        }
+        // A launch thread that cannot be created (no threads left) launches its run on
+        // this thread instead, so that every run gets an answer.
+        std::thread::scope(|scope| {
+            let launches: Vec<_> = runs
+                .into_iter()
+                .map(|l| {
+                    let run = l.run.clone();
+                    let (again, sink2) = (l.clone(), sink.clone());
+                    let spawned = thread::Builder::new()
+                        .name("launch".into())
+                        .spawn_scoped(scope, move || LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink2));
+                    match spawned {
+                        Ok(handle) => (run, Ok(handle)),
+                        Err(_) => (run, Err(again)),
+                    }
+                })
+                .collect();
+            launches
+                .into_iter()
+                .map(|(run, launch)| {
+                    let r = match launch {
+                        Ok(handle) => handle.join().unwrap_or_else(|_| {
+                            Err(BackendError::Thread {
+                                run_dir: PathBuf::new(),
+                                source: io::Error::other("the launch thread panicked"),
+                            })
+                        }),
+                        Err(l) => LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink.clone()),
+                    };
+                    (run, r)
+                })
+                .collect()
+        })
+    }
+
+    fn adopt(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
+        LocalBackend::adopt(self, run, &run_dir, sink)
+    }
+
+    fn stop(&self, _run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
+        LocalBackend::stop(self, &run_dir)
+    }
+
+    fn kill(&self, _run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
+        LocalBackend::kill(self, &run_dir)
+    }
+
+    fn describe(&self) -> String {
+        match self.cgroups().base() {
+            Some((v, base)) => format!("local processes; memory limits through cgroup v{} under {}", v.number(), base.display()),
+            None => "local processes; no writable memory cgroup: no memory limits, OOM kills reported as unknown".to_string(),
+        }
     }
 }
 
@@ -617,69 +702,5 @@ mod tests {
         assert!(a.starts_with("j12-a0-workerpool0-0-r0-") && a.len() == "j12-a0-workerpool0-0-r0-".len() + 8, "{a}");
         assert_ne!(a, b);
         assert_eq!(a, cgroup_name(&run, Path::new("/data/a/runs/12/0/workerpool0-0/0")));
-    }
-}
-
-impl crate::seam::Backend for LocalBackend {
-    fn launch(&self, runs: Vec<crate::seam::Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
-        // L6: each replica's shim is started on its own thread, so that no replica waits
-        // for another's fork and exec.
-        if runs.len() == 1 {
-            return runs
-                .into_iter()
-                .map(|l| {
-                    let r = LocalBackend::launch(self, l.run.clone(), &l.run_dir, l.spec, sink.clone());
-                    (l.run, r)
-                })
-                .collect();
-        }
-        // A launch thread that cannot be created (no threads left) launches its run on
-        // this thread instead, so that every run gets an answer.
-        std::thread::scope(|scope| {
-            let launches: Vec<_> = runs
-                .into_iter()
-                .map(|l| {
-                    let run = l.run.clone();
-                    let (again, sink2) = (l.clone(), sink.clone());
-                    let spawned = thread::Builder::new()
-                        .name("launch".into())
-                        .spawn_scoped(scope, move || LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink2));
-                    match spawned {
-                        Ok(handle) => (run, Ok(handle)),
-                        Err(_) => (run, Err(again)),
-                    }
-                })
-                .collect();
-            launches
-                .into_iter()
-                .map(|(run, launch)| {
-                    let r = match launch {
-                        Ok(handle) => handle.join().unwrap_or_else(|_| {
-                            Err(BackendError::Thread {
-                                run_dir: PathBuf::new(),
-                                source: io::Error::other("the launch thread panicked"),
-                            })
-                        }),
-                        Err(l) => LocalBackend::launch(self, l.run, &l.run_dir, l.spec, sink.clone()),
-                    };
-                    (run, r)
-                })
-                .collect()
-        })
-    }
-
-    fn adopt(&self, run: RunId, run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
-        LocalBackend::adopt(self, run, &run_dir, sink)
-    }
-
-    fn stop(&self, _run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
-        LocalBackend::stop(self, &run_dir)
-    }
-
-    fn describe(&self) -> String {
-        match self.cgroups().base() {
-            Some((v, base)) => format!("local processes; memory limits through cgroup v{} under {}", v.number(), base.display()),
-            None => "local processes; no writable memory cgroup: no memory limits, OOM kills reported as unknown".to_string(),
-        }
     }
 }

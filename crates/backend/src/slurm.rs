@@ -68,6 +68,11 @@
 //! second `scancel <id>` as a backstop (Slurm's KillWait does the SIGKILL). A pending job
 //! is cancelled at once. Idempotent: cancelling an ended job does nothing.
 //!
+//! **Kill.** The escalation when a stop was not honoured (the shim cannot be relied on):
+//! `scancel --signal=KILL --full <id>` (SIGKILL to the batch shell, the shim and every
+//! step), then `scancel <id>`, which ends the job and lets Slurm's cgroup take whatever is
+//! left (L20). A run not submitted yet ends as on a stop; an ended job is left alone.
+//!
 //! **Resources.** `--mem` from the spec's memory limit (L14, in MiB, rounded up);
 //! `--cpus-per-task`, `--gres=gpu:K` and `--time` from the spec's `resources` (the
 //! replica's vCPUs, accelerator and the job's timeout, set by the driver); a spec without
@@ -94,9 +99,9 @@ use serde::{Deserialize, Serialize};
 use trainyard_core::{Outcome, RunId};
 
 use crate::fsutil;
-use crate::local::{outcome_from_status, BackendError, BackendEvent, EventSink, STDERR_TAIL_LINES};
+use crate::local::{outcome_from_status, STDERR_TAIL_LINES};
 use crate::log;
-use crate::seam::{Backend, Launch};
+use crate::seam::{Backend, BackendError, BackendEvent, EventSink, Launch};
 use crate::shim::{self, ShimSpec, ShimStatus};
 
 /// `<run_dir>/slurm.json`: the Slurm job of the run.
@@ -851,6 +856,38 @@ fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendE
     Ok(())
 }
 
+/// Kills a submitted run: see "Kill" in the module docs.
+fn kill_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendError> {
+    let opts = &shared.opts;
+    let Some(id) = job_of(shared, run_dir) else { return Ok(()) };
+    let known = {
+        let mut st = lock(&shared.state);
+        if let Some(w) = st.watches.get_mut(run_dir) {
+            w.stopped = true;
+        }
+        st.last.get(&id).map(|j| j.job_state.clone())
+    };
+    if known.as_deref().is_some_and(|s| !is_live_state(s)) {
+        return Ok(());
+    }
+    let ids = id.to_string();
+    if let Err(m) = scancel(opts, &["--signal=KILL", "--full", &ids]) {
+        // Pending ("can not be altered now") or already over: the plain cancel decides.
+        tracing::debug!(%run, "scancel --signal=KILL --full: {m}");
+    }
+    match scancel(opts, &[&ids]) {
+        Ok(()) => Ok(()),
+        Err(m) if job_is_over(&m) => Ok(()),
+        Err(m) => Err(slurm_err("scancel", m)),
+    }
+}
+
+/// `scancel`'s answer for a job that has ended (or that Slurm has forgotten).
+fn job_is_over(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("already completing or completed") || m.contains("invalid job id")
+}
+
 // ---------------------------------------------------------------------------------------
 // The submitter thread.
 
@@ -1303,6 +1340,22 @@ impl Backend for SlurmBackend {
             }
         }
         stop_job(&self.shared, run, &run_dir)
+    }
+
+    /// `scancel --signal=KILL --full <id>`, then `scancel <id>`; a run not submitted yet
+    /// ends as on `stop` (it never reached Slurm, or is cancelled once it can be looked up).
+    fn kill(&self, run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
+        {
+            let mut st = lock(&self.shared.state);
+            if let Some(s) = st.submits.get_mut(&run_dir) {
+                s.stopped = true;
+                drop(st);
+                self.shared.submit_wake.notify_all();
+                return Ok(());
+            }
+        }
+        kill_job(&self.shared, run, &run_dir)
     }
 
     fn waiting_reason(&self, run: &RunId) -> Option<String> {

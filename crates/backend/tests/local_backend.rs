@@ -297,6 +297,124 @@ fn l20_no_descendant_survives_with_cgroup() {
     descendants_do_not_survive(cgroups);
 }
 
+/// Sends SIGKILL to a stopped shim if the test fails half-way, so that nothing is left
+/// stopped for ever.
+struct KillIfPanicking(i32);
+
+impl Drop for KillIfPanicking {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // SAFETY: kill(2) has no memory effects.
+            unsafe {
+                libc::kill(self.0, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn kill_needs_no_answer_from_the_shim(cgroups: CgroupSupport) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let work = tmp.path().join("work");
+    fs::create_dir_all(&work).unwrap();
+    let marker = format!("4{}.{}", std::process::id(), work.as_os_str().len() + rand_suffix());
+    // Everything ignores SIGTERM: the program, a child in its group, and a daemon in a
+    // session of its own.
+    let script = r#"
+        trap '' TERM
+        setsid sh -c 'sleep "$MARK"; :' &
+        sleep "$MARK" &
+        sleep "$MARK"; :"#;
+    let mut spec = ShimSpec::new(vec!["sh".into(), "-c".into(), script.into()], base_env(&[("MARK", &marker)]));
+    spec.cwd = Some(work.clone());
+    spec.grace_seconds = 0.5;
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = LocalBackend::new(shim_command(), cgroups);
+    b.launch(run.clone(), &dir, spec, s).unwrap();
+    wait_started(&rx);
+    let deadline = Instant::now() + DEADLINE;
+    while processes_with(&marker).len() < 3 {
+        assert!(Instant::now() < deadline, "the program's processes did not all start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let shim_pid: i32 = fs::read_to_string(dir.join(shim::PID_FILE)).unwrap().trim().parse().unwrap();
+    let _guard = KillIfPanicking(shim_pid);
+    // SAFETY: kill(2) has no memory effects; the shim is our watcher's unreaped child.
+    assert_eq!(unsafe { libc::kill(shim_pid, libc::SIGSTOP) }, 0);
+
+    // A stop is not honoured: the shim cannot act on its SIGTERM, no grace period starts.
+    b.stop(&dir).unwrap();
+    match rx.recv_timeout(Duration::from_millis(1500)) {
+        Err(RecvTimeoutError::Timeout) => {}
+        other => panic!("nothing happens after a stop of a stopped shim, got {other:?}"),
+    }
+    assert_eq!(processes_with(&marker).len(), 3);
+
+    // The kill does it, through the seam, within a couple of seconds.
+    let t0 = Instant::now();
+    trainyard_backend::Backend::kill(&b, &run, dir.clone()).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    let took = t0.elapsed();
+    assert!(matches!(outcome, Outcome::Lost { .. }), "{outcome:?}");
+    assert!(took < Duration::from_secs(3), "Exited came {took:?} after the kill");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = processes_with(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "processes of the killed replica still run: {left:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!Path::new(&format!("/proc/{shim_pid}")).exists(), "the shim is gone (and reaped)");
+    if let Some((_, base)) = b.cgroups().base() {
+        let cg_dir = base.join(shim::read_spec(&dir).unwrap().unwrap().cgroup_name);
+        assert!(!cg_dir.exists(), "replica cgroup {} was not removed", cg_dir.display());
+    }
+
+    // Idempotent: the ended run is left alone, and so is a run that never existed.
+    b.kill(&dir).unwrap();
+    b.stop(&dir).unwrap();
+    b.kill(&tmp.path().join("never/launched")).unwrap();
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "no event for a run that has ended");
+}
+
+/// L18/L20: `kill` does not depend on the shim answering. A program that ignores
+/// SIGTERM, under a shim stopped by SIGSTOP: `stop` changes nothing, `kill` ends the run
+/// (Exited, Lost) within a couple of seconds with no process of it left; `kill` of an
+/// ended run is Ok. Without a cgroup: the program's group and the shim's children.
+#[test]
+fn l20_kill_ends_a_run_whose_shim_does_not_answer_without_cgroup() {
+    kill_needs_no_answer_from_the_shim(no_cgroups());
+}
+
+/// L18/L20: as above, with the host's cgroup (when available), which is emptied too.
+#[test]
+fn l20_kill_ends_a_run_whose_shim_does_not_answer_with_cgroup() {
+    let cgroups = CgroupSupport::detect();
+    if let CgroupSupport::Unavailable { reason } = &cgroups {
+        println!("cgroups unavailable ({reason}); running without");
+    }
+    kill_needs_no_answer_from_the_shim(cgroups);
+}
+
+/// L20: `kill` of a run that ended on its own is Ok and changes nothing.
+#[test]
+fn l20_kill_of_an_ended_run_is_ok() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = backend();
+    b.launch(run.clone(), &dir, sh("exit 4"), s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 4 });
+    b.kill(&dir).unwrap();
+    assert_eq!(shim::read_status(&dir).unwrap().and_then(|s| s.exit_code), Some(4));
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+}
+
 /// L14: an OOM kill is read from the cgroup's oom_kill counter.
 #[test]
 fn l14_memory_hog_is_oom_killed() {

@@ -1,7 +1,8 @@
 //! The Slurm backend's submission against fake `sinfo`/`sbatch`/`squeue`/`scancel`
 //! commands (no cluster needed): `launch` returns at once with the run recorded, the
 //! submitter submits it, waits out an unreachable controller with backoff and a waiting
-//! reason, reports refusals through the sink, and ends a run stopped before submission.
+//! reason, reports refusals through the sink, ends a run stopped before submission, and
+//! kills a submitted one with `scancel --signal=KILL --full` and a plain `scancel`.
 //!
 //! One test function: it puts the fake commands first on `PATH` for the whole process.
 
@@ -166,6 +167,15 @@ fn submission_is_asynchronous_and_waits_out_an_unreachable_controller() {
     wait_until("the job is submitted after the controller came back", 15, || job_id(&b) == Some(4343));
     assert_eq!(backend.waiting_reason(&run_id("workerpool1-0")), None);
     assert_eq!(lines(&bin, "sbatch.log").len(), 3, "one failed sbatch, the 4242 one and one that went through");
+
+    // 2b. Kill (the escalation after a stop that was not honoured): SIGKILL to the whole
+    //     job, then a plain cancel. A run without a job is left alone.
+    backend.kill(&run_id("workerpool1-0"), b.clone()).unwrap();
+    let cancels = lines(&bin, "scancel.log");
+    assert_eq!(cancels[cancels.len() - 2..], ["--signal=KILL --full 4343", "4343"], "{cancels:?}");
+    let before = cancels.len();
+    backend.kill(&run_id("workerpool9-0"), runs.join("workerpool9-0")).unwrap();
+    assert_eq!(lines(&bin, "scancel.log").len(), before, "nothing to cancel for a run that never had a job");
 
     // 3. A refusal ends the run LaunchFailed through the sink, with Slurm's message.
     set(&bin, "mode", "refuse");
