@@ -162,9 +162,10 @@ pub fn ensure_and_watch(
     }
     let f = open(&path)?;
     std::thread::Builder::new().name(format!("node-{node}")).spawn(move || {
-        // Blocks for as long as the agent holds its exclusive lock; dropping the shared
-        // lock releases it again.
-        if let Ok(_shared) = Flock::lock(f, FlockArg::LockShared) {
+        // Blocks for as long as the agent holds its exclusive lock; the shared lock is
+        // let go before the loss is reported.
+        if let Ok(shared) = Flock::lock(f, FlockArg::LockShared) {
+            drop(shared);
             on_loss();
         }
     })?;
@@ -181,13 +182,13 @@ pub fn agent_main(lock: &Path) -> i32 {
             return 1;
         }
     };
-    let held = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+    let held = match take_lock(f, LOCK_PATIENCE) {
         Ok(l) => l,
-        Err((_, Errno::EWOULDBLOCK)) => {
+        Err(Errno::EWOULDBLOCK) => {
             eprintln!("node-agent: {} is held by another agent", lock.display());
             return 75;
         }
-        Err((_, e)) => {
+        Err(e) => {
             eprintln!("node-agent: cannot lock {}: {e}", lock.display());
             return 1;
         }
@@ -206,6 +207,25 @@ pub fn agent_main(lock: &Path) -> i32 {
         if let Some(why) = purpose_gone(lock, locked, &node, &fleet) {
             eprintln!("node-agent: {node}: {why}; exiting");
             return 0;
+        }
+    }
+}
+
+/// How long an agent tries for its lock at start. The server probes the lock with a shared
+/// lock of an instant while it waits for a new agent; another agent holds it for good.
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Take the exclusive lock, trying again for up to `patience` while it is held.
+fn take_lock(mut f: File, patience: Duration) -> Result<Flock<File>, Errno> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Ok(l),
+            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                f = back;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err((_, e)) => return Err(e),
         }
     }
 }
@@ -271,6 +291,25 @@ mod tests {
         write_fleet(dir.path(), &[]).unwrap();
         assert!(!dir.path().join("nodes").exists());
         assert_eq!(stop_agents(dir.path(), Duration::from_millis(10)).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_agent_waits_out_a_probe_but_not_another_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = lock_path(dir.path(), "n1");
+        // A probe (the server's shared lock of an instant) is waited out.
+        let probe = Flock::lock(open(&lock).unwrap(), FlockArg::LockSharedNonblock).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(probe);
+        });
+        let agent = take_lock(open(&lock).unwrap(), Duration::from_secs(2)).unwrap();
+        t.join().unwrap();
+        // Another agent's lock is not.
+        let t0 = Instant::now();
+        assert_eq!(take_lock(open(&lock).unwrap(), Duration::from_millis(200)).unwrap_err(), Errno::EWOULDBLOCK);
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        drop(agent);
     }
 
     #[test]
