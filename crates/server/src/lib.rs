@@ -5,6 +5,7 @@ pub mod auth;
 pub mod config;
 pub mod datadir;
 pub mod driver;
+pub mod executor;
 pub mod http;
 pub mod jobspec;
 pub mod listen;

@@ -172,7 +172,7 @@ impl Driver {
     pub(super) fn install(&mut self, id: u64, job: Job) {
         let was_placed = self.jobs.get(&id).is_some_and(|l| l.job.holds_capacity() || l.job.holds_quota());
         let terminal = job.is_terminal();
-        if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(now_micros()) {
+        if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(self.now()) {
             self.reschedule = true;
         }
         if let Some(link) = job.trial.clone() {
@@ -212,7 +212,7 @@ impl Driver {
         if let Some(old) = self.deadline_of.remove(&id) {
             self.deadlines.remove(&(old, id));
         }
-        if let Some(t) = self.jobs.get(&id).and_then(|l| l.job.next_deadline(&self.svc.cfg.settings, now_micros())) {
+        if let Some(t) = self.jobs.get(&id).and_then(|l| l.job.next_deadline(&self.svc.cfg.settings, self.now())) {
             self.deadlines.insert((t, id));
             self.deadline_of.insert(id, t);
         }

@@ -1,144 +1,112 @@
 //! Launch planning: the program, environment (L8) and memory limit (L14) of a run, and
-//! carrying out committed effects.
+//! handing committed effects to the executor.
 
 use super::*;
+use crate::executor::{Planned, VenvPlan, Work};
+
+/// A launch the engine could not take, to try again at `at`.
+pub(super) struct Later {
+    pub(super) at: Micros,
+    pub(super) run: RunId,
+    /// Its outbox entry, done once it is launched.
+    pub(super) seq: i64,
+    pub(super) tries: u32,
+}
 
 impl Driver {
-    /// Carry out committed effects; each leaves the outbox once done.
+    /// Hand committed effects to the executor (L23: each leaves the outbox when the
+    /// executor reports it done, a stop when its run is seen gone).
     pub(super) fn execute(&mut self, id: u64, effects: Vec<(i64, Effect)>) {
         let mut done = Vec::with_capacity(effects.len());
-        let mut ready = Vec::new();
+        let mut gang = Vec::new();
         for (seq, effect) in effects {
-            match &effect {
-                Effect::Launch { run, .. } => match self.prepare_launch(id, run, seq) {
-                    Prepared::Ready(launch) => {
-                        ready.push(launch);
-                        done.push(seq);
-                    }
-                    Prepared::Deferred => {}
-                    Prepared::Reported => done.push(seq),
+            match effect {
+                Effect::Launch { run, .. } => match self.plan(id, &run, seq) {
+                    Some(p) => gang.push(p),
+                    None => done.push(seq),
                 },
                 Effect::Stop { run, .. } => {
-                    let dir = run_dir(&self.svc.cfg.data_dir, run);
-                    if let Err(e) = self.svc.backend.stop(run, dir) {
-                        tracing::warn!("{run}: stop: {e}");
+                    if !self.stop_run(seq, run) {
+                        done.push(seq);
                     }
-                    done.push(seq);
                 }
                 Effect::Log(_) => done.push(seq),
             }
         }
         // L6: every replica of the attempt starts at once.
-        if !ready.is_empty() {
-            do_launch(&self.svc, ready, self.sink(), &self.tx);
+        if !gang.is_empty() {
+            self.exec.submit(Work::Launch(gang));
         }
         if let Err(e) = self.store.outbox_done_many(&done) {
             tracing::error!("outbox: {e}");
         }
     }
 
-    /// Everything a launch needs, or the reason it will not happen here and now.
-    pub(super) fn prepare_launch(&mut self, id: u64, run: &RunId, seq: i64) -> Prepared {
-        let sink = self.sink();
-        let Some(live) = self.jobs.get(&id) else { return Prepared::Reported };
-        let dir = run_dir(&self.svc.cfg.data_dir, run);
+    /// Everything a launch needs, or None when it will not happen (an outcome was
+    /// reported instead).
+    pub(super) fn plan(&self, id: u64, run: &RunId, seq: i64) -> Option<Planned> {
+        let live = self.jobs.get(&id)?;
         let node = live.job.replica(&run.replica).and_then(|r| r.node.clone()).unwrap_or_default();
-        let plan = match launch_plan(&self.svc, live, run) {
-            Ok(p) => p,
-            Err(outcome) => {
-                sink(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
-                return Prepared::Reported;
+        match launch_plan(&self.svc, live, run) {
+            Ok((spec, dirs, venv)) => {
+                let launch = Launch { run: run.clone(), run_dir: run_dir(&self.svc.cfg.data_dir, run), spec, node };
+                Some(Planned { seq, launch, dirs, venv })
             }
-        };
-        match plan {
-            LaunchPlan::Ready(spec) => Prepared::Ready(Launch { run: run.clone(), run_dir: dir, spec, node }),
-            LaunchPlan::NeedsVenv { spec, venv, packages, module_args } => {
-                // Building a venv takes seconds: on its own thread, which reports
-                // `EffectDone` when the launch is done.
-                let (svc, tx, run) = (Arc::clone(&self.svc), self.tx.clone(), run.clone());
-                let spawned = std::thread::Builder::new().name(format!("venv-{id}")).spawn(move || {
-                    match crate::venv::ensure(&venv, &packages) {
-                        Ok(python) => {
-                            let mut spec = spec;
-                            spec.argv = std::iter::once(python.display().to_string()).chain(module_args).collect();
-                            do_launch(&svc, vec![Launch { run, run_dir: dir, spec, node }], sink, &tx);
-                        }
-                        Err(message) => {
-                            sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
-                        }
-                    }
-                    let _ = tx.send(Msg::EffectDone(seq));
-                });
-                match spawned {
-                    Ok(_) => Prepared::Deferred,
-                    Err(e) => {
-                        tracing::error!("cannot start a thread to build a venv: {e}");
-                        Prepared::Reported
-                    }
-                }
+            Err(outcome) => {
+                (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
+                None
             }
         }
     }
 
-    /// Launches put off while the engine was unreachable, when their time has come; those of
-    /// runs no longer current are dropped (the launch is idempotent anyway).
+    /// The engine could not take a run now: try it again later, with backoff, the job
+    /// waiting PENDING with the reason (not an internal error, L16).
+    pub(super) fn launch_later(&mut self, run: RunId, seq: i64, reason: String, now: Micros) -> Result<(), StoreError> {
+        let job = run.job;
+        let tries = self.later.iter().filter(|l| l.run == run).map(|l| l.tries).max().unwrap_or(0) + 1;
+        self.later.retain(|l| l.run != run);
+        let delay = (2_000_000i64 << (tries - 1).min(4)).min(30_000_000);
+        self.later.push(Later { at: now + delay, run, seq, tries });
+        self.note_engine_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)
+    }
+
+    /// Launches put off while the engine could not take them, when their time has come,
+    /// planned afresh; those of runs no longer current are dropped.
     pub(super) fn retry_later_launches(&mut self, now: Micros) {
         if self.later.is_empty() {
             return;
         }
-        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.later).into_iter().partition(|(t, _, _)| *t <= now);
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.later).into_iter().partition(|l| l.at <= now);
         self.later = rest;
-        let mut runs = Vec::new();
-        for (_, launch, tries) in due {
-            let current = self.jobs.get(&launch.run.job).and_then(|l| l.job.replica(&launch.run.replica)).is_some_and(|r| {
-                r.restart == launch.run.restart && r.state == trainyard_core::job::ReplicaState::Launching
-            }) && self.jobs.get(&launch.run.job).is_some_and(|l| l.job.attempt == launch.run.attempt);
-            if current {
-                runs.push(launch);
-                let _ = tries;
+        let mut gang = Vec::new();
+        let mut done = Vec::new();
+        for Later { run, seq, .. } in due {
+            let current = self.jobs.get(&run.job).is_some_and(|l| {
+                l.job.attempt == run.attempt
+                    && l.job
+                        .replica(&run.replica)
+                        .is_some_and(|r| r.restart == run.restart && r.state == trainyard_core::job::ReplicaState::Launching)
+            });
+            if !current {
+                done.push(seq);
+                continue;
+            }
+            match self.plan(run.job, &run, seq) {
+                Some(p) => gang.push(p),
+                None => done.push(seq),
             }
         }
-        if !runs.is_empty() {
-            do_launch(&self.svc, runs, self.sink(), &self.tx);
+        if !gang.is_empty() {
+            self.exec.submit(Work::Launch(gang));
         }
-    }
-}
-
-pub(super) enum Prepared {
-    Ready(Launch),
-    /// Another thread finishes it.
-    Deferred,
-    /// Nothing to launch: an outcome was reported instead.
-    Reported,
-}
-
-pub(super) fn do_launch(svc: &Services, runs: Vec<Launch>, sink: EventSink, tx: &Sender<Msg>) {
-    let keep: BTreeMap<RunId, Launch> = runs.iter().map(|l| (l.run.clone(), l.clone())).collect();
-    for (run, result) in svc.backend.launch(runs, sink.clone()) {
-        match result {
-            Ok(()) => {}
-            Err(trainyard_backend::BackendError::Unavailable { engine, message }) => {
-                tracing::warn!("{run}: {engine} is unreachable ({message}); the launch is tried again later");
-                if let Some(launch) = keep.get(&run) {
-                    let _ = tx.send(Msg::LaunchLater { launch: Box::new(launch.clone()), reason: format!("{engine} is unreachable ({message})") });
-                }
-            }
-            Err(e) => {
-                // L16: the replica could not be launched for a reason that is not the user's.
-                tracing::error!("{run}: launch failed: {e}");
-                sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
-            }
+        if let Err(e) = self.store.outbox_done_many(&done) {
+            tracing::error!("outbox: {e}");
         }
     }
-}
-
-pub(super) enum LaunchPlan {
-    Ready(ShimSpec),
-    NeedsVenv { spec: ShimSpec, venv: PathBuf, packages: Vec<PathBuf>, module_args: Vec<String> },
 }
 
 /// The program, environment (L8) and memory limit (L14) of one run.
-pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<LaunchPlan, Outcome> {
+pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(ShimSpec, Vec<PathBuf>, Option<VenvPlan>), Outcome> {
     let job = &live.job;
     let spec = &live.resource.job_spec;
     let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
@@ -167,14 +135,15 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<La
         _ => Vec::new(),
     };
     let mut env = svc.base_env.clone();
+    let mut dirs = Vec::new();
     if let Some(node) = &replica.node {
         env.push(("TRAINYARD_NODE".into(), node.clone()));
     }
     if job.trial.is_some() {
         // cloudml-hypertune writes the trial's metrics here.
         let dir = svc.cfg.data_dir.join("trials").join(job.id.to_string()).join(&replica.name);
-        let _ = std::fs::create_dir_all(&dir);
         env.push(("CLOUD_ML_HP_METRIC_FILE".into(), dir.join("output.metrics").display().to_string()));
+        dirs.push(dir);
     }
     let input = EnvInput {
         project: &job.project,
@@ -193,7 +162,7 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<La
     }
     if let Some(b) = &base {
         for sub in ["model", "checkpoints", "logs"] {
-            let _ = std::fs::create_dir_all(b.join(sub));
+            dirs.push(b.join(sub));
         }
     }
     // L14: the machine type's memory minus the reserved share.
@@ -229,7 +198,7 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<La
                 });
             }
             shim.argv = c.command.iter().chain(&c.args).cloned().collect();
-            Ok(LaunchPlan::Ready(shim))
+            Ok((shim, dirs, None))
         }
         (None, Some(p)) => {
             let mut packages = Vec::new();
@@ -245,7 +214,7 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<La
             }
             let venv = svc.cfg.data_dir.join("venvs").join(job.id.to_string());
             let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();
-            Ok(LaunchPlan::NeedsVenv { spec: shim, venv, packages, module_args })
+            Ok((shim, dirs, Some(VenvPlan { dir: venv, packages, module_args })))
         }
         (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
     }

@@ -6,6 +6,7 @@
 mod fleet;
 mod jobs;
 mod launch;
+mod stops;
 mod studies;
 mod waiting;
 
@@ -28,6 +29,7 @@ use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
 use trainyard_store::{NewJob, Store, StoreError};
 
 use crate::config::Config;
+use crate::executor::Executor;
 use crate::jobspec::{prepare, resolve_output_dir};
 use crate::study::{self, Study, StudyConfig};
 
@@ -41,15 +43,12 @@ pub enum Msg {
     Cancel { project: String, region: String, id: u64, reply: Reply<()> },
     /// A report from the backend.
     Backend(BackendEvent),
-    /// An effect carried out off the driver thread (a launch that first built a venv).
-    EffectDone(i64),
+    /// What the executor did with an effect.
+    Executed(crate::executor::Report),
     /// Fleet and quota administration.
     Admin { req: Admin, reply: Reply<serde_json::Value> },
     /// L9: a node stopped answering (its agent is gone).
     NodeLost(String),
-    /// The execution engine could not be reached for this launch: try it again later, the
-    /// job waiting PENDING (not an internal error, L16).
-    LaunchLater { launch: Box<Launch>, reason: String },
     /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
@@ -129,18 +128,46 @@ pub struct Driver {
     study_events: Vec<(u64, study::Event)>,
     /// When trials' metric files were last read.
     last_metric_poll: Micros,
-    /// Launches put off while the engine is unreachable: (when, launch, tries).
-    later: Vec<(Micros, Launch, u32)>,
+    /// Launches put off while the engine could not take them.
+    later: Vec<launch::Later>,
     /// When launching runs last asked the backend why they wait.
     last_backend_poll: Micros,
     /// Scheduling rounds are coalesced: the next one runs no sooner than this (a few times
     /// the last round's cost after it), so that a long queue cannot make every event pay
-    /// for a whole round.
-    next_round: Micros,
+    /// for a whole round. Real time: this is a budget of the driver's CPU, not a rule.
+    next_round: std::time::Instant,
     /// Waiting reasons of the last round, for readers.
     waiting_view: Arc<WaitingView>,
     /// Waiting reasons given by the engine (launches it holds up), merged into the view.
     engine_reasons: HashMap<u64, Arc<str>>,
+    /// Carries effects out off this thread.
+    exec: Arc<dyn Executor>,
+    /// Stops in flight, until their runs are seen gone (L20).
+    stops: HashMap<RunId, stops::StopTrack>,
+    clock: Arc<dyn Clock>,
+}
+
+/// Where the driver reads the time: the system clock, or a virtual one in tests.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Micros;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Micros {
+        now_micros()
+    }
+}
+
+/// How long one turn of the loop may wait for a message.
+const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether the loop goes on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
 }
 
 struct LiveStudy {
@@ -185,15 +212,48 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
     r
 }
 
+/// Backend events into the driver's channel.
+fn event_sink(tx: &Sender<Msg>) -> EventSink {
+    let tx = Mutex::new(tx.clone());
+    Arc::new(move |ev| {
+        if let Ok(tx) = tx.lock() {
+            let _ = tx.send(Msg::Backend(ev));
+        }
+    })
+}
+
 fn store_err(e: StoreError) -> ApiError {
     tracing::error!("store: {e}");
     ApiError::internal("Internal error: the job store failed; see the server log.")
 }
 
 impl Driver {
-    /// Open the driver on a store; `start` recovers the live jobs (L23).
+    /// Open the driver on a store, with the system clock and a threaded executor on the
+    /// services' backend; `start` recovers the live jobs (L23).
     pub fn new(svc: Arc<Services>, store: Store) -> (Driver, Sender<Msg>) {
+        let backend = Arc::clone(&svc.backend);
+        Driver::with_parts(svc, store, Arc::new(SystemClock), move |sink, report| {
+            Arc::new(crate::executor::Pool::new(backend, sink, report))
+        })
+    }
+
+    /// The driver with its clock and executor given (tests use a virtual clock and a fake
+    /// backend). `make_exec` gets where backend events and executor reports go.
+    pub fn with_parts(
+        svc: Arc<Services>,
+        store: Store,
+        clock: Arc<dyn Clock>,
+        make_exec: impl FnOnce(EventSink, crate::executor::ReportSink) -> Arc<dyn Executor>,
+    ) -> (Driver, Sender<Msg>) {
         let (tx, rx) = std::sync::mpsc::channel();
+        let sink = event_sink(&tx);
+        let report_tx = Mutex::new(tx.clone());
+        let report: crate::executor::ReportSink = Arc::new(move |r| {
+            if let Ok(tx) = report_tx.lock() {
+                let _ = tx.send(Msg::Executed(r));
+            }
+        });
+        let exec = make_exec(sink, report);
         let d = Driver {
             svc: Arc::clone(&svc),
             store,
@@ -210,11 +270,19 @@ impl Driver {
             last_metric_poll: 0,
             later: Vec::new(),
             last_backend_poll: 0,
-            next_round: 0,
+            next_round: std::time::Instant::now(),
             waiting_view: Arc::new(WaitingView::default()),
             engine_reasons: HashMap::new(),
+            exec,
+            stops: HashMap::new(),
+            clock,
         };
         (d, tx)
+    }
+
+    /// The time, from the driver's clock.
+    pub(super) fn now(&self) -> Micros {
+        self.clock.now()
     }
 
     /// The waiting reasons readers show (positions move without being written).
@@ -223,12 +291,7 @@ impl Driver {
     }
 
     fn sink(&self) -> EventSink {
-        let tx = Mutex::new(self.tx.clone());
-        Arc::new(move |ev| {
-            if let Ok(tx) = tx.lock() {
-                let _ = tx.send(Msg::Backend(ev));
-            }
-        })
+        event_sink(&self.tx)
     }
 
     /// L23: load every live job, adopt the runs that may still be alive, and finish the
@@ -295,76 +358,83 @@ impl Driver {
     /// Run until `Shutdown` or until every sender is gone. A store failure stops the
     /// driver: the state on disk is the truth, and a restart goes on from it (L23).
     pub fn run(mut self) -> Result<(), StoreError> {
-        loop {
-            let now = now_micros();
-            self.on_time(now)?;
-            self.poll_trial_metrics(now);
-            self.drain_study_events(now)?;
-            self.retry_later_launches(now);
-            self.poll_backend_reasons(now)?;
-            self.maybe_schedule(now)?;
-            let mut wait = match self.deadlines.first() {
-                Some(&(t, _)) => Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64),
-                None => Duration::from_secs(60),
-            };
-            if self.reschedule {
-                wait = wait.min(Duration::from_micros((self.next_round - now_micros()).clamp(0, 1_000_000) as u64));
-            }
-            let starting = self.jobs.values().any(|l| matches!(l.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }));
-            if !self.studies.is_empty() || starting {
-                // Trials' metric files, and the engine's word on replicas still starting,
-                // are read about once a second.
-                wait = wait.min(Duration::from_millis(500));
-            }
-            if let Some(t) = self.later.iter().map(|(t, _, _)| *t).min() {
-                wait = wait.min(Duration::from_micros((t - now_micros()).clamp(0, 60_000_000) as u64));
-            }
-            let first = match self.rx.recv_timeout(wait) {
-                Ok(msg) => msg,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            };
-            // Take whatever else is already queued, before the next scheduling round.
-            let mut queued = vec![first];
-            while let Ok(msg) = self.rx.try_recv() {
-                queued.push(msg);
-            }
-            let mut started = Vec::new();
-            let mut creates = Vec::new();
-            for msg in queued {
-                match msg {
-                    Msg::Shutdown => return Ok(()),
-                    // Replicas that started: one transaction for all of them (L7).
-                    Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
-                    // Creates that arrive together are stored together (group commit).
-                    Msg::Create { project, region, resource, reply } => {
-                        creates.push((NewCustomJob { project, region, resource: *resource, trial: None }, reply))
+        while self.turn(MAX_WAIT)? == Flow::Continue {}
+        Ok(())
+    }
+
+    /// One turn of the loop: timers that are due, a scheduling round if one is wanted,
+    /// then the messages that arrive within `max_wait` (or before the next timer).
+    pub fn turn(&mut self, max_wait: Duration) -> Result<Flow, StoreError> {
+        let now = self.now();
+        self.on_time(now)?;
+        self.poll_trial_metrics(now);
+        self.drain_study_events(now)?;
+        self.retry_later_launches(now);
+        self.stop_timers(now);
+        self.poll_backend_reasons(now)?;
+        self.maybe_schedule(now)?;
+        let mut next = self.deadlines.first().map(|&(t, _)| t);
+        for t in [self.later.iter().map(|l| l.at).min(), self.next_stop_timer()].into_iter().flatten() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        let mut wait = next.map_or(max_wait, |t| Duration::from_micros((t - self.now()).max(0) as u64).min(max_wait));
+        if self.reschedule {
+            wait = wait.min(self.next_round.saturating_duration_since(std::time::Instant::now()));
+        }
+        let starting = self.jobs.values().any(|l| matches!(l.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }));
+        if !self.studies.is_empty() || starting {
+            // Trials' metric files, and the engine's word on replicas still starting,
+            // are read about once a second.
+            wait = wait.min(Duration::from_millis(500));
+        }
+        let first = match self.rx.recv_timeout(wait) {
+            Ok(msg) => msg,
+            Err(RecvTimeoutError::Timeout) => return Ok(Flow::Continue),
+            Err(RecvTimeoutError::Disconnected) => return Ok(Flow::Stop),
+        };
+        // Take whatever else is already queued, before the next scheduling round.
+        let mut queued = vec![first];
+        while let Ok(msg) = self.rx.try_recv() {
+            queued.push(msg);
+        }
+        let mut started = Vec::new();
+        let mut creates = Vec::new();
+        for msg in queued {
+            match msg {
+                Msg::Shutdown => return Ok(Flow::Stop),
+                // Replicas that started: one transaction for all of them (L7).
+                Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
+                // Creates that arrive together are stored together (group commit).
+                Msg::Create { project, region, resource, reply } => {
+                    creates.push((NewCustomJob { project, region, resource: *resource, trial: None }, reply))
+                }
+                other => {
+                    self.apply_started(std::mem::take(&mut started))?;
+                    if !creates.is_empty() {
+                        let now = self.now();
+                        self.create_batch(std::mem::take(&mut creates), now)?;
                     }
-                    other => {
-                        self.apply_started(std::mem::take(&mut started))?;
-                        if !creates.is_empty() {
-                            self.create_batch(std::mem::take(&mut creates), now_micros())?;
-                        }
-                        self.handle(other)?;
-                    }
+                    self.handle(other)?;
                 }
             }
-            self.apply_started(started)?;
-            if !creates.is_empty() {
-                self.create_batch(creates, now_micros())?;
-            }
         }
+        self.apply_started(started)?;
+        if !creates.is_empty() {
+            let now = self.now();
+            self.create_batch(creates, now)?;
+        }
+        Ok(Flow::Continue)
     }
 
     /// A scheduling round if one is wanted and its time has come.
     fn maybe_schedule(&mut self, now: Micros) -> Result<(), StoreError> {
-        if !self.reschedule || now < self.next_round {
+        if !self.reschedule || std::time::Instant::now() < self.next_round {
             return Ok(());
         }
         self.reschedule = false;
         let cost = self.schedule_round(now)?;
         // Deciding takes at most about a fifth of the driver's time, however long the queue.
-        self.next_round = now_micros() + 4 * cost;
+        self.next_round = std::time::Instant::now() + Duration::from_micros(4 * cost.max(0) as u64);
         Ok(())
     }
 
@@ -374,7 +444,7 @@ impl Driver {
         if runs.is_empty() {
             return Ok(());
         }
-        let now = now_micros();
+        let now = self.now();
         let mut staged: BTreeMap<u64, (Job, Vec<Effect>)> = BTreeMap::new();
         for run in runs {
             let id = run.job;
@@ -399,7 +469,7 @@ impl Driver {
     }
 
     fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
-        let now = now_micros();
+        let now = self.now();
         match msg {
             Msg::Create { project, region, resource, reply } => {
                 self.create_batch(vec![(NewCustomJob { project, region, resource: *resource, trial: None }, reply)], now)?;
@@ -411,18 +481,15 @@ impl Driver {
             Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_started(vec![run])?,
             Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => {
                 let id = run.job;
+                self.run_gone(&run)?;
                 self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
             }
-            Msg::EffectDone(seq) => self.store.outbox_done(seq)?,
+            Msg::Executed(report) => match report {
+                crate::executor::Report::Launched { seqs } => self.store.outbox_done_many(&seqs)?,
+                crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
+                other => self.stop_report(other, now),
+            },
             Msg::NodeLost(node) => self.lose_node(&node, now)?,
-            Msg::LaunchLater { launch, reason } => {
-                let job = launch.run.job;
-                let tries = self.later.iter().filter(|(_, l, _)| l.run == launch.run).map(|(_, _, n)| *n).max().unwrap_or(0) + 1;
-                self.later.retain(|(_, l, _)| l.run != launch.run);
-                let delay = (2_000_000i64 << (tries - 1).min(4)).min(30_000_000);
-                self.later.push((now + delay, *launch, tries));
-                self.note_engine_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)?;
-            }
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
                 let _ = reply.send(r);

@@ -8,7 +8,7 @@ impl Driver {
     /// L23 for studies: load the live ones, link trials to the jobs created for them, and
     /// create the trial jobs that a crash kept from being created (never twice).
     pub(super) fn recover_studies(&mut self) -> Result<(), StoreError> {
-        let now = now_micros();
+        let now = self.now();
         for (id, resource, core) in self.store.active_other(KIND_STUDY)? {
             let (Ok(resource), Ok(st)) =
                 (serde_json::from_str::<HyperparameterTuningJob>(&resource), serde_json::from_str::<Study>(&core))

@@ -1,0 +1,253 @@
+//! The executor: carries committed effects out off the driver thread and reports what
+//! happened, so that nothing an engine does (a slow `scancel`, a stuck shim, a venv build)
+//! can hold up admissions or API replies. The driver decides; the executor acts.
+//!
+//! - Launches go to a small pool of threads; the runs of a gang are handed to the backend
+//!   together, which starts them in parallel (L6). A launch that needs a venv builds it on
+//!   a thread of its own first.
+//! - Stops and kills each run on a thread of their own: a stop may wait for a shim that is
+//!   still coming up, and an engine's stop command may block while its controller is
+//!   unreachable.
+//!
+//! Every piece of work ends in a [`Report`] (or, for a launch that cannot start the
+//! program, a `BackendEvent::Exited` through the sink), which the driver handles like any
+//! other event: the driver, not the executor, decides what to try again and when.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use trainyard_backend::{Backend, BackendEvent, EventSink, Launch};
+use trainyard_core::{Outcome, RunId};
+
+/// Something to do.
+pub enum Work {
+    /// Start these runs together (the replicas of one attempt, or one restarted replica).
+    Launch(Vec<Planned>),
+    /// L20: ask a run to stop (SIGTERM, grace, SIGKILL by its supervisor).
+    Stop { run: RunId, dir: PathBuf },
+    /// L20: the stop was not honoured in time: kill the run without its supervisor's help.
+    Kill { run: RunId, dir: PathBuf },
+}
+
+/// A launch as the driver planned it.
+pub struct Planned {
+    /// The launch's outbox entry, done once the run is handed to the engine.
+    pub seq: i64,
+    pub launch: Launch,
+    /// Directories the run's environment names, made before it starts.
+    pub dirs: Vec<PathBuf>,
+    /// A `pythonPackageSpec` run: build the venv with these packages, then run the module
+    /// with the venv's python (`argv` = python + these arguments).
+    pub venv: Option<VenvPlan>,
+}
+
+pub struct VenvPlan {
+    pub dir: PathBuf,
+    pub packages: Vec<PathBuf>,
+    pub module_args: Vec<String>,
+}
+
+/// What the executor did.
+#[derive(Debug)]
+pub enum Report {
+    /// The runs were handed to the engine (or reported Exited): their outbox entries are
+    /// done.
+    Launched { seqs: Vec<i64> },
+    /// The engine could not take the run now (unreachable, or the host is out of file
+    /// descriptors, processes or memory): nothing was started; try again later (not an
+    /// L16 launch failure). Its outbox entry `seq` stays until it is launched.
+    LaunchLater { run: RunId, seq: i64, reason: String },
+    /// The stop request reached the run's supervisor (or the run had ended).
+    StopSent { run: RunId },
+    StopFailed { run: RunId, error: String },
+    Killed { run: RunId },
+    KillFailed { run: RunId, error: String },
+}
+
+pub type ReportSink = Arc<dyn Fn(Report) + Send + Sync>;
+
+/// Where the driver hands its effects.
+pub trait Executor: Send + Sync {
+    fn submit(&self, work: Work);
+}
+
+/// The threaded executor of a server.
+pub struct Pool {
+    launches: Mutex<Sender<Work>>,
+    backend: Arc<dyn Backend>,
+    sink: EventSink,
+    report: ReportSink,
+}
+
+/// Threads that take launches.
+const LAUNCH_THREADS: usize = 2;
+
+impl Pool {
+    pub fn new(backend: Arc<dyn Backend>, sink: EventSink, report: ReportSink) -> Pool {
+        let (tx, rx) = std::sync::mpsc::channel::<Work>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..LAUNCH_THREADS {
+            let (rx, backend, sink, report) = (Arc::clone(&rx), Arc::clone(&backend), sink.clone(), Arc::clone(&report));
+            let spawned = std::thread::Builder::new()
+                .name(format!("launch-{i}"))
+                .spawn(move || launch_worker(&rx, &backend, &sink, &report));
+            if let Err(e) = spawned {
+                // Fewer threads only slow launches down; with none, `submit` runs them.
+                tracing::error!("cannot start a launch thread: {e}");
+            }
+        }
+        Pool { launches: Mutex::new(tx), backend, sink, report }
+    }
+}
+
+fn launch_worker(rx: &Mutex<Receiver<Work>>, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
+    loop {
+        let work = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        match work {
+            Ok(work) => run(work, backend, sink, report),
+            Err(_) => return,
+        }
+    }
+}
+
+impl Executor for Pool {
+    fn submit(&self, work: Work) {
+        match work {
+            Work::Launch { .. } => {
+                let sent = self.launches.lock().map(|tx| tx.send(work));
+                if let Ok(Err(std::sync::mpsc::SendError(work))) = sent {
+                    // No launch thread is left: the launch still happens, here.
+                    tracing::error!("no launch thread; launching on the driver thread");
+                    run(work, &self.backend, &self.sink, &self.report);
+                }
+            }
+            Work::Stop { .. } | Work::Kill { .. } => {
+                let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
+                let (run_id, kill) = match &work {
+                    Work::Stop { run, .. } => (run.clone(), false),
+                    Work::Kill { run, .. } => (run.clone(), true),
+                    Work::Launch { .. } => return,
+                };
+                let spawned = std::thread::Builder::new()
+                    .name(if kill { "kill".into() } else { "stop".into() })
+                    .spawn(move || run(work, &backend, &noop_sink(), &report));
+                if let Err(e) = spawned {
+                    // Out of threads: the driver tries again later (L20).
+                    let error = format!("cannot start a thread: {e}");
+                    (self.report)(if kill {
+                        Report::KillFailed { run: run_id, error }
+                    } else {
+                        Report::StopFailed { run: run_id, error }
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn noop_sink() -> EventSink {
+    Arc::new(|_| {})
+}
+
+/// Carry one piece of work out and report it.
+pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
+    match work {
+        Work::Launch(launches) => {
+            let (ready, venvs): (Vec<Planned>, Vec<Planned>) = launches.into_iter().partition(|p| p.venv.is_none());
+            for p in venvs {
+                launch_with_venv(p, backend, sink, report);
+            }
+            let seqs: std::collections::BTreeMap<RunId, i64> = ready.iter().map(|p| (p.launch.run.clone(), p.seq)).collect();
+            let later = launch_ready(ready.into_iter().map(Planned::launch_after_dirs).collect(), &**backend, sink);
+            let mut done = Vec::new();
+            for (run, seq) in seqs {
+                match later.iter().find(|(r, _)| *r == run) {
+                    Some((_, reason)) => report(Report::LaunchLater { run, seq, reason: reason.clone() }),
+                    None => done.push(seq),
+                }
+            }
+            report(Report::Launched { seqs: done });
+        }
+        Work::Stop { run, dir } => match backend.stop(&run, dir) {
+            Ok(()) => report(Report::StopSent { run }),
+            Err(e) => report(Report::StopFailed { run, error: e.to_string() }),
+        },
+        Work::Kill { run, dir } => match backend.kill(&run, dir) {
+            Ok(()) => report(Report::Killed { run }),
+            Err(e) => report(Report::KillFailed { run, error: e.to_string() }),
+        },
+    }
+}
+
+impl Planned {
+    /// Make the directories the run's environment names; the launch itself.
+    fn launch_after_dirs(self) -> Launch {
+        for d in &self.dirs {
+            if let Err(e) = std::fs::create_dir_all(d) {
+                tracing::warn!("{}: cannot create {}: {e}", self.launch.run, d.display());
+            }
+        }
+        self.launch
+    }
+}
+
+/// L6: the runs start together; an engine that cannot take a run now (unreachable, or
+/// the host out of a resource) is asked again later: those runs are returned with the
+/// reason; any other failure is a launch failure of Trainyard's (L16).
+fn launch_ready(runs: Vec<Launch>, backend: &dyn Backend, sink: &EventSink) -> Vec<(RunId, String)> {
+    let mut later = Vec::new();
+    if runs.is_empty() {
+        return later;
+    }
+    for (run, result) in backend.launch(runs, sink.clone()) {
+        match result {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() => {
+                tracing::warn!("{run}: {e}; the launch is tried again later");
+                later.push((run, e.to_string()));
+            }
+            Err(e) => {
+                tracing::error!("{run}: launch failed: {e}");
+                sink(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message: e.to_string() }, stderr_tail: Vec::new() });
+            }
+        }
+    }
+    later
+}
+
+/// Build the venv of a `pythonPackageSpec` run (seconds to minutes) on a thread of its
+/// own, then launch it; its outbox entry is done only then (L23: a server killed during
+/// the build launches it again after its restart).
+fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
+    let (run, seq) = (p.launch.run.clone(), p.seq);
+    let (backend, sink, report) = (Arc::clone(backend), sink.clone(), Arc::clone(report));
+    let spawned = std::thread::Builder::new().name(format!("venv-{}", p.launch.run.job)).spawn({
+        let report = Arc::clone(&report);
+        move || {
+            let Planned { seq, launch, dirs, venv } = p;
+            let Some(venv) = venv else { return };
+            match crate::venv::ensure(&venv.dir, &venv.packages) {
+                Ok(python) => {
+                    let mut launch = Planned { seq, launch, dirs, venv: None }.launch_after_dirs();
+                    launch.spec.argv = std::iter::once(python.display().to_string()).chain(venv.module_args).collect();
+                    let run = launch.run.clone();
+                    if let Some((_, reason)) = launch_ready(vec![launch], &*backend, &sink).pop() {
+                        report(Report::LaunchLater { run, seq, reason });
+                        return;
+                    }
+                }
+                Err(message) => {
+                    sink(BackendEvent::Exited { run: launch.run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
+                }
+            }
+            report(Report::Launched { seqs: vec![seq] });
+        }
+    });
+    if let Err(e) = spawned {
+        report(Report::LaunchLater { run, seq, reason: format!("cannot start a thread to build the venv: {e}") });
+    }
+}

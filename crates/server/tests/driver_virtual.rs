@@ -1,0 +1,337 @@
+//! The driver in virtual time with a fake backend: stops that are not honoured, engines
+//! that refuse, stall or run out of file descriptors, and reports that arrive in an
+//! unexpected order. The executor runs on real threads; the driver's clock is virtual, so
+//! grace periods and backoffs pass in an instant.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use trainyard_backend::{Backend, BackendError, BackendEvent, EventSink, Launch};
+use trainyard_core::{Micros, Outcome, RunId};
+use trainyard_server::driver::{Clock, Driver, Flow, Msg, Services};
+use trainyard_server::Config;
+use trainyard_store::Store;
+
+struct VirtualClock(AtomicI64);
+
+impl Clock for VirtualClock {
+    fn now(&self) -> Micros {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl VirtualClock {
+    fn advance(&self, secs: i64) {
+        self.0.fetch_add(secs * 1_000_000, Ordering::SeqCst);
+    }
+}
+
+/// How the fake engine behaves.
+#[derive(Default)]
+struct Script {
+    /// Launches that fail with "out of file descriptors" before one succeeds.
+    exhausted_launches: u32,
+    /// Stops refused with an error before one is delivered.
+    refused_stops: u32,
+    /// A delivered stop ends the run (else it is ignored, as by a SIGSTOPped shim).
+    stop_ends_run: bool,
+    /// The stop reports the run's end before it returns (a report that overtakes).
+    stop_reports_first: bool,
+    /// Launches block until this is released.
+    stall: Option<Arc<(Mutex<bool>, std::sync::Condvar)>>,
+}
+
+#[derive(Default)]
+struct Calls {
+    launches: u32,
+    stops: u32,
+    kills: u32,
+}
+
+struct FakeBackend {
+    script: Mutex<Script>,
+    calls: Mutex<Calls>,
+    sinks: Mutex<HashMap<RunId, EventSink>>,
+}
+
+impl FakeBackend {
+    fn new(script: Script) -> Arc<FakeBackend> {
+        Arc::new(FakeBackend { script: Mutex::new(script), calls: Mutex::default(), sinks: Mutex::default() })
+    }
+
+    fn calls(&self) -> (u32, u32, u32) {
+        let c = self.calls.lock().unwrap();
+        (c.launches, c.stops, c.kills)
+    }
+
+    fn end(&self, run: &RunId, outcome: Outcome) {
+        if let Some(sink) = self.sinks.lock().unwrap().remove(run) {
+            sink(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
+        }
+    }
+
+    fn any_run(&self) -> Option<RunId> {
+        self.sinks.lock().unwrap().keys().next().cloned()
+    }
+}
+
+impl Backend for FakeBackend {
+    fn launch(&self, runs: Vec<Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+        let stall = self.script.lock().unwrap().stall.clone();
+        if let Some(s) = stall {
+            let (lock, cv) = &*s;
+            let mut released = lock.lock().unwrap();
+            while !*released {
+                released = cv.wait(released).unwrap();
+            }
+        }
+        let mut out = Vec::new();
+        for l in runs {
+            self.calls.lock().unwrap().launches += 1;
+            let mut script = self.script.lock().unwrap();
+            if script.exhausted_launches > 0 {
+                script.exhausted_launches -= 1;
+                out.push((l.run, Err(BackendError::Exhausted { resource: "file descriptors".into(), message: "Too many open files (os error 24)".into() })));
+                continue;
+            }
+            drop(script);
+            self.sinks.lock().unwrap().insert(l.run.clone(), sink.clone());
+            sink(BackendEvent::Started { run: l.run.clone(), pid: 4242 });
+            out.push((l.run, Ok(())));
+        }
+        out
+    }
+
+    fn adopt(&self, _run: RunId, _run_dir: PathBuf, _sink: EventSink) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn stop(&self, run: &RunId, _run_dir: PathBuf) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().stops += 1;
+        let mut script = self.script.lock().unwrap();
+        if script.refused_stops > 0 {
+            script.refused_stops -= 1;
+            return Err(BackendError::Slurm { command: "scancel".into(), message: "Unable to contact slurm controller".into() });
+        }
+        let (ends, first) = (script.stop_ends_run, script.stop_reports_first);
+        drop(script);
+        if ends || first {
+            self.end(run, Outcome::Signaled { signal: 15 });
+        }
+        Ok(())
+    }
+
+    fn kill(&self, run: &RunId, _run_dir: PathBuf) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().kills += 1;
+        self.end(run, Outcome::Lost { message: "killed".into() });
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+}
+
+struct Harness {
+    driver: Driver,
+    tx: std::sync::mpsc::Sender<Msg>,
+    clock: Arc<VirtualClock>,
+    backend: Arc<FakeBackend>,
+    db: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(script: Script) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::builtin(Some(dir.path().join("data")));
+        std::fs::create_dir_all(&cfg.data_dir).unwrap();
+        let db = cfg.data_dir.join("trainyard.db");
+        let backend = FakeBackend::new(script);
+        let svc = Arc::new(Services {
+            catalog: cfg.catalog.clone(),
+            backend: backend.clone(),
+            output_roots: vec![],
+            workdir: dir.path().to_path_buf(),
+            base_env: vec![],
+            node_agent: None,
+            cfg,
+        });
+        let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));
+        let store = Store::open(&db).unwrap();
+        let b = backend.clone() as Arc<dyn Backend>;
+        let (mut driver, tx) = Driver::with_parts(svc, store, clock.clone(), move |sink, report| {
+            Arc::new(trainyard_server::executor::Pool::new(b, sink, report))
+        });
+        driver.recover().unwrap();
+        Harness { driver, tx, clock, backend, db, _dir: dir }
+    }
+
+    /// Turn the loop until `cond` holds (real time bound: 10 s).
+    fn until(&mut self, what: &str, mut cond: impl FnMut(&mut Harness) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            assert_eq!(self.driver.turn(Duration::from_millis(20)).unwrap(), Flow::Continue);
+        }
+    }
+
+    fn create(&mut self, command: &str) -> u64 {
+        let body = serde_json::json!({"displayName": "v", "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "containerSpec": {"imageUri": "i", "command": ["sh", "-c", command]}}]}});
+        let job = trainyard_api::parse_custom_job(body.to_string().as_bytes()).unwrap();
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        self.tx.send(Msg::Create { project: "p".into(), region: "us-central1".into(), resource: Box::new(job), reply }).unwrap();
+        let mut got = None;
+        self.until("the create's reply", |_| {
+            if let Ok(r) = rx.try_recv() {
+                got = Some(r);
+            }
+            got.is_some()
+        });
+        let job = got.unwrap().unwrap();
+        job.name.rsplit('/').next().unwrap().parse().unwrap()
+    }
+
+    fn cancel(&mut self, id: u64) {
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        self.tx.send(Msg::Cancel { project: "p".into(), region: "us-central1".into(), id, reply }).unwrap();
+        let mut done = false;
+        self.until("the cancel's reply", |_| {
+            done |= rx.try_recv().is_ok();
+            done
+        });
+    }
+
+    fn state(&self, id: u64) -> String {
+        let store = Store::open(&self.db).unwrap();
+        store.get_job_by_id(id).unwrap().unwrap().job.state().wire_name().to_string()
+    }
+
+    fn outbox_len(&self) -> usize {
+        Store::open(&self.db).unwrap().pending_outbox().unwrap().len()
+    }
+}
+
+/// L20: a stop that is delivered but not honoured (the shim does not answer, as when it
+/// was stopped with SIGSTOP) is escalated to a kill once the grace period and a margin
+/// have passed; the cancel then ends, and the stop's outbox entry is done only then.
+#[test]
+fn l20_unanswered_stop_is_escalated_to_a_kill() {
+    let mut h = Harness::new(Script::default());
+    let id = h.create("sleep 600");
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    h.cancel(id);
+    h.until("the stop delivered", |h| h.backend.calls().1 == 1);
+    // Let the executor's report arrive, then pass the grace period (30 s) in an instant.
+    for _ in 0..5 {
+        h.driver.turn(Duration::from_millis(20)).unwrap();
+    }
+    assert_eq!(h.state(id), "JOB_STATE_CANCELLING");
+    assert_eq!(h.backend.calls().2, 0, "no kill before the grace period has passed");
+    assert_eq!(h.outbox_len(), 1, "the stop stays in the outbox until its run is gone");
+    h.clock.advance(30 + 11);
+    h.until("cancelled after the kill", |h| h.state(id) == "JOB_STATE_CANCELLED");
+    assert_eq!(h.backend.calls().2, 1);
+    h.until("the outbox emptied", |h| h.outbox_len() == 0);
+}
+
+/// L20: a stop the engine refuses is asked again with backoff (1 s, 2 s, ...), never
+/// marked done and forgotten.
+#[test]
+fn l20_refused_stop_is_retried_with_backoff() {
+    let mut h = Harness::new(Script { refused_stops: 2, stop_ends_run: true, ..Script::default() });
+    let id = h.create("sleep 600");
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    h.cancel(id);
+    h.until("first refusal", |h| h.backend.calls().1 == 1);
+    for _ in 0..5 {
+        h.driver.turn(Duration::from_millis(20)).unwrap();
+    }
+    assert_eq!(h.backend.calls().1, 1, "not asked again before the backoff");
+    h.clock.advance(1);
+    h.until("second try", |h| h.backend.calls().1 == 2);
+    for _ in 0..5 {
+        h.driver.turn(Duration::from_millis(20)).unwrap();
+    }
+    h.clock.advance(2);
+    h.until("cancelled on the third try", |h| h.state(id) == "JOB_STATE_CANCELLED");
+    assert_eq!(h.backend.calls(), (1, 3, 0));
+    h.until("the outbox emptied", |h| h.outbox_len() == 0);
+}
+
+/// The run's end overtakes the executor's report of the stop: nothing is left tracked,
+/// no kill follows.
+#[test]
+fn l20_end_before_the_stop_report_leaves_nothing_behind() {
+    let mut h = Harness::new(Script { stop_reports_first: true, ..Script::default() });
+    let id = h.create("sleep 600");
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    h.cancel(id);
+    h.until("cancelled", |h| h.state(id) == "JOB_STATE_CANCELLED");
+    for _ in 0..5 {
+        h.driver.turn(Duration::from_millis(20)).unwrap();
+    }
+    h.clock.advance(3600);
+    for _ in 0..5 {
+        h.driver.turn(Duration::from_millis(20)).unwrap();
+    }
+    assert_eq!(h.backend.calls().2, 0, "no kill for a run that is gone");
+    assert_eq!(h.outbox_len(), 0);
+}
+
+/// L16: a host out of file descriptors is not a launch failure: the launch is tried again
+/// with backoff, the job waits PENDING with the reason, and no attempt is used up.
+#[test]
+fn l16_exhausted_host_retries_the_launch_without_failing_the_job() {
+    let mut h = Harness::new(Script { exhausted_launches: 3, ..Script::default() });
+    let id = h.create("true");
+    h.until("first launch", |h| h.backend.calls().0 >= 1);
+    for _ in 0..5 {
+        h.driver.turn(Duration::from_millis(20)).unwrap();
+    }
+    assert_eq!(h.state(id), "JOB_STATE_PENDING");
+    let store = Store::open(&h.db).unwrap();
+    let job = store.get_job_by_id(id).unwrap().unwrap().job;
+    assert!(job.waiting_reason.as_deref().unwrap_or("").contains("out of file descriptors"), "{:?}", job.waiting_reason);
+    assert_eq!(h.outbox_len(), 1, "the launch stays in the outbox until it is done");
+    for n in 2..=4 {
+        h.clock.advance(31);
+        h.until("the next try", |h| h.backend.calls().0 >= n);
+    }
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    let job = Store::open(&h.db).unwrap().get_job_by_id(id).unwrap().unwrap().job;
+    assert_eq!(job.attempt, 0, "no attempt used up");
+    h.until("the outbox emptied", |h| h.outbox_len() == 0);
+    let run = h.backend.any_run().unwrap();
+    h.backend.end(&run, Outcome::Exited { code: 0 });
+    h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
+}
+
+/// An engine that stalls in a launch holds up neither creates nor cancels: the driver
+/// answers while the executor waits.
+#[test]
+fn a_stalled_launch_blocks_no_reply() {
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let mut h = Harness::new(Script { stall: Some(gate.clone()), stop_ends_run: true, ..Script::default() });
+    let a = h.create("sleep 600");
+    // The launch of `a` is stuck in the engine; more creates and a cancel are answered.
+    let started = Instant::now();
+    let b = h.create("sleep 600");
+    h.cancel(a);
+    assert!(started.elapsed() < Duration::from_secs(5), "replies waited for the stalled engine");
+    assert_ne!(a, b);
+    {
+        let (lock, cv) = &*gate;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    // `a`'s stop came before its shim: past the grace period it is killed (L20).
+    h.until("b running", |h| h.state(b) == "JOB_STATE_RUNNING");
+    h.clock.advance(41);
+}
+
