@@ -17,6 +17,8 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     agent: ureq::Agent,
+    /// The data directory when it is not `<dir>/data` (e.g. a mounted file system).
+    data: Option<PathBuf>,
 }
 
 pub fn free_port() -> u16 {
@@ -106,15 +108,48 @@ pub fn slurm_job_ids(data: &Path) -> Vec<u64> {
 
 impl Server {
     pub fn start(extra_config: &str) -> Server {
+        let mut s = Server::prepare(extra_config);
+        s.spawn();
+        s
+    }
+
+    /// A server with its config written and its port chosen, not started yet (`spawn`
+    /// starts it): for tests that prepare the data directory first.
+    pub fn prepare(extra_config: &str) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("trainyard.toml");
         std::fs::write(&config, config_text(extra_config)).expect("config");
         // No connection reuse: a server may close a connection after an error response.
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
-        let mut s = Server { child: None, port: free_port(), dir, config, agent };
-        s.spawn();
-        s
+        Server { child: None, port: free_port(), dir, config, agent, data: None }
+    }
+
+    /// Before the first `spawn`: keep the data in `data` instead of `<dir>/data`.
+    pub fn with_data_dir(mut self, data: PathBuf) -> Server {
+        assert!(self.child.is_none(), "the data directory is chosen before the server starts");
+        self.data = Some(data);
+        self
+    }
+
+    /// The server's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL the server and start it again on the same port, config and data directory;
+    /// returns how long the new process took to answer /healthz.
+    pub fn restart(&mut self) -> Duration {
+        self.kill9();
+        let t0 = Instant::now();
+        self.spawn();
+        t0.elapsed()
+    }
+
+    /// A client of this server for other threads: it outlives restarts (same port) and
+    /// never panics on a transport error.
+    pub fn api(&self) -> Api {
+        Api::new(self.port)
     }
 
     /// A server on the built-in defaults (no config file at all).
@@ -127,11 +162,19 @@ impl Server {
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data.clone().unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     /// Start (or start again) the server process and wait until it answers.
     pub fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("{e}");
+        }
+    }
+
+    /// As `spawn`, but a server that exits at start or does not answer within 30 s is an
+    /// error (with the server log), not a panic. The process is reaped in both cases.
+    pub fn try_spawn(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -154,15 +197,19 @@ impl Server {
         loop {
             if let Ok(r) = self.agent.get(&format!("http://127.0.0.1:{}/healthz", self.port)).call() {
                 if r.status() == 200 {
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
-                    panic!("server exited at start ({status}):\n{}", self.server_log());
+                    self.child = None;
+                    return Err(format!("server exited at start ({status}):\n{}", self.server_log()));
                 }
             }
-            assert!(Instant::now() < deadline, "server did not come up:\n{}", self.server_log());
+            if Instant::now() >= deadline {
+                self.kill9();
+                return Err(format!("server did not come up:\n{}", self.server_log()));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -286,6 +333,12 @@ impl Drop for Server {
 
 /// Pids of live processes whose command line contains `needle`.
 pub fn pids_with(needle: &str) -> Vec<i32> {
+    procs_with(needle).into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// Live processes (not zombies, not this test process) whose command line, its arguments
+/// joined by spaces, contains `needle`: (pid, arguments).
+pub fn procs_with(needle: &str) -> Vec<(i32, Vec<String>)> {
     let mut out = Vec::new();
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else { return out };
@@ -294,16 +347,82 @@ pub fn pids_with(needle: &str) -> Vec<i32> {
         if pid == me {
             continue;
         }
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> =
+            raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let cmd = args.join(" ");
         // A zombie has an empty cmdline; only live processes count.
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let zombie = state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
         if !zombie && cmd.contains(needle) {
-            out.push(pid);
+            out.push((pid, args));
         }
     }
     out
+}
+
+/// SIGKILL one process; false when it was already gone.
+pub fn sigkill(pid: i32) -> bool {
+    // SAFETY: kill(2) has no memory effects.
+    unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+}
+
+/// Is this test running as root (mounts, cgroups)?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no effects.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A client of one server port for any thread: requests time out after 10 s, and a
+/// transport error (server down, connection reset) is an `Err` with its text.
+#[derive(Clone)]
+pub struct Api {
+    pub port: u16,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    pub fn new(port: u16) -> Api {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(0)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        Api { port, agent }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn jobs_url(&self, project: &str) -> String {
+        self.url(&format!("/v1/projects/{project}/locations/us-central1/customJobs"))
+    }
+
+    /// (status, body as JSON or Null), or the transport error.
+    pub fn try_call(&self, method: &str, url: &str, body: Option<&str>) -> Result<(u16, Value), String> {
+        let mut req = ureq::http::Request::builder().method(method).uri(url);
+        if body.is_some() {
+            req = req.header("Content-Type", "application/json");
+        }
+        let sent = match body {
+            Some(b) => self.agent.run(req.body(b.as_bytes().to_vec()).map_err(|e| e.to_string())?),
+            None => self.agent.run(req.body(()).map_err(|e| e.to_string())?),
+        };
+        let mut resp = sent.map_err(|e| format!("{method} {url}: {e}"))?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().map_err(|e| format!("{method} {url}: reading the body: {e}"))?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// The job's log entries (NDJSON), or the transport error.
+    pub fn try_logs(&self, name: &str) -> Result<Vec<Value>, String> {
+        let url = self.url(&format!("/v1/{name}/logs"));
+        let mut resp = self.agent.get(&url).call().map_err(|e| format!("GET {url}: {e}"))?;
+        let text = resp.body_mut().read_to_string().map_err(|e| format!("GET {url}: {e}"))?;
+        Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    }
 }
 
 /// A one-pool CustomJob running `sh -c SCRIPT`.
