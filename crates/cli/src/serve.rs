@@ -70,17 +70,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         token_key,
         tokens,
         waiting: engine.waiting.clone(),
+        health: engine.health.clone(),
     };
     let limits = engine.services.cfg.http.clone();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let tx = engine.tx.clone();
+    let health = engine.health.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
             "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); {auth_note}",
             data_dir.display()
         );
-        trainyard_server::http::serve(listener, state, limits, shutdown_signal()).await?;
+        trainyard_server::http::serve(listener, state, limits, shutdown_signal(health)).await?;
         anyhow::Ok(())
     })?;
     // The replicas keep running under their shims; a restarted server adopts them.
@@ -105,18 +107,33 @@ fn stop_node_agents(data_dir: &std::path::Path) {
     }
 }
 
-async fn shutdown_signal() {
+/// Ctrl-C, SIGTERM, or the driver ending (then the process exits non-zero with its reason,
+/// so that a supervisor restarts it).
+async fn shutdown_signal(health: std::sync::Arc<trainyard_server::health::Health>) {
+    let driver_ended = async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            if let Some(why) = health.unavailable().filter(|w| w.starts_with("the driver stopped")) {
+                tracing::error!("{why}; shutting down");
+                return;
+            }
+        }
+    };
     let ctrl_c = tokio::signal::ctrl_c();
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(_) => {
-            let _ = ctrl_c.await;
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = driver_ended => return,
+            }
             return;
         }
     };
     tokio::select! {
         _ = ctrl_c => {},
         _ = term.recv() => {},
+        _ = driver_ended => return,
     }
     tracing::info!("shutting down; running replicas stay up and are adopted at the next start");
 }

@@ -951,7 +951,6 @@ fn answer(r: &Result<(u16, Value), String>) -> String {
 /// room again the server recovers by itself within 5 s: creates succeed, the job cancelled
 /// meanwhile ends CANCELLED, the running jobs finish, /healthz answers.
 #[test]
-#[ignore = "until the driver retries store errors"]
 fn chaos_full_disk_then_freed() {
     const TEST: &str = "chaos_full_disk_then_freed";
     if skip_on_slurm("the data directory is a local tmpfs") || skip_without_root(TEST) {

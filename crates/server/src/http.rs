@@ -37,6 +37,8 @@ pub struct AppState {
     pub tokens: Option<Arc<crate::auth::Tokens>>,
     /// Waiting reasons of the latest scheduling round (positions move without a write).
     pub waiting: Arc<crate::driver::WaitingView>,
+    /// The driver's liveness: `/healthz`, and 503 with the reason while it cannot work.
+    pub health: Arc<crate::health::Health>,
 }
 
 /// Read connections to the database, reused across requests.
@@ -170,6 +172,9 @@ fn decode(stored: &StoredJob, waiting: &crate::driver::WaitingView) -> Result<Cu
 }
 
 async fn ask<T>(state: &AppState, make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, ApiError>>) -> Msg) -> Result<T, ApiError> {
+    if let Some(why) = state.health.unavailable() {
+        return Err(ApiError::unavailable(format!("The server cannot take this request now: {why}.")));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     state.tx.send(make(tx)).map_err(|_| ApiError::unavailable("The server is shutting down."))?;
     rx.await.map_err(|_| ApiError::unavailable("The server is shutting down."))?
@@ -751,6 +756,15 @@ async fn reload_quotas(State(state): State<AppState>) -> ApiResult {
     admin(&state, crate::driver::Admin::ReloadQuotas).await
 }
 
+/// The driver's liveness (not the HTTP layer's): "ok", or 503 with the reason in the
+/// API's error shape.
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.health.unavailable() {
+        None => "ok".into_response(),
+        Some(why) => AppError(ApiError::unavailable(format!("Not healthy: {why}."))).into_response(),
+    }
+}
+
 /// The web console: one page that lists a project's jobs and shows a job's details and
 /// logs, through this same REST API.
 async fn console() -> Response {
@@ -847,7 +861,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
         .route("/v1/admin/quotas", get(list_quotas))
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/", get(console))
         .route("/console", get(console))
         .route("/openapi.json", get(openapi_json))

@@ -6,6 +6,7 @@ pub mod config;
 pub mod datadir;
 pub mod driver;
 pub mod executor;
+pub mod health;
 pub mod http;
 pub mod jobspec;
 pub mod listen;
@@ -55,6 +56,8 @@ pub struct Engine {
     pub thread: std::thread::JoinHandle<Result<(), trainyard_store::StoreError>>,
     /// Waiting reasons of the latest scheduling round, for readers.
     pub waiting: Arc<driver::WaitingView>,
+    /// The driver's liveness, for `/healthz` and the API.
+    pub health: Arc<health::Health>,
     /// The exclusive lock on `<data_dir>/server.lock`, held for the life of the engine.
     _data_dir_lock: datadir::DataDirLock,
 }
@@ -127,11 +130,22 @@ pub fn start(
     let (mut driver, tx) = Driver::new(Arc::clone(&services), store);
     driver.recover()?;
     let waiting = driver.waiting_view();
+    let health = driver.health();
+    let watch = Arc::clone(&health);
     let thread = std::thread::Builder::new()
         .name("driver".into())
-        .spawn(move || driver.run())
+        .spawn(move || {
+            // However the driver ends, the health check says so (and `serve` exits).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run()));
+            match &r {
+                Ok(Ok(())) => watch.set(health::State::Stopped("the server is shutting down".into())),
+                Ok(Err(e)) => watch.set(health::State::Stopped(e.reason())),
+                Err(_) => watch.set(health::State::Stopped("the driver thread panicked".into())),
+            }
+            r.unwrap_or_else(|_| Err(trainyard_store::StoreError::Panicked))
+        })
         .map_err(StartError::Thread)?;
-    Ok(Engine { tx, store_path, services, thread, waiting, _data_dir_lock: data_dir_lock })
+    Ok(Engine { tx, store_path, services, thread, waiting, health, _data_dir_lock: data_dir_lock })
 }
 
 /// The key of page tokens, made once per database (so tokens outlive a restart).

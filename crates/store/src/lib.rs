@@ -26,9 +26,45 @@ pub enum StoreError {
     Encode(serde_json::Error),
     #[error("the database has schema version {found}, newer than this Trainyard knows ({known})")]
     TooNew { found: i64, known: i64 },
+    /// The thread that owned the store panicked.
+    #[error("the thread that owned the store panicked")]
+    Panicked,
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl StoreError {
+    fn sqlite_code(&self) -> Option<rusqlite::ErrorCode> {
+        match self {
+            StoreError::Sql(rusqlite::Error::SqliteFailure(e, _)) | StoreError::Open { source: rusqlite::Error::SqliteFailure(e, _), .. } => {
+                Some(e.code)
+            }
+            _ => None,
+        }
+    }
+
+    /// A condition that may pass by itself (a full disk, an I/O error, a lock held by
+    /// another process): the same write may succeed later, and nothing was changed.
+    pub fn is_transient(&self) -> bool {
+        use rusqlite::ErrorCode::*;
+        matches!(
+            self.sqlite_code(),
+            Some(DiskFull | SystemIoFailure | DatabaseBusy | DatabaseLocked | OutOfMemory | CannotOpen | ReadOnly)
+        )
+    }
+
+    /// What went wrong, in a person's words, for a 503 and the health check.
+    pub fn reason(&self) -> String {
+        use rusqlite::ErrorCode::*;
+        match self.sqlite_code() {
+            Some(DiskFull) => format!("the disk is full: {self}"),
+            Some(SystemIoFailure) => format!("the disk cannot be written: {self}"),
+            Some(ReadOnly) => format!("the database is read-only: {self}"),
+            Some(DatabaseBusy | DatabaseLocked) => format!("the database is locked by another process: {self}"),
+            _ => format!("the job store failed: {self}"),
+        }
+    }
+}
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -165,6 +201,11 @@ impl Store {
             tx.commit()?;
         }
         Ok(())
+    }
+
+    /// A small durable write, to learn whether the store can be written again.
+    pub fn probe_write(&mut self, now: Micros) -> Result<()> {
+        self.set_meta("probe", &now.to_string())
     }
 
     pub fn schema_version(&self) -> Result<i64> {

@@ -13,7 +13,7 @@ impl Driver {
             Admin::GetNode(name) => Ok(self.node_view(self.node(&name)?)),
             Admin::Drain(name) => {
                 self.node(&name)?;
-                self.drain(&name, now).map_err(store_err)?;
+                self.drain(&name, now).map_err(|e| self.store_err(e))?;
                 Ok(self.node_view(self.node(&name)?))
             }
             Admin::Undrain(name) => {
@@ -155,6 +155,10 @@ impl Driver {
     /// Start or find a virtual node's agent and watch it (a no-op without node agents).
     pub(super) fn watch_node(&mut self, name: &str) {
         let Some(cmd) = self.svc.node_agent.clone() else { return };
+        // A resync after a store outage recovers again: one watcher per agent is enough.
+        if !self.watched_nodes.insert(name.to_string()) {
+            return;
+        }
         let tx = Mutex::new(self.tx.clone());
         let node = name.to_string();
         let r = crate::nodeagent::ensure_and_watch(&self.svc.cfg.data_dir, name, &cmd, move || {
@@ -163,6 +167,7 @@ impl Driver {
             }
         });
         if let Err(e) = r {
+            self.watched_nodes.remove(name);
             tracing::error!("node {name}: cannot start or watch its agent, marking it down: {e}");
             if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
                 n.up = false;

@@ -69,7 +69,7 @@ impl Driver {
         let jobs = match stored {
             Ok(jobs) => jobs,
             Err(e) => {
-                let e = store_err(e);
+                let e = self.store_err(e);
                 for (i, _, _, _) in &accepted {
                     results[*i] = Err(e.clone());
                 }
@@ -120,7 +120,7 @@ impl Driver {
                 }
                 Ok(r)
             }
-            None => self.store.get_job_by_id(id).map_err(store_err)?.map_or_else(
+            None => self.store.get_job_by_id(id).map_err(|e| self.store_err(e))?.map_or_else(
                 || Err(ApiError::internal("job vanished")),
                 |s| {
                     let r: CustomJob = serde_json::from_str(&s.resource).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -136,7 +136,7 @@ impl Driver {
         if !owned {
             // Not live here: either terminal (refused, L18) or not found (another project's
             // job is not found either).
-            return match self.store.get_job(KIND_CUSTOM, project, region, id).map_err(store_err)? {
+            return match self.store.get_job(KIND_CUSTOM, project, region, id).map_err(|e| self.store_err(e))? {
                 Some(s) => Err(ApiError::failed_precondition(format!(
                     "The CustomJob \"{name}\" is in state {} and cannot be cancelled.",
                     s.job.state().wire_name()
@@ -147,7 +147,7 @@ impl Driver {
         match self.apply(id, Event::Cancel, now) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(Rejected::FailedPrecondition(m))) => Err(ApiError::failed_precondition(m)),
-            Err(e) => Err(store_err(e)),
+            Err(e) => Err(self.store_err(e)),
         }
     }
 

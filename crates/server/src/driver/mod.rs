@@ -30,6 +30,7 @@ use trainyard_store::{NewJob, Store, StoreError};
 
 use crate::config::Config;
 use crate::executor::Executor;
+use crate::health::{Health, State as HealthState};
 use crate::jobspec::{prepare, resolve_output_dir};
 use crate::study::{self, Study, StudyConfig};
 
@@ -145,6 +146,13 @@ pub struct Driver {
     /// Stops in flight, until their runs are seen gone (L20).
     stops: HashMap<RunId, stops::StopTrack>,
     clock: Arc<dyn Clock>,
+    /// Liveness for `/healthz` and the API.
+    health: Arc<Health>,
+    /// Nodes whose agents are watched.
+    watched_nodes: HashSet<String>,
+    /// A store error that a request was answered with: at the end of the turn the driver
+    /// waits it out (`survive`) like any other.
+    fault: std::cell::RefCell<Option<StoreError>>,
 }
 
 /// Where the driver reads the time: the system clock, or a virtual one in tests.
@@ -222,9 +230,29 @@ fn event_sink(tx: &Sender<Msg>) -> EventSink {
     })
 }
 
-fn store_err(e: StoreError) -> ApiError {
+/// A store error as the API answers it: 503 with the reason while it may pass (a full
+/// disk), else an internal error.
+fn api_error(e: &StoreError) -> ApiError {
     tracing::error!("store: {e}");
+    if e.is_transient() {
+        return ApiError::unavailable(format!("The server cannot write its job store now ({}); try again shortly.", e.reason()));
+    }
     ApiError::internal("Internal error: the job store failed; see the server log.")
+}
+
+/// A request that arrives while the store cannot be written: answered 503 with the reason.
+/// Backend events and executor reports are dropped: the resync reads them back from the
+/// run directories and the outbox.
+fn refuse(msg: Msg, reason: &str) -> Flow {
+    let no = || ApiError::unavailable(format!("The server cannot write its job store now ({reason}); try again shortly."));
+    match msg {
+        Msg::Create { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Shutdown => return Flow::Stop,
+        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) => {}
+    }
+    Flow::Continue
 }
 
 impl Driver {
@@ -276,8 +304,26 @@ impl Driver {
             exec,
             stops: HashMap::new(),
             clock,
+            health: Arc::new(Health::default()),
+            watched_nodes: HashSet::new(),
+            fault: std::cell::RefCell::new(None),
         };
         (d, tx)
+    }
+
+    /// The driver's liveness, for `/healthz` and the API.
+    pub fn health(&self) -> Arc<Health> {
+        Arc::clone(&self.health)
+    }
+
+    /// A store error met while answering a request: answered now, dealt with at the end
+    /// of the turn.
+    fn store_err(&self, e: StoreError) -> ApiError {
+        let answer = api_error(&e);
+        if e.is_transient() {
+            self.fault.borrow_mut().get_or_insert(e);
+        }
+        answer
     }
 
     /// The time, from the driver's clock.
@@ -355,16 +401,83 @@ impl Driver {
         Ok(())
     }
 
-    /// Run until `Shutdown` or until every sender is gone. A store failure stops the
-    /// driver: the state on disk is the truth, and a restart goes on from it (L23).
+    /// Run until `Shutdown` or until every sender is gone. A store that cannot be written
+    /// now (a full disk, an I/O error) is waited out: the API answers 503 with the reason,
+    /// and once a write succeeds again the driver goes on from the state on disk (L23).
+    /// A store that cannot be used at all ends the driver with the reason, and the process
+    /// exits non-zero.
     pub fn run(mut self) -> Result<(), StoreError> {
-        while self.turn(MAX_WAIT)? == Flow::Continue {}
-        Ok(())
+        loop {
+            match self.turn(MAX_WAIT) {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Stop) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    if self.survive(e) == Flow::Stop {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("the driver stops: {}", e.reason());
+                    self.health.set(HealthState::Stopped(e.reason()));
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Wait until the store can be written again, answering every request meanwhile with
+    /// 503 and the reason; then reload every live job from the store and adopt its runs,
+    /// as after a restart (what happened meanwhile is read back from the run directories).
+    fn survive(&mut self, error: StoreError) -> Flow {
+        let reason = error.reason();
+        tracing::error!("{reason}; answering 503 and trying again until it passes");
+        self.health.set(HealthState::Degraded(reason.clone()));
+        let mut delay = Duration::from_millis(50);
+        loop {
+            self.health.beat();
+            while let Ok(msg) = self.rx.try_recv() {
+                if refuse(msg, &reason) == Flow::Stop {
+                    return Flow::Stop;
+                }
+            }
+            let now = self.now();
+            if self.store.probe_write(now).is_ok() {
+                match self.resync() {
+                    Ok(()) => break,
+                    Err(e) if e.is_transient() => {}
+                    Err(e) => {
+                        tracing::error!("the driver stops: {}", e.reason());
+                        self.health.set(HealthState::Stopped(e.reason()));
+                        return Flow::Stop;
+                    }
+                }
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+        tracing::info!("the store can be written again; going on");
+        self.health.set(HealthState::Ok);
+        Flow::Continue
+    }
+
+    /// Forget what is in memory and recover it from the store, as at a start (L23).
+    fn resync(&mut self) -> Result<(), StoreError> {
+        self.jobs.clear();
+        self.deadlines.clear();
+        self.deadline_of.clear();
+        self.studies.clear();
+        self.study_events.clear();
+        self.later.clear();
+        self.stops.clear();
+        self.engine_reasons.clear();
+        self.reschedule = true;
+        self.recover()
     }
 
     /// One turn of the loop: timers that are due, a scheduling round if one is wanted,
     /// then the messages that arrive within `max_wait` (or before the next timer).
     pub fn turn(&mut self, max_wait: Duration) -> Result<Flow, StoreError> {
+        self.health.beat();
         let now = self.now();
         self.on_time(now)?;
         self.poll_trial_metrics(now);
@@ -422,6 +535,9 @@ impl Driver {
         if !creates.is_empty() {
             let now = self.now();
             self.create_batch(creates, now)?;
+        }
+        if let Some(e) = self.fault.take() {
+            return Err(e);
         }
         Ok(Flow::Continue)
     }
@@ -489,7 +605,10 @@ impl Driver {
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 other => self.stop_report(other, now),
             },
-            Msg::NodeLost(node) => self.lose_node(&node, now)?,
+            Msg::NodeLost(node) => {
+                self.watched_nodes.remove(&node);
+                self.lose_node(&node, now)?
+            }
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
                 let _ = reply.send(r);
@@ -503,7 +622,7 @@ impl Driver {
                 let r = if owned {
                     self.apply_study(id, study::Event::Cancel, now)
                 } else {
-                    match self.store.get_other(KIND_STUDY, &project, &region, id).map_err(store_err) {
+                    match self.store.get_other(KIND_STUDY, &project, &region, id).map_err(|e| self.store_err(e)) {
                         Ok(Some(_)) => Err(ApiError::failed_precondition(format!(
                             "The HyperparameterTuningJob \"{}\" has ended and cannot be cancelled.",
                             study_name(&project, &region, id)

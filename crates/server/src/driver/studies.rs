@@ -117,11 +117,11 @@ impl Driver {
                 now,
                 |id| serde_json::to_string(&Study::new(id, p, r, now)).unwrap_or_default(),
             )
-            .map_err(store_err)?;
+            .map_err(|e| self.store_err(e))?;
         tracing::info!("hyperparameter tuning job {id} created: {}", resource.display_name);
         self.studies.insert(id, LiveStudy { study: Study::new(id, project, region, now), resource, cfg });
         self.apply_study(id, study::Event::Advance, now)?;
-        self.maybe_schedule(now).map_err(store_err)?;
+        self.maybe_schedule(now).map_err(|e| self.store_err(e))?;
         self.study_view(id).ok_or_else(|| ApiError::internal("study vanished"))
     }
 
@@ -143,10 +143,10 @@ impl Driver {
         if let Some(ls) = self.studies.get_mut(&id) {
             ls.study = next;
         }
-        self.commit_study(id, now, &lines).map_err(store_err)?;
+        self.commit_study(id, now, &lines).map_err(|e| self.store_err(e))?;
         for a in actions {
             match a {
-                study::Action::CreateTrialJob { trial } => self.create_trial_job(id, &trial, now).map_err(store_err)?,
+                study::Action::CreateTrialJob { trial } => self.create_trial_job(id, &trial, now).map_err(|e| self.store_err(e))?,
                 study::Action::StopTrialJob { custom_job } => {
                     if let Err(e) = self.apply(custom_job, Event::Cancel, now) {
                         tracing::error!("stopping trial job {custom_job}: {e}");
