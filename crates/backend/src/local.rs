@@ -321,7 +321,18 @@ impl LocalBackend {
             match probe_lock(&run_dir)? {
                 LockState::Held => {
                     if let Some(pid) = read_pid(&run_dir)? {
-                        return kill_replica(&run_dir, pid);
+                        kill_replica(&run_dir, pid)?;
+                        if !self.is_watched(&run_dir) {
+                            // No watcher of this server cleans up after the shim (a run
+                            // of a quarantined job): once the shim is gone, its cgroup
+                            // goes too (L20).
+                            let gone = Instant::now() + STOP_WAIT_FOR_SHIM;
+                            while probe_lock(&run_dir)? == LockState::Held && Instant::now() < gone {
+                                thread::sleep(Duration::from_millis(10));
+                            }
+                            kill_cgroup(&run_dir);
+                        }
+                        return Ok(());
                     }
                     // Locked but the pid not yet written: the shim is starting.
                 }
@@ -489,8 +500,8 @@ fn replica_cgroup(run_dir: &Path) -> Result<Option<ReplicaCgroup>, ShimError> {
 fn kill_cgroup(run_dir: &Path) {
     match replica_cgroup(run_dir) {
         Ok(Some(cg)) => {
-            if let Err(e) = cg.kill_all() {
-                tracing::warn!(run_dir = %run_dir.display(), "killing the replica's cgroup: {e}");
+            if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
+                tracing::warn!(run_dir = %run_dir.display(), "killing and removing the replica's cgroup: {e}");
             }
         }
         Ok(None) => {}

@@ -1093,7 +1093,6 @@ fn names_damage(message: &str) -> bool {
 /// an error naming the damage (or lists it as unreachable), deletes them, and stops the
 /// processes of the damaged running job (L20).
 #[test]
-#[ignore = "until damaged rows are read as failed jobs"]
 fn chaos_damaged_rows() {
     const TEST: &str = "chaos_damaged_rows";
     if skip_on_slurm("the damaged running job's processes are looked for on this host") {

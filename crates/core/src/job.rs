@@ -421,6 +421,22 @@ impl Job {
         }
     }
 
+    /// A job whose stored record could not be read: FAILED with an internal error naming
+    /// the damage (L16), with nothing live, so that it is listed, shown and deletable
+    /// instead of stopping the server.
+    pub fn damaged(id: u64, project: String, region: String, create_time: Micros, now: Micros, damage: &str) -> Job {
+        let mut job = Job::new(id, project, region, &[], Demand::default(), Policy::defaults(&Settings::default()), false, create_time);
+        job.update_time = now;
+        job.phase = Phase::Failed {
+            end: now,
+            error: JobError {
+                code: code::INTERNAL,
+                message: format!("Internal error: the stored record of this job is damaged and cannot be read ({damage}); the job was stopped."),
+            },
+        };
+        job
+    }
+
     /// The wire state (L1).
     pub fn state(&self) -> State {
         match &self.phase {

@@ -52,6 +52,9 @@ pub enum Effect {
     Stop { run: RunId, grace: Micros },
     /// A lifecycle event for the job's log (L22).
     Log(LogLine),
+    /// The job was deleted: remove what the server kept of it on disk (run directories,
+    /// venv, trial metric files; its outputs under baseOutputDirectory stay).
+    Purge { job: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -28,6 +28,8 @@ pub enum Work {
     Stop { run: RunId, dir: PathBuf },
     /// L20: the stop was not honoured in time: kill the run without its supervisor's help.
     Kill { run: RunId, dir: PathBuf },
+    /// Remove a deleted job's files (outbox entry `seq`).
+    Purge { seq: i64, dirs: Vec<PathBuf> },
 }
 
 /// A launch as the driver planned it.
@@ -63,6 +65,8 @@ pub enum Report {
     StopFailed { run: RunId, error: String },
     Killed { run: RunId },
     KillFailed { run: RunId, error: String },
+    /// A deleted job's files are gone (or were never there).
+    Purged { seq: i64 },
 }
 
 pub type ReportSink = Arc<dyn Fn(Report) + Send + Sync>;
@@ -125,12 +129,20 @@ impl Executor for Pool {
                     run(work, &self.backend, &self.sink, &self.report);
                 }
             }
+            Work::Purge { .. } => {
+                let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
+                let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || run(work, &backend, &noop_sink(), &report));
+                if let Err(e) = spawned {
+                    // The entry stays in the outbox: the purge is done at the next start.
+                    tracing::error!("cannot start a thread to remove a deleted job's files: {e}");
+                }
+            }
             Work::Stop { .. } | Work::Kill { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
                 let (run_id, kill) = match &work {
                     Work::Stop { run, .. } => (run.clone(), false),
                     Work::Kill { run, .. } => (run.clone(), true),
-                    Work::Launch { .. } => return,
+                    Work::Launch { .. } | Work::Purge { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -180,6 +192,16 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             Ok(()) => report(Report::Killed { run }),
             Err(e) => report(Report::KillFailed { run, error: e.to_string() }),
         },
+        Work::Purge { seq, dirs } => {
+            for d in &dirs {
+                match std::fs::remove_dir_all(d) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!("cannot remove {}: {e}", d.display()),
+                }
+            }
+            report(Report::Purged { seq });
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
-use trainyard_api::{ApiError, CustomJob, Operation, Timestamp};
+use trainyard_api::{ApiError, CustomJob};
 use trainyard_store::{Store, StoredJob};
 
 use crate::driver::{job_name, render, Msg, KIND_CUSTOM, KIND_STUDY};
@@ -160,9 +160,17 @@ fn parse_id(text: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// A stored job as the API shows it. A record that cannot be read is shown, not hidden
+/// behind an error: its stand-in says FAILED with the damage, under its display name.
 fn decode(stored: &StoredJob, waiting: &crate::driver::WaitingView) -> Result<CustomJob, ApiError> {
-    let r: CustomJob = serde_json::from_str(&stored.resource).map_err(internal)?;
-    let mut job = render(&r, &stored.job);
+    let mut job = match serde_json::from_str::<CustomJob>(&stored.resource) {
+        Ok(r) => render(&r, &stored.job),
+        Err(e) => {
+            let j = &stored.job;
+            let damaged = trainyard_core::Job::damaged(j.id, j.project.clone(), j.region.clone(), j.create_time, j.update_time, &format!("its resource: {e}"));
+            render(&CustomJob { display_name: stored.display_name.clone(), ..CustomJob::default() }, &damaged)
+        }
+    };
     if !job.trainyard_waiting_reason.is_empty() {
         if let Some(reason) = waiting.get(stored.job.id, &stored.job.project) {
             job.trainyard_waiting_reason = reason;
@@ -505,29 +513,9 @@ async fn delete_job(
 /// Delete a terminal resource (its logs and run directories go; outputs under
 /// baseOutputDirectory stay) and answer with a done long-running Operation.
 async fn delete_terminal(state: &AppState, project: &str, region: &str, id: u64, what: &'static str, ints: bool) -> ApiResult {
-    let (p, r) = (project.to_string(), region.to_string());
-    let data_dir = state.data_dir.clone();
-    let op = state
-        .readers
-        .with(move |s| {
-            let mut s = s.reopen().map_err(internal)?;
-            if !s.delete_job(id).map_err(internal)? {
-                return Err(ApiError::not_found(format!("The {what} {id} in projects/{p}/locations/{r} does not exist.")));
-            }
-            let _ = std::fs::remove_dir_all(data_dir.join("runs").join(id.to_string()));
-            let _ = std::fs::remove_dir_all(data_dir.join("venvs").join(id.to_string()));
-            let _ = std::fs::remove_dir_all(data_dir.join("trials").join(id.to_string()));
-            let now = Timestamp::from_micros(crate::driver::now_micros());
-            let opid = s
-                .insert_operation(&p, &r, |opid| {
-                    let op = Operation::done_delete(format!("projects/{p}/locations/{r}/operations/{opid}"), now, now);
-                    serde_json::to_string(&op).unwrap_or_default()
-                })
-                .map_err(internal)?;
-            s.get_operation(&p, &r, opid).map_err(internal)
-        })
-        .await?;
-    let body: Value = serde_json::from_str(&op.unwrap_or_default()).map_err(internal)?;
+    let kind = if what == "CustomJob" { KIND_CUSTOM } else { KIND_STUDY };
+    let (project, region) = (project.to_string(), region.to_string());
+    let body = ask(state, |reply| Msg::Delete { kind, project, region, id, reply }).await?;
     json_response(body, ints)
 }
 
@@ -553,15 +541,35 @@ async fn create_study(
     json_response(created, ints)
 }
 
-async fn load_study(state: &AppState, project: &str, region: &str, id: u64) -> Result<(trainyard_api::HyperparameterTuningJob, crate::study::Study), ApiError> {
+/// A stored HyperparameterTuningJob, or what is wrong with its record.
+type StudyRow = Result<(trainyard_api::HyperparameterTuningJob, crate::study::Study), String>;
+
+fn read_study(id: u64, resource: &str, core: &str) -> StudyRow {
+    let resource = serde_json::from_str(resource).map_err(|e| format!("record of job {id}: its resource: {e}"))?;
+    let st = serde_json::from_str(core).map_err(|e| format!("record of job {id}: {e}"))?;
+    Ok((resource, st))
+}
+
+/// A study as the API shows it; a record that cannot be read is shown as FAILED with the
+/// damage named, never as an error that would hide it (or the rows around it).
+fn show_study(project: &str, region: &str, id: u64, row: &StudyRow, with_trials: bool) -> Value {
+    match row {
+        Ok((resource, st)) => crate::driver::render_study(resource, st, with_trials),
+        Err(damage) => serde_json::json!({
+            "name": crate::driver::study_name(project, region, id),
+            "state": "JOB_STATE_FAILED",
+            "error": {"code": 13, "message": format!("Internal error: the stored record of this job is damaged and cannot be read ({damage}).")},
+        }),
+    }
+}
+
+async fn load_study(state: &AppState, project: &str, region: &str, id: u64) -> Result<StudyRow, ApiError> {
     let (p, r) = (project.to_string(), region.to_string());
     let row = state.readers.with(move |s| s.get_other(KIND_STUDY, &p, &r, id).map_err(internal)).await?;
     let (_, resource, core) = row.ok_or_else(|| {
         ApiError::not_found(format!("The HyperparameterTuningJob \"{}\" does not exist.", crate::driver::study_name(project, region, id)))
     })?;
-    let resource = serde_json::from_str(&resource).map_err(internal)?;
-    let st = serde_json::from_str(&core).map_err(internal)?;
-    Ok((resource, st))
+    Ok(read_study(id, &resource, &core))
 }
 
 async fn get_study(
@@ -574,8 +582,8 @@ async fn get_study(
         return Ok(method_not_allowed_response("POST"));
     }
     let id = parse_id(&id)?;
-    let (resource, st) = load_study(&state, &project, &region, id).await?;
-    json_response(crate::driver::render_study(&resource, &st, true), ints)
+    let row = load_study(&state, &project, &region, id).await?;
+    json_response(show_study(&project, &region, id, &row, true), ints)
 }
 
 async fn post_study(
@@ -602,14 +610,16 @@ async fn delete_study(
         return Ok(method_not_allowed_response("POST"));
     }
     let id = parse_id(&id)?;
-    let (_, st) = load_study(&state, &project, &region, id).await?;
-    if !st.is_terminal() {
-        return Err(ApiError::failed_precondition(format!(
-            "The HyperparameterTuningJob \"{}\" is in state {} and cannot be deleted; cancel it first.",
-            crate::driver::study_name(&project, &region, id),
-            st.state_name()
-        ))
-        .into());
+    // A damaged record was quarantined (terminal) by the driver and may be deleted.
+    if let Ok((_, st)) = load_study(&state, &project, &region, id).await? {
+        if !st.is_terminal() {
+            return Err(ApiError::failed_precondition(format!(
+                "The HyperparameterTuningJob \"{}\" is in state {} and cannot be deleted; cancel it first.",
+                crate::driver::study_name(&project, &region, id),
+                st.state_name()
+            ))
+            .into());
+        }
     }
     delete_terminal(&state, &project, &region, id, "HyperparameterTuningJob", ints).await
 }
@@ -625,11 +635,7 @@ async fn list_studies(
         s.list_other(KIND_STUDY, &p, &r, f, before, limit)
             .map_err(internal)?
             .iter()
-            .map(|(id, resource, core)| {
-                let resource: trainyard_api::HyperparameterTuningJob = serde_json::from_str(resource).map_err(internal)?;
-                let st: crate::study::Study = serde_json::from_str(core).map_err(internal)?;
-                Ok((*id, crate::driver::render_study(&resource, &st, false)))
-            })
+            .map(|(id, resource, core)| Ok((*id, show_study(&p, &r, *id, &read_study(*id, resource, core), false))))
             .collect()
     })
     .await

@@ -213,7 +213,7 @@ impl Harness {
     }
 
     fn outbox_len(&self) -> usize {
-        Store::open(&self.db).unwrap().pending_outbox().unwrap().len()
+        Store::open(&self.db).unwrap().pending_outbox().unwrap().0.len()
     }
 }
 

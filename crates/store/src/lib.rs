@@ -20,8 +20,6 @@ pub enum StoreError {
     Open { path: PathBuf, source: rusqlite::Error },
     #[error("database: {0}")]
     Sql(#[from] rusqlite::Error),
-    #[error("stored record of job {job} is damaged: {source}")]
-    Corrupt { job: u64, source: serde_json::Error },
     #[error("encoding a record: {0}")]
     Encode(serde_json::Error),
     #[error("the database has schema version {found}, newer than this Trainyard knows ({known})")]
@@ -115,7 +113,17 @@ const MIGRATIONS: &[&str] = &[
     // 2: filters on a display name or a state read only the matching rows, newest first.
     "CREATE INDEX jobs_by_name ON jobs(kind, project, region, display_name);
      CREATE INDEX jobs_by_state ON jobs(kind, project, region, state);",
+    // 3: the format of each record's `core` (so that a later release converts old records
+    // instead of misreading them), and the damage found in a quarantined record.
+    "ALTER TABLE jobs ADD COLUMN format INTEGER NOT NULL DEFAULT 1;
+     ALTER TABLE jobs ADD COLUMN damage TEXT;",
 ];
+
+/// The format of the `core` records this release writes and reads.
+pub const CORE_FORMAT: i64 = 1;
+
+/// The columns `query_jobs` reads, in its order.
+const JOB_COLUMNS: &str = "id, kind, resource, core, project, region, create_time, display_name, format";
 
 /// A job as stored: the resource the user sent (JSON, output fields cleared) and the
 /// lifecycle state.
@@ -124,6 +132,10 @@ pub struct StoredJob {
     pub kind: String,
     pub resource: String,
     pub job: Job,
+    pub display_name: String,
+    /// The record could not be read: `job` is a FAILED stand-in naming the damage
+    /// (`Job::damaged`), so that it is listed, shown and deletable.
+    pub damage: Option<String>,
 }
 
 /// One lifecycle log line (L22).
@@ -275,22 +287,26 @@ impl Store {
         Ok(())
     }
 
-    /// Effects committed but not yet carried out (after a crash), in order.
-    pub fn pending_outbox(&self) -> Result<Vec<(i64, u64, Effect)>> {
+    /// Effects committed but not yet carried out (after a crash), in order; and the
+    /// entries that cannot be read, with what is wrong with them.
+    #[allow(clippy::type_complexity)]
+    pub fn pending_outbox(&self) -> Result<(Vec<(i64, u64, Effect)>, Vec<(i64, u64, String)>)> {
         let mut st = self.conn.prepare("SELECT seq, job_id, effect FROM outbox ORDER BY seq")?;
         let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))?;
-        let mut out = Vec::new();
+        let (mut out, mut damaged) = (Vec::new(), Vec::new());
         for row in rows {
             let (seq, job, text) = row?;
-            let effect = serde_json::from_str(&text).map_err(|source| StoreError::Corrupt { job: job as u64, source })?;
-            out.push((seq, job as u64, effect));
+            match serde_json::from_str(&text) {
+                Ok(effect) => out.push((seq, job as u64, effect)),
+                Err(e) => damaged.push((seq, job as u64, e.to_string())),
+            }
         }
-        Ok(out)
+        Ok((out, damaged))
     }
 
     /// Every CustomJob that is not terminal, oldest first.
     pub fn active_jobs(&self) -> Result<Vec<StoredJob>> {
-        self.query_jobs("SELECT id, kind, resource, core FROM jobs WHERE terminal = 0 AND kind = 'custom' ORDER BY id", [])
+        self.query_jobs(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE terminal = 0 AND kind = 'custom' ORDER BY id"), [])
     }
 
     /// Insert a resource of another kind (a HyperparameterTuningJob) whose state is an
@@ -321,6 +337,19 @@ impl Store {
         for l in lines {
             insert_event(&tx, id, now, 0, None, l)?;
         }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Quarantine a record of another kind that cannot be read: terminal, FAILED, with the
+    /// damage named in `damage` and in a log line (its record is kept as it is).
+    pub fn quarantine_other(&mut self, id: u64, damage: &str, now: Micros) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE jobs SET state = 'JOB_STATE_FAILED', update_time = ?2, terminal = 1, damage = ?3 WHERE id = ?1",
+            params![id as i64, now, damage],
+        )?;
+        insert_event(&tx, id, now, 0, None, &format!("Internal error: the stored record of this job is damaged and cannot be read ({damage})."))?;
         tx.commit()?;
         Ok(())
     }
@@ -363,14 +392,14 @@ impl Store {
     /// simply not found).
     pub fn get_job(&self, kind: &str, project: &str, region: &str, id: u64) -> Result<Option<StoredJob>> {
         let mut v = self.query_jobs(
-            "SELECT id, kind, resource, core FROM jobs WHERE id = ?1 AND kind = ?2 AND project = ?3 AND region = ?4",
+            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1 AND kind = ?2 AND project = ?3 AND region = ?4"),
             params![id as i64, kind, project, region],
         )?;
         Ok(v.pop())
     }
 
     pub fn get_job_by_id(&self, id: u64) -> Result<Option<StoredJob>> {
-        let mut v = self.query_jobs("SELECT id, kind, resource, core FROM jobs WHERE id = ?1", params![id as i64])?;
+        let mut v = self.query_jobs(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"), params![id as i64])?;
         Ok(v.pop())
     }
 
@@ -387,30 +416,89 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<StoredJob>> {
         let (cond, values) = page_condition(kind, project, region, filter, before, limit);
-        self.query_jobs(&format!("SELECT id, kind, resource, core FROM jobs {cond}"), rusqlite::params_from_iter(values))
+        self.query_jobs(&format!("SELECT {JOB_COLUMNS} FROM jobs {cond}"), rusqlite::params_from_iter(values))
     }
 
+    /// Rows as jobs; a row whose record cannot be read is returned as a FAILED stand-in
+    /// naming the damage, never as an error that would hide the rows around it.
     fn query_jobs<P: rusqlite::Params>(&self, sql: &str, params: P) -> Result<Vec<StoredJob>> {
         let mut st = self.conn.prepare_cached(sql)?;
         let rows = st.query_map(params, |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+            Ok(RawJob {
+                id: r.get::<_, i64>(0)? as u64,
+                kind: r.get(1)?,
+                resource: r.get(2)?,
+                core: r.get(3)?,
+                project: r.get(4)?,
+                region: r.get(5)?,
+                create_time: r.get(6)?,
+                display_name: r.get(7)?,
+                format: r.get(8)?,
+            })
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, kind, resource, core) = row?;
-            let job = serde_json::from_str(&core).map_err(|source| StoreError::Corrupt { job: id as u64, source })?;
-            out.push(StoredJob { kind, resource, job });
+            out.push(row?.decode());
         }
         Ok(out)
     }
 
-    /// Delete a terminal job with its labels and log lines, in one transaction. Returns
-    /// false, changing nothing, when the job does not exist or is not terminal.
-    pub fn delete_job(&mut self, id: u64) -> Result<bool> {
+    /// Quarantine a record that cannot be read or run: the job is stored FAILED with the
+    /// damage named (the stand-in of `Job::damaged`), the damaged text kept in `damage`,
+    /// and a log line says what happened. Returns the stand-in.
+    pub fn quarantine(&mut self, id: u64, damage: &str, now: Micros) -> Result<Option<Job>> {
         let tx = self.conn.transaction()?;
-        let n = tx.execute("DELETE FROM jobs WHERE id = ?1 AND terminal = 1", params![id as i64])?;
+        let row = tx
+            .query_row(
+                "SELECT project, region, create_time, core, resource FROM jobs WHERE id = ?1",
+                params![id as i64],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?)),
+            )
+            .optional()?;
+        let Some((project, region, create_time, core, resource)) = row else { return Ok(None) };
+        let job = Job::damaged(id, project, region, create_time, now, damage);
+        let kept: String = format!("core: {core}\nresource: {resource}").chars().take(4096).collect();
+        tx.execute(
+            "UPDATE jobs SET state = ?2, update_time = ?3, terminal = 1, core = ?4, format = ?5, damage = ?6 WHERE id = ?1",
+            params![id as i64, job.state().wire_name(), now, encode(&job)?, CORE_FORMAT, kept],
+        )?;
+        let text = job.error().map(|e| e.message.clone()).unwrap_or_default();
+        insert_event(&tx, id, now, 0, None, &text)?;
         tx.commit()?;
-        Ok(n == 1)
+        Ok(Some(job))
+    }
+
+    /// Delete a terminal resource of `kind` under its parent, with its labels and log
+    /// lines, in one transaction with the done Operation that answers the delete
+    /// (`make_op(opid)` writes its body) and the outbox entry that purges its files (L23:
+    /// a server killed after the commit purges them after its restart). Returns the
+    /// Operation's body and the outbox entry, or None, changing nothing, when there is no
+    /// such terminal resource.
+    pub fn delete_terminal(
+        &mut self,
+        kind: &str,
+        project: &str,
+        region: &str,
+        id: u64,
+        make_op: impl FnOnce(u64) -> String,
+    ) -> Result<Option<(String, (i64, Effect))>> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "DELETE FROM jobs WHERE id = ?1 AND kind = ?2 AND project = ?3 AND region = ?4 AND terminal = 1",
+            params![id as i64, kind, project, region],
+        )?;
+        if n != 1 {
+            return Ok(None);
+        }
+        tx.execute("INSERT INTO operations (project, region, body) VALUES (?1, ?2, '')", params![project, region])?;
+        let opid = tx.last_insert_rowid() as u64;
+        let body = make_op(opid);
+        tx.execute("UPDATE operations SET body = ?2 WHERE id = ?1", params![opid as i64, body])?;
+        let purge = Effect::Purge { job: id };
+        tx.execute("INSERT INTO outbox (job_id, effect) VALUES (?1, ?2)", params![id as i64, encode(&purge)?])?;
+        let seq = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(Some((body, (seq, purge))))
     }
 
     /// Lifecycle log lines of a job after `after_seq`.
@@ -428,16 +516,6 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-    }
-
-    /// Store a long-running operation; returns its id.
-    pub fn insert_operation(&mut self, project: &str, region: &str, make: impl FnOnce(u64) -> String) -> Result<u64> {
-        let tx = self.conn.transaction()?;
-        tx.execute("INSERT INTO operations (project, region, body) VALUES (?1, ?2, '')", params![project, region])?;
-        let id = tx.last_insert_rowid() as u64;
-        tx.execute("UPDATE operations SET body = ?2 WHERE id = ?1", params![id as i64, make(id)])?;
-        tx.commit()?;
-        Ok(id)
     }
 
     pub fn get_operation(&self, project: &str, region: &str, id: u64) -> Result<Option<String>> {
@@ -469,6 +547,36 @@ impl Store {
         let v = f(&tx)?;
         tx.commit()?;
         Ok(v)
+    }
+}
+
+/// A row of `jobs` as read, before its record is decoded.
+struct RawJob {
+    id: u64,
+    kind: String,
+    resource: String,
+    core: String,
+    project: String,
+    region: String,
+    create_time: i64,
+    display_name: String,
+    format: i64,
+}
+
+impl RawJob {
+    fn decode(self) -> StoredJob {
+        let parsed = if self.format != CORE_FORMAT {
+            Err(format!("record format {} is not one this release reads ({CORE_FORMAT})", self.format))
+        } else {
+            serde_json::from_str::<Job>(&self.core).map_err(|e| format!("record of job {}: {e}", self.id))
+        };
+        match parsed {
+            Ok(job) => StoredJob { kind: self.kind, resource: self.resource, job, display_name: self.display_name, damage: None },
+            Err(damage) => {
+                let job = Job::damaged(self.id, self.project, self.region, self.create_time, self.create_time, &damage);
+                StoredJob { kind: self.kind, resource: self.resource, job, display_name: self.display_name, damage: Some(damage) }
+            }
+        }
     }
 }
 
@@ -589,7 +697,7 @@ mod tests {
         let active = store.active_jobs().unwrap();
         assert_eq!(active.len(), 1);
         assert_eq!(active[0].job, t.job);
-        let pending = store.pending_outbox().unwrap();
+        let pending = store.pending_outbox().unwrap().0;
         assert_eq!(pending.len(), 1);
         assert!(matches!(pending[0].2, Effect::Launch { .. }));
         let ev = store.events(1, 0).unwrap();
@@ -607,7 +715,7 @@ mod tests {
         let s = Settings::default();
         let t = trainyard_core::step(&a, Event::Cancel, 6, &s).unwrap();
         store.commit(&t.job, &t.effects, 6).unwrap();
-        assert!(store.delete_job(a.id).unwrap());
+        assert!(store.delete_terminal("custom", "p", "us-central1", a.id, |_| "{}".into()).unwrap().is_some());
         let b = new_job(&mut store, "p");
         assert!(b.id > a.id);
         assert!(store.events(a.id, 0).unwrap().is_empty(), "its log lines went with it");
@@ -619,7 +727,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("t.db")).unwrap();
         let a = new_job(&mut store, "p");
-        assert!(!store.delete_job(a.id).unwrap());
+        assert!(store.delete_terminal("custom", "p", "us-central1", a.id, |_| "{}".into()).unwrap().is_none());
         assert!(store.get_job_by_id(a.id).unwrap().is_some());
     }
 

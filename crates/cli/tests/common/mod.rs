@@ -19,6 +19,8 @@ pub struct Server {
     agent: ureq::Agent,
     /// The data directory when it is not `<dir>/data` (e.g. a mounted file system).
     data: Option<PathBuf>,
+    /// Another `trainyard` binary than this build's (e.g. an earlier release's).
+    bin: Option<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -122,7 +124,7 @@ impl Server {
         // No connection reuse: a server may close a connection after an error response.
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
-        Server { child: None, port: free_port(), dir, config, agent, data: None }
+        Server { child: None, port: free_port(), dir, config, agent, data: None, bin: None }
     }
 
     /// Before the first `spawn`: keep the data in `data` instead of `<dir>/data`.
@@ -130,6 +132,14 @@ impl Server {
         assert!(self.child.is_none(), "the data directory is chosen before the server starts");
         self.data = Some(data);
         self
+    }
+
+    /// A server of another binary (an earlier release's), or of this build's with None.
+    pub fn start_with_bin(bin: Option<String>, extra_config: &str) -> Server {
+        let mut s = Server::prepare(extra_config);
+        s.bin = bin;
+        s.spawn();
+        s
     }
 
     /// The server's pid while it runs.
@@ -180,7 +190,7 @@ impl Server {
             .append(true)
             .open(self.dir.path().join("server.log"))
             .expect("log");
-        let child = Command::new(BIN)
+        let child = Command::new(self.bin.as_deref().unwrap_or(BIN))
             .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
             .args(if self.config.exists() { vec!["--config".into(), self.config.clone().into_os_string()] } else { vec![] })
             .env_remove("TRAINYARD_CONFIG")

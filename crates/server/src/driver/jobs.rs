@@ -151,6 +151,35 @@ impl Driver {
         }
     }
 
+    /// Delete an ended resource: the row, its labels and log lines go, a done Operation
+    /// answers, and its files are purged through the outbox (commit, then execute: L23).
+    pub(super) fn delete(&mut self, kind: &'static str, project: &str, region: &str, id: u64, now: Micros) -> Result<serde_json::Value, ApiError> {
+        let (what, live) = match kind {
+            KIND_STUDY => ("HyperparameterTuningJob", self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region)),
+            _ => ("CustomJob", self.jobs.get(&id).is_some_and(|l| l.job.project == project && l.job.region == region)),
+        };
+        if live {
+            return Err(ApiError::failed_precondition(format!(
+                "The {what} {id} in projects/{project}/locations/{region} has not ended and cannot be deleted; cancel it first."
+            )));
+        }
+        let at = Timestamp::from_micros(now);
+        let (p, r) = (project.to_string(), region.to_string());
+        let deleted = self
+            .store
+            .delete_terminal(kind, project, region, id, |opid| {
+                let op = trainyard_api::Operation::done_delete(format!("projects/{p}/locations/{r}/operations/{opid}"), at, at);
+                serde_json::to_string(&op).unwrap_or_default()
+            })
+            .map_err(|e| self.store_err(e))?;
+        let Some((body, purge)) = deleted else {
+            return Err(ApiError::not_found(format!("The {what} {id} in projects/{project}/locations/{region} does not exist.")));
+        };
+        tracing::info!("{what} {id} deleted");
+        self.execute(id, vec![purge]);
+        serde_json::from_str(&body).map_err(|e| ApiError::internal(format!("the delete operation: {e}")))
+    }
+
     /// Step one job, commit, execute. The outer Result is a store failure (fatal), the
     /// inner one a refused command.
     pub(super) fn apply(&mut self, id: u64, event: Event, now: Micros) -> Result<Result<(), Rejected>, StoreError> {

@@ -31,6 +31,11 @@ impl Driver {
                     }
                 }
                 Effect::Log(_) => done.push(seq),
+                Effect::Purge { job } => {
+                    let d = &self.svc.cfg.data_dir;
+                    let dirs = ["runs", "venvs", "trials"].iter().map(|k| d.join(k).join(job.to_string())).collect();
+                    self.exec.submit(Work::Purge { seq, dirs });
+                }
             }
         }
         // L6: every replica of the attempt starts at once.

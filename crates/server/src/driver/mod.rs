@@ -54,6 +54,9 @@ pub enum Msg {
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
     CancelStudy { project: String, region: String, id: u64, reply: Reply<()> },
+    /// Delete an ended resource of a kind (`KIND_CUSTOM`, `KIND_STUDY`): answered with the
+    /// done Operation; its files are purged through the outbox.
+    Delete { kind: &'static str, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
     Shutdown,
 }
 
@@ -220,6 +223,31 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
     r
 }
 
+/// Every run directory of a job: `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
+fn runs_on_disk(data_dir: &Path, job: u64) -> Vec<(RunId, PathBuf)> {
+    let mut out = Vec::new();
+    let dirs = |p: &Path| -> Vec<(String, PathBuf)> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (attempt, a) in dirs(&data_dir.join("runs").join(job.to_string())) {
+        let Ok(attempt) = attempt.parse::<u32>() else { continue };
+        for (replica, r) in dirs(&a) {
+            for (restart, dir) in dirs(&r) {
+                let Ok(restart) = restart.parse::<u32>() else { continue };
+                out.push((RunId { job, attempt, replica: replica.clone(), restart }, dir));
+            }
+        }
+    }
+    out
+}
+
 /// Backend events into the driver's channel.
 fn event_sink(tx: &Sender<Msg>) -> EventSink {
     let tx = Mutex::new(tx.clone());
@@ -248,7 +276,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
     match msg {
         Msg::Create { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } => drop(reply.send(Err(no()))),
-        Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) => {}
     }
@@ -348,18 +376,28 @@ impl Driver {
             self.watch_node(&n);
         }
         for stored in self.store.active_jobs()? {
-            let resource: CustomJob = match serde_json::from_str(&stored.resource) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!("job {}: stored resource unreadable, skipped: {e}", stored.job.id);
+            let id = stored.job.id;
+            let resource = match (&stored.damage, serde_json::from_str::<CustomJob>(&stored.resource)) {
+                (None, Ok(r)) => r,
+                (Some(damage), _) => {
+                    self.quarantine(id, damage)?;
+                    continue;
+                }
+                (None, Err(e)) => {
+                    self.quarantine(id, &format!("its resource: {e}"))?;
                     continue;
                 }
             };
-            let id = stored.job.id;
             self.jobs.insert(id, Live { job: stored.job, resource, waiting: None });
             self.index_deadline(id);
         }
-        let pending = self.store.pending_outbox()?;
+        let (pending, damaged) = self.store.pending_outbox()?;
+        for (seq, job, damage) in damaged {
+            // An effect that cannot be read cannot be carried out; its job's runs are
+            // adopted (or lost) by their state like any other's.
+            tracing::error!("job {job}: outbox entry {seq} is damaged and dropped: {damage}");
+            self.store.outbox_done(seq)?;
+        }
         let launching: HashSet<RunId> = pending
             .iter()
             .filter_map(|(_, _, e)| match e {
@@ -398,6 +436,19 @@ impl Driver {
             self.execute(job, effects);
         }
         self.recover_studies()?;
+        Ok(())
+    }
+
+    /// A live job whose record cannot be read is quarantined, not fatal: it is stored
+    /// FAILED with an internal error naming the damage (deletable, listed), and every run
+    /// found under its run directory is killed (L20).
+    fn quarantine(&mut self, id: u64, damage: &str) -> Result<(), StoreError> {
+        tracing::error!("job {id}: the stored record is damaged ({damage}); it is marked FAILED and its runs are stopped");
+        let now = self.now();
+        self.store.quarantine(id, damage, now)?;
+        for (run, dir) in runs_on_disk(&self.svc.cfg.data_dir, id) {
+            self.exec.submit(crate::executor::Work::Kill { run, dir });
+        }
         Ok(())
     }
 
@@ -602,6 +653,7 @@ impl Driver {
             }
             Msg::Executed(report) => match report {
                 crate::executor::Report::Launched { seqs } => self.store.outbox_done_many(&seqs)?,
+                crate::executor::Report::Purged { seq } => self.store.outbox_done(seq)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 other => self.stop_report(other, now),
             },
@@ -611,6 +663,10 @@ impl Driver {
             }
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
+                let _ = reply.send(r);
+            }
+            Msg::Delete { kind, project, region, id, reply } => {
+                let r = self.delete(kind, &project, &region, id, now);
                 let _ = reply.send(r);
             }
             Msg::CreateStudy { project, region, resource, reply } => {

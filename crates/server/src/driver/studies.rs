@@ -10,13 +10,20 @@ impl Driver {
     pub(super) fn recover_studies(&mut self) -> Result<(), StoreError> {
         let now = self.now();
         for (id, resource, core) in self.store.active_other(KIND_STUDY)? {
-            let (Ok(resource), Ok(st)) =
-                (serde_json::from_str::<HyperparameterTuningJob>(&resource), serde_json::from_str::<Study>(&core))
-            else {
-                tracing::error!("study {id}: stored record unreadable, skipped");
-                continue;
+            let parsed = serde_json::from_str::<HyperparameterTuningJob>(&resource)
+                .map_err(|e| format!("its resource: {e}"))
+                .and_then(|r| serde_json::from_str::<Study>(&core).map(|st| (r, st)).map_err(|e| e.to_string()))
+                .and_then(|(r, st)| StudyConfig::from_job(&r).map(|cfg| (r, st, cfg)).map_err(|e| e.message));
+            let (resource, st, cfg) = match parsed {
+                Ok(p) => p,
+                Err(damage) => {
+                    // Quarantined, not fatal: FAILED, deletable; its trial jobs run on as
+                    // CustomJobs of their own and can be cancelled as such.
+                    tracing::error!("study {id}: the stored record is damaged ({damage}); it is marked FAILED");
+                    self.store.quarantine_other(id, &damage, now)?;
+                    continue;
+                }
             };
-            let Ok(cfg) = StudyConfig::from_job(&resource) else { continue };
             self.studies.insert(id, LiveStudy { study: st, resource, cfg });
         }
         let ids: Vec<u64> = self.studies.keys().copied().collect();
