@@ -26,6 +26,9 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Before anything is created: the data directory, database, run directories and logs
+    // (and what shims and node agents create) are for this user only.
+    trainyard_server::datadir::set_private_umask();
     let mut cfg = match &args.config {
         Some(p) => Config::load(p, args.data_dir.clone())?,
         None => Config::builtin(args.data_dir.clone()),

@@ -22,6 +22,8 @@ fn server() -> Server {
         ),
     )
     .unwrap();
+    // The server refuses a tokens file that other users may read.
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let s = Server::start(&format!("tokens_file = \"{}\"\n", tokens.display()));
     std::mem::forget(dir);
     s
@@ -101,7 +103,8 @@ fn open_only_on_loopback_and_broken_tokens_refused() {
     assert!(err.contains("refusing to listen on 0.0.0.0"), "{err}");
 
     let bad = dir.path().join("tokens.toml");
-    std::fs::write(&bad, "[[tokens]]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nprojets = [\"p\"]\n").unwrap();
+    std::fs::write(&bad, "[[tokens]]\ntoken = \"k7Qz-2mWx-9fLp-4rTb\"\nprojets = [\"p\"]\n").unwrap();
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let out = Command::new(BIN)
         .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
         .arg("--data-dir")

@@ -2,6 +2,9 @@
 //! read-write. No or an unknown token: 401 UNAUTHENTICATED; a project the token may not
 //! use, or a write with a read-only token: 403 PERMISSION_DENIED. Without a tokens file the
 //! server is open, and `serve` allows that only on a loopback address.
+//!
+//! The file holds secrets: one that other users may read or change (any group or other
+//! permission bit) is refused, with the fix (`chmod 600 FILE`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,13 @@ pub enum TokensError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("tokens file {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// Other users may read or change the file.
+    #[error(
+        "tokens file {path} has mode {mode:04o}: other users may read or change it, and it holds secrets; \
+         fix it with `chmod 600 {path}`",
+        path = path.display()
+    )]
+    Exposed { path: PathBuf, mode: u32 },
 }
 
 #[derive(Deserialize)]
@@ -61,8 +71,20 @@ fn digest(token: &str) -> [u8; 32] {
 }
 
 impl Tokens {
+    /// Read and check the tokens file: refused when other users may read or change it, or
+    /// when it does not parse.
     pub fn load(path: &Path) -> Result<Tokens, TokensError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TokensError::Read { path: path.to_owned(), source })?;
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let read_err = |source: std::io::Error| TokensError::Read { path: path.to_owned(), source };
+        let mut file = std::fs::File::open(path).map_err(read_err)?;
+        // The mode of the file that is read (not of a path that may change in between).
+        let mode = file.metadata().map_err(read_err)?.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(TokensError::Exposed { path: path.to_owned(), mode });
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(read_err)?;
         Tokens::parse(&text).map_err(|message| TokensError::Invalid { path: path.to_owned(), message })
     }
 
@@ -176,5 +198,22 @@ access = "read-only"
         assert!(Tokens::parse("[[tokens]]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nprojects = [\"p\"]\naccess = \"admin\"\n").unwrap_err().contains("access"));
         let e = Tokens::parse("[[tokens]]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nprojets = [\"p\"]\n").unwrap_err();
         assert!(e.contains("line 3") && e.contains("projets"), "{e}");
+    }
+
+    #[test]
+    fn an_exposed_file_is_refused_with_its_mode_and_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.toml");
+        std::fs::write(&p, FILE).unwrap();
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = Tokens::load(&p).unwrap_err().to_string();
+            assert!(e.contains(&format!("mode {mode:04o}")) && e.contains(&format!("chmod 600 {}", p.display())), "{e}");
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(Tokens::load(&p).unwrap().len(), 2);
+        }
     }
 }

@@ -4,6 +4,12 @@
 //! say which process it is refused by. The kernel releases the lock when the process ends,
 //! however it ends; the file itself stays. std opens files close-on-exec, so replicas,
 //! shims and node agents never inherit the lock.
+//!
+//! The data directory holds job specs (with their environment values), logs and the
+//! database: it is created with mode 0700 (an existing one is tightened to it), and
+//! `serve` and `local-run` set the umask to 077 before anything is created
+//! ([`set_private_umask`]), so that every file the server, its shims and node agents
+//! create below it is readable by the server's user only.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -26,6 +32,30 @@ pub enum LockError {
     Busy { dir: PathBuf, pid: Option<u32> },
     #[error("cannot lock the data directory with {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+}
+
+/// The umask of `serve` and `local-run`: files and directories they (and the processes they
+/// start, which inherit it) create are for this user only (0600, 0700).
+pub const PRIVATE_UMASK: u32 = 0o077;
+
+/// Set the process umask to [`PRIVATE_UMASK`]; call before anything is created. Returns the
+/// previous umask.
+pub fn set_private_umask() -> nix::sys::stat::Mode {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(PRIVATE_UMASK as nix::libc::mode_t))
+}
+
+/// Create `dir` (and its missing parents) with mode 0700; an existing directory that other
+/// users may enter or read is tightened to 0700. Returns the mode it had when it was
+/// tightened.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o7700))?;
+    Ok(Some(mode))
 }
 
 /// The held lock; dropping it releases it.
@@ -87,6 +117,19 @@ mod tests {
         drop(first);
         let again = DataDirLock::take(dir.path()).unwrap();
         drop(again);
+    }
+
+    #[test]
+    fn the_data_directory_is_private_and_an_open_one_is_tightened() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("a/b/data");
+        assert_eq!(create_private_dir(&data).unwrap(), None);
+        assert_eq!(mode(&data), 0o700);
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(create_private_dir(&data).unwrap(), Some(0o755));
+        assert_eq!(mode(&data), 0o700);
     }
 
     #[test]

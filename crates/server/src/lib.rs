@@ -71,9 +71,14 @@ pub fn start(
     workdir: PathBuf,
     output_roots: Vec<PathBuf>,
 ) -> Result<Engine, StartError> {
-    for dir in [&cfg.data_dir, &cfg.storage_root] {
-        std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
+    // The data directory is for the server's user only (see `datadir`).
+    match datadir::create_private_dir(&cfg.data_dir) {
+        Ok(Some(mode)) => tracing::warn!("data directory {}: mode {mode:04o} tightened to 0700", cfg.data_dir.display()),
+        Ok(None) => {}
+        Err(source) => return Err(StartError::DataDir { path: cfg.data_dir.clone(), source }),
     }
+    std::fs::create_dir_all(&cfg.storage_root)
+        .map_err(|source| StartError::DataDir { path: cfg.storage_root.clone(), source })?;
     let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
     let node_agent = cfg.node_agents.then(|| shim_command.first().map(|exe| vec![exe.clone(), "node-agent".into()])).flatten();
     // Before any agent is started or adopted: agents of nodes not listed here exit.
