@@ -6,6 +6,7 @@ mod cliconfig;
 mod client;
 mod jobfile;
 mod local_run;
+mod logwriter;
 mod serve;
 
 use std::path::PathBuf;
@@ -100,10 +101,12 @@ fn init_tracing(verbose: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TRAINYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    // One event, one line: user text cannot forge log lines (see `logwriter`).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(logwriter::EscapingStderr { ansi })
+        .with_ansi(ansi)
         .try_init();
 }
 

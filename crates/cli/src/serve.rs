@@ -44,7 +44,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cfg.tokens_file = Some(t);
     }
     let tokens = match &cfg.tokens_file {
-        Some(path) => Some(std::sync::Arc::new(trainyard_server::auth::Tokens::load(path)?)),
+        Some(path) => Some(std::sync::Arc::new(trainyard_server::auth::TokenStore::open(path)?)),
         None => None,
     };
     if tokens.is_none() && !addr.ip().is_loopback() {
@@ -54,7 +54,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let auth_note = match &tokens {
-        Some(t) => format!("{} bearer tokens", t.len()),
+        Some(t) => format!("{} bearer tokens from {} (SIGHUP reads them again)", t.current().len(), t.path().display()),
         None => "no tokens file: open to local clients only".to_string(),
     };
     let workdir = crate::cwd();
@@ -79,7 +79,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let tx = engine.tx.clone();
     let health = engine.health.clone();
+    let hangup_tokens = state.tokens.clone();
     rt.block_on(async move {
+        reload_on_hangup(hangup_tokens)?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
             "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); {auth_note}",
@@ -99,6 +101,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(Err(e)) => Err(e.into()),
         Err(_) => bail!("the driver thread panicked"),
     }
+}
+
+/// SIGHUP reads the tokens file again (as `POST /v1/admin/tokens:reload` does); a file that
+/// cannot be used changes nothing and is logged. Without a tokens file SIGHUP is logged
+/// and ignored.
+fn reload_on_hangup(tokens: Option<std::sync::Arc<trainyard_server::auth::TokenStore>>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            match &tokens {
+                Some(store) => {
+                    let store = std::sync::Arc::clone(store);
+                    match tokio::task::spawn_blocking(move || trainyard_server::security::reload_tokens_logged(&store, "SIGHUP")).await {
+                        Ok(_) => {}
+                        Err(e) => tracing::error!("SIGHUP: the tokens reload did not finish: {e}"),
+                    }
+                }
+                None => tracing::warn!("SIGHUP: no tokens file to read again (open mode); ignored"),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// `stop_node_agents = true`: the virtual nodes' agents end with the server.

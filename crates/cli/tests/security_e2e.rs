@@ -1,24 +1,110 @@
-//! Attacks on the server's files, tried against a real server (part of the tenant-escape
-//! suite): the data directory, the database, run files and logs, and the CLI config are
-//! the user's only, whatever the umask; a tokens file that others may read is refused.
+//! Attacks on the server's files, tokens and log, tried against a real server (part of the
+//! tenant-escape suite): files for the server's user only, exposed or weak tokens refused
+//! at start, tokens read again (SIGHUP, the admin call) all or nothing, an audit line per
+//! mutating request naming the holder and never the token, no forged log lines.
 
 mod common;
 
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::*;
+use serde_json::Value;
+
+/// A response read off the wire: status, headers (lower-case names), body.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// One HTTP/1.1 request with the `Host` header given (or none), on its own connection.
+fn raw(port: u16, method: &str, path: &str, host: Option<&str>, token: Option<&str>, body: Option<&str>) -> Raw {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if let Some(h) = host {
+        head.push_str(&format!("Host: {h}\r\n"));
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() || method != "GET" {
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    head.push_str(body);
+    s.write_all(head.as_bytes()).expect("write");
+    let mut bytes = Vec::new();
+    let _ = s.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect::<Vec<_>>();
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_string() };
+    Raw { status, headers, body }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o7777
+}
+
+/// A tokens file with mode 0600 (as the server demands).
+fn write_tokens(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write tokens");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod tokens");
 }
 
 fn token_entry(name: &str, token: &str, projects: &str) -> String {
     format!("[[tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\nprojects = [{projects}]\n\n")
 }
 
+const ADMIN: &str = "adm-4e8f1c9b27d3a605";
 const BOB: &str = "bob-9a3c7e5d1f0b2468";
+const CAROL: &str = "car-1d5b9f3e7a2c6480";
+const DAVE: &str = "dav-8c2e6a0f4b9d1357";
+
+/// A server with a tokens file (kept under the server's temporary directory).
+fn token_server(text: &str) -> (Server, PathBuf) {
+    let mut s = Server::prepare("");
+    let tokens = s.dir.path().join("tokens.toml");
+    write_tokens(&tokens, text);
+    std::fs::write(&s.config, config_text(&format!("tokens_file = \"{}\"\n", tokens.display()))).expect("config");
+    s.spawn();
+    (s, tokens)
+}
 
 /// `trainyard serve` that is expected to refuse to start: its stderr.
 fn serve_refused(args: &[&std::ffi::OsStr]) -> String {
@@ -35,6 +121,18 @@ fn serve_refused(args: &[&std::ffi::OsStr]) -> String {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "serve started: {err}");
     err
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn jobs_path(project: &str) -> String {
+    format!("/v1/projects/{project}/locations/us-central1/customJobs")
 }
 
 /// The data directory, the database, a run directory, its spec.json (the job's env values)
@@ -107,6 +205,131 @@ fn an_exposed_tokens_file_is_refused_at_start() {
     let path = tokens.display().to_string();
     assert!(err.contains(&path) && err.contains("mode 0644") && err.contains(&format!("chmod 600 {path}")), "{err}");
     assert!(!err.contains(BOB), "the token was shown: {err}");
+}
+
+/// Weak tokens are refused at start, naming the holder and the line, never the token.
+#[test]
+fn weak_tokens_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    for weak in ["abc123xyz", "aaaaaaaaaaaaaaaaaaaa", "abcdefghabcdefgh", "abcdefghijklmnopqrst"] {
+        write_tokens(&tokens, &format!("{}{}", token_entry("good", BOB, "\"p\""), token_entry("lab", weak, "\"p\"")));
+        let err = serve_refused(&["--tokens".as_ref(), tokens.as_os_str()]);
+        assert!(err.contains("\"lab\"") && err.contains("line 8") && err.contains("too weak"), "{weak}: {err}");
+        assert!(!err.contains(weak) && !err.contains(BOB), "a token was shown: {err}");
+    }
+}
+
+/// SIGHUP reads the tokens file again: a new token works, a removed one is refused; a
+/// broken file changes nothing.
+#[test]
+fn sighup_reloads_tokens_all_or_nothing() {
+    let (s, tokens) = token_server(&format!("{}{}", token_entry("admin", ADMIN, "\"*\""), token_entry("bob", BOB, "\"alpha\"")));
+    let list = |t: &str| raw(s.port, "GET", &jobs_path("alpha"), Some("127.0.0.1"), Some(t), None).status;
+    assert_eq!((list(BOB), list(CAROL)), (200, 401));
+    let pid = s.pid().expect("pid") as i32;
+    write_tokens(&tokens, &format!("{}{}", token_entry("admin", ADMIN, "\"*\""), token_entry("carol", CAROL, "\"alpha\"")));
+    // SAFETY: kill(2) has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    wait_until("carol's token works", 10, || list(CAROL) == 200);
+    assert_eq!(list(BOB), 401, "a removed token still works");
+    assert!(s.server_log().contains("SIGHUP: tokens read again"), "{}", s.server_log());
+    // A broken file (a weak token) changes nothing; the server says why and lives on.
+    write_tokens(&tokens, &format!("{}{}", token_entry("admin", ADMIN, "\"*\""), token_entry("weak", "w3ak-t0ken", "\"alpha\"")));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    wait_until("the refused reload is logged", 10, || s.server_log().contains("SIGHUP: tokens not changed"));
+    assert_eq!((list(CAROL), list(ADMIN)), (200, 200));
+    assert!(!s.server_log().contains("w3ak-t0ken"), "a token was logged");
+}
+
+/// `POST /v1/admin/tokens:reload` with a "*" token reads the file again and says what
+/// changed; other tokens may not; a broken or exposed file changes nothing and the answer
+/// says why.
+#[test]
+fn the_admin_call_reloads_tokens_all_or_nothing() {
+    let (s, tokens) = token_server(&format!("{}{}", token_entry("admin", ADMIN, "\"*\""), token_entry("bob", BOB, "\"alpha\"")));
+    let reload = |t: Option<&str>| raw(s.port, "POST", "/v1/admin/tokens:reload", Some("127.0.0.1"), t, Some(""));
+    let list = |t: &str| raw(s.port, "GET", &jobs_path("alpha"), Some("127.0.0.1"), Some(t), None).status;
+    write_tokens(
+        &tokens,
+        &format!("{}{}{}", token_entry("admin", ADMIN, "\"*\""), token_entry("bob", BOB, "\"alpha\""), token_entry("dave", DAVE, "\"alpha\"")),
+    );
+    // Not an administrator: refused, nothing read.
+    let r = reload(Some(BOB));
+    assert_eq!((r.status, r.json()["error"]["status"].as_str()), (403, Some("PERMISSION_DENIED")), "{}", r.body);
+    assert_eq!(reload(None).status, 401);
+    assert_eq!(list(DAVE), 401);
+    let r = reload(Some(ADMIN));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.json(), serde_json::json!({"tokens": 3, "added": 1, "removed": 0}));
+    assert_eq!(list(DAVE), 200);
+    // A file that does not parse: 400 naming the line; the tokens in force stay.
+    write_tokens(&tokens, &format!("{}[[tokens]]\nname = \"x\"\ntokn = \"{CAROL}\"\n", token_entry("admin", ADMIN, "\"*\"")));
+    let r = reload(Some(ADMIN));
+    assert_eq!((r.status, r.json()["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{}", r.body);
+    let msg = r.json()["error"]["message"].as_str().unwrap_or("").to_string();
+    assert!(msg.contains("Tokens not changed") && msg.contains("line 8") && !msg.contains(CAROL), "{msg}");
+    assert_eq!((list(BOB), list(DAVE)), (200, 200));
+    // A file others may read: 400 naming the mode and the fix; nothing changes.
+    write_tokens(&tokens, &token_entry("admin", ADMIN, "\"*\""));
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let r = reload(Some(ADMIN));
+    let msg = r.json()["error"]["message"].as_str().unwrap_or("").to_string();
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(msg.contains("mode 0640") && msg.contains("chmod 600"), "{msg}");
+    assert_eq!((list(BOB), list(DAVE)), (200, 200));
+}
+
+/// Every POST/PUT/PATCH/DELETE leaves an audit line with the holder's name, the method,
+/// the path and the status; never the token. Reads leave none.
+#[test]
+fn audit_lines_name_the_holder_and_never_the_token() {
+    let (s, _) = token_server(&format!("{}{}", token_entry("admin", ADMIN, "\"*\""), token_entry("bob", BOB, "\"alpha\"")));
+    let job = sh_job("audited", "exit 0").to_string();
+    let created = raw(s.port, "POST", &jobs_path("alpha"), Some("127.0.0.1"), Some(BOB), Some(&job));
+    assert_eq!(created.status, 200, "{}", created.body);
+    let name = name_of(&created.json());
+    assert_eq!(raw(s.port, "POST", &jobs_path("beta"), Some("127.0.0.1"), Some(BOB), Some(&job)).status, 403);
+    assert_eq!(raw(s.port, "POST", &jobs_path("alpha"), Some("127.0.0.1"), Some(CAROL), Some(&job)).status, 401);
+    assert_eq!(raw(s.port, "DELETE", &format!("/v1/{name}"), Some("127.0.0.1"), None, None).status, 401);
+    assert_eq!(raw(s.port, "GET", &format!("/v1/{name}"), Some("127.0.0.1"), Some(BOB), None).status, 200);
+    let expected = [
+        format!("holder=\"bob\" method=\"POST\" path=\"{}\" status=200", jobs_path("alpha")),
+        format!("holder=\"bob\" method=\"POST\" path=\"{}\" status=403", jobs_path("beta")),
+        format!("holder=\"(unknown token)\" method=\"POST\" path=\"{}\" status=401", jobs_path("alpha")),
+        format!("holder=\"(no token)\" method=\"DELETE\" path=\"/v1/{name}\" status=401"),
+    ];
+    wait_until("the audit lines are written", 10, || {
+        let log = s.server_log();
+        expected.iter().all(|e| log.lines().any(|l| l.contains(" audit: ") && l.contains(e.as_str())))
+    });
+    let log = s.server_log();
+    let audit: Vec<&str> = log.lines().filter(|l| l.contains(" audit: ")).collect();
+    assert_eq!(audit.len(), expected.len(), "one line per mutating request, none for reads:\n{log}");
+    for t in [ADMIN, BOB, CAROL] {
+        assert!(!log.contains(t), "a token is in the log:\n{log}");
+    }
+}
+
+/// A displayName (or any user text) with line breaks and control characters cannot start
+/// a line of its own in the server log, nor reach a terminal raw.
+#[test]
+fn a_display_name_cannot_forge_a_log_line() {
+    let s = Server::start("");
+    let forged = "x\nFORGED INFO audit: holder=\"admin\" method=\"DELETE\"\r\u{1b}[2Kreal";
+    let job = s.create("p", &sh_job(forged, "exit 0"));
+    assert_eq!(job["displayName"].as_str(), Some(forged), "the name itself is kept");
+    wait_until("the creation is logged", 10, || s.server_log().contains("created: "));
+    let log = s.server_log();
+    for line in log.lines() {
+        assert!(!line.starts_with("FORGED") && !line.contains('\r') && !line.contains('\u{1b}'), "forged line: {line:?}\n{log}");
+    }
+    let created = log.lines().find(|l| l.contains("created: ")).unwrap_or("");
+    assert!(created.contains("FORGED") && created.contains("\\n"), "{created}");
+    // The audit line of the create is there, with the open-mode holder.
+    assert!(log.lines().any(|l| l.contains(" audit: ") && l.contains("holder=\"(open mode)\"") && l.contains("status=200")), "{log}");
 }
 
 /// `trainyard config set` writes the CLI config (which may hold a token) with mode 0600 in

@@ -4,14 +4,25 @@
 //! server is open, and `serve` allows that only on a loopback address.
 //!
 //! The file holds secrets: one that other users may read or change (any group or other
-//! permission bit) is refused, with the fix (`chmod 600 FILE`).
+//! permission bit) is refused, with the fix (`chmod 600 FILE`). Each token must be strong
+//! ([`weakness`]): at least 16 characters, at least 8 different ones, not one pattern
+//! repeated and not a run of consecutive characters. Errors name the entry by its `name`
+//! and its line, never by the token. [`TokenStore`] holds the tokens in force and reads
+//! the file again on demand (SIGHUP, `POST /v1/admin/tokens:reload`); a file that cannot
+//! be used changes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use trainyard_api::ApiError;
+
+/// Shortest token, in characters.
+pub const MIN_TOKEN_CHARS: usize = 16;
+/// Fewest different characters in a token.
+pub const MIN_DISTINCT_CHARS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {
@@ -37,7 +48,8 @@ struct File {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Entry {
-    token: String,
+    /// The secret, with its place in the file (for errors that name the line, not the token).
+    token: toml::Spanned<String>,
     /// Project ids, or `"*"` for every project.
     projects: Vec<String>,
     #[serde(default = "read_write")]
@@ -70,9 +82,38 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// Why a token is too weak to be accepted, or None when it is strong enough: fewer than
+/// [`MIN_TOKEN_CHARS`] characters, fewer than [`MIN_DISTINCT_CHARS`] different characters,
+/// one shorter pattern repeated (`abcdefghabcdefgh`), or a run of characters that each
+/// differ from the one before by the same step (`0123456789abcdef`, `aaaa...`).
+pub fn weakness(token: &str) -> Option<String> {
+    let chars: Vec<char> = token.chars().collect();
+    let n = chars.len();
+    if n < MIN_TOKEN_CHARS {
+        return Some(format!("it is shorter than {MIN_TOKEN_CHARS} characters"));
+    }
+    let distinct: HashSet<char> = chars.iter().copied().collect();
+    if distinct.len() < MIN_DISTINCT_CHARS {
+        return Some(format!("it has fewer than {MIN_DISTINCT_CHARS} different characters"));
+    }
+    if (1..n).any(|period| n % period == 0 && (period..n).all(|i| chars[i] == chars[i - period])) {
+        return Some("it is one shorter pattern repeated".into());
+    }
+    let step = |i: usize| i64::from(u32::from(chars[i])) - i64::from(u32::from(chars[i - 1]));
+    if (2..n).all(|i| step(i) == step(1)) {
+        return Some("it is a run of consecutive characters".into());
+    }
+    None
+}
+
+/// The 1-based line of byte offset `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.get(..at.min(text.len())).unwrap_or(text).matches('\n').count() + 1
+}
+
 impl Tokens {
-    /// Read and check the tokens file: refused when other users may read or change it, or
-    /// when it does not parse.
+    /// Read and check the tokens file: refused when other users may read or change it,
+    /// when it does not parse, or when a token is weak.
     pub fn load(path: &Path) -> Result<Tokens, TokensError> {
         use std::io::Read;
         use std::os::unix::fs::PermissionsExt;
@@ -89,18 +130,21 @@ impl Tokens {
     }
 
     pub fn parse(text: &str) -> Result<Tokens, String> {
-        let file: File = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            match line {
-                Some(l) => format!("line {l}: {}", e.message()),
-                None => e.message().to_string(),
-            }
+        let file: File = toml::from_str(text).map_err(|e| match e.span() {
+            Some(s) => format!("line {}: {}", line_of(text, s.start), e.message()),
+            None => e.message().to_string(),
         })?;
         let mut grants = HashMap::new();
         for (i, e) in file.tokens.into_iter().enumerate() {
-            let at = |m: &str| format!("tokens[{i}]: {m}");
-            if e.token.len() < 16 {
-                return Err(at("token must be at least 16 characters"));
+            let name = if e.name.is_empty() { format!("tokens[{i}]") } else { e.name };
+            let line = line_of(text, e.token.span().start);
+            // The entry by its line and holder, never by its secret.
+            let at = |m: &str| format!("line {line} (token {name:?}): {m}");
+            if let Some(why) = weakness(e.token.get_ref()) {
+                return Err(at(&format!(
+                    "the token is too weak: {why}; use at least {MIN_TOKEN_CHARS} random characters \
+                     (e.g. `openssl rand -hex 24`)"
+                )));
             }
             if e.projects.is_empty() {
                 return Err(at("projects must list at least one project (or \"*\")"));
@@ -111,12 +155,12 @@ impl Tokens {
                 other => return Err(at(&format!("access must be \"read-only\" or \"read-write\", not {other:?}"))),
             };
             let grant = Grant {
-                name: if e.name.is_empty() { format!("tokens[{i}]") } else { e.name },
                 all_projects: e.projects.iter().any(|p| p == "*"),
                 projects: e.projects,
                 write,
+                name: name.clone(),
             };
-            if grants.insert(digest(&e.token), grant).is_some() {
+            if grants.insert(digest(e.token.get_ref()), grant).is_some() {
                 return Err(at("the same token is listed twice"));
             }
         }
@@ -131,18 +175,28 @@ impl Tokens {
         self.grants.is_empty()
     }
 
-    /// Check a request's `Authorization` header for `project`; `write` for methods that
-    /// change something. Returns the holder's name.
-    pub fn check(&self, authorization: Option<&str>, project: &str, write: bool) -> Result<String, ApiError> {
-        let token = authorization
+    /// The bearer token of an `Authorization` header, if any.
+    fn bearer(authorization: Option<&str>) -> Option<&str> {
+        authorization
             .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                ApiError::unauthenticated(
-                    "Request is missing required authentication credential. Expected an \"Authorization: Bearer TOKEN\" header.",
-                )
-            })?;
+    }
+
+    /// Who holds the token of an `Authorization` header: its `name`, or None when the
+    /// header carries no known token.
+    pub fn holder(&self, authorization: Option<&str>) -> Option<&str> {
+        Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).map(|g| g.name.as_str())
+    }
+
+    /// Check a request's `Authorization` header for `project`; `write` for methods that
+    /// change something. Returns the holder's name.
+    pub fn check(&self, authorization: Option<&str>, project: &str, write: bool) -> Result<String, ApiError> {
+        let token = Tokens::bearer(authorization).ok_or_else(|| {
+            ApiError::unauthenticated(
+                "Request is missing required authentication credential. Expected an \"Authorization: Bearer TOKEN\" header.",
+            )
+        })?;
         let grant = self
             .grants
             .get(&digest(token))
@@ -159,45 +213,132 @@ impl Tokens {
     }
 }
 
+/// What a reload changed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Reloaded {
+    /// Tokens in force now.
+    pub tokens: usize,
+    /// Tokens that were not in force before.
+    pub added: usize,
+    /// Tokens no longer accepted.
+    pub removed: usize,
+}
+
+/// The tokens in force and the file they come from; [`TokenStore::reload`] replaces them
+/// all at once, or not at all.
+#[derive(Debug)]
+pub struct TokenStore {
+    path: PathBuf,
+    current: RwLock<Arc<Tokens>>,
+}
+
+impl TokenStore {
+    pub fn open(path: &Path) -> Result<TokenStore, TokensError> {
+        let tokens = Tokens::load(path)?;
+        Ok(TokenStore { path: path.to_owned(), current: RwLock::new(Arc::new(tokens)) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The tokens in force.
+    pub fn current(&self) -> Arc<Tokens> {
+        match self.current.read() {
+            Ok(g) => Arc::clone(&g),
+            // A writer never panics while it holds the lock (it only swaps an Arc).
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Read the file again; the new tokens replace the old ones only when the whole file
+    /// is good, else nothing changes and the error says why.
+    pub fn reload(&self) -> Result<Reloaded, TokensError> {
+        let new = Arc::new(Tokens::load(&self.path)?);
+        let mut slot = match self.current.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let added = new.grants.keys().filter(|k| !slot.grants.contains_key(*k)).count();
+        let removed = slot.grants.keys().filter(|k| !new.grants.contains_key(*k)).count();
+        let reloaded = Reloaded { tokens: new.len(), added, removed };
+        *slot = new;
+        Ok(reloaded)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const FILE: &str = r#"
-[[tokens]]
-token = "aaaaaaaaaaaaaaaaaaaa"
-projects = ["p1", "p2"]
-name = "ci"
+    const CI: &str = "ci-7f3a9c2e41d8b605";
+    const RO: &str = "ro-e19b74c05a2f3d68";
 
-[[tokens]]
-token = "rrrrrrrrrrrrrrrrrrrr"
-projects = ["*"]
-access = "read-only"
-"#;
+    fn file() -> String {
+        format!(
+            "\n[[tokens]]\ntoken = \"{CI}\"\nprojects = [\"p1\", \"p2\"]\nname = \"ci\"\n\n\
+             [[tokens]]\ntoken = \"{RO}\"\nprojects = [\"*\"]\naccess = \"read-only\"\n"
+        )
+    }
+
+    fn entry(token: &str) -> String {
+        format!("[[tokens]]\nname = \"lab\"\ntoken = \"{token}\"\nprojects = [\"p\"]\n")
+    }
 
     #[test]
     fn grants() {
-        let t = Tokens::parse(FILE).unwrap();
+        let t = Tokens::parse(&file()).unwrap();
         assert_eq!(t.len(), 2);
-        assert_eq!(t.check(Some("Bearer aaaaaaaaaaaaaaaaaaaa"), "p1", true).unwrap(), "ci");
-        let e = t.check(Some("Bearer aaaaaaaaaaaaaaaaaaaa"), "p3", false).unwrap_err();
+        assert_eq!(t.check(Some(&format!("Bearer {CI}")), "p1", true).unwrap(), "ci");
+        let e = t.check(Some(&format!("Bearer {CI}")), "p3", false).unwrap_err();
         assert_eq!(e.http_status(), 403);
         let e = t.check(None, "p1", false).unwrap_err();
         assert_eq!(e.http_status(), 401);
         let e = t.check(Some("Bearer nope-nope-nope-nope"), "p1", false).unwrap_err();
         assert_eq!(e.http_status(), 401);
-        assert!(t.check(Some("Bearer rrrrrrrrrrrrrrrrrrrr"), "anything", false).is_ok());
-        let e = t.check(Some("Bearer rrrrrrrrrrrrrrrrrrrr"), "anything", true).unwrap_err();
+        assert!(t.check(Some(&format!("Bearer {RO}")), "anything", false).is_ok());
+        let e = t.check(Some(&format!("Bearer {RO}")), "anything", true).unwrap_err();
         assert_eq!(e.http_status(), 403);
+        assert_eq!(t.holder(Some(&format!("Bearer {CI}"))), Some("ci"));
+        assert_eq!(t.holder(Some(&format!("Bearer {RO}"))), Some("tokens[1]"));
+        assert_eq!(t.holder(Some("Bearer nope-nope-nope-nope")), None);
+        assert_eq!(t.holder(None), None);
     }
 
     #[test]
     fn bad_files_name_the_entry() {
-        assert!(Tokens::parse("[[tokens]]\ntoken = \"short\"\nprojects = [\"p\"]\n").unwrap_err().contains("tokens[0]"));
-        assert!(Tokens::parse("[[tokens]]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nprojects = []\n").unwrap_err().contains("projects"));
-        assert!(Tokens::parse("[[tokens]]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nprojects = [\"p\"]\naccess = \"admin\"\n").unwrap_err().contains("access"));
-        let e = Tokens::parse("[[tokens]]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nprojets = [\"p\"]\n").unwrap_err();
+        let e = Tokens::parse("[[tokens]]\ntoken = \"sh0rt-t0ken\"\nprojects = [\"p\"]\n").unwrap_err();
+        assert!(e.contains("tokens[0]") && e.contains("line 2"), "{e}");
+        assert!(Tokens::parse(&format!("[[tokens]]\ntoken = \"{CI}\"\nprojects = []\n")).unwrap_err().contains("projects"));
+        let e = Tokens::parse(&format!("[[tokens]]\ntoken = \"{CI}\"\nprojects = [\"p\"]\naccess = \"admin\"\n")).unwrap_err();
+        assert!(e.contains("access"), "{e}");
+        let e = Tokens::parse(&format!("[[tokens]]\ntoken = \"{CI}\"\nprojets = [\"p\"]\n")).unwrap_err();
         assert!(e.contains("line 3") && e.contains("projets"), "{e}");
+        let e = Tokens::parse(&format!("{}\n{}", entry(CI), entry(CI))).unwrap_err();
+        assert!(e.contains("twice") && e.contains("line 8") && !e.contains(CI), "{e}");
+    }
+
+    /// Weak tokens are refused by the rule, naming the holder and the line, never the token.
+    #[test]
+    fn weak_tokens_are_refused_without_showing_them() {
+        let weak = [
+            ("abc123xyz", "shorter than 16"),
+            ("aaaaaaaaaaaaaaaaaaaa", "fewer than 8 different"),
+            ("abababababababababab", "fewer than 8 different"),
+            ("abcdefghabcdefgh", "pattern repeated"),
+            ("abcdefghijklmnopqrst", "consecutive"),
+            ("zyxwvutsrqponmlk", "consecutive"),
+        ];
+        for (token, why) in weak {
+            let text = format!("# tokens\n\n{}", entry(token));
+            let e = Tokens::parse(&text).unwrap_err();
+            assert!(e.contains(why) && e.contains("\"lab\"") && e.contains("line 5") && !e.contains(token), "{token}: {e}");
+        }
+        for strong in [CI, RO, "rw-token-0123456789abcdef", "Zq8-v!Lm2#xT9pWc", "correct horse battery staple"] {
+            assert_eq!(weakness(strong), None, "{strong}");
+        }
+        // Characters, not bytes: 15 two-byte characters are too short.
+        assert!(weakness("äöüßéèêëàáâãåçñ").is_some_and(|w| w.contains("shorter")));
     }
 
     #[test]
@@ -205,7 +346,7 @@ access = "read-only"
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("tokens.toml");
-        std::fs::write(&p, FILE).unwrap();
+        std::fs::write(&p, file()).unwrap();
         for mode in [0o644, 0o640, 0o604, 0o620] {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             let e = Tokens::load(&p).unwrap_err().to_string();
@@ -215,5 +356,32 @@ access = "read-only"
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             assert_eq!(Tokens::load(&p).unwrap().len(), 2);
         }
+    }
+
+    #[test]
+    fn reload_replaces_all_or_nothing() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.toml");
+        let write = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        write(&file());
+        let store = TokenStore::open(&p).unwrap();
+        let new = "nw-5c0e8d2b7a4f9136";
+        write(&format!("[[tokens]]\ntoken = \"{CI}\"\nprojects = [\"p1\"]\nname = \"ci\"\n\n{}", entry(new)));
+        assert_eq!(store.reload().unwrap(), Reloaded { tokens: 2, added: 1, removed: 1 });
+        assert_eq!(store.current().holder(Some(&format!("Bearer {new}"))), Some("lab"));
+        assert_eq!(store.current().holder(Some(&format!("Bearer {RO}"))), None);
+        // A broken file changes nothing.
+        write(&entry("too-short"));
+        assert!(store.reload().is_err());
+        assert_eq!(store.current().holder(Some(&format!("Bearer {new}"))), Some("lab"));
+        write(&file());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(store.reload(), Err(TokensError::Exposed { .. })));
+        assert_eq!(store.current().len(), 2);
+        assert_eq!(store.current().holder(Some(&format!("Bearer {CI}"))), Some("ci"));
     }
 }

@@ -33,8 +33,9 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// Key of page tokens (kept in the database, so tokens survive a restart).
     pub token_key: Vec<u8>,
-    /// Bearer tokens; None: open (loopback only).
-    pub tokens: Option<Arc<crate::auth::Tokens>>,
+    /// Bearer tokens (read again on SIGHUP or `POST /v1/admin/tokens:reload`); None: open
+    /// (loopback only, loopback `Host` names only).
+    pub tokens: Option<Arc<crate::auth::TokenStore>>,
     /// Waiting reasons of the latest scheduling round (positions move without a write).
     pub waiting: Arc<crate::driver::WaitingView>,
     /// The driver's liveness: `/healthz`, and 503 with the reason while it cannot work.
@@ -830,27 +831,6 @@ async fn limit_announced_body(req: axum::extract::Request, next: axum::middlewar
     next.run(req).await
 }
 
-/// Authentication of `/v1/projects/{project}/...` requests (when a tokens file is set).
-async fn authenticate(State(state): State<AppState>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let Some(tokens) = &state.tokens else { return next.run(req).await };
-    let path = req.uri().path();
-    // Administration (nodes, quotas) needs a token for every project ("*").
-    let project = if path.starts_with("/v1/admin") {
-        Some("*")
-    } else {
-        path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or(""))
-    };
-    let Some(project) = project else {
-        return next.run(req).await;
-    };
-    let write = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
-    let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    match tokens.check(auth, project, write) {
-        Ok(_) => next.run(req).await,
-        Err(e) => AppError(e).into_response(),
-    }
-}
-
 pub fn router(state: AppState) -> Router {
     let jobs = "/v1/projects/{project}/locations/{region}/customJobs";
     Router::new()
@@ -867,6 +847,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
         .route("/v1/admin/quotas", get(list_quotas))
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
+        .route("/v1/admin/tokens:reload", axum::routing::post(crate::security::reload_tokens))
         .route("/healthz", get(healthz))
         .route("/", get(console))
         .route("/console", get(console))
@@ -875,7 +856,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(limit_announced_body))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::security::guard))
         .with_state(state)
 }
 
