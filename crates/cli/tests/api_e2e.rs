@@ -340,7 +340,9 @@ fn console_page_is_served() {
     assert!(resp.headers().get("content-type").unwrap().to_str().unwrap().starts_with("text/html"));
     let page = resp.body_mut().read_to_string().unwrap();
     assert!(page.contains("<title>Trainyard</title>"));
-    assert!(page.contains("/customJobs?pageSize=100") && page.contains("/logs"), "the page uses the REST API");
+    assert!(page.contains("<script src=\"/console.js\">"), "{page}");
+    let script = agent.get(&s.url("/console.js")).call().unwrap().body_mut().read_to_string().unwrap();
+    assert!(script.contains("/customJobs?pageSize=100") && script.contains("/logs"), "the page uses the REST API");
 }
 
 /// `readMask`: a path that names no field of the resource is a 400 naming it (also on an

@@ -62,7 +62,7 @@ fn healthz_done(b: &[u8]) -> bool {
     b.windows(6).any(|w| w == b"\r\n\r\nok")
 }
 
-const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
 /// A client that sends half a request line and then nothing is closed after the header
 /// timeout, and so are one that sends nothing and one that trickles its head byte by byte;
@@ -83,7 +83,7 @@ fn slow_request_heads_are_closed_after_the_header_timeout_while_others_are_serve
         let mut t = connect(&s);
         std::thread::spawn(move || {
             let t0 = Instant::now();
-            for b in b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+            for b in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
                 if t.write_all(&[*b]).is_err() {
                     break;
                 }
@@ -146,7 +146,7 @@ fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
 fn a_trickled_body_is_cut_after_the_body_timeout() {
     let s = Server::start("[http]\nheader_timeout_secs = 1\nbody_timeout_secs = 2\n");
     let mut t = connect(&s);
-    let head = "POST /v1/projects/p/locations/us-central1/customJobs HTTP/1.1\r\nHost: t\r\n\
+    let head = "POST /v1/projects/p/locations/us-central1/customJobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\
                 Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
     t.write_all(head.as_bytes()).expect("head");
     let t0 = Instant::now();
@@ -280,7 +280,7 @@ fn shutdown_finishes_requests_in_flight_and_does_not_wait_for_ever_on_log_stream
     let name = name_of(&j);
     s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
     let mut follow = connect(&s);
-    write!(follow, "GET /v1/{name}/logs?follow=true HTTP/1.1\r\nHost: t\r\n\r\n").expect("write");
+    write!(follow, "GET /v1/{name}/logs?follow=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("write");
     let head = read_for(&mut follow, Duration::from_secs(5), |b| b.windows(4).any(|w| w == b"\r\n\r\n"));
     assert!(head.text().starts_with("HTTP/1.1 200"), "{}", head.text());
     // A create whose body is half sent when the signal comes.
@@ -289,7 +289,7 @@ fn shutdown_finishes_requests_in_flight_and_does_not_wait_for_ever_on_log_stream
     let mut create = connect(&s);
     write!(
         create,
-        "POST /v1/projects/p/locations/us-central1/customJobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/projects/p/locations/us-central1/customJobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .expect("head");

@@ -1,7 +1,8 @@
-//! Attacks on the server's files, tokens and log, tried against a real server (part of the
-//! tenant-escape suite): files for the server's user only, exposed or weak tokens refused
-//! at start, tokens read again (SIGHUP, the admin call) all or nothing, an audit line per
-//! mutating request naming the holder and never the token, no forged log lines.
+//! Attacks on the server's files, tokens, log and open mode, tried against a real server
+//! (part of the tenant-escape suite): files for the server's user only, exposed or weak
+//! tokens refused at start, tokens read again (SIGHUP, the admin call) all or nothing, an
+//! audit line per mutating request naming the holder and never the token, no forged log
+//! lines, DNS-rebinding `Host` names refused in open mode, and the console's headers.
 
 mod common;
 
@@ -332,6 +333,97 @@ fn a_display_name_cannot_forge_a_log_line() {
     assert!(log.lines().any(|l| l.contains(" audit: ") && l.contains("holder=\"(open mode)\"") && l.contains("status=200")), "{log}");
 }
 
+/// Open mode: a request addressed to another name (DNS rebinding: a page on
+/// evil.example whose name now points at 127.0.0.1) is refused with 403 and a clear
+/// message, and changes nothing; loopback names are served.
+#[test]
+fn open_mode_refuses_dns_rebinding_hosts() {
+    let s = Server::start("");
+    let job = sh_job("rebind", "exit 0").to_string();
+    for host in ["evil.example:8080", "evil.example", &format!("attacker.test:{}", s.port), "10.1.2.3", "[::2]:80"] {
+        let r = raw(s.port, "POST", &jobs_path("p"), Some(host), None, Some(&job));
+        let e = r.json();
+        assert_eq!((r.status, e["error"]["status"].as_str()), (403, Some("PERMISSION_DENIED")), "{host}: {}", r.body);
+        let msg = e["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains(&format!("{host:?}")) && msg.contains("DNS rebinding") && msg.contains("loopback"), "{msg}");
+        assert_eq!(raw(s.port, "GET", "/", Some(host), None, None).status, 403, "{host}: the console");
+        assert_eq!(raw(s.port, "GET", &jobs_path("p"), Some(host), None, None).status, 403, "{host}: a read");
+    }
+    let listed = raw(s.port, "GET", &jobs_path("p"), Some("127.0.0.1"), None, None);
+    assert_eq!((listed.status, listed.json()), (200, serde_json::json!({})), "a refused create stored a job");
+    let port = s.port;
+    for host in [
+        "localhost".to_string(),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "127.3.4.5".to_string(),
+        format!("[::1]:{port}"),
+        "LOCALHOST".to_string(),
+    ] {
+        assert_eq!(raw(port, "GET", &jobs_path("p"), Some(&host), None, None).status, 200, "{host}");
+        assert_eq!(raw(port, "GET", "/healthz", Some(&host), None, None).status, 200, "{host}");
+    }
+    let r = raw(port, "POST", &jobs_path("p"), Some(&format!("localhost:{port}")), None, Some(&job));
+    assert_eq!(r.status, 200, "{}", r.body);
+    // With tokens the Host is not checked (the token is what counts).
+    let (t, _) = token_server(&token_entry("bob", BOB, "\"p\""));
+    assert_eq!(raw(t.port, "GET", &jobs_path("p"), Some("trainyard.internal:8080"), Some(BOB), None).status, 200);
+}
+
+/// The console, its script, an API response and an error all carry the CSP, the frame and
+/// sniffing headers; the page has no inline script or style; the script keeps the token
+/// in sessionStorage and never reads it from the URL.
+#[test]
+fn security_headers_on_every_response() {
+    let s = Server::start("");
+    s.create("p", &sh_job("headers", "exit 0"));
+    let host = Some("127.0.0.1");
+    let page = raw(s.port, "GET", "/", host, None, None);
+    let script = raw(s.port, "GET", "/console.js", host, None, None);
+    let style = raw(s.port, "GET", "/console.css", host, None, None);
+    let api = raw(s.port, "GET", &jobs_path("p"), host, None, None);
+    let not_found = raw(s.port, "GET", "/no/such/thing", host, None, None);
+    let refused = raw(s.port, "GET", "/", Some("evil.example"), None, None);
+    let bad = raw(s.port, "POST", &jobs_path("p"), host, None, Some("{"));
+    for (what, r, status) in [
+        ("/", &page, 200),
+        ("/console.js", &script, 200),
+        ("/console.css", &style, 200),
+        ("an API response", &api, 200),
+        ("a 404", &not_found, 404),
+        ("a refused Host", &refused, 403),
+        ("a 400", &bad, 400),
+    ] {
+        assert_eq!(r.status, status, "{what}: {}", r.body);
+        let csp = r.header("content-security-policy").unwrap_or_else(|| panic!("{what}: no CSP"));
+        for directive in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"] {
+            assert!(csp.contains(directive), "{what}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{what}: {csp}");
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{what}");
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{what}");
+    }
+    assert!(script.header("content-type").is_some_and(|c| c.starts_with("text/javascript")));
+    assert!(style.header("content-type").is_some_and(|c| c.starts_with("text/css")));
+    // No inline script, style element or style attribute that the CSP would block.
+    let html = &page.body;
+    assert!(html.contains("<script src=\"/console.js\"></script>"), "{html}");
+    assert_eq!(html.matches("<script").count(), 1, "{html}");
+    assert!(!html.contains("<style") && !html.contains("style=") && !has_event_attribute(html), "{html}");
+    let js = &script.body;
+    assert!(!js.contains("style=") && !js.contains("localStorage.setItem(\"trainyard.token"), "{js}");
+    assert!(js.contains("token: sessionStorage") && !js.contains("params.get(\"token\")"), "{js}");
+}
+
+/// Does the HTML have an inline event handler (` onclick=`, ` onload=`...)?
+fn has_event_attribute(html: &str) -> bool {
+    html.match_indices(" on").any(|(i, _)| {
+        let rest = &html[i + 3..];
+        let name_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        name_len > 0 && rest[name_len..].trim_start().starts_with('=')
+    })
+}
+
 /// `trainyard config set` writes the CLI config (which may hold a token) with mode 0600 in
 /// a 0700 directory; an existing file others could read is tightened.
 #[test]
@@ -357,4 +449,3 @@ fn cli_config_is_private() {
     cli(&["list"]);
     assert_eq!(mode(&config), 0o600);
 }
-

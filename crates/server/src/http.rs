@@ -773,9 +773,18 @@ async fn healthz(State(state): State<AppState>) -> Response {
 }
 
 /// The web console: one page that lists a project's jobs and shows a job's details and
-/// logs, through this same REST API.
+/// logs, through this same REST API. Its script and style are files of their own, so that
+/// the Content-Security-Policy allows no inline code ([`crate::security`]).
 async fn console() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], include_str!("console.html")).into_response()
+}
+
+async fn console_js() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("console.js")).into_response()
+}
+
+async fn console_css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], include_str!("console.css")).into_response()
 }
 
 /// The OpenAPI 3 document, generated from the wire types.
@@ -851,6 +860,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/", get(console))
         .route("/console", get(console))
+        .route("/console.js", get(console_js))
+        .route("/console.css", get(console_css))
         .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

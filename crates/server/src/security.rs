@@ -1,25 +1,99 @@
-//! What every request passes before the API sees it:
+//! What every request passes before the API sees it, and what every response carries:
 //!
+//! - **Open mode** (no tokens file; `serve` then listens on loopback only): only requests
+//!   addressed to a loopback name are served (`Host` of `localhost`, `127.x.y.z` or `[::1]`,
+//!   with or without a port). A web page that points its own DNS name at 127.0.0.1 (DNS
+//!   rebinding) sends its own name as `Host` and gets 403 PERMISSION_DENIED. A request
+//!   without a `Host` header (HTTP/1.0) is served: browsers always send one.
 //! - **Tokens**: `/v1/projects/{project}/...` needs a token for the project, `/v1/admin/...`
 //!   a `"*"` token ([`crate::auth`]).
 //! - **Audit**: every POST, PUT, PATCH and DELETE is logged once it is answered, at target
 //!   `audit`, with the token's holder (its `name`, never the token), the method, the path
 //!   and the status. User text in log fields is escaped (`"..."` with `\n`, `\u{1b}`), so
 //!   that it cannot start a line of its own.
+//! - **Headers**: a Content-Security-Policy that allows only this server's own script,
+//!   style and API (`/console.js`, `/console.css`; no inline script or style), no framing
+//!   (`X-Frame-Options: DENY`, `frame-ancestors 'none'`), `X-Content-Type-Options: nosniff`
+//!   and `Referrer-Policy: no-referrer`, on every response, errors included.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use axum::extract::State;
-use axum::http::{header, Method};
+use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use trainyard_api::ApiError;
 
 use crate::auth::{Reloaded, TokenStore, TokensError};
 use crate::http::{AppError, AppState};
 
+/// The Content-Security-Policy of every response: the console's own script, style and API
+/// calls, nothing else (no inline script or style, no other origin, no framing).
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Is `host` (a `Host` header: a name or address, and maybe a port) a loopback name?
+/// `localhost`, any `127.x.y.z`, `[::1]` (or an IPv4-mapped loopback), with or without a
+/// port; nothing else.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim();
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let Some((inside, after)) = rest.split_once(']') else { return false };
+        let Ok(ip) = inside.parse::<Ipv6Addr>() else { return false };
+        if !(ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())) {
+            return false;
+        }
+        return match after {
+            "" => true,
+            p => p.strip_prefix(':').is_some_and(valid_port),
+        };
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        }
+    };
+    if port.is_some_and(|p| !valid_port(p)) {
+        return false;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.eq_ignore_ascii_case("localhost") || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// An empty port (`localhost:`) or a decimal port number.
+fn valid_port(p: &str) -> bool {
+    p.is_empty() || (p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
+}
+
+/// The loopback check of open mode: the request's `Host` (and the authority of an
+/// absolute-form request target), or the 403 that refuses it.
+fn check_open_mode_host(req: &axum::extract::Request) -> Result<(), ApiError> {
+    let mut names = Vec::new();
+    if let Some(h) = req.headers().get(header::HOST) {
+        names.push(String::from_utf8_lossy(h.as_bytes()).into_owned());
+    }
+    if let Some(a) = req.uri().authority() {
+        names.push(a.as_str().to_string());
+    }
+    match names.into_iter().find(|n| !is_loopback_host(n)) {
+        None => Ok(()),
+        Some(name) => {
+            let shown: String = name.chars().take(200).collect();
+            Err(ApiError::permission_denied(format!(
+                "Host {shown:?} is not a loopback name. This server runs without a tokens file (open mode) and \
+                 answers only requests addressed to localhost, 127.0.0.1 or [::1]: a web page could otherwise \
+                 reach it under its own DNS name (DNS rebinding). Use http://127.0.0.1:PORT/, or start the \
+                 server with a tokens file (--tokens) to serve other names."
+            )))
+        }
+    }
+}
+
 fn is_mutating(method: &Method) -> bool {
     matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE)
 }
 
-/// The guard of every request: authentication and the audit line of mutating requests.
+/// The guard of every request: the open-mode `Host` check, authentication, the audit line
+/// of mutating requests and the security headers of every response.
 pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -36,10 +110,10 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         }
     };
     let refused = match &tokens {
-        None => None,
+        None => check_open_mode_host(&req).err(),
         Some(t) => authenticate(t, &req).err(),
     };
-    let resp = match refused {
+    let mut resp = match refused {
         Some(e) => AppError(e).into_response(),
         None => next.run(req).await,
     };
@@ -53,6 +127,11 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
             "request"
         );
     }
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     resp
 }
 
@@ -110,5 +189,48 @@ pub async fn reload_tokens(State(state): State<AppState>) -> Response {
     match result {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => AppError(e).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:8080",
+            "localhost.",
+            "localhost:",
+            "127.0.0.1",
+            "127.0.0.1:8080",
+            "127.1.2.3:65535",
+            "[::1]",
+            "[::1]:8080",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "evil.example",
+            "localhost.evil.example",
+            "evil-localhost",
+            "127.0.0.1.nip.io:8080",
+            "10.0.0.1:8080",
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "[::2]",
+            "::1",
+            "[::1]x",
+            "127.0.0.1:99999",
+            "127.0.0.1:80:80",
+            "localhost:abc",
+            "",
+            "[::1",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
     }
 }
