@@ -230,36 +230,10 @@ impl Driver {
         Ok(())
     }
 
-    /// A node that can take replica `i` of `job` now, other than `exclude`.
+    /// L9: a node for replica `i` of `job` other than `exclude`, by the scheduler's own
+    /// placement on the capacity the other live replicas leave (`place_replacement`).
     pub(super) fn replacement_node(&self, job: u64, i: usize, exclude: &str) -> Option<String> {
-        let demand = self.jobs.get(&job)?.job.demand.replicas.get(i)?.clone();
-        let placements = self.placements();
-        self.fleet
-            .nodes
-            .iter()
-            .filter(|n| n.up && n.schedulable && n.name != exclude)
-            .find(|n| {
-                if self.fleet.overcommit {
-                    return true;
-                }
-                let (mut cpus, mut mem) = (demand.cpus as u64, demand.memory_bytes);
-                let mut acc: BTreeMap<String, u64> = BTreeMap::new();
-                if let Some((a, c)) = &demand.accelerator {
-                    acc.insert(a.clone(), *c as u64);
-                }
-                for (j, k) in placements.get(&n.name).map(Vec::as_slice).unwrap_or(&[]) {
-                    if let Some(d) = self.jobs.get(j).and_then(|l| l.job.demand.replicas.get(*k)) {
-                        cpus += d.cpus as u64;
-                        mem += d.memory_bytes;
-                        if let Some((a, c)) = &d.accelerator {
-                            *acc.entry(a.clone()).or_insert(0) += *c as u64;
-                        }
-                    }
-                }
-                cpus <= n.cpus as u64
-                    && mem <= n.memory_bytes
-                    && acc.iter().all(|(a, c)| n.accelerators.get(a).copied().unwrap_or(0) as u64 >= *c)
-            })
-            .map(|n| n.name.clone())
+        let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
+        trainyard_core::replace::place_replacement(&live, &self.fleet, job, i, exclude, self.now())
     }
 }

@@ -78,7 +78,7 @@ impl Driver {
         };
         for ((i, item, _, _), job) in accepted.into_iter().zip(jobs) {
             let id = job.id;
-            tracing::info!("job {id} created: {}", item.resource.display_name);
+            tracing::info!("job {id} created: {:?}", item.resource.display_name);
             results[i] = Ok(id);
             self.jobs.insert(id, Live { job, resource: item.resource, waiting: None });
             self.index_deadline(id);

@@ -125,7 +125,7 @@ impl Driver {
                 |id| serde_json::to_string(&Study::new(id, p, r, now)).unwrap_or_default(),
             )
             .map_err(|e| self.store_err(e))?;
-        tracing::info!("hyperparameter tuning job {id} created: {}", resource.display_name);
+        tracing::info!("hyperparameter tuning job {id} created: {:?}", resource.display_name);
         self.studies.insert(id, LiveStudy { study: Study::new(id, project, region, now), resource, cfg });
         self.apply_study(id, study::Event::Advance, now)?;
         self.maybe_schedule(now).map_err(|e| self.store_err(e))?;

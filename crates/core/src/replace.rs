@@ -1,0 +1,63 @@
+//! L9: where a replica moved off its node (lost, or drained for maintenance) starts again.
+//! The choice goes through the scheduler's own placement (`plan`, best fit on the capacity
+//! that every other live replica leaves), so that a move never over-commits an exact fleet
+//! and picks the node admission would pick; it is not a second, simpler placement.
+
+use std::collections::BTreeMap;
+
+use crate::job::{AfterReplicaStop, ReplicaState};
+use crate::schedule::{plan, Cluster, Decision, Fleet, Quotas, Request, SchedulerConfig};
+use crate::{Job, Micros};
+
+/// A node for replica `replica` of job `job`, other than `from` (its old node): the
+/// scheduler's placement of that one replica on what the other live replicas leave free
+/// (a replica already moving to a node counts there). None when no node can take it now
+/// (then the move is a stockout, L15).
+pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize, from: &str, now: Micros) -> Option<String> {
+    let moving = jobs.iter().find(|j| j.id == job)?;
+    let demand = moving.demand.replicas.get(replica)?.clone();
+    if fleet.overcommit {
+        return fleet.nodes.iter().find(|n| n.up && n.schedulable && n.name != from).map(|n| n.name.clone());
+    }
+    // Without the old node: it is down, or drained and must not take the replica back.
+    let mut without = fleet.clone();
+    for n in without.nodes.iter_mut().filter(|n| n.name == from) {
+        n.schedulable = false;
+    }
+    let mut c = Cluster::new(&without);
+    for j in jobs.iter().filter(|j| j.holds_capacity()) {
+        let mut placed = Vec::new();
+        for (i, (r, d)) in j.replicas.iter().zip(&j.demand.replicas).enumerate() {
+            if (j.id, i) == (job, replica) || !r.state.is_live() {
+                continue;
+            }
+            let need = c.table().need(d);
+            // Where it runs now, and where it is moving to (both held until it stops).
+            let at = r.node.as_deref().and_then(|n| c.node(n));
+            let to = match &r.state {
+                ReplicaState::Stopping { then: AfterReplicaStop::Move { node } } => c.node(node),
+                _ => None,
+            };
+            placed.extend([at, to].into_iter().flatten().map(|n| (n, need)));
+        }
+        let start = j.admitted_at().unwrap_or(now);
+        c.start(j.id, &j.project, false, start, start.saturating_add(j.policy.timeout), placed);
+    }
+    let shape = c.shape(std::slice::from_ref(&demand));
+    let metrics = BTreeMap::new();
+    let req = Request {
+        id: job,
+        project: &moving.project,
+        submitted: moving.create_time,
+        admitted: true,
+        spot: false,
+        shape: &shape,
+        metrics: &metrics,
+        duration: moving.policy.timeout,
+    };
+    let cfg = SchedulerConfig { explain: false, preemption: false, ..SchedulerConfig::default() };
+    plan(&c, &[req], &Quotas::default(), &BTreeMap::new(), now, &cfg).into_iter().find_map(|d| match d {
+        Decision::Place { nodes, .. } => nodes.into_iter().next(),
+        _ => None,
+    })
+}
