@@ -7,10 +7,10 @@
 //! journaled so that a trial placement can be rolled back in time proportional to what
 //! it touched.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::job::ReplicaDemand;
-use crate::schedule::Fleet;
+use crate::schedule::{Fleet, Node};
 
 /// A node's position in the fleet (`Fleet::nodes[i]`).
 pub type NodeIx = u32;
@@ -82,6 +82,8 @@ pub struct NodeTable {
     /// Nodes down, and nodes up but drained (for stockout details, L15).
     pub down: usize,
     pub drained: usize,
+    /// The largest capacity of any node: CPUs, memory, accelerators.
+    pub max_cap: [i64; 3],
 }
 
 impl NodeTable {
@@ -99,17 +101,15 @@ impl NodeTable {
             max_level: Vec::new(),
             down: fleet.nodes.iter().filter(|n| !n.up).count(),
             drained: fleet.nodes.iter().filter(|n| n.up && !n.schedulable).count(),
+            max_cap: [0; 3],
         };
         for (i, n) in fleet.nodes.iter().enumerate() {
-            // A node offers its most numerous accelerator type (nodes with several types
-            // offer only that one: never over-committed, at worst under-used).
-            let best = n.accelerators.iter().filter(|(_, &c)| c > 0).max_by_key(|(_, &c)| c);
-            let (ty, count) = match best {
-                Some((name, &c)) => {
+            let (ty, count) = match offered(n) {
+                Some((name, c)) => {
                     let ty = match acc_names.iter().position(|a| a == name) {
                         Some(p) => p,
                         None => {
-                            acc_names.push(name.clone());
+                            acc_names.push(name.to_string());
                             acc_names.len() - 1
                         }
                     };
@@ -124,6 +124,7 @@ impl NodeTable {
             t.cap_acc.push(count);
             t.acc_type.push(ty);
             t.usable.push(n.up && n.schedulable);
+            t.max_cap = [t.max_cap[0].max(n.cpus as i64), t.max_cap[1].max(n.memory_bytes as i64), t.max_cap[2].max(count)];
         }
         t.acc_names = acc_names;
         let classes = t.acc_names.len() + 1;
@@ -167,6 +168,84 @@ impl NodeTable {
         Shape::new(replicas.iter().map(|d| self.need(d)).collect())
     }
 
+    /// Node `n`, entirely free, holds one replica of `d`.
+    pub fn holds(&self, n: usize, d: &Need) -> bool {
+        self.cap_cpus[n] >= d.cpus
+            && self.cap_mem[n] >= d.mem
+            && (d.acc_type == NO_ACC || (self.acc_type[n] == d.acc_type && self.cap_acc[n] >= d.acc))
+    }
+
+    /// Replica indices, largest first: replicas that need accelerators, then by their
+    /// dominant share of the largest node; replica order among equals.
+    pub fn largest_first(&self, needs: &[Need]) -> Vec<usize> {
+        let share = |d: &Need| {
+            let f = |v: i64, m: i64| if m > 0 { v as f64 / m as f64 } else { 0.0 };
+            let acc = if d.acc_type == NO_ACC { 0.0 } else { f(d.acc, self.max_cap[2]) };
+            f(d.cpus, self.max_cap[0]).max(f(d.mem, self.max_cap[1])).max(acc)
+        };
+        let mut order: Vec<usize> = (0..needs.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (da, db) = (&needs[a], &needs[b]);
+            (db.acc_type != NO_ACC).cmp(&(da.acc_type != NO_ACC)).then(share(db).total_cmp(&share(da)))
+        });
+        order
+    }
+
+    /// The largest node that could hold `d` by its kind: of `d`'s accelerator type when it
+    /// asks for one (None when no node offers that type), else any node; largest by
+    /// accelerators, then CPUs, then memory.
+    pub fn largest_for(&self, d: &Need) -> Option<NodeIx> {
+        (0..self.len())
+            .filter(|&n| d.acc_type == NO_ACC || self.acc_type[n] == d.acc_type)
+            .max_by_key(|&n| (self.cap_acc[n], self.cap_cpus[n], self.cap_mem[n], std::cmp::Reverse(n)))
+            .map(|n| n as NodeIx)
+    }
+
+    /// The largest node of all (by CPUs, then memory, then accelerators).
+    pub fn largest(&self) -> Option<NodeIx> {
+        (0..self.len())
+            .max_by_key(|&n| (self.cap_cpus[n], self.cap_mem[n], self.cap_acc[n], std::cmp::Reverse(n)))
+            .map(|n| n as NodeIx)
+    }
+
+    /// A node's capacity in words: `8 CPUs, 32 GiB and 2 x NVIDIA_TESLA_T4`.
+    pub fn node_text(&self, n: NodeIx) -> String {
+        let i = n as usize;
+        let acc = (self.acc_type[i] != NO_ACC).then(|| (self.acc_name(self.acc_type[i]), self.cap_acc[i]));
+        amount_text(self.cap_cpus[i], self.cap_mem[i], acc)
+    }
+
+    /// The fleet in words, nodes of the same size together: `2 nodes of 4 CPUs and 16 GiB`.
+    pub fn fleet_text(&self) -> String {
+        let mut groups: Vec<(usize, usize)> = Vec::new(); // (first node, count)
+        for n in 0..self.len() {
+            let same = |m: usize| {
+                self.cap_cpus[m] == self.cap_cpus[n]
+                    && self.cap_mem[m] == self.cap_mem[n]
+                    && self.acc_type[m] == self.acc_type[n]
+                    && self.cap_acc[m] == self.cap_acc[n]
+            };
+            match groups.iter_mut().find(|(m, _)| same(*m)) {
+                Some(g) => g.1 += 1,
+                None => groups.push((n, 1)),
+            }
+        }
+        if groups.is_empty() {
+            return "no nodes".to_string();
+        }
+        let shown: Vec<String> = groups
+            .iter()
+            .take(3)
+            .map(|&(n, k)| format!("{k} node{} of {}", if k == 1 { "" } else { "s" }, self.node_text(n as NodeIx)))
+            .collect();
+        let more: usize = groups.iter().skip(3).map(|g| g.1).sum();
+        let mut s = shown.join(", ");
+        if more > 0 {
+            s.push_str(&format!(" and {more} more node{}", if more == 1 { "" } else { "s" }));
+        }
+        s
+    }
+
     pub fn acc_name(&self, t: u16) -> &str {
         match t {
             NO_ACC => "none",
@@ -174,6 +253,12 @@ impl NodeTable {
             t => &self.acc_names[t as usize],
         }
     }
+}
+
+/// The accelerators a node offers: its most numerous type (nodes with several types offer
+/// only that one: never over-committed, at worst under-used).
+pub fn offered(n: &Node) -> Option<(&str, u32)> {
+    n.accelerators.iter().filter(|(_, &c)| c > 0).max_by_key(|(_, &c)| c).map(|(a, &c)| (a.as_str(), c))
 }
 
 /// How many replicas of `need` fit into free (cpus, mem, acc) of a node of type `node_type`.
@@ -213,6 +298,16 @@ pub struct Work {
 impl Work {
     /// Every usable node entirely free.
     pub fn new(t: &NodeTable) -> Work {
+        Work::build(t, |i| t.usable[i])
+    }
+
+    /// Every node entirely free, usable or not: the fleet as it is when every node is up
+    /// and undrained again.
+    pub fn all(t: &NodeTable) -> Work {
+        Work::build(t, |_| true)
+    }
+
+    fn build(t: &NodeTable, take: impl Fn(usize) -> bool) -> Work {
         let n = t.len();
         let mut w = Work {
             cpus: t.cap_cpus.clone(),
@@ -224,7 +319,7 @@ impl Work {
             journal: Vec::new(),
         };
         for i in 0..n {
-            if t.usable[i] {
+            if take(i) {
                 let c = t.class(i as NodeIx);
                 let l = w.level_of(t, i as NodeIx);
                 w.pos[i] = w.buckets[c][l].len() as u32;
@@ -385,10 +480,81 @@ impl Work {
         limit: Option<&HashMap<NodeIx, [i64; 3]>>,
         prefer: &[NodeIx],
     ) -> Option<Vec<NodeIx>> {
+        if let Some(out) = self.place_in_order(t, shape, None, limit, prefer) {
+            return Some(out);
+        }
+        // Replica order failed: a mixed gang may still fit largest first (the replicas
+        // that need accelerators, then by their dominant share of the largest node), as a
+        // small replica placed first can take the one node a large one needs.
+        if shape.uniform {
+            return None;
+        }
+        let order = t.largest_first(&shape.needs);
+        if order.iter().enumerate().all(|(i, &o)| i == o) {
+            return None;
+        }
+        self.place_in_order(t, shape, Some(&order), limit, prefer)
+    }
+
+    /// `place_gang`, and where that fails on a mixed gang, an exact search for a packing
+    /// into the free capacity (within `limit`), bounded by `budget` nodes tried: the
+    /// greedy passes can miss a packing that exists (a small replica placed first on the
+    /// only node with the memory a large one needs). Identical replicas need no search:
+    /// the greedy pass fills every free slot.
+    pub fn place_gang_exact(
+        &mut self,
+        t: &NodeTable,
+        shape: &Shape,
+        limit: Option<&HashMap<NodeIx, [i64; 3]>>,
+        budget: u64,
+    ) -> Option<Vec<NodeIx>> {
+        if let Some(out) = self.place_gang(t, shape, limit) {
+            return Some(out);
+        }
+        if shape.uniform {
+            return None;
+        }
+        let free: Vec<Option<[i64; 3]>> = (0..t.len())
+            .map(|i| {
+                if self.pos[i] == u32::MAX {
+                    return None;
+                }
+                let mut f = [self.cpus[i], self.mem[i], self.acc[i]];
+                if let Some(cap) = limit.and_then(|l| l.get(&(i as NodeIx))) {
+                    for (f, c) in f.iter_mut().zip(cap) {
+                        *f = (*f).min(*c);
+                    }
+                }
+                Some(f)
+            })
+            .collect();
+        match exact_search(t, &free, &shape.needs, budget) {
+            Search::Found(nodes) => {
+                for (n, d) in nodes.iter().zip(&shape.needs) {
+                    self.take(t, *n, d);
+                }
+                Some(nodes)
+            }
+            Search::Impossible | Search::Undecided => None,
+        }
+    }
+
+    /// One greedy pass: the replicas in `order` (replica order without it), each on its
+    /// best-fit node. The result is in replica order.
+    fn place_in_order(
+        &mut self,
+        t: &NodeTable,
+        shape: &Shape,
+        order: Option<&[usize]>,
+        limit: Option<&HashMap<NodeIx, [i64; 3]>>,
+        prefer: &[NodeIx],
+    ) -> Option<Vec<NodeIx>> {
         let m = self.mark();
-        let mut out = Vec::with_capacity(shape.needs.len());
+        let mut out = vec![0 as NodeIx; shape.needs.len()];
         let mut used: HashMap<NodeIx, [i64; 3]> = HashMap::new();
-        for d in &shape.needs {
+        for k in 0..shape.needs.len() {
+            let i = order.map_or(k, |o| o[k]);
+            let d = &shape.needs[i];
             let picked = {
                 let mut ok = |n: NodeIx| match limit.and_then(|l| l.get(&n)) {
                     None => true,
@@ -421,7 +587,7 @@ impl Work {
                         u[1] += d.mem;
                         u[2] += if d.acc_type == NO_ACC { 0 } else { d.acc };
                     }
-                    out.push(n);
+                    out[i] = n;
                 }
                 None => {
                     self.rollback(t, m);
@@ -430,5 +596,299 @@ impl Work {
             }
         }
         Some(out)
+    }
+}
+
+/// Memory in GiB, without trailing zeros: `16`, `3.75`.
+pub fn gib_text(bytes: i64) -> String {
+    let g = bytes as f64 / (1u64 << 30) as f64;
+    let s = format!("{g:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+/// An amount of resources in words: `1 CPU and 3.75 GiB`, `8 CPUs, 30 GiB and 2 x NVIDIA_TESLA_T4`.
+pub fn amount_text(cpus: i64, mem: i64, acc: Option<(&str, i64)>) -> String {
+    let cpus = format!("{cpus} CPU{}", if cpus == 1 { "" } else { "s" });
+    match acc {
+        Some((name, count)) => format!("{cpus}, {} GiB and {count} x {name}", gib_text(mem)),
+        None => format!("{cpus} and {} GiB", gib_text(mem)),
+    }
+}
+
+/// Why a gang can never be placed: not even on the whole fleet with every node up and
+/// empty (drained and down nodes come back; only a smaller configuration shrinks the
+/// fleet). Capacity missing for other reasons is a stockout (L15), not this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NeverFit {
+    /// This replica (the first such) is larger than every node that could hold it.
+    Replica(usize),
+    /// Every replica fits some node alone, but the gang does not fit the fleet together.
+    Gang,
+}
+
+impl NeverFit {
+    /// What is missing, naming the largest node. For a replica: `needs 8 CPUs and 30 GiB,
+    /// but the largest node (n1) has 4 CPUs and 16 GiB`; for a gang: `cannot be placed
+    /// together on the fleet: 2 nodes of 4 CPUs and 16 GiB; the largest node (n1) has 4
+    /// CPUs and 16 GiB`. `acc_name` names a replica's accelerator (the table knows only
+    /// the types its nodes offer).
+    pub fn detail(&self, t: &NodeTable, shape: &Shape, acc_name: &dyn Fn(usize) -> Option<String>) -> String {
+        match *self {
+            NeverFit::Replica(i) => {
+                let Some(d) = shape.needs.get(i) else { return String::new() };
+                let name = acc_name(i).unwrap_or_else(|| t.acc_name(d.acc_type).to_string());
+                let acc = (d.acc_type != NO_ACC).then_some((name.as_str(), d.acc));
+                let need = amount_text(d.cpus, d.mem, acc);
+                let largest = |n: NodeIx| format!("({}) has {}", t.names[n as usize], t.node_text(n));
+                match (d.acc_type == NO_ACC, t.largest_for(d)) {
+                    (true, Some(n)) => format!("needs {need}, but the largest node {}", largest(n)),
+                    (false, Some(n)) => format!("needs {need}, but the largest node with {name} {}", largest(n)),
+                    (_, None) => match t.largest() {
+                        Some(n) => format!("needs {need}, but no node offers {name}; the largest node {}", largest(n)),
+                        None => format!("needs {need}, but the fleet has no nodes"),
+                    },
+                }
+            }
+            NeverFit::Gang => {
+                let largest = t
+                    .largest_for(&shape.max_need())
+                    .or_else(|| t.largest())
+                    .map(|n| format!("; the largest node ({}) has {}", t.names[n as usize], t.node_text(n)))
+                    .unwrap_or_default();
+                format!("cannot be placed together on the fleet: {}{largest}", t.fleet_text())
+            }
+        }
+    }
+}
+
+/// How many nodes the scheduler's exact search may try for one gang before it gives up
+/// (see [`Work::place_gang_exact`]).
+pub const PLACE_SEARCH_BUDGET: u64 = 20_000;
+/// How many nodes the never-fit check's exact search may try: a job is refused only when
+/// the search shows that it cannot fit; undecided, it is accepted.
+pub const PROOF_SEARCH_BUDGET: u64 = 200_000;
+/// Gangs larger than this are not searched exactly (the totals still refuse them).
+const EXACT_SEARCH_MAX_REPLICAS: usize = 512;
+
+/// Can `shape` never be placed on the fleet of `t`, with every node up and empty? A
+/// refusal is certain: a replica larger than every node, a gang larger than the fleet's
+/// total CPUs, memory or accelerators of a type, or one that neither the scheduler's
+/// placement (`Work::place_gang` on every node) nor an exact search (bounded by
+/// [`PROOF_SEARCH_BUDGET`]) can pack. Deterministic, so the check at create and the
+/// scheduler's later ones agree.
+pub fn never_fits(t: &NodeTable, shape: &Shape) -> Option<NeverFit> {
+    let needs = &shape.needs;
+    if needs.is_empty() {
+        return None;
+    }
+    // Each replica alone.
+    let mut seen: Vec<Need> = Vec::new();
+    for (i, d) in needs.iter().enumerate() {
+        if seen.contains(d) {
+            continue;
+        }
+        if !(0..t.len()).any(|n| t.holds(n, d)) {
+            return Some(NeverFit::Replica(i));
+        }
+        seen.push(*d);
+        if shape.uniform {
+            break;
+        }
+    }
+    // Identical replicas: the greedy placement fills every free slot, so the slots of the
+    // empty fleet decide exactly.
+    if shape.uniform {
+        let d = &needs[0];
+        let mut total = 0i64;
+        for n in 0..t.len() {
+            total = total.saturating_add(slots(t.cap_cpus[n], t.cap_mem[n], t.cap_acc[n], t.acc_type[n], d));
+            if total >= needs.len() as i64 {
+                return None;
+            }
+        }
+        return Some(NeverFit::Gang);
+    }
+    // The scheduler's placement on the empty fleet, then the exact search (which also
+    // refuses a gang above the fleet's totals at once).
+    if Work::all(t).place_gang(t, shape, None).is_some() {
+        return None;
+    }
+    let empty: Vec<Option<[i64; 3]>> = (0..t.len()).map(|n| Some([t.cap_cpus[n], t.cap_mem[n], t.cap_acc[n]])).collect();
+    match exact_search(t, &empty, needs, PROOF_SEARCH_BUDGET) {
+        Search::Impossible => Some(NeverFit::Gang),
+        Search::Found(_) | Search::Undecided => None,
+    }
+}
+
+/// What an exact search found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Search {
+    /// A packing: `nodes[i]` holds replica i.
+    Found(Vec<NodeIx>),
+    /// No packing exists.
+    Impossible,
+    /// The budget ran out first.
+    Undecided,
+}
+
+/// Does a packing of `needs` onto the empty nodes of `t` exist? None: undecided within
+/// `budget` nodes tried.
+pub fn exact_fit(t: &NodeTable, needs: &[Need], budget: u64) -> Option<bool> {
+    let empty: Vec<Option<[i64; 3]>> = (0..t.len()).map(|n| Some([t.cap_cpus[n], t.cap_mem[n], t.cap_acc[n]])).collect();
+    match exact_search(t, &empty, needs, budget) {
+        Search::Found(_) => Some(true),
+        Search::Impossible => Some(false),
+        Search::Undecided => None,
+    }
+}
+
+/// An exact search for a packing of `needs` into the free capacity `free` of each node
+/// (CPUs, memory, accelerators; None: the node takes no work), within `budget` nodes
+/// tried. Replicas are tried largest first; identical replicas go to nodes in increasing
+/// order, and nodes in the same state are tried once (both cut only symmetric branches);
+/// the remaining free totals bound each branch.
+pub fn exact_search(t: &NodeTable, free: &[Option<[i64; 3]>], needs: &[Need], budget: u64) -> Search {
+    if needs.len() > EXACT_SEARCH_MAX_REPLICAS || free.len() != t.len() {
+        return Search::Undecided;
+    }
+    // Kinds of replicas (equal needs), largest first, with their replica indices.
+    let mut kinds: Vec<(Need, Vec<usize>)> = Vec::new();
+    for i in t.largest_first(needs) {
+        match kinds.iter_mut().find(|(d, _)| *d == needs[i]) {
+            Some(k) => k.1.push(i),
+            None => kinds.push((needs[i], vec![i])),
+        }
+    }
+    let dims = 2 + t.acc_names.len();
+    let mut s = Exact {
+        t,
+        counts: kinds.iter().map(|k| k.1.len()).collect(),
+        kinds: kinds.iter().map(|k| k.0).collect(),
+        open: free.iter().map(Option::is_some).collect(),
+        free: free.iter().map(|f| f.unwrap_or([0; 3])).collect(),
+        have: vec![0; dims],
+        want: vec![0; dims],
+        path: Vec::with_capacity(needs.len()),
+        budget,
+    };
+    for n in 0..t.len() {
+        if !s.open[n] {
+            continue;
+        }
+        let f = s.free[n];
+        s.have[0] = s.have[0].saturating_add(f[0]);
+        s.have[1] = s.have[1].saturating_add(f[1]);
+        if t.acc_type[n] != NO_ACC {
+            let a = 2 + t.acc_type[n] as usize;
+            s.have[a] = s.have[a].saturating_add(f[2]);
+        }
+    }
+    for (d, reps) in &kinds {
+        if d.acc_type != NO_ACC && d.acc_type as usize >= t.acc_names.len() {
+            return Search::Impossible; // an accelerator no node offers
+        }
+        let k = reps.len() as i64;
+        s.want[0] = s.want[0].saturating_add(k.saturating_mul(d.cpus));
+        s.want[1] = s.want[1].saturating_add(k.saturating_mul(d.mem));
+        if d.acc_type != NO_ACC {
+            let a = 2 + d.acc_type as usize;
+            s.want[a] = s.want[a].saturating_add(k.saturating_mul(d.acc));
+        }
+    }
+    if s.want.iter().zip(&s.have).any(|(w, h)| w > h) {
+        // (Saturated sums are compared here, before any placement moves them.)
+        return Search::Impossible;
+    }
+    let first = s.counts.first().copied().unwrap_or(0);
+    match s.search(0, first, 0) {
+        Some(true) => {
+            let mut out = vec![0 as NodeIx; needs.len()];
+            let mut path = s.path.iter();
+            for (_, reps) in &kinds {
+                for &i in reps {
+                    out[i] = *path.next().unwrap_or(&0);
+                }
+            }
+            Search::Found(out)
+        }
+        Some(false) => Search::Impossible,
+        None => Search::Undecided,
+    }
+}
+
+struct Exact<'a> {
+    t: &'a NodeTable,
+    kinds: Vec<Need>,
+    counts: Vec<usize>,
+    open: Vec<bool>,
+    free: Vec<[i64; 3]>,
+    /// Free totals of the open nodes, and what the replicas not yet placed want: CPUs,
+    /// memory, then accelerators per type.
+    have: Vec<i64>,
+    want: Vec<i64>,
+    /// The nodes chosen so far, kind after kind.
+    path: Vec<NodeIx>,
+    budget: u64,
+}
+
+impl Exact<'_> {
+    /// Place the `left` remaining replicas of kind `kind` (on nodes from `from` on), then
+    /// the later kinds. None: out of budget.
+    fn search(&mut self, kind: usize, left: usize, from: usize) -> Option<bool> {
+        if left == 0 {
+            let next = kind + 1;
+            return match self.counts.get(next) {
+                None => Some(true),
+                Some(&k) => self.search(next, k, 0),
+            };
+        }
+        if self.want.iter().zip(&self.have).any(|(w, h)| w > h) {
+            return Some(false);
+        }
+        let d = self.kinds[kind];
+        let acc = if d.acc_type == NO_ACC { 0 } else { d.acc };
+        let mut tried: HashSet<(u16, [i64; 3])> = HashSet::new();
+        for n in from..self.t.len() {
+            if self.budget == 0 {
+                return None;
+            }
+            self.budget -= 1;
+            let f = self.free[n];
+            let ty = self.t.acc_type[n];
+            if !self.open[n]
+                || f[0] < d.cpus
+                || f[1] < d.mem
+                || (d.acc_type != NO_ACC && (ty != d.acc_type || f[2] < d.acc))
+                || !tried.insert((ty, f))
+            {
+                continue;
+            }
+            self.free[n] = [f[0] - d.cpus, f[1] - d.mem, f[2] - acc];
+            self.move_totals(&d, ty, -1);
+            self.path.push(n as NodeIx);
+            let r = self.search(kind, left - 1, n);
+            if r == Some(true) {
+                return r;
+            }
+            self.path.pop();
+            self.move_totals(&d, ty, 1);
+            self.free[n] = f;
+            r?;
+        }
+        Some(false)
+    }
+
+    /// One replica of `d` placed (`sign` -1) on or taken back (+1) from a node of
+    /// accelerator type `ty`.
+    fn move_totals(&mut self, d: &Need, ty: u16, sign: i64) {
+        self.have[0] += sign * d.cpus;
+        self.have[1] += sign * d.mem;
+        self.want[0] += sign * d.cpus;
+        self.want[1] += sign * d.mem;
+        if d.acc_type != NO_ACC {
+            self.have[2 + ty as usize] += sign * d.acc;
+            self.want[2 + d.acc_type as usize] += sign * d.acc;
+        }
     }
 }

@@ -125,6 +125,7 @@ pub mod code {
     pub const INVALID_ARGUMENT: i32 = 3;
     pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const RESOURCE_EXHAUSTED: i32 = 8;
+    pub const FAILED_PRECONDITION: i32 = 9;
     pub const INTERNAL: i32 = 13;
 }
 

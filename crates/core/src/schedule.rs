@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::{slots, Need, NodeIx, NodeTable, Shape, Work, NO_ACC};
+use crate::capacity::{
+    amount_text, never_fits, slots, Need, NeverFit, NodeIx, NodeTable, Shape, Work, NO_ACC, PLACE_SEARCH_BUDGET,
+};
 use crate::job::{secs, After, Job, Micros, Phase, ReplicaDemand, SECOND};
 
 /// A node that runs replicas.
@@ -43,6 +45,55 @@ pub struct Fleet {
     /// CPU and memory are shared, not reserved, and missing accelerators do not stop a
     /// replica from running (the single-workstation default).
     pub overcommit: bool,
+}
+
+impl Fleet {
+    /// Can a job with these replicas never be placed on this fleet, not even with every
+    /// node up and empty (drained and down nodes come back)? The reason and what is
+    /// missing in words, naming the largest node (see [`NeverFit::detail`]). Never on an
+    /// overcommitting fleet, where everything runs. The scheduler decides with the same
+    /// function ([`Cluster::never_fits`]), so a job accepted here is never refused later
+    /// by the same fleet.
+    pub fn never_fits(&self, replicas: &[ReplicaDemand]) -> Option<(NeverFit, String)> {
+        if self.overcommit || replicas.is_empty() {
+            return None;
+        }
+        // One shape (the common case): the free slots of the whole fleet decide, without
+        // building the placement index.
+        if replicas.windows(2).all(|w| w[0] == w[1]) {
+            let d = &replicas[0];
+            let mut total = 0u64;
+            for n in &self.nodes {
+                total = total.saturating_add(node_slots(n, d));
+                if total >= replicas.len() as u64 {
+                    return None;
+                }
+            }
+        }
+        let t = NodeTable::new(self);
+        let shape = t.shape(replicas);
+        let nf = never_fits(&t, &shape)?;
+        let acc_name = |i: usize| replicas.get(i).and_then(|d| d.accelerator.as_ref().map(|a| a.0.clone()));
+        Some((nf, nf.detail(&t, &shape, &acc_name)))
+    }
+}
+
+/// How many replicas of `d` an empty node holds (the node offers its most numerous
+/// accelerator type only, as in the scheduler's index).
+fn node_slots(n: &Node, d: &ReplicaDemand) -> u64 {
+    let per = |have: u64, want: u64| have.checked_div(want).unwrap_or(u64::MAX);
+    let mut s = per(n.cpus as u64, d.cpus as u64).min(per(n.memory_bytes, d.memory_bytes.min(i64::MAX as u64)));
+    if let Some((a, c)) = d.accelerator.as_ref().filter(|(_, c)| *c > 0) {
+        match crate::capacity::offered(n) {
+            Some((b, have)) if b == a => s = s.min(have as u64 / *c as u64),
+            _ => return 0,
+        }
+    }
+    if s == u64::MAX {
+        1 << 20 // a replica that asks for nothing fits anywhere (as `slots`)
+    } else {
+        s
+    }
 }
 
 /// Quota limits of one region: metric → limit, per project, with a default for projects
@@ -80,6 +131,10 @@ pub enum Decision {
     Place { job: u64, nodes: Vec<String>, warnings: Vec<String> },
     /// L15: the fleet cannot hold the attempt for reasons outside the queue.
     Stockout { job: u64, detail: String },
+    /// The job can never be placed on this fleet, not even with every node up and empty
+    /// (the configuration lost nodes since it was created): feed `Event::Impossible`.
+    /// `reason` names the job's pool and the largest node.
+    Impossible { job: u64, reason: String },
     /// The job keeps waiting; `reason` says why in plain words (with numbers that move:
     /// what is in use, expected times), `position` where it stands in the order; see
     /// [`waiting_text`]. Jobs in the same situation share one `reason`. `kind` names the
@@ -302,6 +357,12 @@ impl Cluster {
         self.table.shape(replicas)
     }
 
+    /// The scheduler's never-fit check (see [`Fleet::never_fits`]): on every node of the
+    /// fleet, up or not.
+    pub fn never_fits(&self, shape: &Shape) -> Option<NeverFit> {
+        never_fits(&self.table, shape)
+    }
+
     pub fn node(&self, name: &str) -> Option<NodeIx> {
         self.table.index.get(name).copied()
     }
@@ -434,7 +495,58 @@ pub fn schedule_with(
         })
         .collect();
     let used = quota_usage(jobs.iter().copied());
-    plan(&c, &reqs, quotas, &used, now, cfg)
+    let mut out = plan(&c, &reqs, quotas, &used, now, cfg);
+    // A job that can never fit: the reason in the job's own words (its pools).
+    for d in &mut out {
+        if let Decision::Impossible { job, reason } = d {
+            if let Some(k) = waiting.iter().position(|j| j.id == *job) {
+                if let Some(nf) = c.never_fits(&shapes[k]) {
+                    *reason = impossible_reason(&c.table, waiting[k], &shapes[k], nf);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Why `job` can never be placed, naming its pool (`workerPoolSpecs[i]`) and the largest
+/// node.
+pub fn impossible_reason(t: &NodeTable, job: &Job, shape: &Shape, nf: NeverFit) -> String {
+    let acc_name = |i: usize| job.demand.replicas.get(i).and_then(|d| d.accelerator.as_ref().map(|a| a.0.clone()));
+    let detail = nf.detail(t, shape, &acc_name);
+    let head = "The job can never be placed on this fleet, not even with every node up and free";
+    match nf {
+        NeverFit::Replica(i) => {
+            let pool = job.replicas.get(i).map_or(0, |r| r.pool);
+            format!("{head}: workerPoolSpecs[{pool}]: a replica {detail}.")
+        }
+        NeverFit::Gang => {
+            let mut pools: Vec<(usize, usize, &ReplicaDemand)> = Vec::new();
+            for (r, d) in job.replicas.iter().zip(&job.demand.replicas) {
+                match pools.last_mut() {
+                    Some((p, k, e)) if *p == r.pool && *e == d => *k += 1,
+                    _ => pools.push((r.pool, 1, d)),
+                }
+            }
+            let each = |d: &ReplicaDemand| {
+                let acc = d.accelerator.as_ref().map(|(a, c)| (a.as_str(), *c as i64));
+                amount_text(d.cpus as i64, d.memory_bytes.min(i64::MAX as u64) as i64, acc)
+            };
+            let same = pools.windows(2).all(|w| w[0].2 == w[1].2);
+            let list: Vec<String> = pools
+                .iter()
+                .map(|(p, k, d)| match same {
+                    true => format!("workerPoolSpecs[{p}]: {k}"),
+                    false => format!("workerPoolSpecs[{p}]: {k} x {}", each(d)),
+                })
+                .collect();
+            let what = match (same, pools.first()) {
+                (true, Some((_, _, d))) => format!("{} replicas of {}", job.replicas.len(), each(d)),
+                _ => format!("{} replicas", job.replicas.len()),
+            };
+            format!("{head}: its {what} ({}) {detail}.", list.join("; "))
+        }
+    }
 }
 
 /// The single-workstation default: quota first (L3), then everything on the first usable
@@ -601,6 +713,13 @@ struct Round<'a, 'r> {
     /// The same, for jobs that would run past the reservation.
     failed_long: Vec<(Need, usize)>,
     empty_fit: HashMap<(Need, usize), bool>,
+    empty_fit_mixed: HashMap<Vec<Need>, bool>,
+    /// Mixed gangs that did not fit this round: [as a job that ends before the
+    /// reservation, as one that runs past it].
+    failed_mixed: HashMap<Vec<Need>, [bool; 2]>,
+    /// Shapes that can never fit the fleet (see `Cluster::never_fits`), by shape.
+    never_uniform: HashMap<(Need, usize), Option<NeverFit>>,
+    never_mixed: HashMap<Vec<Need>, Option<NeverFit>>,
     chosen: HashSet<u64>,
     preempt_tries: usize,
     blocked_by: Option<u64>,
@@ -701,6 +820,45 @@ fn node_list(t: &NodeTable, nodes: &[(NodeIx, i64)]) -> String {
 }
 
 impl<'a, 'r> Round<'a, 'r> {
+    /// A job that can never fit, not even on the whole fleet up and empty, fails instead
+    /// of waiting (for quota or capacity) or being retried as a stockout. Asked only of
+    /// jobs that are not placed.
+    fn impossible(&mut self, r: &Request) -> Option<Decision> {
+        let nf = self.never_fits(r.shape)?;
+        let t = &self.c.table;
+        let reason = format!(
+            "The job can never be placed on this fleet, not even with every node up and free: {} {}.",
+            match nf {
+                NeverFit::Replica(i) => format!("replica {i}"),
+                NeverFit::Gang => format!("its {}", describe(t, r.shape)),
+            },
+            nf.detail(t, r.shape, &|_| None),
+        );
+        Some(Decision::Impossible { job: r.id, reason })
+    }
+
+    /// `Cluster::never_fits`, once per shape and round.
+    fn never_fits(&mut self, shape: &Shape) -> Option<NeverFit> {
+        if shape.needs.is_empty() {
+            return None;
+        }
+        if shape.uniform {
+            let key = (shape.needs[0], shape.needs.len());
+            if let Some(&v) = self.never_uniform.get(&key) {
+                return v;
+            }
+            let v = self.c.never_fits(shape);
+            self.never_uniform.insert(key, v);
+            return v;
+        }
+        if let Some(&v) = self.never_mixed.get(shape.needs.as_slice()) {
+            return v;
+        }
+        let v = self.c.never_fits(shape);
+        self.never_mixed.insert(shape.needs.clone(), v);
+        v
+    }
+
     fn fits_empty(&mut self, shape: &Shape) -> bool {
         let t = &self.c.table;
         if shape.needs.is_empty() {
@@ -725,8 +883,12 @@ impl<'a, 'r> Round<'a, 'r> {
             self.empty_fit.insert(key, f);
             return f;
         }
-        let mut empty = Work::new(t);
-        empty.place_gang(t, shape, None).is_some()
+        if let Some(&f) = self.empty_fit_mixed.get(shape.needs.as_slice()) {
+            return f;
+        }
+        let f = Work::new(t).place_gang_exact(t, shape, None, PLACE_SEARCH_BUDGET).is_some();
+        self.empty_fit_mixed.insert(shape.needs.clone(), f);
+        f
     }
 
     fn stockout_detail(&self) -> String {
@@ -1024,6 +1186,10 @@ pub fn plan(
         failed: Vec::new(),
         failed_long: Vec::new(),
         empty_fit: HashMap::new(),
+        empty_fit_mixed: HashMap::new(),
+        never_uniform: HashMap::new(),
+        never_mixed: HashMap::new(),
+        failed_mixed: HashMap::new(),
         chosen: HashSet::new(),
         preempt_tries: 0,
         blocked_by: None,
@@ -1044,6 +1210,10 @@ pub fn plan(
                     + rd.quota_round.get(&(r.project, m)).copied().unwrap_or(0)
             });
             if !short.is_empty() {
+                if let Some(d) = rd.impossible(r) {
+                    rd.out.push(d);
+                    continue;
+                }
                 if explain {
                     let reason = rd.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| format!("Waiting for quota: {}", quota_text(&short)));
                     rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position });
@@ -1053,6 +1223,10 @@ pub fn plan(
         }
         let spot_mode = r.spot && cfg.preemption;
         if let Some(b) = rd.blocked_by.filter(|_| !spot_mode) {
+            if let Some(d) = rd.impossible(r) {
+                rd.out.push(d);
+                continue;
+            }
             // Strict order: nothing passes the first job that does not fit.
             if !explain {
                 if q.spot.is_empty() {
@@ -1076,8 +1250,12 @@ pub fn plan(
                 || (long && dominated(&rd.failed_long, &d, k))
                 || rd.w.slot_bound(t, &d) < k as i64
         });
+        // A mixed gang that found no room earlier in the round finds none now either:
+        // free capacity only shrinks within a round.
+        let failed_before = rd.failed_mixed.get(r.shape.needs.as_slice()).is_some_and(|f| f[0] || (long && f[1]));
+        let skip = skip || (!r.shape.uniform && failed_before);
         let limit = if long { rd.resv.as_ref().map(|v| &v.slack) } else { None };
-        let placed = if skip {
+        let mut placed = if skip {
             None
         } else {
             match rd.resv.as_ref().filter(|_| !long) {
@@ -1088,6 +1266,13 @@ pub fn plan(
                 None => rd.w.place_gang(t, r.shape, limit),
             }
         };
+        if placed.is_none() && !skip && !r.shape.uniform {
+            // The greedy passes can miss a packing of a mixed gang: search for one.
+            placed = rd.w.place_gang_exact(t, r.shape, limit, PLACE_SEARCH_BUDGET);
+            if placed.is_none() {
+                rd.failed_mixed.entry(r.shape.needs.clone()).or_default()[usize::from(long)] = true;
+            }
+        }
         if let Some(nodes) = placed {
             if long {
                 let v = rd.resv.as_mut().expect("long implies a reservation");
@@ -1110,6 +1295,10 @@ pub fn plan(
             let names = nodes.iter().map(|n| t.names[*n as usize].clone()).collect();
             rd.out.push(Decision::Place { job: r.id, nodes: names, warnings: Vec::new() });
             rd.memo.clear();
+            continue;
+        }
+        if let Some(d) = rd.impossible(r) {
+            rd.out.push(d);
             continue;
         }
         if let Some((d, k)) = uniform {

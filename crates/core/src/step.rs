@@ -22,6 +22,9 @@ pub enum Event {
     Place { nodes: Vec<String>, addresses: Vec<String>, notes: Vec<String> },
     /// L15: the region has no capacity for the attempt (not a quota matter).
     Stockout { detail: String },
+    /// The job can never be placed on the fleet (it lost nodes since the job was
+    /// created): FAILED with code 9 (FAILED_PRECONDITION) and `reason`, without retries.
+    Impossible { reason: String },
     /// A replica's program started (L7).
     Started { run: RunId },
     /// A replica's run ended; `stderr_tail` are its last stderr lines (L13).
@@ -96,6 +99,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
     match event {
         Event::Place { nodes, addresses, notes } => cx.place(nodes, addresses, notes),
         Event::Stockout { detail } => cx.stockout(detail),
+        Event::Impossible { reason } => cx.impossible(reason),
         Event::Started { run } => cx.started(&run),
         Event::Exited { run, outcome, stderr_tail } => cx.exited(&run, outcome, stderr_tail),
         Event::Cancel => cx.cancel(),
@@ -235,6 +239,21 @@ impl Cx<'_> {
         }
         let error = JobError { code: code::RESOURCE_EXHAUSTED, message };
         self.retry_or_fail(RetryKind::Stockout, format!("stockout: {detail}"), error);
+    }
+
+    /// The job can never be placed: it fails at once, whatever its retry budget.
+    fn impossible(&mut self, reason: String) {
+        let error = JobError { code: code::FAILED_PRECONDITION, message: reason };
+        match &self.job.phase {
+            Phase::Queued => {
+                self.job.phase =
+                    Phase::Stopping { admitted_at: self.now, then: After::Fail(error), cancelling: false, was: State::Queued };
+                self.finish_if_down();
+            }
+            Phase::Pending { .. } => self.end_attempt(After::Fail(error)),
+            // Running or stopping: the job holds its nodes and wants no placement.
+            _ => {}
+        }
     }
 
     /// L15 FLEX_START: wait PENDING for capacity, up to maxWaitDuration.

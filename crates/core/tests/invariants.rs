@@ -239,6 +239,7 @@ fn apply(jobs: &mut [Job], decisions: &[Decision], now: Micros) {
         let (id, e) = match d {
             Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
             Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
+            Decision::Impossible { job, reason } => (*job, Event::Impossible { reason: reason.clone() }),
             Decision::Preempt { job, reason } => (*job, Event::Preempt { reason: reason.clone() }),
             Decision::Wait { .. } => continue,
         };
@@ -690,6 +691,7 @@ proptest! {
                     let (id, e) = match dec {
                         Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
                         Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
+                        Decision::Impossible { job, reason } => (*job, Event::Impossible { reason: reason.clone() }),
                         Decision::Preempt { job, reason } => (*job, Event::Preempt { reason: reason.clone() }),
                         Decision::Wait { .. } => continue,
                     };

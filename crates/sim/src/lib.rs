@@ -295,7 +295,8 @@ pub struct Report {
     /// SPOT jobs preempted at least once; most preemptions of one job.
     pub preempted_jobs: usize,
     pub max_preemptions_per_job: u32,
-    /// Jobs the fleet could never hold (L15 stockout; dropped).
+    /// Jobs dropped because the fleet could not hold them (an L15 stockout, or a job
+    /// larger than the whole fleet).
     pub stockouts: usize,
 }
 
@@ -509,8 +510,9 @@ pub fn simulate(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros
                     let a = st[i].attempt;
                     push(&mut heap, now + GRACE, Ev::Stopped(i, a));
                 }
-                Decision::Stockout { job, .. } => {
-                    // Cannot happen with every node up; drop the job so the run ends.
+                Decision::Stockout { job, .. } | Decision::Impossible { job, .. } => {
+                    // Cannot happen with every node up and a workload that fits the
+                    // fleet; drop the job so the run ends.
                     let i = by_id[&job];
                     st[i].waiting = false;
                     st[i].done = true;

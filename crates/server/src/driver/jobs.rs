@@ -326,6 +326,9 @@ impl Driver {
                 Decision::Stockout { job, detail } => {
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
                 }
+                Decision::Impossible { job, reason } => {
+                    self.apply(job, Event::Impossible { reason }, now)?.ok();
+                }
                 Decision::Wait { job, kind, reason, position } => {
                     let Some(live) = self.jobs.get_mut(&job) else { continue };
                     let waiting = Waiting { reason, position };
