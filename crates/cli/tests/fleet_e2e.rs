@@ -196,3 +196,129 @@ fn spot_job_is_preempted_and_comes_back() {
     assert!(!text.contains("Job retry"), "no retry budget spent: {text}");
     assert!(run_dir(&s.data_dir(), id_of(&spot), 1, "workerpool0-0", 0).exists(), "a fresh attempt ran");
 }
+
+/// The jobs list of project `p`.
+fn listed(s: &Server, what: &str) -> Vec<Value> {
+    let (st, body) = s.call("GET", &s.url(&format!("/v1/projects/p/locations/us-central1/{what}")), None);
+    assert_eq!(st, 200, "{body}");
+    body[what].as_array().cloned().unwrap_or_default()
+}
+
+/// A job with these pools (machine type, replica count), each running `sh -c true`.
+fn pools_job(name: &str, pools: &[(&str, u32)]) -> Value {
+    let specs: Vec<Value> = pools
+        .iter()
+        .map(|(mt, n)| {
+            serde_json::json!({
+                "machineSpec": {"machineType": mt}, "replicaCount": n.to_string(),
+                "containerSpec": {"imageUri": "python:3.11", "command": ["sh", "-c", "true"]}
+            })
+        })
+        .collect();
+    serde_json::json!({"displayName": name, "jobSpec": {"workerPoolSpecs": specs}})
+}
+
+/// Never-fit is an error, not a stockout (L15): on a fleet of known nodes, a replica
+/// larger than every node and a gang larger than the fleet are refused at create with 400
+/// naming the pool and the largest node, for CustomJobs and tuning jobs' trial specs;
+/// nothing is stored. On one 4-CPU `[node]`, three 4-CPU replicas are refused too.
+#[test]
+fn l15_never_fitting_jobs_are_refused_at_create() {
+    let s = Server::start(TWO_NODES);
+    let refused = |s: &Server, job: &Value, what: &str| {
+        let (st, body) = s.call("POST", &s.url(&format!("/v1/projects/p/locations/us-central1/{what}")), Some(&job.to_string()));
+        assert_eq!((st, body["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{body}");
+        body["error"]["message"].as_str().unwrap_or_default().to_string()
+    };
+    // A replica larger than every node.
+    let m = refused(&s, &pools_job("too-large", &[("n1-standard-4", 1), ("n1-standard-8", 1)]), "customJobs");
+    assert_eq!(
+        m,
+        "jobSpec.workerPoolSpecs[1]: a replica of n1-standard-8 needs 8 CPUs and 30 GiB, but the largest node (n1) has 4 CPUs and 16 GiB"
+    );
+    // A gang larger than the fleet: three 4-CPU replicas on two 4-CPU nodes.
+    let m = refused(&s, &pools_job("too-many", &[("n1-standard-4", 1), ("n1-standard-4", 2)]), "customJobs");
+    assert_eq!(
+        m,
+        "jobSpec.workerPoolSpecs: the job's 3 replicas of 4 CPUs and 15 GiB (workerPoolSpecs[0]: 1 x n1-standard-4; \
+         workerPoolSpecs[1]: 2 x n1-standard-4) cannot be placed together on the fleet: 2 nodes of 4 CPUs and 16 GiB; \
+         the largest node (n1) has 4 CPUs and 16 GiB"
+    );
+    let m = refused(&s, &pools_job("mixed", &[("n1-standard-4", 1), ("n1-standard-2", 2), ("n1-standard-4", 1)]), "customJobs");
+    assert!(m.starts_with("jobSpec.workerPoolSpecs: the job's 4 replicas (workerPoolSpecs[0]: 1 x n1-standard-4 of 4 CPUs and 15 GiB;"), "{m}");
+    assert!(m.contains("workerPoolSpecs[1]: 2 x n1-standard-2 of 2 CPUs and 7.5 GiB") && m.contains("the largest node (n1)"), "{m}");
+    // The CLI shows the same refusal.
+    let (ok, out) = cli(
+        &s,
+        &[
+            "custom-jobs",
+            "create",
+            "--project=p",
+            "--display-name=cli",
+            "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=python:3.11",
+            "--worker-pool-spec=machine-type=n1-standard-4,replica-count=2,container-image-uri=python:3.11",
+            "--command=true",
+        ],
+    );
+    assert!(!ok && out.contains("cannot be placed together on the fleet"), "{out}");
+    // A tuning job's trial spec: the field path is trialJobSpec's.
+    let mut study = serde_json::json!({
+        "displayName": "tune",
+        "studySpec": {"metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+                      "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0}}]},
+        "maxTrialCount": 2, "parallelTrialCount": 1,
+    });
+    study["trialJobSpec"] = pools_job("t", &[("n1-standard-4", 1), ("n1-standard-4", 2)])["jobSpec"].clone();
+    let m = refused(&s, &study, "hyperparameterTuningJobs");
+    assert!(m.starts_with("trialJobSpec.workerPoolSpecs: the job's 3 replicas of 4 CPUs and 15 GiB"), "{m}");
+    study["trialJobSpec"] = pools_job("t", &[("n1-highmem-8", 1)])["jobSpec"].clone();
+    let m = refused(&s, &study, "hyperparameterTuningJobs");
+    assert!(m.starts_with("trialJobSpec.workerPoolSpecs[0]: a replica of n1-highmem-8 needs 8 CPUs"), "{m}");
+    // Nothing was stored.
+    assert!(listed(&s, "customJobs").is_empty());
+    assert!(listed(&s, "hyperparameterTuningJobs").is_empty());
+    // What fits the fleet is accepted and runs.
+    let ok = s.create("p", &pools_job("fits", &[("n1-standard-4", 1), ("n1-standard-4", 1)]));
+    assert_eq!(s.wait_terminal(&name_of(&ok), 30)["state"], "JOB_STATE_SUCCEEDED");
+    drop(s);
+
+    // The issue's example: one 4-CPU [node], a job of three 4-CPU replicas.
+    let s = Server::start("[node]\ncpus = 4\nmemory_gb = 16\n");
+    let m = refused(&s, &pools_job("three", &[("n1-standard-4", 1), ("n1-standard-4", 2)]), "customJobs");
+    assert!(m.contains("the job's 3 replicas of 4 CPUs") && m.contains("1 node of 4 CPUs and 16 GiB; the largest node (local)"), "{m}");
+    assert!(listed(&s, "customJobs").is_empty());
+}
+
+/// A job that becomes impossible when the fleet shrinks (a restart with fewer nodes in the
+/// config) fails with a clear error (FAILED_PRECONDITION, naming its pool and the largest
+/// node) instead of waiting or being retried as a stockout; a job that still fits goes on.
+#[test]
+fn l15_job_impossible_after_the_fleet_shrinks_fails() {
+    let mut s = Server::start(&format!("{TWO_NODES}\n[quotas.default]\ncustom_model_training_cpus = 8\n"));
+    let a = s.create("p", &sh_job("holds-quota", "sleep 300"));
+    let a_name = name_of(&a);
+    s.wait_for(&a_name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    // Two 4-CPU replicas: they fit the two nodes, but wait for the quota `a` holds.
+    let b = s.create("p", &pools_job("pair", &[("n1-standard-4", 1), ("n1-standard-4", 1)]));
+    let b_name = name_of(&b);
+    s.wait_for(&b_name, 30, |j| j["state"] == "JOB_STATE_QUEUED" && j["trainyardWaitingReason"].is_string());
+    // The config loses n2; the server restarts.
+    s.kill9();
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("[[nodes]]\nname = \"n2\"\ncpus = 4\nmemory_gb = 16\n", "");
+    assert!(!text.contains("n2"), "{text}");
+    std::fs::write(&s.config, text).unwrap();
+    s.spawn();
+    let done = s.wait_terminal(&b_name, 30);
+    assert_eq!(done["state"], "JOB_STATE_FAILED", "{done:#}");
+    assert_eq!(done["error"]["code"], 9, "{done:#}");
+    let m = done["error"]["message"].as_str().unwrap();
+    assert!(m.contains("can never be placed on this fleet"), "{m}");
+    assert!(m.contains("its 2 replicas of 4 CPUs and 15 GiB (workerPoolSpecs[0]: 1; workerPoolSpecs[1]: 1)"), "{m}");
+    assert!(m.contains("the largest node (n1) has 4 CPUs and 16 GiB"), "{m}");
+    let log = s.logs_text(&b_name);
+    assert!(!log.contains("Resources are insufficient"), "not a stockout: {log}");
+    // The job that fits the smaller fleet is still running.
+    assert_eq!(s.get(&a_name)["state"], "JOB_STATE_RUNNING");
+    s.call("POST", &s.url(&format!("/v1/{a_name}:cancel")), Some("{}"));
+    s.wait_terminal(&a_name, 30);
+}

@@ -5,6 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use trainyard_api::{ApiError, CustomJob, Strategy};
+use trainyard_core::capacity::{amount_text, NeverFit};
 use trainyard_core::catalog::{accelerator_metric, Catalog, CPU_METRIC};
 use trainyard_core::job::{Demand, Policy, ReplicaDemand, SECOND};
 use trainyard_core::schedule::{Fleet, Quotas};
@@ -45,6 +46,8 @@ pub fn prepare(
 ) -> Result<Prepared, ApiError> {
     let mut pools = Vec::new();
     let mut demand = Demand::default();
+    // Pools with replicas: index, machine type (with accelerators), count, demand.
+    let mut placed_pools: Vec<(usize, String, u32, ReplicaDemand)> = Vec::new();
     for (i, pool) in job.job_spec.worker_pool_specs.iter().enumerate() {
         let Some(ms) = &pool.machine_spec else {
             pools.push(0);
@@ -69,29 +72,18 @@ pub fn prepare(
         let count = pool.replica_count as u32;
         pools.push(count);
         let rd = ReplicaDemand { cpus: mt.vcpus, memory_bytes: mt.memory_bytes, accelerator: accel.clone() };
-        if !fleet.overcommit {
-            // L15: what no node of the region could ever hold is refused at create.
-            let fits_somewhere = fleet.nodes.iter().any(|n| {
-                n.cpus >= rd.cpus
-                    && n.memory_bytes >= rd.memory_bytes
-                    && rd.accelerator.as_ref().is_none_or(|(a, c)| n.accelerators.get(a).copied().unwrap_or(0) >= *c)
-            });
-            if !fits_somewhere {
-                return Err(ApiError::invalid_argument(format!(
-                    "{path}: machineType \"{}\"{} is not offered in this region: no node has {} vCPUs, {} GiB of memory{}",
-                    ms.machine_type,
-                    accel.as_ref().map(|(a, c)| format!(" with {c} x {a}")).unwrap_or_default(),
-                    rd.cpus,
-                    rd.memory_bytes / trainyard_core::catalog::GIB,
-                    accel.as_ref().map(|(a, c)| format!(" and {c} x {a}")).unwrap_or_default(),
-                )));
-            }
-        }
+        let label = format!("{}{}", ms.machine_type, accel.as_ref().map(|(a, c)| format!(" with {c} x {a}")).unwrap_or_default());
+        placed_pools.push((i, label, count, rd.clone()));
         *demand.metrics.entry(CPU_METRIC.to_string()).or_insert(0) += mt.vcpus as u64 * count as u64;
         if let Some((a, c)) = &accel {
             *demand.metrics.entry(accelerator_metric(a)).or_insert(0) += *c as u64 * count as u64;
         }
         demand.replicas.extend(std::iter::repeat_n(rd, count as usize));
+    }
+    // L15: a gang that no node, or no packing onto the whole fleet, could ever hold is
+    // refused at create (what is missing only now is a stockout or a wait).
+    if let Some((nf, detail)) = fleet.never_fits(&demand.replicas) {
+        return Err(ApiError::invalid_argument(never_fit_message(&placed_pools, nf, &detail)));
     }
     // L4: a request above the limit could never run.
     let exceeded = quotas.exceeded_by(project, &demand.metrics);
@@ -115,6 +107,54 @@ pub fn prepare(
         }
     }
     Ok(Prepared { pools, demand, policy, checkpoints: job.job_spec.base_output_directory.is_some() })
+}
+
+/// The refusal of a job that can never fit, naming its pool(s) and the largest node.
+fn never_fit_message(pools: &[(usize, String, u32, ReplicaDemand)], nf: NeverFit, detail: &str) -> String {
+    let each = |d: &ReplicaDemand| {
+        amount_text(
+            d.cpus as i64,
+            d.memory_bytes.min(i64::MAX as u64) as i64,
+            d.accelerator.as_ref().map(|(a, c)| (a.as_str(), *c as i64)),
+        )
+    };
+    match nf {
+        NeverFit::Replica(r) => {
+            // Replica `r` is in the pool whose replicas it counts into.
+            let mut first = 0usize;
+            let pool = pools.iter().find(|(_, _, count, _)| {
+                first += *count as usize;
+                r < first
+            });
+            match pool {
+                Some((i, label, _, _)) => format!("jobSpec.workerPoolSpecs[{i}]: a replica of {label} {detail}"),
+                None => format!("jobSpec.workerPoolSpecs: a replica {detail}"),
+            }
+        }
+        NeverFit::Gang => {
+            let total: u32 = pools.iter().map(|p| p.2).sum();
+            let same = pools.windows(2).all(|w| w[0].3 == w[1].3);
+            let list: Vec<String> = pools
+                .iter()
+                .map(|(i, label, count, d)| {
+                    if same {
+                        format!("workerPoolSpecs[{i}]: {count} x {label}")
+                    } else {
+                        format!("workerPoolSpecs[{i}]: {count} x {label} of {}", each(d))
+                    }
+                })
+                .collect();
+            let what = match (same, pools.first()) {
+                (true, Some((_, _, _, d))) => format!("{total} replicas of {}", each(d)),
+                _ => format!("{total} replicas"),
+            };
+            let path = match pools {
+                [(i, ..)] => format!("jobSpec.workerPoolSpecs[{i}]"),
+                _ => "jobSpec.workerPoolSpecs".to_string(),
+            };
+            format!("{path}: the job's {what} ({}) {detail}", list.join("; "))
+        }
+    }
 }
 
 /// Map an output URI to a local directory: `gs://bucket/x` → `<storage_root>/bucket/x`;
@@ -154,6 +194,86 @@ pub fn resolve_output_dir(uri: &str, storage_root: &Path, roots: &[PathBuf], fie
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trainyard_core::schedule::Node;
+
+    fn job(pools: &[(&str, u32, Option<(&str, u32)>)]) -> CustomJob {
+        let specs: Vec<serde_json::Value> = pools
+            .iter()
+            .map(|(mt, n, acc)| {
+                let mut ms = serde_json::json!({"machineType": mt});
+                if let Some((a, c)) = acc {
+                    ms["acceleratorType"] = (*a).into();
+                    ms["acceleratorCount"] = (*c).into();
+                }
+                serde_json::json!({"machineSpec": ms, "replicaCount": n.to_string(),
+                                   "containerSpec": {"imageUri": "i", "command": ["true"]}})
+            })
+            .collect();
+        let body = serde_json::json!({"displayName": "x", "jobSpec": {"workerPoolSpecs": specs}});
+        trainyard_api::parse_custom_job(body.to_string().as_bytes()).expect("a valid job")
+    }
+
+    fn fleet(nodes: &[(&str, u32, u64, Option<(&str, u32)>)]) -> Fleet {
+        let nodes = nodes
+            .iter()
+            .map(|(name, cpus, gib, acc)| Node {
+                name: name.to_string(),
+                cpus: *cpus,
+                memory_bytes: gib << 30,
+                accelerators: acc.iter().map(|(a, c)| (a.to_string(), *c)).collect(),
+                up: true,
+                schedulable: true,
+            })
+            .collect();
+        Fleet { nodes, overcommit: false }
+    }
+
+    fn refusal(job: &CustomJob, fleet: &Fleet) -> String {
+        match prepare(job, &Catalog::builtin(), &Settings::default(), fleet, &Quotas::default(), "p") {
+            Ok(_) => panic!("accepted"),
+            Err(e) => {
+                assert_eq!(e.code, trainyard_api::Code::InvalidArgument, "{}", e.message);
+                e.message
+            }
+        }
+    }
+
+    /// L15: a job that can never be placed on the fleet is refused, naming the pool and
+    /// the largest node; the overcommitting default refuses none of them.
+    #[test]
+    fn never_fitting_jobs_are_refused_naming_pool_and_largest_node() {
+        let two = fleet(&[("n1", 4, 16, None), ("n2", 4, 16, None)]);
+        let too_large = job(&[("n1-standard-4", 1, None), ("n1-standard-8", 1, None)]);
+        assert_eq!(
+            refusal(&too_large, &two),
+            "jobSpec.workerPoolSpecs[1]: a replica of n1-standard-8 needs 8 CPUs and 30 GiB, but the largest node (n1) has 4 CPUs and 16 GiB"
+        );
+        let gang = job(&[("n1-standard-4", 1, None), ("n1-standard-4", 2, None)]);
+        assert_eq!(
+            refusal(&gang, &two),
+            "jobSpec.workerPoolSpecs: the job's 3 replicas of 4 CPUs and 15 GiB (workerPoolSpecs[0]: 1 x n1-standard-4; \
+             workerPoolSpecs[1]: 2 x n1-standard-4) cannot be placed together on the fleet: 2 nodes of 4 CPUs and 16 GiB; \
+             the largest node (n1) has 4 CPUs and 16 GiB"
+        );
+        let gpus = fleet(&[("cpu", 16, 64, None), ("g1", 8, 32, Some(("NVIDIA_TESLA_T4", 1)))]);
+        let t4 = job(&[("n1-standard-4", 1, Some(("NVIDIA_TESLA_T4", 2)))]);
+        assert_eq!(
+            refusal(&t4, &gpus),
+            "jobSpec.workerPoolSpecs[0]: a replica of n1-standard-4 with 2 x NVIDIA_TESLA_T4 needs 4 CPUs, 15 GiB and \
+             2 x NVIDIA_TESLA_T4, but the largest node with NVIDIA_TESLA_T4 (g1) has 8 CPUs, 32 GiB and 1 x NVIDIA_TESLA_T4"
+        );
+        let t4s = job(&[("n1-standard-4", 1, Some(("NVIDIA_TESLA_T4", 1))), ("n1-standard-4", 1, Some(("NVIDIA_TESLA_T4", 1)))]);
+        let m = refusal(&t4s, &gpus);
+        assert!(m.starts_with("jobSpec.workerPoolSpecs: the job's 2 replicas of 4 CPUs, 15 GiB and 1 x NVIDIA_TESLA_T4"), "{m}");
+        // What fits is accepted; the default fleet overcommits and refuses nothing.
+        let fits = job(&[("n1-standard-4", 1, None), ("n1-standard-4", 1, None)]);
+        assert!(prepare(&fits, &Catalog::builtin(), &Settings::default(), &two, &Quotas::default(), "p").is_ok());
+        let mut laptop = fleet(&[("local", 2, 4, None)]);
+        laptop.overcommit = true;
+        for j in [&too_large, &gang, &t4, &t4s] {
+            assert!(prepare(j, &Catalog::builtin(), &Settings::default(), &laptop, &Quotas::default(), "p").is_ok());
+        }
+    }
 
     #[test]
     fn output_dirs_map_and_refuse_escapes() {
