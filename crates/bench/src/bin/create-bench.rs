@@ -366,5 +366,63 @@ fn run(o: &Opts) -> Result<()> {
             long.cpu_ms_per_create / empty.cpu_ms_per_create.max(1e-9)
         );
     }
+    cancels_in_flight(&exe, tmp.path(), o)?;
+    Ok(())
+}
+
+/// Create latency while 50 cancels of programs that ignore SIGTERM are in flight (each
+/// stop waits out its grace period), against the same server idle, in the same run.
+fn cancels_in_flight(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
+    const STUBBORN: usize = 50;
+    let dir = tmp.join("cancels");
+    std::fs::create_dir_all(&dir)?;
+    // The measured creates (project "bench") wait on a quota of one job at a time, so that
+    // only the create path is measured; the stubborn jobs run in a project of their own.
+    std::fs::write(
+        dir.join("trainyard.toml"),
+        "[node]\nname = \"big\"\ncpus = 1024\nmemory_gb = 4096\n[lifecycle]\ngrace_period_secs = 30\n\
+         [quotas.projects.bench]\ncustom_model_training_cpus = 4\n",
+    )?;
+    let server = Server::start(exe, &dir)?;
+    let n = (o.creates / 4).max(o.clients);
+    let idle = measure(&server, o.clients, n, "idle")?;
+    let agent = agent();
+    let jobs = format!("{}/v1/projects/stubborn/locations/us-central1/customJobs", server.base);
+    let mut names = Vec::new();
+    for i in 0..STUBBORN {
+        let mut body = job_body(&format!("stubborn-{i}"));
+        body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] = serde_json::json!(["sh", "-c", "trap '' TERM; sleep 600"]);
+        let mut resp = agent.post(&jobs).header("Content-Type", "application/json").send(body.to_string().as_bytes())?;
+        let v: serde_json::Value = serde_json::from_str(&resp.body_mut().read_to_string()?)?;
+        names.push(v["name"].as_str().ok_or_else(|| anyhow!("create answered {v}"))?.to_string());
+    }
+    // Wait until they run, then cancel them all.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for name in &names {
+        loop {
+            let mut resp = agent.get(&format!("{}/v1/{name}", server.base)).call()?;
+            let v: serde_json::Value = serde_json::from_str(&resp.body_mut().read_to_string()?)?;
+            if v["state"] == "JOB_STATE_RUNNING" {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{name} did not start: {v}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for name in &names {
+        agent.post(&format!("{}/v1/{name}:cancel", server.base)).header("Content-Type", "application/json").send(b"{}" as &[u8])?;
+    }
+    let busy = measure(&server, o.clients, n, "busy")?;
+    println!();
+    println!(
+        "cancels in flight: {STUBBORN} stops of SIGTERM-ignoring programs waiting out their grace period: create p50 {:.1} ms, p99 {:.1} ms; idle p50 {:.1} ms, p99 {:.1} ms; p99 {:.2}x idle",
+        busy.p50_ms,
+        busy.p99_ms,
+        idle.p50_ms,
+        idle.p99_ms,
+        busy.p99_ms / idle.p99_ms
+    );
     Ok(())
 }
