@@ -408,10 +408,7 @@ impl ReplicaCgroup {
 fn kill_pids(pids: &[i32]) {
     for &pid in pids {
         if pid > 0 {
-            // SAFETY: kill(2) with a positive pid and a valid signal has no memory effects.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 }

@@ -49,8 +49,7 @@ mod tests {
     #[test]
     fn our_test_process_is_a_child_of_its_parent() {
         let me = std::process::id() as libc::pid_t;
-        // SAFETY: getppid has no effects.
-        let parent = unsafe { libc::getppid() };
+        let parent = nix::unistd::getppid().as_raw();
         assert!(children_of(parent).contains(&me));
     }
 }

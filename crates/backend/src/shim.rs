@@ -17,7 +17,7 @@
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,11 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::sys::signal::{killpg, SigSet, SigmaskHow, Signal};
+use nix::sys::stat::Mode;
+use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{CgroupError, CgroupVersion, ReplicaCgroup};
@@ -240,9 +245,10 @@ pub fn main_from_args(args: Vec<String>) -> i32 {
         diag(format_args!("{e}"));
         return EXIT_SHIM_FAILED;
     }
-    // SAFETY: setting a disposition to SIG_IGN installs no handler code.
+    // SAFETY: setting a disposition to SIG_IGN installs no handler code (nix's `signal`
+    // is unsafe for handlers; there is no safe call for a disposition).
     unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        let _ = nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn);
     }
     let [run_dir] = args.as_slice() else {
         diag(format_args!("usage: trainyard shim <run_dir>"));
@@ -264,52 +270,34 @@ pub fn main_from_args(args: Vec<String>) -> i32 {
     }
 }
 
-fn supervisor_sigset() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise the set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
-            libc::sigaddset(&mut set, sig);
-        }
-        set
+fn supervisor_sigset() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+        set.add(sig);
     }
+    set
 }
 
 fn block_supervisor_signals() -> Result<(), ShimError> {
-    let set = supervisor_sigset();
-    // SAFETY: a valid set; the old mask is not needed.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(ShimError::Sys { what: "block signals", source: io::Error::from_raw_os_error(rc) });
-    }
-    Ok(())
-}
-
-fn sys<T: PartialOrd + Default>(what: &'static str, rc: T) -> Result<T, ShimError> {
-    if rc < T::default() {
-        Err(ShimError::Sys { what, source: io::Error::last_os_error() })
-    } else {
-        Ok(rc)
-    }
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&supervisor_sigset()), None)
+        .map_err(|e| ShimError::Sys { what: "block signals", source: e.into() })
 }
 
 /// Takes the run directory's lock, retrying for a moment (a server probing liveness holds
 /// it briefly). `Ok(None)`: another shim holds it.
-fn take_lock(path: &Path) -> Result<Option<File>, ShimError> {
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).at("open lock", path)?;
+fn take_lock(path: &Path) -> Result<Option<Flock<File>>, ShimError> {
+    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).at("open lock", path)?;
     let started = Instant::now();
     loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(Some(file));
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) if started.elapsed() < LOCK_RETRY => thread::sleep(Duration::from_millis(20)),
-            Some(libc::EWOULDBLOCK) => return Ok(None),
-            _ => return Err(FileError { op: "lock", path: path.to_path_buf(), source: err }.into()),
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(Some(lock)),
+            Err((f, Errno::EINTR)) => file = f,
+            Err((f, Errno::EWOULDBLOCK)) if started.elapsed() < LOCK_RETRY => {
+                file = f;
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
+            Err((_, e)) => return Err(FileError { op: "lock", path: path.to_path_buf(), source: e.into() }.into()),
         }
     }
 }
@@ -317,10 +305,7 @@ fn take_lock(path: &Path) -> Result<Option<File>, ShimError> {
 fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // Own session: the shim survives the server and a Ctrl-C in the server's terminal.
     // EPERM means we already lead a session (the server may do setsid for us).
-    // SAFETY: setsid has no memory effects.
-    unsafe {
-        libc::setsid();
-    }
+    let _ = nix::unistd::setsid();
     let Some(_lock) = take_lock(&run_dir.join(LOCK_FILE))? else {
         diag(format_args!("another shim is running {}", run_dir.display()));
         return Ok(EXIT_ALREADY_RUNNING);
@@ -349,8 +334,8 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     };
     // Orphaned descendants (double-forked daemons) become our children, so we can find
     // and kill them when the program ends (L20).
-    // SAFETY: prctl with integer arguments.
-    if let Err(e) = sys("PR_SET_CHILD_SUBREAPER", unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }) {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        let e = ShimError::Sys { what: "PR_SET_CHILD_SUBREAPER", source: e.into() };
         diag(format_args!("{e}; orphaned descendants may escape"));
     }
     let writer = match LogWriter::open(&run_dir.join(log::LOG_FILE)) {
@@ -364,7 +349,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
     };
     let pid = child.id();
-    let pgid = pid as libc::pid_t;
+    let pgid = Pid::from_raw(pid as libc::pid_t);
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut pumps = 0;
@@ -399,7 +384,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     }
 
     let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
-    let wait_status = supervise_until_exit(pid as libc::pid_t, pgid, grace, cgroup.as_ref());
+    let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup.as_ref());
 
     // L20: nothing of the replica keeps running after its program ended.
     kill_remaining(pgid, cgroup.as_ref());
@@ -552,13 +537,10 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
     };
     // A CLOEXEC pipe on which the child reports, before exec, that joining the cgroup
     // failed: that failure is ours, while an exec failure is the user's.
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SpawnFailure::Launch(format!("pipe: {}", io::Error::last_os_error())));
-    }
-    // SAFETY: fresh descriptors from pipe2, owned from here on.
-    let (marker_read, marker_write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (marker_read, marker_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+        Ok(fds) => fds,
+        Err(e) => return Err(SpawnFailure::Launch(format!("pipe: {}", io::Error::from(e)))),
+    };
     let marker_fd = marker_write.as_raw_fd();
 
     let mut cmd = Command::new(program);
@@ -571,33 +553,35 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
-    // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
-    // system calls on memory prepared before the fork (no allocation).
+    // SAFETY: the closure runs between fork and exec (`pre_exec` is unsafe for that); it
+    // only makes async-signal-safe system calls on memory prepared before the fork (no
+    // allocation: the cgroup path is a CString already, nix passes a CStr through).
+    // `marker_fd` stays open until after `spawn` returns (`marker_write` is dropped
+    // below). The dispositions are reset with libc's `signal`: nix's takes only the
+    // standard signals, not the real-time ones.
     unsafe {
         cmd.pre_exec(move || {
+            let marker = BorrowedFd::borrow_raw(marker_fd);
             if let Some(procs) = &procs {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                let ok = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                let err = io::Error::last_os_error();
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                if !ok {
-                    libc::write(marker_fd, b"c".as_ptr().cast(), 1);
+                let joined = nix::fcntl::open(procs.as_c_str(), OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())
+                    .and_then(|fd| nix::unistd::write(&fd, b"0"));
+                if !matches!(joined, Ok(1)) {
+                    let err = match joined {
+                        Err(e) => io::Error::from(e),
+                        Ok(_) => io::Error::from(Errno::EIO),
+                    };
+                    let _ = nix::unistd::write(marker, b"c");
                     return Err(err);
                 }
             }
             // Its own process group, so a stop reaches all of it with killpg.
-            if libc::setpgid(0, 0) != 0 {
-                let err = io::Error::last_os_error();
-                libc::write(marker_fd, b"g".as_ptr().cast(), 1);
-                return Err(err);
+            if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
+                let _ = nix::unistd::write(marker, b"g");
+                return Err(e.into());
             }
             // The program starts with no blocked signals and default dispositions (the
             // shim blocks TERM/INT/HUP/CHLD and ignores PIPE; both would be inherited).
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
             for sig in 1..65 {
                 if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                     libc::signal(sig, libc::SIG_DFL);
@@ -631,7 +615,7 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
 /// Waits with `sigtimedwait` until the program exits; a SIGTERM/SIGINT/SIGHUP starts a
 /// stop: SIGTERM to its process group, then SIGKILL to the group and the cgroup at the
 /// end of the grace period. Reaps any other child on the way. Returns the wait status.
-fn supervise_until_exit(pid: libc::pid_t, pgid: libc::pid_t, grace: Duration, cgroup: Option<&ReplicaCgroup>) -> i32 {
+fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&ReplicaCgroup>) -> i32 {
     let set = supervisor_sigset();
     let mut main_status: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
@@ -642,10 +626,7 @@ fn supervise_until_exit(pid: libc::pid_t, pgid: libc::pid_t, grace: Duration, cg
         let now = Instant::now();
         if kill_at.is_some_and(|at| at <= now) {
             kill_at = None;
-            // SAFETY: killpg with a pgid we created.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+            let _ = killpg(pgid, Signal::SIGKILL);
             if let Some(cg) = cgroup {
                 if let Err(e) = cg.kill_pass() {
                     diag(format_args!("{e}"));
@@ -655,13 +636,10 @@ fn supervise_until_exit(pid: libc::pid_t, pgid: libc::pid_t, grace: Duration, cg
         }
         let sig = wait_signal(&set, kill_at.map(|at| at.saturating_duration_since(now)));
         match sig {
-            Some(libc::SIGCHLD) => reap(pid, &mut main_status),
-            Some(libc::SIGTERM) | Some(libc::SIGINT) | Some(libc::SIGHUP) if !stopping => {
+            Some(Signal::SIGCHLD) => reap(pid, &mut main_status),
+            Some(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP) if !stopping => {
                 stopping = true;
-                // SAFETY: as above.
-                unsafe {
-                    libc::killpg(pgid, libc::SIGTERM);
-                }
+                let _ = killpg(pgid, Signal::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
             }
             _ => {}
@@ -670,35 +648,36 @@ fn supervise_until_exit(pid: libc::pid_t, pgid: libc::pid_t, grace: Duration, cg
     main_status.unwrap_or(0)
 }
 
-/// `sigtimedwait` (or `sigwaitinfo` without a timeout): the signal taken, or `None` on
+/// `sigtimedwait` (or `sigwait` without a timeout): the signal taken, or `None` on
 /// timeout or interruption.
-fn wait_signal(set: &libc::sigset_t, timeout: Option<Duration>) -> Option<i32> {
-    // SAFETY: valid set and timespec; no siginfo wanted.
-    let rc = unsafe {
-        match timeout {
-            Some(t) => {
-                let ts = libc::timespec {
-                    tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-                    tv_nsec: t.subsec_nanos() as libc::c_long,
-                };
-                libc::sigtimedwait(set, std::ptr::null_mut(), &ts)
-            }
-            None => libc::sigwaitinfo(set, std::ptr::null_mut()),
-        }
+fn wait_signal(set: &SigSet, timeout: Option<Duration>) -> Option<Signal> {
+    let Some(t) = timeout else { return set.wait().ok() };
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: t.subsec_nanos() as libc::c_long,
     };
-    (rc > 0).then_some(rc)
+    // SAFETY: a valid set and timespec that outlive the call; no siginfo wanted. nix has
+    // no sigtimedwait.
+    let rc = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
+    if rc > 0 {
+        Signal::try_from(rc).ok()
+    } else {
+        None
+    }
 }
 
-/// Reaps every exited child without blocking, noting the program's status.
-fn reap(pid: libc::pid_t, main_status: &mut Option<i32>) {
+/// Reaps every exited child without blocking, noting the program's raw wait status.
+fn reap(pid: Pid, main_status: &mut Option<i32>) {
     loop {
         let mut status = 0;
-        // SAFETY: waitpid writes into our status variable.
+        // SAFETY: waitpid writes into our status variable. Not nix's waitpid: it cannot
+        // decode a death by a real-time signal and would return an error for a child it
+        // has already reaped, losing the program's status.
         let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
         if r <= 0 {
             return;
         }
-        if r == pid {
+        if r == pid.as_raw() {
             *main_status = Some(status);
         }
     }
@@ -707,15 +686,12 @@ fn reap(pid: libc::pid_t, main_status: &mut Option<i32>) {
 /// SIGKILLs what is left of the program's process group, everything in its cgroup, and
 /// every child of the shim (orphans reparented to this subreaper), reaping as it goes,
 /// until nothing is left or the bound runs out.
-fn kill_remaining(pgid: libc::pid_t, cgroup: Option<&ReplicaCgroup>) {
-    let me = std::process::id() as libc::pid_t;
+fn kill_remaining(pgid: Pid, cgroup: Option<&ReplicaCgroup>) {
+    let me = nix::unistd::getpid().as_raw();
     let deadline = Instant::now() + CLEANUP_BOUND;
     let mut ignored = None;
     loop {
-        // SAFETY: signals to a group and to pids found as our own children.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
+        let _ = killpg(pgid, Signal::SIGKILL);
         let in_cgroup = match cgroup.map(|cg| cg.kill_pass()) {
             Some(Ok(n)) => n,
             Some(Err(e)) => {
@@ -726,12 +702,9 @@ fn kill_remaining(pgid: libc::pid_t, cgroup: Option<&ReplicaCgroup>) {
         };
         let children = crate::procfs::children_of(me);
         for &child in &children {
-            // SAFETY: as above.
-            unsafe {
-                libc::kill(child, libc::SIGKILL);
-            }
+            let _ = nix::sys::signal::kill(Pid::from_raw(child), Signal::SIGKILL);
         }
-        reap(-1, &mut ignored);
+        reap(Pid::from_raw(-1), &mut ignored);
         if children.is_empty() && in_cgroup == 0 {
             return;
         }

@@ -137,10 +137,12 @@ pub fn ensure_and_watch(
             .ok_or_else(|| std::io::Error::other("no node agent command"))?;
         let mut cmd = Command::new(program);
         cmd.args(args).arg(&path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        // SAFETY: setsid is async-signal-safe; the agent leaves the server's session.
+        // SAFETY: `pre_exec` runs the closure between fork and exec, where only
+        // async-signal-safe calls may be made: setsid is one, and allocates nothing. The
+        // agent leaves the server's session (std has no safe way to ask for that).
         unsafe {
             cmd.pre_exec(|| {
-                libc::setsid();
+                let _ = nix::unistd::setsid();
                 Ok(())
             });
         }
