@@ -17,14 +17,35 @@ impl Driver {
             let (resource, st, cfg) = match parsed {
                 Ok(p) => p,
                 Err(damage) => {
-                    // Quarantined, not fatal: FAILED, deletable; its trial jobs run on as
-                    // CustomJobs of their own and can be cancelled as such.
+                    // Quarantined, not fatal: FAILED, deletable; its trial jobs are stopped
+                    // below, as those of any ended study.
                     tracing::error!("study {id}: the stored record is damaged ({damage}); it is marked FAILED");
                     self.store.quarantine_other(id, &damage, now)?;
                     continue;
                 }
             };
             self.studies.insert(id, LiveStudy { study: st, resource, cfg });
+        }
+        // A study's stop of its trial jobs is derived again from its committed state: a live
+        // trial job whose study has ended, or whose trial the study ended (early stopping,
+        // a cancel), is cancelled now, in case a crash came between the study's commit and
+        // the stop (L23).
+        let orphans: Vec<u64> = self
+            .jobs
+            .values()
+            .filter_map(|l| {
+                let link = l.job.trial.as_ref()?;
+                let wanted = self
+                    .studies
+                    .get(&link.study)
+                    .and_then(|ls| ls.study.trials.iter().find(|t| t.id == link.trial))
+                    .is_some_and(|t| !t.state.is_terminal());
+                (!wanted).then_some(l.job.id)
+            })
+            .collect();
+        for job in orphans {
+            tracing::info!("job {job}: its trial has ended in its study; cancelling it");
+            self.apply(job, Event::Cancel, now)?.ok();
         }
         let ids: Vec<u64> = self.studies.keys().copied().collect();
         for id in ids {
