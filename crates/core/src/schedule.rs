@@ -640,7 +640,6 @@ fn quota_text(short: &[(&str, u64, u64, u64)]) -> String {
 /// A reservation for the head of the order (EASY backfill).
 #[derive(Clone, Debug)]
 struct Resv {
-    job: u64,
     /// When enough capacity is expected to be free (from expected ends).
     time: Micros,
     nodes: Vec<(NodeIx, i64)>,
@@ -722,7 +721,8 @@ struct Round<'a, 'r> {
     never_mixed: HashMap<Vec<Need>, Option<NeverFit>>,
     chosen: HashSet<u64>,
     preempt_tries: usize,
-    blocked_by: Option<u64>,
+    /// Strict order (no backfill): a job ahead does not fit, so nothing passes it.
+    blocked: bool,
     quota_round: HashMap<(&'r str, &'r str), u64>,
     /// Reasons already written this round, by what they depend on; cleared whenever the
     /// round's state moves (a placement, a reservation, a preemption).
@@ -733,7 +733,7 @@ struct Round<'a, 'r> {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Memo {
     Quota(Vec<(String, u64, u64, u64)>),
-    Blocked(u64),
+    Blocked,
     Capacity(Vec<Need>, bool),
 }
 
@@ -1006,7 +1006,7 @@ impl<'a, 'r> Round<'a, 'r> {
                 slack.insert(n, [pc[i] - k * need.cpus, pm[i] - k * need.mem, pa[i] - k * acc]);
             }
         }
-        Some(Resv { job: r.id, time, nodes, slack })
+        Some(Resv { time, nodes, slack })
     }
 
     /// Free `r`'s room by preempting the cheapest set of SPOT jobs (or by claiming the
@@ -1192,7 +1192,7 @@ pub fn plan(
         failed_mixed: HashMap::new(),
         chosen: HashSet::new(),
         preempt_tries: 0,
-        blocked_by: None,
+        blocked: false,
         quota_round: HashMap::new(),
         memo: HashMap::new(),
     };
@@ -1222,7 +1222,7 @@ pub fn plan(
             }
         }
         let spot_mode = r.spot && cfg.preemption;
-        if let Some(b) = rd.blocked_by.filter(|_| !spot_mode) {
+        if rd.blocked && !spot_mode {
             if let Some(d) = rd.impossible(r) {
                 rd.out.push(d);
                 continue;
@@ -1234,8 +1234,8 @@ pub fn plan(
                 }
                 continue;
             }
-            let reason = rd.memo(Memo::Blocked(b), |_| {
-                format!("Waiting for capacity held by other jobs: job {b} is ahead and does not fit yet (no backfill)")
+            let reason = rd.memo(Memo::Blocked, |_| {
+                "Waiting for capacity held by other jobs: a job ahead of it does not fit yet, and nothing passes it (no backfill)".to_string()
             });
             rd.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position });
             continue;
@@ -1335,7 +1335,7 @@ pub fn plan(
                     }
                 }
                 for v in &victims {
-                    rd.out.push(Decision::Preempt { job: *v, reason: format!("its capacity is needed by job {} (project {})", r.id, r.project) });
+                    rd.out.push(Decision::Preempt { job: *v, reason: "its capacity is needed by work that waits for it".to_string() });
                 }
                 if explain {
                     let reason = format!(
@@ -1359,9 +1359,9 @@ pub fn plan(
             continue;
         }
         // Capacity held by other Trainyard jobs: wait (QUEUED), never a stockout (L15).
-        if rd.resv.is_none() && rd.blocked_by.is_none() {
+        if rd.resv.is_none() && !rd.blocked {
             if !cfg.backfill {
-                rd.blocked_by = Some(r.id);
+                rd.blocked = true;
                 rd.memo.clear();
                 if explain {
                     let reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)).into();
@@ -1403,15 +1403,13 @@ pub fn plan(
                     rd.w.rollback(t, m);
                     if fits_unconstrained {
                         reason.push_str(&format!(
-                            "; it would fit now, but it could run past {} (by {}) on nodes reserved for job {}, which is ahead of it",
+                            "; it would fit now, but it could run past {} (by {}) on nodes reserved for a job ahead of it",
                             fmt_dur(v.time - now),
                             rfc3339(v.time),
-                            v.job
                         ));
                     } else {
                         reason.push_str(&format!(
-                            "; job {} ahead of it holds a reservation (expected start within {})",
-                            v.job,
+                            "; a job ahead of it holds a reservation (expected start within {})",
                             fmt_dur(v.time - now)
                         ));
                     }

@@ -470,11 +470,11 @@ fn backfill_cannot_delay_the_reservation() {
     assert_eq!(placed(&d, 3), Some(vec!["n4".to_string()]), "{d:?}");
     assert!(placed(&d, 2).is_some(), "a job that ends before the reservation backfills: {d:?}");
     let r4 = reason(&d, 4);
-    assert!(r4.contains("would fit now, but it could run past") && r4.contains("reserved for job 1"), "{r4}");
+    assert!(r4.contains("would fit now, but it could run past") && r4.contains("reserved for a job ahead of it"), "{r4}");
     // Without backfill (strict FIFO) nothing passes the head.
     let d = run(&c, &reqs, 0, &SchedulerConfig::fifo());
     assert!(d.iter().all(|d| !matches!(d, Decision::Place { .. })), "{d:?}");
-    assert!(reason(&d, 2).contains("job 1 is ahead"), "{d:?}");
+    assert!(reason(&d, 2).contains("a job ahead of it does not fit yet"), "{d:?}");
 }
 
 /// Property: whatever backfill admits, the head still fits at its reservation time once
@@ -791,4 +791,37 @@ fn reservation_times_are_rfc3339() {
     assert_eq!(trainyard_core::schedule::rfc3339(0), "1970-01-01T00:00:00Z");
     assert_eq!(trainyard_core::schedule::rfc3339(951_782_400 * SECOND), "2000-02-29T00:00:00Z");
     assert_eq!(trainyard_core::schedule::rfc3339(1_796_634_797 * SECOND + 5), "2026-12-07T09:13:17Z");
+}
+
+/// Waiting reasons and preemption reasons name no other job and no other project: a
+/// tenant learns of others only as counts (its position in the order).
+#[test]
+fn reasons_name_no_other_tenant() {
+    let mut c = Cluster::new(&gpu_fleet(3));
+    let n8 = need(&c, 8);
+    c.start(100, "other-team", false, 0, HOUR, vec![(0 as NodeIx, n8)]);
+    c.start(101, "other-team", true, 0, HOUR, vec![(1 as NodeIx, n8)]);
+    let m = BTreeMap::new();
+    let two = gang(&c, 2, 8);
+    let one = gang(&c, 1, 8);
+    let reqs = [
+        req(1, "other-team", &two, 10 * HOUR, &m),
+        req(2, "mine", &one, 10 * HOUR, &m),
+        req(3, "mine", &two, 10 * HOUR, &m),
+    ];
+    for cfg in [SchedulerConfig::default(), SchedulerConfig::fifo(), SchedulerConfig::easy()] {
+        let d = run(&c, &reqs, 0, &cfg);
+        for x in &d {
+            let text = match x {
+                Decision::Wait { job, reason, position, .. } if *job != 1 => {
+                    trainyard_core::schedule::waiting_text(reason, *position, "mine")
+                }
+                Decision::Preempt { reason, .. } => reason.clone(),
+                _ => continue,
+            };
+            for leak in ["other-team", "job 1", "job 100", "job 101"] {
+                assert!(!text.contains(leak), "{leak:?} in {text:?}");
+            }
+        }
+    }
 }
