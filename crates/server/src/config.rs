@@ -52,6 +52,35 @@ struct File {
     machine_types: Vec<MachineTypeFile>,
     /// `[http]`: limits of the API's connections.
     http: Option<HttpFile>,
+    /// `[limits]`: what one project may hold and ask.
+    limits: Option<LimitsFile>,
+}
+
+/// `[limits]`: per-project limits, so that one tenant cannot degrade the server for others.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    /// Jobs of a project that have not ended (queued, pending, running, cancelling).
+    max_live_jobs_per_project: Option<u64>,
+    /// Mutating requests (create, cancel, delete) per second per project, and the burst.
+    writes_per_second_per_project: Option<f64>,
+    write_burst_per_project: Option<u64>,
+}
+
+/// Per-project limits (`[limits]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    pub max_live_jobs_per_project: usize,
+    pub writes_per_second_per_project: f64,
+    pub write_burst_per_project: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // Well above what a project's sweep or batch queue needs, well below what would
+        // let one project take the server from the others.
+        Limits { max_live_jobs_per_project: 10_000, writes_per_second_per_project: 200.0, write_burst_per_project: 1_000.0 }
+    }
 }
 
 /// `[http]`: how long a client may take, and how many may be connected at once.
@@ -184,6 +213,8 @@ pub struct Config {
     pub stop_node_agents: bool,
     /// Limits of the API's connections (`[http]`).
     pub http: crate::listen::Limits,
+    /// Per-project limits (`[limits]`).
+    pub limits: Limits,
     pub backend: BackendChoice,
 }
 
@@ -372,6 +403,17 @@ impl Config {
                 }
             }
         }
+        if let Some(l) = &file.limits {
+            if l.max_live_jobs_per_project == Some(0) {
+                return Err(invalid("limits.max_live_jobs_per_project", "must be at least 1".into()));
+            }
+            if l.write_burst_per_project == Some(0) {
+                return Err(invalid("limits.write_burst_per_project", "must be at least 1".into()));
+            }
+            if l.writes_per_second_per_project.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+                return Err(invalid("limits.writes_per_second_per_project", "must be a number above 0".into()));
+            }
+        }
         if file.slurm.is_some() && file.backend.as_deref() != Some("slurm") {
             return Err(invalid("slurm", "a [slurm] table needs backend = \"slurm\"".into()));
         }
@@ -462,6 +504,15 @@ impl Config {
                     l.idle_timeout = h.idle_timeout_secs.map(secs).unwrap_or(l.idle_timeout);
                     l.max_connections = h.max_connections.unwrap_or(l.max_connections);
                     l.shutdown_grace = h.shutdown_grace_secs.map(secs).unwrap_or(l.shutdown_grace);
+                }
+                l
+            },
+            limits: {
+                let mut l = Limits::default();
+                if let Some(f) = &file.limits {
+                    l.max_live_jobs_per_project = f.max_live_jobs_per_project.map_or(l.max_live_jobs_per_project, |n| n as usize);
+                    l.writes_per_second_per_project = f.writes_per_second_per_project.unwrap_or(l.writes_per_second_per_project);
+                    l.write_burst_per_project = f.write_burst_per_project.map_or(l.write_burst_per_project, |n| n as f64);
                 }
                 l
             },
@@ -639,6 +690,19 @@ mod tests {
         let (_d, p) = write("[node\n");
         assert!(Config::load(&p, None).is_err());
         assert!(Config::load(Path::new("/nonexistent/t.toml"), None).unwrap_err().to_string().contains("/nonexistent/t.toml"));
+    }
+
+    #[test]
+    fn project_limits() {
+        assert_eq!(Config::builtin(None).limits, Limits::default());
+        let (_d, p) = write("[limits]\nmax_live_jobs_per_project = 5\nwrites_per_second_per_project = 2.5\nwrite_burst_per_project = 7\n");
+        let l = Config::load(&p, None).unwrap().limits;
+        assert_eq!(l, Limits { max_live_jobs_per_project: 5, writes_per_second_per_project: 2.5, write_burst_per_project: 7.0 });
+        for bad in ["max_live_jobs_per_project = 0", "writes_per_second_per_project = 0.0", "write_burst_per_project = 0", "rate = 1"] {
+            let (_d, p) = write(&format!("[limits]\n{bad}\n"));
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            assert!(e.contains("trainyard.toml") && e.contains("limits") || e.contains("rate"), "{bad}: {e}");
+        }
     }
 
     #[test]

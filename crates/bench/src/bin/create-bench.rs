@@ -96,6 +96,10 @@ const CONFIG: &str = "\
 name = \"small\"
 cpus = 4
 memory_gb = 16
+[limits]
+max_live_jobs_per_project = 1000000
+writes_per_second_per_project = 1000000.0
+write_burst_per_project = 1000000
 ";
 
 fn job_body(name: &str) -> serde_json::Value {
@@ -381,7 +385,8 @@ fn cancels_in_flight(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
     std::fs::write(
         dir.join("trainyard.toml"),
         "[node]\nname = \"big\"\ncpus = 1024\nmemory_gb = 4096\n[lifecycle]\ngrace_period_secs = 30\n\
-         [quotas.projects.bench]\ncustom_model_training_cpus = 4\n",
+         [quotas.projects.bench]\ncustom_model_training_cpus = 4\n\
+         [limits]\nwrites_per_second_per_project = 1000000.0\nwrite_burst_per_project = 1000000\n",
     )?;
     let server = Server::start(exe, &dir)?;
     let n = (o.creates / 4).max(o.clients);

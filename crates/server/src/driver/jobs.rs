@@ -22,9 +22,12 @@ impl Driver {
     pub(super) fn create_many(&mut self, items: Vec<NewCustomJob>, now: Micros) -> Vec<Result<u64, ApiError>> {
         let mut results: Vec<Result<u64, ApiError>> = Vec::with_capacity(items.len());
         let mut accepted = Vec::new();
+        let mut pending: HashMap<String, usize> = HashMap::new();
         for item in items {
-            match self.check_new(&item) {
+            let same = pending.get(&item.project).copied().unwrap_or(0);
+            match self.check_new(&item, same) {
                 Ok((prepared, text)) => {
+                    *pending.entry(item.project.clone()).or_insert(0) += 1;
                     accepted.push((results.len(), item, prepared, text));
                     results.push(Ok(0));
                 }
@@ -80,17 +83,40 @@ impl Driver {
             let id = job.id;
             tracing::info!("job {id} created: {:?}", item.resource.display_name);
             results[i] = Ok(id);
-            self.jobs.insert(id, Live { job, resource: item.resource, waiting: None });
+            self.insert_live(id, Live { job, resource: item.resource, waiting: None });
             self.index_deadline(id);
         }
         self.reschedule = true;
         results
     }
 
-    /// What a create is checked against besides the wire rules: the region, the catalog,
-    /// the fleet and quotas (L4), and the output directory.
-    pub(super) fn check_new(&self, item: &NewCustomJob) -> Result<(crate::jobspec::Prepared, String), ApiError> {
+    /// A live job, counted for its project's limit.
+    pub(super) fn insert_live(&mut self, id: u64, live: Live) {
+        *self.live_per_project.entry(live.job.project.clone()).or_insert(0) += 1;
+        self.jobs.insert(id, live);
+    }
+
+    pub(super) fn remove_live(&mut self, id: u64) {
+        if let Some(l) = self.jobs.remove(&id) {
+            if let Some(n) = self.live_per_project.get_mut(&l.job.project) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// What a create is checked against besides the wire rules: the project's limit of
+    /// live jobs, the region, the catalog, the fleet and quotas (L4), and the output
+    /// directory. `pending` creates of the same batch are counted too.
+    pub(super) fn check_new(&self, item: &NewCustomJob, pending: usize) -> Result<(crate::jobspec::Prepared, String), ApiError> {
         let svc = &self.svc;
+        let limit = svc.cfg.limits.max_live_jobs_per_project;
+        let live = self.live_per_project.get(&item.project).copied().unwrap_or(0) + pending;
+        if live >= limit {
+            return Err(ApiError::resource_exhausted(format!(
+                "Project \"{}\" has {live} jobs that have not ended, the limit of live jobs per project (limits.max_live_jobs_per_project = {limit}); wait for some to end or cancel some.",
+                item.project
+            )));
+        }
         if item.region != svc.cfg.region {
             return Err(ApiError::invalid_argument(format!(
                 "Region \"{}\" is not served here; this server serves \"{}\".",
@@ -232,7 +258,7 @@ impl Driver {
         }
         if terminal {
             tracing::info!("job {id} ended {}", self.jobs.get(&id).map_or("", |l| l.job.state().wire_name()));
-            self.jobs.remove(&id);
+            self.remove_live(id);
         }
         self.index_deadline(id);
     }

@@ -153,6 +153,8 @@ pub struct Driver {
     health: Arc<Health>,
     /// Nodes whose agents are watched.
     watched_nodes: HashSet<String>,
+    /// Live jobs per project (`limits.max_live_jobs_per_project`).
+    live_per_project: HashMap<String, usize>,
     /// A store error that a request was answered with: at the end of the turn the driver
     /// waits it out (`survive`) like any other.
     fault: std::cell::RefCell<Option<StoreError>>,
@@ -334,6 +336,7 @@ impl Driver {
             clock,
             health: Arc::new(Health::default()),
             watched_nodes: HashSet::new(),
+            live_per_project: HashMap::new(),
             fault: std::cell::RefCell::new(None),
         };
         (d, tx)
@@ -388,7 +391,7 @@ impl Driver {
                     continue;
                 }
             };
-            self.jobs.insert(id, Live { job: stored.job, resource, waiting: None });
+            self.insert_live(id, Live { job: stored.job, resource, waiting: None });
             self.index_deadline(id);
         }
         let (pending, damaged) = self.store.pending_outbox()?;
@@ -514,6 +517,7 @@ impl Driver {
     /// Forget what is in memory and recover it from the store, as at a start (L23).
     fn resync(&mut self) -> Result<(), StoreError> {
         self.jobs.clear();
+        self.live_per_project.clear();
         self.deadlines.clear();
         self.deadline_of.clear();
         self.studies.clear();
