@@ -1,0 +1,840 @@
+//! `start-bench`: start latency as a user sees it, measured from outside, against a bare
+//! spawn of the same program measured in the same run.
+//!
+//! Every figure ends at the program's own first line: the program prints its start time
+//! (`time.time_ns()` in Python, `date +%s%N` in sh), which the bench reads back (from the
+//! logs API, or from the run directory's `log.jsonl`) and subtracts from the time it took
+//! before it asked for the start. All times are `CLOCK_REALTIME` of one host.
+//!
+//! (a) HTTP: a real `trainyard serve` (`--server-bin`, default `target/release/trainyard`);
+//!     POST customJobs sent -> the program's first line, p50 over N, against a bare
+//!     fork/exec of the same program by the bench, interleaved sample by sample.
+//! (b) The shim alone: `<shim> <run_dir>` spawned as the local backend does (own session,
+//!     stdout piped, a cgroup with a memory limit where the host has one) -> the shim's
+//!     `started.json` and -> the program's first line, against a bare spawn.
+//! (c) A gang: 8 replicas against 1, HTTP create -> the last replica's first line; and
+//!     the local backend alone (`Backend::launch` of 8 runs against 1, no server).
+//!
+//! Only ratios and differences within one run mean anything on a shared machine; no
+//! figure is checked against a threshold.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context, Result};
+use trainyard_backend::shim::{self, ShimSpec};
+use trainyard_backend::{Backend, BackendEvent, CgroupSupport, EventSink, Launch, LocalBackend};
+use trainyard_core::RunId;
+
+const USAGE: &str = "\
+usage: start-bench [--n N] [--eight N] [--warmup N] [--server-bin PATH]... [--shim PATH]...
+                   [--python PATH] [--quick] [--keep] [--only a|b|c]
+
+  --n N           samples of each single-replica measurement (default 30)
+  --eight N       samples of the 8-replica measurements (default 15)
+  --warmup N      discarded samples before each measurement (default 3)
+  --server-bin P  a server that is measured (default: trainyard beside this program);
+                  repeatable: the servers' samples are interleaved, for a before/after
+  --shim P        a shim program for (b), run as `P <run_dir>`; `P shim <run_dir>` when
+                  P is the trainyard binary. Repeatable. Default: the server binary and
+                  trainyard-shim beside this program, if built
+  --python P      the Python interpreter (default: sys.executable of `python3` on PATH,
+                  so that a version manager's wrapper script is not measured)
+  --only X        run only part a, b or c
+  --quick         --n 5 --eight 3 --warmup 1 (a smoke test, not a measurement)
+  --keep          keep the temporary directory and print its path
+
+Build with `cargo build --release -p trainyard -p trainyard-bench` (and
+`-p trainyard-backend --bin trainyard-shim` for the small shim).";
+
+struct Opts {
+    n: usize,
+    eight: usize,
+    warmup: usize,
+    server_bins: Vec<PathBuf>,
+    shims: Vec<PathBuf>,
+    python: Option<PathBuf>,
+    only: Option<char>,
+    keep: bool,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Option<Opts>> {
+        let mut o =
+            Opts { n: 30, eight: 15, warmup: 3, server_bins: Vec::new(), shims: Vec::new(), python: None, only: None, keep: false };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| -> Result<String> { it.next().cloned().ok_or_else(|| anyhow!("{name} needs a value")) };
+            match a.as_str() {
+                "--n" => o.n = value("--n")?.parse().map_err(|_| anyhow!("--n: not a number"))?,
+                "--eight" => o.eight = value("--eight")?.parse().map_err(|_| anyhow!("--eight: not a number"))?,
+                "--warmup" => o.warmup = value("--warmup")?.parse().map_err(|_| anyhow!("--warmup: not a number"))?,
+                "--server-bin" => o.server_bins.push(value("--server-bin")?.into()),
+                "--shim" => o.shims.push(value("--shim")?.into()),
+                "--python" => o.python = Some(value("--python")?.into()),
+                "--only" => {
+                    let v = value("--only")?;
+                    o.only = match v.as_str() {
+                        "a" | "b" | "c" => v.chars().next(),
+                        _ => bail!("--only: a, b or c"),
+                    }
+                }
+                "--quick" => {
+                    o.n = 5;
+                    o.eight = 3;
+                    o.warmup = 1;
+                }
+                "--keep" => o.keep = true,
+                "-h" | "--help" => return Ok(None),
+                other => bail!("unknown argument {other:?}"),
+            }
+        }
+        if o.n == 0 || o.eight == 0 {
+            bail!("--n and --eight must be at least 1");
+        }
+        Ok(Some(o))
+    }
+
+    fn part(&self, p: char) -> bool {
+        self.only.is_none_or(|o| o == p)
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match Opts::parse(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("start-bench: {e}\n\n{USAGE}");
+            return ExitCode::from(64);
+        }
+    };
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("start-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Time and statistics
+
+/// Nanoseconds since the epoch (CLOCK_REALTIME), the clock the programs print.
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+fn ms(from_ns: i64, to_ns: i64) -> f64 {
+    (to_ns - from_ns) as f64 / 1e6
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    n: usize,
+    p50: f64,
+    p90: f64,
+}
+
+/// Nearest-rank percentiles.
+fn stats(samples: &[f64]) -> Stats {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = |p: f64| -> f64 {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+    };
+    Stats { n: v.len(), p50: rank(0.5), p90: rank(0.9) }
+}
+
+/// A table row: a series and, if it has one, the baseline it is compared with.
+struct Row {
+    label: String,
+    s: Stats,
+    base: Option<Stats>,
+}
+
+fn row(label: impl Into<String>, samples: &[f64], base: Option<&[f64]>) -> Row {
+    Row { label: label.into(), s: stats(samples), base: base.map(stats) }
+}
+
+fn print_rows(title: &str, rows: &[Row]) {
+    println!("{title}");
+    println!("  {:<74} {:>4} {:>8} {:>8} {:>8} {:>9}", "(ms)", "N", "p50", "p90", "p50/base", "p50-base");
+    for r in rows {
+        let (ratio, over) = match r.base {
+            Some(b) => (format!("{:.2}x", r.s.p50 / b.p50), format!("{:+.2}", r.s.p50 - b.p50)),
+            None => (String::new(), String::new()),
+        };
+        println!("  {:<74} {:>4} {:>8.2} {:>8.2} {:>8} {:>9}", r.label, r.s.n, r.s.p50, r.s.p90, ratio, over);
+    }
+    println!();
+}
+
+// ---------------------------------------------------------------------------------------
+// Programs
+
+/// A program that prints its start time in ns since the epoch as its first line.
+#[derive(Clone)]
+struct Program {
+    name: &'static str,
+    argv: Vec<String>,
+}
+
+fn programs(python: &Path) -> (Program, Program) {
+    let py = Program {
+        name: "python",
+        argv: vec![python.display().to_string(), "-c".into(), "import time; print(time.time_ns(), flush=True)".into()],
+    };
+    let sh = Program { name: "sh", argv: vec!["sh".into(), "-c".into(), "date +%s%N".into()] };
+    (py, sh)
+}
+
+/// The interpreter `python3` on PATH really runs (not a version manager's wrapper).
+fn find_python() -> Result<PathBuf> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running python3")?;
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if p.is_empty() {
+        bail!("python3 did not say where it is");
+    }
+    Ok(PathBuf::from(p))
+}
+
+fn parse_ns(text: &str) -> Result<i64> {
+    text.trim().parse::<i64>().map_err(|_| anyhow!("the program printed {text:?}, not a time in ns"))
+}
+
+/// Bare fork/exec by the bench: (time to `spawn` returning, time to the program's line).
+fn bare(p: &Program) -> Result<(f64, f64)> {
+    let mut cmd = Command::new(&p.argv[0]);
+    cmd.args(&p.argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let t0 = now_ns();
+    let mut child = cmd.spawn().with_context(|| format!("spawning {}", p.argv[0]))?;
+    let spawned = now_ns();
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    child.wait()?;
+    Ok((ms(t0, spawned), ms(t0, parse_ns(&line)?)))
+}
+
+// ---------------------------------------------------------------------------------------
+// (b) the shim alone, and the local backend alone
+
+struct ShimRunner {
+    label: String,
+    command: Vec<OsString>,
+}
+
+impl ShimRunner {
+    fn new(bin: &Path) -> ShimRunner {
+        let is_product = bin.file_name().is_some_and(|n| n == "trainyard");
+        let mut command = vec![bin.as_os_str().to_owned()];
+        if is_product {
+            command.push("shim".into());
+        }
+        let size = std::fs::metadata(bin).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
+        let label = format!("{}{} ({size:.1} MB)", short_name(bin), if is_product { " shim" } else { "" });
+        ShimRunner { label, command }
+    }
+}
+
+fn spec_for(p: &Program, cgroups: &CgroupSupport, name: &str, workdir: &Path) -> ShimSpec {
+    let env: Vec<(String, String)> =
+        ["PATH", "HOME", "LANG"].iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+    let mut spec = ShimSpec::new(p.argv.clone(), env);
+    spec.cwd = Some(workdir.to_path_buf());
+    // About what the driver gives an n1-standard-4 replica (L14).
+    spec.memory_limit_bytes = Some(12 << 30);
+    if let Some((v, b)) = cgroups.base() {
+        spec.cgroup_base = Some(b.to_path_buf());
+        spec.cgroup_version = Some(v.number());
+    }
+    spec.cgroup_name = name.to_string();
+    spec
+}
+
+/// The program's first stdout line in a run directory's `log.jsonl`.
+fn first_line_in(dir: &Path) -> Result<Option<String>> {
+    let entries = trainyard_backend::read_log(dir, 0).map(|(e, _)| e).unwrap_or_default();
+    Ok(entries.into_iter().find(|e| e.stream == "stdout").map(|e| e.text))
+}
+
+struct ShimSample {
+    /// spawn of the shim -> `started.json` time.
+    started: f64,
+    /// spawn of the shim -> the `started` line on its stdout, as the backend reads it.
+    line: f64,
+    /// spawn of the shim -> the program's own first line.
+    program: f64,
+}
+
+/// One shim, spawned as the local backend does; waits for it to exit (the program exits
+/// at once).
+fn shim_once(r: &ShimRunner, p: &Program, dir: &Path, cgroups: &CgroupSupport, workdir: &Path) -> Result<ShimSample> {
+    std::fs::create_dir_all(dir)?;
+    let name = format!("start-bench-{}-{}", std::process::id(), dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+    shim::write_spec(dir, &spec_for(p, cgroups, &name, workdir))?;
+    let mut cmd = Command::new(&r.command[0]);
+    cmd.args(&r.command[1..]).arg(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    // SAFETY: setsid is async-signal-safe (the local backend does the same).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let t0 = now_ns();
+    let mut child = cmd.spawn().context("spawning the shim")?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    let t_line = now_ns();
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("the shim in {} exited with {status}", dir.display());
+    }
+    let started = shim::read_started(dir)?.ok_or_else(|| anyhow!("no started.json in {}", dir.display()))?;
+    let text = first_line_in(dir)?.ok_or_else(|| anyhow!("no output in {}", dir.display()))?;
+    Ok(ShimSample {
+        started: ms(t0, started.time_micros * 1000),
+        line: if line.trim() == shim::STARTED_LINE { ms(t0, t_line) } else { f64::NAN },
+        program: ms(t0, parse_ns(&text)?),
+    })
+}
+
+/// Events of the local backend into a channel.
+fn channel_sink() -> (EventSink, mpsc::Receiver<BackendEvent>) {
+    let (tx, rx) = mpsc::channel::<BackendEvent>();
+    let tx = Mutex::new(tx);
+    let sink: EventSink = Arc::new(move |ev| {
+        if let Ok(tx) = tx.lock() {
+            let _ = tx.send(ev);
+        }
+    });
+    (sink, rx)
+}
+
+/// `Backend::launch` of `k` runs at once (as the executor hands a gang over) -> the last
+/// program's first line; also the duration of the call.
+fn backend_gang(
+    backend: &LocalBackend,
+    p: &Program,
+    base: &Path,
+    k: usize,
+    tag: &str,
+    cgroups: &CgroupSupport,
+    workdir: &Path,
+) -> Result<(f64, f64)> {
+    let (sink, rx) = channel_sink();
+    let launches: Vec<Launch> = (0..k)
+        .map(|j| {
+            let run = RunId { job: 1, attempt: 0, replica: format!("{tag}-{j}"), restart: 0 };
+            let run_dir = base.join(format!("{tag}-{j}"));
+            let mut spec = spec_for(p, cgroups, "", workdir);
+            spec.cgroup_name = String::new();
+            Launch { run, run_dir, spec, node: String::new() }
+        })
+        .collect();
+    let dirs: Vec<PathBuf> = launches.iter().map(|l| l.run_dir.clone()).collect();
+    let t0 = now_ns();
+    let results = Backend::launch(backend, launches, sink);
+    let call = ms(t0, now_ns());
+    for (run, r) in results {
+        r.map_err(|e| anyhow!("launch of {run}: {e}"))?;
+    }
+    let mut exited = 0;
+    while exited < k {
+        match rx.recv_timeout(Duration::from_secs(60)).context("waiting for the gang to end")? {
+            BackendEvent::Exited { run, outcome, .. } => {
+                if !matches!(outcome, trainyard_core::Outcome::Exited { code: 0 }) {
+                    bail!("{run} ended with {outcome:?}");
+                }
+                exited += 1;
+            }
+            BackendEvent::Started { .. } => {}
+        }
+    }
+    let mut last = i64::MIN;
+    for d in &dirs {
+        let text = first_line_in(d)?.ok_or_else(|| anyhow!("no output in {}", d.display()))?;
+        last = last.max(parse_ns(&text)?);
+    }
+    Ok((call, ms(t0, last)))
+}
+
+// ---------------------------------------------------------------------------------------
+// (a), (c) a real server
+
+const CONFIG: &str = "\
+[node]
+name = \"big\"
+cpus = 64
+memory_gb = 512
+";
+
+const PROJECT_PATH: &str = "/v1/projects/bench/locations/us-central1/customJobs";
+
+/// A running `trainyard serve`, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+    data_dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGTERM first, so that it stops its runs and leaves nothing behind.
+        // SAFETY: kill(2) of our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+impl Server {
+    fn start(exe: &Path, dir: &Path) -> Result<Server> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("trainyard.toml"), CONFIG)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(exe)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(dir.join("trainyard.toml"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("TRAINYARD_LOG", "warn")
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let server = Server { child, base: format!("http://127.0.0.1:{port}"), agent: agent(), data_dir: dir.join("data") };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if server.agent.get(&format!("{}/healthz", server.base)).call().is_ok_and(|r| r.status().is_success()) {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("the server did not answer within 120 s")
+    }
+
+    fn get_json(&self, path: &str) -> Result<serde_json::Value> {
+        let mut resp = self.agent.get(&format!("{}{path}", self.base)).call().with_context(|| format!("GET {path}"))?;
+        let text = resp.body_mut().read_to_string()?;
+        if !resp.status().is_success() {
+            bail!("GET {path}: {}: {text}", resp.status());
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+fn job_body(p: &Program, pools: &[u32]) -> String {
+    let pools: Vec<serde_json::Value> = pools
+        .iter()
+        .map(|&count| {
+            serde_json::json!({
+                "machineSpec": {"machineType": "n1-standard-4"},
+                "replicaCount": count.to_string(),
+                "containerSpec": {"imageUri": "local/bench", "command": p.argv},
+            })
+        })
+        .collect();
+    serde_json::json!({"displayName": format!("start-{}", p.name), "jobSpec": {"workerPoolSpecs": pools}}).to_string()
+}
+
+/// The (attempt, replica name) of every replica of a job resource: `workerpool<P>-<i>`.
+fn runs_of(job: &serde_json::Value) -> Vec<(u32, String)> {
+    let pools = job.pointer("/jobSpec/workerPoolSpecs").and_then(|p| p.as_array()).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for (p, pool) in pools.iter().enumerate() {
+        let n: u32 = pool.get("replicaCount").and_then(|c| c.as_str()).and_then(|c| c.parse().ok()).unwrap_or(1);
+        for i in 0..n {
+            out.push((0, format!("workerpool{p}-{i}")));
+        }
+    }
+    out
+}
+
+fn micros_of(v: &serde_json::Value, field: &str) -> Option<i64> {
+    v.get(field).and_then(|t| t.as_str()).and_then(|t| trainyard_api::Timestamp::parse_rfc3339(t).ok()).map(|t| t.micros())
+}
+
+/// One HTTP create and what followed, all in ns since the epoch.
+struct HttpSample {
+    sent: i64,
+    replied: i64,
+    created: i64,
+    running: Option<i64>,
+    /// The programs' own first lines, one per replica.
+    firsts: Vec<i64>,
+    /// When the last first line reached the bench through `logs?follow=true`.
+    seen: i64,
+    /// The follow stream ended without some replica's line (read afterwards).
+    lost_lines: usize,
+    /// The latest `started.json` time of the replicas (the shims, once the programs were
+    /// exec'd).
+    exec: Option<i64>,
+}
+
+/// POST a job, follow its logs until every replica printed its line, wait until it ended.
+fn http_once(server: &Server, body: &str, replicas: usize, cancel: bool) -> Result<HttpSample> {
+    let mut lost_lines = 0;
+    let url = format!("{}{PROJECT_PATH}", server.base);
+    let sent = now_ns();
+    let mut resp = server.agent.post(&url).header("Content-Type", "application/json").send(body.as_bytes()).context("POST")?;
+    let text = resp.body_mut().read_to_string()?;
+    let replied = now_ns();
+    if !resp.status().is_success() {
+        bail!("create answered {}: {text}", resp.status());
+    }
+    let job: serde_json::Value = serde_json::from_str(&text)?;
+    let name = job.get("name").and_then(|n| n.as_str()).ok_or_else(|| anyhow!("no name in {text}"))?;
+    let id = name.rsplit('/').next().unwrap_or_default().to_string();
+    let created = micros_of(&job, "createTime").ok_or_else(|| anyhow!("no createTime"))? * 1000;
+
+    let logs = format!("{url}/{id}/logs?follow=true");
+    let resp = server.agent.get(&logs).call().context("GET logs")?;
+    let mut reader = BufReader::new(resp.into_body().into_reader());
+    let mut firsts = Vec::new();
+    let mut seen_replicas = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    let mut line = String::new();
+    let mut take = |line: &str, seen_replicas: &mut std::collections::BTreeSet<String>| -> Result<bool> {
+        let e: serde_json::Value = serde_json::from_str(line)?;
+        if e.get("stream").and_then(|s| s.as_str()) != Some("stdout") {
+            return Ok(false);
+        }
+        let replica = e.get("replica").and_then(|s| s.as_str()).unwrap_or_default().to_string();
+        if !seen_replicas.insert(replica) {
+            return Ok(false);
+        }
+        firsts.push(parse_ns(e.get("text").and_then(|t| t.as_str()).unwrap_or_default())?);
+        Ok(true)
+    };
+    let mut ended_early = false;
+    while seen_replicas.len() < replicas {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            ended_early = true;
+            break;
+        }
+        if take(&line, &mut seen_replicas)? {
+            seen = now_ns();
+        }
+    }
+    drop(reader);
+    if ended_early {
+        // The follow stream ended (the job was over) before it showed every replica's
+        // line: read the whole log once more.
+        lost_lines += 1;
+        let mut resp = server.agent.get(&format!("{url}/{id}/logs")).call().context("GET logs")?;
+        let text = resp.body_mut().read_to_string()?;
+        for l in text.lines() {
+            take(l, &mut seen_replicas)?;
+        }
+        seen = now_ns();
+        if seen_replicas.len() < replicas {
+            bail!("job {id}: only {} of {replicas} replicas printed", seen_replicas.len());
+        }
+    }
+    if cancel {
+        let mut resp = server.agent.post(&format!("{url}/{id}:cancel")).send(&b""[..]).context("POST :cancel")?;
+        let text = resp.body_mut().read_to_string()?;
+        if !resp.status().is_success() {
+            bail!("cancel of job {id} answered {}: {text}", resp.status());
+        }
+    }
+    // Until it ended, so that samples do not overlap.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ended = if cancel { "JOB_STATE_CANCELLED" } else { "JOB_STATE_SUCCEEDED" };
+    let job = loop {
+        let j = server.get_json(&format!("{PROJECT_PATH}/{id}"))?;
+        let state = j.get("state").and_then(|s| s.as_str()).unwrap_or_default().to_string();
+        if state == ended {
+            break j;
+        }
+        if matches!(state.as_str(), "JOB_STATE_SUCCEEDED" | "JOB_STATE_FAILED" | "JOB_STATE_CANCELLED") {
+            bail!("job {id} ended {state}: {j}");
+        }
+        if Instant::now() >= deadline {
+            bail!("job {id} still {state} after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut exec = None;
+    for (attempt, replica) in runs_of(&job) {
+        let dir = server.data_dir.join("runs").join(&id).join(attempt.to_string()).join(replica).join("0");
+        if let Some(st) = shim::read_started(&dir).ok().flatten() {
+            exec = Some(exec.unwrap_or(i64::MIN).max(st.time_micros * 1000));
+        }
+    }
+    Ok(HttpSample { sent, replied, created, running: micros_of(&job, "startTime").map(|m| m * 1000), firsts, seen, lost_lines, exec })
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A program's file name with its directory's: `release/trainyard`.
+fn short_name(bin: &Path) -> String {
+    let name = |p: Option<&Path>| p.and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{}/{}", name(bin.parent()), name(Some(bin)))
+}
+
+/// The pause before each start of part (b) and (c').
+const GAP: Duration = Duration::from_millis(25);
+
+fn exe_beside(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe().context("finding this program")?;
+    Ok(me.parent().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name)))
+}
+
+fn run(o: &Opts) -> Result<()> {
+    let tmp = tempfile::Builder::new().prefix("start-bench-").tempdir()?;
+    let workdir = tmp.path().join("work");
+    std::fs::create_dir_all(&workdir)?;
+    let server_bins = if o.server_bins.is_empty() { vec![exe_beside("trainyard")?] } else { o.server_bins.clone() };
+    let server_bin = server_bins[0].clone();
+    let python = match &o.python {
+        Some(p) => p.clone(),
+        None => find_python()?,
+    };
+    let (py, sh) = programs(&python);
+    let cgroups = CgroupSupport::detect();
+    let mut shims: Vec<PathBuf> = o.shims.clone();
+    if shims.is_empty() {
+        shims.push(server_bin.clone());
+        let small = exe_beside("trainyard-shim")?;
+        if small.exists() {
+            shims.push(small);
+        }
+    }
+    for s in shims.iter().chain(&server_bins) {
+        if !s.exists() {
+            bail!("{} not found (see --help for how to build it)", s.display());
+        }
+    }
+
+    println!("== start-bench ==");
+    println!(
+        "  cores {}, load average {}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+    for b in &server_bins {
+        println!("  server     {}", b.display());
+    }
+    println!("  python     {}", python.display());
+    println!(
+        "  cgroups    {}",
+        match cgroups.base() {
+            Some((v, b)) => format!("v{} under {}", v.number(), b.display()),
+            None => "none usable (no memory limits)".into(),
+        }
+    );
+    println!("  samples    {} single, {} gang, {} warm-up discarded each; interleaved with their baselines", o.n, o.eight, o.warmup);
+    println!("  bare spawn = the bench's own fork/exec of the same program, to the program's printed time");
+    println!();
+    // Dirty pages (a binary just built) are written back now, not during the run.
+    // SAFETY: sync(2) has no memory effects.
+    unsafe { libc::sync() };
+
+    if o.part('b') {
+        eprintln!("[start-bench] (b) the shim alone");
+        let base = tmp.path().join("shim-alone");
+        let runners: Vec<ShimRunner> = shims.iter().map(|s| ShimRunner::new(s)).collect();
+        let mut bare_spawned = Vec::new();
+        let mut bare_line = Vec::new();
+        let mut per: Vec<Vec<ShimSample>> = runners.iter().map(|_| Vec::new()).collect();
+        for i in 0..(o.warmup + o.n) {
+            // A pause before each start, as between jobs: state the kernel keeps warm for
+            // a few ms after a cgroup move (an RCU grace period) would flatter whichever
+            // start came right after another one. The order rotates.
+            std::thread::sleep(GAP);
+            let (spawned, line) = bare(&sh)?;
+            for j in 0..runners.len() {
+                let k = (i + j) % runners.len();
+                std::thread::sleep(GAP);
+                let s = shim_once(&runners[k], &sh, &base.join(format!("{k}-{i}")), &cgroups, &workdir)?;
+                if i >= o.warmup {
+                    per[k].push(s);
+                }
+            }
+            if i >= o.warmup {
+                bare_spawned.push(spawned);
+                bare_line.push(line);
+            }
+        }
+        let mut rows = vec![
+            row("bare spawn `sh -c 'date +%s%N'`: spawn returned (BASE of started)", &bare_spawned, None),
+            row("bare spawn: -> program's line (BASE of program)", &bare_line, None),
+        ];
+        for (r, samples) in runners.iter().zip(&per) {
+            let col = |f: fn(&ShimSample) -> f64| samples.iter().map(f).collect::<Vec<f64>>();
+            rows.push(row(format!("{}: -> started.json", r.label), &col(|s| s.started), Some(&bare_spawned)));
+            rows.push(row(format!("{}: -> `started` on stdout", r.label), &col(|s| s.line), Some(&bare_spawned)));
+            rows.push(row(format!("{}: -> program's line", r.label), &col(|s| s.program), Some(&bare_line)));
+        }
+        print_rows("(b) the shim alone: spawn of the shim -> ...", &rows);
+
+        eprintln!("[start-bench] (c) the local backend alone: 8 runs against 1");
+        let backend = LocalBackend::new(ShimRunner::new(&server_bin).command, cgroups.clone());
+        let base = tmp.path().join("backend-alone");
+        let (mut c1, mut l1, mut c8, mut l8) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..(o.warmup + o.eight) {
+            std::thread::sleep(GAP);
+            let one = backend_gang(&backend, &sh, &base, 1, &format!("one{i}"), &cgroups, &workdir)?;
+            std::thread::sleep(GAP);
+            let eight = backend_gang(&backend, &sh, &base, 8, &format!("eight{i}"), &cgroups, &workdir)?;
+            if i >= o.warmup {
+                c1.push(one.0);
+                l1.push(one.1);
+                c8.push(eight.0);
+                l8.push(eight.1);
+            }
+        }
+        print_rows(
+            "(c') the local backend without a server: Backend::launch -> ... (product shim)",
+            &[
+                row("1 run: the launch call", &c1, None),
+                row("1 run: -> program's line (BASE)", &l1, None),
+                row("8 runs: the launch call", &c8, Some(&c1)),
+                row("8 runs: -> last program's line", &l8, Some(&l1)),
+            ],
+        );
+    }
+
+    if o.part('a') || o.part('c') {
+        let mut servers = Vec::new();
+        for (k, bin) in server_bins.iter().enumerate() {
+            eprintln!("[start-bench] starting {}", bin.display());
+            servers.push((short_name(bin), Server::start(bin, &tmp.path().join(format!("server-{k}")))?));
+        }
+        let many = servers.len() > 1;
+        let tag = |label: &str, text: &str| if many { format!("{label}: {text}") } else { text.to_string() };
+        if o.part('a') {
+            for p in [&py, &sh] {
+                eprintln!("[start-bench] (a) HTTP create -> first line: {}", p.name);
+                let body = job_body(p, &[1]);
+                let mut base_line = Vec::new();
+                let mut per: Vec<Vec<HttpSample>> = servers.iter().map(|_| Vec::new()).collect();
+                for i in 0..(o.warmup + o.n) {
+                    let (_, b) = bare(p)?;
+                    if i >= o.warmup {
+                        base_line.push(b);
+                    }
+                    for j in 0..servers.len() {
+                        let k = (i + j) % servers.len();
+                        let s = http_once(&servers[k].1, &body, 1, false)?;
+                        if i >= o.warmup {
+                            per[k].push(s);
+                        }
+                    }
+                }
+                let mut rows = vec![row("bare spawn -> program's line (BASE)", &base_line, None)];
+                for ((label, _), samples) in servers.iter().zip(&per) {
+                    let col = |f: &dyn Fn(&HttpSample) -> Option<f64>| samples.iter().filter_map(f).collect::<Vec<f64>>();
+                    rows.extend([
+                        row(tag(label, "POST sent -> program's line"), &col(&|s| Some(ms(s.sent, s.firsts[0]))), Some(&base_line)),
+                        row(tag(label, "  part: POST sent -> reply received"), &col(&|s| Some(ms(s.sent, s.replied))), None),
+                        row(tag(label, "  part: POST sent -> createTime (server clock)"), &col(&|s| Some(ms(s.sent, s.created))), None),
+                        row(tag(label, "  part: createTime -> program's line"), &col(&|s| Some(ms(s.created, s.firsts[0]))), Some(&base_line)),
+                        row(
+                            tag(label, "  part: createTime -> started.json (program exec'd)"),
+                            &col(&|s| s.exec.map(|x| ms(s.created, x))),
+                            None,
+                        ),
+                        row(tag(label, "  createTime -> startTime (RUNNING, driver)"), &col(&|s| s.running.map(|r| ms(s.created, r))), None),
+                        row(
+                            tag(label, "POST sent -> line received through logs?follow=true"),
+                            &col(&|s| (s.lost_lines == 0).then(|| ms(s.sent, s.seen))),
+                            Some(&base_line),
+                        ),
+                    ]);
+                }
+                print_rows(&format!("(a) HTTP, one replica running `{}`", p.argv.join(" ")), &rows);
+            }
+        }
+        if o.part('c') {
+            eprintln!("[start-bench] (c) HTTP, 8 replicas against 1");
+            // The chief's exit would end the job (and stop the others): every replica
+            // prints, then sleeps until the job is cancelled.
+            let waiting = Program { name: "sh-sleep", argv: vec!["sh".into(), "-c".into(), "date +%s%N; exec sleep 30".into()] };
+            let one = job_body(&waiting, &[1]);
+            let eight = job_body(&waiting, &[1, 7]);
+            let mut per: Vec<Vec<(HttpSample, HttpSample)>> = servers.iter().map(|_| Vec::new()).collect();
+            for i in 0..(o.warmup + o.eight) {
+                for j in 0..servers.len() {
+                    let k = (i + j) % servers.len();
+                    let a = http_once(&servers[k].1, &one, 1, true)?;
+                    let b = http_once(&servers[k].1, &eight, 8, true)?;
+                    if i >= o.warmup {
+                        per[k].push((a, b));
+                    }
+                }
+            }
+            let last = |s: &HttpSample| ms(s.sent, s.firsts.iter().copied().max().unwrap_or(s.sent));
+            let first = |s: &HttpSample| ms(s.sent, s.firsts.iter().copied().min().unwrap_or(s.sent));
+            let mut rows = Vec::new();
+            let mut lost = 0;
+            for ((label, _), samples) in servers.iter().zip(&per) {
+                lost += samples.iter().map(|(a, b)| a.lost_lines + b.lost_lines).sum::<usize>();
+                let l1: Vec<f64> = samples.iter().map(|(a, _)| last(a)).collect();
+                let l8: Vec<f64> = samples.iter().map(|(_, b)| last(b)).collect();
+                let f8: Vec<f64> = samples.iter().map(|(_, b)| first(b)).collect();
+                let r1: Vec<f64> = samples.iter().filter_map(|(a, _)| a.running.map(|r| ms(a.created, r))).collect();
+                let r8: Vec<f64> = samples.iter().filter_map(|(_, b)| b.running.map(|r| ms(b.created, r))).collect();
+                rows.extend([
+                    row(tag(label, "1 replica: POST sent -> program's line (BASE)"), &l1, None),
+                    row(tag(label, "8 replicas: POST sent -> first replica's line"), &f8, Some(&l1)),
+                    row(tag(label, "8 replicas: POST sent -> last replica's line"), &l8, Some(&l1)),
+                    row(tag(label, "1 replica: createTime -> startTime (driver)"), &r1, None),
+                    row(tag(label, "8 replicas: createTime -> startTime (driver)"), &r8, Some(&r1)),
+                ]);
+            }
+            print_rows("(c) HTTP, `sh -c 'date +%s%N; exec sleep 30'` in 8 replicas (pools of 1 and 7) against 1, then cancelled", &rows);
+            if lost > 0 {
+                println!("  note: in {lost} sample(s) logs?follow=true ended (job over) before it showed every replica's line;");
+                println!("  the lines were in the log when it was read again.\n");
+            }
+        }
+        drop(servers);
+    }
+    if o.keep {
+        let kept = tmp.keep();
+        println!("kept {}", kept.display());
+    }
+    Ok(())
+}
