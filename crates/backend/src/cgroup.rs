@@ -334,6 +334,20 @@ impl ReplicaCgroup {
         self.path.join("cgroup.procs")
     }
 
+    /// The file through which a single-threaded process (a child between fork and exec)
+    /// moves itself into this cgroup most cheaply, if the version has one: v1's `tasks`,
+    /// which moves the writing thread only. Moving a whole process (`cgroup.procs`)
+    /// takes the kernel's global threadgroup lock for writing, which waits for an RCU
+    /// grace period: 4 to 17 ms per start on an idle 6.18 kernel, against 0.1 ms for
+    /// `tasks`, where the kernel can skip that lock. For a process with one thread both
+    /// end the same way. v2 offers this only in threaded cgroups: `None`.
+    pub fn thread_attach_file(&self) -> Option<PathBuf> {
+        match self.version {
+            CgroupVersion::V1 => Some(self.path.join("tasks")),
+            CgroupVersion::V2 => None,
+        }
+    }
+
     /// The pids now in the cgroup.
     pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         Ok(read_pids(&self.procs_file())?)
@@ -499,6 +513,17 @@ mod tests {
         assert_eq!(fs::read_to_string(dir.join("memory.max")).unwrap(), "104857600");
         assert_eq!(fs::read_to_string(dir.join("memory.swap.max")).unwrap(), "0");
         assert_eq!(cg.oom_kills(), Some(1));
+    }
+
+    /// A child joins its cgroup through v1's `tasks` (one thread: no global lock), and
+    /// through `cgroup.procs` on v2.
+    #[test]
+    fn children_join_v1_through_tasks_and_v2_through_procs() {
+        let v1 = ReplicaCgroup::open(CgroupVersion::V1, PathBuf::from("/cg/memory/x/trainyard/r"));
+        assert_eq!(v1.thread_attach_file(), Some(PathBuf::from("/cg/memory/x/trainyard/r/tasks")));
+        assert_eq!(v1.procs_file(), PathBuf::from("/cg/memory/x/trainyard/r/cgroup.procs"));
+        let v2 = ReplicaCgroup::open(CgroupVersion::V2, PathBuf::from("/cg/x/trainyard/r"));
+        assert_eq!(v2.thread_attach_file(), None);
     }
 
     #[test]

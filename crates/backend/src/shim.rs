@@ -535,6 +535,12 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
         Ok(p) => p,
         Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
     };
+    // The child has one thread: moving that thread moves the process, and costs far less
+    // than moving a process (see `ReplicaCgroup::thread_attach_file`).
+    let tasks = match cgroup.and_then(|cg| cg.thread_attach_file()).map(|p| CString::new(p.as_os_str().as_bytes())).transpose() {
+        Ok(p) => p,
+        Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
+    };
     // A CLOEXEC pipe on which the child reports, before exec, that joining the cgroup
     // failed: that failure is ours, while an exec failure is the user's.
     let (marker_read, marker_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
@@ -563,15 +569,13 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
         cmd.pre_exec(move || {
             let marker = BorrowedFd::borrow_raw(marker_fd);
             if let Some(procs) = &procs {
-                let joined = nix::fcntl::open(procs.as_c_str(), OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())
-                    .and_then(|fd| nix::unistd::write(&fd, b"0"));
-                if !matches!(joined, Ok(1)) {
-                    let err = match joined {
-                        Err(e) => io::Error::from(e),
-                        Ok(_) => io::Error::from(Errno::EIO),
-                    };
-                    let _ = nix::unistd::write(marker, b"c");
-                    return Err(err);
+                // `tasks` first; should it fail, `cgroup.procs`, whose error is reported.
+                let joined = tasks.as_deref().is_some_and(|t| write_zero(t).is_ok());
+                if !joined {
+                    if let Err(err) = write_zero(procs) {
+                        let _ = nix::unistd::write(marker, b"c");
+                        return Err(err);
+                    }
                 }
             }
             // Its own process group, so a stop reaches all of it with killpg.
@@ -609,6 +613,16 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
                 Err(SpawnFailure::Start(format!("cannot start {program:?}: {e}")))
             }
         }
+    }
+}
+
+/// Writes `0` into a cgroup file, which moves the writer into that cgroup. Runs between
+/// fork and exec: system calls only, no allocation.
+fn write_zero(path: &std::ffi::CStr) -> io::Result<()> {
+    let fd = nix::fcntl::open(path, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    match nix::unistd::write(&fd, b"0")? {
+        1 => Ok(()),
+        _ => Err(io::Error::from(Errno::EIO)),
     }
 }
 
