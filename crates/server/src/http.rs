@@ -1,6 +1,13 @@
 //! The REST API (`/v1/projects/{p}/locations/{l}/customJobs...`). Writes go to the driver
 //! thread; reads go to SQLite through a small pool of read connections. Every error, even
 //! for a malformed body or an unknown route, is in the API's `{"error": ...}` shape.
+//!
+//! The resources (CustomJobs, HyperparameterTuningJobs) are kinds ([`kinds`]) served by one
+//! set of handlers ([`resources`], with list pages in `list`), registered per kind in
+//! [`router`]. This module holds what they share (the state, read connections, errors,
+//! `$alt`, request bodies, the driver's replies) and the routes that are not a kind's:
+//! a CustomJob's logs, operations, administration, health, the console and the OpenAPI
+//! document.
 
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
@@ -15,15 +22,17 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
-use trainyard_api::{ApiError, CustomJob};
-use trainyard_store::{Store, StoredJob};
+use trainyard_api::ApiError;
+use trainyard_store::Store;
 
-use crate::driver::{job_name, render, Msg, KIND_CUSTOM, KIND_STUDY};
+use crate::driver::Msg;
 use crate::logs;
 
+pub mod kinds;
 mod list;
+pub mod resources;
 
-use list::{list_page, ListQuery};
+use kinds::{CustomJobs, TuningJobs};
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -150,25 +159,6 @@ fn parse_id(text: &str) -> Result<u64, ApiError> {
     })
 }
 
-/// A stored job as the API shows it. A record that cannot be read is shown, not hidden
-/// behind an error: its stand-in says FAILED with the damage, under its display name.
-fn decode(stored: &StoredJob, waiting: &crate::driver::WaitingView) -> Result<CustomJob, ApiError> {
-    let mut job = match serde_json::from_str::<CustomJob>(&stored.resource) {
-        Ok(r) => render(&r, &stored.job),
-        Err(e) => {
-            let j = &stored.job;
-            let damaged = trainyard_core::Job::damaged(j.id, j.project.clone(), j.region.clone(), j.create_time, j.update_time, &format!("its resource: {e}"));
-            render(&CustomJob { display_name: stored.display_name.clone(), ..CustomJob::default() }, &damaged)
-        }
-    };
-    if !job.trainyard_waiting_reason.is_empty() {
-        if let Some(reason) = waiting.get(stored.job.id, &stored.job.project) {
-            job.trainyard_waiting_reason = reason;
-        }
-    }
-    Ok(job)
-}
-
 async fn ask<T>(state: &AppState, make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, ApiError>>) -> Msg) -> Result<T, ApiError> {
     if let Some(why) = state.health.unavailable() {
         return Err(ApiError::unavailable(format!("The server cannot take this request now: {why}.")));
@@ -201,245 +191,9 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
     })
 }
 
-async fn create_job(
-    State(state): State<AppState>,
-    Path((project, region)): Path<(String, String)>,
-    Alt(common): Alt,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    let body = match body_bytes(body) {
-        Ok(b) => b,
-        Err(AppError(e)) if e.code == trainyard_api::Code::OutOfRange => return Ok(too_large(e)),
-        Err(e) => return Err(e),
-    };
-    check_content_type(&headers)?;
-    let job = trainyard_api::parse_custom_job(&body)?;
-    trainyard_api::validate_custom_job(&job)?;
-    let created = ask(&state, |reply| Msg::Create { project, region, resource: Box::new(job), reply }).await?;
-    json_response(created, ints)
-}
-
 fn too_large(e: ApiError) -> Response {
     let body = serde_json::json!({"error": {"code": 413, "message": e.message, "status": "OUT_OF_RANGE"}});
     (StatusCode::PAYLOAD_TOO_LARGE, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-}
-
-async fn list_jobs(
-    State(state): State<AppState>,
-    Path((project, region)): Path<(String, String)>,
-    q: Result<Query<ListQuery>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = q.map_err(query_error)?;
-    let (p, r) = (project.clone(), region.clone());
-    let waiting = Arc::clone(&state.waiting);
-    list_page(&state, KIND_CUSTOM, &project, &region, q, "customJobs", move |s, f, before, limit| {
-        s.list_jobs(KIND_CUSTOM, &p, &r, f, before, limit)
-            .map_err(internal)?
-            .iter()
-            .map(|sj| Ok((sj.job.id, serde_json::to_value(decode(sj, &waiting)?).map_err(internal)?)))
-            .collect()
-    })
-    .await
-}
-
-async fn load(state: &AppState, project: &str, region: &str, id: u64) -> Result<StoredJob, ApiError> {
-    let (p, r) = (project.to_string(), region.to_string());
-    let found = state.readers.with(move |s| s.get_job(KIND_CUSTOM, &p, &r, id).map_err(internal)).await?;
-    found.ok_or_else(|| ApiError::not_found(format!("The CustomJob \"{}\" does not exist.", job_name(project, region, id))))
-}
-
-async fn get_job(
-    State(state): State<AppState>,
-    Path((project, region, id)): Path<(String, String, String)>,
-    Alt(common): Alt,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    if id.contains(':') {
-        return Ok(method_not_allowed_response("POST"));
-    }
-    let id = parse_id(&id)?;
-    let stored = load(&state, &project, &region, id).await?;
-    json_response(decode(&stored, &state.waiting)?, ints)
-}
-
-/// The id of `POST .../{id}:cancel` (the id and the verb are one path segment), or the
-/// answer for a segment that is not a cancel.
-fn cancel_id(segment: &str, what: &str) -> Result<u64, ApiResult> {
-    let Some((id, verb)) = segment.split_once(':') else { return Err(Ok(method_not_allowed_response("GET, DELETE"))) };
-    if verb != "cancel" {
-        return Err(Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a {what}.")).into()));
-    }
-    parse_id(id).map_err(|e| Err(e.into()))
-}
-
-/// `POST .../customJobs/{id}:cancel`.
-async fn post_job(
-    State(state): State<AppState>,
-    Path((project, region, segment)): Path<(String, String, String)>,
-    Alt(common): Alt,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    let id = match cancel_id(&segment, "CustomJob") {
-        Ok(id) => id,
-        Err(answer) => return answer,
-    };
-    ask(&state, |reply| Msg::Cancel { project, region, id, reply }).await?;
-    json_response(serde_json::json!({}), ints)
-}
-
-async fn delete_job(
-    State(state): State<AppState>,
-    Path((project, region, id)): Path<(String, String, String)>,
-    Alt(common): Alt,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    if id.contains(':') {
-        return Ok(method_not_allowed_response("POST"));
-    }
-    let id = parse_id(&id)?;
-    let stored = load(&state, &project, &region, id).await?;
-    if !stored.job.is_terminal() {
-        return Err(ApiError::failed_precondition(format!(
-            "The CustomJob \"{}\" is in state {} and cannot be deleted; cancel it first.",
-            job_name(&project, &region, id),
-            stored.job.state().wire_name()
-        ))
-        .into());
-    }
-    delete_terminal(&state, &project, &region, id, "CustomJob", ints).await
-}
-
-/// Delete a terminal resource (its logs and run directories go; outputs under
-/// baseOutputDirectory stay) and answer with a done long-running Operation.
-async fn delete_terminal(state: &AppState, project: &str, region: &str, id: u64, what: &'static str, ints: bool) -> ApiResult {
-    let kind = if what == "CustomJob" { KIND_CUSTOM } else { KIND_STUDY };
-    let (project, region) = (project.to_string(), region.to_string());
-    let body = ask(state, |reply| Msg::Delete { kind, project, region, id, reply }).await?;
-    json_response(body, ints)
-}
-
-// ---- HyperparameterTuningJobs ----
-
-async fn create_study(
-    State(state): State<AppState>,
-    Path((project, region)): Path<(String, String)>,
-    Alt(common): Alt,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    let body = match body_bytes(body) {
-        Ok(b) => b,
-        Err(AppError(e)) if e.code == trainyard_api::Code::OutOfRange => return Ok(too_large(e)),
-        Err(e) => return Err(e),
-    };
-    check_content_type(&headers)?;
-    let job = trainyard_api::parse_hyperparameter_tuning_job(&body)?;
-    trainyard_api::validate_hyperparameter_tuning_job(&job)?;
-    let created = ask(&state, |reply| Msg::CreateStudy { project, region, resource: Box::new(job), reply }).await?;
-    json_response(created, ints)
-}
-
-/// A stored HyperparameterTuningJob, or what is wrong with its record.
-type StudyRow = Result<(trainyard_api::HyperparameterTuningJob, crate::study::Study), String>;
-
-fn read_study(id: u64, resource: &str, core: &str) -> StudyRow {
-    let resource = serde_json::from_str(resource).map_err(|e| format!("record of job {id}: its resource: {e}"))?;
-    let st = serde_json::from_str(core).map_err(|e| format!("record of job {id}: {e}"))?;
-    Ok((resource, st))
-}
-
-/// A study as the API shows it; a record that cannot be read is shown as FAILED with the
-/// damage named, never as an error that would hide it (or the rows around it).
-fn show_study(project: &str, region: &str, id: u64, row: &StudyRow, with_trials: bool) -> Value {
-    match row {
-        Ok((resource, st)) => crate::driver::render_study(resource, st, with_trials),
-        Err(damage) => serde_json::json!({
-            "name": crate::driver::study_name(project, region, id),
-            "state": "JOB_STATE_FAILED",
-            "error": {"code": 13, "message": format!("Internal error: the stored record of this job is damaged and cannot be read ({damage}).")},
-        }),
-    }
-}
-
-async fn load_study(state: &AppState, project: &str, region: &str, id: u64) -> Result<StudyRow, ApiError> {
-    let (p, r) = (project.to_string(), region.to_string());
-    let row = state.readers.with(move |s| s.get_other(KIND_STUDY, &p, &r, id).map_err(internal)).await?;
-    let (_, resource, core) = row.ok_or_else(|| {
-        ApiError::not_found(format!("The HyperparameterTuningJob \"{}\" does not exist.", crate::driver::study_name(project, region, id)))
-    })?;
-    Ok(read_study(id, &resource, &core))
-}
-
-async fn get_study(
-    State(state): State<AppState>,
-    Path((project, region, id)): Path<(String, String, String)>,
-    Alt(common): Alt,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    if id.contains(':') {
-        return Ok(method_not_allowed_response("POST"));
-    }
-    let id = parse_id(&id)?;
-    let row = load_study(&state, &project, &region, id).await?;
-    json_response(show_study(&project, &region, id, &row, true), ints)
-}
-
-async fn post_study(
-    State(state): State<AppState>,
-    Path((project, region, segment)): Path<(String, String, String)>,
-    Alt(common): Alt,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    let id = match cancel_id(&segment, "HyperparameterTuningJob") {
-        Ok(id) => id,
-        Err(answer) => return answer,
-    };
-    ask(&state, |reply| Msg::CancelStudy { project, region, id, reply }).await?;
-    json_response(serde_json::json!({}), ints)
-}
-
-async fn delete_study(
-    State(state): State<AppState>,
-    Path((project, region, id)): Path<(String, String, String)>,
-    Alt(common): Alt,
-) -> ApiResult {
-    let ints = int_enums(&common)?;
-    if id.contains(':') {
-        return Ok(method_not_allowed_response("POST"));
-    }
-    let id = parse_id(&id)?;
-    // A damaged record was quarantined (terminal) by the driver and may be deleted.
-    if let Ok((_, st)) = load_study(&state, &project, &region, id).await? {
-        if !st.is_terminal() {
-            return Err(ApiError::failed_precondition(format!(
-                "The HyperparameterTuningJob \"{}\" is in state {} and cannot be deleted; cancel it first.",
-                crate::driver::study_name(&project, &region, id),
-                st.state_name()
-            ))
-            .into());
-        }
-    }
-    delete_terminal(&state, &project, &region, id, "HyperparameterTuningJob", ints).await
-}
-
-async fn list_studies(
-    State(state): State<AppState>,
-    Path((project, region)): Path<(String, String)>,
-    q: Result<Query<ListQuery>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = q.map_err(query_error)?;
-    let (p, r) = (project.clone(), region.clone());
-    list_page(&state, KIND_STUDY, &project, &region, q, "hyperparameterTuningJobs", move |s, f, before, limit| {
-        s.list_other(KIND_STUDY, &p, &r, f, before, limit)
-            .map_err(internal)?
-            .iter()
-            .map(|(id, resource, core)| Ok((*id, show_study(&p, &r, *id, &read_study(*id, resource, core), false))))
-            .collect()
-    })
-    .await
 }
 
 async fn get_operation(
@@ -476,7 +230,7 @@ async fn job_logs(
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
     let id = parse_id(&id)?;
-    load(&state, &project, &region, id).await?;
+    resources::load::<CustomJobs>(&state, &project, &region, id).await?;
     let sel = logs::Selector { replica: q.replica, attempt: q.attempt };
     let follow = q.follow.unwrap_or(false);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
@@ -643,15 +397,10 @@ async fn limit_announced_body(req: axum::extract::Request, next: axum::middlewar
 pub fn router(state: AppState) -> Router {
     let jobs = "/v1/projects/{project}/locations/{region}/customJobs";
     Router::new()
-        .route(jobs, get(list_jobs).post(create_job))
-        .route(&format!("{jobs}/{{id}}"), get(get_job).post(post_job).delete(delete_job))
+        .merge(resources::routes::<CustomJobs>())
+        .merge(resources::routes::<TuningJobs>())
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
-        .route("/v1/projects/{project}/locations/{region}/hyperparameterTuningJobs", get(list_studies).post(create_study))
-        .route(
-            "/v1/projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}",
-            get(get_study).post(post_study).delete(delete_study),
-        )
         .route("/v1/admin/nodes", get(list_nodes))
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
         .route("/v1/admin/quotas", get(list_quotas))

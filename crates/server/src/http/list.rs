@@ -1,12 +1,13 @@
 //! List methods of every resource kind: `pageSize`, `pageToken`, `filter` and `readMask`.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::Value;
 use trainyard_api::ApiError;
-use trainyard_store::Store;
 
-use super::{int_enums, json_response, ApiResult, AppState, Common};
-use crate::driver::KIND_STUDY;
+use super::kinds::{Page, ResourceKind, View};
+use super::{int_enums, internal, json_response, ApiResult, AppState, Common};
 
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
@@ -22,36 +23,30 @@ pub struct ListQuery {
     read_mask: Option<String>,
 }
 
-/// Rows of one page: (id, rendered resource), newest first, at most `limit`.
-type PageRows = Result<Vec<(u64, Value)>, ApiError>;
-
-/// One page of a list method: `pageSize`, a `pageToken` checked against its query, the
-/// `filter` compiled to SQL, `readMask`; `fetch` reads and renders the rows.
-pub(super) async fn list_page(
-    state: &AppState,
-    kind: &'static str,
-    project: &str,
-    region: &str,
-    q: ListQuery,
-    collection: &'static str,
-    fetch: impl FnOnce(&Store, Option<(&str, &[rusqlite::types::Value])>, Option<u64>, usize) -> PageRows + Send + 'static,
-) -> ApiResult {
+/// One page of the list method of kind `K`: `pageSize`, a `pageToken` checked against its
+/// query, the `filter` compiled to SQL, `readMask`; the rows are read and rendered by `K`.
+pub(super) async fn page<K: ResourceKind>(state: &AppState, project: &str, region: &str, q: ListQuery) -> ApiResult {
     let ints = int_enums(&Common { alt: q.alt.clone() })?;
     let page_size = page_size(q.page_size.as_deref())?;
     let filter_text = q.filter.clone().unwrap_or_default();
     let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
-    let resource = if kind == KIND_STUDY { "HyperparameterTuningJob" } else { "CustomJob" };
-    let mask = parse_read_mask(q.read_mask.as_deref().unwrap_or(""), resource)?;
-    let scope = format!("{kind}|{project}|{region}|{filter_text}");
+    let mask = parse_read_mask(q.read_mask.as_deref().unwrap_or(""), K::API_NAME)?;
+    let scope = format!("{}|{project}|{region}|{filter_text}", K::STORE_KIND);
     let before = match q.page_token.as_deref() {
         None | Some("") => None,
         Some(t) => Some(read_token(&state.token_key, &scope, t)?),
     };
+    let (p, r) = (project.to_string(), region.to_string());
+    let waiting = Arc::clone(&state.waiting);
     let rows = state
         .readers
         .with(move |s| {
-            let f = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
-            fetch(s, f, before, page_size + 1)
+            let filter = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
+            K::read_page(s, &p, &r, &Page { filter, before, limit: page_size + 1 })
+                .map_err(internal)?
+                .iter()
+                .map(|row| Ok((K::id(row), K::render(row, &waiting, View::List)?)))
+                .collect::<Result<Vec<(u64, Value)>, ApiError>>()
         })
         .await?;
     let more = rows.len() > page_size;
@@ -66,7 +61,7 @@ pub(super) async fn list_page(
     }
     let mut resp = serde_json::Map::new();
     if !items.is_empty() {
-        resp.insert(collection.into(), Value::Array(items));
+        resp.insert(K::COLLECTION.into(), Value::Array(items));
     }
     if let (true, Some(last)) = (more, last) {
         resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last)));
