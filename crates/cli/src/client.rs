@@ -1,5 +1,12 @@
-//! `trainyard custom-jobs create|list|describe|cancel|stream-logs`, against a server,
-//! shaped like the known CLI's `ai custom-jobs` commands.
+//! `trainyard custom-jobs create|list|describe|cancel|stream-logs` and `trainyard
+//! hp-tuning-jobs create|list|describe|cancel` against a server, shaped like the known CLI's
+//! `ai custom-jobs` and `ai hp-tuning-jobs` commands, and the administration commands
+//! (`nodes`, `quotas`).
+//!
+//! The commands every resource kind has (list, describe, cancel) are written once and take
+//! the kind as a [`Kind`] (its collection, its name in messages, its own table columns);
+//! each kind's clap commands keep their own flags and help texts and call them. Creating
+//! one is each kind's own (flags that build its body).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -147,10 +154,6 @@ impl Api {
         Ok(format!("{}/{collection}/{id}", self.base()))
     }
 
-    fn job_url(&self, job: &str) -> anyhow::Result<String> {
-        self.resource_url("customJobs", job)
-    }
-
     fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
         let mut req = ureq::http::Request::builder().method(method).uri(url);
         if let Some(t) = &self.t.token {
@@ -179,7 +182,7 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Create { target, display_name, worker_pool_specs, config, args, command, labels } => {
             let api = Api::new(target)?;
             let body = build_job(display_name, &worker_pool_specs, config, &args, &command, &labels)?;
-            let job = api.send("POST", &format!("{}/customJobs", api.base()), Some(&body))?;
+            let job = api.send("POST", &format!("{}/{}", api.base(), CUSTOM_JOBS.collection), Some(&body))?;
             let name = job["name"].as_str().unwrap_or("");
             println!("CustomJob [{name}] is submitted successfully.\n");
             println!("Your job is still active. You may view the status of your job with the command\n");
@@ -188,47 +191,12 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             println!("  $ trainyard custom-jobs stream-logs {name}");
             Ok(ExitCode::SUCCESS)
         }
-        JobCommand::List { target, limit, filter, format } => {
-            let api = Api::new(target)?;
-            let mut jobs = Vec::new();
-            let mut token = String::new();
-            loop {
-                let mut url = format!("{}/customJobs?pageSize={}", api.base(), limit.unwrap_or(1000).min(1000));
-                if let Some(f) = &filter {
-                    url.push_str(&format!("&filter={}", encode(f)));
-                }
-                if !token.is_empty() {
-                    url.push_str(&format!("&pageToken={}", encode(&token)));
-                }
-                let page = api.send("GET", &url, None)?;
-                jobs.extend(page["customJobs"].as_array().cloned().unwrap_or_default());
-                token = page["nextPageToken"].as_str().unwrap_or("").to_string();
-                if token.is_empty() || limit.is_some_and(|l| jobs.len() >= l) {
-                    break;
-                }
-            }
-            if let Some(l) = limit {
-                jobs.truncate(l);
-            }
-            print_jobs(&jobs, format)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        JobCommand::Describe { target, job, format } => {
-            let api = Api::new(target)?;
-            let v = api.send("GET", &api.job_url(&job)?, None)?;
-            print_value(&v, format)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        JobCommand::Cancel { target, job } => {
-            let api = Api::new(target)?;
-            let url = api.job_url(&job)?;
-            api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
-            println!("Request to cancel CustomJob [{}] has been sent.", url.split("/v1/").nth(1).unwrap_or(&job));
-            Ok(ExitCode::SUCCESS)
-        }
+        JobCommand::List { target, limit, filter, format } => list(&CUSTOM_JOBS, target, limit, filter, format),
+        JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format),
+        JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
         JobCommand::StreamLogs { target, job, replica, attempt } => {
             let api = Api::new(target)?;
-            let mut url = format!("{}/logs?follow=true", api.job_url(&job)?);
+            let mut url = format!("{}/logs?follow=true", api.resource_url(CUSTOM_JOBS.collection, &job)?);
             if let Some(r) = replica {
                 url.push_str(&format!("&replica={}", encode(&r)));
             }
@@ -262,6 +230,103 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A resource kind as the commands every kind has (list, describe, cancel) see it.
+pub struct Kind {
+    /// The collection segment of its REST paths: `customJobs`.
+    pub collection: &'static str,
+    /// How `cancel` names it: `CustomJob`.
+    pub noun: &'static str,
+    /// The columns of its `list` table between STATE and CREATE_TIME.
+    pub columns: &'static [Column],
+}
+
+/// A column of a `list` table: its heading and its cell of a resource.
+pub type Column = (&'static str, fn(&Value) -> String);
+
+pub const CUSTOM_JOBS: Kind = Kind { collection: "customJobs", noun: "CustomJob", columns: &[] };
+
+pub const TUNING_JOBS: Kind =
+    Kind { collection: "hyperparameterTuningJobs", noun: "hyperparameter tuning job", columns: &[("MAX_TRIALS", max_trials)] };
+
+fn max_trials(job: &Value) -> String {
+    job["maxTrialCount"].to_string()
+}
+
+/// `list`: newest first, page after page until there are no more or `limit` are shown.
+fn list(kind: &Kind, target: Target, limit: Option<usize>, filter: Option<String>, format: Format) -> anyhow::Result<ExitCode> {
+    let api = Api::new(target)?;
+    let mut items = Vec::new();
+    let mut token = String::new();
+    loop {
+        let mut url = format!("{}/{}?pageSize={}", api.base(), kind.collection, limit.unwrap_or(1000).min(1000));
+        if let Some(f) = &filter {
+            url.push_str(&format!("&filter={}", encode(f)));
+        }
+        if !token.is_empty() {
+            url.push_str(&format!("&pageToken={}", encode(&token)));
+        }
+        let page = api.send("GET", &url, None)?;
+        items.extend(page[kind.collection].as_array().cloned().unwrap_or_default());
+        token = page["nextPageToken"].as_str().unwrap_or("").to_string();
+        if token.is_empty() || limit.is_some_and(|l| items.len() >= l) {
+            break;
+        }
+    }
+    if let Some(l) = limit {
+        items.truncate(l);
+    }
+    match format {
+        Format::Table => {
+            let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+            let rows: Vec<Vec<String>> = items
+                .iter()
+                .map(|j| {
+                    let mut row = vec![
+                        j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string(),
+                        text(&j["displayName"]),
+                        text(&j["state"]),
+                    ];
+                    row.extend(kind.columns.iter().map(|(_, cell)| cell(j)));
+                    row.push(text(&j["createTime"]));
+                    row
+                })
+                .collect();
+            let mut head = vec!["ID", "DISPLAY_NAME", "STATE"];
+            head.extend(kind.columns.iter().map(|(heading, _)| *heading));
+            head.push("CREATE_TIME");
+            table(&head, &rows);
+        }
+        f => print_value(&Value::Array(items), f)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `describe`: one resource, by id or name, as the server shows it.
+fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Result<ExitCode> {
+    let api = Api::new(target)?;
+    print_value(&api.send("GET", &api.resource_url(kind.collection, id)?, None)?, format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cancel`: ask for the cancel; the resource ends on its own time.
+fn cancel(kind: &Kind, target: Target, id: &str) -> anyhow::Result<ExitCode> {
+    let api = Api::new(target)?;
+    let url = api.resource_url(kind.collection, id)?;
+    api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
+    println!("Request to cancel {} [{}] has been sent.", kind.noun, url.split("/v1/").nth(1).unwrap_or(id));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--labels KEY=VALUE,...` as the resource's `labels`.
+fn labels(flags: &[String]) -> anyhow::Result<Value> {
+    let mut m = Map::new();
+    for l in flags {
+        let (k, v) = l.split_once('=').with_context(|| format!("--labels: {l:?} is not KEY=VALUE"))?;
+        m.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(Value::Object(m))
 }
 
 fn encode(s: &str) -> String {
@@ -358,12 +423,7 @@ fn build_job(
         }
     }
     if !labels.is_empty() {
-        let mut m = Map::new();
-        for l in labels {
-            let (k, v) = l.split_once('=').with_context(|| format!("--labels: {l:?} is not KEY=VALUE"))?;
-            m.insert(k.to_string(), Value::String(v.to_string()));
-        }
-        job["labels"] = Value::Object(m);
+        job["labels"] = self::labels(labels)?;
     }
     Ok(job)
 }
@@ -372,41 +432,6 @@ fn print_value(v: &Value, format: Format) -> anyhow::Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
         Format::Yaml | Format::Table => print!("{}", serde_norway::to_string(v)?),
-    }
-    Ok(())
-}
-
-fn print_jobs(jobs: &[Value], format: Format) -> anyhow::Result<()> {
-    match format {
-        Format::Table => {
-            let rows: Vec<[String; 4]> = jobs
-                .iter()
-                .map(|j| {
-                    [
-                        j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string(),
-                        j["displayName"].as_str().unwrap_or("").to_string(),
-                        j["state"].as_str().unwrap_or("").to_string(),
-                        j["createTime"].as_str().unwrap_or("").to_string(),
-                    ]
-                })
-                .collect();
-            let head = ["ID", "DISPLAY_NAME", "STATE", "CREATE_TIME"];
-            let mut w = head.map(str::len);
-            for r in &rows {
-                for (i, c) in r.iter().enumerate() {
-                    w[i] = w[i].max(c.len());
-                }
-            }
-            let line = |cells: [&str; 4]| {
-                format!("{:w0$}  {:w1$}  {:w2$}  {}", cells[0], cells[1], cells[2], cells[3], w0 = w[0], w1 = w[1], w2 = w[2])
-            };
-            println!("{}", line(head).trim_end());
-            for r in &rows {
-                println!("{}", line([&r[0], &r[1], &r[2], &r[3]]).trim_end());
-            }
-        }
-        Format::Json => println!("{}", serde_json::to_string_pretty(jobs)?),
-        Format::Yaml => print!("{}", serde_norway::to_string(jobs)?),
     }
     Ok(())
 }
@@ -640,12 +665,6 @@ pub enum StudyCommand {
     },
 }
 
-impl Api {
-    fn study_url(&self, job: &str) -> anyhow::Result<String> {
-        self.resource_url("hyperparameterTuningJobs", job)
-    }
-}
-
 pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         StudyCommand::Create { target, display_name, config, max_trial_count, parallel_trial_count, max_failed_trial_count, labels } => {
@@ -663,56 +682,18 @@ pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             if !labels.is_empty() {
-                let mut m = Map::new();
-                for l in &labels {
-                    let (k, v) = l.split_once('=').with_context(|| format!("--labels: {l:?} is not KEY=VALUE"))?;
-                    m.insert(k.to_string(), Value::String(v.to_string()));
-                }
-                job["labels"] = Value::Object(m);
+                job["labels"] = self::labels(&labels)?;
             }
-            let created = api.send("POST", &format!("{}/hyperparameterTuningJobs", api.base()), Some(&job))?;
+            let created = api.send("POST", &format!("{}/{}", api.base(), TUNING_JOBS.collection), Some(&job))?;
             let name = created["name"].as_str().unwrap_or("");
             println!("Hyperparameter tuning job [{name}] submitted successfully.\n");
             println!("Your job is still active. You may view the status of your job with the command\n");
             println!("  $ trainyard hp-tuning-jobs describe {name}");
+            Ok(ExitCode::SUCCESS)
         }
-        StudyCommand::List { target, filter, format } => {
-            let api = Api::new(target)?;
-            let mut url = format!("{}/hyperparameterTuningJobs?pageSize=1000", api.base());
-            if let Some(f) = &filter {
-                url.push_str(&format!("&filter={}", encode(f)));
-            }
-            let v = api.send("GET", &url, None)?;
-            let jobs = v["hyperparameterTuningJobs"].as_array().cloned().unwrap_or_default();
-            match format {
-                Format::Table => {
-                    let rows: Vec<Vec<String>> = jobs
-                        .iter()
-                        .map(|j| {
-                            vec![
-                                j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string(),
-                                j["displayName"].as_str().unwrap_or("").to_string(),
-                                j["state"].as_str().unwrap_or("").to_string(),
-                                j["maxTrialCount"].to_string(),
-                                j["createTime"].as_str().unwrap_or("").to_string(),
-                            ]
-                        })
-                        .collect();
-                    table(&["ID", "DISPLAY_NAME", "STATE", "MAX_TRIALS", "CREATE_TIME"], &rows);
-                }
-                f => print_value(&Value::Array(jobs), f)?,
-            }
-        }
-        StudyCommand::Describe { target, job, format } => {
-            let api = Api::new(target)?;
-            print_value(&api.send("GET", &api.study_url(&job)?, None)?, format)?;
-        }
-        StudyCommand::Cancel { target, job } => {
-            let api = Api::new(target)?;
-            let url = api.study_url(&job)?;
-            api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
-            println!("Request to cancel hyperparameter tuning job [{}] has been sent.", url.split("/v1/").nth(1).unwrap_or(&job));
-        }
+        // One page of at most 1000, as this command (which has no --limit) has always listed.
+        StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), filter, format),
+        StudyCommand::Describe { target, job, format } => describe(&TUNING_JOBS, target, &job, format),
+        StudyCommand::Cancel { target, job } => cancel(&TUNING_JOBS, target, &job),
     }
-    Ok(ExitCode::SUCCESS)
 }
