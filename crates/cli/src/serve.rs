@@ -74,6 +74,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokens,
         waiting: engine.waiting.clone(),
         health: engine.health.clone(),
+        writes: std::sync::Arc::new(trainyard_server::security::WriteLimiter::new(&engine.services.cfg.limits)),
     };
     let limits = engine.services.cfg.http.clone();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -51,6 +51,8 @@ pub struct AppState {
     pub waiting: Arc<crate::driver::WaitingView>,
     /// The driver's liveness: `/healthz`, and 503 with the reason while it cannot work.
     pub health: Arc<crate::health::Health>,
+    /// Mutating requests per project (`[limits]`).
+    pub writes: Arc<crate::security::WriteLimiter>,
 }
 
 /// Read connections to the database, reused across requests.

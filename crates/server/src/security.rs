@@ -88,6 +88,61 @@ fn check_open_mode_host(req: &axum::extract::Request) -> Result<(), ApiError> {
     }
 }
 
+/// A token bucket per project for mutating requests (`[limits]`
+/// `writes_per_second_per_project`, `write_burst_per_project`): a project that sends
+/// more is answered 429 with `Retry-After`, and other projects are not slowed.
+pub struct WriteLimiter {
+    rate: f64,
+    burst: f64,
+    buckets: std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>,
+}
+
+/// Projects whose buckets are kept; past this, full buckets are forgotten.
+const MAX_BUCKETS: usize = 10_000;
+
+impl WriteLimiter {
+    pub fn new(limits: &crate::config::Limits) -> WriteLimiter {
+        WriteLimiter {
+            rate: limits.writes_per_second_per_project,
+            burst: limits.write_burst_per_project,
+            buckets: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Take one write of `project`, or say how long until one is allowed.
+    pub fn take(&self, project: &str, now: std::time::Instant) -> Result<(), std::time::Duration> {
+        let Ok(mut buckets) = self.buckets.lock() else { return Ok(()) };
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(project) {
+            let (rate, burst) = (self.rate, self.burst);
+            buckets.retain(|_, (tokens, at)| *tokens + now.duration_since(*at).as_secs_f64() * rate < burst);
+        }
+        let (tokens, at) = buckets.entry(project.to_string()).or_insert((self.burst, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(std::time::Duration::from_secs_f64((1.0 - *tokens) / self.rate))
+        }
+    }
+
+    /// The 429 for a project over its rate.
+    fn refuse(&self, project: &str, wait: std::time::Duration) -> Response {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let mut resp = AppError(ApiError::resource_exhausted(format!(
+            "Too many requests that change state for project \"{project}\": the limit is {} per second with bursts of {} \
+             (limits.writes_per_second_per_project, limits.write_burst_per_project); try again in {secs} s.",
+            self.rate, self.burst
+        )))
+        .into_response();
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}
+
 fn is_mutating(method: &Method) -> bool {
     matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE)
 }
@@ -113,9 +168,15 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         None => check_open_mode_host(&req).err(),
         Some(t) => authenticate(t, &req).err(),
     };
-    let mut resp = match refused {
-        Some(e) => AppError(e).into_response(),
-        None => next.run(req).await,
+    let project = path.strip_prefix("/v1/projects/").and_then(|rest| rest.split('/').next()).unwrap_or("").to_string();
+    let throttled = match (&refused, is_mutating(&method) && !project.is_empty()) {
+        (None, true) => state.writes.take(&project, std::time::Instant::now()).err(),
+        _ => None,
+    };
+    let mut resp = match (refused, throttled) {
+        (Some(e), _) => AppError(e).into_response(),
+        (None, Some(wait)) => state.writes.refuse(&project, wait),
+        (None, None) => next.run(req).await,
     };
     if is_mutating(&method) {
         tracing::info!(
@@ -194,6 +255,26 @@ pub async fn reload_tokens(State(state): State<AppState>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn writes_are_limited_per_project() {
+        let l = WriteLimiter::new(&crate::config::Limits {
+            max_live_jobs_per_project: 10,
+            writes_per_second_per_project: 2.0,
+            write_burst_per_project: 3.0,
+        });
+        let t0 = std::time::Instant::now();
+        for _ in 0..3 {
+            assert!(l.take("a", t0).is_ok());
+        }
+        let wait = l.take("a", t0).unwrap_err();
+        assert!(wait > std::time::Duration::ZERO && wait <= std::time::Duration::from_millis(500), "{wait:?}");
+        assert!(l.take("b", t0).is_ok(), "another project has its own bucket");
+        // Half a second later one more write of `a` is allowed, not two.
+        let t1 = t0 + std::time::Duration::from_millis(500);
+        assert!(l.take("a", t1).is_ok());
+        assert!(l.take("a", t1).is_err());
+    }
+
     use super::*;
 
     #[test]
