@@ -381,3 +381,20 @@ fn read_mask_refuses_unknown_fields() {
     let (st, b) = studies("readMask=trialJobSpec,trials,error,maxTrialCount");
     assert_eq!(st, 200, "{b}");
 }
+
+/// Tuning-job paths answer in their own words: a bad id names a HyperparameterTuningJob,
+/// and a method the collection or a resource does not serve gets 405 with its own Allow.
+#[test]
+fn tuning_job_paths_answer_as_tuning_jobs() {
+    let s = Server::start("");
+    let base = s.url("/v1/projects/p/locations/us-central1/hyperparameterTuningJobs");
+    let (status, body) = s.call("GET", &format!("{base}/abc"), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("HyperparameterTuningJob id \"abc\""), "{body}");
+    let resp = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent().put(&base).send(b"{}" as &[u8]).unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers().get("allow").and_then(|v| v.to_str().ok()), Some("GET, POST"));
+    let resp = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent().put(&format!("{base}/1")).send(b"{}" as &[u8]).unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers().get("allow").and_then(|v| v.to_str().ok()), Some("GET, DELETE"));
+}

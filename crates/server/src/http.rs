@@ -155,10 +155,9 @@ fn query_error(e: QueryRejection) -> AppError {
     AppError(ApiError::invalid_argument(format!("Invalid query parameters: {}", e.body_text())))
 }
 
-fn parse_id(text: &str) -> Result<u64, ApiError> {
-    text.parse::<u64>().map_err(|_| {
-        ApiError::invalid_argument(format!("Invalid CustomJob id \"{text}\": job ids are decimal numbers."))
-    })
+fn parse_id(text: &str, what: &str) -> Result<u64, ApiError> {
+    text.parse::<u64>()
+        .map_err(|_| ApiError::invalid_argument(format!("Invalid {what} id \"{text}\": ids are decimal numbers.")))
 }
 
 async fn ask<T>(state: &AppState, make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, ApiError>>) -> Msg) -> Result<T, ApiError> {
@@ -231,7 +230,7 @@ async fn job_logs(
     q: Result<Query<LogQuery>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
-    let id = parse_id(&id)?;
+    let id = parse_id(&id, "CustomJob")?;
     resources::load::<CustomJobs>(&state, &project, &region, id).await?;
     let sel = logs::Selector { replica: q.replica, attempt: q.attempt };
     let follow = q.follow.unwrap_or(false);
@@ -362,9 +361,9 @@ fn allowed_methods(path: &str) -> &'static str {
     let last = path.rsplit('/').next().unwrap_or("");
     if last.contains(':') {
         "POST"
-    } else if path.ends_with("/customJobs") {
+    } else if path.ends_with("/customJobs") || path.ends_with("/hyperparameterTuningJobs") {
         "GET, POST"
-    } else if path.contains("/customJobs/") && !path.ends_with("/logs") {
+    } else if (path.contains("/customJobs/") || path.contains("/hyperparameterTuningJobs/")) && !path.ends_with("/logs") {
         "GET, DELETE"
     } else {
         "GET"

@@ -53,7 +53,7 @@ async fn row_of<K: ResourceKind>(state: &AppState, project: &str, region: &str, 
     if segment.contains(':') {
         return Err(method_not_allowed_response("POST"));
     }
-    let id = parse_id(segment).map_err(answer)?;
+    let id = parse_id(segment, K::API_NAME).map_err(answer)?;
     let row = load::<K>(state, project, region, id).await.map_err(answer)?;
     Ok((id, row))
 }
@@ -115,7 +115,7 @@ async fn post_one<K: ResourceKind>(
     if verb != "cancel" {
         return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a {}.", K::API_NAME)).into());
     }
-    let id = parse_id(id)?;
+    let id = parse_id(id, K::API_NAME)?;
     ask(&state, |reply| K::cancel(project, region, id, reply)).await?;
     json_response(serde_json::json!({}), ints)
 }
