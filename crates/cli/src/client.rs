@@ -116,6 +116,12 @@ pub enum JobCommand {
         target: Target,
         job: String,
     },
+    /// Delete an ended CustomJob, with its logs (its outputs stay).
+    Delete {
+        #[command(flatten)]
+        target: Target,
+        job: String,
+    },
     /// Print a job's logs, following them until the job ends.
     StreamLogs {
         #[command(flatten)]
@@ -194,6 +200,7 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::List { target, limit, filter, format } => list(&CUSTOM_JOBS, target, limit, filter, format),
         JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format),
         JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
+        JobCommand::Delete { target, job } => delete(&CUSTOM_JOBS, target, &job),
         JobCommand::StreamLogs { target, job, replica, attempt } => {
             let api = Api::new(target)?;
             let mut url = format!("{}/logs?follow=true", api.resource_url(CUSTOM_JOBS.collection, &job)?);
@@ -316,6 +323,15 @@ fn cancel(kind: &Kind, target: Target, id: &str) -> anyhow::Result<ExitCode> {
     let url = api.resource_url(kind.collection, id)?;
     api.send("POST", &format!("{url}:cancel"), Some(&json!({})))?;
     println!("Request to cancel {} [{}] has been sent.", kind.noun, url.split("/v1/").nth(1).unwrap_or(id));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `delete`: an ended resource goes (a running one is refused: cancel it first).
+fn delete(kind: &Kind, target: Target, id: &str) -> anyhow::Result<ExitCode> {
+    let api = Api::new(target)?;
+    let url = api.resource_url(kind.collection, id)?;
+    api.send("DELETE", &url, None)?;
+    println!("Deleted {} [{}].", kind.noun, url.split("/v1/").nth(1).unwrap_or(id));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -663,6 +679,12 @@ pub enum StudyCommand {
         target: Target,
         job: String,
     },
+    /// Delete an ended HyperparameterTuningJob (its trials' CustomJobs stay).
+    Delete {
+        #[command(flatten)]
+        target: Target,
+        job: String,
+    },
 }
 
 pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
@@ -695,5 +717,6 @@ pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
         StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), filter, format),
         StudyCommand::Describe { target, job, format } => describe(&TUNING_JOBS, target, &job, format),
         StudyCommand::Cancel { target, job } => cancel(&TUNING_JOBS, target, &job),
+        StudyCommand::Delete { target, job } => delete(&TUNING_JOBS, target, &job),
     }
 }

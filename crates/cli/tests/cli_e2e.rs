@@ -97,6 +97,14 @@ fn create_from_config_and_cancel() {
     assert!(text(&o).contains("Request to cancel CustomJob"), "{}", text(&o));
     let done = s.wait_terminal(&name, 30);
     assert_eq!(done["state"], "JOB_STATE_CANCELLED");
+    // An ended job can be deleted; then it is gone.
+    let o = cli(&s, &["delete", &name]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("Deleted CustomJob"), "{}", text(&o));
+    let (status, _) = s.call("GET", &s.url(&format!("/v1/{name}")), None);
+    assert_eq!(status, 404);
+    let o = cli(&s, &["delete", &name]);
+    assert!(!o.status.success() && text(&o).contains("NOT_FOUND"), "{}", text(&o));
 }
 
 #[test]
