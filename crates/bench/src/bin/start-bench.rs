@@ -202,6 +202,11 @@ fn programs(python: &Path) -> (Program, Program) {
     (py, sh)
 }
 
+/// Prints its start time, then sleeps until stopped.
+fn sleeper() -> Program {
+    Program { name: "sh-sleep", argv: vec!["sh".into(), "-c".into(), "date +%s%N; exec sleep 30".into()] }
+}
+
 /// The interpreter `python3` on PATH really runs (not a version manager's wrapper).
 fn find_python() -> Result<PathBuf> {
     let out = Command::new("python3")
@@ -321,6 +326,31 @@ fn shim_once(r: &ShimRunner, p: &Program, dir: &Path, cgroups: &CgroupSupport, w
     })
 }
 
+/// Bare fork/exec of `k` copies of a program back to back from one thread -> the last
+/// program's line.
+fn bare_gang(p: &Program, k: usize) -> Result<f64> {
+    let t0 = now_ns();
+    let mut children = Vec::with_capacity(k);
+    for _ in 0..k {
+        let mut cmd = Command::new(&p.argv[0]);
+        cmd.args(&p.argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+        children.push(cmd.spawn().with_context(|| format!("spawning {}", p.argv[0]))?);
+    }
+    let mut last = i64::MIN;
+    for child in &mut children {
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            BufReader::new(out).read_line(&mut line)?;
+        }
+        last = last.max(parse_ns(&line)?);
+    }
+    for mut child in children {
+        let _ = child.kill();
+        child.wait()?;
+    }
+    Ok(ms(t0, last))
+}
+
 /// Events of the local backend into a channel.
 fn channel_sink() -> (EventSink, mpsc::Receiver<BackendEvent>) {
     let (tx, rx) = mpsc::channel::<BackendEvent>();
@@ -361,22 +391,30 @@ fn backend_gang(
     for (run, r) in results {
         r.map_err(|e| anyhow!("launch of {run}: {e}"))?;
     }
+    // Every program prints, then sleeps until it is stopped, so that no run's end (its
+    // shim's clean-up) overlaps the others' start.
+    let mut last = i64::MIN;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for d in &dirs {
+        let text = loop {
+            if let Some(t) = first_line_in(d)? {
+                break t;
+            }
+            if Instant::now() >= deadline {
+                bail!("no output in {} after 60 s", d.display());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        last = last.max(parse_ns(&text)?);
+    }
+    for d in &dirs {
+        backend.stop(d).map_err(|e| anyhow!("stop of {}: {e}", d.display()))?;
+    }
     let mut exited = 0;
     while exited < k {
-        match rx.recv_timeout(Duration::from_secs(60)).context("waiting for the gang to end")? {
-            BackendEvent::Exited { run, outcome, .. } => {
-                if !matches!(outcome, trainyard_core::Outcome::Exited { code: 0 }) {
-                    bail!("{run} ended with {outcome:?}");
-                }
-                exited += 1;
-            }
-            BackendEvent::Started { .. } => {}
+        if let BackendEvent::Exited { .. } = rx.recv_timeout(Duration::from_secs(60)).context("waiting for the gang to end")? {
+            exited += 1;
         }
-    }
-    let mut last = i64::MIN;
-    for d in &dirs {
-        let text = first_line_in(d)?.ok_or_else(|| anyhow!("no output in {}", d.display()))?;
-        last = last.max(parse_ns(&text)?);
     }
     Ok((call, ms(t0, last)))
 }
@@ -709,30 +747,52 @@ fn run(o: &Opts) -> Result<()> {
         }
         print_rows("(b) the shim alone: spawn of the shim -> ...", &rows);
 
-        eprintln!("[start-bench] (c) the local backend alone: 8 runs against 1");
-        let backend = LocalBackend::new(ShimRunner::new(&server_bin).command, cgroups.clone());
+        eprintln!("[start-bench] (c') the local backend alone: 8 runs against 1");
+        let waiting = sleeper();
+        let backends: Vec<(String, LocalBackend)> =
+            runners.iter().map(|r| (r.label.clone(), LocalBackend::new(r.command.clone(), cgroups.clone()))).collect();
         let base = tmp.path().join("backend-alone");
-        let (mut c1, mut l1, mut c8, mut l8) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut b1, mut b8) = (Vec::new(), Vec::new());
+        let mut per: Vec<[Vec<f64>; 4]> = backends.iter().map(|_| Default::default()).collect();
         for i in 0..(o.warmup + o.eight) {
             std::thread::sleep(GAP);
-            let one = backend_gang(&backend, &sh, &base, 1, &format!("one{i}"), &cgroups, &workdir)?;
+            let one = bare_gang(&waiting, 1)?;
             std::thread::sleep(GAP);
-            let eight = backend_gang(&backend, &sh, &base, 8, &format!("eight{i}"), &cgroups, &workdir)?;
+            let eight = bare_gang(&waiting, 8)?;
             if i >= o.warmup {
-                c1.push(one.0);
-                l1.push(one.1);
-                c8.push(eight.0);
-                l8.push(eight.1);
+                b1.push(one);
+                b8.push(eight);
+            }
+            for j in 0..backends.len() {
+                let k = (i + j) % backends.len();
+                let backend = &backends[k].1;
+                std::thread::sleep(GAP);
+                let one = backend_gang(backend, &waiting, &base, 1, &format!("one{k}-{i}"), &cgroups, &workdir)?;
+                std::thread::sleep(GAP);
+                let eight = backend_gang(backend, &waiting, &base, 8, &format!("eight{k}-{i}"), &cgroups, &workdir)?;
+                if i >= o.warmup {
+                    per[k][0].push(one.0);
+                    per[k][1].push(one.1);
+                    per[k][2].push(eight.0);
+                    per[k][3].push(eight.1);
+                }
             }
         }
+        let mut rows = vec![
+            row("bare: 1 spawn -> program's line (BASE)", &b1, None),
+            row("bare: 8 spawns from one thread -> last program's line", &b8, Some(&b1)),
+        ];
+        for ((label, _), [c1, l1, c8, l8]) in backends.iter().zip(&per) {
+            rows.extend([
+                row(format!("{label}: 1 run: the launch call"), c1, None),
+                row(format!("{label}: 1 run: -> program's line"), l1, Some(&b1)),
+                row(format!("{label}: 8 runs: the launch call"), c8, Some(c1)),
+                row(format!("{label}: 8 runs: -> last program's line (vs 1 run)"), l8, Some(l1)),
+            ]);
+        }
         print_rows(
-            "(c') the local backend without a server: Backend::launch -> ... (product shim)",
-            &[
-                row("1 run: the launch call", &c1, None),
-                row("1 run: -> program's line (BASE)", &l1, None),
-                row("8 runs: the launch call", &c8, Some(&c1)),
-                row("8 runs: -> last program's line", &l8, Some(&l1)),
-            ],
+            "(c') the local backend without a server: Backend::launch of 8 runs of `sh -c 'date +%s%N; exec sleep 30'` at once against 1",
+            &rows,
         );
     }
 
@@ -791,7 +851,7 @@ fn run(o: &Opts) -> Result<()> {
             eprintln!("[start-bench] (c) HTTP, 8 replicas against 1");
             // The chief's exit would end the job (and stop the others): every replica
             // prints, then sleeps until the job is cancelled.
-            let waiting = Program { name: "sh-sleep", argv: vec!["sh".into(), "-c".into(), "date +%s%N; exec sleep 30".into()] };
+            let waiting = sleeper();
             let one = job_body(&waiting, &[1]);
             let eight = job_body(&waiting, &[1, 7]);
             let mut per: Vec<Vec<(HttpSample, HttpSample)>> = servers.iter().map(|_| Vec::new()).collect();
