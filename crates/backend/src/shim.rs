@@ -283,6 +283,16 @@ fn block_supervisor_signals() -> Result<(), ShimError> {
         .map_err(|e| ShimError::Sys { what: "block signals", source: e.into() })
 }
 
+/// Writes `shim.pid`, the mark that a shim ran in this run directory. Created in place
+/// (no temporary file and rename): no other shim can be writing it (we hold the lock and
+/// it did not exist), and a reader that finds it still empty takes the shim for one that
+/// is starting, as when it does not exist yet.
+fn write_pid_file(path: &Path) -> Result<(), ShimError> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path).at("create", path)?;
+    file.write_all(format!("{}\n", std::process::id()).as_bytes()).at("write", path)?;
+    Ok(())
+}
+
 /// Takes the run directory's lock, retrying for a moment (a server probing liveness holds
 /// it briefly). `Ok(None)`: another shim holds it.
 fn take_lock(path: &Path) -> Result<Option<Flock<File>>, ShimError> {
@@ -314,7 +324,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         diag(format_args!("a shim already ran in {}; not starting the program again", run_dir.display()));
         return Ok(EXIT_ALREADY_RAN);
     }
-    fsutil::write_replace(&run_dir.join(PID_FILE), format!("{}\n", std::process::id()).as_bytes())?;
+    write_pid_file(&run_dir.join(PID_FILE))?;
 
     let spec = match read_spec(run_dir) {
         Ok(Some(spec)) => spec,
@@ -351,6 +361,19 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     let pid = child.id();
     let pgid = Pid::from_raw(pid as libc::pid_t);
 
+    // The program runs (spawn returns once it was exec'd): say so before anything else,
+    // the output readers included (the pipes hold the program's first output meanwhile).
+    let started = Started { pid, time_micros: fsutil::now_micros() };
+    if let Err(e) = write_json_volatile(&run_dir.join(STARTED_FILE), &started) {
+        diag(format_args!("{e}"));
+    }
+    {
+        // The server may be gone: EPIPE is ignored (SIGPIPE is ignored too).
+        let mut out = io::stdout().lock();
+        let _ = writeln!(out, "{STARTED_LINE}");
+        let _ = out.flush();
+    }
+
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut pumps = 0;
     for (stream, reader) in [
@@ -371,17 +394,6 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     drop(done_tx);
     // We reap with waitpid ourselves; dropping the handle neither kills nor waits.
     drop(child);
-
-    let started = Started { pid, time_micros: fsutil::now_micros() };
-    if let Err(e) = write_json_volatile(&run_dir.join(STARTED_FILE), &started) {
-        diag(format_args!("{e}"));
-    }
-    {
-        // The server may be gone: EPIPE is ignored (SIGPIPE is ignored too).
-        let mut out = io::stdout().lock();
-        let _ = writeln!(out, "{STARTED_LINE}");
-        let _ = out.flush();
-    }
 
     let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
     let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup.as_ref());
