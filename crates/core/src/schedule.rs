@@ -734,7 +734,7 @@ struct Round<'a, 'r> {
 enum Memo {
     Quota(Vec<(String, u64, u64, u64)>),
     Blocked,
-    Capacity(Vec<Need>, bool),
+    Capacity(Vec<Need>, bool, bool),
 }
 
 impl Round<'_, '_> {
@@ -759,6 +759,12 @@ fn remember(list: &mut Vec<(Need, usize)>, need: Need, count: usize) {
     }
     list.retain(|(n, k)| !(n.covers(&need) && *k >= count));
     list.push((need, count));
+}
+
+/// What a waiting reason adds for a job past the starvation bound.
+fn starving_note(cfg: &SchedulerConfig) -> String {
+    let bound = cfg.starvation_secs.map(|s| fmt_dur(secs(s))).unwrap_or_default();
+    format!("; it has waited past the starvation bound ({bound}), so it goes ahead of the fair-share order")
 }
 
 /// RFC 3339 (UTC, seconds) of a time in µs since the epoch.
@@ -1141,6 +1147,8 @@ pub fn plan(
     let mut q = Queue { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
     let mut pidx: HashMap<&str, usize> = HashMap::new();
     let starve = cfg.starvation_secs.map(|s| now.saturating_sub(secs(s)));
+    // Past the starvation bound: it goes ahead of the fair-share order (waiting reasons say so).
+    let starving = |r: &Request| cfg.order != Order::Fifo && !r.admitted && !(r.spot && cfg.preemption) && starve.is_some_and(|s| r.submitted <= s);
     for (i, r) in reqs.iter().enumerate() {
         if r.spot && cfg.preemption {
             q.spot.push(i);
@@ -1372,7 +1380,7 @@ pub fn plan(
             rd.resv = rd.reserve(r);
             rd.memo.clear();
             if explain {
-                let reason = match &rd.resv {
+                let mut reason = match &rd.resv {
                     Some(v) => format!(
                         "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (by {}) on {} node(s) ({}); smaller jobs may start first only if they cannot delay it",
                         describe(t, r.shape),
@@ -1383,6 +1391,9 @@ pub fn plan(
                     ),
                     None => format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)),
                 };
+                if starving(r) {
+                    reason.push_str(&starving_note(cfg));
+                }
                 let kind = if rd.resv.is_some() { KIND_RESERVED } else { KIND_CAPACITY };
                 rd.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position });
             }
@@ -1391,7 +1402,8 @@ pub fn plan(
         if explain {
             // Depends only on the shape, on whether the job would run past the
             // reservation, and on the round's state (the memo is cleared when that moves).
-            let reason = rd.memo(Memo::Capacity(r.shape.needs.clone(), long), |rd| {
+            let past_bound = starving(r);
+            let reason = rd.memo(Memo::Capacity(r.shape.needs.clone(), long, past_bound), |rd| {
                 let fit_now = uniform.map_or(0, |(d, k)| rd.w.slot_bound(t, &d).min(k as i64));
                 let mut reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape));
                 if uniform.is_some() {
@@ -1413,6 +1425,9 @@ pub fn plan(
                             fmt_dur(v.time - now)
                         ));
                     }
+                }
+                if past_bound {
+                    reason.push_str(&starving_note(cfg));
                 }
                 reason
             });

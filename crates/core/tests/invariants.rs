@@ -825,3 +825,23 @@ fn reasons_name_no_other_tenant() {
         }
     }
 }
+
+/// A job past the starvation bound says so: it goes ahead of the fair-share order and,
+/// first not to fit, holds the reservation; a job within the bound does not say it.
+#[test]
+fn starving_job_says_it_is_past_the_bound() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    c.start(100, "big", false, 0, 10 * HOUR, vec![(0 as NodeIx, n8), (1, n8)]);
+    let m = BTreeMap::new();
+    let one = gang(&c, 1, 8);
+    let mut old = req(1, "small", &one, HOUR, &m);
+    old.submitted = 0;
+    let mut fresh = req(2, "small", &one, HOUR, &m);
+    fresh.submitted = 3 * HOUR;
+    let d = run(&c, &[fresh, old], 3 * HOUR, &SchedulerConfig::default());
+    let r1 = reason(&d, 1);
+    assert!(r1.contains("Reserved") && r1.contains("past the starvation bound (2h 0m)"), "{r1}");
+    let r2 = reason(&d, 2);
+    assert!(!r2.contains("starvation"), "{r2}");
+}
