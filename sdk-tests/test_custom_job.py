@@ -186,7 +186,8 @@ def test_base_output_dir_model_written_to_storage(sdk, server):
     job.run()
     assert job.state == JobState.JOB_STATE_SUCCEEDED
     assert job.job_spec.base_output_directory.output_uri_prefix == "gs://bucket/out"
-    written = server["data_dir"] / "storage" / "bucket" / "out" / "model" / "model.txt"
+    # gs://bucket/out of project PROJECT: <storage root>/PROJECT/bucket/out
+    written = server["data_dir"] / "storage" / PROJECT / "bucket" / "out" / "model" / "model.txt"
     assert written.is_file(), f"{written} missing"
     assert written.read_text() == "weights-v1"
 

@@ -61,7 +61,11 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
         .ok()
         .and_then(|p| p.parent().map(PathBuf::from))
         .unwrap_or_else(crate::cwd);
-    let roots = vec![job_dir.clone(), crate::cwd(), PathBuf::from("/tmp"), data_dir.clone()];
+    // One user's own job in the foreground: besides its project's gs:// namespace it may
+    // write next to its job file, here, in /tmp and its data directory, and under the
+    // config's output roots.
+    let mut roots = vec![job_dir.clone(), crate::cwd(), PathBuf::from("/tmp"), data_dir.clone()];
+    roots.extend(cfg.output_roots.iter().cloned());
     let engine = trainyard_server::start(cfg, crate::shim_command()?, job_dir, roots)?;
 
     let (reply, rx) = tokio::sync::oneshot::channel();

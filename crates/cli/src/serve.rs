@@ -58,7 +58,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => "no tokens file: open to local clients only".to_string(),
     };
     let workdir = crate::cwd();
-    let roots = vec![cfg.data_dir.clone(), PathBuf::from("/tmp"), workdir.clone()];
+    // Jobs write outputs in their project's namespace of the storage root, and under the
+    // configured output roots only: never the data directory or this working directory.
+    if let Err(why) = cfg.check_workdir(&workdir) {
+        bail!("{why}");
+    }
+    let roots = cfg.output_roots.clone();
     let region = cfg.region.clone();
     let source = cfg.source.clone();
     let data_dir = cfg.data_dir.clone();

@@ -217,7 +217,7 @@ fn l21_checkpoint_dir_kept_across_restarts() {
     assert_eq!(dirs.len(), 2, "{text}");
     assert_eq!(dirs[0].split("dir=").nth(1), dirs[1].split("dir=").nth(1));
     assert!(text.contains("resumed"));
-    assert!(s.data_dir().join("storage/bucket/ckpt-test/checkpoints/ckpt").exists());
+    assert!(s.data_dir().join("storage/p/bucket/ckpt-test/checkpoints/ckpt").exists(), "in project p's namespace");
 }
 
 /// L23: the server is killed with SIGKILL while jobs are QUEUED, RUNNING, in the middle of

@@ -26,6 +26,9 @@ struct File {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     storage_root: Option<PathBuf>,
+    /// Host directories (besides the storage root) where jobs may put outputs and read
+    /// packages from.
+    output_roots: Option<Vec<PathBuf>>,
     region: Option<String>,
     base_port: Option<u16>,
     tokens_file: Option<PathBuf>,
@@ -190,8 +193,12 @@ struct QuotasFile {
 pub struct Config {
     pub listen: String,
     pub data_dir: PathBuf,
-    /// `gs://bucket/x` maps to `<storage_root>/bucket/x`.
+    /// A project's `gs://bucket/x` maps to `<storage_root>/<project>/bucket/x`.
     pub storage_root: PathBuf,
+    /// Host directories besides the storage root where jobs may write outputs and read
+    /// packages (`output_roots`; none by default). Never the data directory, inside it or
+    /// above it, nor overlapping the storage root (checked at load).
+    pub output_roots: Vec<PathBuf>,
     pub region: String,
     /// First port of the replica addresses (L8).
     pub base_port: u16,
@@ -419,7 +426,89 @@ impl Config {
         }
         let mut c = Config::from_file(file, data_dir, path.display().to_string());
         c.path = Some(path.to_owned());
+        c.check_roots().map_err(|(key, message)| invalid(key, message))?;
         Ok(c)
+    }
+
+    /// The storage root and the output roots keep jobs out of the server's own files: the
+    /// storage root is not the data directory, above it, or inside one of the server's
+    /// own directories of it (the default, `<data_dir>/storage`, is fine); an output root
+    /// is absolute, not `/`, and neither is, contains nor is inside the data directory or
+    /// the storage root. Compared as written and, where they exist, as resolved.
+    /// Returns the key at fault and why.
+    pub fn check_roots(&self) -> Result<(), (&'static str, String)> {
+        let data = &self.data_dir;
+        let storage = &self.storage_root;
+        if overlaps_above(storage, data) {
+            return Err((
+                "storage_root",
+                format!(
+                    "{} is or contains the data directory {}: every project's gs:// namespace would be in the server's own files",
+                    storage.display(),
+                    data.display()
+                ),
+            ));
+        }
+        for own in ["runs", "venvs", "trials", "nodes"] {
+            if overlaps_above(&data.join(own), storage) {
+                return Err((
+                    "storage_root",
+                    format!("{} is inside the server's own directory {}", storage.display(), data.join(own).display()),
+                ));
+            }
+        }
+        for root in &self.output_roots {
+            let shown = root.display();
+            if !root.is_absolute() || root.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+                return Err(("output_roots", format!("{shown} must be an absolute path without \"..\"")));
+            }
+            if root.parent().is_none() {
+                return Err(("output_roots", "\"/\" cannot be an output root: it holds everything, the data directory too".into()));
+            }
+            if overlaps_above(root, data) || overlaps_above(data, root) {
+                return Err((
+                    "output_roots",
+                    format!(
+                        "{shown} is, contains or is inside the data directory {}: jobs could write the server's database and other jobs' run directories",
+                        data.display()
+                    ),
+                ));
+            }
+            if overlaps_above(root, storage) || overlaps_above(storage, root) {
+                return Err((
+                    "output_roots",
+                    format!(
+                        "{shown} is, contains or is inside the storage root {}: jobs could reach other projects' gs:// namespaces",
+                        storage.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// At `serve`: neither the storage root nor an output root is or contains the server's
+    /// working directory (a job could plant files where the server and replicas run).
+    pub fn check_workdir(&self, workdir: &Path) -> Result<(), String> {
+        if overlaps_above(&self.storage_root, workdir) {
+            return Err(format!(
+                "storage_root {} is or contains the server's working directory {}: jobs could plant files there; \
+                 start the server in another directory",
+                self.storage_root.display(),
+                workdir.display()
+            ));
+        }
+        for root in &self.output_roots {
+            if overlaps_above(root, workdir) {
+                return Err(format!(
+                    "output_roots: {} is or contains the server's working directory {}: jobs could plant files there; \
+                     start the server in another directory or choose another output root",
+                    root.display(),
+                    workdir.display()
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn from_file(file: File, data_dir: Option<PathBuf>, source: String) -> Config {
@@ -469,6 +558,7 @@ impl Config {
             listen: file.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             data_dir,
             storage_root,
+            output_roots: file.output_roots.unwrap_or_default(),
             region: file.region.unwrap_or_else(|| "us-central1".into()),
             base_port: file.base_port.unwrap_or(20000),
             tokens_file: file.tokens_file,
@@ -517,6 +607,32 @@ impl Config {
                 l
             },
         }
+    }
+}
+
+/// Is `inner` the directory `outer` or below it? Compared as written and, where both
+/// exist, with links resolved.
+fn overlaps_above(outer: &Path, inner: &Path) -> bool {
+    if inner.starts_with(outer) {
+        return true;
+    }
+    match (existing_ancestor_resolved(outer), existing_ancestor_resolved(inner)) {
+        (Some(o), Some(i)) => i.starts_with(o),
+        _ => false,
+    }
+}
+
+/// `p` with links resolved, or (when it does not exist yet) its nearest existing ancestor
+/// resolved with the rest of the path appended.
+fn existing_ancestor_resolved(p: &Path) -> Option<PathBuf> {
+    let mut rest = Vec::new();
+    let mut cur = p;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            return Some(rest.iter().rev().fold(real, |acc: PathBuf, c| acc.join(c)));
+        }
+        rest.push(cur.file_name()?.to_os_string());
+        cur = cur.parent()?;
     }
 }
 
@@ -571,6 +687,46 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:8080");
         assert_eq!(c.settings.max_worker_restarts, 5);
         assert_eq!(c.storage_root, PathBuf::from("/tmp/x/storage"));
+    }
+
+    /// Output roots are configured, never the data directory or the storage root (nor
+    /// above or inside them); the storage root is not the data directory or above it.
+    #[test]
+    fn output_roots_keep_out_of_the_data_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let data = t.path().join("data");
+        let scratch = t.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        let load = |text: String| {
+            let (_d, p) = write(&text);
+            Config::load(&p, Some(data.clone())).map_err(|e| e.to_string())
+        };
+        let c = load(format!("output_roots = [{:?}]\n", scratch)).unwrap();
+        assert_eq!(c.output_roots, vec![scratch.clone()]);
+        assert!(load(String::new()).unwrap().output_roots.is_empty(), "none by default");
+        // A link to the data directory's parent is seen through.
+        std::os::unix::fs::symlink(t.path(), t.path().join("parent-link")).unwrap();
+        for (root, why) in [
+            (data.clone(), "data directory"),
+            (t.path().to_path_buf(), "data directory"),
+            (data.join("runs"), "data directory"),
+            (t.path().join("parent-link"), "data directory"),
+            (PathBuf::from("/"), "holds everything"),
+            (PathBuf::from("relative"), "absolute"),
+        ] {
+            let e = load(format!("output_roots = [{root:?}]\n")).unwrap_err();
+            assert!(e.contains("output_roots") && e.contains(why), "{root:?}: {e}");
+        }
+        let e = load(format!("storage_root = {:?}\noutput_roots = [{:?}]\n", scratch.join("s"), scratch)).unwrap_err();
+        assert!(e.contains("storage root"), "{e}");
+        for storage in [data.clone(), t.path().to_path_buf(), data.join("runs/x")] {
+            let e = load(format!("storage_root = {storage:?}\n")).unwrap_err();
+            assert!(e.contains("storage_root"), "{storage:?}: {e}");
+        }
+        assert!(load(format!("storage_root = {:?}\n", data.join("storage"))).is_ok());
+        let c = load(format!("output_roots = [{:?}]\n", scratch)).unwrap();
+        assert!(c.check_workdir(&scratch.join("work")).unwrap_err().contains("working directory"));
+        assert!(c.check_workdir(t.path()).is_ok());
     }
 
     #[test]

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex};
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch};
 use trainyard_core::{Outcome, RunId};
 
+use crate::paths::{BeneathError, Confined};
+
 /// Something to do.
 pub enum Work {
     /// Start these runs together (the replicas of one attempt, or one restarted replica).
@@ -37,8 +39,9 @@ pub struct Planned {
     /// The launch's outbox entry, done once the run is handed to the engine.
     pub seq: i64,
     pub launch: Launch,
-    /// Directories the run's environment names, made before it starts.
-    pub dirs: Vec<PathBuf>,
+    /// Directories the run's environment names, made before it starts, each below its
+    /// root without following a link.
+    pub dirs: Vec<Confined>,
     /// A `pythonPackageSpec` run: build the venv with these packages, then run the module
     /// with the venv's python (`argv` = python + these arguments).
     pub venv: Option<VenvPlan>,
@@ -174,7 +177,17 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
                 launch_with_venv(p, backend, sink, report);
             }
             let seqs: std::collections::BTreeMap<RunId, i64> = ready.iter().map(|p| (p.launch.run.clone(), p.seq)).collect();
-            let later = launch_ready(ready.into_iter().map(Planned::launch_after_dirs).collect(), &**backend, sink);
+            let mut runs = Vec::with_capacity(ready.len());
+            for p in ready {
+                match p.launch_after_dirs() {
+                    Ok(launch) => runs.push(launch),
+                    // Reported as the run's end; its outbox entry is done below.
+                    Err((run, message)) => {
+                        sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
+                    }
+                }
+            }
+            let later = launch_ready(runs, &**backend, sink);
             let mut done = Vec::new();
             for (run, seq) in seqs {
                 match later.iter().find(|(r, _)| *r == run) {
@@ -206,14 +219,28 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
 }
 
 impl Planned {
-    /// Make the directories the run's environment names; the launch itself.
-    fn launch_after_dirs(self) -> Launch {
+    /// Make the directories the run's environment names (the output directory's
+    /// `model/`, `checkpoints/`, `logs/`, a trial's metric directory), each below its root
+    /// without following a link; the launch itself. A link on the way (a job planted it)
+    /// is the run's StartError, and nothing is made through it; other failures are
+    /// logged and the run starts (its program meets them).
+    fn launch_after_dirs(self) -> Result<Launch, (RunId, String)> {
         for d in &self.dirs {
-            if let Err(e) = std::fs::create_dir_all(d) {
-                tracing::warn!("{}: cannot create {}: {e}", self.launch.run, d.display());
+            match d.create_dir_all() {
+                Ok(()) => {}
+                Err(BeneathError::Symlink { at }) => {
+                    let message = format!(
+                        "cannot create the output directory {}: {} is a symbolic link, which the server does not follow",
+                        d.path().display(),
+                        d.root.join(at).display()
+                    );
+                    tracing::warn!("{}: {message}", self.launch.run);
+                    return Err((self.launch.run, message));
+                }
+                Err(e) => tracing::warn!("{}: cannot create {}: {e}", self.launch.run, d.path().display()),
             }
         }
-        self.launch
+        Ok(self.launch)
     }
 }
 
@@ -252,9 +279,18 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
         move || {
             let Planned { seq, launch, dirs, venv } = p;
             let Some(venv) = venv else { return };
-            match crate::venv::ensure(&venv.dir, &venv.packages) {
+            let built = crate::venv::ensure(&venv.dir, &venv.packages);
+            let planned = Planned { seq, launch, dirs, venv: None };
+            match built {
                 Ok(python) => {
-                    let mut launch = Planned { seq, launch, dirs, venv: None }.launch_after_dirs();
+                    let mut launch = match planned.launch_after_dirs() {
+                        Ok(launch) => launch,
+                        Err((run, message)) => {
+                            sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() });
+                            report(Report::Launched { seqs: vec![seq] });
+                            return;
+                        }
+                    };
                     launch.spec.argv = std::iter::once(python.display().to_string()).chain(venv.module_args).collect();
                     let run = launch.run.clone();
                     if let Some((_, reason)) = launch_ready(vec![launch], &*backend, &sink).pop() {
@@ -262,9 +298,11 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
                         return;
                     }
                 }
-                Err(message) => {
-                    sink(BackendEvent::Exited { run: launch.run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
-                }
+                Err(message) => sink(BackendEvent::Exited {
+                    run: planned.launch.run,
+                    outcome: Outcome::StartError { message },
+                    stderr_tail: Vec::new(),
+                }),
             }
             report(Report::Launched { seqs: vec![seq] });
         }

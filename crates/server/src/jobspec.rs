@@ -4,6 +4,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::paths::{BeneathError, Confined};
+
 use trainyard_api::{ApiError, CustomJob, Strategy};
 use trainyard_core::capacity::{amount_text, NeverFit};
 use trainyard_core::catalog::{accelerator_metric, Catalog, CPU_METRIC};
@@ -157,38 +159,82 @@ fn never_fit_message(pools: &[(usize, String, u32, ReplicaDemand)], nf: NeverFit
     }
 }
 
-/// Map an output URI to a local directory: `gs://bucket/x` → `<storage_root>/bucket/x`;
-/// `file:///abs` and `/abs` as they are, if under one of `roots`. Errors name the field.
-pub fn resolve_output_dir(uri: &str, storage_root: &Path, roots: &[PathBuf], field: &str) -> Result<PathBuf, ApiError> {
+/// Where a URI a job names is on this host (its `baseOutputDirectory`), decided from the text alone (nothing on disk is looked at, so a refusal
+/// says nothing about the host's files):
+/// - `gs://BUCKET/X` is `X` of `BUCKET` in the project's namespace of the storage root,
+///   `<storage_root>/<project>/BUCKET/X`: one project's `gs://shared` is not another's;
+/// - `/abs` and `file:///abs` only below one of the configured output roots (`roots`);
+///   never the data directory or the server's working directory (refused as roots at
+///   start), nor the storage root (other projects' namespaces).
+///
+/// No `..` or `.` segment. Errors are 400 naming `field`.
+pub fn resolve_uri(uri: &str, project: &str, storage_root: &Path, roots: &[PathBuf], field: &str) -> Result<Confined, ApiError> {
     let bad = |why: &str| ApiError::invalid_argument(format!("{field}: \"{uri}\" {why}"));
-    let path = if let Some(rest) = uri.strip_prefix("gs://") {
-        if rest.is_empty() || rest.starts_with('/') {
+    if uri.contains('\0') {
+        return Err(bad("must not contain a NUL character"));
+    }
+    if let Some(rest) = uri.strip_prefix("gs://") {
+        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        if rest.starts_with('/') || segments.is_empty() {
             return Err(bad("has no bucket name"));
         }
-        storage_root.join(rest)
-    } else if let Some(rest) = uri.strip_prefix("file://") {
-        PathBuf::from(rest)
-    } else {
-        PathBuf::from(uri)
-    };
+        if segments.iter().any(|s| *s == ".." || *s == ".") {
+            return Err(bad("must not contain \"..\" or \".\" segments"));
+        }
+        let plain = !project.is_empty() && project != "." && project != ".." && !project.contains(['/', '\0']);
+        if !plain {
+            return Err(bad(&format!("cannot be stored: the project id {project:?} cannot name a storage namespace")));
+        }
+        let rel: PathBuf = std::iter::once(project).chain(segments).collect();
+        return Confined::new(storage_root, rel).ok_or_else(|| bad("is not a plain path"));
+    }
+    let path = PathBuf::from(uri.strip_prefix("file://").unwrap_or(uri));
     if !path.is_absolute() {
         return Err(bad("must be a gs:// URI, a file:// URI or an absolute path"));
     }
     if path.components().any(|c| matches!(c, Component::ParentDir)) {
         return Err(bad("must not contain \"..\""));
     }
-    let inside = std::iter::once(storage_root).chain(roots.iter().map(PathBuf::as_path)).any(|r| path.starts_with(r));
-    if !inside {
-        return Err(bad(&format!(
-            "is outside the output roots this server may write ({})",
-            std::iter::once(storage_root)
-                .chain(roots.iter().map(PathBuf::as_path))
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+    for root in roots {
+        if let Ok(rel) = path.strip_prefix(root) {
+            if let Some(c) = Confined::new(root, rel) {
+                return Ok(c);
+            }
+        }
     }
-    Ok(path)
+    let allowed = if roots.is_empty() {
+        "no output_roots are configured".to_string()
+    } else {
+        format!("output_roots: {}", roots.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+    };
+    Err(bad(&format!(
+        "is outside what this server lets jobs use: a gs://BUCKET/... URI (the project's storage) or a path under an \
+         output root ({allowed})"
+    )))
+}
+
+/// The paths of a job spec, checked at create (`prefix` is `jobSpec` or `trialJobSpec`):
+/// `baseOutputDirectory` in the project's storage or under an output root, and not
+/// through a symbolic link that exists now (the server never follows one: see `paths`).
+pub fn check_paths(
+    spec: &trainyard_api::CustomJobSpec,
+    prefix: &str,
+    project: &str,
+    storage_root: &Path,
+    roots: &[PathBuf],
+) -> Result<(), ApiError> {
+    if let Some(out) = &spec.base_output_directory {
+        let field = format!("{prefix}.baseOutputDirectory.outputUriPrefix");
+        let dir = resolve_uri(&out.output_uri_prefix, project, storage_root, roots, &field)?;
+        if let Err(BeneathError::Symlink { at }) = dir.check_no_symlinks() {
+            let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            return Err(ApiError::invalid_argument(format!(
+                "{field}: \"{}\" passes through a symbolic link ({name:?}), which this server does not follow",
+                out.output_uri_prefix
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -276,16 +322,40 @@ mod tests {
     }
 
     #[test]
-    fn output_dirs_map_and_refuse_escapes() {
+    fn uris_map_into_the_project_namespace_and_refuse_escapes() {
         let root = Path::new("/data/storage");
-        let roots = vec![PathBuf::from("/tmp")];
+        let roots = vec![PathBuf::from("/scratch")];
         let f = "jobSpec.baseOutputDirectory.outputUriPrefix";
-        assert_eq!(resolve_output_dir("gs://b/x/y", root, &roots, f).unwrap(), PathBuf::from("/data/storage/b/x/y"));
-        assert_eq!(resolve_output_dir("file:///tmp/o", root, &roots, f).unwrap(), PathBuf::from("/tmp/o"));
-        assert_eq!(resolve_output_dir("/tmp/o", root, &roots, f).unwrap(), PathBuf::from("/tmp/o"));
-        for bad in ["gs://b/../../etc", "/etc/passwd", "relative/dir", "gs://", "file:///tmp/../etc"] {
-            let e = resolve_output_dir(bad, root, &roots, f).unwrap_err();
-            assert!(e.message.contains(f), "{bad}: {}", e.message);
+        let ok = |uri: &str, project: &str| resolve_uri(uri, project, root, &roots, f).unwrap();
+        assert_eq!(ok("gs://b/x/y", "p"), Confined { root: root.into(), rel: "p/b/x/y".into() });
+        assert_eq!(ok("gs://b/x/y", "p").path(), PathBuf::from("/data/storage/p/b/x/y"));
+        assert_eq!(ok("gs://b/x/y", "q").path(), PathBuf::from("/data/storage/q/b/x/y"), "another project, another place");
+        assert_eq!(ok("gs://b//x/", "p").rel, PathBuf::from("p/b/x"));
+        assert_eq!(ok("file:///scratch/o", "p"), Confined { root: "/scratch".into(), rel: "o".into() });
+        assert_eq!(ok("/scratch/o/", "p").path(), PathBuf::from("/scratch/o"));
+        for bad in [
+            "gs://b/../../etc",
+            "gs://../x",
+            "gs://./x",
+            "/etc/passwd",
+            "/tmp/o",
+            "/data/storage/q/b",
+            "/data/trainyard.db",
+            "relative/dir",
+            "gs://",
+            "gs:///x",
+            "file:///scratch/../etc",
+            "/scratchy/x",
+        ] {
+            let e = resolve_uri(bad, "p", root, &roots, f).unwrap_err();
+            assert_eq!(e.code, trainyard_api::Code::InvalidArgument);
+            assert!(e.message.starts_with(f), "{bad}: {}", e.message);
         }
+        for project in ["..", ".", "a/b", ""] {
+            let e = resolve_uri("gs://b/x", project, root, &roots, f).unwrap_err();
+            assert!(e.message.contains("storage namespace"), "{project}: {}", e.message);
+        }
+        // Without output roots, only gs:// is usable.
+        assert!(resolve_uri("/scratch/o", "p", root, &[], f).unwrap_err().message.contains("no output_roots are configured"));
     }
 }

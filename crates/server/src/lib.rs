@@ -14,6 +14,7 @@ pub mod logs;
 pub mod nodeagent;
 pub mod study;
 pub mod openapi;
+pub mod paths;
 pub mod security;
 pub mod venv;
 

@@ -124,14 +124,7 @@ impl Driver {
             )));
         }
         let prepared = prepare(&item.resource, &svc.catalog, &svc.cfg.settings, &self.fleet, &self.quotas, &item.project)?;
-        if let Some(out) = &item.resource.job_spec.base_output_directory {
-            resolve_output_dir(
-                &out.output_uri_prefix,
-                &svc.cfg.storage_root,
-                &svc.output_roots,
-                "jobSpec.baseOutputDirectory.outputUriPrefix",
-            )?;
-        }
+        check_paths(&item.resource.job_spec, "jobSpec", &item.project, &svc.cfg.storage_root, &svc.output_roots)?;
         let text = serde_json::to_string(&item.resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
         Ok((prepared, text))
     }
@@ -300,13 +293,15 @@ impl Driver {
         if !matches!(live.job.phase, Phase::Running { .. }) {
             return None;
         }
-        let base = self.output_base(&live.resource)?;
-        newest_mtime(&base.join("checkpoints"), 4)
+        let base = self.output_base(live)?;
+        newest_mtime(&base.path().join("checkpoints"), 4)
     }
 
-    pub(super) fn output_base(&self, resource: &CustomJob) -> Option<PathBuf> {
-        let out = resource.job_spec.base_output_directory.as_ref()?;
-        resolve_output_dir(&out.output_uri_prefix, &self.svc.cfg.storage_root, &self.svc.output_roots, "").ok()
+    /// The job's output directory: its project's namespace of the storage root or an
+    /// output root.
+    pub(super) fn output_base(&self, live: &Live) -> Option<Confined> {
+        let out = live.resource.job_spec.base_output_directory.as_ref()?;
+        resolve_uri(&out.output_uri_prefix, &live.job.project, &self.svc.cfg.storage_root, &self.svc.output_roots, "").ok()
     }
 
     /// Admission and placement for every job that waits (L3, L5, L15).

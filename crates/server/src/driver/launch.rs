@@ -111,7 +111,7 @@ impl Driver {
 }
 
 /// The program, environment (L8) and memory limit (L14) of one run.
-pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(ShimSpec, Vec<PathBuf>, Option<VenvPlan>), Outcome> {
+pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(ShimSpec, Vec<Confined>, Option<VenvPlan>), Outcome> {
     let job = &live.job;
     let spec = &live.resource.job_spec;
     let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
@@ -127,13 +127,11 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
         .map(|r| Member { pool: r.pool, index: r.index, address: r.address.clone().unwrap_or_default() })
         .collect();
     let spec_json = serde_json::to_string(spec).unwrap_or_default();
-    let base = live
-        .resource
-        .job_spec
-        .base_output_directory
-        .as_ref()
-        .and_then(|o| resolve_output_dir(&o.output_uri_prefix, &svc.cfg.storage_root, &svc.output_roots, "").ok());
-    let base_str = base.as_ref().map(|p| p.display().to_string());
+    // The project's namespace of the storage root, or an output root (checked at create).
+    let base = live.resource.job_spec.base_output_directory.as_ref().and_then(|o| {
+        resolve_uri(&o.output_uri_prefix, &job.project, &svc.cfg.storage_root, &svc.output_roots, "").ok()
+    });
+    let base_str = base.as_ref().map(|p| p.path().display().to_string());
     let pool_env: Vec<(String, String)> = match (&pool.container_spec, &pool.python_package_spec) {
         (Some(c), _) => c.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
         (None, Some(p)) => p.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
@@ -146,8 +144,8 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
     }
     if job.trial.is_some() {
         // cloudml-hypertune writes the trial's metrics here.
-        let dir = svc.cfg.data_dir.join("trials").join(job.id.to_string()).join(&replica.name);
-        env.push(("CLOUD_ML_HP_METRIC_FILE".into(), dir.join("output.metrics").display().to_string()));
+        let dir = Confined { root: svc.cfg.data_dir.clone(), rel: Path::new("trials").join(job.id.to_string()).join(&replica.name) };
+        env.push(("CLOUD_ML_HP_METRIC_FILE".into(), dir.path().join("output.metrics").display().to_string()));
         dirs.push(dir);
     }
     let input = EnvInput {
@@ -210,12 +208,12 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
             for (i, uri) in p.package_uris.iter().enumerate() {
                 let field = format!("pythonPackageSpec.packageUris[{i}]");
                 let path = if uri.starts_with("gs://") {
-                    resolve_output_dir(uri, &svc.cfg.storage_root, &[], &field)
+                    resolve_uri(uri, &job.project, &svc.cfg.storage_root, &[], &field)
                 } else {
-                    resolve_output_dir(uri, &svc.cfg.storage_root, &[PathBuf::from("/")], &field)
+                    resolve_uri(uri, &job.project, &svc.cfg.storage_root, &[PathBuf::from("/")], &field)
                 }
                 .map_err(|e| Outcome::StartError { message: e.message })?;
-                packages.push(path);
+                packages.push(path.path());
             }
             let venv = svc.cfg.data_dir.join("venvs").join(job.id.to_string());
             let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();

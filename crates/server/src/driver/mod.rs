@@ -31,7 +31,8 @@ use trainyard_store::{NewJob, Store, StoreError};
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::health::{Health, State as HealthState};
-use crate::jobspec::{prepare, resolve_output_dir};
+use crate::jobspec::{check_paths, prepare, resolve_uri};
+use crate::paths::Confined;
 use crate::study::{self, Study, StudyConfig};
 
 pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, ApiError>>;

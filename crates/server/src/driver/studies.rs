@@ -126,14 +126,7 @@ impl Driver {
         let sample = trial_resource(&resource, "0", &[]);
         prepare(&sample, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &project)
             .map_err(|e| ApiError::new(e.code, e.message.replace("jobSpec.", "trialJobSpec.")))?;
-        if let Some(out) = &resource.trial_job_spec.base_output_directory {
-            resolve_output_dir(
-                &out.output_uri_prefix,
-                &self.svc.cfg.storage_root,
-                &self.svc.output_roots,
-                "trialJobSpec.baseOutputDirectory.outputUriPrefix",
-            )?;
-        }
+        check_paths(&resource.trial_job_spec, "trialJobSpec", &project, &self.svc.cfg.storage_root, &self.svc.output_roots)?;
         let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
         let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let (p, r) = (project.clone(), region.clone());
