@@ -290,12 +290,12 @@ fn missing_accelerator_runs_with_warning() {
     assert!(text.contains("asks for 1 x NVIDIA_TESLA_A100 but node local has 0"), "{text}");
 }
 
-/// pythonPackageSpec: the package is installed into the job's venv and
-/// `python -m MODULE ARGS` runs.
+/// pythonPackageSpec: the package (in the project's storage) is installed into the job's
+/// venv and `python -m MODULE ARGS` runs.
 #[test]
 fn python_package_spec_runs_module() {
     let s = Server::start("");
-    let pkg = s.dir.path().join("pkg");
+    let pkg = s.data_dir().join("storage/p/pkgs/pkg");
     std::fs::create_dir_all(pkg.join("trainer")).unwrap();
     std::fs::write(pkg.join("setup.py"), "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n").unwrap();
     std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
@@ -304,7 +304,7 @@ fn python_package_spec_runs_module() {
         "displayName": "pkg",
         "jobSpec": {"workerPoolSpecs": [{
             "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
-            "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": [pkg.display().to_string()],
+            "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": ["gs://pkgs/pkg"],
                                   "pythonModule": "trainer.task", "args": ["--lr", "0.1"]}
         }]}
     });

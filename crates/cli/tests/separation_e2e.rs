@@ -1,12 +1,17 @@
-//! Data separation, tried against a real server (part of the tenant-escape suite):
-//! `gs://` paths in per-project namespaces of the storage root, output directories only
-//! in the project's storage or under configured output roots (never the data directory,
-//! the server's working directory, or an unconfigured `/tmp`), and symbolic links planted
-//! under the storage root neither accepted at create nor followed at launch.
+//! Data separation and untrusted work, tried against a real server (part of the
+//! tenant-escape suite): `gs://` paths in per-project namespaces of the storage root,
+//! output directories only in the project's storage or under configured output roots
+//! (never the data directory, the server's working directory, or an unconfigured `/tmp`),
+//! symbolic links planted under the storage root neither accepted at create nor followed
+//! at launch, `packageUris` confined to the project's storage, the venv build's
+//! environment, and the L21 checkpoint scan bounded and off the driver thread.
 
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
@@ -178,4 +183,152 @@ fn symlinks_under_the_storage_root_are_refused_and_never_followed() {
     let error = done["error"]["message"].as_str().unwrap_or("");
     assert!(error.contains("symbolic link") && error.contains("bucket/swap"), "{error}");
     assert_eq!(entries_below(outside.path()), Vec::<PathBuf>::new(), "nothing created through the link");
+}
+
+fn package_job(uris: &[&str]) -> Value {
+    json!({
+        "displayName": "pkg",
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": uris, "pythonModule": "trainer.task"}
+        }]}
+    })
+}
+
+/// `packageUris` outside the project's storage are refused at create, naming the field,
+/// with the same words whether or not the host file exists; nothing is stored.
+#[test]
+fn package_uris_outside_the_project_storage_are_refused_at_create() {
+    let s = Server::start("");
+    let field = |j: usize| format!("jobSpec.workerPoolSpecs[0].pythonPackageSpec.packageUris[{j}]");
+    let db = s.data_dir().join("trainyard.db").display().to_string();
+    let mut messages = Vec::new();
+    for uri in [
+        "gs://../../etc/shadow",
+        "gs://bucket/../../../etc/shadow",
+        "/etc/shadow",
+        "/etc/no-such-file-at-all",
+        "file:///etc/passwd",
+        db.as_str(),
+    ] {
+        let (status, body) = s.call("POST", &s.jobs_url("p"), Some(&package_job(&[uri]).to_string()));
+        assert_invalid(status, &body, &field(0));
+        messages.push(body["error"]["message"].as_str().unwrap_or("").replace(uri, "URI"));
+    }
+    assert_eq!(messages[2], messages[3], "a refusal does not tell whether a host file exists");
+    let (status, body) = s.call("POST", &s.jobs_url("p"), Some(&package_job(&["gs://pkgs/ok.tar.gz", "/etc/passwd"]).to_string()));
+    assert_invalid(status, &body, &field(1));
+    let study = json!({
+        "displayName": "t", "maxTrialCount": 1, "parallelTrialCount": 1,
+        "studySpec": {"metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
+                      "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0}}]},
+        "trialJobSpec": package_job(&["/etc/shadow"])["jobSpec"].clone()
+    });
+    let (status, body) =
+        s.call("POST", &s.url("/v1/projects/p/locations/us-central1/hyperparameterTuningJobs"), Some(&study.to_string()));
+    assert_invalid(status, &body, "trialJobSpec.workerPoolSpecs[0].pythonPackageSpec.packageUris[0]");
+    assert_eq!(job_count(&s, "p"), 0, "nothing stored");
+}
+
+/// The venv build runs the package's setup.py as a child process with a minimal
+/// environment: HOME is the job's venv directory, and none of the server's variables
+/// (here the test harness's CARGO_* ones, which the server inherited) reach it.
+#[test]
+fn the_venv_build_gets_a_minimal_environment() {
+    if skip_on_slurm("the venv is built on the server's host") {
+        return;
+    }
+    let s = Server::start("");
+    let pkg = s.data_dir().join("storage/p/pkgs/trainer-src");
+    std::fs::create_dir_all(pkg.join("trainer")).unwrap();
+    std::fs::write(
+        pkg.join("setup.py"),
+        "import json, os\n\
+         json.dump(dict(os.environ), open(os.path.join(os.environ['HOME'], 'build-env.json'), 'w'))\n\
+         from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n",
+    )
+    .unwrap();
+    std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
+    std::fs::write(pkg.join("trainer/task.py"), "print('task ran')\n").unwrap();
+    let j = s.create("p", &package_job(&["gs://pkgs/trainer-src"]));
+    let name = name_of(&j);
+    let done = s.wait_terminal(&name, 180);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&name));
+    let venv = s.data_dir().join("venvs").join(id_of(&j).to_string());
+    let env: serde_json::Map<String, Value> =
+        serde_json::from_str(&std::fs::read_to_string(venv.join("build-env.json")).unwrap()).unwrap();
+    assert_eq!(env["HOME"], venv.display().to_string());
+    assert!(env.contains_key("PATH"));
+    let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("CARGO") || k.starts_with("TRAINYARD")).collect();
+    assert!(leaked.is_empty(), "server variables reached the build: {leaked:?}");
+}
+
+/// The time of one create (a trivial job of another project).
+fn create_latency(s: &Server, project: &str) -> Duration {
+    let t0 = Instant::now();
+    let (status, body) = s.call("POST", &s.jobs_url(project), Some(&sh_job("quick", "true").to_string()));
+    let took = t0.elapsed();
+    assert_eq!(status, 200, "{body}");
+    took
+}
+
+/// L21: fifty `ln -s .` links in a running job's checkpoint directory (four levels of
+/// following made that 50^4 entries, scanned on the driver thread: every project's
+/// creates stalled for 18 s) do not slow another project's creates: the scan is bounded,
+/// follows no link and runs off the driver thread. It never leaves its root either: a
+/// link to a directory outside, whose file is touched all the time, does not count as a
+/// checkpoint, so the "no checkpoint" warning comes.
+#[test]
+fn l21_a_symlink_farm_in_checkpoints_does_not_slow_other_projects_creates() {
+    if skip_on_slurm("the checkpoint directory is read on the server's host") {
+        return;
+    }
+    let mut s = Server::prepare("");
+    let text = config_text("").replace("[lifecycle]\n", "[lifecycle]\ncheckpoint_warning_secs = 1\n");
+    std::fs::write(&s.config, text).unwrap();
+    s.spawn();
+    let outside = tempfile::tempdir().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let toucher = {
+        let (stop, fresh) = (Arc::clone(&stop), outside.path().join("fresh"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = std::fs::write(&fresh, b"x");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+
+    let before: Vec<Duration> = (0..5).map(|_| create_latency(&s, "other")).collect();
+    let script = "cd $AIP_CHECKPOINT_DIR && for i in $(seq 50); do ln -s . l$i; done && ln -s $OUT escape && echo planted && sleep 600";
+    let mut job = with_base(sh_job("farm", script), "gs://bucket/farm");
+    job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] = json!([{"name": "OUT", "value": outside.path().display().to_string()}]);
+    let farm = s.create("tenant", &job);
+    let name = name_of(&farm);
+    s.wait_for(&name, 30, |_| s.logs_text(&name).contains("planted"));
+    // Several scans (one a second) while creates of another project go on.
+    let mut after = Vec::new();
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        after.push(create_latency(&s, "other"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let max = |v: &[Duration]| v.iter().max().copied().unwrap_or_default();
+    println!(
+        "create latency of another project: before the farm max {:?} (n={}), with the farm max {:?} (n={})",
+        max(&before),
+        before.len(),
+        max(&after),
+        after.len()
+    );
+    for d in before.iter().chain(&after) {
+        assert!(*d < Duration::from_secs(5), "a create took {d:?}");
+    }
+    s.wait_for(&name, 20, |_| s.logs_text(&name).contains("no checkpoint written"));
+    stop.store(true, Ordering::SeqCst);
+    let _ = toucher.join();
+    assert!(entries_below(outside.path()).iter().all(|p| p.ends_with("fresh")), "the scan created nothing outside");
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&name, 30);
 }

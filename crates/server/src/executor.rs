@@ -8,6 +8,9 @@
 //! - Stops and kills each run on a thread of their own: a stop may wait for a shim that is
 //!   still coming up, and an engine's stop command may block while its controller is
 //!   unreachable.
+//! - L21 checkpoint scans go to one scanner thread: a job's checkpoint directory is its
+//!   own to fill (links, deep trees, millions of entries), so the scan is bounded (no
+//!   link followed, an entry and a depth cap) and never runs on the driver thread.
 //!
 //! Every piece of work ends in a [`Report`] (or, for a launch that cannot start the
 //! program, a `BackendEvent::Exited` through the sink), which the driver handles like any
@@ -18,7 +21,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch};
-use trainyard_core::{Outcome, RunId};
+use trainyard_core::{Micros, Outcome, RunId};
 
 use crate::paths::{BeneathError, Confined};
 
@@ -32,6 +35,9 @@ pub enum Work {
     Kill { run: RunId, dir: PathBuf },
     /// Remove a deleted job's files (outbox entry `seq`).
     Purge { seq: i64, dirs: Vec<PathBuf> },
+    /// L21: the newest modification time under a job's checkpoint directory, bounded (see
+    /// `paths::newest_mtime`); answered with `Report::CheckpointScanned`.
+    ScanCheckpoints { job: u64, dir: Confined },
 }
 
 /// A launch as the driver planned it.
@@ -49,7 +55,8 @@ pub struct Planned {
 
 pub struct VenvPlan {
     pub dir: PathBuf,
-    pub packages: Vec<PathBuf>,
+    /// The `packageUris`, in the project's storage or under an output root.
+    pub packages: Vec<Confined>,
     pub module_args: Vec<String>,
 }
 
@@ -70,6 +77,9 @@ pub enum Report {
     KillFailed { run: RunId, error: String },
     /// A deleted job's files are gone (or were never there).
     Purged { seq: i64 },
+    /// L21: what a checkpoint scan saw: the newest modification time (None when the
+    /// directory could not be opened), the entries looked at, and whether the cap cut it.
+    CheckpointScanned { job: u64, newest: Option<Micros>, entries: usize, truncated: bool },
 }
 
 pub type ReportSink = Arc<dyn Fn(Report) + Send + Sync>;
@@ -82,6 +92,8 @@ pub trait Executor: Send + Sync {
 /// The threaded executor of a server.
 pub struct Pool {
     launches: Mutex<Sender<Work>>,
+    /// The scanner thread's queue (None when it could not be started).
+    scans: Option<Mutex<Sender<Work>>>,
     backend: Arc<dyn Backend>,
     sink: EventSink,
     report: ReportSink,
@@ -104,7 +116,37 @@ impl Pool {
                 tracing::error!("cannot start a launch thread: {e}");
             }
         }
-        Pool { launches: Mutex::new(tx), backend, sink, report }
+        let (scan_tx, scan_rx) = std::sync::mpsc::channel::<Work>();
+        let scanner_report = Arc::clone(&report);
+        let scans = match std::thread::Builder::new().name("checkpoint-scan".into()).spawn(move || {
+            for work in scan_rx {
+                if let Work::ScanCheckpoints { job, dir } = work {
+                    scanner_report(scan_checkpoints(job, &dir));
+                }
+            }
+        }) {
+            Ok(_) => Some(Mutex::new(scan_tx)),
+            Err(e) => {
+                // Without it, scans answer at once with nothing seen (L21 warns as if no
+                // checkpoint had been written).
+                tracing::error!("cannot start the checkpoint scanner thread: {e}");
+                None
+            }
+        };
+        Pool { launches: Mutex::new(tx), scans, backend, sink, report }
+    }
+}
+
+/// L21: one bounded scan of a job's checkpoint directory.
+pub fn scan_checkpoints(job: u64, dir: &Confined) -> Report {
+    match crate::paths::newest_mtime(dir, crate::paths::SCAN_MAX_ENTRIES, crate::paths::SCAN_MAX_DEPTH) {
+        Some(scan) => {
+            if scan.truncated {
+                tracing::debug!("job {job}: checkpoint scan stopped at {} entries", scan.entries);
+            }
+            Report::CheckpointScanned { job, newest: scan.newest, entries: scan.entries, truncated: scan.truncated }
+        }
+        None => Report::CheckpointScanned { job, newest: None, entries: 0, truncated: false },
     }
 }
 
@@ -124,6 +166,12 @@ fn launch_worker(rx: &Mutex<Receiver<Work>>, backend: &Arc<dyn Backend>, sink: &
 impl Executor for Pool {
     fn submit(&self, work: Work) {
         match work {
+            Work::ScanCheckpoints { job, .. } => {
+                let sent = self.scans.as_ref().map(|tx| tx.lock().map(|tx| tx.send(work)));
+                if !matches!(sent, Some(Ok(Ok(())))) {
+                    (self.report)(Report::CheckpointScanned { job, newest: None, entries: 0, truncated: false });
+                }
+            }
             Work::Launch { .. } => {
                 let sent = self.launches.lock().map(|tx| tx.send(work));
                 if let Ok(Err(std::sync::mpsc::SendError(work))) = sent {
@@ -145,7 +193,7 @@ impl Executor for Pool {
                 let (run_id, kill) = match &work {
                     Work::Stop { run, .. } => (run.clone(), false),
                     Work::Kill { run, .. } => (run.clone(), true),
-                    Work::Launch { .. } | Work::Purge { .. } => return,
+                    Work::Launch { .. } | Work::Purge { .. } | Work::ScanCheckpoints { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -215,6 +263,7 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             }
             report(Report::Purged { seq });
         }
+        Work::ScanCheckpoints { job, dir } => report(scan_checkpoints(job, &dir)),
     }
 }
 

@@ -159,7 +159,8 @@ fn never_fit_message(pools: &[(usize, String, u32, ReplicaDemand)], nf: NeverFit
     }
 }
 
-/// Where a URI a job names is on this host (its `baseOutputDirectory`), decided from the text alone (nothing on disk is looked at, so a refusal
+/// Where a URI a job names is on this host (its `baseOutputDirectory`, its
+/// `packageUris`), decided from the text alone (nothing on disk is looked at, so a refusal
 /// says nothing about the host's files):
 /// - `gs://BUCKET/X` is `X` of `BUCKET` in the project's namespace of the storage root,
 ///   `<storage_root>/<project>/BUCKET/X`: one project's `gs://shared` is not another's;
@@ -215,7 +216,9 @@ pub fn resolve_uri(uri: &str, project: &str, storage_root: &Path, roots: &[PathB
 
 /// The paths of a job spec, checked at create (`prefix` is `jobSpec` or `trialJobSpec`):
 /// `baseOutputDirectory` in the project's storage or under an output root, and not
-/// through a symbolic link that exists now (the server never follows one: see `paths`).
+/// through a symbolic link that exists now (the server never follows one: see `paths`);
+/// every `pythonPackageSpec.packageUris[j]` in the project's storage or under an output
+/// root, from its text alone (a refusal does not tell whether a host file exists).
 pub fn check_paths(
     spec: &trainyard_api::CustomJobSpec,
     prefix: &str,
@@ -232,6 +235,13 @@ pub fn check_paths(
                 "{field}: \"{}\" passes through a symbolic link ({name:?}), which this server does not follow",
                 out.output_uri_prefix
             )));
+        }
+    }
+    for (i, pool) in spec.worker_pool_specs.iter().enumerate() {
+        let Some(p) = &pool.python_package_spec else { continue };
+        for (j, uri) in p.package_uris.iter().enumerate() {
+            let field = format!("{prefix}.workerPoolSpecs[{i}].pythonPackageSpec.packageUris[{j}]");
+            resolve_uri(uri, project, storage_root, roots, &field)?;
         }
     }
     Ok(())

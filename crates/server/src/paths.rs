@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::fcntl::AtFlags;
-use nix::sys::stat::{Mode, SFlag};
+use nix::sys::stat::{FileStat, Mode, SFlag};
 
 /// A path below a trusted root: `root` is the administrator's (the storage root, an
 /// output root, the data directory), `rel` may come from a job.
@@ -125,6 +125,15 @@ impl Confined {
         Ok(())
     }
 
+    /// Open this path (a file or a directory) for reading without following a link, and
+    /// say what it is. A FIFO or device is not waited on (O_NONBLOCK).
+    pub fn stat(&self) -> Result<FileStat, BeneathError> {
+        let root = open_root(&self.root)?;
+        let fd = open_beneath(root.as_fd(), &self.rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK)
+            .map_err(|e| self.classify(e, &self.rel))?;
+        Ok(nix::sys::stat::fstat(fd.as_fd())?)
+    }
+
     fn classify(&self, e: Errno, at: &Path) -> BeneathError {
         match e {
             Errno::ELOOP | Errno::EXDEV => BeneathError::Symlink { at: at.to_path_buf() },
@@ -205,6 +214,71 @@ fn is_symlink_fd(fd: &OwnedFd) -> bool {
     nix::sys::stat::fstat(fd.as_fd()).is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK)
 }
 
+/// What a bounded scan of a directory tree saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// The newest modification time (µs since the epoch) of the directory or any entry
+    /// below it that was visited.
+    pub newest: Option<i64>,
+    /// Entries looked at (the directory itself not counted).
+    pub entries: usize,
+    /// The scan stopped at the entry cap before it had seen everything.
+    pub truncated: bool,
+}
+
+/// Entries one scan looks at, at most.
+pub const SCAN_MAX_ENTRIES: usize = 10_000;
+/// Levels below the scanned directory it descends, at most.
+pub const SCAN_MAX_DEPTH: u32 = 6;
+
+fn mtime_micros(st: &FileStat) -> i64 {
+    st.st_mtime.saturating_mul(1_000_000).saturating_add(st.st_mtime_nsec / 1000)
+}
+
+/// L21: the newest modification time under `dir` (the checkpoint directory), bounded: no
+/// symbolic link is followed (a link's own time counts, never its target's), at most
+/// `max_entries` entries and `max_depth` levels; `dir` itself is opened below its root
+/// without following links. None when `dir` cannot be opened.
+pub fn newest_mtime(dir: &Confined, max_entries: usize, max_depth: u32) -> Option<Scan> {
+    let root = open_root(&dir.root).ok()?;
+    let top = open_beneath(root.as_fd(), &dir.rel, dir_flags()).ok()?;
+    let st = nix::sys::stat::fstat(top.as_fd()).ok()?;
+    let mut scan = Scan { newest: Some(mtime_micros(&st)), entries: 0, truncated: false };
+    walk(top, max_depth, max_entries, &mut scan);
+    Some(scan)
+}
+
+fn walk(dir: OwnedFd, depth: u32, max_entries: usize, scan: &mut Scan) {
+    let Ok(mut d) = nix::dir::Dir::from_fd(dir) else { return };
+    // The names first (within what the budget leaves), then each looked at: a directory
+    // below is opened while this one's listing is finished.
+    let mut names = Vec::new();
+    for entry in d.iter() {
+        let Ok(entry) = entry else { break };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if scan.entries + names.len() >= max_entries {
+            scan.truncated = true;
+            break;
+        }
+        names.push(std::ffi::OsString::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name)));
+    }
+    scan.entries += names.len();
+    for name in names {
+        let Ok(st) = nix::sys::stat::fstatat(d.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
+        let t = mtime_micros(&st);
+        scan.newest = Some(scan.newest.map_or(t, |b| b.max(t)));
+        let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
+        if is_dir && depth > 0 && !scan.truncated {
+            if let Ok(sub) = open_beneath(d.as_fd(), Path::new(&name), dir_flags()) {
+                walk(sub, depth - 1, max_entries, scan);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,5 +335,46 @@ mod tests {
         assert!(ok.check_no_symlinks().is_ok());
         assert!(Confined::new(&root, "p/other/x").unwrap().check_no_symlinks().is_ok(), "missing is fine");
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing made outside");
+    }
+
+    /// L21: a farm of `ln -s .` links is fifty entries, not fifty to the fourth; a link
+    /// out of the root is never entered; the entry cap holds.
+    #[test]
+    fn l21_scan_is_bounded_and_stays_below_its_root() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let ckpt = root.join("p/b/checkpoints");
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(ckpt.join("step-1")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        for i in 0..50 {
+            symlink(".", ckpt.join(format!("l{i}"))).unwrap();
+        }
+        symlink(&outside, ckpt.join("escape")).unwrap();
+        std::fs::write(ckpt.join("step-1/data"), b"x").unwrap();
+        // Outside, a file newer than everything inside.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(outside.join("fresh"), b"y").unwrap();
+        let fresh = mtime_micros(&nix::sys::stat::stat(&outside.join("fresh")).unwrap());
+        let began = std::time::Instant::now();
+        let scan = newest_mtime(&Confined::new(&root, "p/b/checkpoints").unwrap(), SCAN_MAX_ENTRIES, SCAN_MAX_DEPTH).unwrap();
+        let took = began.elapsed();
+        println!("scan of 50 `ln -s .` links: {} entries in {took:?}", scan.entries);
+        assert_eq!(scan.entries, 53, "50 links, escape, step-1, data");
+        assert!(!scan.truncated);
+        assert!(scan.newest.unwrap() < fresh, "the link's target was not looked at");
+        assert!(took < std::time::Duration::from_secs(2));
+
+        let many = root.join("p/many");
+        std::fs::create_dir_all(&many).unwrap();
+        for i in 0..120 {
+            std::fs::write(many.join(format!("f{i}")), b"").unwrap();
+        }
+        let capped = newest_mtime(&Confined::new(&root, "p/many").unwrap(), 100, 6).unwrap();
+        assert_eq!(capped.entries, 100);
+        assert!(capped.truncated);
+        // The checkpoint directory itself a link out of the root: not scanned.
+        symlink(&outside, root.join("p/c")).unwrap();
+        assert_eq!(newest_mtime(&Confined::new(&root, "p/c").unwrap(), 100, 6), None);
     }
 }

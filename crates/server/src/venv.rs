@@ -1,14 +1,46 @@
 //! A per-job Python virtual environment for `pythonPackageSpec` jobs: the job's
 //! `packageUris` installed into a venv that sees the host's site packages.
+//!
+//! The build runs a job's code (a package's `setup.py`, its build backend), so it runs in
+//! child processes with a minimal environment: `PATH` (and `LANG`/`LC_ALL` when the server
+//! has them), `HOME` set to the job's venv directory, which is also their working
+//! directory. Nothing else of the server's environment (`TRAINYARD_TOKENS`, `TRAINYARD_*`,
+//! credentials) reaches them. They still run as the server's user, outside the replica's
+//! cgroup: running them as the replica's user is part of the replica identity work.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use nix::sys::stat::SFlag;
+
+use crate::paths::{BeneathError, Confined};
+
 /// One build at a time: replicas of one job share the venv.
 static BUILD: Mutex<()> = Mutex::new(());
 
 const READY: &str = ".trainyard-ready";
+
+/// Variables of the server's environment a build sees (besides `HOME`).
+const BUILD_ENV: &[&str] = &["PATH", "LANG", "LC_ALL"];
+
+/// A command of the build: minimal environment, in the venv directory.
+fn build_command(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    for k in BUILD_ENV {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    cmd.env("HOME", dir)
+        .env("PIP_NO_INPUT", "1")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .env("PYTHONNOUSERSITE", "1")
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
 
 fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     let out = cmd.output().map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
@@ -20,30 +52,87 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     Err(format!("{what} failed ({}):\n{}", out.status, tail.join("\n")))
 }
 
+/// A package path as the job named it: a regular file or a directory below its root,
+/// reached without a symbolic link.
+fn check_package(p: &Confined, i: usize) -> Result<PathBuf, String> {
+    let shown = format!("pythonPackageSpec.packageUris[{i}]");
+    match p.stat() {
+        Ok(st) => {
+            let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+            if kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR {
+                Ok(p.path())
+            } else {
+                Err(format!("{shown}: {} is not a file or a directory", p.path().display()))
+            }
+        }
+        Err(BeneathError::Symlink { .. }) => Err(format!(
+            "{shown}: {} is or passes through a symbolic link, which the server does not follow",
+            p.path().display()
+        )),
+        Err(BeneathError::Io(e)) => Err(format!("{shown}: {}: {e}", p.path().display())),
+    }
+}
+
 /// Make sure the venv at `dir` exists with `packages` installed; returns its python.
-pub fn ensure(dir: &Path, packages: &[PathBuf]) -> Result<PathBuf, String> {
+pub fn ensure(dir: &Path, packages: &[Confined]) -> Result<PathBuf, String> {
     let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let python = dir.join("bin").join("python3");
     if dir.join(READY).exists() {
         return Ok(python);
     }
-    for p in packages {
-        if !p.exists() {
-            return Err(format!("package {} does not exist", p.display()));
-        }
-    }
+    let paths = packages.iter().enumerate().map(|(i, p)| check_package(p, i)).collect::<Result<Vec<_>, _>>()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating the job's Python environment: {}: {e}", dir.display()))?;
     run(
-        Command::new("python3").args(["-m", "venv", "--system-site-packages"]).arg(dir),
+        build_command("python3", dir).args(["-m", "venv", "--system-site-packages"]).arg(dir),
         "creating the job's Python environment",
     )?;
-    if !packages.is_empty() {
+    if !paths.is_empty() {
         run(
-            Command::new(&python)
+            build_command(&python, dir)
                 .args(["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet"])
-                .args(packages),
+                .args(&paths),
             "installing packageUris",
         )?;
     }
     std::fs::write(dir.join(READY), b"").map_err(|e| format!("{}: {e}", dir.join(READY).display()))?;
     Ok(python)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The build's commands see PATH and HOME (the venv directory), run there, and see
+    /// nothing else of the server's environment.
+    #[test]
+    fn build_commands_get_a_minimal_environment() {
+        let t = tempfile::tempdir().unwrap();
+        let out = build_command("sh", t.path()).args(["-c", "env; pwd"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("HOME={}", t.path().display())), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("PATH=")), "{text}");
+        assert!(text.lines().any(|l| l == t.path().display().to_string()), "the venv directory is the working directory: {text}");
+        let names: Vec<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+        for n in names {
+            assert!(
+                ["PATH", "HOME", "LANG", "LC_ALL", "PIP_NO_INPUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PYTHONNOUSERSITE", "PWD", "SHLVL", "_"]
+                    .contains(&n),
+                "{n} leaked into the build: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn packages_through_links_or_not_files_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("storage");
+        std::fs::create_dir_all(root.join("p/b")).unwrap();
+        std::fs::write(root.join("p/b/pkg.tar.gz"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("p/b/evil.tar.gz")).unwrap();
+        nix::unistd::mkfifo(&root.join("p/b/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let c = |rel: &str| Confined::new(&root, rel).unwrap();
+        assert_eq!(check_package(&c("p/b/pkg.tar.gz"), 0).unwrap(), root.join("p/b/pkg.tar.gz"));
+        assert!(check_package(&c("p/b/evil.tar.gz"), 1).unwrap_err().contains("symbolic link"));
+        assert!(check_package(&c("p/b/fifo"), 2).unwrap_err().contains("not a file or a directory"));
+    }
 }

@@ -149,6 +149,7 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let cfg = Config::builtin(Some(dir.path().join("data")));
         std::fs::create_dir_all(&cfg.data_dir).unwrap();
+        std::fs::create_dir_all(&cfg.storage_root).unwrap();
         let db = cfg.data_dir.join("trainyard.db");
         let backend = FakeBackend::new(script);
         let svc = Arc::new(Services {
@@ -183,6 +184,10 @@ impl Harness {
         let body = serde_json::json!({"displayName": "v", "jobSpec": {"workerPoolSpecs": [{
             "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
             "containerSpec": {"imageUri": "i", "command": ["sh", "-c", command]}}]}});
+        self.create_body(body)
+    }
+
+    fn create_body(&mut self, body: serde_json::Value) -> u64 {
         let job = trainyard_api::parse_custom_job(body.to_string().as_bytes()).unwrap();
         let (reply, mut rx) = tokio::sync::oneshot::channel();
         self.tx.send(Msg::Create { project: "p".into(), region: "us-central1".into(), resource: Box::new(job), reply }).unwrap();
@@ -210,6 +215,14 @@ impl Harness {
     fn state(&self, id: u64) -> String {
         let store = Store::open(&self.db).unwrap();
         store.get_job_by_id(id).unwrap().unwrap().job.state().wire_name().to_string()
+    }
+
+    fn job(&self, id: u64) -> trainyard_core::Job {
+        Store::open(&self.db).unwrap().get_job_by_id(id).unwrap().unwrap().job
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.db.parent().unwrap().to_path_buf()
     }
 
     fn outbox_len(&self) -> usize {
@@ -335,3 +348,65 @@ fn a_stalled_launch_blocks_no_reply() {
     h.clock.advance(41);
 }
 
+
+/// Set the modification time of `path` itself (a link's own, not its target's).
+fn set_mtime(path: &std::path::Path, micros: Micros) {
+    let t = nix::sys::time::TimeSpec::new(micros / 1_000_000, (micros % 1_000_000) * 1000);
+    let parent = std::fs::File::open(path.parent().unwrap()).unwrap();
+    nix::sys::stat::utimensat(&parent, path.file_name().unwrap(), &t, &t, nix::sys::stat::UtimensatFlags::NoFollowSymlink).unwrap();
+}
+
+/// L21: the checkpoint scan runs off the driver thread and is bounded: fifty `ln -s .`
+/// links and a link out of the storage root in a job's checkpoint directory do not hold
+/// the driver, the link's target is never looked at (its newer file does not count), and
+/// the warning waits for the scan's report: none while a checkpoint was seen within the
+/// period, one once none was.
+#[test]
+fn l21_checkpoint_scan_is_off_the_driver_thread_and_stays_below_its_root() {
+    const HOUR: i64 = 3_600_000_000;
+    let mut h = Harness::new(Script::default());
+    let body = serde_json::json!({"displayName": "v", "jobSpec": {
+        "workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                             "containerSpec": {"imageUri": "i", "command": ["sleep", "600"]}}],
+        "baseOutputDirectory": {"outputUriPrefix": "gs://b/run"}}});
+    let id = h.create_body(body);
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    let ckpt = h.data_dir().join("storage/p/b/run/checkpoints");
+    h.until("the checkpoint directory made at launch", |_| ckpt.is_dir());
+    let start = h.job(id).start_time.unwrap();
+    let outside = h.data_dir().parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("fresh"), b"x").unwrap();
+    set_mtime(&outside.join("fresh"), start + 3 * HOUR + HOUR / 2);
+    std::fs::create_dir_all(ckpt.join("step-1")).unwrap();
+    std::fs::write(ckpt.join("step-1/data"), b"x").unwrap();
+    std::os::unix::fs::symlink(&outside, ckpt.join("escape")).unwrap();
+    let mut planted = vec![ckpt.join("escape"), ckpt.join("step-1")];
+    for i in 0..50 {
+        std::os::unix::fs::symlink(".", ckpt.join(format!("l{i}"))).unwrap();
+        planted.push(ckpt.join(format!("l{i}")));
+    }
+    for p in &planted {
+        set_mtime(p, start + HOUR);
+    }
+    set_mtime(&ckpt.join("step-1/data"), start + 3 * HOUR);
+    set_mtime(&ckpt, start + HOUR);
+
+    h.clock.advance(4 * 3600 + 1);
+    let t0 = Instant::now();
+    h.driver.turn(Duration::ZERO).unwrap();
+    let turn = t0.elapsed();
+    println!("driver turn at the L21 deadline: {turn:?}");
+    assert!(turn < Duration::from_secs(1), "the driver does not scan: {turn:?}");
+    h.until("the scan's report", |h| h.job(id).checkpoint.last_write.is_some());
+    let job = h.job(id);
+    assert_eq!(job.checkpoint.last_write, Some(start + 3 * HOUR), "the file outside the root (via `escape`) is not counted");
+    assert_eq!(job.checkpoint.warned_at, None, "a checkpoint was written 1 h ago: no warning");
+
+    // Four hours after that write, nothing new: the warning comes once the scan reported.
+    h.clock.advance(3 * 3600 + 1);
+    h.until("the warning", |h| h.job(id).checkpoint.warned_at.is_some());
+    assert_eq!(h.job(id).checkpoint.last_write, Some(start + 3 * HOUR));
+    assert_eq!(h.state(id), "JOB_STATE_RUNNING");
+    h.cancel(id);
+}

@@ -274,8 +274,22 @@ impl Driver {
             }
             self.deadlines.remove(&(t, id));
             self.deadline_of.remove(&id);
-            if let Some(seen) = self.jobs.get(&id).and_then(|l| self.checkpoint_seen(l)) {
-                self.apply(id, Event::CheckpointSeen { at: seen }, now)?.ok();
+            if let Some(dir) = self.checkpoint_scan_due(id, now) {
+                // L21: the warning waits for the job's checkpoint scan, which runs off this
+                // thread; at most SCAN_HOLD, then the tick goes on without it.
+                match self.scans.get(&id).copied() {
+                    None => {
+                        self.scans.insert(id, now);
+                        self.exec.submit(crate::executor::Work::ScanCheckpoints { job: id, dir });
+                        self.hold_deadline(id, now + SCAN_HOLD);
+                        continue;
+                    }
+                    Some(since) if now < since + SCAN_HOLD => {
+                        self.hold_deadline(id, since + SCAN_HOLD);
+                        continue;
+                    }
+                    Some(_) => {}
+                }
             }
             self.apply(id, Event::Tick, now)?.ok();
             if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
@@ -288,13 +302,41 @@ impl Driver {
         Ok(())
     }
 
-    /// L21: the newest modification time under the job's checkpoint directory.
-    pub(super) fn checkpoint_seen(&self, live: &Live) -> Option<Micros> {
+    /// L21: the checkpoint directory of a RUNNING job whose "no checkpoint" warning is
+    /// due, to be scanned before the warning is decided.
+    pub(super) fn checkpoint_scan_due(&self, id: u64, now: Micros) -> Option<Confined> {
+        let live = self.jobs.get(&id)?;
         if !matches!(live.job.phase, Phase::Running { .. }) {
             return None;
         }
-        let base = self.output_base(live)?;
-        newest_mtime(&base.path().join("checkpoints"), 4)
+        live.job.checkpoint_due(&self.svc.cfg.settings).filter(|due| *due <= now)?;
+        Some(self.output_base(live)?.join("checkpoints"))
+    }
+
+    /// L21: a checkpoint scan's report: the newest write it saw (one in the future counts
+    /// as now), then the tick that waited for it.
+    pub(super) fn checkpoint_scanned(&mut self, id: u64, newest: Option<Micros>, now: Micros) -> Result<(), StoreError> {
+        self.scans.remove(&id);
+        if !self.jobs.contains_key(&id) {
+            return Ok(());
+        }
+        if let Some(at) = newest {
+            self.apply(id, Event::CheckpointSeen { at: at.min(now) }, now)?.ok();
+        }
+        self.apply(id, Event::Tick, now)?.ok();
+        if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
+            self.reschedule = true;
+        }
+        self.index_deadline(id);
+        Ok(())
+    }
+
+    /// Hold a job's timers until `at` (its checkpoint scan is under way).
+    fn hold_deadline(&mut self, id: u64, at: Micros) {
+        if let Some(old) = self.deadline_of.insert(id, at) {
+            self.deadlines.remove(&(old, id));
+        }
+        self.deadlines.insert((at, id));
     }
 
     /// The job's output directory: its project's namespace of the storage root or an
@@ -373,16 +415,7 @@ impl Driver {
     }
 }
 
-/// The newest modification time (µs) of any entry under `dir`, `depth` levels down.
-pub(super) fn newest_mtime(dir: &Path, depth: u32) -> Option<Micros> {
-    let meta = std::fs::metadata(dir).ok()?;
-    let mut best = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_micros() as Micros);
-    if depth > 0 && meta.is_dir() {
-        for entry in std::fs::read_dir(dir).ok()?.flatten() {
-            if let Some(t) = newest_mtime(&entry.path(), depth - 1) {
-                best = Some(best.map_or(t, |b| b.max(t)));
-            }
-        }
-    }
-    best
-}
+/// L21: how long a due checkpoint warning (and the job's other timers, L19) waits for the
+/// job's checkpoint scan to report. Scans are bounded and take milliseconds; this only
+/// matters when the file system itself hangs.
+const SCAN_HOLD: Micros = 10 * trainyard_core::job::SECOND;

@@ -206,14 +206,12 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
         (None, Some(p)) => {
             let mut packages = Vec::new();
             for (i, uri) in p.package_uris.iter().enumerate() {
+                // The project's storage or an output root, as checked at create (a job
+                // stored before that check is held to it now).
                 let field = format!("pythonPackageSpec.packageUris[{i}]");
-                let path = if uri.starts_with("gs://") {
-                    resolve_uri(uri, &job.project, &svc.cfg.storage_root, &[], &field)
-                } else {
-                    resolve_uri(uri, &job.project, &svc.cfg.storage_root, &[PathBuf::from("/")], &field)
-                }
-                .map_err(|e| Outcome::StartError { message: e.message })?;
-                packages.push(path.path());
+                let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
+                    .map_err(|e| Outcome::StartError { message: e.message })?;
+                packages.push(path);
             }
             let venv = svc.cfg.data_dir.join("venvs").join(job.id.to_string());
             let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();

@@ -156,6 +156,8 @@ pub struct Driver {
     watched_nodes: HashSet<String>,
     /// Live jobs per project (`limits.max_live_jobs_per_project`).
     live_per_project: HashMap<String, usize>,
+    /// L21: checkpoint scans under way (off this thread), by job, and when they were asked.
+    scans: HashMap<u64, Micros>,
     /// A store error that a request was answered with: at the end of the turn the driver
     /// waits it out (`survive`) like any other.
     fault: std::cell::RefCell<Option<StoreError>>,
@@ -338,6 +340,7 @@ impl Driver {
             health: Arc::new(Health::default()),
             watched_nodes: HashSet::new(),
             live_per_project: HashMap::new(),
+            scans: HashMap::new(),
             fault: std::cell::RefCell::new(None),
         };
         (d, tx)
@@ -526,6 +529,7 @@ impl Driver {
         self.later.clear();
         self.stops.clear();
         self.engine_reasons.clear();
+        self.scans.clear();
         self.reschedule = true;
         self.recover()
     }
@@ -660,6 +664,7 @@ impl Driver {
                 crate::executor::Report::Launched { seqs } => self.store.outbox_done_many(&seqs)?,
                 crate::executor::Report::Purged { seq } => self.store.outbox_done(seq)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
+                crate::executor::Report::CheckpointScanned { job, newest, .. } => self.checkpoint_scanned(job, newest, now)?,
                 other => self.stop_report(other, now),
             },
             Msg::NodeLost(node) => {
