@@ -11,16 +11,19 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::ExitStatus;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
-use nix::sys::signal::{self, Signal};
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
+use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
 
@@ -211,7 +214,7 @@ impl LocalBackend {
         // The watcher thread first, the shim second: a thread that cannot be created
         // leaves nothing started (no shim runs, the run directory stays launchable), while
         // a shim without a watcher would run unreported.
-        let (hand_over, handed) = mpsc::sync_channel::<(Claim, Child)>(1);
+        let (hand_over, handed) = mpsc::sync_channel::<(Claim, ShimChild)>(1);
         let watcher = thread::Builder::new().name(watcher_name(&run_dir)).spawn(move || {
             // Nothing arrives when the shim could not be started.
             if let Ok((claim, child)) = handed.recv() {
@@ -221,31 +224,16 @@ impl LocalBackend {
         if let Err(source) = watcher {
             return Err(BackendError::Thread { run_dir, source });
         }
-        let mut cmd = Command::new(&program);
-        cmd.args(&self.shim_command[1..])
-            .arg(&run_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(shim_stderr));
-        // SAFETY: setsid is async-signal-safe and nix's wrapper allocates nothing. The
-        // shim leaves the server's session at once, before a Ctrl-C meant for the server
-        // could reach it.
-        unsafe {
-            cmd.pre_exec(|| {
-                let _ = nix::unistd::setsid();
-                Ok(())
-            });
-        }
-        // On failure nothing was started (fork or exec failed, the child is gone); the
+        // On failure nothing was started (spawn or exec failed, the child is gone); the
         // watcher ends when `hand_over` is dropped.
-        let child = cmd
-            .spawn()
+        let child = spawn_shim(&self.shim_command, &run_dir, &shim_stderr)
             .map_err(|source| BackendError::SpawnShim { program: program.clone(), run_dir: run_dir.clone(), source })?;
-        let shim_pid = child.id();
+        drop(shim_stderr);
+        let shim_pid = child.pid;
         if hand_over.send((claim, child)).is_err() {
             // The watcher is gone (it cannot be, short of a panic): nobody would report
             // on the shim, so let it stop the program and record the outcome.
-            let _ = signal::kill(Pid::from_raw(shim_pid as i32), Signal::SIGTERM);
+            let _ = signal::kill(shim_pid, Signal::SIGTERM);
             return Err(BackendError::Thread { run_dir, source: io::Error::other("the watcher thread ended before the shim started") });
         }
         Ok(())
@@ -388,8 +376,96 @@ fn send_started(run: &RunId, run_dir: &Path, sink: &EventSink) -> bool {
     }
 }
 
+/// A shim this process started: its pid and the read end of its stdout. Dropping it
+/// neither kills nor reaps the shim; its watcher reaps it with [`ShimChild::wait`].
+struct ShimChild {
+    pid: Pid,
+    stdout: Option<File>,
+}
+
+impl ShimChild {
+    /// Blocks until the shim exits and reaps it.
+    fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: waitpid writes only into our status variable. (nix's waitpid cannot
+            // decode a death by a real-time signal.)
+            let r = unsafe { libc::waitpid(self.pid.as_raw(), &mut status, 0) };
+            if r == self.pid.as_raw() {
+                return Ok(ExitStatus::from_raw(status));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The signals a shim blocks for its whole life (it takes them with `sigtimedwait`).
+fn shim_blocked_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+        set.add(sig);
+    }
+    set
+}
+
+/// Starts `command` + `run_dir` as a shim with `posix_spawnp`: the child is made with
+/// vfork semantics and exec'd at once, so nothing of this (multi-threaded, possibly
+/// large) process's memory map is copied, as a fork would, stalling its other threads
+/// meanwhile; 8 replicas of a gang start from 8 threads at once. The shim gets a session
+/// of its own (it survives the server and a Ctrl-C in the server's terminal, and has no
+/// controlling terminal), is born with the signals it waits for blocked (a stop that
+/// arrives while it starts stays pending for it) and every other disposition at its
+/// default; stdin is /dev/null, stdout a pipe to us (the `started` line), stderr
+/// `stderr`. The environment is this process's. Returns once the shim was exec'd; an
+/// error means no shim runs.
+fn spawn_shim(command: &[OsString], run_dir: &Path, stderr: &File) -> io::Result<ShimChild> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let cstring = |s: &std::ffi::OsStr| {
+        CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{s:?} contains a NUL byte")))
+    };
+    let Some(program) = command.first() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the shim command is empty"));
+    };
+    let program = cstring(program)?;
+    let mut argv = Vec::with_capacity(command.len() + 1);
+    for a in command.iter().map(|a| a.as_os_str()).chain([run_dir.as_os_str()]) {
+        argv.push(cstring(a)?);
+    }
+    let envp: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+
+    let null = File::open("/dev/null")?;
+    let (stdout_read, stdout_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let mut actions = PosixSpawnFileActions::init()?;
+    actions.add_dup2(null.as_raw_fd(), 0)?;
+    actions.add_dup2(stdout_write.as_raw_fd(), 1)?;
+    actions.add_dup2(stderr.as_raw_fd(), 2)?;
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_flags(
+        PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK
+            | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF
+            | PosixSpawnFlags::from_bits_retain(libc::c_int::from(libc::POSIX_SPAWN_SETSID)),
+    )?;
+    attr.set_sigmask(&shim_blocked_signals())?;
+    attr.set_sigdefault(&SigSet::all())?;
+    let pid = nix::spawn::posix_spawnp(&program, &actions, &attr, &argv, &envp)?;
+    // Our copy of the write end goes, so that the read end sees EOF when the shim exits.
+    drop(stdout_write);
+    Ok(ShimChild { pid, stdout: Some(File::from(stdout_read)) })
+}
+
 /// For a shim this process spawned: its `started` line, then its exit.
-fn watch_spawned(run: RunId, claim: Claim, mut child: Child, sink: EventSink) {
+fn watch_spawned(run: RunId, claim: Claim, mut child: ShimChild, sink: EventSink) {
     let mut started_sent = false;
     if let Some(stdout) = child.stdout.take() {
         let mut reader = BufReader::new(stdout);

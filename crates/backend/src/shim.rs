@@ -576,7 +576,8 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
     // allocation: the cgroup path is a CString already, nix passes a CStr through).
     // `marker_fd` stays open until after `spawn` returns (`marker_write` is dropped
     // below). The dispositions are reset with libc's `signal`: nix's takes only the
-    // standard signals, not the real-time ones.
+    // standard signals, not the real-time ones; glibc's two internal ones with the raw
+    // `rt_sigaction` system call, given a `KernelSigaction` on the stack.
     unsafe {
         cmd.pre_exec(move || {
             let marker = BorrowedFd::borrow_raw(marker_fd);
@@ -603,6 +604,19 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
                     libc::signal(sig, libc::SIG_DFL);
                 }
             }
+            // glibc's signal() refuses its two internal signals (32 and 33), and a glibc
+            // posix_spawn (which starts the shim) leaves them ignored, which exec keeps:
+            // the kernel's own call resets them.
+            for sig in [32, 33] {
+                let act = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &act as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
             Ok(())
         });
     }
@@ -626,6 +640,16 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
             }
         }
     }
+}
+
+/// The kernel's `struct sigaction` for `rt_sigaction` (x86-64 and aarch64 layout), enough
+/// to set a default disposition.
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
 }
 
 /// Writes `0` into a cgroup file, which moves the writer into that cgroup. Runs between

@@ -1,0 +1,91 @@
+//! How the local backend starts a shim and the shim its program: the shim leads a session
+//! of its own, and the program starts with no blocked and no ignored signal, whatever the
+//! server ignores or blocks.
+
+use std::ffi::OsString;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use trainyard_backend::shim::ShimSpec;
+use trainyard_backend::{read_log, BackendEvent, CgroupSupport, EventSink, LocalBackend};
+use trainyard_core::{Outcome, RunId};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn sink() -> (EventSink, Receiver<BackendEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let sink: EventSink = Arc::new(move |ev| {
+        let _ = tx.lock().unwrap().send(ev);
+    });
+    (sink, rx)
+}
+
+fn run_to_end(spec: ShimSpec) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let run = RunId { job: 1, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
+    let backend = LocalBackend::new(
+        vec![OsString::from(env!("CARGO_BIN_EXE_trainyard-shim"))],
+        CgroupSupport::Unavailable { reason: "not used by this test".into() },
+    );
+    let (sink, rx) = sink();
+    backend.launch(run.clone(), &run_dir, spec, sink).unwrap();
+    loop {
+        match rx.recv_timeout(DEADLINE).expect("no event within the deadline") {
+            BackendEvent::Started { .. } => {}
+            BackendEvent::Exited { run: r, outcome, .. } => {
+                assert_eq!(r, run);
+                assert_eq!(outcome, Outcome::Exited { code: 0 });
+                break;
+            }
+        }
+    }
+    let (entries, _) = read_log(&run_dir, 0).unwrap();
+    entries.into_iter().filter(|e| e.stream == "stdout").map(|e| e.text).collect()
+}
+
+fn field<'a>(lines: &'a [String], name: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(name).map(str::trim))
+        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+}
+
+/// The shim leads its own session (it outlives the server, a Ctrl-C in the server's
+/// terminal does not reach it, and it has no controlling terminal); its program has a
+/// process group of its own in that session.
+#[test]
+fn the_shim_leads_a_session_and_the_program_its_own_group() {
+    let env = vec![("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))];
+    let script = "echo shim=$PPID; echo me=$$; \
+                  echo shim_stat=$(cut -d' ' -f5,6 /proc/$PPID/stat); echo my_stat=$(cut -d' ' -f5,6 /proc/$$/stat)";
+    let lines = run_to_end(ShimSpec::new(vec!["sh".into(), "-c".into(), script.into()], env));
+    let shim = field(&lines, "shim=");
+    let me = field(&lines, "me=");
+    // Fields 5 and 6 of /proc/PID/stat: process group, session.
+    assert_eq!(field(&lines, "shim_stat="), format!("{shim} {shim}"), "{lines:?}");
+    assert_eq!(field(&lines, "my_stat="), format!("{me} {shim}"), "{lines:?}");
+}
+
+/// The program starts with no blocked signal and every disposition at its default, the
+/// two that glibc keeps for itself (32 and 33) included, although this test process (as a
+/// server may) ignores and blocks some.
+#[test]
+fn the_program_starts_with_no_blocked_or_ignored_signal() {
+    // SAFETY: dispositions and the mask of this test's thread; SIG_IGN installs no code.
+    unsafe {
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+        libc::signal(libc::SIGUSR1, libc::SIG_IGN);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR2);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let env = vec![("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))];
+    let script = "grep -E '^Sig(Blk|Ign):' /proc/$$/status";
+    let lines = run_to_end(ShimSpec::new(vec!["sh".into(), "-c".into(), script.into()], env));
+    assert_eq!(field(&lines, "SigBlk:"), "0000000000000000", "{lines:?}");
+    assert_eq!(field(&lines, "SigIgn:"), "0000000000000000", "{lines:?}");
+}
