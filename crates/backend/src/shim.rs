@@ -17,7 +17,7 @@
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -358,7 +358,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), cgroup.as_ref(), String::new()),
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
     };
-    let pid = child.id();
+    let pid = child.pid;
     let pgid = Pid::from_raw(pid as libc::pid_t);
 
     // The program runs (spawn returns once it was exec'd): say so before anything else,
@@ -392,7 +392,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         }
     }
     drop(done_tx);
-    // We reap with waitpid ourselves; dropping the handle neither kills nor waits.
+    // We reap with waitpid ourselves.
     drop(child);
 
     let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
@@ -534,7 +534,15 @@ enum SpawnFailure {
     Launch(String),
 }
 
-fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std::process::Child, SpawnFailure> {
+/// The running program: its pid and the read ends of its stdout and stderr. Dropping it
+/// neither kills nor reaps the program (the shim reaps with `waitpid`).
+struct Program {
+    pid: u32,
+    stdout: Option<File>,
+    stderr: Option<File>,
+}
+
+fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<Program, SpawnFailure> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnFailure::Start("the program's argv is empty".into()));
     };
@@ -543,6 +551,17 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
             return Err(SpawnFailure::Start(format!("cannot start {program:?}: working directory {}: {e}", cwd.display())));
         }
     }
+    if let Some(cg) = cgroup.filter(|cg| cg.version() == CgroupVersion::V2) {
+        if let Some(started) = spawn_into_cgroup(spec, program, cg)? {
+            return Ok(started);
+        }
+    }
+    spawn_and_move(spec, program, cgroup)
+}
+
+/// Fork, join the cgroup (v1: `tasks`; v2, when `clone3` could not: `cgroup.procs`),
+/// exec.
+fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>) -> Result<Program, SpawnFailure> {
     let procs = match cgroup.map(|cg| CString::new(cg.procs_file().as_os_str().as_bytes())).transpose() {
         Ok(p) => p,
         Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
@@ -575,9 +594,7 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
     // only makes async-signal-safe system calls on memory prepared before the fork (no
     // allocation: the cgroup path is a CString already, nix passes a CStr through).
     // `marker_fd` stays open until after `spawn` returns (`marker_write` is dropped
-    // below). The dispositions are reset with libc's `signal`: nix's takes only the
-    // standard signals, not the real-time ones; glibc's two internal ones with the raw
-    // `rt_sigaction` system call, given a `KernelSigaction` on the stack.
+    // below).
     unsafe {
         cmd.pre_exec(move || {
             let marker = BorrowedFd::borrow_raw(marker_fd);
@@ -596,27 +613,7 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
                 let _ = nix::unistd::write(marker, b"g");
                 return Err(e.into());
             }
-            // The program starts with no blocked signals and default dispositions (the
-            // shim blocks TERM/INT/HUP/CHLD and ignores PIPE; both would be inherited).
-            let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-            for sig in 1..65 {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-            }
-            // glibc's signal() refuses its two internal signals (32 and 33), and a glibc
-            // posix_spawn (which starts the shim) leaves them ignored, which exec keeps:
-            // the kernel's own call resets them.
-            for sig in [32, 33] {
-                let act = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    sig,
-                    &act as *const KernelSigaction,
-                    std::ptr::null_mut::<KernelSigaction>(),
-                    std::mem::size_of::<u64>(),
-                );
-            }
+            reset_signals_for_exec();
             Ok(())
         });
     }
@@ -626,7 +623,11 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
     drop(cmd);
     drop(marker_write);
     match spawned {
-        Ok(child) => Ok(child),
+        Ok(mut child) => Ok(Program {
+            pid: child.id(),
+            stdout: child.stdout.take().map(|o| File::from(OwnedFd::from(o))),
+            stderr: child.stderr.take().map(|o| File::from(OwnedFd::from(o))),
+        }),
         Err(e) => {
             let mut byte = [0u8; 1];
             let mut marker = File::from(marker_read);
@@ -638,6 +639,212 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<std:
             } else {
                 Err(SpawnFailure::Start(format!("cannot start {program:?}: {e}")))
             }
+        }
+    }
+}
+
+/// `clone3` flag: the child starts in the cgroup whose directory `CloneArgs::cgroup` is
+/// open on (cgroup v2, Linux 5.7).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// The kernel's `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// What the child of `spawn_into_cgroup` reports on its pipe when it cannot exec: the
+/// step, then the errno (native byte order).
+const STEP_STDIO: u8 = b'o';
+const STEP_CWD: u8 = b'd';
+const STEP_GROUP: u8 = b'g';
+const STEP_EXEC: u8 = b'e';
+
+extern "C" {
+    static mut environ: *const *const libc::c_char;
+}
+
+/// On cgroup v2 the program is created inside its cgroup (`clone3` with
+/// `CLONE_INTO_CGROUP`) instead of moving there after a fork: a move through
+/// `cgroup.procs` takes the kernel's threadgroup lock for writing and waits for an RCU
+/// grace period (about 5 ms per start), and v2 has no cheaper file for a domain cgroup.
+/// Otherwise as `spawn_and_move`: the same streams, working directory, process group,
+/// signals, environment (exactly `spec.env`, the last of a repeated name) and `execvp`
+/// in that environment's PATH. `Ok(None)` when this way is not available (a kernel older
+/// than 5.7, a refused call, an argument that cannot be passed): the caller then forks
+/// and moves, which also reports such arguments as `Command` does.
+///
+/// The shim has one thread while it starts its program, so the child of this fork-like
+/// `clone3` may run ordinary code until it execs; it only makes system calls on memory
+/// prepared before, and ends in `execvp` or `_exit` (no unwinding, no `abort`: glibc's
+/// cached thread id is the parent's in a child that glibc did not fork).
+fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup) -> Result<Option<Program>, SpawnFailure> {
+    use std::collections::BTreeMap;
+    let launch = |what: &str, e: io::Error| SpawnFailure::Launch(format!("{what}: {e}"));
+    let Ok(program_c) = CString::new(program.as_bytes()) else { return Ok(None) };
+    let Ok(argv) = spec.argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>() else {
+        return Ok(None);
+    };
+    // As `Command::env_clear().envs(..)`: one entry per name, the last value, sorted.
+    let env: BTreeMap<&str, &str> = spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Ok(envp) = env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<Vec<_>, _>>() else {
+        return Ok(None);
+    };
+    let cwd = match spec.cwd.as_ref().map(|c| CString::new(c.as_os_str().as_bytes())).transpose() {
+        Ok(c) => c,
+        Err(_) => return Ok(None),
+    };
+    let argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect();
+    let envp_p: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
+
+    let cgroup_dir = nix::fcntl::open(cg.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| launch("open the replica's cgroup", e.into()))?;
+    let null = File::open("/dev/null").map_err(|e| launch("open /dev/null", e))?;
+    let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| launch("pipe", e.into()));
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (report_r, report_w) = pipe()?;
+    let (null_fd, out_fd, err_fd, report_fd) = (null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd(), report_w.as_raw_fd());
+    let cwd_p = cwd.as_ref().map(|c| c.as_ptr());
+
+    let mut args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup_dir.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 with fork semantics (no CLONE_VM): the child gets a copy of this
+    // single-threaded process and runs `exec_child`, which never returns.
+    let r = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) };
+    if r == 0 {
+        // SAFETY: in the child; every pointer was made above and is alive in this copy.
+        unsafe { exec_child(null_fd, out_fd, err_fd, report_fd, cwd_p, program_c.as_ptr(), &argv_p, &envp_p) }
+    }
+    if r < 0 {
+        // Not available here (ENOSYS, E2BIG, EINVAL, EOPNOTSUPP, ...) or refused for
+        // this cgroup: the fork-and-move path tries, and reports its own errors.
+        return Ok(None);
+    }
+    let pid = r as libc::pid_t;
+    drop((null, out_w, err_w, report_w, cgroup_dir));
+    // EOF: the child exec'd (the CLOEXEC write end went with it). Else the step it
+    // failed at and the errno.
+    let mut report = File::from(report_r);
+    let mut buf = [0u8; 5];
+    let mut got = 0;
+    while got < buf.len() {
+        match report.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    if got == 0 {
+        return Ok(Some(Program { pid: pid as u32, stdout: Some(File::from(out_r)), stderr: Some(File::from(err_r)) }));
+    }
+    // The child has exited (or is about to): reap it.
+    let mut status = 0;
+    // SAFETY: waitpid of our own child, into our status variable.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {}
+    let errno = if got == buf.len() { i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]) } else { libc::EIO };
+    let e = io::Error::from_raw_os_error(errno);
+    Err(match buf[0] {
+        STEP_GROUP => SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")),
+        STEP_STDIO => SpawnFailure::Launch(format!("cannot set up the program's standard streams: {e}")),
+        // As `Command` reports them: a working directory or exec failure, the user's.
+        _ => SpawnFailure::Start(format!("cannot start {program:?}: {e}")),
+    })
+}
+
+/// The child of `spawn_into_cgroup`: standard streams, working directory, own process
+/// group, signals, environment, `execvp`; a failure is written to `report` (step and
+/// errno) and ends the child with status 127.
+///
+/// # Safety
+/// Only in the child of a fork of a single-threaded process, with valid descriptors and
+/// NUL-terminated strings and pointer arrays.
+#[allow(clippy::too_many_arguments)]
+unsafe fn exec_child(
+    null: libc::c_int,
+    out: libc::c_int,
+    err: libc::c_int,
+    report: libc::c_int,
+    cwd: Option<*const libc::c_char>,
+    program: *const libc::c_char,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> ! {
+    let fail = |step: u8| -> ! {
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
+        let msg = [step, errno[0], errno[1], errno[2], errno[3]];
+        // SAFETY: write of a local buffer, then _exit (no destructors, no atexit).
+        unsafe {
+            libc::write(report, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: dup2/chdir/setpgid/execvp on descriptors and strings valid in this child;
+    // `environ` is this child's own copy, set to an array that outlives the exec.
+    unsafe {
+        if libc::dup2(null, 0) < 0 || libc::dup2(out, 1) < 0 || libc::dup2(err, 2) < 0 {
+            fail(STEP_STDIO);
+        }
+        if let Some(cwd) = cwd {
+            if libc::chdir(cwd) != 0 {
+                fail(STEP_CWD);
+            }
+        }
+        // Its own process group, so a stop reaches all of it with killpg.
+        if libc::setpgid(0, 0) != 0 {
+            fail(STEP_GROUP);
+        }
+        reset_signals_for_exec();
+        environ = envp.as_ptr();
+        libc::execvp(program, argv.as_ptr());
+    }
+    fail(STEP_EXEC)
+}
+
+/// The program starts with no blocked signals and default dispositions (the shim blocks
+/// TERM/INT/HUP/CHLD and ignores PIPE; both would be inherited). Runs between fork and
+/// exec: system calls only. The dispositions are reset with libc's `signal` (nix's takes
+/// only the standard signals, not the real-time ones); glibc's two internal signals (32
+/// and 33), which its `signal` refuses and its posix_spawn (which starts the shim) leaves
+/// ignored, with the raw `rt_sigaction` system call.
+fn reset_signals_for_exec() {
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    for sig in 1..65 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: SIG_DFL installs no handler code.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+    for sig in [32, 33] {
+        let act = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+        // SAFETY: a valid `struct sigaction` on the stack for the kernel to read; no old
+        // action wanted.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &act as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            );
         }
     }
 }

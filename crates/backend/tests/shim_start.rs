@@ -89,3 +89,56 @@ fn the_program_starts_with_no_blocked_or_ignored_signal() {
     assert_eq!(field(&lines, "SigBlk:"), "0000000000000000", "{lines:?}");
     assert_eq!(field(&lines, "SigIgn:"), "0000000000000000", "{lines:?}");
 }
+
+/// A writable cgroup v2 hierarchy for this test: `<mount><own cgroup>/<name>`, made here,
+/// and the path of `<own cgroup>/<name>` as /proc/self/cgroup shows it. `None` when the
+/// host has no cgroup2 mount this process may create cgroups in.
+fn v2_base(name: &str) -> Option<(std::path::PathBuf, String)> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (right.split(' ').next() == Some("cgroup2")).then(|| left.split(' ').nth(4).map(str::to_string)).flatten()
+    })?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim_end_matches('/').to_string();
+    let rel = format!("{own}/{name}");
+    let base = std::path::PathBuf::from(format!("{mount}{rel}"));
+    std::fs::create_dir(&base).ok()?;
+    Some((base, rel))
+}
+
+/// On cgroup v2 the program is created inside the replica's cgroup (clone3 with
+/// CLONE_INTO_CGROUP, or a move where the kernel cannot): /proc/self/cgroup names it from
+/// the program's first instruction on.
+#[test]
+fn on_cgroup_v2_the_program_runs_in_the_replica_cgroup() {
+    let name = format!("trainyard-test-{}", std::process::id());
+    let Some((base, rel)) = v2_base(&name) else {
+        eprintln!("SKIP: no cgroup2 hierarchy that this process may create cgroups in");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let run = RunId { job: 1, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
+    let backend = LocalBackend::new(
+        vec![OsString::from(env!("CARGO_BIN_EXE_trainyard-shim"))],
+        CgroupSupport::V2 { base: base.clone() },
+    );
+    let env = vec![("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))];
+    let (sink, rx) = sink();
+    backend.launch(run.clone(), &run_dir, ShimSpec::new(vec!["cat".into(), "/proc/self/cgroup".into()], env), sink).unwrap();
+    let outcome = loop {
+        match rx.recv_timeout(DEADLINE).expect("no event within the deadline") {
+            BackendEvent::Started { .. } => {}
+            BackendEvent::Exited { outcome, .. } => break outcome,
+        }
+    };
+    let (entries, _) = read_log(&run_dir, 0).unwrap();
+    let lines: Vec<String> = entries.into_iter().filter(|e| e.stream == "stdout").map(|e| e.text).collect();
+    // The replica's cgroup is gone with its shim; then the base.
+    let removed = std::fs::remove_dir(&base);
+    assert_eq!(outcome, Outcome::Exited { code: 0 }, "{lines:?}");
+    let expected = format!("0::{rel}/j1-a0-workerpool0-0-r0-");
+    assert!(lines.iter().any(|l| l.starts_with(&expected)), "{expected} not in {lines:?}");
+    removed.unwrap();
+}
