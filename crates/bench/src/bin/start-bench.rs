@@ -33,7 +33,7 @@ use trainyard_core::RunId;
 
 const USAGE: &str = "\
 usage: start-bench [--n N] [--eight N] [--warmup N] [--server-bin PATH]... [--shim PATH]...
-                   [--python PATH] [--quick] [--keep] [--only a|b|c]
+                   [--python PATH] [--cgroup-v2 DIR] [--quick] [--keep] [--only a|b|c]
 
   --n N           samples of each single-replica measurement (default 30)
   --eight N       samples of the 8-replica measurements (default 15)
@@ -45,6 +45,9 @@ usage: start-bench [--n N] [--eight N] [--warmup N] [--server-bin PATH]... [--sh
                   trainyard-shim beside this program, if built
   --python P      the Python interpreter (default: sys.executable of `python3` on PATH,
                   so that a version manager's wrapper script is not measured)
+  --cgroup-v2 P   parts (b) and (c'): replica cgroups under P, a directory of a cgroup v2
+                  hierarchy (made if missing), without a memory limit, instead of the
+                  memory cgroup the server would use
   --only X        run only part a, b or c
   --quick         --n 5 --eight 3 --warmup 1 (a smoke test, not a measurement)
   --keep          keep the temporary directory and print its path
@@ -59,6 +62,7 @@ struct Opts {
     server_bins: Vec<PathBuf>,
     shims: Vec<PathBuf>,
     python: Option<PathBuf>,
+    cgroup_v2: Option<PathBuf>,
     only: Option<char>,
     keep: bool,
 }
@@ -66,7 +70,7 @@ struct Opts {
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
         let mut o =
-            Opts { n: 30, eight: 15, warmup: 3, server_bins: Vec::new(), shims: Vec::new(), python: None, only: None, keep: false };
+            Opts { n: 30, eight: 15, warmup: 3, server_bins: Vec::new(), shims: Vec::new(), python: None, cgroup_v2: None, only: None, keep: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| -> Result<String> { it.next().cloned().ok_or_else(|| anyhow!("{name} needs a value")) };
@@ -77,6 +81,7 @@ impl Opts {
                 "--server-bin" => o.server_bins.push(value("--server-bin")?.into()),
                 "--shim" => o.shims.push(value("--shim")?.into()),
                 "--python" => o.python = Some(value("--python")?.into()),
+                "--cgroup-v2" => o.cgroup_v2 = Some(value("--cgroup-v2")?.into()),
                 "--only" => {
                     let v = value("--only")?;
                     o.only = match v.as_str() {
@@ -261,14 +266,13 @@ impl ShimRunner {
     }
 }
 
-fn spec_for(p: &Program, cgroups: &CgroupSupport, name: &str, workdir: &Path) -> ShimSpec {
+fn spec_for(p: &Program, cgroups: &Cgroups, name: &str, workdir: &Path) -> ShimSpec {
     let env: Vec<(String, String)> =
         ["PATH", "HOME", "LANG"].iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
     let mut spec = ShimSpec::new(p.argv.clone(), env);
     spec.cwd = Some(workdir.to_path_buf());
-    // About what the driver gives an n1-standard-4 replica (L14).
-    spec.memory_limit_bytes = Some(12 << 30);
-    if let Some((v, b)) = cgroups.base() {
+    spec.memory_limit_bytes = cgroups.limit;
+    if let Some((v, b)) = cgroups.support.base() {
         spec.cgroup_base = Some(b.to_path_buf());
         spec.cgroup_version = Some(v.number());
     }
@@ -293,7 +297,7 @@ struct ShimSample {
 
 /// One shim, spawned as the local backend does; waits for it to exit (the program exits
 /// at once).
-fn shim_once(r: &ShimRunner, p: &Program, dir: &Path, cgroups: &CgroupSupport, workdir: &Path) -> Result<ShimSample> {
+fn shim_once(r: &ShimRunner, p: &Program, dir: &Path, cgroups: &Cgroups, workdir: &Path) -> Result<ShimSample> {
     std::fs::create_dir_all(dir)?;
     let name = format!("start-bench-{}-{}", std::process::id(), dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
     shim::write_spec(dir, &spec_for(p, cgroups, &name, workdir))?;
@@ -371,7 +375,7 @@ fn backend_gang(
     base: &Path,
     k: usize,
     tag: &str,
-    cgroups: &CgroupSupport,
+    cgroups: &Cgroups,
     workdir: &Path,
 ) -> Result<(f64, f64)> {
     let (sink, rx) = channel_sink();
@@ -651,6 +655,12 @@ fn short_name(bin: &Path) -> String {
     format!("{}/{}", name(bin.parent()), name(Some(bin)))
 }
 
+/// The replica cgroups of parts (b) and (c'), and their memory limit.
+struct Cgroups {
+    support: CgroupSupport,
+    limit: Option<u64>,
+}
+
 /// The pause before each start of part (b) and (c').
 const GAP: Duration = Duration::from_millis(25);
 
@@ -670,7 +680,15 @@ fn run(o: &Opts) -> Result<()> {
         None => find_python()?,
     };
     let (py, sh) = programs(&python);
-    let cgroups = CgroupSupport::detect();
+    let cgroups = match &o.cgroup_v2 {
+        Some(base) => {
+            std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+            // No limit: the memory controller may not be enabled there.
+            Cgroups { support: CgroupSupport::V2 { base: base.clone() }, limit: None }
+        }
+        // About what the driver gives an n1-standard-4 replica (L14).
+        None => Cgroups { support: CgroupSupport::detect(), limit: Some(12 << 30) },
+    };
     let mut shims: Vec<PathBuf> = o.shims.clone();
     if shims.is_empty() {
         shims.push(server_bin.clone());
@@ -697,8 +715,8 @@ fn run(o: &Opts) -> Result<()> {
     println!("  python     {}", python.display());
     println!(
         "  cgroups    {}",
-        match cgroups.base() {
-            Some((v, b)) => format!("v{} under {}", v.number(), b.display()),
+        match cgroups.support.base() {
+            Some((v, b)) => format!("v{} under {}{}", v.number(), b.display(), if cgroups.limit.is_none() { ", no memory limit" } else { "" }),
             None => "none usable (no memory limits)".into(),
         }
     );
@@ -750,7 +768,7 @@ fn run(o: &Opts) -> Result<()> {
         eprintln!("[start-bench] (c') the local backend alone: 8 runs against 1");
         let waiting = sleeper();
         let backends: Vec<(String, LocalBackend)> =
-            runners.iter().map(|r| (r.label.clone(), LocalBackend::new(r.command.clone(), cgroups.clone()))).collect();
+            runners.iter().map(|r| (r.label.clone(), LocalBackend::new(r.command.clone(), cgroups.support.clone()))).collect();
         let base = tmp.path().join("backend-alone");
         let (mut b1, mut b8) = (Vec::new(), Vec::new());
         let mut per: Vec<[Vec<f64>; 4]> = backends.iter().map(|_| Default::default()).collect();
@@ -855,7 +873,16 @@ fn run(o: &Opts) -> Result<()> {
             let one = job_body(&waiting, &[1]);
             let eight = job_body(&waiting, &[1, 7]);
             let mut per: Vec<Vec<(HttpSample, HttpSample)>> = servers.iter().map(|_| Vec::new()).collect();
+            let (mut b1, mut b8) = (Vec::new(), Vec::new());
             for i in 0..(o.warmup + o.eight) {
+                std::thread::sleep(GAP);
+                let bare_one = bare_gang(&waiting, 1)?;
+                std::thread::sleep(GAP);
+                let bare_eight = bare_gang(&waiting, 8)?;
+                if i >= o.warmup {
+                    b1.push(bare_one);
+                    b8.push(bare_eight);
+                }
                 for j in 0..servers.len() {
                     let k = (i + j) % servers.len();
                     let a = http_once(&servers[k].1, &one, 1, true)?;
@@ -867,7 +894,10 @@ fn run(o: &Opts) -> Result<()> {
             }
             let last = |s: &HttpSample| ms(s.sent, s.firsts.iter().copied().max().unwrap_or(s.sent));
             let first = |s: &HttpSample| ms(s.sent, s.firsts.iter().copied().min().unwrap_or(s.sent));
-            let mut rows = Vec::new();
+            let mut rows = vec![
+                row("bare: 1 spawn -> program's line (BASE)", &b1, None),
+                row("bare: 8 spawns from one thread -> last program's line", &b8, Some(&b1)),
+            ];
             let mut lost = 0;
             for ((label, _), samples) in servers.iter().zip(&per) {
                 lost += samples.iter().map(|(a, b)| a.lost_lines + b.lost_lines).sum::<usize>();
