@@ -214,6 +214,14 @@ fn prepare_base(version: CgroupVersion, own: &Path) -> Result<CgroupSupport, Str
     }
     if version == CgroupVersion::V2 {
         enable_memory_controller(&base)?;
+        // Best effort: with the pids controller, a replica's pids.max is its cgroup's;
+        // without, the shim falls back to RLIMIT_NPROC.
+        for dir in [own, base.as_path()] {
+            let ctl = dir.join("cgroup.subtree_control");
+            if read_file(&ctl).is_ok_and(|c| !c.split_whitespace().any(|x| x == "pids")) {
+                let _ = write_file(&ctl, "+pids");
+            }
+        }
     }
     // Prove it: a probe cgroup with a memory limit, removed again.
     let probe_name = format!("probe-{}", std::process::id());
@@ -327,6 +335,21 @@ impl ReplicaCgroup {
             }
         }
         Ok(())
+    }
+
+    /// v2: `pids.max`, the most tasks the cgroup may hold (forks beyond it fail with
+    /// EAGAIN). An error where the pids controller is not enabled here (v1 keeps pids in
+    /// another hierarchy, which replica cgroups do not use).
+    pub fn set_pids_max(&self, max: u64) -> Result<(), CgroupError> {
+        match self.version {
+            CgroupVersion::V1 => Err(FileError {
+                op: "set pids.max",
+                path: self.path.join("pids.max"),
+                source: io::Error::new(io::ErrorKind::Unsupported, "no pids controller in the v1 memory hierarchy"),
+            }
+            .into()),
+            CgroupVersion::V2 => Ok(write_file(&self.path.join("pids.max"), &max.to_string())?),
+        }
     }
 
     /// The file a process writes `0` into to join this cgroup.

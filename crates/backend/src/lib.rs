@@ -16,5 +16,5 @@ pub use fsutil::FileError;
 pub use local::LocalBackend;
 pub use log::{read_log, stderr_tail, LogEntry};
 pub use seam::{Backend, BackendError, BackendEvent, EventSink, Launch};
-pub use shim::{main_from_args, write_spec, Resources, ShimSpec, ShimStatus};
+pub use shim::{main_from_args, write_spec, Resources, RunAs, ShimSpec, ShimStatus};
 pub use slurm::{SlurmBackend, SlurmOptions};

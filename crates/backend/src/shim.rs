@@ -104,6 +104,25 @@ pub struct ShimSpec {
     /// `scheduling.timeout` in seconds. The shim itself does not use them.
     #[serde(default)]
     pub resources: Resources,
+    /// The user and group the program runs as; `None` keeps the shim's (the server's)
+    /// user. The shim itself stays as it was started (it writes the run directory's
+    /// files); the program drops to this identity between fork and exec, after joining
+    /// its cgroup: no supplementary groups, then the gid, then the uid, with
+    /// `PR_SET_NO_NEW_PRIVS` (a set-user-id program cannot give the privileges back).
+    #[serde(default)]
+    pub run_as: Option<RunAs>,
+    /// The most tasks (processes and threads) the replica may have: cgroup v2 `pids.max`
+    /// of its cgroup where the pids controller is there; otherwise, with `run_as`,
+    /// `RLIMIT_NPROC` of the program (which counts every process of that uid).
+    #[serde(default)]
+    pub pids_max: Option<u64>,
+}
+
+/// An unprivileged identity for the program (see `ShimSpec::run_as`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// A replica's request of resources (see `ShimSpec::resources`).
@@ -130,6 +149,8 @@ impl ShimSpec {
             cgroup_version: None,
             cgroup_name: String::new(),
             resources: Resources::default(),
+            run_as: None,
+            pids_max: None,
         }
     }
 }
@@ -342,6 +363,15 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         }
         _ => None,
     };
+    // The pids limit: the cgroup's where it can take one, else the uid's RLIMIT_NPROC.
+    let limits = Limits {
+        nproc: match (spec.pids_max, cgroup.as_ref()) {
+            (None, _) => None,
+            (Some(max), Some(cg)) if cg.set_pids_max(max).is_ok() => None,
+            (Some(max), _) => spec.run_as.map(|_| max),
+        },
+        run_as: spec.run_as,
+    };
     // Orphaned descendants (double-forked daemons) become our children, so we can find
     // and kill them when the program ends (L20).
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -353,7 +383,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         Err(e) => return fail_before_start(run_dir, None, cgroup.as_ref(), e.to_string()),
     };
 
-    let mut child = match spawn_program(&spec, cgroup.as_ref()) {
+    let mut child = match spawn_program(&spec, cgroup.as_ref(), limits) {
         Ok(child) => child,
         Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), cgroup.as_ref(), String::new()),
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
@@ -542,7 +572,40 @@ struct Program {
     stderr: Option<File>,
 }
 
-fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<Program, SpawnFailure> {
+/// What the program's child process applies to itself just before exec.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// `RLIMIT_NPROC` (soft and hard), when the cgroup has no pids limit.
+    nproc: Option<u64>,
+    run_as: Option<RunAs>,
+}
+
+/// Between fork and exec, after the cgroup and the process group: the task limit, then
+/// no new privileges, no supplementary groups, the gid and the uid. System calls only.
+/// On failure, the errno is left for the caller to report.
+fn drop_identity(limits: Limits) -> Result<(), ()> {
+    // SAFETY: plain system calls on values, no memory shared with the parent.
+    unsafe {
+        if let Some(n) = limits.nproc {
+            let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
+                return Err(());
+            }
+        }
+        if let Some(id) = limits.run_as {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(id.gid) != 0
+                || libc::setuid(id.uid) != 0
+            {
+                return Err(());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>, limits: Limits) -> Result<Program, SpawnFailure> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnFailure::Start("the program's argv is empty".into()));
     };
@@ -552,16 +615,16 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>) -> Result<Prog
         }
     }
     if let Some(cg) = cgroup.filter(|cg| cg.version() == CgroupVersion::V2) {
-        if let Some(started) = spawn_into_cgroup(spec, program, cg)? {
+        if let Some(started) = spawn_into_cgroup(spec, program, cg, limits)? {
             return Ok(started);
         }
     }
-    spawn_and_move(spec, program, cgroup)
+    spawn_and_move(spec, program, cgroup, limits)
 }
 
 /// Fork, join the cgroup (v1: `tasks`; v2, when `clone3` could not: `cgroup.procs`),
 /// exec.
-fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>) -> Result<Program, SpawnFailure> {
+fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>, limits: Limits) -> Result<Program, SpawnFailure> {
     let procs = match cgroup.map(|cg| CString::new(cg.procs_file().as_os_str().as_bytes())).transpose() {
         Ok(p) => p,
         Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
@@ -614,6 +677,11 @@ fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>
                 return Err(e.into());
             }
             reset_signals_for_exec();
+            if drop_identity(limits).is_err() {
+                let err = io::Error::last_os_error();
+                let _ = nix::unistd::write(marker, b"u");
+                return Err(err);
+            }
             Ok(())
         });
     }
@@ -634,6 +702,8 @@ fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>
             let ours = matches!(marker.read(&mut byte), Ok(1));
             if ours && byte[0] == b'c' {
                 Err(SpawnFailure::Launch(format!("cannot move the program into its cgroup: {e}")))
+            } else if ours && byte[0] == b'u' {
+                Err(SpawnFailure::Launch(format!("cannot limit the program's tasks or switch it to {:?}: {e}", limits.run_as)))
             } else if ours {
                 Err(SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")))
             } else {
@@ -670,6 +740,7 @@ const STEP_STDIO: u8 = b'o';
 const STEP_CWD: u8 = b'd';
 const STEP_GROUP: u8 = b'g';
 const STEP_EXEC: u8 = b'e';
+const STEP_IDENTITY: u8 = b'u';
 
 extern "C" {
     static mut environ: *const *const libc::c_char;
@@ -689,7 +760,7 @@ extern "C" {
 /// `clone3` may run ordinary code until it execs; it only makes system calls on memory
 /// prepared before, and ends in `execvp` or `_exit` (no unwinding, no `abort`: glibc's
 /// cached thread id is the parent's in a child that glibc did not fork).
-fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup) -> Result<Option<Program>, SpawnFailure> {
+fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits: Limits) -> Result<Option<Program>, SpawnFailure> {
     use std::collections::BTreeMap;
     let launch = |what: &str, e: io::Error| SpawnFailure::Launch(format!("{what}: {e}"));
     let Ok(program_c) = CString::new(program.as_bytes()) else { return Ok(None) };
@@ -729,7 +800,7 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup) -> Resu
     let r = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) };
     if r == 0 {
         // SAFETY: in the child; every pointer was made above and is alive in this copy.
-        unsafe { exec_child(null_fd, out_fd, err_fd, report_fd, cwd_p, program_c.as_ptr(), &argv_p, &envp_p) }
+        unsafe { exec_child(null_fd, out_fd, err_fd, report_fd, cwd_p, program_c.as_ptr(), &argv_p, &envp_p, limits) }
     }
     if r < 0 {
         // Not available here (ENOSYS, E2BIG, EINVAL, EOPNOTSUPP, ...) or refused for
@@ -763,6 +834,9 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup) -> Resu
     Err(match buf[0] {
         STEP_GROUP => SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")),
         STEP_STDIO => SpawnFailure::Launch(format!("cannot set up the program's standard streams: {e}")),
+        STEP_IDENTITY => {
+            SpawnFailure::Launch(format!("cannot limit the program's tasks or switch it to {:?}: {e}", limits.run_as))
+        }
         // As `Command` reports them: a working directory or exec failure, the user's.
         _ => SpawnFailure::Start(format!("cannot start {program:?}: {e}")),
     })
@@ -785,6 +859,7 @@ unsafe fn exec_child(
     program: *const libc::c_char,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
+    limits: Limits,
 ) -> ! {
     let fail = |step: u8| -> ! {
         let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
@@ -811,6 +886,9 @@ unsafe fn exec_child(
             fail(STEP_GROUP);
         }
         reset_signals_for_exec();
+        if drop_identity(limits).is_err() {
+            fail(STEP_IDENTITY);
+        }
         environ = envp.as_ptr();
         libc::execvp(program, argv.as_ptr());
     }

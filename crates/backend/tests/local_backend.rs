@@ -686,3 +686,85 @@ fn l16_a_shim_without_spec_records_a_launch_failure() {
     let usage = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard-shim")).status().unwrap();
     assert_eq!(usage.code(), Some(shim::EXIT_USAGE));
 }
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// Replica identity: with `run_as` the program runs as that uid and gid, with no
+/// supplementary groups and no new privileges; the shim's files stay the shim's.
+#[test]
+fn run_as_switches_the_program_to_an_unprivileged_identity() {
+    if !is_root() {
+        eprintln!("skipped: needs root to switch users");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let mut spec = sh("echo ids $(id -u) $(id -g) [$(id -G)]; grep NoNewPrivs /proc/self/status; cat spec.json && echo READ");
+    spec.cwd = Some("/".into());
+    spec.run_as = Some(trainyard_backend::RunAs { uid: 200_123, gid: 200_123 });
+    backend().launch(run.clone(), &dir, spec, s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 1 });
+    let (entries, _) = read_log(&dir, 0).unwrap();
+    let text: Vec<String> = entries.iter().map(|e| e.text.clone()).collect();
+    assert!(text.contains(&"ids 200123 200123 [200123]".to_string()), "{text:?}");
+    assert!(text.iter().any(|t| t.starts_with("NoNewPrivs:") && t.ends_with('1')), "{text:?}");
+    assert!(!text.contains(&"READ".to_string()), "{text:?}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(dir.join("status.json")).unwrap().uid(), 0);
+}
+
+/// A fork bomb within `pids_max`: forks beyond the limit fail (cgroup v2 `pids.max`, or
+/// `RLIMIT_NPROC` of the replica's uid where the cgroup has no pids controller), and the
+/// replica's processes are all gone when it ends.
+#[test]
+fn pids_max_bounds_a_fork_bomb() {
+    if !is_root() {
+        eprintln!("skipped: needs root to switch users");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let script = "import os, time\nn = 0\nfailed = 0\nfor i in range(500):\n    try:\n        pid = os.fork()\n    except OSError:\n        failed += 1\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint('forked', n, 'failed', failed, flush=True)\n";
+    let mut spec = ShimSpec::new(vec!["python3".into(), "-c".into(), script.into()], base_env(&[]));
+    spec.cwd = Some("/".into());
+    spec.run_as = Some(trainyard_backend::RunAs { uid: 200_124, gid: 200_124 });
+    spec.pids_max = Some(32);
+    backend().launch(run.clone(), &dir, spec, s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    // Processes of uid 200124 left: none (the replica's group was killed at its end).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+                    s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("200124"))
+                        && !s.lines().any(|l| l.starts_with("State:") && l.contains("Z"))
+                })
+            })
+            .count();
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{left} process(es) of the replica's uid left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (entries, _) = read_log(&dir, 0).unwrap();
+    let line = entries.iter().find_map(|e| e.text.strip_prefix("forked ").map(|n| n.to_string()));
+    let Some(line) = line else { panic!("{:?}", entries.iter().map(|e| &e.text).collect::<Vec<_>>()) };
+    let forked: u32 = line.split(' ').next().unwrap().parse().unwrap();
+    assert!(forked < 32, "{line}");
+    assert!(line.ends_with(&format!("failed {}", 500 - forked)), "{line}");
+}
