@@ -111,8 +111,15 @@ fn init_tracing(verbose: bool) {
 }
 
 /// The command that starts a shim: this very binary with `shim`.
+/// How replicas' supervisors are started: `trainyard-shim` beside this executable (built
+/// from the same package, so never of another version; a smaller program, quicker to
+/// start), else `trainyard shim`.
 pub fn shim_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the trainyard executable: {e}"))?;
+    let small = exe.with_file_name("trainyard-shim");
+    if small.is_file() {
+        return Ok(vec![small.into_os_string()]);
+    }
     Ok(vec![exe.into_os_string(), "shim".into()])
 }
 

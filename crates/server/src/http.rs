@@ -239,10 +239,15 @@ async fn job_logs(
     let data_dir = state.data_dir.clone();
     tokio::spawn(async move {
         let mut cursor = logs::Cursor::default();
+        // Followed logs are read again soon after lines came, less often while none do.
+        let mut pause = FOLLOW_FIRST;
         loop {
             let (sel2, dd, mut cur) = (sel.clone(), data_dir.clone(), std::mem::take(&mut cursor));
             let batch = readers
                 .with(move |s| {
+                    // Whether the job had ended is read before its lines, so that the lines
+                    // written just before its end are sent before the stream stops.
+                    let terminal = s.get_job_by_id(id).map_err(internal)?.is_none_or(|j| j.job.is_terminal());
                     let mut all = Vec::new();
                     loop {
                         let e = logs::read_new(s, &dd, id, &sel2, &mut cur).map_err(internal)?;
@@ -251,12 +256,12 @@ async fn job_logs(
                         }
                         all.extend(e);
                     }
-                    let terminal = s.get_job_by_id(id).map_err(internal)?.is_none_or(|j| j.job.is_terminal());
                     Ok((all, terminal, cur))
                 })
                 .await;
             let Ok((entries, terminal, cur)) = batch else { break };
             cursor = cur;
+            pause = if entries.is_empty() { (pause * 2).min(FOLLOW_MAX) } else { FOLLOW_FIRST };
             if !entries.is_empty() {
                 let mut text = String::new();
                 for e in entries {
@@ -270,12 +275,17 @@ async fn job_logs(
             if !follow || terminal {
                 break;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            tokio::time::sleep(pause).await;
         }
     });
     let stream = tokio_stream_from(rx);
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(stream)).into_response())
 }
+
+/// How soon a followed log is read again after lines came, and at most how long it waits
+/// while none do.
+const FOLLOW_FIRST: std::time::Duration = std::time::Duration::from_millis(10);
+const FOLLOW_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,

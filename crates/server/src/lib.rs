@@ -82,7 +82,17 @@ pub fn start(
     std::fs::create_dir_all(&cfg.storage_root)
         .map_err(|source| StartError::DataDir { path: cfg.storage_root.clone(), source })?;
     let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
-    let node_agent = cfg.node_agents.then(|| shim_command.first().map(|exe| vec![exe.clone(), "node-agent".into()])).flatten();
+    // Agents are `<this program> node-agent` (the shim may be a program of its own).
+    let node_agent = cfg
+        .node_agents
+        .then(|| match std::env::current_exe() {
+            Ok(exe) => Some(vec![exe.into_os_string(), "node-agent".into()]),
+            Err(e) => {
+                tracing::error!("cannot find this program to start the virtual nodes' agents ({e}); nodes will not be watched");
+                None
+            }
+        })
+        .flatten();
     // Before any agent is started or adopted: agents of nodes not listed here exit.
     let agent_nodes: Vec<String> =
         if node_agent.is_some() { cfg.fleet.nodes.iter().map(|n| n.name.clone()).collect() } else { Vec::new() };
