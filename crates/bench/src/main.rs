@@ -543,7 +543,9 @@ fn run(opts: &Opts) -> Result<()> {
     let cfg = Config::builtin(Some(data_dir.clone()));
     let region = cfg.region.clone();
     let shim_command: Vec<OsString> = vec![exe.clone().into_os_string(), "shim".into()];
-    let engine = trainyard_server::start(cfg, shim_command, workdir, vec![data_dir.clone()])?;
+    // The bench's jobs write no outputs: no output root besides the storage root.
+    let roots = cfg.output_roots.clone();
+    let engine = trainyard_server::start(cfg, shim_command, workdir, roots)?;
     let store = Store::open(&engine.store_path)?;
     let cgroups = trainyard_backend::CgroupSupport::detect();
     let backend_line = engine.services.backend.describe();

@@ -110,26 +110,11 @@ impl Opts {
     }
 }
 
+#[path = "../shared/entry.rs"]
+mod entry;
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match Opts::parse(&args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("start-bench: {e}\n\n{USAGE}");
-            return ExitCode::from(64);
-        }
-    };
-    match run(&opts) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("start-bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    entry::main_of("start-bench", USAGE, Opts::parse, run)
 }
 
 // ---------------------------------------------------------------------------------------
