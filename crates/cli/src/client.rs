@@ -46,8 +46,11 @@ pub struct Resolved {
 impl Target {
     fn resolve(self) -> anyhow::Result<Resolved> {
         let file = crate::cliconfig::load()?;
+        let server = self.server.or(file.server).unwrap_or_else(|| "http://127.0.0.1:8080".into());
+        // `127.0.0.1:8080` as well as `http://127.0.0.1:8080`.
+        let server = if server.contains("://") { server } else { format!("http://{server}") };
         Ok(Resolved {
-            server: self.server.or(file.server).unwrap_or_else(|| "http://127.0.0.1:8080".into()),
+            server,
             project: self.project.or(file.project).unwrap_or_else(|| "local".into()),
             region: self.region.or(file.region).unwrap_or_else(|| "us-central1".into()),
             token: self.token.or(file.token),
@@ -151,13 +154,22 @@ impl Api {
         format!("{}/v1/projects/{}/locations/{}", self.t.server.trim_end_matches('/'), self.t.project, self.t.region)
     }
 
-    /// The URL of a resource given by id or full name, in `collection`.
+    /// The URL of a resource given by id (in the target's project and region) or by full
+    /// name `projects/P/locations/L/COLLECTION/ID` (in its own project and region).
     fn resource_url(&self, collection: &str, job: &str) -> anyhow::Result<String> {
-        let id = job.rsplit('/').next().unwrap_or(job);
+        let bad = || anyhow::anyhow!("{job:?} is not a job id or a resource name projects/PROJECT/locations/REGION/{collection}/ID");
+        let parts: Vec<&str> = job.trim_start_matches('/').split('/').collect();
+        let (base, id) = match parts.as_slice() {
+            [id] => (self.base(), *id),
+            ["projects", p, "locations", l, c, id] if *c == collection && !p.is_empty() && !l.is_empty() => {
+                (format!("{}/v1/projects/{p}/locations/{l}", self.t.server.trim_end_matches('/')), *id)
+            }
+            _ => return Err(bad()),
+        };
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
-            bail!("{job:?} is not a job id or a {collection} resource name");
+            return Err(bad());
         }
-        Ok(format!("{}/{collection}/{id}", self.base()))
+        Ok(format!("{base}/{collection}/{id}"))
     }
 
     fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
@@ -170,7 +182,10 @@ impl Api {
             req = req.header("Content-Type", "application/json");
         }
         let req = req.body(text).context("building the request")?;
-        let mut resp = self.agent.run(req).with_context(|| format!("cannot reach the Trainyard server at {}", self.t.server))?;
+        let mut resp = self
+            .agent
+            .run(req)
+            .with_context(|| format!("cannot reach the Trainyard server at {} (set --server or TRAINYARD_SERVER)", self.t.server))?;
         let status = resp.status();
         let text = resp.body_mut().read_to_string().context("reading the response")?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);

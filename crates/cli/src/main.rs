@@ -76,6 +76,12 @@ fn main() -> ExitCode {
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_) | Command::LocalRun(_)) {
+        // A client command whose output is cut short (`... list | head -1`) ends quietly,
+        // as other command-line tools do, instead of failing on the closed pipe.
+        // SAFETY: no other thread exists yet; SIG_DFL installs no handler.
+        let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+    }
     let verbose = matches!(cli.command, Command::Serve(_));
     init_tracing(verbose);
     let result = match cli.command {

@@ -151,3 +151,48 @@ fn hp_tuning_jobs_commands() {
     let o = trainyard(&s, &["hp-tuning-jobs", "cancel", &name]);
     assert!(!o.status.success() && text(&o).contains("FAILED_PRECONDITION"), "{}", text(&o));
 }
+
+/// The CLI never stumbles: output cut short by a closed pipe ends quietly; a server address
+/// without a scheme works; a full resource name is used with its own project and region.
+#[test]
+fn cli_handles_pipes_addresses_and_full_names() {
+    // Jobs that wait on quota: a list larger than a pipe's buffer, quick to make.
+    let s = Server::start("[quotas.default]\ncustom_model_training_cpus = 4\n");
+    let other = s.create("elsewhere", &sh_job("far", "true"));
+    s.wait_terminal(&name_of(&other), 30);
+    for i in 0..150 {
+        s.create("cli", &sh_job(&format!("near-{i}"), "sleep 600"));
+    }
+    // `list | head -1`: no panic, no error text.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{BIN}' custom-jobs list --format=json | head -c 1"))
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "cli")
+        .output()
+        .expect("sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    // No scheme in the address.
+    let o = Command::new(BIN)
+        .args(["custom-jobs", "list"])
+        .env("TRAINYARD_SERVER", format!("127.0.0.1:{}", s.port))
+        .env("TRAINYARD_PROJECT", "cli")
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", text(&o));
+    // A full name of another project is described there, not in the target's project.
+    let o = cli(&s, &["describe", &name_of(&other)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("displayName: far"), "{}", text(&o));
+    // A name of another collection is refused, naming what is expected.
+    let o = cli(&s, &["describe", "projects/p/locations/us-central1/hyperparameterTuningJobs/1"]);
+    assert!(!o.status.success() && text(&o).contains("customJobs/ID"), "{}", text(&o));
+    // An unreachable server: how to fix it is said.
+    let o = Command::new(BIN)
+        .args(["custom-jobs", "list"])
+        .env("TRAINYARD_SERVER", format!("127.0.0.1:{}", free_port()))
+        .output()
+        .expect("run");
+    assert!(text(&o).contains("set --server or TRAINYARD_SERVER"), "{}", text(&o));
+}
