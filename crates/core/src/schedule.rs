@@ -761,6 +761,11 @@ fn remember(list: &mut Vec<(Need, usize)>, need: Need, count: usize) {
     list.push((need, count));
 }
 
+/// `1 node`, `2 nodes`.
+fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// What a waiting reason adds for a job past the starvation bound.
 fn starving_note(cfg: &SchedulerConfig) -> String {
     let bound = cfg.starvation_secs.map(|s| fmt_dur(secs(s))).unwrap_or_default();
@@ -1347,8 +1352,8 @@ pub fn plan(
                 }
                 if explain {
                     let reason = format!(
-                        "Waiting for capacity held by other jobs: {} SPOT job(s) are being preempted for it; it starts when they have stopped",
-                        victims.len() + stopping,
+                        "Waiting for capacity held by other jobs: {} being preempted for it; it starts when they have stopped",
+                        counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are"),
                     );
                     rd.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position });
                 }
@@ -1382,11 +1387,11 @@ pub fn plan(
             if explain {
                 let mut reason = match &rd.resv {
                     Some(v) => format!(
-                        "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (by {}) on {} node(s) ({}); smaller jobs may start first only if they cannot delay it",
+                        "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (by {}) on {} ({}); smaller jobs may start first only if they cannot delay it",
                         describe(t, r.shape),
                         fmt_dur(v.time - now),
                         rfc3339(v.time),
-                        v.nodes.len(),
+                        counted(v.nodes.len(), "node", "nodes"),
                         node_list(t, &v.nodes),
                     ),
                     None => format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)),

@@ -465,7 +465,7 @@ fn backfill_cannot_delay_the_reservation() {
     let cfg = SchedulerConfig { order: trainyard_core::schedule::Order::Fifo, ..SchedulerConfig::default() };
     let d = run(&c, &reqs, 0, &cfg);
     let r1 = reason(&d, 1);
-    assert!(r1.contains("held by other jobs") && r1.contains("Reserved: expected to start within 1h 0m") && r1.contains("4 node(s)"), "{r1}");
+    assert!(r1.contains("held by other jobs") && r1.contains("Reserved: expected to start within 1h 0m") && r1.contains("on 4 nodes ("), "{r1}");
     // The reservation takes the nodes that free up (n0, n1), then n2, n3: n4 stays open.
     assert_eq!(placed(&d, 3), Some(vec!["n4".to_string()]), "{d:?}");
     assert!(placed(&d, 2).is_some(), "a job that ends before the reservation backfills: {d:?}");
@@ -572,7 +572,7 @@ fn spot_preemption_picks_the_cheapest_set() {
         .collect();
     victims.sort();
     assert_eq!(victims, vec![11, 12], "{d:?}");
-    assert!(reason(&d, 1).contains("2 SPOT job(s) are being preempted"), "{d:?}");
+    assert!(reason(&d, 1).contains("2 SPOT jobs are being preempted"), "{d:?}");
     // Next round the victims are stopping: the job waits for them, nothing more is preempted.
     c.mark_stopping(11);
     c.mark_stopping(12);
