@@ -66,6 +66,9 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     // config's output roots.
     let mut roots = vec![job_dir.clone(), crate::cwd(), PathBuf::from("/tmp"), data_dir.clone()];
     roots.extend(cfg.output_roots.iter().cloned());
+    // One user's own job in the foreground: it runs as that user.
+    cfg.replicas.uid_range = None;
+    cfg.replicas.insecure_shared_user = true;
     let engine = trainyard_server::start(cfg, crate::shim_command()?, job_dir, roots)?;
 
     let (reply, rx) = tokio::sync::oneshot::channel();

@@ -746,6 +746,8 @@ fn chaos_kills_keep_every_acknowledged_job() {
     let data = s.data_dir();
     let tokens = s.dir.path().join("tokens");
     std::fs::create_dir_all(&tokens).expect("tokens dir");
+    // Replicas (per-project users under a root server) append their start marks here.
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).expect("tokens dir mode");
 
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));

@@ -57,7 +57,43 @@ struct File {
     http: Option<HttpFile>,
     /// `[limits]`: what one project may hold and ask.
     limits: Option<LimitsFile>,
+    /// `[replicas]`: whom replicas run as, and their task limit.
+    replicas: Option<ReplicasFile>,
 }
+
+/// `[replicas]`: the identity of replicas' programs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicasFile {
+    /// Each project's replicas run as a user of its own (default: on when the server runs
+    /// as root with the local backend).
+    per_project_users: Option<bool>,
+    /// The uids (and gids) given to projects, first and last.
+    uid_range: Option<[u32; 2]>,
+    /// Tasks (processes and threads) a replica may have.
+    pids_max: Option<u64>,
+    /// Serve tokens although replicas run as the server's user.
+    insecure_shared_user: Option<bool>,
+}
+
+/// Whom replicas run as (`[replicas]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replicas {
+    /// Each project gets a uid (and a gid of the same number) from this range, assigned
+    /// once and kept in the store; `None`: replicas run as the server's user.
+    pub uid_range: Option<(u32, u32)>,
+    /// Whether `per_project_users` was written in the file (else the default was taken).
+    pub per_project_users_set: bool,
+    pub pids_max: u64,
+    pub insecure_shared_user: bool,
+}
+
+/// The first and last uid of the default range: far above the ids of a host's accounts
+/// and below the 2^31 of signed interfaces.
+pub const DEFAULT_UID_RANGE: (u32, u32) = (200_000, 299_999);
+/// Tasks per replica by default: room for data loaders and thread pools, not for a fork
+/// bomb.
+pub const DEFAULT_PIDS_MAX: u64 = 4096;
 
 /// `[limits]`: per-project limits, so that one tenant cannot degrade the server for others.
 #[derive(Debug, Default, Deserialize)]
@@ -223,6 +259,8 @@ pub struct Config {
     /// Per-project limits (`[limits]`).
     pub limits: Limits,
     pub backend: BackendChoice,
+    /// Whom replicas run as (`[replicas]`).
+    pub replicas: Replicas,
 }
 
 fn host_cpus() -> u32 {
@@ -421,6 +459,25 @@ impl Config {
                 return Err(invalid("limits.writes_per_second_per_project", "must be a number above 0".into()));
             }
         }
+        if let Some(r) = &file.replicas {
+            if let Some([lo, hi]) = r.uid_range {
+                if lo == 0 || lo > hi || hi > i32::MAX as u32 {
+                    return Err(invalid(
+                        "replicas.uid_range",
+                        format!("must be [first, last] with 0 < first <= last < 2^31, not [{lo}, {hi}]"),
+                    ));
+                }
+            }
+            if r.pids_max == Some(0) {
+                return Err(invalid("replicas.pids_max", "must be at least 1".into()));
+            }
+            if r.per_project_users == Some(true) && file.backend.as_deref() == Some("slurm") {
+                return Err(invalid(
+                    "replicas.per_project_users",
+                    "is not supported with backend = \"slurm\": Slurm replicas run as the user that submits them".into(),
+                ));
+            }
+        }
         if file.slurm.is_some() && file.backend.as_deref() != Some("slurm") {
             return Err(invalid("slurm", "a [slurm] table needs backend = \"slurm\"".into()));
         }
@@ -554,7 +611,20 @@ impl Config {
             _ => BackendChoice::Local,
         };
         let nodes = if many { file.nodes.iter().map(|n| to_node(Some(n))).collect() } else { vec![to_node(file.node.as_ref())] };
+        let replicas = {
+            let r = file.replicas.as_ref();
+            let per_project = r.and_then(|r| r.per_project_users);
+            // By default on where it can work: a root server with the local backend.
+            let on = per_project.unwrap_or(backend == BackendChoice::Local && nix::unistd::geteuid().is_root());
+            Replicas {
+                uid_range: on.then(|| r.and_then(|r| r.uid_range).map(|[a, b]| (a, b)).unwrap_or(DEFAULT_UID_RANGE)),
+                per_project_users_set: per_project.is_some(),
+                pids_max: r.and_then(|r| r.pids_max).unwrap_or(DEFAULT_PIDS_MAX),
+                insecure_shared_user: r.and_then(|r| r.insecure_shared_user).unwrap_or(false),
+            }
+        };
         Config {
+            replicas,
             listen: file.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             data_dir,
             storage_root,

@@ -48,13 +48,19 @@ pub fn set_private_umask() -> nix::sys::stat::Mode {
 /// users may enter or read is tightened to 0700. Returns the mode it had when it was
 /// tightened.
 pub fn create_private_dir(dir: &Path) -> std::io::Result<Option<u32>> {
+    create_private_dir_allowing(dir, 0)
+}
+
+/// As [`create_private_dir`], but the bits of `allowed` (the search bits 0o011 when
+/// replicas run as per-project users, see `identity`) are left where they are set.
+pub fn create_private_dir_allowing(dir: &Path, allowed: u32) -> std::io::Result<Option<u32>> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
-    if mode & 0o077 == 0 {
+    if mode & 0o077 & !allowed == 0 {
         return Ok(None);
     }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o7700))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & (0o7700 | allowed)))?;
     Ok(Some(mode))
 }
 

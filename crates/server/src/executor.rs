@@ -51,6 +51,8 @@ pub struct Planned {
     /// A `pythonPackageSpec` run: build the venv with these packages, then run the module
     /// with the venv's python (`argv` = python + these arguments).
     pub venv: Option<VenvPlan>,
+    /// With `launch.spec.run_as`: the directories made that user's (see `identity`).
+    pub grants: Vec<crate::identity::Grant>,
 }
 
 pub struct VenvPlan {
@@ -289,7 +291,21 @@ impl Planned {
                 Err(e) => tracing::warn!("{}: cannot create {}: {e}", self.launch.run, d.path().display()),
             }
         }
+        self.apply_grants()?;
         Ok(self.launch)
+    }
+
+    /// The run's directories made its project's user's (`run_as`); a link on the way or
+    /// any other failure is the run's StartError: the program could not work without them.
+    fn apply_grants(&self) -> Result<(), (RunId, String)> {
+        let Some(id) = self.launch.spec.run_as else { return Ok(()) };
+        for g in &self.grants {
+            if let Err(message) = g.apply(id) {
+                tracing::warn!("{}: {message}", self.launch.run);
+                return Err((self.launch.run.clone(), message));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -326,10 +342,12 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
     let spawned = std::thread::Builder::new().name(format!("venv-{}", p.launch.run.job)).spawn({
         let report = Arc::clone(&report);
         move || {
-            let Planned { seq, launch, dirs, venv } = p;
+            let Planned { seq, launch, dirs, venv, grants } = p;
             let Some(venv) = venv else { return };
-            let built = crate::venv::ensure(&venv.dir, &venv.packages);
-            let planned = Planned { seq, launch, dirs, venv: None };
+            let run_as = launch.spec.run_as;
+            let planned = Planned { seq, launch, dirs, venv: None, grants };
+            // The venv is built by the project's user, in a directory of its own.
+            let built = planned.apply_grants().map_err(|(_, m)| m).and_then(|()| crate::venv::ensure(&venv.dir, &venv.packages, run_as));
             match built {
                 Ok(python) => {
                     let mut launch = match planned.launch_after_dirs() {

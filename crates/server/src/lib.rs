@@ -7,6 +7,7 @@ pub mod datadir;
 pub mod driver;
 pub mod executor;
 pub mod health;
+pub mod identity;
 pub mod http;
 pub mod jobspec;
 pub mod listen;
@@ -45,6 +46,9 @@ pub enum StartError {
     /// The Slurm backend could not start; `key` is the config key at fault.
     #[error("the Slurm backend{}: {source}", key.as_ref().map(|k| format!(" (config key slurm.{k})")).unwrap_or_default())]
     Slurm { key: Option<String>, source: trainyard_backend::BackendError },
+    /// Replicas cannot run as configured (`[replicas]`), or tokens with a shared user.
+    #[error("{0}")]
+    Replicas(String),
 }
 
 /// Environment variables passed on from the server to every replica's program.
@@ -74,13 +78,22 @@ pub fn start(
     output_roots: Vec<PathBuf>,
 ) -> Result<Engine, StartError> {
     // The data directory is for the server's user only (see `datadir`).
-    match datadir::create_private_dir(&cfg.data_dir) {
-        Ok(Some(mode)) => tracing::warn!("data directory {}: mode {mode:04o} tightened to 0700", cfg.data_dir.display()),
+    // Per-project users pass through it (search bit only) to their own directories.
+    let passable = if cfg.replicas.uid_range.is_some() { 0o011 } else { 0 };
+    match datadir::create_private_dir_allowing(&cfg.data_dir, passable) {
+        Ok(Some(mode)) => {
+            tracing::warn!("data directory {}: mode {mode:04o} tightened to {:04o}", cfg.data_dir.display(), 0o700 | passable)
+        }
         Ok(None) => {}
         Err(source) => return Err(StartError::DataDir { path: cfg.data_dir.clone(), source }),
     }
     std::fs::create_dir_all(&cfg.storage_root)
         .map_err(|source| StartError::DataDir { path: cfg.storage_root.clone(), source })?;
+    match identity::check_at_start(&cfg) {
+        Ok(note) if cfg.replicas.uid_range.is_some() => tracing::info!("{note}"),
+        Ok(note) => tracing::warn!("{note}"),
+        Err(why) => return Err(StartError::Replicas(why)),
+    }
     let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
     // Agents are `<this program> node-agent` (the shim may be a program of its own).
     let node_agent = cfg

@@ -74,7 +74,17 @@ fn check_package(p: &Confined, i: usize) -> Result<PathBuf, String> {
 }
 
 /// Make sure the venv at `dir` exists with `packages` installed; returns its python.
-pub fn ensure(dir: &Path, packages: &[Confined]) -> Result<PathBuf, String> {
+/// With `run_as`, the build's commands run as that user (the project's, see `identity`),
+/// in `dir`, which is that user's.
+pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backend::RunAs>) -> Result<PathBuf, String> {
+    use std::os::unix::process::CommandExt;
+    let as_user = |mut cmd: Command| {
+        if let Some(id) = run_as {
+            // std drops the supplementary groups too when it switches a root parent's uid.
+            cmd.uid(id.uid).gid(id.gid);
+        }
+        cmd
+    };
     let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let python = dir.join("bin").join("python3");
     if dir.join(READY).exists() {
@@ -83,18 +93,47 @@ pub fn ensure(dir: &Path, packages: &[Confined]) -> Result<PathBuf, String> {
     let paths = packages.iter().enumerate().map(|(i, p)| check_package(p, i)).collect::<Result<Vec<_>, _>>()?;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating the job's Python environment: {}: {e}", dir.display()))?;
     run(
-        build_command("python3", dir).args(["-m", "venv", "--system-site-packages"]).arg(dir),
+        as_user(build_command("python3", dir)).args(["-m", "venv", "--system-site-packages"]).arg(dir),
         "creating the job's Python environment",
     )?;
+    // As the project's user, pip builds from copies of its own (a build writes into the
+    // package's directory, which that user may only read).
+    let paths = match run_as {
+        Some(_) => {
+            let src = dir.join("src");
+            let mut copies = Vec::with_capacity(paths.len());
+            for (i, p) in paths.iter().enumerate() {
+                // `src/<i>/<name>`: a wheel or an archive keeps the name pip reads.
+                let into = src.join(i.to_string());
+                let name = p.file_name().ok_or_else(|| format!("packageUris[{i}]: {} has no file name", p.display()))?;
+                run(as_user(build_command("rm", dir)).arg("-rf").arg(&into), "copying packageUris")?;
+                run(as_user(build_command("mkdir", dir)).arg("-p").arg(&into), "copying packageUris")?;
+                run(as_user(build_command("cp", dir)).arg("-R").arg("--no-dereference").arg(p).arg(&into), "copying packageUris")?;
+                copies.push(into.join(name));
+            }
+            copies
+        }
+        None => paths,
+    };
     if !paths.is_empty() {
         run(
-            build_command(&python, dir)
+            as_user(build_command(&python, dir))
                 .args(["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet"])
                 .args(&paths),
             "installing packageUris",
         )?;
     }
-    std::fs::write(dir.join(READY), b"").map_err(|e| format!("{}: {e}", dir.join(READY).display()))?;
+    // The directory may be the project's user's: never through a link it planted.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(dir.join(READY))
+            .map_err(|e| format!("{}: {e}", dir.join(READY).display()))?;
+    }
     Ok(python)
 }
 

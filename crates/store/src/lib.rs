@@ -541,6 +541,27 @@ impl Store {
         Ok(())
     }
 
+    /// The uid of `project`'s replicas: assigned once, the next unused one of
+    /// `first..=last`, and kept (meta keys `project_uid/<project>` and
+    /// `project_uid_next`). `None` when the range is used up.
+    pub fn project_uid(&mut self, project: &str, first: u32, last: u32) -> Result<Option<u32>> {
+        let key = format!("project_uid/{project}");
+        let tx = self.conn.transaction()?;
+        let get = |k: &str| tx.query_row("SELECT value FROM meta WHERE key = ?1", params![k], |r| r.get::<_, String>(0)).optional();
+        if let Some(uid) = get(&key)?.and_then(|v| v.parse::<u32>().ok()) {
+            return Ok(Some(uid));
+        }
+        let next = get("project_uid_next")?.and_then(|v| v.parse::<u32>().ok()).unwrap_or(first).max(first);
+        if next > last {
+            return Ok(None);
+        }
+        let set = "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value";
+        tx.execute(set, params![key, next.to_string()])?;
+        tx.execute(set, params!["project_uid_next", (next as u64 + 1).to_string()])?;
+        tx.commit()?;
+        Ok(Some(next))
+    }
+
     /// For bulk loading in benchmarks and tests: run `f` inside one transaction.
     pub fn with_transaction<T>(&mut self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
         let tx = self.conn.transaction()?;

@@ -119,6 +119,10 @@ impl Server {
     /// starts it): for tests that prepare the data directory first.
     pub fn prepare(extra_config: &str) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
+        // Replicas of a root server run as per-project users: they pass through here to
+        // their own directories below the data directory, and tests' replicas leave
+        // markers here (sticky and open to all, as /tmp; escape_e2e makes it 0711).
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).expect("chmod tempdir");
         let config = dir.path().join("trainyard.toml");
         std::fs::write(&config, config_text(extra_config)).expect("config");
         // No connection reuse: a server may close a connection after an error response.

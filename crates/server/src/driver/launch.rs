@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::executor::{Planned, VenvPlan, Work};
+use crate::identity::Grant;
 
 /// A launch the engine could not take, to try again at `at`.
 pub(super) struct Later {
@@ -49,18 +50,40 @@ impl Driver {
 
     /// Everything a launch needs, or None when it will not happen (an outcome was
     /// reported instead).
-    pub(super) fn plan(&self, id: u64, run: &RunId, seq: i64) -> Option<Planned> {
+    pub(super) fn plan(&mut self, id: u64, run: &RunId, seq: i64) -> Option<Planned> {
+        let project = self.jobs.get(&id)?.job.project.clone();
+        let run_as = match self.project_identity(&project) {
+            Ok(id) => id,
+            Err(message) => {
+                (self.sink())(BackendEvent::Exited { run: run.clone(), outcome: Outcome::LaunchFailed { message }, stderr_tail: Vec::new() });
+                return None;
+            }
+        };
         let live = self.jobs.get(&id)?;
         let node = live.job.replica(&run.replica).and_then(|r| r.node.clone()).unwrap_or_default();
-        match launch_plan(&self.svc, live, run) {
-            Ok((spec, dirs, venv)) => {
+        match launch_plan(&self.svc, live, run, run_as) {
+            Ok((spec, dirs, venv, grants)) => {
                 let launch = Launch { run: run.clone(), run_dir: run_dir(&self.svc.cfg.data_dir, run), spec, node };
-                Some(Planned { seq, launch, dirs, venv })
+                Some(Planned { seq, launch, dirs, venv, grants })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
                 None
             }
+        }
+    }
+
+    /// The user a project's replicas run as (`[replicas]`, see `identity`): `None` when
+    /// they run as the server's user; assigned at the project's first launch and kept.
+    fn project_identity(&mut self, project: &str) -> Result<Option<trainyard_backend::RunAs>, String> {
+        let Some((first, last)) = self.svc.cfg.replicas.uid_range else { return Ok(None) };
+        match self.store.project_uid(project, first, last) {
+            Ok(Some(uid)) => Ok(Some(trainyard_backend::RunAs { uid, gid: uid })),
+            Ok(None) => Err(format!(
+                "no uid is left for project {project:?}: every uid of [replicas] uid_range ({first}-{last}) is given to a \
+                 project; widen the range"
+            )),
+            Err(e) => Err(format!("cannot assign project {project:?} its uid: {e}")),
         }
     }
 
@@ -111,7 +134,17 @@ impl Driver {
 }
 
 /// The program, environment (L8) and memory limit (L14) of one run.
-pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(ShimSpec, Vec<Confined>, Option<VenvPlan>), Outcome> {
+/// With `run_as`, the program runs as its project's user (see `identity`): in
+/// `<run_dir>/work`, with `HOME` and `TMPDIR` `<run_dir>/home` and a minimal environment;
+/// the grants make those, the project's namespace, the output and metric directories and
+/// the venv that user's.
+#[allow(clippy::type_complexity)]
+pub(super) fn launch_plan(
+    svc: &Services,
+    live: &Live,
+    run: &RunId,
+    run_as: Option<trainyard_backend::RunAs>,
+) -> Result<(ShimSpec, Vec<Confined>, Option<VenvPlan>, Vec<Grant>), Outcome> {
     let job = &live.job;
     let spec = &live.resource.job_spec;
     let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
@@ -137,7 +170,12 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
         (None, Some(p)) => p.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
         _ => Vec::new(),
     };
-    let mut env = svc.base_env.clone();
+    let data_dir = &svc.cfg.data_dir;
+    let run_rel = run_dir(Path::new(""), run);
+    let mut env = match run_as {
+        Some(_) => crate::identity::minimal_env(&svc.base_env, &data_dir.join(&run_rel).join("home")),
+        None => svc.base_env.clone(),
+    };
     let mut dirs = Vec::new();
     if let Some(node) = &replica.node {
         env.push(("TRAINYARD_NODE".into(), node.clone()));
@@ -174,8 +212,37 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
         .as_ref()
         .and_then(|m| svc.catalog.get(&m.machine_type))
         .map(|m| svc.catalog.allocatable_memory(m));
+    let mut grants = Vec::new();
+    if run_as.is_some() {
+        let depth = run_rel.components().count();
+        grants.push(Grant::new(data_dir, run_rel.join("work"), depth));
+        grants.push(Grant::new(data_dir, run_rel.join("home"), depth));
+        let project = job.project.as_str();
+        if !project.is_empty() && !project.contains('/') && project != "." && project != ".." {
+            grants.push(Grant::new(&svc.cfg.storage_root, project, 0));
+        }
+        for d in &dirs {
+            let n = d.rel.components().count();
+            let own_from = if d.root == *data_dir {
+                // trials/<job>/<replica>
+                n.saturating_sub(1)
+            } else if d.root == svc.cfg.storage_root {
+                // The project's namespace is the project's.
+                0
+            } else {
+                // An output root may be shared: only model/, checkpoints/, logs/.
+                n.saturating_sub(1)
+            };
+            grants.push(Grant::new(&d.root, &d.rel, own_from));
+        }
+    }
     let mut shim = ShimSpec::new(Vec::new(), env);
-    shim.cwd = Some(svc.workdir.clone());
+    shim.cwd = Some(match run_as {
+        Some(_) => data_dir.join(&run_rel).join("work"),
+        None => svc.workdir.clone(),
+    });
+    shim.run_as = run_as;
+    shim.pids_max = Some(svc.cfg.replicas.pids_max);
     shim.memory_limit_bytes = memory;
     shim.resources = trainyard_backend::Resources {
         cpus: job.demand.replicas.get(idx).map(|d| d.cpus),
@@ -201,7 +268,7 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
                 });
             }
             shim.argv = c.command.iter().chain(&c.args).cloned().collect();
-            Ok((shim, dirs, None))
+            Ok((shim, dirs, None, grants))
         }
         (None, Some(p)) => {
             let mut packages = Vec::new();
@@ -213,9 +280,12 @@ pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId) -> Result<(S
                     .map_err(|e| Outcome::StartError { message: e.message })?;
                 packages.push(path);
             }
-            let venv = svc.cfg.data_dir.join("venvs").join(job.id.to_string());
+            let venv_rel = Path::new("venvs").join(job.id.to_string());
+            if run_as.is_some() {
+                grants.push(Grant::new(data_dir, &venv_rel, 1));
+            }
             let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();
-            Ok((shim, dirs, Some(VenvPlan { dir: venv, packages, module_args })))
+            Ok((shim, dirs, Some(VenvPlan { dir: data_dir.join(venv_rel), packages, module_args }), grants))
         }
         (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
     }

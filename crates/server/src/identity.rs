@@ -1,0 +1,254 @@
+//! Replica identity: each project's replicas run as a user of their own.
+//!
+//! A root server gives every project a uid (and a gid of the same number) from
+//! `[replicas] uid_range`, assigned once and kept in the store's meta table. The shim
+//! stays root and switches the program to that identity just before exec (see
+//! `ShimSpec::run_as`). The server makes what the program needs its own, and nothing else:
+//!
+//! - `<run_dir>/work` (the working directory) and `<run_dir>/home` (`HOME`, `TMPDIR`):
+//!   owned by the uid, 0700. The run directory itself stays root's (the shim writes
+//!   `status.json`, `started.json` and the log there as root: a directory the program
+//!   owned would let it swap those files for links);
+//! - the project's storage namespace `<storage_root>/<project>` and everything on the
+//!   way to the job's output directories below it; below an output root only `model/`,
+//!   `checkpoints/` and `logs/` (an output root may be shared by projects);
+//! - a trial's metric directory and the job's venv directory.
+//!
+//! Directories on the way to those (the data directory, `runs/`, a job's and an
+//! attempt's directory, the storage root) get the search bit for others (at least
+//! 0711), never the read bit: a uid can pass through to its own directories by name but
+//! cannot list what is there, and every file the server writes is 0600 (umask 077). The
+//! database, the tokens file, other projects' run directories, logs, namespaces and
+//! venvs stay out of reach.
+//!
+//! Everything is walked one component at a time from an open root with `O_NOFOLLOW`, so a
+//! link a job planted in a directory it owns is never followed, by the chown included.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
+use nix::unistd::{fchown, Gid, Uid};
+use trainyard_backend::RunAs;
+
+use crate::config::Config;
+
+/// A directory to make the uid's: `root/rel`, where the components of `rel` from index
+/// `own_from` on are owned by the uid (0700) and those before only get the search bit
+/// for others, as does `root` itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub root: PathBuf,
+    pub rel: PathBuf,
+    pub own_from: usize,
+}
+
+impl Grant {
+    pub fn new(root: impl Into<PathBuf>, rel: impl Into<PathBuf>, own_from: usize) -> Grant {
+        Grant { root: root.into(), rel: rel.into(), own_from }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.root.join(&self.rel)
+    }
+
+    /// Makes the missing directories and gives them their owner and mode. A link or a
+    /// non-directory on the way is an error naming it.
+    pub fn apply(&self, id: RunAs) -> Result<(), String> {
+        let fail = |at: &Path, what: &str, e: Errno| format!("cannot give {} to uid {}: {what} {}: {e}", self.path().display(), id.uid, at.display());
+        let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mut fd: OwnedFd = nix::fcntl::open(&self.root, dir_flags, Mode::empty()).map_err(|e| fail(&self.root, "open", e))?;
+        add_search(&fd).map_err(|e| fail(&self.root, "chmod", e))?;
+        let mut at = self.root.clone();
+        for (i, comp) in self.rel.components().enumerate() {
+            let name: &OsStr = match comp {
+                Component::Normal(n) => n,
+                _ => return Err(format!("cannot give {} to uid {}: not a plain relative path", self.path().display(), id.uid)),
+            };
+            at.push(name);
+            match mkdirat(fd.as_fd(), name, Mode::from_bits_truncate(0o700)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(fail(&at, "mkdir", e)),
+            }
+            let next = openat(fd.as_fd(), name, dir_flags, Mode::empty()).map_err(|e| match e {
+                Errno::ELOOP | Errno::ENOTDIR => format!(
+                    "cannot give {} to uid {}: {} is a symbolic link or not a directory, which the server does not follow",
+                    self.path().display(),
+                    id.uid,
+                    at.display()
+                ),
+                e => fail(&at, "open", e),
+            })?;
+            if i >= self.own_from {
+                fchown(next.as_fd(), Some(Uid::from_raw(id.uid)), Some(Gid::from_raw(id.gid))).map_err(|e| fail(&at, "chown", e))?;
+                fchmod(next.as_fd(), Mode::from_bits_truncate(0o700)).map_err(|e| fail(&at, "chmod", e))?;
+            } else {
+                add_search(&next).map_err(|e| fail(&at, "chmod", e))?;
+            }
+            fd = next;
+        }
+        Ok(())
+    }
+}
+
+/// Adds the search bit for group and others to a directory the server owns (never the
+/// read bit, never taking a bit away). A directory of another owner is left as it is.
+fn add_search(fd: &OwnedFd) -> Result<(), Errno> {
+    let st = fstat(fd.as_fd())?;
+    if st.st_uid != nix::unistd::geteuid().as_raw() {
+        return Ok(());
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o011 == 0o011 {
+        return Ok(());
+    }
+    fchmod(fd.as_fd(), Mode::from_bits_truncate((mode | 0o011) as nix::libc::mode_t))
+}
+
+/// Key of a project's uid in the store's meta table.
+pub fn meta_key(project: &str) -> String {
+    format!("project_uid/{project}")
+}
+
+/// At start: per-project users need root; the data directory and the storage root get
+/// the search bit for others (so a replica's uid reaches its own directories below
+/// them), and every directory above them must already have it. Tokens mode with
+/// replicas as the server's user is refused unless `insecure_shared_user = true`.
+/// Returns the line to log about replicas' identity and task limit.
+pub fn check_at_start(cfg: &Config) -> Result<String, String> {
+    let r = &cfg.replicas;
+    let pids = pids_note(r.pids_max);
+    let Some((first, last)) = r.uid_range else {
+        let why = "replicas run as the server's user: a job can read and change everything that user can \
+                   (the database, the tokens file, other projects' files and jobs)";
+        if cfg.tokens_file.is_some() && !r.insecure_shared_user {
+            return Err(format!(
+                "refusing to serve tokens while {why}. Run the server as root with [replicas] per_project_users = true \
+                 (the default for root), or, for a single trusted user only, set [replicas] insecure_shared_user = true"
+            ));
+        }
+        return Ok(format!("{why}; {pids}"));
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return Err(format!(
+            "[replicas] per_project_users needs the server to run as root (to switch replicas to uids {first}-{last}); \
+             set per_project_users = false to run replicas as the server's user"
+        ));
+    }
+    for dir in [&cfg.data_dir, &cfg.storage_root] {
+        let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Grant::new(&dir, "", 0).apply(RunAs { uid: first, gid: first })?;
+        for above in dir.ancestors().skip(1) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?.permissions().mode();
+            if mode & 0o001 == 0 {
+                return Err(format!(
+                    "replicas run as per-project users, who must pass through {} to reach their directories below {}, \
+                     but its mode is {:04o}: give others the search bit (chmod o+x {}) or choose a data directory \
+                     and storage root below directories they can pass",
+                    above.display(),
+                    dir.display(),
+                    mode & 0o7777,
+                    above.display()
+                ));
+            }
+        }
+    }
+    Ok(format!("replicas run as a user of their project's own (uids {first}-{last}, no supplementary groups); {pids}"))
+}
+
+/// How the task limit is enforced on this host.
+fn pids_note(max: u64) -> String {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let v1_memory = cgroup.lines().any(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory")));
+    if v1_memory {
+        format!(
+            "at most {max} tasks per project's uid (RLIMIT_NPROC): replica cgroups are in the cgroup v1 memory \
+             hierarchy, which has no pids controller"
+        )
+    } else {
+        format!("at most {max} tasks per replica (cgroup v2 pids.max where the pids controller is available, else RLIMIT_NPROC of its uid)")
+    }
+}
+
+/// The environment of a replica that runs as its project's user: `PATH`, `LANG`,
+/// `LC_ALL`, `TZ` of the server's, `HOME` and `TMPDIR` its own directory; nothing else of
+/// the server's (the replica environment of L8 and the job's own are added after).
+pub fn minimal_env(base_env: &[(String, String)], home: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> =
+        base_env.iter().filter(|(k, _)| matches!(k.as_str(), "PATH" | "LANG" | "LC_ALL" | "TZ")).cloned().collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    let home = home.display().to_string();
+    env.push(("HOME".into(), home.clone()));
+    env.push(("TMPDIR".into(), home));
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn root() -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    #[test]
+    fn grants_own_the_tail_and_open_only_the_way() {
+        if !root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let id = RunAs { uid: 200_321, gid: 200_321 };
+        Grant::new(t.path(), "runs/1/0/w/0/home", 5).apply(id).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(t.path()), 0o711);
+        assert_eq!(mode(&t.path().join("runs/1/0")), 0o711);
+        let home = t.path().join("runs/1/0/w/0/home");
+        assert_eq!(mode(&home), 0o700);
+        assert_eq!(std::fs::metadata(&home).unwrap().uid(), 200_321);
+        assert_eq!(std::fs::metadata(t.path().join("runs/1/0/w/0")).unwrap().uid(), 0);
+    }
+
+    #[test]
+    fn a_planted_link_is_never_followed() {
+        if !root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let target = t.path().join("secret");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::create_dir(t.path().join("ns")).unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("ns/bucket")).unwrap();
+        let id = RunAs { uid: 200_322, gid: 200_322 };
+        let e = Grant::new(t.path(), "ns/bucket/model", 0).apply(id).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::metadata(&target).unwrap().uid(), 0);
+        assert!(!target.join("model").exists());
+    }
+
+    #[test]
+    fn minimal_env_keeps_nothing_of_the_server() {
+        let base = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+            ("TRAINYARD_TOKENS".to_string(), "/x".to_string()),
+            ("PYTHONPATH".to_string(), "/srv".to_string()),
+        ];
+        let env = minimal_env(&base, Path::new("/d/home"));
+        assert_eq!(
+            env,
+            vec![
+                ("PATH".to_string(), "/bin".to_string()),
+                ("HOME".to_string(), "/d/home".to_string()),
+                ("TMPDIR".to_string(), "/d/home".to_string())
+            ]
+        );
+    }
+}
