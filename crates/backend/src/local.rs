@@ -243,7 +243,13 @@ impl LocalBackend {
     /// started, then `Exited` once its shim is gone (or at once if it already is).
     pub fn adopt(&self, run: RunId, run_dir: &Path, sink: EventSink) -> Result<(), BackendError> {
         let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
-        let Some(claim) = self.claim(&run_dir) else { return Ok(()) };
+        let Some(claim) = self.claim(&run_dir) else {
+            // Watched already (the server took its state again from the store, e.g. after
+            // a store outage): its watcher reports the end; say again that it started, in
+            // case that report was lost meanwhile (a repeat changes nothing).
+            send_started(&run, &run_dir, &sink);
+            return Ok(());
+        };
         match probe_lock(&run_dir)? {
             LockState::Held => self.watch(claim, move |claim| watch_adopted(run, claim, sink)),
             LockState::Free | LockState::Missing => self.watch(claim, move |claim| finish(run, claim, sink, false, None)),
