@@ -1,0 +1,345 @@
+//! The tenant-escape suite, below the API: jobs of project A, run by a real server with
+//! tokens, try to reach what is not theirs (the tokens file and the config, the database,
+//! project B's run directory, logs, spec and storage namespace, the server's process and
+//! working directory), plant a program where B's job would run it, and fork beyond their
+//! task limit. Every attempt must fail, the job says what it could and could not do in its
+//! output, and the server keeps answering B. The same jobs' own directories (HOME, the
+//! project's namespace) stay writable, so that a job that cannot do anything does not
+//! pass for a safe one.
+//!
+//! Per-project users need a root server: as another user these tests only check that
+//! tokens with replicas as the server's user are refused at start.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const TOKEN_A: &str = "tka-5d8e2f1c9b7a3604";
+const TOKEN_B: &str = "tkb-0f3a6c9e2d5b8147";
+
+/// A server with tokens for projA and projB, replicas as per-project users with
+/// `pids_max` tasks, in a directory others can pass but not list or write (the server's
+/// working directory).
+fn tenant_server(pids_max: u32) -> (Server, PathBuf) {
+    let mut s = Server::prepare("");
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let tokens = s.dir.path().join("tokens.toml");
+    let text = format!(
+        "[[tokens]]\nname = \"a\"\ntoken = \"{TOKEN_A}\"\nprojects = [\"projA\"]\n\n\
+         [[tokens]]\nname = \"b\"\ntoken = \"{TOKEN_B}\"\nprojects = [\"projB\"]\n"
+    );
+    std::fs::write(&tokens, text).expect("tokens");
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).expect("chmod tokens");
+    let extra = format!("tokens_file = \"{}\"\n[replicas]\npids_max = {pids_max}\n", tokens.display());
+    std::fs::write(&s.config, config_text(&extra)).expect("config");
+    s.spawn();
+    (s, tokens)
+}
+
+struct Client {
+    port: u16,
+    token: &'static str,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    fn new(s: &Server, token: &'static str) -> Client {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        Client { port: s.port, token, agent }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let req = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Content-Type", "application/json");
+        let sent = match body {
+            Some(b) => self.agent.run(req.body(b.to_string().into_bytes()).expect("request")),
+            None => self.agent.run(req.body(()).expect("request")),
+        };
+        let mut resp = sent.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    fn create(&self, project: &str, job: &Value) -> Value {
+        let (status, body) = self.call("POST", &format!("/v1/projects/{project}/locations/us-central1/customJobs"), Some(job));
+        assert_eq!(status, 200, "create in {project}: {body}");
+        body
+    }
+
+    fn get(&self, name: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/v1/{name}"), None);
+        assert_eq!(status, 200, "get {name}: {body}");
+        body
+    }
+
+    fn wait(&self, name: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let j = self.get(name);
+            if pred(&j) {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting on {name}: {j:#}\n{}", self.logs(name));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_terminal(&self, name: &str, secs: u64) -> Value {
+        self.wait(name, secs, |j| matches!(j["state"].as_str(), Some("JOB_STATE_SUCCEEDED" | "JOB_STATE_FAILED" | "JOB_STATE_CANCELLED")))
+    }
+
+    fn logs(&self, name: &str) -> String {
+        let url = format!("http://127.0.0.1:{}/v1/{name}/logs", self.port);
+        let req = ureq::http::Request::builder().method("GET").uri(&url).header("Authorization", format!("Bearer {}", self.token));
+        let Ok(mut resp) = self.agent.run(req.body(()).expect("request")) else { return String::new() };
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|e| e["text"].as_str().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn job(name: &str, argv: &[&str], env: &[(&str, String)], output: Option<&str>) -> Value {
+    let env: Vec<Value> = env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect();
+    let mut spec = json!({"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": "1",
+        "containerSpec": {"imageUri": "python:3.11", "command": argv, "env": env}
+    }]});
+    if let Some(o) = output {
+        spec["baseOutputDirectory"] = json!({"outputUriPrefix": o});
+    }
+    json!({"displayName": name, "jobSpec": spec})
+}
+
+fn uid_of(text: &str) -> u32 {
+    text.lines().find_map(|l| l.strip_prefix("uid ")).and_then(|u| u.trim().parse().ok()).unwrap_or_else(|| panic!("no uid line in:\n{text}"))
+}
+
+/// What A's job tries. Each line says `DENIED <what>` or `ESCAPE <what>`; `OWN <what>`
+/// lines are the job's own directories, which must work.
+const ATTACK: &str = r#"
+try() { if sh -c "$2" >/dev/null 2>&1; then echo "$3 $1"; else echo "DENIED $1"; fi; }
+echo "uid $(id -u)"
+SERVER_PID=""
+for p in /proc/[0-9]*; do
+  args=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)
+  case "$args" in *trainyard" serve --listen "*) SERVER_PID=${p#/proc/} ;; esac
+done
+CONFIG=$(tr '\0' '\n' < "/proc/$SERVER_PID/cmdline" | grep -A1 -e '--config' | tail -n 1)
+echo "server pid $SERVER_PID config $CONFIG"
+[ -n "$SERVER_PID" ] && [ -n "$CONFIG" ] && echo "FOUND server"
+TOKENS=$(grep tokens_file "$CONFIG" 2>/dev/null | cut -d '"' -f 2)
+[ -z "$TOKENS" ] && TOKENS="$KNOWN_TOKENS"
+B="$DATA/runs/$BJOB/0/workerpool0-0/0"
+try config "cat '$CONFIG'" READ
+try tokens "cat '$TOKENS'" ESCAPE
+try server_environ "cat /proc/$SERVER_PID/environ" ESCAPE
+try server_cwd "ls /proc/$SERVER_PID/cwd/" ESCAPE
+try server_fds "ls /proc/$SERVER_PID/fd/" ESCAPE
+try database "cat '$DATA/trainyard.db'" ESCAPE
+try list_data "ls '$DATA'" ESCAPE
+try list_runs "ls '$DATA/runs'" ESCAPE
+try b_log "cat '$B/log.jsonl'" ESCAPE
+try b_spec "cat '$B/spec.json'" ESCAPE
+try b_work "ls '$B/work'" ESCAPE
+try b_home "ls '$B/home'" ESCAPE
+try b_storage_list "ls '$STORAGE/projB'" ESCAPE
+try b_storage_read "cat '$STORAGE/projB/bkt/out/model/secret.txt'" ESCAPE
+try b_storage_write "echo x > '$STORAGE/projB/bkt/out/model/planted.txt'" ESCAPE
+try plant_server_dir "echo 'print(\"PLANTED\")' > '$SERVERDIR/train.py'" ESCAPE
+try plant_b_work "echo 'print(\"PLANTED\")' > '$B/work/train.py'" ESCAPE
+BPID=""
+for p in /proc/[0-9]*; do
+  args=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)
+  case "$args" in "sh -c echo uid"*B-LOG-SECRET*) BPID=${p#/proc/} ;; esac
+done
+[ -n "$BPID" ] && echo "FOUND b"
+try signal_b "kill -0 $BPID" ESCAPE
+try chown_data "chmod 777 '$DATA'" ESCAPE
+try own_home "echo mine > \"$HOME/mine.txt\"" OWN
+try own_work "echo mine > mine.txt" OWN
+try own_storage "echo mine > \"$AIP_MODEL_DIR/mine.txt\"" OWN
+echo END
+"#;
+
+/// A's job reads nothing of the server's or B's and plants nothing where B runs; B's job
+/// and the server go on.
+#[test]
+fn a_tenant_cannot_reach_the_server_or_another_tenant() {
+    if !is_root() {
+        eprintln!("skipped: per-project users need a root server");
+        return;
+    }
+    let (s, tokens) = tenant_server(4096);
+    let (a, b) = (Client::new(&s, TOKEN_A), Client::new(&s, TOKEN_B));
+    // B: writes a secret into its namespace and its log, then waits.
+    let b_script = "echo uid $(id -u); echo B-LOG-SECRET; echo bsecret > \"$AIP_MODEL_DIR/secret.txt\"; echo written; sleep 60";
+    let b1 = b.create("projB", &job("b-secret", &["sh", "-c", b_script], &[], Some("gs://bkt/out")));
+    let b1n = name_of(&b1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !b.logs(&b1n).contains("written") {
+        assert!(Instant::now() < deadline, "B never wrote its secret: {}\n{}", b.logs(&b1n), s.server_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let data = s.data_dir();
+    let env = [
+        ("DATA", data.display().to_string()),
+        ("STORAGE", data.join("storage").display().to_string()),
+        ("SERVERDIR", s.dir.path().display().to_string()),
+        ("KNOWN_TOKENS", tokens.display().to_string()),
+        ("BJOB", id_of(&b1).to_string()),
+    ];
+    let a1 = a.create("projA", &job("attack", &["sh", "-c", ATTACK], &env, Some("gs://bkt/out")));
+    let a1n = name_of(&a1);
+    let done = a.wait_terminal(&a1n, 60);
+    let out = a.logs(&a1n);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+    assert!(out.contains("END") && out.contains("FOUND server") && out.contains("FOUND b"), "the attack did not run to its end:\n{out}");
+    assert!(!out.contains("ESCAPE"), "a tenant reached what is not its own:\n{out}");
+    for what in [
+        "tokens", "server_environ", "server_cwd", "server_fds", "database", "list_data", "list_runs", "b_log",
+        "b_spec", "b_work", "b_home", "b_storage_list", "b_storage_read", "b_storage_write", "plant_server_dir",
+        "plant_b_work", "signal_b", "chown_data",
+    ] {
+        assert!(out.lines().any(|l| l == format!("DENIED {what}")), "no DENIED {what}:\n{out}");
+    }
+    for what in ["own_home", "own_work", "own_storage"] {
+        assert!(out.lines().any(|l| l == format!("OWN {what}")), "the job could not use its own {what}:\n{out}");
+    }
+    // Two projects, two users, neither root.
+    let (ua, ub) = (uid_of(&out), uid_of(&b.logs(&b1n)));
+    assert!(ua != 0 && ub != 0 && ua != ub, "uids: A {ua}, B {ub}");
+    // Nothing was planted, and B's next job in the server's shared places runs nothing of A's.
+    assert!(!s.dir.path().join("train.py").exists());
+    let b2 = b.create("projB", &job("b-train", &["python3", "train.py"], &[], None));
+    let b2done = b.wait_terminal(&name_of(&b2), 60);
+    let b2out = b.logs(&name_of(&b2));
+    assert_eq!(b2done["state"], "JOB_STATE_FAILED", "{b2out}");
+    assert!(!b2out.contains("PLANTED"), "B ran A's program:\n{b2out}");
+    // B's secret is still B's, and the server still answers B.
+    assert_eq!(std::fs::read_to_string(data.join("storage/projB/bkt/out/model/secret.txt")).unwrap().trim(), "bsecret");
+    assert!(!data.join("storage/projB/bkt/out/model/planted.txt").exists());
+    let (status, _) = b.call("POST", &format!("/v1/{b1n}:cancel"), None);
+    assert_eq!(status, 200);
+    b.wait_terminal(&b1n, 60);
+}
+
+/// A fork bomb within the task limit: with pids_max = 64, A's job tries 10,000 forks for
+/// at most 5 s; fewer than 64 succeed, the rest fail, B's creates keep being answered
+/// quickly meanwhile, and nothing of A's is left once its job ended.
+#[test]
+fn a_fork_bomb_stays_within_pids_max() {
+    if !is_root() {
+        eprintln!("skipped: per-project users need a root server");
+        return;
+    }
+    let (s, _tokens) = tenant_server(64);
+    let (a, b) = (Client::new(&s, TOKEN_A), Client::new(&s, TOKEN_B));
+    let bomb = [
+        "import os, time",
+        "print('uid', os.getuid(), flush=True)",
+        "n = failed = 0",
+        "end = time.time() + 5",
+        "for i in range(10000):",
+        "    if time.time() > end:",
+        "        break",
+        "    try:",
+        "        pid = os.fork()",
+        "    except OSError:",
+        "        failed += 1",
+        "        continue",
+        "    if pid == 0:",
+        "        time.sleep(30)",
+        "        os._exit(0)",
+        "    n += 1",
+        "print('forked', n, 'failed', failed, flush=True)",
+    ]
+    .join("\n");
+    let a1 = a.create("projA", &job("bomb", &["python3", "-c", &bomb], &[], None));
+    let a1n = name_of(&a1);
+    // Meanwhile B's creates are answered.
+    let mut slowest = Duration::ZERO;
+    let mut b_jobs = Vec::new();
+    for i in 0..10 {
+        let t = Instant::now();
+        b_jobs.push(name_of(&b.create("projB", &job(&format!("b{i}"), &["sh", "-c", "echo hello from b"], &[], None))));
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(slowest < Duration::from_secs(2), "a create of B took {slowest:?} during A's fork bomb");
+    let done = a.wait_terminal(&a1n, 60);
+    let out = a.logs(&a1n);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+    let line = out.lines().find_map(|l| l.strip_prefix("forked ")).unwrap_or_else(|| panic!("no count:\n{out}"));
+    let forked: u32 = line.split(' ').next().and_then(|n| n.parse().ok()).expect("count");
+    assert!(forked < 64, "A forked {forked} processes with pids_max = 64");
+    assert!(line.split(' ').nth(2).and_then(|n| n.parse::<u32>().ok()).unwrap_or(0) > 0, "no fork failed: {line}");
+    for n in &b_jobs {
+        let d = b.wait_terminal(n, 60);
+        assert_eq!(d["state"], "JOB_STATE_SUCCEEDED", "{}", b.logs(n));
+    }
+    // Nothing of A's uid is left.
+    let uid = uid_of(&out);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_of(uid);
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{left} process(es) of A's uid {uid} left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn processes_of(uid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+                s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(&uid.to_string()))
+                    && !s.lines().any(|l| l.starts_with("State:") && l.contains('Z'))
+            })
+        })
+        .count()
+}
+
+/// Tokens with replicas as the server's user: refused at start, saying why and how to
+/// allow it; `insecure_shared_user = true` allows it.
+#[test]
+fn tokens_with_a_shared_user_are_refused_unless_allowed() {
+    let start = |replicas: &str| {
+        let mut s = Server::prepare("");
+        std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        let tokens = s.dir.path().join("tokens.toml");
+        std::fs::write(&tokens, format!("[[tokens]]\nname = \"a\"\ntoken = \"{TOKEN_A}\"\nprojects = [\"projA\"]\n")).expect("tokens");
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).expect("chmod tokens");
+        let extra = format!("tokens_file = \"{}\"\n[replicas]\n{replicas}", tokens.display());
+        std::fs::write(&s.config, config_text(&extra)).expect("config");
+        let r = s.try_spawn();
+        (s, r)
+    };
+    let (_s, refused) = start("per_project_users = false\n");
+    let err = refused.expect_err("a tokens server with replicas as its own user started");
+    assert!(err.contains("refusing to serve tokens while replicas run as the server's user"), "{err}");
+    assert!(err.contains("insecure_shared_user = true"), "{err}");
+    let (s, allowed) = start("per_project_users = false\ninsecure_shared_user = true\n");
+    assert!(allowed.is_ok(), "{allowed:?}");
+    assert!(s.server_log().contains("replicas run as the server's user"), "{}", s.server_log());
+}
