@@ -79,6 +79,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokens,
         waiting: engine.waiting.clone(),
         health: engine.health.clone(),
+        metrics: engine.metrics.clone(),
         writes: std::sync::Arc::new(trainyard_server::security::WriteLimiter::new(&engine.services.cfg.limits)),
     };
     let limits = engine.services.cfg.http.clone();

@@ -53,6 +53,8 @@ pub struct AppState {
     pub health: Arc<crate::health::Health>,
     /// Mutating requests per project (`[limits]`).
     pub writes: Arc<crate::security::WriteLimiter>,
+    /// What `/metrics` shows; requests are timed into it.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Read connections to the database, reused across requests.
@@ -418,6 +420,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
         .route("/v1/admin/tokens:reload", axum::routing::post(crate::security::reload_tokens))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(crate::metrics::handler).with_state(state.metrics.clone()))
         .route("/", get(console))
         .route("/console", get(console))
         .route("/console.js", get(console_js))
@@ -428,6 +431,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(limit_announced_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::security::guard))
+        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::metrics::track_http))
         .with_state(state)
 }
 

@@ -12,6 +12,7 @@ pub mod http;
 pub mod jobspec;
 pub mod listen;
 pub mod logs;
+pub mod metrics;
 pub mod nodeagent;
 pub mod study;
 pub mod openapi;
@@ -64,6 +65,8 @@ pub struct Engine {
     pub waiting: Arc<driver::WaitingView>,
     /// The driver's liveness, for `/healthz` and the API.
     pub health: Arc<health::Health>,
+    /// What `/metrics` shows (kept by the driver and the HTTP layer).
+    pub metrics: Arc<metrics::Metrics>,
     /// The exclusive lock on `<data_dir>/server.lock`, held for the life of the engine.
     _data_dir_lock: datadir::DataDirLock,
 }
@@ -161,6 +164,7 @@ pub fn start(
     driver.recover()?;
     let waiting = driver.waiting_view();
     let health = driver.health();
+    let metrics = driver.metrics();
     let watch = Arc::clone(&health);
     let thread = std::thread::Builder::new()
         .name("driver".into())
@@ -175,7 +179,7 @@ pub fn start(
             r.unwrap_or_else(|_| Err(trainyard_store::StoreError::Panicked))
         })
         .map_err(StartError::Thread)?;
-    Ok(Engine { tx, store_path, services, thread, waiting, health, _data_dir_lock: data_dir_lock })
+    Ok(Engine { tx, store_path, services, thread, waiting, health, metrics, _data_dir_lock: data_dir_lock })
 }
 
 /// The key of page tokens, made once per database (so tokens outlive a restart).

@@ -53,7 +53,8 @@ impl Driver {
                 resource: text,
             })
             .collect();
-        let stored = self.store.insert_jobs(&news, |i, id| {
+        let metrics = Arc::clone(&self.metrics);
+        let stored = Driver::timed(&metrics, "insert_jobs", || self.store.insert_jobs(&news, |i, id| {
             let (_, it, prepared, _) = &accepted[i];
             let mut job = Job::new(
                 id,
@@ -67,7 +68,7 @@ impl Driver {
             );
             job.trial = it.trial.clone();
             job
-        });
+        }));
         drop(news);
         let jobs = match stored {
             Ok(jobs) => jobs,
@@ -93,6 +94,7 @@ impl Driver {
     /// A live job, counted for its project's limit.
     pub(super) fn insert_live(&mut self, id: u64, live: Live) {
         *self.live_per_project.entry(live.job.project.clone()).or_insert(0) += 1;
+        self.metrics.job_changed(None, &live.job);
         self.jobs.insert(id, live);
     }
 
@@ -182,6 +184,11 @@ impl Driver {
                 "The {what} {id} in projects/{project}/locations/{region} has not ended and cannot be deleted; cancel it first."
             )));
         }
+        // The ended job's state, for `/metrics`.
+        let ended = match kind {
+            KIND_CUSTOM => self.store.get_job(kind, project, region, id).map_err(|e| self.store_err(e))?.map(|s| s.job.state()),
+            _ => None,
+        };
         let at = Timestamp::from_micros(now);
         let (p, r) = (project.to_string(), region.to_string());
         let deleted = self
@@ -195,6 +202,9 @@ impl Driver {
             return Err(ApiError::not_found(format!("The {what} {id} in projects/{project}/locations/{region} does not exist.")));
         };
         tracing::info!("{what} {id} deleted");
+        if let Some(state) = ended {
+            self.metrics.deleted(project, state);
+        }
         self.execute(id, vec![purge]);
         serde_json::from_str(&body).map_err(|e| ApiError::internal(format!("the delete operation: {e}")))
     }
@@ -211,7 +221,7 @@ impl Driver {
             return Ok(Ok(()));
         }
         // L23: durable before anything is reported or done.
-        let outbox = self.store.commit(&t.job, &t.effects, now)?;
+        let outbox = Driver::timed(&self.metrics, "commit", || self.store.commit(&t.job, &t.effects, now))?;
         self.install(id, t.job);
         self.execute(id, outbox);
         Ok(Ok(()))
@@ -243,6 +253,7 @@ impl Driver {
             }
         }
         if let Some(live) = self.jobs.get_mut(&id) {
+            self.metrics.job_changed(Some(&live.job), &job);
             if live.job.state() != job.state() {
                 // A new wait (e.g. after a preemption) is logged afresh.
                 live.waiting = None;
@@ -387,6 +398,7 @@ impl Driver {
                     self.apply(job, Event::Place { nodes, addresses, notes: warnings }, now)?.ok();
                 }
                 Decision::Stockout { job, detail } => {
+                    self.metrics.stockout();
                     self.apply(job, Event::Stockout { detail }, now)?.ok();
                 }
                 Decision::Impossible { job, reason } => {

@@ -161,6 +161,8 @@ pub struct Driver {
     /// A store error that a request was answered with: at the end of the turn the driver
     /// waits it out (`survive`) like any other.
     fault: std::cell::RefCell<Option<StoreError>>,
+    /// What `/metrics` shows, kept up to date on each change.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Where the driver reads the time: the system clock, or a virtual one in tests.
@@ -342,6 +344,7 @@ impl Driver {
             live_per_project: HashMap::new(),
             scans: HashMap::new(),
             fault: std::cell::RefCell::new(None),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         };
         (d, tx)
     }
@@ -349,6 +352,38 @@ impl Driver {
     /// The driver's liveness, for `/healthz` and the API.
     pub fn health(&self) -> Arc<Health> {
         Arc::clone(&self.health)
+    }
+
+    /// The metrics the driver keeps, for `/metrics`.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Time a store transaction for `/metrics`.
+    pub(super) fn timed<T>(metrics: &crate::metrics::Metrics, op: &str, f: impl FnOnce() -> T) -> T {
+        let began = std::time::Instant::now();
+        let v = f();
+        metrics.store_commit(op, began.elapsed());
+        v
+    }
+
+    /// Ended CustomJobs by project and state, counted once at a start (a covering index
+    /// of `jobs`; never at a scrape).
+    fn count_ended(&mut self) -> Result<(), StoreError> {
+        let rows = self.store.with_transaction(|tx| {
+            let mut st = tx.prepare(
+                "SELECT project, state, COUNT(*) FROM jobs WHERE kind = 'custom' \
+                 AND state IN ('JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED') GROUP BY project, state",
+            )?;
+            let rows = st
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })?;
+        for (project, state, n) in rows {
+            self.metrics.add_ended(&project, &state, n);
+        }
+        Ok(())
     }
 
     /// A store error met while answering a request: answered now, dealt with at the end
@@ -382,6 +417,8 @@ impl Driver {
         for n in names {
             self.watch_node(&n);
         }
+        self.metrics.reset_jobs();
+        self.metrics.set_fleet(&self.fleet);
         for stored in self.store.active_jobs()? {
             let id = stored.job.id;
             let resource = match (&stored.damage, serde_json::from_str::<CustomJob>(&stored.resource)) {
@@ -398,6 +435,8 @@ impl Driver {
             self.insert_live(id, Live { job: stored.job, resource, waiting: None });
             self.index_deadline(id);
         }
+        // After the quarantines above, which end jobs.
+        self.count_ended()?;
         let (pending, damaged) = self.store.pending_outbox()?;
         for (seq, job, damage) in damaged {
             // An effect that cannot be read cannot be carried out; its job's runs are
@@ -636,7 +675,7 @@ impl Driver {
             entry.1.extend(t.effects);
         }
         let batch: Vec<(&Job, &[Effect])> = staged.values().map(|(j, e)| (j, e.as_slice())).collect();
-        let outbox = self.store.commit_many(&batch, now)?;
+        let outbox = Driver::timed(&self.metrics, "commit_many", || self.store.commit_many(&batch, now))?;
         debug_assert!(outbox.is_empty(), "a start causes no world effects");
         for (id, (job, _)) in staged {
             self.install(id, job);
@@ -657,6 +696,9 @@ impl Driver {
             Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_started(vec![run])?,
             Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => {
                 let id = run.job;
+                if matches!(outcome, Outcome::OomKilled { .. }) {
+                    self.metrics.oom_killed();
+                }
                 self.run_gone(&run)?;
                 self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
             }

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The most of a trial's metric file read at once (a report line is about 100 bytes).
+const METRIC_FILE_MAX: u64 = 16 << 20;
+
 impl Driver {
     /// L23 for studies: load the live ones, link trials to the jobs created for them, and
     /// create the trial jobs that a crash kept from being created (never twice).
@@ -186,7 +189,9 @@ impl Driver {
     pub(super) fn commit_study(&mut self, id: u64, now: Micros, lines: &[String]) -> Result<(), StoreError> {
         let Some(ls) = self.studies.get(&id) else { return Ok(()) };
         let text = serde_json::to_string(&ls.study).map_err(StoreError::Encode)?;
-        self.store.commit_other(id, ls.study.state_name(), ls.study.is_terminal(), &text, now, lines)
+        Driver::timed(&self.metrics, "commit_other", || {
+            self.store.commit_other(id, ls.study.state_name(), ls.study.is_terminal(), &text, now, lines)
+        })
     }
 
     /// Create the CustomJob of a trial and link it (L: each trial is a CustomJob run under
@@ -237,7 +242,8 @@ impl Driver {
         let Some(link) = &job.trial else { return Vec::new() };
         let Some(metric) = self.studies.get(&link.study).map(|l| l.cfg.metric_id.clone()) else { return Vec::new() };
         let path = self.metric_file(job.id);
-        let Ok(text) = std::fs::read_to_string(&path) else { return Vec::new() };
+        // The trial's directory is its project's user's: no link, FIFO or endless file.
+        let Ok(text) = crate::identity::read_tenant_file(&path, METRIC_FILE_MAX) else { return Vec::new() };
         let (m, bad) = study::read_metrics(&text, &metric);
         for (line, why) in bad {
             tracing::warn!("{}: line {line} skipped: {why}", path.display());

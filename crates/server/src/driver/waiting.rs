@@ -56,7 +56,7 @@ impl Driver {
         let batch: Vec<(&Job, &[Effect])> =
             lines.iter().filter_map(|(id, l)| Some((&self.jobs.get(id)?.job, l.as_slice()))).collect();
         if !batch.is_empty() {
-            self.store.commit_many(&batch, now)?;
+            Driver::timed(&self.metrics, "commit_many", || self.store.commit_many(&batch, now))?;
         }
         for (id, r) in &self.engine_reasons {
             reasons.entry(*id).or_insert_with(|| Waiting { reason: Arc::clone(r), position: None });
@@ -77,7 +77,7 @@ impl Driver {
         live.waiting = Some(ENGINE_WAIT);
         live.job.waiting_reason = Some(reason.clone());
         let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: reason });
-        self.store.commit(&live.job, &[line], now)?;
+        Driver::timed(&self.metrics, "commit", || self.store.commit(&live.job, &[line], now))?;
         let reasons = self.waiting_view.snapshot();
         self.publish_waiting(&[], reasons, now)
     }

@@ -1,0 +1,169 @@
+//! `GET /metrics` on a real server: jobs that succeed, fail and restart a replica are
+//! counted by state and project, restarts by reason, requests by route template; the
+//! exposition passes `promtool check metrics`, and Prometheus itself scrapes it.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn metrics_text(s: &Server) -> (String, String) {
+    let mut resp = ureq::get(&s.url("/metrics")).call().expect("GET /metrics");
+    let ctype = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let text = resp.body_mut().read_to_string().expect("metrics body");
+    (ctype, text)
+}
+
+/// The value of one series (its name with its labels, as rendered).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A tool of Debian's `prometheus` package: its path, or None (the test is skipped with
+/// the reason, except in CI, where `.ci/run` installs it).
+fn tool(name: &str) -> Option<String> {
+    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().ok().filter(|o| o.status.success());
+    match found {
+        Some(o) => Some(String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        None if in_ci() => panic!("{name} is not installed (Debian package prometheus; .ci/run installs it)"),
+        None => {
+            eprintln!("skipped: {name} is not installed (apt-get install prometheus)");
+            None
+        }
+    }
+}
+
+#[test]
+fn metrics_count_jobs_restarts_and_requests() {
+    let mut s = Server::start("");
+    let marker = s.dir.path().join("restarted-once");
+    let ok = s.create("metrics", &sh_job("secret-display-name-ok", "exit 0"));
+    let failed = s.create("metrics", &sh_job("secret-display-name-fail", "exit 3"));
+    let restart = s.create(
+        "metrics",
+        &sh_job("secret-display-name-restart", &format!("if [ -e {m} ]; then exit 0; fi; touch {m}; kill -9 $$", m = marker.display())),
+    );
+    assert_eq!(s.wait_terminal(&name_of(&ok), 60)["state"], "JOB_STATE_SUCCEEDED");
+    assert_eq!(s.wait_terminal(&name_of(&failed), 60)["state"], "JOB_STATE_FAILED");
+    assert_eq!(s.wait_terminal(&name_of(&restart), 60)["state"], "JOB_STATE_SUCCEEDED");
+
+    let (ctype, text) = metrics_text(&s);
+    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    let jobs = |state: &str| value(&text, &format!("trainyard_jobs{{project=\"metrics\",state=\"{state}\"}}"));
+    assert_eq!(jobs("JOB_STATE_SUCCEEDED"), Some(2.0), "{text}");
+    assert_eq!(jobs("JOB_STATE_FAILED"), Some(1.0), "{text}");
+    assert_eq!(jobs("JOB_STATE_RUNNING"), Some(0.0), "{text}");
+    assert_eq!(value(&text, "trainyard_queue_length"), Some(0.0), "{text}");
+    assert_eq!(value(&text, "trainyard_replica_restarts_total{reason=\"failure\"}"), Some(1.0), "{text}");
+    assert_eq!(value(&text, "trainyard_job_wait_seconds_count"), Some(3.0), "{text}");
+    assert!(value(&text, "trainyard_job_create_to_running_seconds_count").is_some_and(|n| n >= 3.0), "{text}");
+    assert_eq!(value(&text, "trainyard_oom_kills_total"), Some(0.0), "{text}");
+    assert_eq!(value(&text, "trainyard_stockouts_total"), Some(0.0), "{text}");
+    let creates = "trainyard_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/projects/{project}/locations/{region}/customJobs\",code=\"200\"}";
+    assert_eq!(value(&text, creates), Some(3.0), "{text}");
+    assert!(value(&text, "trainyard_store_commit_duration_seconds_count{op=\"insert_jobs\"}").is_some_and(|n| n >= 1.0), "{text}");
+    assert!(value(&text, "trainyard_store_commit_duration_seconds_count{op=\"commit\"}").is_some_and(|n| n >= 6.0), "{text}");
+    // Raw paths are not labels: a job's path is counted under its route template.
+    assert!(!text.contains("customJobs/1\""), "{text}");
+    // Jobs' display names are never shown.
+    assert!(!text.contains("secret-display-name"), "{text}");
+
+    // OpenMetrics when asked for, as Prometheus does.
+    let mut resp = ureq::get(&s.url("/metrics"))
+        .header("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+        .call()
+        .expect("GET /metrics");
+    let open = resp.body_mut().read_to_string().expect("body");
+    assert!(open.ends_with("# EOF\n"), "{open}");
+    assert!(open.contains("# TYPE trainyard_replica_restarts counter"), "{open}");
+
+    if let Some(promtool) = tool("promtool") {
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(text.as_bytes()).expect("write to promtool");
+        }
+        let out = child.wait_with_output().expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Ended jobs are counted from the store after a restart (once, not per scrape).
+    s.restart();
+    let (_, text) = metrics_text(&s);
+    let jobs = |state: &str| value(&text, &format!("trainyard_jobs{{project=\"metrics\",state=\"{state}\"}}"));
+    assert_eq!(jobs("JOB_STATE_SUCCEEDED"), Some(2.0), "{text}");
+    assert_eq!(jobs("JOB_STATE_FAILED"), Some(1.0), "{text}");
+
+    // A deleted job is no longer counted.
+    let (status, body) = s.call("DELETE", &s.url(&format!("/v1/{}", name_of(&failed))), None);
+    assert_eq!(status, 200, "{body}");
+    let (_, text) = metrics_text(&s);
+    assert_eq!(value(&text, "trainyard_jobs{project=\"metrics\",state=\"JOB_STATE_FAILED\"}"), Some(0.0), "{text}");
+}
+
+/// Debian's Prometheus scrapes the live server, and a query gives the metric back.
+#[test]
+fn prometheus_scrapes_the_server() {
+    let Some(prometheus) = tool("prometheus") else { return };
+    let s = Server::start("");
+    let job = s.create("scraped", &sh_job("one", "exit 0"));
+    s.wait_terminal(&name_of(&job), 60);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: trainyard\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            s.port
+        ),
+    )
+    .expect("config");
+    let port = free_port();
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
+    let mut child = Command::new(prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus");
+    let query = format!("http://127.0.0.1:{port}/api/v1/query?query=trainyard_jobs%7Bproject%3D%22scraped%22%2Cstate%3D%22JOB_STATE_SUCCEEDED%22%7D");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let found = loop {
+        if let Ok(mut r) = ureq::get(&query).call() {
+            last = r.body_mut().read_to_string().unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_str(&last).unwrap_or_default();
+            if let Some(sample) = v["data"]["result"].as_array().and_then(|r| r.first()) {
+                break Some(sample["value"][1].as_str().unwrap_or("").to_string());
+            }
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let plog = std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    assert_eq!(found.as_deref(), Some("1"), "last answer: {last}\nprometheus log:\n{plog}");
+}

@@ -1,0 +1,537 @@
+//! Prometheus metrics at `GET /metrics`. The driver keeps the counters, gauges and
+//! histograms up to date as jobs change state (nothing is read from the store at a scrape),
+//! and the HTTP layer times each request by its route template; a scrape only encodes what
+//! is already counted, so its cost does not depend on how many jobs are stored.
+//!
+//! The exposition is OpenMetrics text when the scraper asks for it (`Accept:
+//! application/openmetrics-text`, as Prometheus does), else the Prometheus text format
+//! 0.0.4 (counters named with their `_total` suffix, no `# UNIT` and `# EOF` lines).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use trainyard_core::job::{ReplicaState, Retries};
+use trainyard_core::schedule::Fleet;
+use trainyard_core::{Job, State as JobState};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub project: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AcceleratorLabels {
+    pub node: String,
+    pub r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub route: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    pub op: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Seconds a job waits or starts: 10 ms to about 3 hours.
+fn wait_buckets() -> Histogram {
+    Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 10800.0])
+}
+
+/// Seconds of an HTTP request or a store commit: 0.5 ms to 10 s.
+fn short_buckets() -> Histogram {
+    Histogram::new([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0])
+}
+
+/// Everything `/metrics` shows; shared between the driver (which writes) and the HTTP
+/// layer (which times requests and renders).
+pub struct Metrics {
+    registry: Registry,
+    jobs: Family<JobLabels, Gauge>,
+    queue_length: Gauge,
+    wait_seconds: Histogram,
+    create_to_running_seconds: Histogram,
+    replica_restarts: Family<ReasonLabels, Counter>,
+    job_retries: Family<ReasonLabels, Counter>,
+    oom_kills: Counter,
+    stockouts: Counter,
+    node_cpus: Family<NodeLabels, Gauge>,
+    node_memory: Family<NodeLabels, Gauge>,
+    node_accelerators: Family<AcceleratorLabels, Gauge>,
+    alloc_cpus: Family<NodeLabels, Gauge>,
+    alloc_memory: Family<NodeLabels, Gauge>,
+    alloc_accelerators: Family<AcceleratorLabels, Gauge>,
+    http: HistogramFamily<HttpLabels>,
+    store_commit: HistogramFamily<OpLabels>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Why a replica restarted, by the rule that restarted it.
+pub const RESTART_FAILURE: &str = "failure";
+pub const RESTART_NODE: &str = "node";
+/// Why a job retried, by the kind of its retry budget (L11 and L12, L13, L15, L16).
+pub const RETRY_REASONS: [&str; 4] = ["worker_restarts", "transient_exit", "stockout", "internal"];
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("trainyard");
+        let jobs = Family::<JobLabels, Gauge>::default();
+        r.register("jobs", "Jobs (CustomJobs) by project and state: live ones and the stored ended ones", jobs.clone());
+        let queue_length = Gauge::default();
+        r.register("queue_length", "Jobs that wait: QUEUED (L3) and PENDING (L5)", queue_length.clone());
+        let wait_seconds = wait_buckets();
+        r.register_with_unit("job_wait", "Time from a job's create to its admission (quota held, L5)", Unit::Seconds, wait_seconds.clone());
+        let create_to_running_seconds = wait_buckets();
+        r.register_with_unit(
+            "job_create_to_running",
+            "Time from a job's create to its first RUNNING (L7)",
+            Unit::Seconds,
+            create_to_running_seconds.clone(),
+        );
+        let replica_restarts = Family::<ReasonLabels, Counter>::default();
+        r.register(
+            "replica_restarts",
+            "Replica restarts: reason=failure (L10, L11: a non-permanent failure), reason=node (L9: node drain or loss)",
+            replica_restarts.clone(),
+        );
+        let job_retries = Family::<ReasonLabels, Counter>::default();
+        r.register(
+            "job_retries",
+            "Job retries (a new attempt) by kind: worker_restarts (L11, L12), transient_exit (L13), stockout (L15), internal (L16)",
+            job_retries.clone(),
+        );
+        let oom_kills = Counter::default();
+        r.register("oom_kills", "Replica runs ended by the kernel's OOM killer (L14)", oom_kills.clone());
+        let stockouts = Counter::default();
+        r.register("stockouts", "Placements that found no capacity (L15)", stockouts.clone());
+        let node_cpus = Family::<NodeLabels, Gauge>::default();
+        r.register("node_capacity_cpus", "CPUs of each node", node_cpus.clone());
+        let node_memory = Family::<NodeLabels, Gauge>::default();
+        r.register_with_unit("node_capacity_memory", "Memory of each node", Unit::Bytes, node_memory.clone());
+        let node_accelerators = Family::<AcceleratorLabels, Gauge>::default();
+        r.register("node_capacity_accelerators", "Accelerators of each node, by type", node_accelerators.clone());
+        let alloc_cpus = Family::<NodeLabels, Gauge>::default();
+        r.register("node_allocated_cpus", "CPUs held by live replicas placed on each node", alloc_cpus.clone());
+        let alloc_memory = Family::<NodeLabels, Gauge>::default();
+        r.register_with_unit("node_allocated_memory", "Memory held by live replicas placed on each node", Unit::Bytes, alloc_memory.clone());
+        let alloc_accelerators = Family::<AcceleratorLabels, Gauge>::default();
+        r.register("node_allocated_accelerators", "Accelerators held by live replicas on each node, by type", alloc_accelerators.clone());
+        let http: HistogramFamily<HttpLabels> = Family::new_with_constructor(short_buckets);
+        r.register_with_unit(
+            "http_request_duration",
+            "HTTP requests by method, route template and status code",
+            Unit::Seconds,
+            http.clone(),
+        );
+        let store_commit: HistogramFamily<OpLabels> = Family::new_with_constructor(short_buckets);
+        r.register_with_unit(
+            "store_commit_duration",
+            "Store transactions of the driver (commit, commit_many, insert_jobs), each with its fsync",
+            Unit::Seconds,
+            store_commit.clone(),
+        );
+        // Every reason shows from the start (at 0), so that rates work from the first scrape.
+        for reason in [RESTART_FAILURE, RESTART_NODE] {
+            let _ = replica_restarts.get_or_create(&ReasonLabels { reason: reason.to_string() });
+        }
+        for reason in RETRY_REASONS {
+            let _ = job_retries.get_or_create(&ReasonLabels { reason: reason.to_string() });
+        }
+        Metrics {
+            registry: r,
+            jobs,
+            queue_length,
+            wait_seconds,
+            create_to_running_seconds,
+            replica_restarts,
+            job_retries,
+            oom_kills,
+            stockouts,
+            node_cpus,
+            node_memory,
+            node_accelerators,
+            alloc_cpus,
+            alloc_memory,
+            alloc_accelerators,
+            http,
+            store_commit,
+        }
+    }
+
+    /// The exposition in the OpenMetrics text format.
+    pub fn render_openmetrics(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The exposition in the Prometheus text format 0.0.4.
+    pub fn render_text(&self) -> String {
+        to_text_format(&self.render_openmetrics())
+    }
+
+    // --- jobs (the driver) ---
+
+    /// Forget the job counts (the driver counts them again, as at a start).
+    pub fn reset_jobs(&self) {
+        self.jobs.clear();
+        self.queue_length.set(0);
+        self.alloc_cpus.clear();
+        self.alloc_memory.clear();
+        self.alloc_accelerators.clear();
+    }
+
+    /// Ended jobs as stored, counted once at a start.
+    pub fn add_ended(&self, project: &str, state: &str, n: i64) {
+        self.jobs.get_or_create(&JobLabels { project: project.to_string(), state: state.to_string() }).inc_by(n);
+    }
+
+    /// An ended job was deleted.
+    pub fn deleted(&self, project: &str, state: JobState) {
+        self.job_gauge_add(project, state, -1);
+    }
+
+    /// A job's state changed from `old` (None: it is new to the driver) to `new`; counts
+    /// it, with its waits, restarts, retries and placements.
+    pub fn job_changed(&self, old: Option<&Job>, new: &Job) {
+        let (before, after) = (old.map(|j| j.state()), new.state());
+        if before != Some(after) {
+            if let Some(b) = before {
+                self.job_gauge_add(&new.project, b, -1);
+                if waits(b) {
+                    self.queue_length.dec();
+                }
+            }
+            self.job_gauge_add(&new.project, after, 1);
+            if waits(after) {
+                self.queue_length.inc();
+            }
+        }
+        let Some(old) = old else {
+            self.allocate(new, 1);
+            return;
+        };
+        if matches!(old.phase, trainyard_core::Phase::Queued) && new.attempt == 0 {
+            if let Some(at) = new.admitted_at() {
+                self.wait_seconds.observe(seconds(at - new.create_time));
+            }
+        }
+        if old.start_time.is_none() {
+            if let Some(at) = new.start_time {
+                self.create_to_running_seconds.observe(seconds(at - new.create_time));
+            }
+        }
+        self.retries(&old.retries, &new.retries);
+        if old.attempt == new.attempt {
+            for (a, b) in old.replicas.iter().zip(&new.replicas) {
+                if b.restart > a.restart {
+                    let reason = if b.failures > a.failures { RESTART_FAILURE } else { RESTART_NODE };
+                    self.replica_restarts
+                        .get_or_create(&ReasonLabels { reason: reason.to_string() })
+                        .inc_by(u64::from(b.restart - a.restart));
+                }
+            }
+        }
+        self.allocate(old, -1);
+        self.allocate(new, 1);
+    }
+
+    fn job_gauge_add(&self, project: &str, state: JobState, n: i64) {
+        self.jobs.get_or_create(&JobLabels { project: project.to_string(), state: state.wire_name().to_string() }).inc_by(n);
+    }
+
+    fn retries(&self, old: &Retries, new: &Retries) {
+        let moved = [
+            (old.worker_restarts, new.worker_restarts),
+            (old.transient_exit, new.transient_exit),
+            (old.stockout, new.stockout),
+            (old.internal, new.internal),
+        ];
+        for (reason, (a, b)) in RETRY_REASONS.into_iter().zip(moved) {
+            if b > a {
+                self.job_retries.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(u64::from(b - a));
+            }
+        }
+    }
+
+    /// Add (`sign` 1) or take away (-1) what a job's live replicas hold on their nodes.
+    fn allocate(&self, job: &Job, sign: i64) {
+        if !job.holds_capacity() {
+            return;
+        }
+        for (r, d) in job.replicas.iter().zip(&job.demand.replicas) {
+            let node = match (&r.state, &r.node) {
+                (s, Some(n)) if s.is_live() => n,
+                (ReplicaState::Stopping { .. }, Some(n)) => n,
+                _ => continue,
+            };
+            let labels = NodeLabels { node: node.clone() };
+            self.alloc_cpus.get_or_create(&labels).inc_by(sign * i64::from(d.cpus));
+            self.alloc_memory.get_or_create(&labels).inc_by(sign * d.memory_bytes as i64);
+            if let Some((kind, n)) = &d.accelerator {
+                self.alloc_accelerators
+                    .get_or_create(&AcceleratorLabels { node: node.clone(), r#type: kind.clone() })
+                    .inc_by(sign * i64::from(*n));
+            }
+        }
+    }
+
+    /// L14: a replica's run was OOM-killed.
+    pub fn oom_killed(&self) {
+        self.oom_kills.inc();
+    }
+
+    /// L15: a placement found no capacity.
+    pub fn stockout(&self) {
+        self.stockouts.inc();
+    }
+
+    /// The nodes' capacity (the fleet's nodes, each resource).
+    pub fn set_fleet(&self, fleet: &Fleet) {
+        self.node_cpus.clear();
+        self.node_memory.clear();
+        self.node_accelerators.clear();
+        for n in &fleet.nodes {
+            let labels = NodeLabels { node: n.name.clone() };
+            self.node_cpus.get_or_create(&labels).set(i64::from(n.cpus));
+            self.node_memory.get_or_create(&labels).set(n.memory_bytes as i64);
+            for (kind, count) in &n.accelerators {
+                self.node_accelerators
+                    .get_or_create(&AcceleratorLabels { node: n.name.clone(), r#type: kind.clone() })
+                    .set(i64::from(*count));
+            }
+        }
+    }
+
+    /// A store transaction of the driver took `took`.
+    pub fn store_commit(&self, op: &str, took: Duration) {
+        self.store_commit.get_or_create(&OpLabels { op: op.to_string() }).observe(took.as_secs_f64());
+    }
+
+    /// An HTTP request was answered.
+    pub fn http_request(&self, method: &str, route: &str, code: u16, took: Duration) {
+        self.http
+            .get_or_create(&HttpLabels { method: method.to_string(), route: route.to_string(), code: code.to_string() })
+            .observe(took.as_secs_f64());
+    }
+}
+
+fn waits(s: JobState) -> bool {
+    matches!(s, JobState::Queued | JobState::Pending)
+}
+
+fn seconds(micros: i64) -> f64 {
+    micros.max(0) as f64 / 1e6
+}
+
+/// OpenMetrics text into the Prometheus text format 0.0.4: a counter's family takes the
+/// name of its `_total` sample, `# UNIT` and `# EOF` go.
+pub fn to_text_format(open: &str) -> String {
+    let lines: Vec<&str> = open.lines().collect();
+    let mut counters = std::collections::HashSet::new();
+    for l in &lines {
+        if let Some(name) = l.strip_prefix("# TYPE ").and_then(|r| r.strip_suffix(" counter")) {
+            counters.insert(name);
+        }
+    }
+    let mut out = String::with_capacity(open.len());
+    for l in lines {
+        if l.starts_with("# UNIT ") || l == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find(|p| l.starts_with(p));
+        if let Some(prefix) = meta {
+            let rest = &l[prefix.len()..];
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) && !name.ends_with("_total") {
+                out.push_str(&format!("{prefix}{name}_total {tail}\n"));
+                continue;
+            }
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+/// `GET /metrics`: OpenMetrics when asked for, else the Prometheus text format.
+pub async fn handler(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) -> Response {
+    let open = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    if open {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            metrics.render_openmetrics(),
+        )
+            .into_response()
+    } else {
+        (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics.render_text()).into_response()
+    }
+}
+
+/// Middleware: the duration of each request by method, route template (axum's
+/// `MatchedPath`; `unmatched` for a path no route has) and status code.
+pub async fn track_http(State(metrics): State<Arc<Metrics>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let began = Instant::now();
+    let method = req.method().as_str().to_string();
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let resp = next.run(req).await;
+    metrics.http_request(&method, &route, resp.status().as_u16(), began.elapsed());
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use trainyard_core::job::{Demand, Policy, ReplicaDemand};
+
+    fn job(project: &str) -> Job {
+        let demand = Demand {
+            metrics: BTreeMap::new(),
+            replicas: vec![ReplicaDemand { cpus: 4, memory_bytes: 1 << 30, accelerator: Some(("NVIDIA_TESLA_T4".into(), 1)) }],
+        };
+        Job::new(7, project.into(), "us-central1".into(), &[1], demand, Policy::defaults(&trainyard_core::Settings::default()), false, 1_000_000)
+    }
+
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+    }
+
+    #[test]
+    fn states_queue_waits_and_allocation_follow_the_job() {
+        let m = Metrics::new();
+        let mut j = job("research");
+        m.job_changed(None, &j);
+        let t = m.render_text();
+        assert_eq!(sample(&t, r#"trainyard_jobs{project="research",state="JOB_STATE_QUEUED"}"#), Some(1.0));
+        assert_eq!(sample(&t, "trainyard_queue_length"), Some(1.0));
+
+        let old = j.clone();
+        j.phase = trainyard_core::Phase::Running { admitted_at: 3_000_000 };
+        j.start_time = Some(4_000_000);
+        j.replicas[0].node = Some("n1".into());
+        j.replicas[0].state = ReplicaState::Running { since: 4_000_000 };
+        m.job_changed(Some(&old), &j);
+        let t = m.render_text();
+        assert_eq!(sample(&t, r#"trainyard_jobs{project="research",state="JOB_STATE_QUEUED"}"#), Some(0.0));
+        assert_eq!(sample(&t, r#"trainyard_jobs{project="research",state="JOB_STATE_RUNNING"}"#), Some(1.0));
+        assert_eq!(sample(&t, "trainyard_queue_length"), Some(0.0));
+        assert_eq!(sample(&t, "trainyard_job_wait_seconds_sum"), Some(2.0));
+        assert_eq!(sample(&t, "trainyard_job_create_to_running_seconds_sum"), Some(3.0));
+        assert_eq!(sample(&t, r#"trainyard_node_allocated_cpus{node="n1"}"#), Some(4.0));
+        assert_eq!(sample(&t, r#"trainyard_node_allocated_memory_bytes{node="n1"}"#), Some((1u64 << 30) as f64));
+        assert_eq!(sample(&t, r#"trainyard_node_allocated_accelerators{node="n1",type="NVIDIA_TESLA_T4"}"#), Some(1.0));
+
+        // L10: a failure restarts the replica; L13: a transient exit retries the job.
+        let old = j.clone();
+        j.replicas[0].restart += 1;
+        j.replicas[0].failures += 1;
+        j.retries.transient_exit += 1;
+        m.job_changed(Some(&old), &j);
+        let old = j.clone();
+        j.phase = trainyard_core::Phase::Succeeded { end: 9_000_000 };
+        j.replicas[0].state = ReplicaState::Done;
+        m.job_changed(Some(&old), &j);
+        let t = m.render_text();
+        assert_eq!(sample(&t, r#"trainyard_replica_restarts_total{reason="failure"}"#), Some(1.0));
+        assert_eq!(sample(&t, r#"trainyard_job_retries_total{reason="transient_exit"}"#), Some(1.0));
+        assert_eq!(sample(&t, r#"trainyard_jobs{project="research",state="JOB_STATE_SUCCEEDED"}"#), Some(1.0));
+        assert_eq!(sample(&t, r#"trainyard_node_allocated_cpus{node="n1"}"#), Some(0.0));
+        // Only the first admission and the first RUNNING are observed.
+        assert_eq!(sample(&t, "trainyard_job_wait_seconds_count"), Some(1.0));
+        assert_eq!(sample(&t, "trainyard_job_create_to_running_seconds_count"), Some(1.0));
+
+        m.deleted("research", JobState::Succeeded);
+        let t = m.render_text();
+        assert_eq!(sample(&t, r#"trainyard_jobs{project="research",state="JOB_STATE_SUCCEEDED"}"#), Some(0.0));
+    }
+
+    #[test]
+    fn text_format_names_counters_by_their_total_and_drops_openmetrics_lines() {
+        let m = Metrics::new();
+        m.oom_killed();
+        m.stockout();
+        m.http_request("GET", "/healthz", 200, Duration::from_millis(3));
+        m.store_commit("commit", Duration::from_micros(800));
+        let open = m.render_openmetrics();
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        assert!(open.contains("# TYPE trainyard_oom_kills counter"), "{open}");
+        let t = m.render_text();
+        assert!(t.contains("# HELP trainyard_oom_kills_total "), "{t}");
+        assert!(t.contains("# TYPE trainyard_oom_kills_total counter"), "{t}");
+        assert!(!t.contains("# EOF") && !t.contains("# UNIT"), "{t}");
+        assert_eq!(sample(&t, "trainyard_oom_kills_total"), Some(1.0));
+        assert_eq!(sample(&t, "trainyard_stockouts_total"), Some(1.0));
+        assert_eq!(sample(&t, r#"trainyard_http_request_duration_seconds_count{method="GET",route="/healthz",code="200"}"#), Some(1.0));
+        assert_eq!(sample(&t, r#"trainyard_store_commit_duration_seconds_bucket{le="0.001",op="commit"}"#), Some(1.0));
+        // Every sample line belongs to a family declared by a TYPE line before it.
+        let mut declared = Vec::new();
+        for l in t.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                declared.push(rest.split(' ').next().unwrap_or("").to_string());
+            } else if !l.starts_with('#') && !l.is_empty() {
+                let name = l.split(['{', ' ']).next().unwrap_or("");
+                let family = declared.last().map(String::as_str).unwrap_or("");
+                let ok = name == family || ["_bucket", "_sum", "_count"].iter().any(|s| name.strip_suffix(s) == Some(family));
+                assert!(ok, "{name} after TYPE {family}");
+            }
+        }
+    }
+
+    #[test]
+    fn fleet_capacity_by_resource() {
+        let m = Metrics::new();
+        let fleet = Fleet {
+            nodes: vec![trainyard_core::schedule::Node {
+                name: "gpu1".into(),
+                cpus: 32,
+                memory_bytes: 128 << 30,
+                accelerators: BTreeMap::from([("NVIDIA_TESLA_A100".to_string(), 8)]),
+                up: true,
+                schedulable: true,
+            }],
+            overcommit: false,
+        };
+        m.set_fleet(&fleet);
+        let t = m.render_text();
+        assert_eq!(sample(&t, r#"trainyard_node_capacity_cpus{node="gpu1"}"#), Some(32.0));
+        assert_eq!(sample(&t, r#"trainyard_node_capacity_memory_bytes{node="gpu1"}"#), Some((128u64 << 30) as f64));
+        assert_eq!(sample(&t, r#"trainyard_node_capacity_accelerators{node="gpu1",type="NVIDIA_TESLA_A100"}"#), Some(8.0));
+    }
+}
