@@ -108,6 +108,25 @@ fn add_search(fd: &OwnedFd) -> Result<(), Errno> {
     fchmod(fd.as_fd(), Mode::from_bits_truncate((mode | 0o011) as nix::libc::mode_t))
 }
 
+/// Reads a file the server takes from a replica's directory (a trial's metric file):
+/// the directory may be the project's user's, so the file may be a link (to a secret or to
+/// `/dev/zero`), a FIFO (a read that never ends) or huge. It is opened without following a
+/// link and without blocking, must be a regular file, and at most `max` bytes are read.
+pub fn read_tenant_file(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Key of a project's uid in the store's meta table.
 pub fn meta_key(project: &str) -> String {
     format!("project_uid/{project}")
@@ -231,6 +250,21 @@ mod tests {
         assert!(e.contains("symbolic link"), "{e}");
         assert_eq!(std::fs::metadata(&target).unwrap().uid(), 0);
         assert!(!target.join("model").exists());
+    }
+
+    #[test]
+    fn a_tenant_file_is_read_only_as_a_bounded_regular_file() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("output.metrics");
+        std::fs::write(&f, "0123456789").unwrap();
+        assert_eq!(read_tenant_file(&f, 4).unwrap(), "0123");
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(read_tenant_file(&link, 1 << 20).is_err());
+        let fifo = t.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_tenant_file(&fifo, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]
