@@ -343,3 +343,59 @@ fn tokens_with_a_shared_user_are_refused_unless_allowed() {
     assert!(allowed.is_ok(), "{allowed:?}");
     assert!(s.server_log().contains("replicas run as the server's user"), "{}", s.server_log());
 }
+
+/// A trial's metric directory is its project's user's: A's trial makes its metric file a
+/// FIFO, then a link to /dev/zero, then a link to the tokens file, while the server polls
+/// it. The server never blocks or reads without end on it: B's creates keep being
+/// answered, and the study ends.
+#[test]
+fn a_trial_metric_file_cannot_stall_or_feed_the_server() {
+    if !is_root() {
+        eprintln!("skipped: per-project users need a root server");
+        return;
+    }
+    let (s, tokens) = tenant_server(4096);
+    let (a, b) = (Client::new(&s, TOKEN_A), Client::new(&s, TOKEN_B));
+    let trial = [
+        "import os, time",
+        "p = os.environ['CLOUD_ML_HP_METRIC_FILE']",
+        "os.mkfifo(p); print('fifo', flush=True); time.sleep(3); os.remove(p)",
+        "os.symlink('/dev/zero', p); print('zero', flush=True); time.sleep(3); os.remove(p)",
+        "os.symlink(os.environ['KNOWN_TOKENS'], p); print('tokens link', flush=True); time.sleep(2)",
+        "print('END', flush=True)",
+    ]
+    .join("\n");
+    let study = json!({
+        "displayName": "metric-tricks",
+        "studySpec": {
+            "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": [{"parameterId": "q", "discreteValueSpec": {"values": [0.5]}}],
+            "algorithm": "GRID_SEARCH"
+        },
+        "maxTrialCount": 1,
+        "parallelTrialCount": 1,
+        "trialJobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", trial],
+                              "env": [{"name": "KNOWN_TOKENS", "value": tokens.display().to_string()}]}
+        }]}
+    });
+    let (st, created) = a.call("POST", "/v1/projects/projA/locations/us-central1/hyperparameterTuningJobs", Some(&study));
+    assert_eq!(st, 200, "{created}");
+    let name = created["name"].as_str().expect("name").to_string();
+    let mut slowest = Duration::ZERO;
+    for i in 0..12 {
+        let t = Instant::now();
+        b.create("projB", &job(&format!("b{i}"), &["sh", "-c", "echo hello from b"], &[], None));
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    assert!(slowest < Duration::from_secs(2), "a create of B took {slowest:?} while A's trial played with its metric file");
+    let done = a.wait(&name, 60, |j| {
+        matches!(j["state"].as_str(), Some("JOB_STATE_SUCCEEDED" | "JOB_STATE_FAILED" | "JOB_STATE_CANCELLED"))
+    });
+    let trial_job = done["trials"][0]["customJob"].as_str().unwrap_or_else(|| panic!("no trial job: {done:#}")).to_string();
+    let out = a.logs(&trial_job);
+    assert!(out.contains("fifo") && out.contains("zero") && out.contains("END"), "{out}");
+    assert!(done["trials"][0].get("finalMeasurement").is_none_or(|m| m["metrics"].as_array().is_none_or(|v| v.is_empty())), "{done:#}");
+}
