@@ -399,3 +399,23 @@ fn a_trial_metric_file_cannot_stall_or_feed_the_server() {
     assert!(out.contains("fifo") && out.contains("zero") && out.contains("END"), "{out}");
     assert!(done["trials"][0].get("finalMeasurement").is_none_or(|m| m["metrics"].as_array().is_none_or(|v| v.is_empty())), "{done:#}");
 }
+
+/// Per-project users must pass through the directories above the data directory: a data
+/// directory below a directory only root may enter is refused at start, naming it and
+/// the fix.
+#[test]
+fn a_data_directory_the_replicas_cannot_reach_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: per-project users need a root server");
+        return;
+    }
+    let mut s = Server::prepare("");
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let closed = s.dir.path().join("closed");
+    std::fs::create_dir(&closed).expect("mkdir");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("chmod closed");
+    s = s.with_data_dir(closed.join("data"));
+    let err = s.try_spawn().expect_err("a server whose replicas cannot reach their directories started");
+    assert!(err.contains(&format!("must pass through {}", closed.display())), "{err}");
+    assert!(err.contains("chmod o+x"), "{err}");
+}

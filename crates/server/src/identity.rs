@@ -167,7 +167,7 @@ pub fn check_at_start(cfg: &Config) -> Result<String, String> {
                 return Err(format!(
                     "replicas run as per-project users, who must pass through {} to reach their directories below {}, \
                      but its mode is {:04o}: give others the search bit (chmod o+x {}) or choose a data directory \
-                     and storage root below directories they can pass",
+                     and storage root below directories they can pass (e.g. --data-dir /var/lib/trainyard)",
                     above.display(),
                     dir.display(),
                     mode & 0o7777,
