@@ -82,8 +82,6 @@ pub struct Replicas {
     /// Each project gets a uid (and a gid of the same number) from this range, assigned
     /// once and kept in the store; `None`: replicas run as the server's user.
     pub uid_range: Option<(u32, u32)>,
-    /// Whether `per_project_users` was written in the file (else the default was taken).
-    pub per_project_users_set: bool,
     pub pids_max: u64,
     pub insecure_shared_user: bool,
 }
@@ -618,7 +616,6 @@ impl Config {
             let on = per_project.unwrap_or(backend == BackendChoice::Local && nix::unistd::geteuid().is_root());
             Replicas {
                 uid_range: on.then(|| r.and_then(|r| r.uid_range).map(|[a, b]| (a, b)).unwrap_or(DEFAULT_UID_RANGE)),
-                per_project_users_set: per_project.is_some(),
                 pids_max: r.and_then(|r| r.pids_max).unwrap_or(DEFAULT_PIDS_MAX),
                 insecure_shared_user: r.and_then(|r| r.insecure_shared_user).unwrap_or(false),
             }

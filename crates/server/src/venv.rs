@@ -73,6 +73,26 @@ fn check_package(p: &Confined, i: usize) -> Result<PathBuf, String> {
     }
 }
 
+/// A venv built before its project had a user of its own (by the server's user): the
+/// project's user could not run it.
+fn built_by_another(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir.join("bin")).is_ok_and(|m| m.uid() != uid)
+}
+
+/// Removes what `dir` holds (links as links, never followed), keeping `dir`.
+fn empty_dir(dir: &Path) -> Result<(), String> {
+    let what = |p: &Path, e: std::io::Error| format!("removing the job's old Python environment: {}: {e}", p.display());
+    for entry in std::fs::read_dir(dir).map_err(|e| what(dir, e))? {
+        let entry = entry.map_err(|e| what(dir, e))?;
+        let path = entry.path();
+        let is_dir = entry.file_type().map_err(|e| what(&path, e))?.is_dir();
+        let removed = if is_dir { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        removed.map_err(|e| what(&path, e))?;
+    }
+    Ok(())
+}
+
 /// Make sure the venv at `dir` exists with `packages` installed; returns its python.
 /// With `run_as`, the build's commands run as that user (the project's, see `identity`),
 /// in `dir`, which is that user's.
@@ -88,7 +108,10 @@ pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backen
     let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let python = dir.join("bin").join("python3");
     if dir.join(READY).exists() {
-        return Ok(python);
+        match run_as {
+            Some(id) if built_by_another(dir, id.uid) => empty_dir(dir)?,
+            _ => return Ok(python),
+        }
     }
     let paths = packages.iter().enumerate().map(|(i, p)| check_package(p, i)).collect::<Result<Vec<_>, _>>()?;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating the job's Python environment: {}: {e}", dir.display()))?;
@@ -173,5 +196,23 @@ mod tests {
         assert_eq!(check_package(&c("p/b/pkg.tar.gz"), 0).unwrap(), root.join("p/b/pkg.tar.gz"));
         assert!(check_package(&c("p/b/evil.tar.gz"), 1).unwrap_err().contains("symbolic link"));
         assert!(check_package(&c("p/b/fifo"), 2).unwrap_err().contains("not a file or a directory"));
+    }
+
+    /// A venv built before its project had a user (by root) is emptied and built again
+    /// by that user; one of that user's is kept.
+    #[test]
+    fn a_venv_of_another_user_is_built_again() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("bin")).unwrap();
+        std::fs::write(t.path().join("old"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", t.path().join("link")).unwrap();
+        assert!(built_by_another(t.path(), 200_400));
+        assert!(!built_by_another(t.path(), 0));
+        empty_dir(t.path()).unwrap();
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
+        assert!(std::path::Path::new("/etc/passwd").exists());
     }
 }
