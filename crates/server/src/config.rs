@@ -929,6 +929,37 @@ mod tests {
     }
 
     #[test]
+    fn replicas_identity_and_task_limit() {
+        let root = nix::unistd::geteuid().is_root();
+        let d = Config::builtin(None).replicas;
+        assert_eq!(d.uid_range, root.then_some(DEFAULT_UID_RANGE), "per-project users by default exactly for root");
+        assert_eq!((d.pids_max, d.insecure_shared_user), (DEFAULT_PIDS_MAX, false));
+        let (_d, p) = write("[replicas]\nper_project_users = true\nuid_range = [300000, 300009]\npids_max = 64\n");
+        let r = Config::load(&p, None).unwrap().replicas;
+        assert_eq!((r.uid_range, r.pids_max), (Some((300_000, 300_009)), 64));
+        let (_d, p) = write("[replicas]\nper_project_users = false\ninsecure_shared_user = true\n");
+        let r = Config::load(&p, None).unwrap().replicas;
+        assert_eq!((r.uid_range, r.insecure_shared_user), (None, true));
+        for (bad, key) in [
+            ("uid_range = [0, 10]", "replicas.uid_range"),
+            ("uid_range = [20, 10]", "replicas.uid_range"),
+            ("uid_range = [10, 4294967295]", "replicas.uid_range"),
+            ("pids_max = 0", "replicas.pids_max"),
+            ("run_as = \"nobody\"", "run_as"),
+        ] {
+            let (_d, p) = write(&format!("[replicas]\n{bad}\n"));
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            assert!(e.contains("trainyard.toml") && e.contains(key), "{bad}: {e}");
+        }
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nper_project_users = true\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("replicas.per_project_users") && e.contains("Slurm replicas run as the user that submits them"), "{e}");
+        // Slurm replicas run as the submitting user by default, even for root.
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n");
+        assert_eq!(Config::load(&p, None).unwrap().replicas.uid_range, None);
+    }
+
+    #[test]
     fn http_limits() {
         let d = Config::builtin(None).http;
         assert_eq!(d, crate::listen::Limits::default());
