@@ -139,7 +139,7 @@ pub fn meta_key(project: &str) -> String {
 /// Returns the line to log about replicas' identity and task limit.
 pub fn check_at_start(cfg: &Config) -> Result<String, String> {
     let r = &cfg.replicas;
-    let pids = pids_note(r.pids_max);
+    let pids = pids_note(r.pids_max, r.uid_range.is_some());
     let Some((first, last)) = r.uid_range else {
         let why = "replicas run as the server's user: a job can read and change everything that user can \
                    (the database, the tokens file, other projects' files and jobs)";
@@ -180,10 +180,14 @@ pub fn check_at_start(cfg: &Config) -> Result<String, String> {
 }
 
 /// How the task limit is enforced on this host.
-fn pids_note(max: u64) -> String {
+fn pids_note(max: u64, own_users: bool) -> String {
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let v1_memory = cgroup.lines().any(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory")));
-    if v1_memory {
+    if v1_memory && !own_users {
+        "no task limit for replicas: their cgroups are in the cgroup v1 memory hierarchy, which has no pids \
+         controller, and RLIMIT_NPROC would count the server's own processes"
+            .to_string()
+    } else if v1_memory {
         format!(
             "at most {max} tasks per project's uid (RLIMIT_NPROC): replica cgroups are in the cgroup v1 memory \
              hierarchy, which has no pids controller"

@@ -93,7 +93,8 @@ pub fn start(
     std::fs::create_dir_all(&cfg.storage_root)
         .map_err(|source| StartError::DataDir { path: cfg.storage_root.clone(), source })?;
     match identity::check_at_start(&cfg) {
-        Ok(note) if cfg.replicas.uid_range.is_some() => tracing::info!("{note}"),
+        // A shared user is worth a warning unless it was asked for (local-run asks).
+        Ok(note) if cfg.replicas.uid_range.is_some() || cfg.replicas.insecure_shared_user => tracing::info!("{note}"),
         Ok(note) => tracing::warn!("{note}"),
         Err(why) => return Err(StartError::Replicas(why)),
     }
