@@ -282,6 +282,11 @@ pub fn default_data_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("TRAINYARD_DATA_DIR") {
         return PathBuf::from(d);
     }
+    // A root server's replicas run as per-project users, who must pass through the
+    // directories above the data directory: not below /root.
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/trainyard");
+    }
     match std::env::var_os("HOME") {
         Some(h) => PathBuf::from(h).join(".local/share/trainyard"),
         None => PathBuf::from("trainyard-data"),
