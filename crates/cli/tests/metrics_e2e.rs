@@ -167,3 +167,21 @@ fn prometheus_scrapes_the_server() {
     let plog = std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
     assert_eq!(found.as_deref(), Some("1"), "last answer: {last}\nprometheus log:\n{plog}");
 }
+
+/// With a tokens file, `/metrics` is served like `/healthz` (no token), and refused API
+/// calls are counted under their route with their code.
+#[test]
+fn metrics_need_no_token() {
+    const TOKEN: &str = "metrics-token-0123456789abcdef";
+    let tokens = tempfile::tempdir().expect("tempdir");
+    let file = tokens.path().join("tokens.toml");
+    std::fs::write(&file, format!("[[tokens]]\ntoken = \"{TOKEN}\"\nprojects = [\"alpha\"]\n")).expect("tokens");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let s = Server::start(&format!("tokens_file = \"{}\"\n", file.display()));
+    let (status, _) = s.call("GET", &s.jobs_url("alpha"), None);
+    assert_eq!(status, 401);
+    let (ctype, text) = metrics_text(&s);
+    assert!(ctype.starts_with("text/plain"), "{ctype}");
+    let refused = "trainyard_http_request_duration_seconds_count{method=\"GET\",route=\"/v1/projects/{project}/locations/{region}/customJobs\",code=\"401\"}";
+    assert_eq!(value(&text, refused), Some(1.0), "{text}");
+}

@@ -24,13 +24,14 @@ use trainyard_server::Config;
 use trainyard_store::{NewJob, Store};
 
 const USAGE: &str = "\
-usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick]
+usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick] [--metrics N]
 
   --queued N    jobs queued before the long-queue measurement (default 100000)
   --clients N   concurrent clients (default 8)
   --creates N   creates per measurement, over all clients (default 2000)
   --baseline N  one-row SQLite transactions for the baseline (default 500)
   --quick       --queued 2000 --creates 400 --baseline 100 (a smoke test)
+  --metrics N   after the long-queue run, GET /metrics N times: render time p50/p99
 
 Build with `cargo build --release -p trainyard -p trainyard-bench`; run
 target/release/create-bench (it starts target/release/trainyard).";
@@ -40,11 +41,12 @@ struct Opts {
     clients: usize,
     creates: usize,
     baseline: usize,
+    metrics: usize,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
-        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500 };
+        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0 };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut num = |name: &str| -> Result<usize> {
@@ -56,6 +58,7 @@ impl Opts {
                 "--clients" => o.clients = num("--clients")?.max(1),
                 "--creates" => o.creates = num("--creates")?.max(1),
                 "--baseline" => o.baseline = num("--baseline")?.max(1),
+                "--metrics" => o.metrics = num("--metrics")?,
                 "--quick" => {
                     o.queued = 2000;
                     o.creates = 400;
@@ -208,6 +211,34 @@ fn measure(server: &Server, clients: usize, n: usize, tag: &str) -> Result<Measu
     Ok(Measured { per_sec: n as f64 / wall, p50_ms: pct(0.5), p99_ms: pct(0.99), cpu_ms_per_create: cpu * 1000.0 / n as f64 })
 }
 
+/// `GET /metrics` `n` times, one after the other, with `stored` jobs in the store: the time
+/// of each (render and transfer), p50 and p99, and the size of the exposition.
+fn scrape_metrics(server: &Server, n: usize, stored: usize) -> Result<()> {
+    let agent = agent();
+    let url = format!("{}/metrics", server.base);
+    let mut lat = Vec::with_capacity(n);
+    let mut size = 0;
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut resp = agent.get(&url).call().context("GET /metrics")?;
+        let text = resp.body_mut().read_to_string().context("reading /metrics")?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        if !resp.status().is_success() {
+            bail!("/metrics answered {}: {text}", resp.status());
+        }
+        size = text.len();
+    }
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "long queue: GET /metrics x{n} with {stored} stored jobs: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({size} bytes)",
+        pct(0.5),
+        pct(0.99),
+        lat[lat.len() - 1]
+    );
+    Ok(())
+}
+
 /// SQLite's own rate of durable one-row transactions (WAL, synchronous=FULL, as the
 /// store), on the same disk.
 fn sqlite_baseline(dir: &Path, n: usize) -> Result<f64> {
@@ -316,6 +347,9 @@ fn run(o: &Opts) -> Result<()> {
         // Warm up (connections, first rounds), then measure.
         measure(&server, o.clients, (o.creates / 10).max(o.clients), "warmup")?;
         let m = measure(&server, o.clients, o.creates, "bench")?;
+        if queued > 0 && o.metrics > 0 {
+            scrape_metrics(&server, o.metrics, queued + o.creates + (o.creates / 10).max(o.clients))?;
+        }
         // Let the rounds catch up, then count what was written per queued job.
         std::thread::sleep(Duration::from_secs(2));
         drop(server);
