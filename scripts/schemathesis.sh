@@ -15,6 +15,8 @@ if ! cmp -s "$req" "$venv/.requirements"; then
   cp "$req" "$venv/.requirements"
 fi
 work="$(mktemp -d)"
+# A root server's replicas run as per-project users, who pass through here (never list it).
+chmod 711 "$work"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$bin" serve --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/server.log" 2>&1 &
 server=$!

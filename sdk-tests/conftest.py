@@ -109,7 +109,10 @@ def server():
     root = Path(tmp.name)
     data_dir = root / "data"
     config = root / "trainyard.toml"
-    config.write_text("[lifecycle]\ngrace_period_secs = 1\n")
+    # Trials run this suite's own interpreter (sys.executable, with cloudml-hypertune),
+    # which may live where other users cannot go (a venv of root's pyenv): replicas run
+    # as the server's user here, not as per-project users.
+    config.write_text("[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n")
     log = root / "server.log"
     port = _free_port()
     with open(log, "wb") as logf:
