@@ -176,7 +176,21 @@ pub fn check_at_start(cfg: &Config) -> Result<String, String> {
             }
         }
     }
-    Ok(format!("replicas run as a user of their project's own (uids {first}-{last}, no supplementary groups); {pids}"))
+    let note = format!("replicas run as a user of their project's own (uids {first}-{last}, no supplementary groups); {pids}");
+    // An output root that per-project users cannot reach fails only the jobs that use it:
+    // said at start, not refused.
+    for root in &cfg.output_roots {
+        use std::os::unix::fs::PermissionsExt;
+        let closed = root.ancestors().skip(1).find(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0));
+        if let Some(above) = closed {
+            tracing::warn!(
+                "output root {}: per-project users cannot pass through {} (chmod o+x it), so jobs that write there will fail",
+                root.display(),
+                above.display()
+            );
+        }
+    }
+    Ok(note)
 }
 
 /// How the task limit is enforced on this host.
