@@ -21,6 +21,31 @@ fn value(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
 }
 
+/// `promtool check metrics` passes on the exposition (where promtool is installed).
+fn promtool_check(text: &str) {
+    if let Some(promtool) = tool("promtool") {
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(text.as_bytes()).expect("write to promtool");
+        }
+        let out = child.wait_with_output().expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -83,27 +108,7 @@ fn metrics_count_jobs_restarts_and_requests() {
     assert!(open.ends_with("# EOF\n"), "{open}");
     assert!(open.contains("# TYPE trainyard_replica_restarts counter"), "{open}");
 
-    if let Some(promtool) = tool("promtool") {
-        let mut child = Command::new(promtool)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("promtool");
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().expect("stdin");
-            stdin.write_all(text.as_bytes()).expect("write to promtool");
-        }
-        let out = child.wait_with_output().expect("promtool");
-        assert!(
-            out.status.success(),
-            "promtool check metrics: {}{}\n{text}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    promtool_check(&text);
 
     // Ended jobs are counted from the store after a restart (once, not per scrape).
     s.restart();
@@ -184,4 +189,32 @@ fn metrics_need_no_token() {
     assert!(ctype.starts_with("text/plain"), "{ctype}");
     let refused = "trainyard_http_request_duration_seconds_count{method=\"GET\",route=\"/v1/projects/{project}/locations/{region}/customJobs\",code=\"401\"}";
     assert_eq!(value(&text, refused), Some(1.0), "{text}");
+}
+
+/// A running replica's memory (and CPU time on cgroup v2) is read from its cgroup at each
+/// scrape, and its series go when it ends.
+#[test]
+fn running_replica_resources_from_its_cgroup() {
+    let s = Server::start("");
+    let j = s.create("metrics", &sh_job("busy", "sleep 30"));
+    s.wait_for(&name_of(&j), 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let spec_file = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0).join("spec.json");
+    let spec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&spec_file).expect("spec.json")).expect("spec");
+    let series = format!("{{project=\"metrics\",job=\"{}\",replica=\"workerpool0-0-a0-r0\"}}", id_of(&j));
+    let (_, text) = metrics_text(&s);
+    if spec["cgroup_base"].is_null() {
+        eprintln!("skipped: this server runs replicas without cgroups (see its start log)");
+    } else {
+        promtool_check(&text);
+        let memory = value(&text, &format!("trainyard_replica_memory_bytes{series}"));
+        assert!(memory.is_some_and(|m| m > 0.0), "{text}");
+        if spec["cgroup_version"] == 2 {
+            assert!(value(&text, &format!("trainyard_replica_cpu_seconds_total{series}")).is_some(), "{text}");
+        }
+    }
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&j))), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&name_of(&j), 60);
+    let (_, text) = metrics_text(&s);
+    assert!(!text.contains(&series), "{text}");
 }

@@ -7,13 +7,18 @@
 //! application/openmetrics-text`, as Prometheus does), else the Prometheus text format
 //! 0.0.4 (counters named with their `_total` suffix, no `# UNIT` and `# EOF` lines).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,7 +26,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use trainyard_core::job::{ReplicaState, Retries};
 use trainyard_core::schedule::Fleet;
-use trainyard_core::{Job, State as JobState};
+use trainyard_core::{Job, RunId, State as JobState};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
@@ -57,7 +62,105 @@ pub struct OpLabels {
     pub op: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    pub project: String,
+    pub job: String,
+    pub replica: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The running replicas (by job: its project and runs), whose cgroups are read at a
+/// scrape: memory in use, and CPU time where the cgroup accounts it (v2).
+#[derive(Debug, Default)]
+struct Replicas {
+    data_dir: Option<PathBuf>,
+    runs: Mutex<HashMap<u64, (String, Vec<RunId>)>>,
+}
+
+impl Replicas {
+    fn set(&self, job: &Job) {
+        let running: Vec<RunId> = job
+            .replicas
+            .iter()
+            .filter(|r| matches!(r.state, ReplicaState::Running { .. }))
+            .map(|r| RunId { job: job.id, attempt: job.attempt, replica: r.name.clone(), restart: r.restart })
+            .collect();
+        let Ok(mut runs) = self.runs.lock() else { return };
+        if running.is_empty() {
+            runs.remove(&job.id);
+        } else {
+            runs.insert(job.id, (job.project.clone(), running));
+        }
+    }
+
+    /// (labels, memory bytes, CPU seconds) of each running replica with a cgroup.
+    fn read(&self) -> Vec<(ReplicaLabels, Option<u64>, Option<f64>)> {
+        let Some(data_dir) = &self.data_dir else { return Vec::new() };
+        let runs: Vec<(String, RunId)> = match self.runs.lock() {
+            Ok(runs) => runs.values().flat_map(|(p, rs)| rs.iter().map(move |r| (p.clone(), r.clone()))).collect(),
+            Err(_) => return Vec::new(),
+        };
+        let mut out = Vec::with_capacity(runs.len());
+        for (project, run) in runs {
+            let dir = crate::driver::run_dir(data_dir, &run);
+            let Ok(Some(spec)) = trainyard_backend::shim::read_spec(&dir) else { continue };
+            let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { continue };
+            if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') {
+                continue;
+            }
+            let cg = base.join(&spec.cgroup_name);
+            let read = |f: &str| std::fs::read_to_string(cg.join(f)).ok();
+            let (memory, cpu) = match version {
+                1 => (read("memory.usage_in_bytes").and_then(|t| t.trim().parse().ok()), None),
+                _ => (
+                    read("memory.current").and_then(|t| t.trim().parse().ok()),
+                    read("cpu.stat")
+                        .and_then(|t| trainyard_backend::cgroup::flat_keyed_value(&t, "usage_usec"))
+                        .map(|us| us as f64 / 1e6),
+                ),
+            };
+            let labels = ReplicaLabels { project, job: run.job.to_string(), replica: format!("{}-a{}-r{}", run.replica, run.attempt, run.restart) };
+            out.push((labels, memory, cpu));
+        }
+        out.sort_by(|a, b| (&a.0.job, &a.0.replica).cmp(&(&b.0.job, &b.0.replica)));
+        out
+    }
+}
+
+impl Collector for Replicas {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let rows = self.read();
+        if rows.iter().any(|r| r.1.is_some()) {
+            let mut family = encoder.encode_descriptor(
+                "replica_memory",
+                "Memory in use by each running replica's cgroup (v1 memory.usage_in_bytes, v2 memory.current)",
+                Some(&Unit::Bytes),
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (labels, memory, _) in &rows {
+                if let Some(m) = memory {
+                    ConstGauge::new(*m as i64).encode(family.encode_family(labels)?)?;
+                }
+            }
+        }
+        if rows.iter().any(|r| r.2.is_some()) {
+            let mut family = encoder.encode_descriptor(
+                "replica_cpu",
+                "CPU time of each running replica's cgroup (v2 cpu.stat usage_usec)",
+                Some(&Unit::Seconds),
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (labels, _, cpu) in &rows {
+                if let Some(c) = cpu {
+                    ConstCounter::new(*c).encode(family.encode_family(labels)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Seconds a job waits or starts: 10 ms to about 3 hours.
 fn wait_buckets() -> Histogram {
@@ -89,6 +192,7 @@ pub struct Metrics {
     alloc_accelerators: Family<AcceleratorLabels, Gauge>,
     http: HistogramFamily<HttpLabels>,
     store_commit: HistogramFamily<OpLabels>,
+    replicas: Arc<Replicas>,
 }
 
 impl Default for Metrics {
@@ -105,6 +209,11 @@ pub const RETRY_REASONS: [&str; 4] = ["worker_restarts", "transient_exit", "stoc
 
 impl Metrics {
     pub fn new() -> Metrics {
+        Metrics::with_data_dir(None)
+    }
+
+    /// With the data directory, running replicas' cgroups are read at each scrape.
+    pub fn with_data_dir(data_dir: Option<PathBuf>) -> Metrics {
         let mut r = Registry::with_prefix("trainyard");
         let jobs = Family::<JobLabels, Gauge>::default();
         r.register("jobs", "Jobs (CustomJobs) by project and state: live ones and the stored ended ones", jobs.clone());
@@ -168,6 +277,8 @@ impl Metrics {
         for reason in RETRY_REASONS {
             let _ = job_retries.get_or_create(&ReasonLabels { reason: reason.to_string() });
         }
+        let replicas = Arc::new(Replicas { data_dir, runs: Mutex::new(HashMap::new()) });
+        r.register_collector(Box::new(Arc::clone(&replicas)));
         Metrics {
             registry: r,
             jobs,
@@ -186,6 +297,7 @@ impl Metrics {
             alloc_accelerators,
             http,
             store_commit,
+            replicas,
         }
     }
 
@@ -211,6 +323,9 @@ impl Metrics {
         self.alloc_cpus.clear();
         self.alloc_memory.clear();
         self.alloc_accelerators.clear();
+        if let Ok(mut runs) = self.replicas.runs.lock() {
+            runs.clear();
+        }
     }
 
     /// Ended jobs as stored, counted once at a start.
@@ -239,6 +354,7 @@ impl Metrics {
                 self.queue_length.inc();
             }
         }
+        self.replicas.set(new);
         let Some(old) = old else {
             self.allocate(new, 1);
             return;
@@ -387,21 +503,18 @@ pub fn to_text_format(open: &str) -> String {
 }
 
 /// `GET /metrics`: OpenMetrics when asked for, else the Prometheus text format.
+/// Rendered on a blocking thread: replicas' cgroup files are read.
 pub async fn handler(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) -> Response {
     let open = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("application/openmetrics-text"));
-    if open {
-        (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-            metrics.render_openmetrics(),
-        )
-            .into_response()
-    } else {
-        (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics.render_text()).into_response()
-    }
+    let rendered = tokio::task::spawn_blocking(move || if open { metrics.render_openmetrics() } else { metrics.render_text() }).await;
+    let Ok(body) = rendered else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "rendering the metrics failed; see the server log").into_response();
+    };
+    let ctype = if open { "application/openmetrics-text; version=1.0.0; charset=utf-8" } else { "text/plain; version=0.0.4; charset=utf-8" };
+    (StatusCode::OK, [(header::CONTENT_TYPE, ctype)], body).into_response()
 }
 
 /// Middleware: the duration of each request by method, route template (axum's
@@ -512,6 +625,38 @@ mod tests {
                 assert!(ok, "{name} after TYPE {family}");
             }
         }
+    }
+
+    #[test]
+    fn running_replicas_memory_and_cpu_from_their_cgroups() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().join("data");
+        let cgroups = tmp.path().join("cgroup");
+        let m = Metrics::with_data_dir(Some(data.clone()));
+        let mut j = job("research");
+        j.phase = trainyard_core::Phase::Running { admitted_at: 2_000_000 };
+        j.replicas[0].node = Some("n1".into());
+        j.replicas[0].state = ReplicaState::Running { since: 3_000_000 };
+        let run = RunId { job: j.id, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
+        let dir = crate::driver::run_dir(&data, &run);
+        std::fs::create_dir_all(&dir).expect("run dir");
+        std::fs::create_dir_all(cgroups.join("cg7")).expect("cgroup");
+        let spec = serde_json::json!({"argv": ["true"], "env": [], "cgroup_base": cgroups, "cgroup_version": 2, "cgroup_name": "cg7"});
+        std::fs::write(dir.join("spec.json"), spec.to_string()).expect("spec");
+        std::fs::write(cgroups.join("cg7/memory.current"), "123456789\n").expect("memory");
+        std::fs::write(cgroups.join("cg7/cpu.stat"), "usage_usec 2500000\nuser_usec 2000000\n").expect("cpu");
+        m.job_changed(None, &j);
+        let t = m.render_text();
+        let series = r#"{project="research",job="7",replica="workerpool0-0-a0-r0"}"#;
+        assert_eq!(sample(&t, &format!("trainyard_replica_memory_bytes{series}")), Some(123456789.0), "{t}");
+        assert_eq!(sample(&t, &format!("trainyard_replica_cpu_seconds_total{series}")), Some(2.5), "{t}");
+        assert!(t.contains("# TYPE trainyard_replica_cpu_seconds_total counter"), "{t}");
+        // Ended: its series go.
+        let old = j.clone();
+        j.phase = trainyard_core::Phase::Succeeded { end: 9_000_000 };
+        j.replicas[0].state = ReplicaState::Done;
+        m.job_changed(Some(&old), &j);
+        assert!(!m.render_text().contains("trainyard_replica_memory_bytes"));
     }
 
     #[test]

@@ -344,7 +344,7 @@ impl Driver {
             live_per_project: HashMap::new(),
             scans: HashMap::new(),
             fault: std::cell::RefCell::new(None),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics: Arc::new(crate::metrics::Metrics::with_data_dir(Some(svc.cfg.data_dir.clone()))),
         };
         (d, tx)
     }
