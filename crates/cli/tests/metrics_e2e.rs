@@ -46,6 +46,16 @@ fn promtool_check(text: &str) {
     }
 }
 
+/// One request with a request line of the caller's (a method no client library sends).
+fn raw_request(s: &Server, line: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
+    write!(c, "{line}\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n", s.port).expect("send");
+    let mut reply = String::new();
+    let _ = c.read_to_string(&mut reply);
+    reply
+}
+
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -94,6 +104,13 @@ fn metrics_count_jobs_restarts_and_requests() {
     assert_eq!(value(&text, creates), Some(3.0), "{text}");
     assert!(value(&text, "trainyard_store_commit_duration_seconds_count{op=\"insert_jobs\"}").is_some_and(|n| n >= 1.0), "{text}");
     assert!(value(&text, "trainyard_store_commit_duration_seconds_count{op=\"commit\"}").is_some_and(|n| n >= 6.0), "{text}");
+    // Made-up methods and paths make no new series.
+    let reply = raw_request(&s, "BREW /no/such/path/42 HTTP/1.1");
+    assert!(reply.starts_with("HTTP/1.1 404"), "{reply}");
+    let (_, text) = metrics_text(&s);
+    assert!(!text.contains("BREW") && !text.contains("/no/such"), "{text}");
+    let odd = "trainyard_http_request_duration_seconds_count{method=\"other\",route=\"unmatched\",code=\"404\"}";
+    assert_eq!(value(&text, odd), Some(1.0), "{text}");
     // Raw paths are not labels: a job's path is counted under its route template.
     assert!(!text.contains("customJobs/1\""), "{text}");
     // Jobs' display names are never shown.

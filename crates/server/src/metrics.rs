@@ -521,7 +521,12 @@ pub async fn handler(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) ->
 /// `MatchedPath`; `unmatched` for a path no route has) and status code.
 pub async fn track_http(State(metrics): State<Arc<Metrics>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let began = Instant::now();
-    let method = req.method().as_str().to_string();
+    // A known method, or `other`: a client cannot make new series with made-up methods.
+    let method = match req.method().as_str() {
+        m @ ("GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS") => m,
+        _ => "other",
+    }
+    .to_string();
     let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
     let resp = next.run(req).await;
     metrics.http_request(&method, &route, resp.status().as_u16(), began.elapsed());
