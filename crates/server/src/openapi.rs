@@ -166,6 +166,24 @@ pub fn document() -> Value {
         }),
     );
     paths.insert(
+        "/metrics".into(),
+        json!({
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics",
+                "description": "The Prometheus text format 0.0.4, or OpenMetrics when the Accept header asks for application/openmetrics-text. No token needed.",
+                "tags": ["service"],
+                "responses": {"200": {
+                    "description": "The metrics.",
+                    "content": {
+                        "text/plain": {"schema": {"type": "string"}},
+                        "application/openmetrics-text": {"schema": {"type": "string"}},
+                    },
+                }},
+            },
+        }),
+    );
+    paths.insert(
         "/openapi.json".into(),
         json!({
             "get": {
@@ -802,6 +820,7 @@ mod tests {
                 vec!["get"],
             ),
             ("/healthz".to_string(), vec!["get"]),
+            ("/metrics".to_string(), vec!["get"]),
         ];
         for (path, methods) in &expect {
             for m in methods {
