@@ -64,6 +64,16 @@ fn lock_set(set: &Mutex<HashSet<PathBuf>>) -> std::sync::MutexGuard<'_, HashSet<
     set.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// What `stop` and `kill` find in a run directory.
+enum Found {
+    /// The run recorded its outcome.
+    Ended,
+    /// A shim holds the run's lock; its pid.
+    Shim(libc::pid_t),
+    /// No shim, and none that this backend is starting.
+    NoShim,
+}
+
 /// Is a shim alive in the run directory, by its lock?
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LockState {
@@ -256,42 +266,52 @@ impl LocalBackend {
         }
     }
 
+    /// What a stop or a kill finds in a run directory: waits (at most
+    /// `STOP_WAIT_FOR_SHIM`) for a shim that this backend is starting to take its lock.
+    fn find_shim(&self, run_dir: &Path) -> Result<Found, BackendError> {
+        let deadline = Instant::now() + STOP_WAIT_FOR_SHIM;
+        loop {
+            if run_dir.join(shim::STATUS_FILE).exists() {
+                return Ok(Found::Ended);
+            }
+            match probe_lock(run_dir)? {
+                LockState::Held => {
+                    // The lock holder is the shim that wrote this pid file (a shim never
+                    // runs where another one's pid file exists), so the pid is not a
+                    // reused one while the lock is held.
+                    if let Some(pid) = read_pid(run_dir)? {
+                        return Ok(Found::Shim(pid));
+                    }
+                    // Locked but the pid not yet written: the shim is starting.
+                }
+                LockState::Free | LockState::Missing => {
+                    if !self.is_watched(run_dir) {
+                        return Ok(Found::NoShim);
+                    }
+                    // We launched it and its shim has not taken the lock yet, or its
+                    // watcher is reporting on it right now.
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(BackendError::StopTimeout { run_dir: run_dir.to_path_buf(), bound: STOP_WAIT_FOR_SHIM });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Asks a run's shim to stop it: SIGTERM to the shim, which sends SIGTERM to the
     /// program's process group and SIGKILL after the spec's grace period, so the stop
     /// completes even if this server dies meanwhile. A run that has ended (or never had
     /// a live shim) is left as it is. The `Exited` event comes from the run's watcher.
     pub fn stop(&self, run_dir: &Path) -> Result<(), BackendError> {
         let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
-        let deadline = Instant::now() + STOP_WAIT_FOR_SHIM;
-        loop {
-            if run_dir.join(shim::STATUS_FILE).exists() {
-                return Ok(());
-            }
-            match probe_lock(&run_dir)? {
-                LockState::Held => {
-                    // The lock holder is the shim that wrote this pid file (a shim never
-                    // runs where another one's pid file exists), so the pid is not a
-                    // reused one while the lock is held.
-                    if let Some(pid) = read_pid(&run_dir)? {
-                        return match signal::kill(Pid::from_raw(pid), Signal::SIGTERM) {
-                            // ESRCH: it exited just now.
-                            Ok(()) | Err(Errno::ESRCH) => Ok(()),
-                            Err(e) => Err(BackendError::Signal { pid, run_dir, source: e.into() }),
-                        };
-                    }
-                    // Locked but the pid not yet written: the shim is starting.
-                }
-                LockState::Free | LockState::Missing => {
-                    if !self.is_watched(&run_dir) {
-                        return Ok(());
-                    }
-                    // We launched it and its shim has not taken the lock yet.
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(BackendError::StopTimeout { run_dir, bound: STOP_WAIT_FOR_SHIM });
-            }
-            thread::sleep(Duration::from_millis(10));
+        match self.find_shim(&run_dir)? {
+            Found::Shim(pid) => match signal::kill(Pid::from_raw(pid), Signal::SIGTERM) {
+                // ESRCH: it exited just now.
+                Ok(()) | Err(Errno::ESRCH) => Ok(()),
+                Err(e) => Err(BackendError::Signal { pid, run_dir, source: e.into() }),
+            },
+            Found::Ended | Found::NoShim => Ok(()),
         }
     }
 
@@ -307,43 +327,23 @@ impl LocalBackend {
     /// recorded just before.
     pub fn kill(&self, run_dir: &Path) -> Result<(), BackendError> {
         let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
-        let deadline = Instant::now() + STOP_WAIT_FOR_SHIM;
-        loop {
-            if run_dir.join(shim::STATUS_FILE).exists() {
-                return Ok(());
-            }
-            match probe_lock(&run_dir)? {
-                LockState::Held => {
-                    if let Some(pid) = read_pid(&run_dir)? {
-                        kill_replica(&run_dir, pid)?;
-                        if !self.is_watched(&run_dir) {
-                            // No watcher of this server cleans up after the shim (a run
-                            // of a quarantined job): once the shim is gone, its cgroup
-                            // goes too (L20).
-                            let gone = Instant::now() + STOP_WAIT_FOR_SHIM;
-                            while probe_lock(&run_dir)? == LockState::Held && Instant::now() < gone {
-                                thread::sleep(Duration::from_millis(10));
-                            }
-                            kill_cgroup(&run_dir);
-                        }
-                        return Ok(());
+        match self.find_shim(&run_dir)? {
+            Found::Ended => {}
+            Found::Shim(pid) => {
+                kill_replica(&run_dir, pid)?;
+                if !self.is_watched(&run_dir) {
+                    // No watcher of this server cleans up after the shim (a run of a
+                    // quarantined job): once the shim is gone, its cgroup goes too (L20).
+                    let gone = Instant::now() + STOP_WAIT_FOR_SHIM;
+                    while probe_lock(&run_dir)? == LockState::Held && Instant::now() < gone {
+                        thread::sleep(Duration::from_millis(10));
                     }
-                    // Locked but the pid not yet written: the shim is starting.
-                }
-                LockState::Free | LockState::Missing => {
-                    if !self.is_watched(&run_dir) {
-                        kill_cgroup(&run_dir);
-                        return Ok(());
-                    }
-                    // We launched it and its shim has not taken the lock yet, or its
-                    // watcher is reporting on it right now.
+                    kill_cgroup(&run_dir);
                 }
             }
-            if Instant::now() >= deadline {
-                return Err(BackendError::StopTimeout { run_dir, bound: STOP_WAIT_FOR_SHIM });
-            }
-            thread::sleep(Duration::from_millis(10));
+            Found::NoShim => kill_cgroup(&run_dir),
         }
+        Ok(())
     }
 
     fn watch(&self, claim: Claim, f: impl FnOnce(Claim) + Send + 'static) -> Result<(), BackendError> {
