@@ -665,6 +665,21 @@ fn report_from_dir(run: &RunId, run_dir: &Path, sink: &EventSink, recorded: bool
 }
 
 impl SlurmBackend {
+    /// The run's absolute directory, or None when the run is not submitted yet: then it
+    /// is marked stopped and the submitter ends it (at once if nothing can have reached
+    /// Slurm, else once it could look the job up and cancel it).
+    fn unless_unsubmitted(&self, run_dir: PathBuf) -> Result<Option<PathBuf>, BackendError> {
+        let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
+        let mut st = lock(&self.shared.state);
+        if let Some(s) = st.submits.get_mut(&run_dir) {
+            s.stopped = true;
+            drop(st);
+            self.shared.submit_wake.notify_all();
+            return Ok(None);
+        }
+        Ok(Some(run_dir))
+    }
+
     /// Checks that the partitions exist (`sinfo --json`) and starts the watcher and the
     /// submitter threads. The error names the option (`partition`, `gpu_partition`) that
     /// is wrong.
@@ -1327,35 +1342,19 @@ impl Backend for SlurmBackend {
     }
 
     fn stop(&self, run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
-        let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
-        {
-            let mut st = lock(&self.shared.state);
-            if let Some(s) = st.submits.get_mut(&run_dir) {
-                // Not submitted yet: the submitter ends it (at once if nothing can have
-                // reached Slurm, else once it could look the job up and cancel it).
-                s.stopped = true;
-                drop(st);
-                self.shared.submit_wake.notify_all();
-                return Ok(());
-            }
+        match self.unless_unsubmitted(run_dir)? {
+            Some(run_dir) => stop_job(&self.shared, run, &run_dir),
+            None => Ok(()),
         }
-        stop_job(&self.shared, run, &run_dir)
     }
 
     /// `scancel --signal=KILL --full <id>`, then `scancel <id>`; a run not submitted yet
     /// ends as on `stop` (it never reached Slurm, or is cancelled once it can be looked up).
     fn kill(&self, run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
-        let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
-        {
-            let mut st = lock(&self.shared.state);
-            if let Some(s) = st.submits.get_mut(&run_dir) {
-                s.stopped = true;
-                drop(st);
-                self.shared.submit_wake.notify_all();
-                return Ok(());
-            }
+        match self.unless_unsubmitted(run_dir)? {
+            Some(run_dir) => kill_job(&self.shared, run, &run_dir),
+            None => Ok(()),
         }
-        kill_job(&self.shared, run, &run_dir)
     }
 
     fn waiting_reason(&self, run: &RunId) -> Option<String> {
