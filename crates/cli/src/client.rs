@@ -460,11 +460,35 @@ fn build_job(
 }
 
 fn print_value(v: &Value, format: Format) -> anyhow::Result<()> {
-    match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
-        Format::Yaml | Format::Table => print!("{}", serde_norway::to_string(v)?),
+    match (format, v) {
+        (Format::Json, _) => println!("{}", serde_json::to_string_pretty(v)?),
+        // One resource as a table: a row per field, nested values in one line.
+        (Format::Table, Value::Object(fields)) => {
+            let rows: Vec<Vec<String>> = fields
+                .iter()
+                .map(|(k, v)| {
+                    let cell = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    vec![k.clone(), one_line(&cell, 100)]
+                })
+                .collect();
+            table(&["FIELD", "VALUE"], &rows);
+        }
+        (Format::Yaml | Format::Table, _) => print!("{}", serde_norway::to_string(v)?),
     }
     Ok(())
+}
+
+/// A value on one line of at most `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max.saturating_sub(3)).collect();
+    format!("{cut}...")
 }
 
 #[cfg(test)]

@@ -60,6 +60,10 @@ fn create_list_describe_logs_cancel() {
     assert_eq!(v[0]["labels"]["team"], "nlp");
 
     let id = name.rsplit('/').next().unwrap();
+    let o = cli(&s, &["describe", id, "--format=table"]);
+    let out = text(&o);
+    assert!(out.lines().next().is_some_and(|l| l.starts_with("FIELD") && l.contains("VALUE")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("state") && l.contains("JOB_STATE_SUCCEEDED")), "{out}");
     let o = cli(&s, &["describe", id]);
     let out = text(&o);
     assert!(out.contains("displayName: from-cli"), "{out}");
