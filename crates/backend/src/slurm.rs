@@ -672,6 +672,11 @@ impl SlurmBackend {
         let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
         let mut st = lock(&self.shared.state);
         if let Some(s) = st.submits.get_mut(&run_dir) {
+            // Its job id already written: the submitter is handing it to its watcher, and
+            // the job itself is stopped (else the stop could fall between the two).
+            if read_job_file(&run_dir).ok().flatten().and_then(|f| f.job_id).is_some() {
+                return Ok(Some(run_dir));
+            }
             s.stopped = true;
             drop(st);
             self.shared.submit_wake.notify_all();
