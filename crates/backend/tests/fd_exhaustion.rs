@@ -7,16 +7,18 @@
 //! a launch that opens something (the lock probe, `spec.json`, the shim's stderr file,
 //! the pipes and `/dev/null` of the spawn). Each child prints its result as JSON.
 
+mod common;
+
+use common::sink;
+
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use trainyard_backend::shim::{self, ShimSpec};
-use trainyard_backend::{BackendError, BackendEvent, CgroupSupport, EventSink, LocalBackend};
+use trainyard_backend::{BackendError, BackendEvent, CgroupSupport, LocalBackend};
 use trainyard_core::{Outcome, RunId};
 
 const CHILD_ENV: &str = "TRAINYARD_TEST_FD_EXHAUSTION_CHILD";
@@ -42,14 +44,6 @@ fn spec(ctl: &Path, free: usize) -> ShimSpec {
     ShimSpec::new(vec!["sh".into(), "-c".into(), script], vec![("PATH".into(), path)])
 }
 
-fn sink() -> (EventSink, Receiver<BackendEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let sink: EventSink = Arc::new(move |ev| {
-        let _ = tx.lock().unwrap().send(ev);
-    });
-    (sink, rx)
-}
 
 fn nofile() -> libc::rlimit {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -1,16 +1,19 @@
 //! The local backend with real shims and real processes. Every wait has a deadline, so a
 //! hang fails the test instead of blocking the suite.
 
+mod common;
+
+use common::sink;
+
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use trainyard_backend::shim::{self, ShimSpec};
-use trainyard_backend::{read_log, BackendEvent, CgroupSupport, EventSink, LocalBackend};
+use trainyard_backend::{read_log, BackendEvent, CgroupSupport, LocalBackend};
 use trainyard_core::{Outcome, RunId};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -31,14 +34,6 @@ fn run_id(replica: &str) -> RunId {
     RunId { job: 1, attempt: 0, replica: replica.into(), restart: 0 }
 }
 
-fn sink() -> (EventSink, Receiver<BackendEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let sink: EventSink = Arc::new(move |ev| {
-        let _ = tx.lock().unwrap().send(ev);
-    });
-    (sink, rx)
-}
 
 fn base_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut env = vec![("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))];

@@ -2,25 +2,19 @@
 //! of its own, and the program starts with no blocked and no ignored signal, whatever the
 //! server ignores or blocks.
 
+mod common;
+
+use common::sink;
+
 use std::ffi::OsString;
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use trainyard_backend::shim::ShimSpec;
-use trainyard_backend::{read_log, BackendEvent, CgroupSupport, EventSink, LocalBackend};
+use trainyard_backend::{read_log, BackendEvent, CgroupSupport, LocalBackend};
 use trainyard_core::{Outcome, RunId};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-fn sink() -> (EventSink, Receiver<BackendEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let sink: EventSink = Arc::new(move |ev| {
-        let _ = tx.lock().unwrap().send(ev);
-    });
-    (sink, rx)
-}
 
 fn run_to_end(spec: ShimSpec) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();

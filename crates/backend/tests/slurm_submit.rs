@@ -6,16 +6,18 @@
 //!
 //! One test function: it puts the fake commands first on `PATH` for the whole process.
 
+mod common;
+
+use common::sink;
+
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use trainyard_backend::slurm::{read_job_file, SlurmBackend, SlurmOptions};
-use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, Resources, ShimSpec};
+use trainyard_backend::{Backend, BackendEvent, Launch, Resources, ShimSpec};
 use trainyard_core::{Outcome, RunId};
 
 fn write_exe(path: &Path, text: &str) {
@@ -71,14 +73,6 @@ fn lines(dir: &Path, file: &str) -> Vec<String> {
     fs::read_to_string(dir.join(file)).unwrap_or_default().lines().map(String::from).collect()
 }
 
-fn sink() -> (EventSink, Receiver<BackendEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let sink: EventSink = Arc::new(move |ev| {
-        let _ = tx.lock().unwrap().send(ev);
-    });
-    (sink, rx)
-}
 
 fn run_id(replica: &str) -> RunId {
     RunId { job: 9, attempt: 0, replica: replica.into(), restart: 0 }

@@ -4,18 +4,21 @@
 //! the write succeeds; and a full disk drops log lines (counted, then noted) without
 //! blocking or killing the program.
 
+mod common;
+
+use common::sink;
+
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use trainyard_backend::shim::{self, ShimSpec};
-use trainyard_backend::{read_log, BackendEvent, CgroupSupport, EventSink, LocalBackend};
+use trainyard_backend::{read_log, BackendEvent, CgroupSupport, LocalBackend};
 use trainyard_core::{Outcome, RunId};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -31,14 +34,6 @@ fn run_id() -> RunId {
     RunId { job: 3, attempt: 0, replica: "workerpool0-0".into(), restart: 0 }
 }
 
-fn sink() -> (EventSink, Receiver<BackendEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let sink: EventSink = Arc::new(move |ev| {
-        let _ = tx.lock().unwrap().send(ev);
-    });
-    (sink, rx)
-}
 
 /// A program that prints a numbered line (padded to more than 300 bytes, so that a full
 /// disk shows at once and not only after the log's last page filled up) every 10 ms until
