@@ -370,6 +370,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             (Some(max), Some(cg)) if cg.set_pids_max(max).is_ok() => None,
             (Some(max), _) => spec.run_as.map(|_| max),
         },
+        nofile_soft: raise_nofile(),
         run_as: spec.run_as,
     };
     // Orphaned descendants (double-forked daemons) become our children, so we can find
@@ -564,6 +565,18 @@ enum SpawnFailure {
     Launch(String),
 }
 
+/// A failed fork or exec: the user's (missing program, not executable, bad working
+/// directory: a StartError), except when the host is out of descriptors, memory or
+/// processes, which is ours and retried (L16), never the job's permanent failure.
+fn start_failure(program: &str, e: io::Error) -> SpawnFailure {
+    match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EAGAIN) => {
+            SpawnFailure::Launch(format!("cannot start {program:?}, the host is short of resources: {e}"))
+        }
+        _ => SpawnFailure::Start(format!("cannot start {program:?}: {e}")),
+    }
+}
+
 /// The running program: its pid and the read ends of its stdout and stderr. Dropping it
 /// neither kills nor reaps the program (the shim reaps with `waitpid`).
 struct Program {
@@ -577,7 +590,25 @@ struct Program {
 struct Limits {
     /// `RLIMIT_NPROC` (soft and hard), when the cgroup has no pids limit.
     nproc: Option<u64>,
+    /// The soft `RLIMIT_NOFILE` the shim was started with, given back to the program when
+    /// the shim raised its own (see `raise_nofile`).
+    nofile_soft: Option<u64>,
     run_as: Option<RunAs>,
+}
+
+/// Raises the shim's soft `RLIMIT_NOFILE` to its hard limit and returns the soft limit it
+/// had, which the program gets back before exec (as Go's runtime does for its children).
+/// A shim started by a server that is short of descriptors inherits that server's soft
+/// limit; the shim itself needs a few (lock, log, pipes) and must not fail its program's
+/// start for want of them. `None` when nothing was raised.
+fn raise_nofile() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= hard {
+        return None;
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).ok()?;
+    Some(soft)
 }
 
 /// Between fork and exec, after the cgroup and the process group: the task limit, then
@@ -586,6 +617,16 @@ struct Limits {
 fn drop_identity(limits: Limits) -> Result<(), ()> {
     // SAFETY: plain system calls on values, no memory shared with the parent.
     unsafe {
+        if let Some(soft) = limits.nofile_soft {
+            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return Err(());
+            }
+            lim.rlim_cur = soft as libc::rlim_t;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(());
+            }
+        }
         if let Some(n) = limits.nproc {
             let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
             if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
@@ -707,7 +748,7 @@ fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>
             } else if ours {
                 Err(SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")))
             } else {
-                Err(SpawnFailure::Start(format!("cannot start {program:?}: {e}")))
+                Err(start_failure(program, e))
             }
         }
     }
@@ -837,8 +878,9 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits:
         STEP_IDENTITY => {
             SpawnFailure::Launch(format!("cannot limit the program's tasks or switch it to {:?}: {e}", limits.run_as))
         }
-        // As `Command` reports them: a working directory or exec failure, the user's.
-        _ => SpawnFailure::Start(format!("cannot start {program:?}: {e}")),
+        // As `Command` reports them: a working directory or exec failure, the user's
+        // unless the host ran out of something.
+        _ => start_failure(program, e),
     })
 }
 
