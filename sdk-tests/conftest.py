@@ -112,7 +112,7 @@ def server():
     # Trials run this suite's own interpreter (sys.executable, with cloudml-hypertune),
     # which may live where other users cannot go (a venv of root's pyenv): replicas run
     # as the server's user here, not as per-project users.
-    config.write_text("[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n")
+    config.write_text("[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n[containers]\nengine = \"none\"\n")
     log = root / "server.log"
     port = _free_port()
     with open(log, "wb") as logf:

@@ -371,9 +371,35 @@ impl ReplicaCgroup {
         }
     }
 
-    /// The pids now in the cgroup.
+    /// The pids now in the cgroup and the cgroups below it (a container's, which the
+    /// engine creates below the replica's).
     pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
-        Ok(read_pids(&self.procs_file())?)
+        let mut pids = read_pids(&self.procs_file())?;
+        for dir in self.children() {
+            match read_pids(&dir.join("cgroup.procs")) {
+                Ok(more) => pids.extend(more),
+                // Removed meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(pids)
+    }
+
+    /// Every cgroup below this one, deepest first.
+    fn children(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            let Ok(entries) = fs::read_dir(dir) else { return };
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path(), out);
+                    out.push(e.path());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.path, &mut out);
+        out
     }
 
     /// How many processes the kernel's OOM killer killed in this cgroup: v2
@@ -428,6 +454,10 @@ impl ReplicaCgroup {
     /// Removes the cgroup directory, retrying briefly while the kernel still counts an
     /// exiting process in it. An already removed cgroup is fine.
     pub fn remove(&self) -> Result<(), CgroupError> {
+        // The cgroups below it first (a container engine's, left empty).
+        for dir in self.children() {
+            let _ = fs::remove_dir(&dir);
+        }
         let started = Instant::now();
         loop {
             match fs::remove_dir(&self.path) {
@@ -448,6 +478,27 @@ fn kill_pids(pids: &[i32]) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
+}
+
+/// A cgroup directory's path relative to the root of its hierarchy (`/a/b` for
+/// `/sys/fs/cgroup/memory/a/b`), from the mount table: what a container engine's
+/// `--cgroup-parent` takes.
+pub fn hierarchy_relative(path: &Path) -> Option<String> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            if fstype != "cgroup" && fstype != "cgroup2" {
+                return None;
+            }
+            Some(PathBuf::from(left.split_whitespace().nth(4)?))
+        })
+        .filter(|m| path.starts_with(m))
+        .max_by_key(|m| m.as_os_str().len())?;
+    let rel = path.strip_prefix(&mount).ok()?;
+    Some(format!("/{}", rel.display()))
 }
 
 /// The value of `key` in a flat-keyed cgroup file (`key value` per line).

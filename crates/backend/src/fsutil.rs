@@ -63,6 +63,19 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     fs::rename(&tmp, path).at("rename into place", path)
 }
 
+/// Writes `bytes` to a new `path` readable by its owner alone (mode 0600), replacing
+/// what was there.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(FileError { op: "remove", path: path.to_path_buf(), source: e }),
+    }
+    let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).at("create", path)?;
+    file.write_all(bytes).at("write", path)
+}
+
 /// fsyncs a directory so that a rename or a create in it is durable.
 pub fn sync_dir(dir: &Path) -> Result<(), FileError> {
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };

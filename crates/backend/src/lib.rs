@@ -3,6 +3,7 @@
 //! and records its outcome in the run directory.
 
 pub mod cgroup;
+pub mod container;
 mod fsutil;
 pub mod local;
 pub mod log;

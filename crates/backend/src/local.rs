@@ -46,6 +46,9 @@ pub struct LocalBackend {
     cgroups: CgroupSupport,
     /// Run directories that a watcher of this backend is reporting on.
     watched: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Images seen on the host, not checked again (a run whose image has gone since says
+    /// so in its own outcome).
+    images: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Marks a run directory as watched until dropped.
@@ -156,10 +159,43 @@ pub fn outcome_from_status(status: &ShimStatus) -> Outcome {
 }
 
 impl LocalBackend {
+    /// With `[containers] pull = "missing"`: the image pulled before the shim starts, so
+    /// that a registry that cannot be reached keeps the launch waiting (retried with
+    /// backoff, the engine's message as the waiting reason) instead of failing the job.
+    /// A registry that refuses the image (no such image, no access) is left to the run,
+    /// which ends in a StartError naming it.
+    fn ensure_image(&self, c: &crate::container::ContainerSpec) -> Result<(), BackendError> {
+        if c.engine.pull != crate::container::Pull::Missing {
+            return Ok(());
+        }
+        let known = |images: &Arc<Mutex<HashSet<String>>>| images.lock().map(|s| s.contains(&c.image)).unwrap_or(false);
+        if known(&self.images) {
+            return Ok(());
+        }
+        let engine = || c.engine.program.display().to_string();
+        let present = c.engine.image_exists(&c.image).map_err(|message| BackendError::Unavailable { engine: engine(), message })?;
+        if !present {
+            match c.engine.pull(&c.image) {
+                Ok(()) => {}
+                Err((_, true)) => return Ok(()),
+                Err((message, false)) => {
+                    return Err(BackendError::Unavailable {
+                        engine: format!("the registry of {}", c.image),
+                        message: format!("pulling {}: {message}", c.image),
+                    })
+                }
+            }
+        }
+        if let Ok(mut s) = self.images.lock() {
+            s.insert(c.image.clone());
+        }
+        Ok(())
+    }
+
     /// `shim_command` is the program and leading arguments that run a shim, e.g.
     /// `[current_exe, "shim"]`; the run directory is appended.
     pub fn new(shim_command: Vec<OsString>, cgroups: CgroupSupport) -> LocalBackend {
-        LocalBackend { shim_command, cgroups, watched: Arc::new(Mutex::new(HashSet::new())) }
+        LocalBackend { shim_command, cgroups, watched: Arc::new(Mutex::new(HashSet::new())), images: Arc::new(Mutex::new(HashSet::new())) }
     }
 
     pub fn cgroups(&self) -> &CgroupSupport {
@@ -202,6 +238,9 @@ impl LocalBackend {
                     return self.watch(claim, move |claim| finish(run, claim, sink, false, None));
                 }
             }
+        }
+        if let Some(c) = &spec.container {
+            self.ensure_image(c)?;
         }
         fs::create_dir_all(&run_dir).at("create run directory", &run_dir)?;
         let mut spec = spec;
@@ -330,6 +369,7 @@ impl LocalBackend {
         match self.find_shim(&run_dir)? {
             Found::Ended => {}
             Found::Shim(pid) => {
+                remove_container(&run_dir);
                 kill_replica(&run_dir, pid)?;
                 if !self.is_watched(&run_dir) {
                     // No watcher of this server cleans up after the shim (a run of a
@@ -554,6 +594,7 @@ fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_ex
 /// cgroup: kill it there (L20). Without a cgroup nothing can be killed safely (the
 /// program's pid may have been reused).
 fn clean_up_lost(run: &RunId, run_dir: &Path) {
+    remove_container(run_dir);
     match replica_cgroup(run_dir) {
         Ok(Some(cg)) => {
             if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
@@ -562,6 +603,18 @@ fn clean_up_lost(run: &RunId, run_dir: &Path) {
         }
         Ok(None) => {}
         Err(e) => tracing::warn!(%run, "{e}"),
+    }
+}
+
+/// A run in a container: the container removed with everything in it (L20), by the
+/// engine, before its cgroup is killed (which would leave the engine's records of a
+/// container whose processes are gone).
+fn remove_container(run_dir: &Path) {
+    let Ok(Some(spec)) = shim::read_spec(run_dir) else { return };
+    if let Some(c) = spec.container {
+        if let Err(e) = c.engine.remove(&c.name) {
+            tracing::warn!(run_dir = %run_dir.display(), "removing the container {}: {e}", c.name);
+        }
     }
 }
 
@@ -580,6 +633,7 @@ fn replica_cgroup(run_dir: &Path) -> Result<Option<ReplicaCgroup>, ShimError> {
 /// SIGKILLs everything in the replica's cgroup, if it has one (`cgroup.kill` on v2 where
 /// the kernel has it). The cgroup itself is left for the watcher to remove.
 fn kill_cgroup(run_dir: &Path) {
+    remove_container(run_dir);
     match replica_cgroup(run_dir) {
         Ok(Some(cg)) => {
             if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {

@@ -34,6 +34,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{CgroupError, CgroupVersion, ReplicaCgroup};
+use crate::container::{self, ContainerSpec};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::log::{self, LogWriter};
 
@@ -116,6 +117,11 @@ pub struct ShimSpec {
     /// `RLIMIT_NPROC` of the program (which counts every process of that uid).
     #[serde(default)]
     pub pids_max: Option<u64>,
+    /// Run in a container (see [`crate::container`]): `argv`, `cwd`, `run_as`,
+    /// `memory_limit_bytes` and `pids_max` are then the container's business, and `env`
+    /// is the container's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSpec>,
 }
 
 /// An unprivileged identity for the program (see `ShimSpec::run_as`).
@@ -151,6 +157,7 @@ impl ShimSpec {
             resources: Resources::default(),
             run_as: None,
             pids_max: None,
+            container: None,
         }
     }
 }
@@ -354,8 +361,9 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     };
     let cgroup = match (&spec.cgroup_base, spec.cgroup_version) {
         (Some(base), Some(version)) => {
-            let made = CgroupVersion::from_number(version)
-                .and_then(|v| ReplicaCgroup::create(v, base, &spec.cgroup_name, spec.memory_limit_bytes));
+            // In a container the limit is the container's (the engine's OOM account).
+            let memory = if spec.container.is_some() { None } else { spec.memory_limit_bytes };
+            let made = CgroupVersion::from_number(version).and_then(|v| ReplicaCgroup::create(v, base, &spec.cgroup_name, memory));
             match made {
                 Ok(cg) => Some(cg),
                 Err(e) => return fail_before_start(run_dir, None, None, format!("cannot set up the replica's cgroup: {e}")),
@@ -384,7 +392,15 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         Err(e) => return fail_before_start(run_dir, None, cgroup.as_ref(), e.to_string()),
     };
 
-    let mut child = match spawn_program(&spec, cgroup.as_ref(), limits) {
+    // In a container, the program the shim runs is the engine's client.
+    let (program_spec, limits) = match &spec.container {
+        Some(c) => match engine_program(run_dir, &spec, c, cgroup.as_ref()) {
+            Ok(p) => (p, Limits { nproc: None, run_as: None, ..limits }),
+            Err(msg) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
+        },
+        None => (spec.clone(), limits),
+    };
+    let mut child = match spawn_program(&program_spec, cgroup.as_ref(), limits) {
         Ok(child) => child,
         Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), cgroup.as_ref(), String::new()),
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
@@ -427,8 +443,17 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     drop(child);
 
     let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
-    let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup.as_ref());
+    let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup.as_ref(), spec.container.as_ref());
 
+    // In a container: whether the container still exists (it does once it was created),
+    // then the container removed with everything in it.
+    let container_existed = spec.container.as_ref().map(|c| {
+        let existed = c.engine.output(["container", "exists", &c.name]).is_ok();
+        if let Err(e) = c.engine.remove(&c.name) {
+            diag(format_args!("cannot remove the container {}: {e}", c.name));
+        }
+        existed
+    });
     // L20: nothing of the replica keeps running after its program ended.
     kill_remaining(pgid, cgroup.as_ref());
 
@@ -451,7 +476,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     } else {
         (None, None)
     };
-    let status = ShimStatus {
+    let mut status = ShimStatus {
         exit_code,
         signal,
         oom_kills: cgroup.as_ref().and_then(|cg| cg.oom_kills()),
@@ -459,6 +484,9 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         launch_error: None,
         ended_micros: fsutil::now_micros(),
     };
+    if let (Some(c), Some(existed)) = (&spec.container, container_existed) {
+        container_outcome(run_dir, c, existed, &mut status);
+    }
     record_status(run_dir, &status, Some(&writer))?;
     if writer.dropped() > 0 {
         diag(format_args!(
@@ -574,6 +602,57 @@ fn start_failure(program: &str, e: io::Error) -> SpawnFailure {
             SpawnFailure::Launch(format!("cannot start {program:?}, the host is short of resources: {e}"))
         }
         _ => SpawnFailure::Start(format!("cannot start {program:?}: {e}")),
+    }
+}
+
+/// The engine client's invocation for a container run: `podman run ...` in
+/// `<run_dir>/engine` (where conmon leaves its OOM marker), with the engine's
+/// environment, the container's below the replica's cgroup.
+fn engine_program(run_dir: &Path, spec: &ShimSpec, c: &ContainerSpec, cgroup: Option<&ReplicaCgroup>) -> Result<ShimSpec, String> {
+    let engine_dir = run_dir.join(container::ENGINE_DIR);
+    fs::create_dir_all(&engine_dir).map_err(|e| format!("cannot create {}: {e}", engine_dir.display()))?;
+    let (text, extra) = container::env_file(&spec.env);
+    let env_path = run_dir.join(container::ENV_FILE);
+    fsutil::write_private(&env_path, text.as_bytes()).map_err(|e| e.to_string())?;
+    let parent = cgroup.and_then(|cg| crate::cgroup::hierarchy_relative(cg.path()));
+    let mut argv: Vec<String> = vec![c.engine.program.to_string_lossy().into_owned()];
+    argv.extend(c.engine.global_args.iter().cloned());
+    for a in container::run_args(c, parent.as_deref(), &env_path, &extra, run_dir) {
+        argv.push(a.into_string().map_err(|a| format!("an argument of the container is not UTF-8: {a:?}"))?);
+    }
+    let mut p = ShimSpec::new(argv, c.engine.env.clone());
+    p.cwd = Some(engine_dir);
+    Ok(p)
+}
+
+/// The outcome of a container run as the engine tells it: an engine failure before the
+/// program ran (StartError or launch error), and the OOM kill from conmon's marker (L14).
+fn container_outcome(run_dir: &Path, c: &ContainerSpec, existed: bool, status: &mut ShimStatus) {
+    // conmon watches the container's memory cgroup and leaves `oom` when it OOM-killed.
+    let oom = run_dir.join(container::ENGINE_DIR).join("oom").exists();
+    status.oom_kills = Some(u64::from(oom));
+    let Some(code) = status.exit_code else { return };
+    if oom || code == 0 {
+        return;
+    }
+    // The container's init reports a program killed by signal N as 128 + N, as the
+    // managed service's containers do: a signal death (L10), as for a host program.
+    if (129..=128 + 64).contains(&code) {
+        status.exit_code = None;
+        status.signal = Some(code - 128);
+        return;
+    }
+    let tail = log::stderr_tail(run_dir, 5).unwrap_or_default();
+    match container::classify(c, code, existed, &tail) {
+        Some(container::Failure::Start(m)) => {
+            status.exit_code = None;
+            status.start_error = Some(m);
+        }
+        Some(container::Failure::Launch(m)) => {
+            status.exit_code = None;
+            status.launch_error = Some(m);
+        }
+        None => {}
     }
 }
 
@@ -992,7 +1071,7 @@ fn write_zero(path: &std::ffi::CStr) -> io::Result<()> {
 /// Waits with `sigtimedwait` until the program exits; a SIGTERM/SIGINT/SIGHUP starts a
 /// stop: SIGTERM to its process group, then SIGKILL to the group and the cgroup at the
 /// end of the grace period. Reaps any other child on the way. Returns the wait status.
-fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&ReplicaCgroup>) -> i32 {
+fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&ReplicaCgroup>, container: Option<&ContainerSpec>) -> i32 {
     let set = supervisor_sigset();
     let mut main_status: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
@@ -1016,8 +1095,30 @@ fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&Re
             Some(Signal::SIGCHLD) => reap(pid, &mut main_status),
             Some(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP) if !stopping => {
                 stopping = true;
-                let _ = killpg(pgid, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
+                match container {
+                    // The image's stop signal to the container's init, SIGKILL after the
+                    // grace period: `podman stop`, left to run (reaped by `reap`). The
+                    // client is killed a moment after the engine's own SIGKILL.
+                    Some(c) => {
+                        let secs = grace.as_secs_f64().ceil() as u64;
+                        let spawned = c
+                            .engine
+                            .command(["stop", "--time", &secs.to_string(), &c.name])
+                            .stdin(Stdio::null())
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .spawn();
+                        if let Err(e) = spawned {
+                            diag(format_args!("cannot run podman stop: {e}; stopping the client"));
+                            let _ = killpg(pgid, Signal::SIGTERM);
+                        }
+                        kill_at = Some(Instant::now() + grace + Duration::from_secs(2));
+                    }
+                    None => {
+                        let _ = killpg(pgid, Signal::SIGTERM);
+                        kill_at = Some(Instant::now() + grace);
+                    }
+                }
             }
             _ => {}
         }

@@ -59,6 +59,49 @@ struct File {
     limits: Option<LimitsFile>,
     /// `[replicas]`: whom replicas run as, and their task limit.
     replicas: Option<ReplicasFile>,
+    /// `[containers]`: how `imageUri` is run.
+    containers: Option<ContainersFile>,
+}
+
+/// `[containers]`: the container engine.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContainersFile {
+    engine: Option<EngineSetting>,
+    pull: Option<trainyard_backend::container::Pull>,
+    /// A containers.conf for the engine (`CONTAINERS_CONF`).
+    containers_conf: Option<PathBuf>,
+    /// The OCI runtime (`podman --runtime`), e.g. "runc".
+    runtime: Option<String>,
+    /// The engine's program (default `podman`, from PATH).
+    program: Option<PathBuf>,
+    /// Host directories mounted into every container: "SRC:DST" or "SRC:DST:ro".
+    #[serde(default)]
+    mounts: Vec<String>,
+}
+
+/// `[containers] engine`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineSetting {
+    /// No `engine` key: podman if it is installed and works, else host processes.
+    #[default]
+    Auto,
+    /// Every replica in its image; a server without a working podman does not start.
+    Podman,
+    /// Replicas are host processes; `imageUri` is recorded and not run.
+    None,
+}
+
+/// `[containers]`, resolved (the engine itself is probed at start).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Containers {
+    pub engine: EngineSetting,
+    pub pull: trainyard_backend::container::Pull,
+    pub containers_conf: Option<PathBuf>,
+    pub runtime: Option<String>,
+    pub program: Option<PathBuf>,
+    pub mounts: Vec<trainyard_backend::container::Mount>,
 }
 
 /// `[replicas]`: the identity of replicas' programs.
@@ -259,6 +302,8 @@ pub struct Config {
     pub backend: BackendChoice,
     /// Whom replicas run as (`[replicas]`).
     pub replicas: Replicas,
+    /// How images are run (`[containers]`).
+    pub containers: Containers,
 }
 
 fn host_cpus() -> u32 {
@@ -276,6 +321,26 @@ fn host_memory() -> u64 {
         })
         .map(|kb| kb * 1024)
         .unwrap_or(8 * GIB)
+}
+
+/// `SRC:DST` or `SRC:DST:ro`: absolute paths without `..`, a mount for every container.
+pub fn parse_mount(text: &str) -> Result<trainyard_backend::container::Mount, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let (src, dst, ro) = match parts.as_slice() {
+        [s, d] => (*s, *d, false),
+        [s, d, "ro"] => (*s, *d, true),
+        [_, _, o] => return Err(format!("unknown option {o:?} (only \"ro\")")),
+        _ => return Err("must be \"SRC:DST\" or \"SRC:DST:ro\"".into()),
+    };
+    for p in [src, dst] {
+        if !p.starts_with('/') || p.split('/').any(|c| c == "..") || p.contains(',') || p.contains('\0') {
+            return Err(format!("{p:?} must be an absolute path without \"..\" or \",\""));
+        }
+    }
+    if dst == "/" || dst == "/gcs" || dst.starts_with("/gcs/") {
+        return Err(format!("{dst:?} is taken (/ and /gcs are the image's and the project's buckets)"));
+    }
+    Ok(trainyard_backend::container::Mount { source: PathBuf::from(src), target: dst.to_string(), read_only: ro })
 }
 
 pub fn default_data_dir() -> PathBuf {
@@ -330,6 +395,21 @@ impl Config {
                 if counts.is_empty() || counts.contains(&0) {
                     return Err(invalid(&format!("{key}.accelerators.{a}"), format!("must list counts of at least 1 (line {line})")));
                 }
+            }
+        }
+        if let Some(c) = &file.containers {
+            for (i, m) in c.mounts.iter().enumerate() {
+                if let Err(why) = parse_mount(m) {
+                    return Err(invalid(&format!("containers.mounts[{i}]"), format!("{m:?}: {why}")));
+                }
+            }
+            if let Some(conf) = &c.containers_conf {
+                if !conf.is_file() {
+                    return Err(invalid("containers.containers_conf", format!("{} is not a file", conf.display())));
+                }
+            }
+            if c.runtime.as_deref().is_some_and(|r| r.is_empty() || r.contains(char::is_whitespace)) {
+                return Err(invalid("containers.runtime", "must name one OCI runtime, e.g. \"runc\"".into()));
             }
         }
         let catalog = catalog_of(&file);
@@ -625,7 +705,19 @@ impl Config {
                 insecure_shared_user: r.and_then(|r| r.insecure_shared_user).unwrap_or(false),
             }
         };
+        let containers = match &file.containers {
+            Some(c) => Containers {
+                engine: c.engine.unwrap_or_default(),
+                pull: c.pull.unwrap_or_default(),
+                containers_conf: c.containers_conf.clone(),
+                runtime: c.runtime.clone(),
+                program: c.program.clone(),
+                mounts: c.mounts.iter().filter_map(|m| parse_mount(m).ok()).collect(),
+            },
+            None => Containers::default(),
+        };
         Config {
+            containers,
             replicas,
             listen: file.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             data_dir,

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod containers;
 pub mod datadir;
 pub mod driver;
 pub mod executor;
@@ -50,6 +51,9 @@ pub enum StartError {
     /// Replicas cannot run as configured (`[replicas]`), or tokens with a shared user.
     #[error("{0}")]
     Replicas(String),
+    /// `[containers]` cannot be had as configured.
+    #[error("{0}")]
+    Containers(String),
 }
 
 /// Environment variables passed on from the server to every replica's program.
@@ -146,6 +150,7 @@ pub fn start(
     } else {
         tracing::info!("backend: {description}");
     }
+    let containers = containers::resolve(&cfg).map_err(StartError::Containers)?;
     let store_path = cfg.data_dir.join("trainyard.db");
     let store = Store::open(&store_path)?;
     let base_env = PASSED_ENV
@@ -153,6 +158,7 @@ pub fn start(
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     let services = Arc::new(Services {
+        containers,
         node_agent,
         catalog: cfg.catalog.clone(),
         backend,

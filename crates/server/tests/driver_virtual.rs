@@ -159,6 +159,7 @@ impl Harness {
             workdir: dir.path().to_path_buf(),
             base_env: vec![],
             node_agent: None,
+        containers: None,
             cfg,
         });
         let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));

@@ -119,6 +119,7 @@ impl Server {
         let port = free_port()?;
         let child = Command::new(exe)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .env("TRAINYARD_CONTAINER_ENGINE", "none")
             .arg(dir.join("trainyard.toml"))
             .arg("--data-dir")
             .arg(dir.join("data"))

@@ -454,6 +454,7 @@ impl Server {
         let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(bin)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .env("TRAINYARD_CONTAINER_ENGINE", "none")
             .arg(data_dir)
             .env_remove("TRAINYARD_CONFIG")
             .env_remove("TRAINYARD_TOKENS")

@@ -77,6 +77,7 @@ impl Server {
         let log = std::fs::File::create(dir.join("server.log"))?;
         let child = Command::new(bin)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .env("TRAINYARD_CONTAINER_ENGINE", "none")
             .arg(&config)
             .arg("--data-dir")
             .arg(dir.join("data"))

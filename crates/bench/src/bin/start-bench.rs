@@ -458,6 +458,7 @@ impl Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new(exe)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .env("TRAINYARD_CONTAINER_ENGINE", "none")
             .arg(dir.join("trainyard.toml"))
             .arg("--data-dir")
             .arg(dir.join("data"))

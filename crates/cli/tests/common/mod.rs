@@ -21,6 +21,55 @@ pub struct Server {
     data: Option<PathBuf>,
     /// Another `trainyard` binary than this build's (e.g. an earlier release's).
     bin: Option<String>,
+    /// In container mode, the data directory's own temporary directory: the test's
+    /// directory is mounted into the containers, and the data directory may not be.
+    data_tmp: Option<tempfile::TempDir>,
+}
+
+/// Is `TRAINYARD_TEST_CONTAINERS=podman` asked for: every replica of the tests runs in
+/// `test_image()` through podman, the test's directory mounted at its own path (the
+/// tests' programs leave their markers there).
+pub fn containers_backend() -> bool {
+    std::env::var("TRAINYARD_TEST_CONTAINERS").is_ok_and(|v| v == "podman")
+}
+
+/// The image the tests' replicas run in, in container mode (`scripts/images/build.sh`).
+pub fn test_image() -> String {
+    std::env::var("TRAINYARD_TEST_IMAGE").unwrap_or_else(|_| "localhost/trainyard/python:test".into())
+}
+
+/// For a test that cannot hold in containers: prints why and returns true when it should
+/// be skipped.
+pub fn skip_in_containers(reason: &str) -> bool {
+    if containers_backend() {
+        eprintln!("SKIP in container mode: {reason}");
+        return true;
+    }
+    false
+}
+
+/// In container mode, every `containerSpec.imageUri` of a job body becomes the test image
+/// (the tests name placeholder images).
+pub fn in_test_image(mut job: Value) -> Value {
+    fn walk(v: &mut Value, image: &str) {
+        match v {
+            Value::Object(m) => {
+                if let Some(c) = m.get_mut("containerSpec").and_then(Value::as_object_mut) {
+                    c.insert("imageUri".into(), Value::String(image.to_string()));
+                }
+                if let Some(p) = m.get_mut("pythonPackageSpec").and_then(Value::as_object_mut) {
+                    p.insert("executorImageUri".into(), Value::String(image.to_string()));
+                }
+                m.values_mut().for_each(|x| walk(x, image));
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, image)),
+            _ => {}
+        }
+    }
+    if containers_backend() {
+        walk(&mut job, &test_image());
+    }
+    job
 }
 
 pub fn free_port() -> u16 {
@@ -124,11 +173,22 @@ impl Server {
         // markers here (sticky and open to all, as /tmp; escape_e2e makes it 0711).
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).expect("chmod tempdir");
         let config = dir.path().join("trainyard.toml");
-        std::fs::write(&config, config_text(extra_config)).expect("config");
+        let mut text = config_text(extra_config);
+        let data_tmp = containers_backend().then(|| {
+            let t = tempfile::tempdir().expect("tempdir");
+            std::fs::set_permissions(t.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).expect("chmod");
+            t
+        });
+        if containers_backend() && !text.contains("[containers]") {
+            let d = dir.path().display();
+            text.push_str(&format!("[containers]\nengine = \"podman\"\npull = \"never\"\nmounts = [\"{d}:{d}\"]\n"));
+        }
+        std::fs::write(&config, text).expect("config");
         // No connection reuse: a server may close a connection after an error response.
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
-        Server { child: None, port: free_port(), dir, config, agent, data: None, bin: None }
+        let data = data_tmp.as_ref().map(|t| t.path().join("data"));
+        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp }
     }
 
     /// Before the first `spawn`: keep the data in `data` instead of `<dir>/data`.
@@ -198,6 +258,8 @@ impl Server {
             .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
             .args(if self.config.exists() { vec!["--config".into(), self.config.clone().into_os_string()] } else { vec![] })
             .env_remove("TRAINYARD_CONFIG")
+            // Host processes unless the config says otherwise (container mode does).
+            .env("TRAINYARD_CONTAINER_ENGINE", "none")
             .arg("--data-dir")
             .arg(self.data_dir())
             .current_dir(self.dir.path())
@@ -270,6 +332,7 @@ impl Server {
     }
 
     pub fn create(&self, project: &str, job: &Value) -> Value {
+        let job = in_test_image(job.clone());
         let (status, body) = self.call("POST", &self.jobs_url(project), Some(&job.to_string()));
         assert_eq!(status, 200, "create failed: {body}");
         body

@@ -4,6 +4,7 @@
 use super::*;
 use crate::executor::{Planned, VenvPlan, Work};
 use crate::identity::Grant;
+use trainyard_backend::container::{container_name, ContainerSpec, Mount};
 
 /// A launch the engine could not take, to try again at `at`.
 pub(super) struct Later {
@@ -133,6 +134,23 @@ impl Driver {
     }
 }
 
+/// Where a python package job's packages are mounted in its container.
+const PACKAGES_DIR: &str = "/trainyard/packages";
+
+/// A `pythonPackageSpec` in a container: its packages installed for the container's
+/// user (into `PYTHONUSERBASE` below /tmp, which any user may write; without build
+/// isolation, which would fetch setuptools from an index), then
+/// `python -m MODULE ARGS` as PID 1's child. `$0` is a name, `$1` the module.
+const PYTHON_PACKAGE_SCRIPT: &str = r#"set -e
+PY=$(command -v python3 || command -v python)
+if [ -d /trainyard/packages ]; then
+  export PYTHONUSERBASE=/tmp/trainyard-python
+  # A copy: pip builds a source tree in place, and the mounts are read-only.
+  rm -rf /tmp/trainyard-packages && cp -R /trainyard/packages /tmp/trainyard-packages
+  "$PY" -m pip install --quiet --user --disable-pip-version-check --no-warn-script-location --no-input --no-build-isolation /tmp/trainyard-packages/* >&2
+fi
+exec "$PY" -m "$@""#;
+
 /// The program, environment (L8) and memory limit (L14) of one run.
 /// With `run_as`, the program runs as its project's user (see `identity`): in
 /// `<run_dir>/work`, with `HOME` and `TMPDIR` `<run_dir>/home` and a minimal environment;
@@ -164,7 +182,16 @@ pub(super) fn launch_plan(
     let base = live.resource.job_spec.base_output_directory.as_ref().and_then(|o| {
         resolve_uri(&o.output_uri_prefix, &job.project, &svc.cfg.storage_root, &svc.output_roots, "").ok()
     });
-    let base_str = base.as_ref().map(|p| p.path().display().to_string());
+    let ce = svc.containers.as_ref();
+    // In a container the project's buckets are at /gcs (gs://B/X is /gcs/B/X), and an
+    // output root is mounted at its own path.
+    let base_str = base.as_ref().map(|p| match ce {
+        Some(_) if p.root == svc.cfg.storage_root => {
+            let in_project: PathBuf = p.rel.components().skip(1).collect();
+            format!("/gcs/{}", in_project.display())
+        }
+        _ => p.path().display().to_string(),
+    });
     let pool_env: Vec<(String, String)> = match (&pool.container_spec, &pool.python_package_spec) {
         (Some(c), _) => c.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
         (None, Some(p)) => p.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
@@ -172,10 +199,14 @@ pub(super) fn launch_plan(
     };
     let data_dir = &svc.cfg.data_dir;
     let run_rel = run_dir(Path::new(""), run);
-    let mut env = match run_as {
-        Some(_) => crate::identity::minimal_env(&svc.base_env, &data_dir.join(&run_rel).join("home")),
-        None => svc.base_env.clone(),
+    // A container has the image's environment plus the replica's; a host program the
+    // server's (or a minimal one of its own user's).
+    let mut env = match (ce, run_as) {
+        (Some(_), _) => Vec::new(),
+        (None, Some(_)) => crate::identity::minimal_env(&svc.base_env, &data_dir.join(&run_rel).join("home")),
+        (None, None) => svc.base_env.clone(),
     };
+    let mut mounts = Vec::new();
     let mut dirs = Vec::new();
     if let Some(node) = &replica.node {
         env.push(("TRAINYARD_NODE".into(), node.clone()));
@@ -183,7 +214,14 @@ pub(super) fn launch_plan(
     if job.trial.is_some() {
         // cloudml-hypertune writes the trial's metrics here.
         let dir = Confined { root: svc.cfg.data_dir.clone(), rel: Path::new("trials").join(job.id.to_string()).join(&replica.name) };
-        env.push(("CLOUD_ML_HP_METRIC_FILE".into(), dir.path().join("output.metrics").display().to_string()));
+        let file = match ce {
+            Some(_) => {
+                mounts.push(Mount { source: dir.path(), target: "/trainyard/trial".into(), read_only: false });
+                "/trainyard/trial/output.metrics".to_string()
+            }
+            None => dir.path().join("output.metrics").display().to_string(),
+        };
+        env.push(("CLOUD_ML_HP_METRIC_FILE".into(), file));
         dirs.push(dir);
     }
     let input = EnvInput {
@@ -204,6 +242,9 @@ pub(super) fn launch_plan(
     if let Some(b) = &base {
         for sub in ["model", "checkpoints", "logs"] {
             dirs.push(b.join(sub));
+        }
+        if ce.is_some() && b.root != svc.cfg.storage_root {
+            mounts.push(Mount { source: b.path(), target: b.path().display().to_string(), read_only: false });
         }
     }
     // L14: the machine type's memory minus the reserved share.
@@ -256,6 +297,58 @@ pub(super) fn launch_plan(
             .map(|t| t.seconds.max(0) as u64),
     };
     shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
+    if let Some(ce) = ce {
+        let project = job.project.as_str();
+        let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
+        if plain {
+            let ns = Confined { root: svc.cfg.storage_root.clone(), rel: PathBuf::from(project) };
+            mounts.insert(0, Mount { source: ns.path(), target: "/gcs".into(), read_only: false });
+            dirs.push(ns);
+        }
+        mounts.extend(ce.mounts.iter().cloned());
+        let run_dir_abs = data_dir.join(&run_rel);
+        let container = |image: &str, entrypoint: Option<Vec<String>>, args: Vec<String>, mounts: Vec<Mount>| ContainerSpec {
+            engine: ce.engine.clone(),
+            image: image.to_string(),
+            name: container_name(job.id, run.attempt, &run.replica, run.restart, &run_dir_abs),
+            entrypoint,
+            args,
+            mounts,
+            user: run_as.map(|id| format!("{}:{}", id.uid, id.gid)),
+            memory_limit_bytes: memory,
+            pids_max: Some(svc.cfg.replicas.pids_max),
+            nofile: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok(),
+            devices: Vec::new(),
+        };
+        match (&pool.container_spec, &pool.python_package_spec) {
+            (Some(c), _) => {
+                // command replaces the image's ENTRYPOINT, args its CMD.
+                let entrypoint = (!c.command.is_empty()).then(|| c.command.clone());
+                shim.argv = c.command.iter().chain(&c.args).cloned().collect();
+                shim.container = Some(container(&c.image_uri, entrypoint, c.args.clone(), mounts));
+                return Ok((shim, dirs, None, grants));
+            }
+            (None, Some(p)) => {
+                // python -m MODULE in executorImageUri, with packageUris installed in the
+                // container (never on the host).
+                for (i, uri) in p.package_uris.iter().enumerate() {
+                    let field = format!("pythonPackageSpec.packageUris[{i}]");
+                    let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
+                        .map_err(|e| Outcome::StartError { message: e.message })?;
+                    let name = path.rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "package".into());
+                    mounts.push(Mount { source: path.path(), target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
+                }
+                let mut entrypoint = vec!["/bin/sh".to_string(), "-c".into(), PYTHON_PACKAGE_SCRIPT.into(), "trainyard-python".into()];
+                entrypoint.push(p.python_module.clone());
+                shim.argv = entrypoint.clone();
+                shim.container = Some(container(&p.executor_image_uri, Some(entrypoint), p.args.clone(), mounts));
+                return Ok((shim, dirs, None, grants));
+            }
+            (None, None) => {
+                return Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() })
+            }
+        }
+    }
     match (&pool.container_spec, &pool.python_package_spec) {
         (Some(c), _) => {
             if c.command.is_empty() {

@@ -94,6 +94,8 @@ pub struct Services {
     /// The command of virtual nodes' agents (`[trainyard, "node-agent"]`), when the fleet
     /// declares virtual nodes.
     pub node_agent: Option<Vec<std::ffi::OsString>>,
+    /// The engine replicas with an image run in; `None`: host processes.
+    pub containers: Option<crate::containers::ContainerEngine>,
 }
 
 struct Live {
