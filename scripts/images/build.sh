@@ -53,6 +53,7 @@ fi
 
 BUSYBOX_IMAGE=localhost/trainyard/busybox:test
 PYTHON_IMAGE=localhost/trainyard/python:test
+ENTRYPOINT_IMAGE=localhost/trainyard/entrypoint:test
 PYTHON_ALIAS=us-docker.pkg.dev/trainyard-test/images/python:test
 PYTHON_PACKAGES=(python3-minimal python3-pip python3-setuptools python3-wheel python3-venv)
 PATH_DEBIAN=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -236,5 +237,22 @@ build_python() {
   report "$PYTHON_ALIAS" "tagged as the same image" "-"
 }
 
+# An image with an ENTRYPOINT and a CMD of its own, on top of the python image (no RUN
+# step: no container runs): for the tests of command/args replacing ENTRYPOINT/CMD.
+build_entrypoint() {
+  local t0 ctx
+  t0="$(now)"
+  if [ "$force" = 0 ] && "${podman[@]}" image exists "$ENTRYPOINT_IMAGE"; then
+    report "$ENTRYPOINT_IMAGE" "exists, skipped (--force rebuilds)" "$(since "$t0")"
+    return
+  fi
+  ctx="$(mktemp -d)"
+  printf '%s\n' "FROM $PYTHON_IMAGE" 'ENTRYPOINT ["python3", "-u"]' \
+    'CMD ["-c", "print(\"the image CMD ran\")"]' >"$ctx/Containerfile"
+  "${podman[@]}" build -q --pull=never -t "$ENTRYPOINT_IMAGE" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  report "$ENTRYPOINT_IMAGE" "built on $PYTHON_IMAGE" "$(since "$t0")"
+}
+
 if want busybox; then build_busybox; fi
-if want python; then build_python; fi
+if want python; then build_python; build_entrypoint; fi

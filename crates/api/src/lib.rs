@@ -5,6 +5,7 @@
 //!   encoding, body parsing with the service's own error text).
 //! - [`types`]: `CustomJob` and its parts, `Duration`, `Timestamp`, `Status`.
 //! - [`hptuning`]: `HyperparameterTuningJob`, `StudySpec`, `Trial`.
+//! - [`imageref`]: container image references (`[domain/]path[:tag][@digest]`).
 //! - [`operation`]: long-running `Operation` and its metadata.
 //! - [`error`]: [`ApiError`] and the rpc [`Code`]s.
 //! - [`validate`]: structural checks at create (catalog checks live elsewhere).
@@ -141,6 +142,7 @@ macro_rules! proto_enum {
 
 pub mod error;
 pub mod hptuning;
+pub mod imageref;
 pub mod json;
 pub mod operation;
 #[cfg(feature = "schema")]
@@ -158,6 +160,7 @@ pub use hptuning::{
     ObservationNoise, ParameterSpec, SafetyMetricConfig, ScaleType, StudySpec, Trial,
     TrialParameter, TrialState,
 };
+pub use imageref::{parse_image_reference, ImageRefError, ImageReference};
 pub use json::{encode_enums_as_int, ProtoEnum, UnknownEnumValue};
 pub use operation::{DeleteOperationMetadata, GenericOperationMetadata, Operation};
 pub use types::{

@@ -10,6 +10,7 @@ use crate::error::ApiError;
 use crate::hptuning::{
     Algorithm, ConditionalParameterSpec, HyperparameterTuningJob, ParameterSpec, StudySpec,
 };
+use crate::imageref::parse_image_reference;
 use crate::types::{AcceleratorType, CustomJob, CustomJobSpec, EnvVar, WorkerPoolSpec};
 
 /// Longest `displayName`, in characters.
@@ -215,6 +216,7 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
                 return bad(format!("{p}.imageUri is required."));
             }
             no_nul(&c.image_uri, &format!("{p}.imageUri"))?;
+            validate_image(&c.image_uri, &format!("{p}.imageUri"))?;
             no_nul_in(&c.command, &format!("{p}.command"))?;
             no_nul_in(&c.args, &format!("{p}.args"))?;
             validate_env(&c.env, &format!("{p}.env"))?;
@@ -242,6 +244,7 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
             }
             let pp = format!("{path}.pythonPackageSpec");
             no_nul(&p.executor_image_uri, &format!("{pp}.executorImageUri"))?;
+            validate_image(&p.executor_image_uri, &format!("{pp}.executorImageUri"))?;
             no_nul(&p.python_module, &format!("{pp}.pythonModule"))?;
             no_nul_in(&p.package_uris, &format!("{pp}.packageUris"))?;
             no_nul_in(&p.args, &format!("{pp}.args"))?;
@@ -277,6 +280,15 @@ fn validate_pool(pool: &WorkerPoolSpec, index: usize, path: &str) -> Result {
         }
     }
     Ok(())
+}
+
+/// A container image reference, `[domain/]path[:tag][@digest]` as podman and docker
+/// read it (see [`crate::imageref`]): `{path} "Foo" is not a valid image reference: ...`.
+fn validate_image(image: &str, path: &str) -> Result {
+    match parse_image_reference(image) {
+        Ok(_) => Ok(()),
+        Err(e) => bad(format!("{path} {e}.")),
+    }
 }
 
 /// A string handed to a process (argument, environment, path) cannot hold a NUL byte:
@@ -656,4 +668,136 @@ fn validate_condition(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_custom_job, parse_hyperparameter_tuning_job};
+
+    const MACHINE: &str = r#""machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1""#;
+
+    fn container(image: &str) -> String {
+        let image = serde_json::to_string(image).unwrap();
+        format!(r#"{{{MACHINE}, "containerSpec": {{"imageUri": {image}}}}}"#)
+    }
+
+    fn python(image: &str) -> String {
+        let image = serde_json::to_string(image).unwrap();
+        format!(
+            r#"{{{MACHINE}, "pythonPackageSpec": {{"executorImageUri": {image},
+              "packageUris": ["gs://b/p.tar.gz"], "pythonModule": "t.task"}}}}"#
+        )
+    }
+
+    fn custom_job(pools: &[String]) -> Result {
+        let doc = format!(
+            r#"{{"displayName": "t", "jobSpec": {{"workerPoolSpecs": [{}]}}}}"#,
+            pools.join(",")
+        );
+        validate_custom_job(&parse_custom_job(doc.as_bytes()).expect("parses"))
+    }
+
+    fn tuning_job(pool: &str) -> Result {
+        let doc = format!(
+            r#"{{"displayName": "hp",
+              "studySpec": {{"metrics": [{{"metricId": "loss", "goal": "MINIMIZE"}}],
+                "parameters": [{{"parameterId": "n", "integerValueSpec": {{"minValue": 1, "maxValue": 4}}}}]}},
+              "maxTrialCount": 4, "parallelTrialCount": 2,
+              "trialJobSpec": {{"workerPoolSpecs": [{pool}]}}}}"#
+        );
+        validate_hyperparameter_tuning_job(
+            &parse_hyperparameter_tuning_job(doc.as_bytes()).expect("parses"),
+        )
+    }
+
+    fn message(result: Result) -> String {
+        let err = result.expect_err("must be rejected");
+        assert_eq!(err.code, crate::Code::InvalidArgument);
+        err.message
+    }
+
+    #[test]
+    fn image_references_are_checked_at_every_place() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        for good in [
+            "python:3.11".to_string(),
+            "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest".into(),
+            format!("gcr.io/my-project/trainer@{digest}"),
+            "localhost/trainyard/python:test".into(),
+            "localhost:5000/a/b".into(),
+            "i".into(),
+            "x".into(),
+            "busybox".into(),
+        ] {
+            custom_job(&[container(&good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
+            custom_job(&[python(&good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
+            tuning_job(&container(&good)).unwrap_or_else(|e| panic!("{good}: {e}"));
+            tuning_job(&python(&good)).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        let ok = container("python:3.11");
+        for bad in [
+            "Foo",
+            "Foo Bar",
+            "a b",
+            "docker://x",
+            "x:",
+            "x:-bad",
+            "/x",
+            "x/",
+            "x//y",
+            "x@sha256:zz",
+        ] {
+            let not_valid = format!("{bad:?} is not a valid image reference: ");
+            for (result, path) in [
+                (
+                    custom_job(&[container(bad)]),
+                    "jobSpec.workerPoolSpecs[0].containerSpec.imageUri",
+                ),
+                (
+                    custom_job(&[ok.clone(), container(bad)]),
+                    "jobSpec.workerPoolSpecs[1].containerSpec.imageUri",
+                ),
+                (
+                    custom_job(&[python(bad)]),
+                    "jobSpec.workerPoolSpecs[0].pythonPackageSpec.executorImageUri",
+                ),
+                (
+                    tuning_job(&container(bad)),
+                    "trialJobSpec.workerPoolSpecs[0].containerSpec.imageUri",
+                ),
+                (
+                    tuning_job(&python(bad)),
+                    "trialJobSpec.workerPoolSpecs[0].pythonPackageSpec.executorImageUri",
+                ),
+            ] {
+                let m = message(result);
+                assert!(m.starts_with(&format!("{path} {not_valid}")), "{m}");
+                assert!(m.ends_with('.'), "{m}");
+            }
+        }
+        assert_eq!(
+            message(custom_job(&[container("docker://x")])),
+            "jobSpec.workerPoolSpecs[0].containerSpec.imageUri \"docker://x\" is not a valid \
+             image reference: it starts with a URL scheme (\"docker://\"); an image reference \
+             has none, e.g. \"gcr.io/project/image:tag\"."
+        );
+    }
+
+    #[test]
+    fn empty_and_nul_images_keep_their_own_messages() {
+        assert_eq!(
+            message(custom_job(&[container("")])),
+            "jobSpec.workerPoolSpecs[0].containerSpec.imageUri is required."
+        );
+        assert_eq!(
+            message(custom_job(&[container("x\0")])),
+            "jobSpec.workerPoolSpecs[0].containerSpec.imageUri must not contain a NUL character."
+        );
+        assert_eq!(
+            message(custom_job(&[python("x\0")])),
+            "jobSpec.workerPoolSpecs[0].pythonPackageSpec.executorImageUri must not contain \
+             a NUL character."
+        );
+    }
 }

@@ -824,9 +824,22 @@ fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().to_string();
     match e.span() {
         Some(span) => {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-            let key = text[span.clone()].trim().to_string();
-            format!("line {line}: {msg} (at `{key}`)")
+            let start = span.start.min(text.len());
+            let line = text[..start].matches('\n').count() + 1;
+            let at = text.get(span.clone()).unwrap_or("").trim().to_string();
+            // The key of that line, below the table it is in: `containers.engine`.
+            let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+            let key = text[line_start..].lines().next().and_then(|l| l.split_once('=')).map(|(k, _)| k.trim().to_string());
+            let table = text[..line_start].lines().rev().find_map(|l| {
+                let l = l.trim();
+                l.starts_with('[').then(|| l.trim_matches(|c| c == '[' || c == ']').trim().to_string())
+            });
+            let path = match (table, key) {
+                (Some(t), Some(k)) => format!("{t}.{k}: "),
+                (None, Some(k)) => format!("{k}: "),
+                _ => String::new(),
+            };
+            format!("line {line}: {path}{msg} (at `{at}`)")
         }
         None => msg,
     }

@@ -44,6 +44,17 @@ impl Driver {
     /// false when the run is not live any more (the stop is still sent, and its outbox
     /// entry is done at once).
     pub(super) fn stop_run(&mut self, seq: i64, run: RunId) -> bool {
+        // A launch put off while the engine could not take it has started nothing: it is
+        // dropped, and the run ends here (L18: a cancel does not wait for the engine).
+        if let Some(pos) = self.later.iter().position(|l| l.run == run) {
+            let put_off = self.later.remove(pos);
+            if let Err(e) = self.store.outbox_done(put_off.seq) {
+                tracing::error!("outbox: {e}");
+            }
+            let message = "stopped before it was launched (it was waiting for the execution engine)".to_string();
+            (self.sink())(BackendEvent::Exited { run, outcome: Outcome::LaunchFailed { message }, stderr_tail: Vec::new() });
+            return false;
+        }
         let dir = run_dir(&self.svc.cfg.data_dir, &run);
         self.exec.submit(Work::Stop { run: run.clone(), dir: dir.clone() });
         let live = self.jobs.get(&run.job).is_some_and(|l| {

@@ -1,0 +1,252 @@
+//! Replicas in their images (podman): the managed service's container semantics, the
+//! engine's failures, stops, isolation and the `[containers]` table. Run by
+//! `scripts/test` with `TRAINYARD_TEST_CONTAINERS=podman` after `scripts/images/build.sh`
+//! (CI always does); without it each test says so and passes.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const PYTHON: &str = "localhost/trainyard/python:test";
+const ENTRYPOINT: &str = "localhost/trainyard/entrypoint:test";
+
+fn enabled() -> bool {
+    if !containers_backend() {
+        eprintln!("SKIP: the container tests run with TRAINYARD_TEST_CONTAINERS=podman (scripts/test builds the images)");
+        return false;
+    }
+    true
+}
+
+fn state(j: &Value) -> &str {
+    j["state"].as_str().unwrap_or("")
+}
+
+/// A job of one replica in `image` (not rewritten to the test image).
+fn image_job(name: &str, image: &str, command: &[&str], args: &[&str]) -> Value {
+    let mut spec = json!({"imageUri": image});
+    if !command.is_empty() {
+        spec["command"] = json!(command);
+    }
+    if !args.is_empty() {
+        spec["args"] = json!(args);
+    }
+    json!({"displayName": name, "jobSpec": {"workerPoolSpecs": [
+        {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1", "containerSpec": spec}
+    ]}})
+}
+
+/// Creates without the harness's image rewrite.
+fn create_as_is(s: &Server, project: &str, job: &Value) -> Value {
+    let (status, body) = s.call("POST", &s.jobs_url(project), Some(&job.to_string()));
+    assert_eq!(status, 200, "create: {body}");
+    body
+}
+
+/// Containers of this server's runs (by the label every container carries), any state.
+fn containers_of(s: &Server) -> Vec<String> {
+    let out = Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}} {{.Labels}}"])
+        .output()
+        .expect("podman ps");
+    let data = s.data_dir().display().to_string();
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&data)).map(str::to_string).collect()
+}
+
+/// `command` replaces the image's ENTRYPOINT, `args` its CMD, and without either the
+/// image's own run; the image's WORKDIR; the replica environment (L8) and the
+/// containerSpec's env inside; gs://B/X is /gcs/B/X, and AIP_MODEL_DIR is usable there.
+#[test]
+fn l8_command_args_env_workdir_and_gcs_follow_the_managed_service() {
+    if !enabled() {
+        return;
+    }
+    let s = Server::start("");
+    let own = create_as_is(&s, "p", &image_job("own", ENTRYPOINT, &[], &[]));
+    let args = create_as_is(&s, "p", &image_job("args", ENTRYPOINT, &[], &["-c", "print('args replaced the CMD')"]));
+    let script = "echo \"cmd $0 $1\"; echo \"pwd $(pwd)\"; echo \"rank $RANK my $MY_VAR\"; \
+                  echo \"model $AIP_MODEL_DIR\"; echo saved > \"$AIP_MODEL_DIR/weights.txt\"; \
+                  python3 -c 'import json, os; print(\"cluster\", json.loads(os.environ[\"CLUSTER_SPEC\"])[\"task\"])'";
+    let mut job = image_job("cmd", ENTRYPOINT, &["sh", "-c", script], &["a1", "a2"]);
+    job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] = json!([{"name": "MY_VAR", "value": "v1"}]);
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://bkt/run1"});
+    let cmd = create_as_is(&s, "p", &job);
+    for (j, want) in [(&own, "the image CMD ran"), (&args, "args replaced the CMD")] {
+        let done = s.wait_terminal(&name_of(j), 60);
+        let text = s.logs_text(&name_of(j));
+        assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
+        assert!(text.contains(want), "{text}");
+    }
+    let name = name_of(&cmd);
+    let done = s.wait_terminal(&name, 60);
+    let text = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
+    for want in ["cmd a1 a2", "pwd /app", "rank 0 my v1", "model /gcs/bkt/run1/model/", "cluster {'index': 0, 'type': 'workerpool0'}"] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+    let saved = s.data_dir().join("storage/p/bkt/run1/model/weights.txt");
+    assert_eq!(std::fs::read_to_string(&saved).unwrap_or_default(), "saved\n", "{}", saved.display());
+    assert!(containers_of(&s).is_empty(), "no container is left: {:?}", containers_of(&s));
+}
+
+/// L13: an image that is not on the host, with pulls off, is a StartError naming the
+/// image and how to load it, and is not retried; so is a command the image does not have.
+#[test]
+fn l13_a_missing_image_or_command_is_a_start_error_naming_it() {
+    if !enabled() {
+        return;
+    }
+    let s = Server::start("");
+    let missing = create_as_is(&s, "p", &image_job("missing", "localhost/not-here:v1", &["true"], &[]));
+    let nocmd = create_as_is(&s, "p", &image_job("nocmd", PYTHON, &["no-such-program", "x"], &[]));
+    let done = s.wait_terminal(&name_of(&missing), 60);
+    assert_eq!(state(&done), "JOB_STATE_FAILED");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    for want in ["StartError", "localhost/not-here:v1", "podman load", "pull = \"never\""] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    assert!(!run_dir(&s.data_dir(), id_of(&missing), 1, "workerpool0-0", 0).exists(), "not retried");
+    let done = s.wait_terminal(&name_of(&nocmd), 60);
+    assert_eq!(state(&done), "JOB_STATE_FAILED");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("StartError") && message.contains("no-such-program"), "{message}");
+    assert_eq!(done["error"]["code"], 3);
+    assert!(containers_of(&s).is_empty(), "{:?}", containers_of(&s));
+}
+
+/// L18, L20: a cancel stops a program that has no SIGTERM handler with SIGTERM (the
+/// container's init forwards it; PID 1 alone would ignore it), within the grace period,
+/// and leaves no container, process or cgroup.
+#[test]
+fn l18_l20_cancel_stops_gracefully_and_leaves_no_container() {
+    if !enabled() {
+        return;
+    }
+    // A long grace period: a stop that needed SIGKILL would show as signal 9.
+    let mut s = Server::prepare("");
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("grace_period_secs = 1", "grace_period_secs = 30");
+    std::fs::write(&s.config, text).unwrap();
+    s.spawn();
+    let marker = format!("stop-marker-{}", std::process::id());
+    let j = create_as_is(&s, "p", &image_job("stop", PYTHON, &["python3", "-u", "-c", &format!("import time; print('up {marker}'); time.sleep(600)")], &[]));
+    let name = name_of(&j);
+    s.wait_for(&name, 60, |j| state(j) == "JOB_STATE_RUNNING");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !s.logs_text(&name).contains("up ") {
+        assert!(Instant::now() < deadline, "never printed: {}", s.logs_text(&name));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(status, 200);
+    let done = s.wait_terminal(&name, 60);
+    assert_eq!(state(&done), "JOB_STATE_CANCELLED");
+    let run = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0);
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(run.join("status.json")).expect("status.json")).unwrap();
+    assert_eq!(status["signal"], 15, "stopped by SIGTERM, not SIGKILL: {status}");
+    assert!(containers_of(&s).is_empty(), "{:?}", containers_of(&s));
+    assert!(pids_with(&marker).is_empty(), "a process of the job is left");
+}
+
+/// Isolation: a container sees its own project's buckets at /gcs and nothing else of the
+/// storage root or the server's data directory.
+#[test]
+fn a_container_cannot_read_another_projects_data_or_the_servers() {
+    if !enabled() {
+        return;
+    }
+    let s = Server::start("");
+    let b = create_as_is(&s, "b", &image_job("writer", PYTHON, &["sh", "-c", "mkdir -p /gcs/secret && echo b-only-data > /gcs/secret/x"], &[]));
+    assert_eq!(state(&s.wait_terminal(&name_of(&b), 60)), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name_of(&b)));
+    assert!(s.data_dir().join("storage/b/secret/x").exists());
+    let data = s.data_dir().display().to_string();
+    let script = format!(
+        "echo \"gcs: $(ls /gcs)\"; cat /gcs/secret/x 2>&1; ls {data} 2>&1; ls {data}/storage/b 2>&1; \
+         cat {data}/storage/b/secret/x 2>&1; cat {data}/trainyard.db 2>&1 | head -c 20; echo end"
+    );
+    let a = create_as_is(&s, "a", &image_job("reader", PYTHON, &["sh", "-c", &script], &[]));
+    let done = s.wait_terminal(&name_of(&a), 60);
+    let text = s.logs_text(&name_of(&a));
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
+    assert!(text.contains("end"), "{text}");
+    assert!(!text.contains("b-only-data") && !text.contains("SQLite"), "project a read another's data: {text}");
+    assert!(text.contains("No such file or directory"), "{text}");
+}
+
+/// A registry that cannot be reached is not the user's fault: the job waits, PENDING, with
+/// the engine's message, and is retried (here: a registry on a closed loopback port).
+#[test]
+fn l16_an_unreachable_registry_keeps_the_job_waiting_with_the_engines_message() {
+    if !enabled() {
+        return;
+    }
+    let s = Server::start("[containers]\nengine = \"podman\"\npull = \"missing\"\n");
+    let j = create_as_is(&s, "p", &image_job("pull", "127.0.0.1:9/nothing/img:v1", &["true"], &[]));
+    let name = name_of(&j);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        let now = s.get(&name);
+        let text = s.logs_text(&name);
+        if let Some(line) = text.lines().find(|l| l.contains("Waiting for the execution engine")) {
+            break (now, line.to_string());
+        }
+        assert!(Instant::now() < deadline, "no waiting reason: {now}\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(state(&reason.0), "JOB_STATE_PENDING", "{}", reason.0);
+    assert!(reason.1.contains("127.0.0.1:9/nothing/img:v1") && reason.1.contains("connection refused"), "{}", reason.1);
+    let (status, _) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(status, 200);
+    assert_eq!(state(&s.wait_terminal(&name, 60)), "JOB_STATE_CANCELLED");
+}
+
+/// A broken `[containers]` table stops the start, naming the key (and the line for a
+/// value of the wrong kind); an engine that was asked for and does not work too.
+#[test]
+fn a_broken_containers_table_is_refused_at_start() {
+    if !enabled() {
+        return;
+    }
+    for (table, want) in [
+        ("[containers]\nengine = \"docker\"\n", "line 2: containers.engine"),
+        ("[containers]\nengine = \"podman\"\nprogram = \"/nonexistent/podman\"\n", "/nonexistent/podman"),
+        ("[containers]\nmounts = [\"relative:/x\"]\n", "containers.mounts[0]"),
+        ("[containers]\npull = \"sometimes\"\n", "line 2: containers.pull"),
+    ] {
+        let mut s = Server::prepare(table);
+        let err = s.try_spawn().expect_err(table);
+        assert!(err.contains(want), "{table}: {want:?} in {err}");
+    }
+}
+
+/// `local-run` runs the job in its image, in the foreground.
+#[test]
+fn local_run_runs_the_job_in_its_image() {
+    if !enabled() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "workerPoolSpecs:\n  - machineSpec: {{machineType: n1-standard-4}}\n    replicaCount: 1\n    containerSpec:\n      \
+             imageUri: {PYTHON}\n      command: [sh, -c, 'test -d /app && echo in the image $(pwd)']\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["local-run", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg(&file)
+        .env("TRAINYARD_CONTAINER_ENGINE", "podman")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("in the image /app") || stderr.contains("in the image /app"), "{stdout}\n{stderr}");
+}
