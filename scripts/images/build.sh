@@ -54,6 +54,9 @@ fi
 BUSYBOX_IMAGE=localhost/trainyard/busybox:test
 PYTHON_IMAGE=localhost/trainyard/python:test
 ENTRYPOINT_IMAGE=localhost/trainyard/entrypoint:test
+# The examples name python:3.11 (what a registry would give); without a registry, the
+# Debian Python 3.11 image stands in for it.
+EXAMPLES_ALIAS=docker.io/library/python:3.11
 PYTHON_ALIAS=us-docker.pkg.dev/trainyard-test/images/python:test
 PYTHON_PACKAGES=(python3-minimal python3-pip python3-setuptools python3-wheel python3-venv)
 PATH_DEBIAN=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -216,6 +219,7 @@ build_python() {
   t0="$(now)"
   if [ "$force" = 0 ] && "${podman[@]}" image exists "$PYTHON_IMAGE"; then
     "${podman[@]}" image exists "$PYTHON_ALIAS" || "${podman[@]}" tag "$PYTHON_IMAGE" "$PYTHON_ALIAS"
+    "${podman[@]}" image exists "$EXAMPLES_ALIAS" || "${podman[@]}" tag "$PYTHON_IMAGE" "$EXAMPLES_ALIAS"
     report "$PYTHON_IMAGE" "exists, skipped (--force rebuilds)" "$(since "$t0")"
     return
   fi
@@ -232,9 +236,11 @@ build_python() {
     --change 'WORKDIR /app' \
     "$tarball" "$PYTHON_IMAGE" >/dev/null
   "${podman[@]}" tag "$PYTHON_IMAGE" "$PYTHON_ALIAS"
+  "${podman[@]}" tag "$PYTHON_IMAGE" "$EXAMPLES_ALIAS"
   drop_old "$old" "$PYTHON_IMAGE"
   report "$PYTHON_IMAGE" "$how" "$(since "$t0")"
   report "$PYTHON_ALIAS" "tagged as the same image" "-"
+  report "$EXAMPLES_ALIAS" "tagged as the same image (the examples' python:3.11)" "-"
 }
 
 # An image with an ENTRYPOINT and a CMD of its own, on top of the python image (no RUN

@@ -175,6 +175,9 @@ pub struct ContainerSpec {
     /// Devices passed through (`--device`), e.g. GPUs.
     #[serde(default)]
     pub devices: Vec<String>,
+    /// The working directory; `None`: the image's WORKDIR.
+    #[serde(default)]
+    pub workdir: Option<String>,
 }
 
 /// The replica's container name: `trainyard-<job>-<attempt>-<replica>-<restart>-<hash of
@@ -248,6 +251,9 @@ pub fn run_args(c: &ContainerSpec, cgroup_parent: Option<&str>, env_file: &Path,
     }
     if let Some((soft, hard)) = c.nofile {
         push(format!("--ulimit=nofile={soft}:{hard}"));
+    }
+    if let Some(w) = &c.workdir {
+        push(format!("--workdir={w}"));
     }
     for d in &c.devices {
         push(format!("--device={d}"));
@@ -369,6 +375,7 @@ mod tests {
             pids_max: Some(4096),
             nofile: Some((1024, 4096)),
             devices: vec![],
+            workdir: None,
         }
     }
 

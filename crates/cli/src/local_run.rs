@@ -69,6 +69,14 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     // One user's own job in the foreground: it runs as that user.
     cfg.replicas.uid_range = None;
     cfg.replicas.insecure_shared_user = true;
+    // In a container, as the known CLI's local-run: the job file's directory is there, at
+    // its own path, and is the working directory (so `command: [python3, train.py]` runs).
+    cfg.containers.mounts.push(trainyard_backend::container::Mount {
+        source: job_dir.clone(),
+        target: job_dir.display().to_string(),
+        read_only: false,
+    });
+    cfg.containers.workdir = Some(job_dir.display().to_string());
     let engine = trainyard_server::start(cfg, crate::shim_command()?, job_dir, roots)?;
 
     let (reply, rx) = tokio::sync::oneshot::channel();

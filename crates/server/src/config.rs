@@ -102,6 +102,9 @@ pub struct Containers {
     pub runtime: Option<String>,
     pub program: Option<PathBuf>,
     pub mounts: Vec<trainyard_backend::container::Mount>,
+    /// The containers' working directory (`local-run`: the job file's directory, mounted);
+    /// `None`: the image's WORKDIR.
+    pub workdir: Option<String>,
 }
 
 /// `[replicas]`: the identity of replicas' programs.
@@ -713,6 +716,7 @@ impl Config {
                 runtime: c.runtime.clone(),
                 program: c.program.clone(),
                 mounts: c.mounts.iter().filter_map(|m| parse_mount(m).ok()).collect(),
+                workdir: None,
             },
             None => Containers::default(),
         };

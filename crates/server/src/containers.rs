@@ -15,6 +15,8 @@ pub struct ContainerEngine {
     pub engine: Engine,
     /// `[containers] mounts`, for every container.
     pub mounts: Vec<Mount>,
+    /// The containers' working directory, when not the image's.
+    pub workdir: Option<String>,
     pub info: EngineInfo,
 }
 
@@ -47,7 +49,9 @@ pub fn resolve(cfg: &Config) -> Result<Option<ContainerEngine>, String> {
         tracing::info!("containers: none ({source} = \"none\"): imageUri is recorded, replicas run as host processes");
         return Ok(None);
     }
-    for m in &c.mounts {
+    // The configured mounts (local-run's job directory, its working directory, is the
+    // user's own).
+    for m in c.mounts.iter().filter(|m| c.workdir.as_deref() != Some(m.target.as_str())) {
         if m.source.starts_with(&cfg.data_dir) || cfg.data_dir.starts_with(&m.source) || cfg.storage_root.starts_with(&m.source) {
             return Err(format!(
                 "[containers] mounts: {} must not be, hold or be inside the data directory or the storage root",
@@ -99,7 +103,7 @@ pub fn resolve(cfg: &Config) -> Result<Option<ContainerEngine>, String> {
         engine.pull.as_str(),
         c.containers_conf.as_ref().map(|p| format!(", containers.conf {}", p.display())).unwrap_or_default()
     );
-    Ok(Some(ContainerEngine { engine, mounts: c.mounts.clone(), info }))
+    Ok(Some(ContainerEngine { engine, mounts: c.mounts.clone(), workdir: c.workdir.clone(), info }))
 }
 
 fn absolute(p: &Path) -> PathBuf {

@@ -319,6 +319,7 @@ pub(super) fn launch_plan(
             pids_max: Some(svc.cfg.replicas.pids_max),
             nofile: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok(),
             devices: Vec::new(),
+            workdir: ce.workdir.clone(),
         };
         match (&pool.container_spec, &pool.python_package_spec) {
             (Some(c), _) => {
