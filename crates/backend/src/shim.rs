@@ -447,8 +447,10 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
 
     // In a container: whether the container still exists (it does once it was created),
     // then the container removed with everything in it.
+    let engine_status = libc::WIFEXITED(wait_status).then(|| libc::WEXITSTATUS(wait_status));
     let container_existed = spec.container.as_ref().map(|c| {
-        let existed = c.engine.output(["container", "exists", &c.name]).is_ok();
+        // Asked only when the status may be the engine's (125-127): it costs a podman run.
+        let existed = !matches!(engine_status, Some(125..=127)) || c.engine.output(["container", "exists", &c.name]).is_ok();
         if let Err(e) = c.engine.remove(&c.name) {
             diag(format_args!("cannot remove the container {}: {e}", c.name));
         }

@@ -222,7 +222,8 @@ fn a_broken_containers_table_is_refused_at_start() {
     }
 }
 
-/// `local-run` runs the job in its image, in the foreground.
+/// `local-run` runs the job in its image, in the foreground, with the job file's
+/// directory as the working directory.
 #[test]
 fn local_run_runs_the_job_in_its_image() {
     if !enabled() {
@@ -248,5 +249,8 @@ fn local_run_runs_the_job_in_its_image() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("in the image /app") || stderr.contains("in the image /app"), "{stdout}\n{stderr}");
+    // In the image (it has /app, the host does not), in the job file's directory.
+    assert!(!std::path::Path::new("/app").exists(), "this test needs a host without /app");
+    let want = format!("in the image {}", dir.path().display());
+    assert!(stdout.contains(&want) || stderr.contains(&want), "{want:?} in {stdout}\n{stderr}");
 }

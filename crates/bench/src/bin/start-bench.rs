@@ -14,6 +14,13 @@
 //!     `started.json` and -> the program's first line, against a bare spawn.
 //! (c) A gang: 8 replicas against 1, HTTP create -> the last replica's first line; and
 //!     the local backend alone (`Backend::launch` of 8 runs against 1, no server).
+//! (d) With `--containers IMAGE`, instead of (a) to (c): a replica in a container, a
+//!     server with `[containers] engine = "podman"` (`pull = "never"`) against a bare
+//!     `podman run --rm` of the same image and program by the bench, and beside them the
+//!     same program as a host process (a server with no engine, and a bare spawn). The
+//!     program is `python3 -c "print('first', flush=True)"`, which prints no time: its
+//!     first line is when a reader had it (the bench from the pipe; the shim, whose
+//!     `time` the log entry carries).
 //!
 //! Only ratios and differences within one run mean anything on a shared machine; no
 //! figure is checked against a threshold.
@@ -34,6 +41,7 @@ use trainyard_core::RunId;
 const USAGE: &str = "\
 usage: start-bench [--n N] [--eight N] [--warmup N] [--server-bin PATH]... [--shim PATH]...
                    [--python PATH] [--cgroup-v2 DIR] [--quick] [--keep] [--only a|b|c]
+                   [--containers IMAGE]
 
   --n N           samples of each single-replica measurement (default 30)
   --eight N       samples of the 8-replica measurements (default 15)
@@ -49,6 +57,9 @@ usage: start-bench [--n N] [--eight N] [--warmup N] [--server-bin PATH]... [--sh
                   hierarchy (made if missing), without a memory limit, instead of the
                   memory cgroup the server would use
   --only X        run only part a, b or c
+  --containers I  run part (d) only, in the image I (e.g. localhost/trainyard/python:test,
+                  with python3, on the host already: pull = \"never\"): bare `podman run`
+                  against a server in container mode and one in host mode; --n samples
   --quick         --n 5 --eight 3 --warmup 1 (a smoke test, not a measurement)
   --keep          keep the temporary directory and print its path
 
@@ -65,12 +76,14 @@ struct Opts {
     cgroup_v2: Option<PathBuf>,
     only: Option<char>,
     keep: bool,
+    /// Part (d) only, in this image.
+    containers: Option<String>,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
         let mut o =
-            Opts { n: 30, eight: 15, warmup: 3, server_bins: Vec::new(), shims: Vec::new(), python: None, cgroup_v2: None, only: None, keep: false };
+            Opts { n: 30, eight: 15, warmup: 3, server_bins: Vec::new(), shims: Vec::new(), python: None, cgroup_v2: None, only: None, keep: false, containers: None };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| -> Result<String> { it.next().cloned().ok_or_else(|| anyhow!("{name} needs a value")) };
@@ -95,6 +108,7 @@ impl Opts {
                     o.warmup = 1;
                 }
                 "--keep" => o.keep = true,
+                "--containers" => o.containers = Some(value("--containers")?),
                 "-h" | "--help" => return Ok(None),
                 other => bail!("unknown argument {other:?}"),
             }
@@ -102,11 +116,15 @@ impl Opts {
         if o.n == 0 || o.eight == 0 {
             bail!("--n and --eight must be at least 1");
         }
+        if o.containers.is_some() && o.only.is_some() {
+            bail!("--containers runs part (d) only: no --only with it");
+        }
         Ok(Some(o))
     }
 
+    /// Parts a, b and c; none of them with `--containers`.
     fn part(&self, p: char) -> bool {
-        self.only.is_none_or(|o| o == p)
+        self.containers.is_none() && self.only.is_none_or(|o| o == p)
     }
 }
 
@@ -452,13 +470,23 @@ fn agent() -> ureq::Agent {
 }
 
 impl Server {
+    /// A server whose replicas run as host processes.
     fn start(exe: &Path, dir: &Path) -> Result<Server> {
+        Server::start_with(exe, dir, "")
+    }
+
+    /// `extra` is appended to the config; without a `[containers]` table in it, replicas
+    /// run as host processes.
+    fn start_with(exe: &Path, dir: &Path, extra: &str) -> Result<Server> {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("trainyard.toml"), CONFIG)?;
+        std::fs::write(dir.join("trainyard.toml"), format!("{CONFIG}{extra}"))?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(exe)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .env("TRAINYARD_CONTAINER_ENGINE", "none")
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"]);
+        if !extra.contains("[containers]") {
+            cmd.env("TRAINYARD_CONTAINER_ENGINE", "none");
+        }
+        let child = cmd
             .arg(dir.join("trainyard.toml"))
             .arg("--data-dir")
             .arg(dir.join("data"))
@@ -491,13 +519,18 @@ impl Server {
 }
 
 fn job_body(p: &Program, pools: &[u32]) -> String {
+    job_body_in(p, pools, "local/bench")
+}
+
+/// A job of `p` in `image` (which a server with no container engine records only).
+fn job_body_in(p: &Program, pools: &[u32], image: &str) -> String {
     let pools: Vec<serde_json::Value> = pools
         .iter()
         .map(|&count| {
             serde_json::json!({
                 "machineSpec": {"machineType": "n1-standard-4"},
                 "replicaCount": count.to_string(),
-                "containerSpec": {"imageUri": "local/bench", "command": p.argv},
+                "containerSpec": {"imageUri": image, "command": p.argv},
             })
         })
         .collect();
@@ -527,7 +560,10 @@ struct HttpSample {
     replied: i64,
     created: i64,
     running: Option<i64>,
-    /// The programs' own first lines, one per replica.
+    /// The job's endTime.
+    ended: Option<i64>,
+    /// The programs' own first lines, one per replica: the time the program printed, or
+    /// for a program that prints none, the log entry's (when the shim read the line).
     firsts: Vec<i64>,
     /// When the last first line reached the bench through `logs?follow=true`.
     seen: i64,
@@ -539,7 +575,8 @@ struct HttpSample {
 }
 
 /// POST a job, follow its logs until every replica printed its line, wait until it ended.
-fn http_once(server: &Server, body: &str, replicas: usize, cancel: bool) -> Result<HttpSample> {
+/// `stamped`: the programs print their start time (else the log entries' times count).
+fn http_once(server: &Server, body: &str, replicas: usize, cancel: bool, stamped: bool) -> Result<HttpSample> {
     let mut lost_lines = 0;
     let url = format!("{}{PROJECT_PATH}", server.base);
     let sent = now_ns();
@@ -570,7 +607,12 @@ fn http_once(server: &Server, body: &str, replicas: usize, cancel: bool) -> Resu
         if !seen_replicas.insert(replica) {
             return Ok(false);
         }
-        firsts.push(parse_ns(e.get("text").and_then(|t| t.as_str()).unwrap_or_default())?);
+        firsts.push(if stamped {
+            parse_ns(e.get("text").and_then(|t| t.as_str()).unwrap_or_default())?
+        } else {
+            let time = e.get("time").and_then(|t| t.as_str()).unwrap_or_default();
+            trainyard_api::Timestamp::parse_rfc3339(time).map_err(|_| anyhow!("log entry time {time:?}"))?.micros() * 1000
+        });
         Ok(true)
     };
     let mut ended_early = false;
@@ -596,7 +638,14 @@ fn http_once(server: &Server, body: &str, replicas: usize, cancel: bool) -> Resu
         }
         seen = now_ns();
         if seen_replicas.len() < replicas {
-            bail!("job {id}: only {} of {replicas} replicas printed", seen_replicas.len());
+            // Why, if the job said (a replica that cannot run as the project's user, an
+            // image that is not on the host).
+            let why = server
+                .get_json(&format!("{PROJECT_PATH}/{id}"))
+                .ok()
+                .and_then(|j| j.pointer("/error/message").and_then(|m| m.as_str()).map(|m| format!(": {m}")))
+                .unwrap_or_default();
+            bail!("job {id}: only {} of {replicas} replicas printed{why}", seen_replicas.len());
         }
     }
     if cancel {
@@ -630,7 +679,230 @@ fn http_once(server: &Server, body: &str, replicas: usize, cancel: bool) -> Resu
             exec = Some(exec.unwrap_or(i64::MIN).max(st.time_micros * 1000));
         }
     }
-    Ok(HttpSample { sent, replied, created, running: micros_of(&job, "startTime").map(|m| m * 1000), firsts, seen, lost_lines, exec })
+    Ok(HttpSample {
+        sent,
+        replied,
+        created,
+        running: micros_of(&job, "startTime").map(|m| m * 1000),
+        ended: micros_of(&job, "endTime").map(|m| m * 1000),
+        firsts,
+        seen,
+        lost_lines,
+        exec,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// (d) a replica in a container, against a bare `podman run`
+
+/// The program of part (d); its line is not a time.
+const FIRST_LINE: &str = "first";
+
+fn first_program(python: &str) -> Program {
+    Program { name: "python-first", argv: vec![python.to_string(), "-c".into(), format!("print('{FIRST_LINE}', flush=True)")] }
+}
+
+/// The bare `podman run` of part (d), before the image: the ulimits are the engine's
+/// defaults lowered to what root without CAP_SYS_RESOURCE may set.
+const PODMAN_RUN: &[&str] = &["run", "--rm", "--network=host", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"];
+
+/// `[containers]` of the container-mode server of part (d).
+const CONTAINERS_CONFIG: &str = "\n[containers]\nengine = \"podman\"\npull = \"never\"\n";
+
+/// Spawns `cmd`, whose first stdout line must be `expect`: (spawn -> the line read from
+/// the pipe, spawn -> the process reaped), in ms.
+fn first_line_and_exit(mut cmd: Command, expect: &str) -> Result<(f64, f64)> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let t0 = now_ns();
+    let mut child = cmd.spawn().with_context(|| format!("spawning {:?}", cmd.get_program()))?;
+    let mut line = String::new();
+    let mut t_line = t0;
+    if let Some(out) = child.stdout.take() {
+        let mut reader = BufReader::new(out);
+        reader.read_line(&mut line)?;
+        t_line = now_ns();
+        // To the end, so that nothing it writes later meets a closed pipe.
+        std::io::copy(&mut reader, &mut std::io::sink())?;
+    }
+    let status = child.wait()?;
+    let t_exit = now_ns();
+    if line.trim_end() != expect || !status.success() {
+        bail!("{:?} printed {line:?} and exited with {status}", cmd.get_program());
+    }
+    Ok((ms(t0, t_line), ms(t0, t_exit)))
+}
+
+/// A figure of part (d) in each of its four columns (`None`: none there).
+struct DRow {
+    label: &'static str,
+    podman: Option<Vec<f64>>,
+    container: Option<Vec<f64>>,
+    host: Option<Vec<f64>>,
+    bare_host: Option<Vec<f64>>,
+}
+
+fn print_d_table(title: &str, rows: &[DRow]) {
+    let pair = |v: &Option<Vec<f64>>| match v {
+        Some(v) => {
+            let s = stats(v);
+            format!("{:>8.1} {:>8.1}", s.p50, s.p90)
+        }
+        None => format!("{:>8} {:>8}", "-", "-"),
+    };
+    println!("{title}");
+    println!(
+        "  {:<46} {:>17}   {:>17}   {:>21}   {:>17}   {:>17}",
+        "", "bare podman run", "trainyard container", "container / podman", "trainyard host", "bare host spawn"
+    );
+    println!(
+        "  {:<46} {:>8} {:>8}   {:>8} {:>8}   {:>6} {:>6} {:>7}   {:>8} {:>8}   {:>8} {:>8}",
+        "(ms)", "p50", "p90", "p50", "p90", "p50", "p90", "p50-Δ", "p50", "p90", "p50", "p90"
+    );
+    for r in rows {
+        let ratio = match (&r.podman, &r.container) {
+            (Some(b), Some(c)) => {
+                let (b, c) = (stats(b), stats(c));
+                format!("{:>5.2}x {:>5.2}x {:>+7.1}", c.p50 / b.p50, c.p90 / b.p90, c.p50 - b.p50)
+            }
+            _ => format!("{:>6} {:>6} {:>7}", "", "", ""),
+        };
+        println!("  {:<46} {}   {}   {}   {}   {}", r.label, pair(&r.podman), pair(&r.container), ratio, pair(&r.host), pair(&r.bare_host));
+    }
+    let n = rows.iter().flat_map(|r| [&r.podman, &r.container, &r.host, &r.bare_host]).flatten().map(|v| v.len()).max().unwrap_or(0);
+    println!("  N = {n} each (a trainyard figure without a follow-stream sample is left out of that row)");
+    println!();
+}
+
+/// Part (d): per sample, in an order that rotates: a bare `podman run` of the image, a
+/// job in it on a server in container mode, the same program as a host-process job on a
+/// server without an engine, and a bare spawn of it.
+fn containers_part(o: &Opts, image: &str, server_bin: &Path, python: &Path, tmp: &Path) -> Result<()> {
+    eprintln!("[start-bench] (d) starting {} in host mode and in container mode", server_bin.display());
+    let host_server = Server::start(server_bin, &tmp.join("server-host"))?;
+    let container_server = Server::start_with(server_bin, &tmp.join("server-containers"), CONTAINERS_CONFIG)?;
+    let in_image = first_program("python3");
+    let on_host = first_program(&python.display().to_string());
+    let container_body = job_body_in(&in_image, &[1], image);
+    let host_body = job_body(&on_host, &[1]);
+    let podman_cmd = || {
+        let mut cmd = Command::new("podman");
+        cmd.args(PODMAN_RUN).arg(image).args(&in_image.argv);
+        cmd
+    };
+    let host_cmd = || {
+        let mut cmd = Command::new(&on_host.argv[0]);
+        cmd.args(&on_host.argv[1..]);
+        cmd
+    };
+    eprintln!("[start-bench] (d) {} + {} samples of each, interleaved", o.warmup, o.n);
+    let (mut podman, mut bare_host) = (Vec::new(), Vec::new());
+    let (mut container, mut host) = (Vec::new(), Vec::new());
+    for i in 0..(o.warmup + o.n) {
+        let keep = i >= o.warmup;
+        for j in 0..4 {
+            std::thread::sleep(GAP);
+            match (i + j) % 4 {
+                0 => {
+                    let s = first_line_and_exit(podman_cmd(), FIRST_LINE)?;
+                    if keep {
+                        podman.push(s);
+                    }
+                }
+                1 => {
+                    let s = http_once(&container_server, &container_body, 1, false, false)?;
+                    if keep {
+                        container.push(s);
+                    }
+                }
+                2 => {
+                    let s = http_once(&host_server, &host_body, 1, false, false)?;
+                    if keep {
+                        host.push(s);
+                    }
+                }
+                _ => {
+                    let s = first_line_and_exit(host_cmd(), FIRST_LINE)?;
+                    if keep {
+                        bare_host.push(s);
+                    }
+                }
+            }
+        }
+    }
+    drop((host_server, container_server));
+
+    let bare_col = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| Some(v.iter().map(f).collect::<Vec<f64>>());
+    let http_col = |v: &[HttpSample], f: &dyn Fn(&HttpSample) -> Option<f64>| Some(v.iter().filter_map(f).collect::<Vec<f64>>());
+    let to_running = |s: &HttpSample| s.running.map(|r| ms(s.sent, r));
+    let to_line = |s: &HttpSample| Some(ms(s.sent, s.firsts[0]));
+    let to_seen = |s: &HttpSample| (s.lost_lines == 0).then(|| ms(s.sent, s.seen));
+    let to_end = |s: &HttpSample| s.ended.map(|e| ms(s.sent, e));
+    let rows = [
+        DRow {
+            label: "start -> RUNNING (the job's startTime)",
+            podman: None,
+            container: http_col(&container, &to_running),
+            host: http_col(&host, &to_running),
+            bare_host: None,
+        },
+        DRow {
+            label: "start -> first line read from the pipe",
+            podman: bare_col(&podman, |s| s.0),
+            container: http_col(&container, &to_line),
+            host: http_col(&host, &to_line),
+            bare_host: bare_col(&bare_host, |s| s.0),
+        },
+        DRow {
+            label: "start -> first line received via logs?follow",
+            podman: None,
+            container: http_col(&container, &to_seen),
+            host: http_col(&host, &to_seen),
+            bare_host: None,
+        },
+        DRow {
+            label: "start -> exit (bare) / endTime (SUCCEEDED)",
+            podman: bare_col(&podman, |s| s.1),
+            container: http_col(&container, &to_end),
+            host: http_col(&host, &to_end),
+            bare_host: bare_col(&bare_host, |s| s.1),
+        },
+    ];
+    print_d_table(
+        &format!(
+            "(d) containers: `python3 -c \"print('first', flush=True)\"` in {image}; start = spawn (bare) or POST sent (trainyard)\n    \
+             bare podman run = `podman {} {image} python3 -c ...`; trainyard host = the same program as a host process\n    \
+             the line as trainyard read it = the log entry's time (the shim read it from the pipe)",
+            PODMAN_RUN.join(" ")
+        ),
+        &rows,
+    );
+
+    // Where the time goes: before the shim exec'd the engine client (or the program),
+    // and after.
+    let podman_line: Vec<f64> = podman.iter().map(|s| s.0).collect();
+    let podman_tail: Vec<f64> = podman.iter().map(|s| s.1 - s.0).collect();
+    let mut rows = vec![
+        row("bare podman run: spawn -> first line (BASE of podman's part)", &podman_line, None),
+        row("bare podman run: first line -> exit (BASE of the end)", &podman_tail, None),
+    ];
+    for (label, samples) in [("trainyard container", &container), ("trainyard host", &host)] {
+        let col = |f: &dyn Fn(&HttpSample) -> Option<f64>| samples.iter().filter_map(f).collect::<Vec<f64>>();
+        let base = |b| if label == "trainyard container" { Some(b) } else { None };
+        rows.extend([
+            row(format!("{label}: POST sent -> reply received"), &col(&|s| Some(ms(s.sent, s.replied))), None),
+            row(format!("{label}: POST sent -> createTime"), &col(&|s| Some(ms(s.sent, s.created))), None),
+            row(format!("{label}: createTime -> startTime (RUNNING)"), &col(&|s| s.running.map(|r| ms(s.created, r))), None),
+            row(format!("{label}: createTime -> started.json (shim exec'd)"), &col(&|s| s.exec.map(|x| ms(s.created, x))), None),
+            row(
+                format!("{label}: started.json -> first line read by the shim"),
+                &col(&|s| s.exec.map(|x| ms(x, s.firsts[0]))),
+                base(podman_line.as_slice()),
+            ),
+            row(format!("{label}: first line -> endTime"), &col(&|s| s.ended.map(|e| ms(s.firsts[0], e))), base(podman_tail.as_slice())),
+        ]);
+    }
+    print_rows("(d') where the time goes (started.json: the shim exec'd `podman run` in container mode, the program in host mode)", &rows);
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -712,6 +984,13 @@ fn run(o: &Opts) -> Result<()> {
     // Dirty pages (a binary just built) are written back now, not during the run.
     // SAFETY: sync(2) has no memory effects.
     unsafe { libc::sync() };
+
+    if let Some(image) = &o.containers {
+        if server_bins.len() > 1 {
+            println!("  (d) measures the first server only: {}\n", server_bin.display());
+        }
+        containers_part(o, image, &server_bin, &python, tmp.path())?;
+    }
 
     if o.part('b') {
         eprintln!("[start-bench] (b) the shim alone");
@@ -821,7 +1100,7 @@ fn run(o: &Opts) -> Result<()> {
                     }
                     for j in 0..servers.len() {
                         let k = (i + j) % servers.len();
-                        let s = http_once(&servers[k].1, &body, 1, false)?;
+                        let s = http_once(&servers[k].1, &body, 1, false, true)?;
                         if i >= o.warmup {
                             per[k].push(s);
                         }
@@ -871,8 +1150,8 @@ fn run(o: &Opts) -> Result<()> {
                 }
                 for j in 0..servers.len() {
                     let k = (i + j) % servers.len();
-                    let a = http_once(&servers[k].1, &one, 1, true)?;
-                    let b = http_once(&servers[k].1, &eight, 8, true)?;
+                    let a = http_once(&servers[k].1, &one, 1, true, true)?;
+                    let b = http_once(&servers[k].1, &eight, 8, true, true)?;
                     if i >= o.warmup {
                         per[k].push((a, b));
                     }

@@ -239,6 +239,22 @@ pub(super) fn launch_plan(
         env.retain(|(n, _)| *n != k);
         env.push((k, v));
     }
+    // The replica's own GPUs, by UUID (CUDA numbers them 0.. in this order); a replica
+    // on a node with GPUs that asks for none sees none.
+    let node_has_gpus = replica.node.as_ref().is_some_and(|n| svc.gpus.contains_key(n));
+    let asks_gpus = job.demand.replicas.get(idx).is_some_and(|d| d.accelerator.is_some());
+    if node_has_gpus {
+        if asks_gpus && replica.devices.is_empty() {
+            return Err(Outcome::LaunchFailed { message: format!("no GPUs were given to replica {}", replica.name) });
+        }
+        let list = replica.devices.join(",");
+        // Empty: no device (CUDA), `void`: none (the NVIDIA container runtime).
+        let nvidia = if list.is_empty() { "void".to_string() } else { list.clone() };
+        for (k, v) in [("CUDA_VISIBLE_DEVICES", list), ("NVIDIA_VISIBLE_DEVICES", nvidia)] {
+            env.retain(|(n, _)| n != k);
+            env.push((k.to_string(), v));
+        }
+    }
     if let Some(b) = &base {
         for sub in ["model", "checkpoints", "logs"] {
             dirs.push(b.join(sub));
@@ -306,6 +322,12 @@ pub(super) fn launch_plan(
             dirs.push(ns);
         }
         mounts.extend(ce.mounts.iter().cloned());
+        // The engine resolves a relative source against its own working directory.
+        for m in &mut mounts {
+            if let Ok(abs) = std::path::absolute(&m.source) {
+                m.source = abs;
+            }
+        }
         let run_dir_abs = data_dir.join(&run_rel);
         let container = |image: &str, entrypoint: Option<Vec<String>>, args: Vec<String>, mounts: Vec<Mount>| ContainerSpec {
             engine: ce.engine.clone(),
@@ -318,7 +340,8 @@ pub(super) fn launch_plan(
             memory_limit_bytes: memory,
             pids_max: Some(svc.cfg.replicas.pids_max),
             nofile: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok(),
-            devices: Vec::new(),
+            // The NVIDIA container toolkit's CDI names (`nvidia-ctk cdi generate`).
+            devices: replica.devices.iter().map(|u| format!("nvidia.com/gpu={u}")).collect(),
             workdir: ce.workdir.clone(),
         };
         match (&pool.container_spec, &pool.python_package_spec) {
@@ -337,7 +360,8 @@ pub(super) fn launch_plan(
                     let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
                         .map_err(|e| Outcome::StartError { message: e.message })?;
                     let name = path.rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "package".into());
-                    mounts.push(Mount { source: path.path(), target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
+                    let source = std::path::absolute(path.path()).unwrap_or_else(|_| path.path());
+                    mounts.push(Mount { source, target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
                 }
                 let mut entrypoint = vec!["/bin/sh".to_string(), "-c".into(), PYTHON_PACKAGE_SCRIPT.into(), "trainyard-python".into()];
                 entrypoint.push(p.python_module.clone());
