@@ -196,6 +196,11 @@ fn delete_returns_an_operation_and_removes_logs() {
     assert_eq!((st, &again), (200, &op));
     let (st, _) = s.call("GET", &s.url(&format!("/v1/{name}")), None);
     assert_eq!(st, 404);
+    // The files go after the delete is committed (an outbox Purge), not before the reply.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while runs.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(!runs.exists(), "run directories removed");
 }
 

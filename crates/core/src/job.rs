@@ -305,6 +305,10 @@ pub struct Replica {
     /// L11: restarts for non-permanent failures within the attempt.
     pub failures: u32,
     pub state: ReplicaState,
+    /// The GPUs (UUIDs) of its node it holds, given at launch and kept across restarts on
+    /// the same node (L10, L11); empty when its node has no GPU inventory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 impl Replica {
@@ -318,6 +322,7 @@ impl Replica {
             restart: 0,
             failures: 0,
             state: ReplicaState::Idle,
+            devices: Vec::new(),
         }
     }
     pub fn is_primary(&self) -> bool {

@@ -556,6 +556,16 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
     let usable: Vec<&Node> = fleet.nodes.iter().filter(|n| n.up && n.schedulable).collect();
     let mut waiting: Vec<&Job> = jobs.iter().copied().filter(|j| j.wants_placement(now)).collect();
     waiting.sort_by_key(|j| (matches!(j.phase, Phase::Queued), j.create_time, j.id));
+    // GPUs a node has are exact capacity even here (CPU and memory are shared): what
+    // live replicas hold, by (node, accelerator type).
+    let mut gpus_used: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for j in jobs.iter().filter(|j| j.holds_capacity()) {
+        for (r, d) in j.replicas.iter().zip(&j.demand.replicas) {
+            if let (true, Some(node), Some((a, c))) = (r.state.is_live(), &r.node, &d.accelerator) {
+                *gpus_used.entry((node.clone(), a.clone())).or_insert(0) += c;
+            }
+        }
+    }
     let mut out = Vec::new();
     for job in waiting {
         let queued = matches!(job.phase, Phase::Queued);
@@ -582,6 +592,38 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
             out.push(Decision::Stockout { job: job.id, detail: stockout_detail_of(fleet) });
             continue;
         };
+        // What the job asks of the node's GPUs, by type; short: it waits.
+        let mut asks: BTreeMap<&str, u32> = BTreeMap::new();
+        for d in &job.demand.replicas {
+            if let Some((a, c)) = &d.accelerator {
+                *asks.entry(a.as_str()).or_insert(0) += c;
+            }
+        }
+        let short: Vec<String> = asks
+            .iter()
+            .filter_map(|(a, need)| {
+                let have = n.accelerators.get(*a).copied().unwrap_or(0);
+                let used = gpus_used.get(&(n.name.clone(), a.to_string())).copied().unwrap_or(0);
+                (have > 0 && have.saturating_sub(used) < *need).then(|| {
+                    let s = if *need == 1 { "" } else { "s" };
+                    format!("needs {need} {a} GPU{s} on node {}, {} of {have} free", n.name, have.saturating_sub(used))
+                })
+            })
+            .collect();
+        if !short.is_empty() {
+            out.push(Decision::Wait {
+                job: job.id,
+                kind: KIND_CAPACITY,
+                reason: format!("Waiting for GPUs: {}", short.join("; ")).into(),
+                position: None,
+            });
+            continue;
+        }
+        for (a, need) in &asks {
+            if n.accelerators.get(*a).copied().unwrap_or(0) > 0 {
+                *gpus_used.entry((n.name.clone(), a.to_string())).or_insert(0) += need;
+            }
+        }
         let mut warnings = Vec::new();
         for (r, d) in job.replicas.iter().zip(&job.demand.replicas) {
             if let Some((a, c)) = &d.accelerator {

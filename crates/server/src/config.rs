@@ -61,6 +61,8 @@ struct File {
     replicas: Option<ReplicasFile>,
     /// `[containers]`: how `imageUri` is run.
     containers: Option<ContainersFile>,
+    /// Seconds between GPU health checks (nvidia-smi); 0: none.
+    gpu_check_secs: Option<u64>,
 }
 
 /// `[containers]`: the container engine.
@@ -257,6 +259,9 @@ struct NodeFile {
     #[serde(default)]
     accelerators: BTreeMap<String, u32>,
     overcommit: Option<bool>,
+    /// The host's GPUs (UUIDs, as nvidia-smi lists them) that this node has; on the
+    /// built-in single node: only these of the discovered GPUs.
+    gpus: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -307,6 +312,10 @@ pub struct Config {
     pub replicas: Replicas,
     /// How images are run (`[containers]`).
     pub containers: Containers,
+    /// Nodes' GPUs by UUID (`gpus = [...]`), to be found by discovery at start.
+    pub node_gpus: BTreeMap<String, Vec<String>>,
+    /// Seconds between GPU health checks; 0: none.
+    pub gpu_check_secs: u64,
 }
 
 fn host_cpus() -> u32 {
@@ -720,7 +729,17 @@ impl Config {
             },
             None => Containers::default(),
         };
+        let node_gpus: BTreeMap<String, Vec<String>> = if many {
+            file.nodes
+                .iter()
+                .filter_map(|n| Some((n.name.as_ref()?.get_ref().clone(), n.gpus.clone()?)))
+                .collect()
+        } else {
+            file.node.as_ref().and_then(|n| n.gpus.clone()).map(|g| (nodes[0].name.clone(), g)).into_iter().collect()
+        };
         Config {
+            gpu_check_secs: file.gpu_check_secs.unwrap_or(10),
+            node_gpus,
             containers,
             replicas,
             listen: file.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),

@@ -87,6 +87,26 @@ pub fn prepare(
     if let Some((nf, detail)) = fleet.never_fits(&demand.replicas) {
         return Err(ApiError::invalid_argument(never_fit_message(&placed_pools, nf, &detail)));
     }
+    // The overcommitting default shares CPU and memory, never GPUs: a job that asks for
+    // more GPUs of a type than the node with most of them has could never run (a type no
+    // node has runs without, with a warning).
+    if fleet.overcommit {
+        let mut asks: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for d in &demand.replicas {
+            if let Some((a, c)) = &d.accelerator {
+                *asks.entry(a.as_str()).or_insert(0) += *c as u64;
+            }
+        }
+        for (a, need) in asks {
+            let best = fleet.nodes.iter().map(|n| (n.accelerators.get(a).copied().unwrap_or(0), n.name.as_str())).max();
+            if let Some((have, node)) = best.filter(|(have, _)| *have > 0 && need > *have as u64) {
+                return Err(ApiError::invalid_argument(format!(
+                    "jobSpec.workerPoolSpecs: the job asks for {need} {a} GPUs in all, and the largest node, {node}, has {have}: \
+                     its replicas run on one node here"
+                )));
+            }
+        }
+    }
     // L4: a request above the limit could never run.
     let exceeded = quotas.exceeded_by(project, &demand.metrics);
     if !exceeded.is_empty() {

@@ -8,6 +8,7 @@ pub mod datadir;
 pub mod driver;
 pub mod executor;
 pub mod health;
+pub mod gpus;
 pub mod identity;
 pub mod http;
 pub mod jobspec;
@@ -54,6 +55,9 @@ pub enum StartError {
     /// `[containers]` cannot be had as configured.
     #[error("{0}")]
     Containers(String),
+    /// A node's `gpus` cannot be found on this host.
+    #[error("GPUs: {0}")]
+    Gpus(String),
 }
 
 /// Environment variables passed on from the server to every replica's program.
@@ -79,7 +83,7 @@ pub struct Engine {
 /// detect cgroups, recover live jobs (L23), and run the driver on its own thread.
 /// `shim_command` starts a shim (e.g. `[current_exe, "shim"]`).
 pub fn start(
-    cfg: Config,
+    mut cfg: Config,
     shim_command: Vec<OsString>,
     workdir: PathBuf,
     output_roots: Vec<PathBuf>,
@@ -151,6 +155,19 @@ pub fn start(
         tracing::info!("backend: {description}");
     }
     let containers = containers::resolve(&cfg).map_err(StartError::Containers)?;
+    // GPUs of this host (the local backend; on Slurm, Slurm's gres assigns them).
+    let gpus = match &cfg.backend {
+        config::BackendChoice::Local => {
+            let found = gpus::discover();
+            match &found {
+                gpus::Discovery::NoDriver => tracing::info!("GPUs: none (no nvidia-smi on PATH)"),
+                gpus::Discovery::Found(inv) if inv.gpus.is_empty() => tracing::info!("GPUs: none (nvidia-smi lists none)"),
+                _ => {}
+            }
+            gpus::apply(&found, &mut cfg.fleet, &cfg.node_gpus, !cfg.node_agents).map_err(StartError::Gpus)?
+        }
+        config::BackendChoice::Slurm(_) => Default::default(),
+    };
     let store_path = cfg.data_dir.join("trainyard.db");
     let store = Store::open(&store_path)?;
     let base_env = PASSED_ENV
@@ -158,6 +175,7 @@ pub fn start(
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     let services = Arc::new(Services {
+        gpus,
         containers,
         node_agent,
         catalog: cfg.catalog.clone(),
@@ -168,6 +186,20 @@ pub fn start(
         cfg,
     });
     let (mut driver, tx) = Driver::new(Arc::clone(&services), store);
+    if !services.gpus.is_empty() && services.cfg.gpu_check_secs > 0 {
+        let every = std::time::Duration::from_secs(services.cfg.gpu_check_secs);
+        let tx = tx.clone();
+        // nvidia-smi may take a while: never on the driver's thread.
+        let spawned = std::thread::Builder::new().name("gpu-health".into()).spawn(move || loop {
+            std::thread::sleep(every);
+            if tx.send(Msg::GpusSeen(gpus::present())).is_err() {
+                return;
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("GPUs: no health check: cannot start its thread: {e}");
+        }
+    }
     driver.recover()?;
     let waiting = driver.waiting_view();
     let health = driver.health();

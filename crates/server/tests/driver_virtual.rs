@@ -160,6 +160,7 @@ impl Harness {
             base_env: vec![],
             node_agent: None,
         containers: None,
+        gpus: Default::default(),
             cfg,
         });
         let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));

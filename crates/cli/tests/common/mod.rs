@@ -24,6 +24,8 @@ pub struct Server {
     /// In container mode, the data directory's own temporary directory: the test's
     /// directory is mounted into the containers, and the data directory may not be.
     data_tmp: Option<tempfile::TempDir>,
+    /// Extra environment of the server process (e.g. a PATH with a fake nvidia-smi).
+    pub env: Vec<(String, String)>,
 }
 
 /// Is `TRAINYARD_TEST_CONTAINERS=podman` asked for: every replica of the tests runs in
@@ -188,7 +190,7 @@ impl Server {
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
         let data = data_tmp.as_ref().map(|t| t.path().join("data"));
-        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp }
+        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp, env: Vec::new() }
     }
 
     /// Before the first `spawn`: keep the data in `data` instead of `<dir>/data`.
@@ -260,6 +262,7 @@ impl Server {
             .env_remove("TRAINYARD_CONFIG")
             // Host processes unless the config says otherwise (container mode does).
             .env("TRAINYARD_CONTAINER_ENGINE", "none")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("--data-dir")
             .arg(self.data_dir())
             .current_dir(self.dir.path())

@@ -96,10 +96,13 @@ impl Driver {
                 "replica": live.job.replicas[*i].name,
             }));
         }
+        let missing = self.gpus_missing.get(&n.name).map(|m| m.len()).unwrap_or(0);
         let state = if !n.up {
             "DOWN"
         } else if !n.schedulable {
             "DRAINED"
+        } else if missing > 0 {
+            "DEGRADED"
         } else {
             "UP"
         };
@@ -112,7 +115,46 @@ impl Driver {
             "allocated": {"cpus": cpus, "memoryBytes": memory.to_string(), "accelerators": accel},
             "overcommit": self.fleet.overcommit,
             "replicas": replicas,
+            "gpus": self.gpu_view(&n.name),
+            "degradedReason": (missing > 0).then(|| format!("{missing} GPU(s) gone from nvidia-smi (see gpus[].state)")),
         })
+    }
+
+    /// The node's GPUs, each with the replica that holds it.
+    fn gpu_view(&self, node: &str) -> Vec<serde_json::Value> {
+        let Some(inv) = self.svc.gpus.get(node) else { return Vec::new() };
+        inv.gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let holder = self.jobs.values().find_map(|live| {
+                    live.job
+                        .replicas
+                        .iter()
+                        .find(|r| r.state.is_live() && r.node.as_deref() == Some(node) && r.devices.contains(&g.uuid))
+                        .map(|r| serde_json::json!({"job": job_name(&live.job.project, &live.job.region, live.job.id), "replica": r.name}))
+                });
+                let links: BTreeMap<String, String> = inv
+                    .gpus
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(j, o)| (o.index.to_string(), inv.link(i, j).text()))
+                    .collect();
+                let missing = self.gpus_missing.get(node).is_some_and(|m| m.contains(&g.uuid));
+                serde_json::json!({
+                    "index": g.index,
+                    "uuid": g.uuid,
+                    "model": g.name,
+                    "acceleratorType": g.accelerator,
+                    "memoryMib": g.memory_mib,
+                    "pciBusId": g.pci_bus_id,
+                    "links": links,
+                    "state": if missing { "MISSING" } else { "OK" },
+                    "heldBy": holder,
+                })
+            })
+            .collect()
     }
 
     /// Limit, in use and queued demand per project and metric.

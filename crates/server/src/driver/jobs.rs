@@ -213,13 +213,14 @@ impl Driver {
     /// inner one a refused command.
     pub(super) fn apply(&mut self, id: u64, event: Event, now: Micros) -> Result<Result<(), Rejected>, StoreError> {
         let Some(live) = self.jobs.get(&id) else { return Ok(Ok(())) };
-        let t = match step(&live.job, event, now, &self.svc.cfg.settings) {
+        let mut t = match step(&live.job, event, now, &self.svc.cfg.settings) {
             Ok(t) => t,
             Err(r) => return Ok(Err(r)),
         };
         if !t.changed {
             return Ok(Ok(()));
         }
+        self.assign_gpus(&mut t.job, &mut t.effects);
         // L23: durable before anything is reported or done.
         let outbox = Driver::timed(&self.metrics, "commit", || self.store.commit(&t.job, &t.effects, now))?;
         self.install(id, t.job);

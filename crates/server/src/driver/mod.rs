@@ -4,6 +4,7 @@
 //! then carry the effects out. No lock is shared with the handlers.
 
 mod fleet;
+mod gpus;
 mod jobs;
 mod launch;
 mod stops;
@@ -51,6 +52,8 @@ pub enum Msg {
     Admin { req: Admin, reply: Reply<serde_json::Value> },
     /// L9: a node stopped answering (its agent is gone).
     NodeLost(String),
+    /// The GPU health check: the UUIDs nvidia-smi lists now, or why it failed.
+    GpusSeen(Result<Vec<String>, String>),
     /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
@@ -96,6 +99,8 @@ pub struct Services {
     pub node_agent: Option<Vec<std::ffi::OsString>>,
     /// The engine replicas with an image run in; `None`: host processes.
     pub containers: Option<crate::containers::ContainerEngine>,
+    /// The GPU inventory of each node that has one (discovered at start).
+    pub gpus: BTreeMap<String, trainyard_core::gpu::Inventory>,
 }
 
 struct Live {
@@ -151,6 +156,8 @@ pub struct Driver {
     exec: Arc<dyn Executor>,
     /// Stops in flight, until their runs are seen gone (L20).
     stops: HashMap<RunId, stops::StopTrack>,
+    /// GPUs of a node's inventory that nvidia-smi no longer lists (the node is degraded).
+    gpus_missing: BTreeMap<String, BTreeSet<String>>,
     clock: Arc<dyn Clock>,
     /// Liveness for `/healthz` and the API.
     health: Arc<Health>,
@@ -287,7 +294,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
-        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) => {}
+        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) => {}
     }
     Flow::Continue
 }
@@ -340,6 +347,7 @@ impl Driver {
             engine_reasons: HashMap::new(),
             exec,
             stops: HashMap::new(),
+            gpus_missing: BTreeMap::new(),
             clock,
             health: Arc::new(Health::default()),
             watched_nodes: HashSet::new(),
@@ -715,6 +723,7 @@ impl Driver {
                 self.watched_nodes.remove(&node);
                 self.lose_node(&node, now)?
             }
+            Msg::GpusSeen(present) => self.gpus_seen(present, now)?,
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
                 let _ = reply.send(r);

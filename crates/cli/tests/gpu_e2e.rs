@@ -1,0 +1,250 @@
+//! GPUs, driven by a fake `nvidia-smi` on the server's PATH (4 x A100, NVLink pairs
+//! (0,1) and (2,3)): discovery, exclusive assignment by UUID, topology-aware choice,
+//! waiting for GPUs, restarts that keep their devices (L10), GPUs that vanish (L9), a
+//! failing nvidia-smi, and the refusal of a job no node could hold.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const UUIDS: [&str; 4] = [
+    "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+    "GPU-aaaaaaaa-0000-0000-0000-000000000001",
+    "GPU-aaaaaaaa-0000-0000-0000-000000000002",
+    "GPU-aaaaaaaa-0000-0000-0000-000000000003",
+];
+
+fn devices_csv(present: &[usize]) -> String {
+    present
+        .iter()
+        .map(|&i| format!("{i}, {}, NVIDIA A100-SXM4-40GB, 40960, 00000000:{:02X}:00.0\n", UUIDS[i], 7 + i * 4))
+        .collect()
+}
+
+const TOPO: &str = "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n\
+GPU0\t X \tNV12\tSYS\tSYS\t0-31\t0\n\
+GPU1\tNV12\t X \tSYS\tSYS\t0-31\t0\n\
+GPU2\tSYS\tSYS\t X \tNV12\t32-63\t1\n\
+GPU3\tSYS\tSYS\tNV12\t X \t32-63\t1\n\n\
+Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n  NV#  = Connection traversing a bonded set of # NVLinks\n";
+
+/// A server (not started) whose PATH finds the fake nvidia-smi; returns its directory.
+fn gpu_server(extra: &str) -> (Server, PathBuf) {
+    let mut s = Server::prepare(&format!("gpu_check_secs = 1\n{extra}"));
+    let bin = s.dir.path().join("fake-gpu-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi");
+    std::fs::copy(&fixture, bin.join("nvidia-smi")).unwrap();
+    std::fs::write(bin.join("devices.csv"), devices_csv(&[0, 1, 2, 3])).unwrap();
+    std::fs::write(bin.join("topo.txt"), TOPO).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    s.env.push(("PATH".into(), path));
+    (s, bin)
+}
+
+fn gpu_job(name: &str, gpus: u32, script: &str) -> Value {
+    json!({"displayName": name, "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": format!("a2-highgpu-{gpus}g"), "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": gpus},
+        "replicaCount": "1",
+        "containerSpec": {"imageUri": "i", "command": ["sh", "-c", script]}}]}})
+}
+
+/// Prints the devices it sees, then waits.
+const SHOW: &str = "echo \"cuda=$CUDA_VISIBLE_DEVICES nv=$NVIDIA_VISIBLE_DEVICES\"; sleep 300";
+
+fn state(j: &Value) -> String {
+    j["state"].as_str().unwrap_or("").to_string()
+}
+
+/// The `cuda=` lines of a job's log, in order.
+fn seen(s: &Server, name: &str) -> Vec<Vec<String>> {
+    s.logs_text(name)
+        .lines()
+        .filter_map(|l| l.split("cuda=").nth(1))
+        .map(|rest| rest.split_whitespace().next().unwrap_or("").split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+        .collect()
+}
+
+fn wait_seen(s: &Server, name: &str, n: usize) -> Vec<Vec<String>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = seen(s, name);
+        if v.len() >= n {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{name} printed no devices:\n{}", s.logs_text(name));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn node(s: &Server) -> Value {
+    let (status, body) = s.call("GET", &s.url("/v1/admin/nodes/local"), None);
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn cancel(s: &Server, name: &str) {
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Discovery, exclusive assignment and the topology: two 1-GPU jobs get disjoint devices
+/// (packed onto one NVLink pair), a 2-GPU job then gets the other NVLink pair, and a job
+/// that needs more GPUs than are free waits QUEUED with a reason naming them. The node
+/// shows which replica holds which GPU.
+#[test]
+fn gpus_are_exclusive_topology_aware_and_waited_for() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let n = node(&s);
+    assert_eq!(n["accelerators"]["NVIDIA_TESLA_A100"], 4, "{n}");
+    assert_eq!(n["gpus"].as_array().map(Vec::len), Some(4), "{n}");
+    assert_eq!(n["gpus"][0]["links"]["1"], "NV12", "{n}");
+
+    let a = name_of(&s.create("p", &gpu_job("a", 1, SHOW)));
+    let a_dev = wait_seen(&s, &a, 1)[0].clone();
+    let b = name_of(&s.create("p", &gpu_job("b", 1, SHOW)));
+    let b_dev = wait_seen(&s, &b, 1)[0].clone();
+    assert_eq!((a_dev.len(), b_dev.len()), (1, 1));
+    assert_ne!(a_dev, b_dev, "two replicas got the same GPU");
+    let pair_of = |u: &str| UUIDS.iter().position(|x| *x == u).map(|i| i / 2);
+    assert_eq!(pair_of(&a_dev[0]), pair_of(&b_dev[0]), "the second single packs next to the first: {a_dev:?} {b_dev:?}");
+
+    let c = name_of(&s.create("p", &gpu_job("c", 2, SHOW)));
+    let mut c_dev = wait_seen(&s, &c, 1)[0].clone();
+    c_dev.sort();
+    let other = pair_of(&a_dev[0]).map(|p| 1 - p).unwrap();
+    assert_eq!(c_dev, vec![UUIDS[other * 2].to_string(), UUIDS[other * 2 + 1].to_string()], "an NVLink pair");
+    assert!(s.logs_text(&c).contains("holds GPUs"), "{}", s.logs_text(&c));
+
+    let d = s.create("p", &gpu_job("d", 1, SHOW));
+    let d_name = name_of(&d);
+    let waiting = s.wait_for(&d_name, 30, |j| j["trainyardWaitingReason"].as_str().is_some_and(|r| r.contains("GPU")));
+    assert_eq!(state(&waiting), "JOB_STATE_QUEUED");
+    let reason = waiting["trainyardWaitingReason"].as_str().unwrap();
+    assert!(reason.contains("Waiting for GPUs") && reason.contains("NVIDIA_TESLA_A100") && reason.contains("0 of 4 free"), "{reason}");
+
+    let n = node(&s);
+    let holders: Vec<String> = n["gpus"].as_array().unwrap().iter().map(|g| g["heldBy"]["job"].as_str().unwrap_or("").to_string()).collect();
+    for job in [&a, &b, &c] {
+        assert!(holders.contains(job), "{job} in {holders:?}");
+    }
+
+    // Freed GPUs go to the waiting job.
+    cancel(&s, &a);
+    let d_dev = wait_seen(&s, &d_name, 1)[0].clone();
+    assert_eq!(d_dev, a_dev, "the freed GPU");
+    for j in [&b, &c, &d_name] {
+        cancel(&s, j);
+    }
+}
+
+/// A replica that asks for no GPU on a node with GPUs sees none.
+#[test]
+fn gpus_a_cpu_replica_sees_none() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let j = s.create("p", &sh_job("cpu", "echo \"cuda=[$CUDA_VISIBLE_DEVICES] nv=$NVIDIA_VISIBLE_DEVICES\""));
+    let done = s.wait_terminal(&name_of(&j), 60);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED");
+    assert!(s.logs_text(&name_of(&j)).contains("cuda=[] nv=void"), "{}", s.logs_text(&name_of(&j)));
+}
+
+/// More GPUs of a type than any node has: 400 at create, naming the type and the largest
+/// node's count; nothing is stored.
+#[test]
+fn gpus_more_than_any_node_has_are_refused_at_create() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let job = in_test_image(gpu_job("big", 8, "true"));
+    let (status, body) = s.call("POST", &s.jobs_url("p"), Some(&job.to_string()));
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("8 NVIDIA_TESLA_A100") && message.contains("has 4"), "{message}");
+    let (_, list) = s.call("GET", &s.jobs_url("p"), None);
+    assert!(list["customJobs"].as_array().is_none_or(|a| a.is_empty()), "{list}");
+}
+
+/// L10: a replica restarted after a non-permanent failure gets the same GPUs back.
+#[test]
+fn gpus_l10_a_restarted_replica_keeps_its_devices() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let marker = s.dir.path().join("killed-once");
+    let script = format!(
+        "echo \"cuda=$CUDA_VISIBLE_DEVICES\"; if [ -e {m} ]; then exit 0; fi; touch {m}; kill -9 $$",
+        m = marker.display()
+    );
+    let j = name_of(&s.create("p", &gpu_job("restart", 2, &script)));
+    let done = s.wait_terminal(&j, 60);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&j));
+    let runs = seen(&s, &j);
+    assert_eq!(runs.len(), 2, "{}", s.logs_text(&j));
+    assert_eq!(runs[0], runs[1], "the restart got other devices");
+    assert!(s.logs_text(&j).contains("restarting it (1 of"), "{}", s.logs_text(&j));
+}
+
+/// L9: a GPU that vanishes from nvidia-smi marks the node degraded and its replica is
+/// restarted at once on other GPUs, not counted as a failure; the GPU back is capacity
+/// again.
+#[test]
+fn gpus_l9_a_vanished_gpu_moves_its_replica() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, bin) = gpu_server("");
+    s.spawn();
+    let j = name_of(&s.create("p", &gpu_job("lose", 1, SHOW)));
+    let first = wait_seen(&s, &j, 1)[0].clone();
+    let gone = UUIDS.iter().position(|u| *u == first[0]).unwrap();
+    let rest: Vec<usize> = (0..4).filter(|&i| i != gone).collect();
+    std::fs::write(bin.join("devices.csv"), devices_csv(&rest)).unwrap();
+    let runs = wait_seen(&s, &j, 2);
+    assert_ne!(runs[1], runs[0], "restarted on another GPU");
+    assert!(!runs[1].contains(&UUIDS[gone].to_string()));
+    let text = s.logs_text(&j);
+    assert!(text.contains("restarting it on node local"), "{text}");
+    assert!(!text.contains("(1 of"), "not counted as a failure: {text}");
+    assert_eq!(state(&s.get(&j)), "JOB_STATE_RUNNING");
+    let n = node(&s);
+    assert_eq!(n["state"], "DEGRADED", "{n}");
+    assert_eq!(n["accelerators"]["NVIDIA_TESLA_A100"], 3, "{n}");
+    assert_eq!(n["gpus"][gone]["state"], "MISSING", "{n}");
+    std::fs::write(bin.join("devices.csv"), devices_csv(&[0, 1, 2, 3])).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node(&s)["state"] != "UP" {
+        assert!(Instant::now() < deadline, "{}", node(&s));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cancel(&s, &j);
+}
+
+/// nvidia-smi present but failing: the server starts with no GPUs and says why.
+#[test]
+fn gpus_a_failing_nvidia_smi_gives_no_gpus_and_says_why() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, bin) = gpu_server("");
+    std::fs::write(bin.join("fail"), "").unwrap();
+    s.spawn();
+    assert!(s.server_log().contains("nvidia-smi failed"), "{}", s.server_log());
+    let n = node(&s);
+    assert!(n["gpus"].as_array().is_none_or(|g| g.is_empty()), "{n}");
+}
