@@ -248,3 +248,27 @@ fn gpus_a_failing_nvidia_smi_gives_no_gpus_and_says_why() {
     let n = node(&s);
     assert!(n["gpus"].as_array().is_none_or(|g| g.is_empty()), "{n}");
 }
+
+/// L23: the assignment is durable: after the server is killed with SIGKILL and started
+/// again, running replicas keep their GPUs (adopted, not restarted) and a new replica gets
+/// a free one, never one of theirs.
+#[test]
+fn gpus_l23_assignments_survive_a_server_kill() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let a = name_of(&s.create("p", &gpu_job("a", 2, SHOW)));
+    let a_dev = wait_seen(&s, &a, 1)[0].clone();
+    s.restart();
+    let b = name_of(&s.create("p", &gpu_job("b", 2, SHOW)));
+    let b_dev = wait_seen(&s, &b, 1)[0].clone();
+    assert_eq!(b_dev.len(), 2);
+    assert!(b_dev.iter().all(|d| !a_dev.contains(d)), "{a_dev:?} and {b_dev:?} share a GPU");
+    assert_eq!(seen(&s, &a).len(), 1, "a was adopted, not started again: {}", s.logs_text(&a));
+    assert_eq!(state(&s.get(&a)), "JOB_STATE_RUNNING");
+    for j in [&a, &b] {
+        cancel(&s, j);
+    }
+}
