@@ -490,7 +490,12 @@ fn walk_enums(value: &mut Value, is_trial: bool) {
                     | "metadata"
                     | "response"
                     | "reservationAffinity"
-                    | "studyStoppingConfig" => {}
+                    | "studyStoppingConfig"
+                    | "trainingTaskInputs"
+                    | "trainingTaskMetadata" => {}
+                    "state" if child.as_str().is_some_and(|s| s.starts_with("PIPELINE_STATE_")) => {
+                        to_number::<crate::pipeline::PipelineState>(child)
+                    }
                     "state" if is_trial => to_number::<TrialState>(child),
                     "state" => to_number::<JobState>(child),
                     "acceleratorType" => to_number::<AcceleratorType>(child),

@@ -145,6 +145,7 @@ pub mod hptuning;
 pub mod imageref;
 pub mod json;
 pub mod operation;
+pub mod pipeline;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod types;
@@ -162,6 +163,10 @@ pub use hptuning::{
 };
 pub use imageref::{parse_image_reference, ImageRefError, ImageReference};
 pub use json::{encode_enums_as_int, ProtoEnum, UnknownEnumValue};
+pub use pipeline::{
+    parse_training_pipeline, pipeline_custom_job, validate_training_pipeline, ListTrainingPipelinesResponse, PipelineState,
+    TrainingPipeline, CUSTOM_TASK_DEFINITION,
+};
 pub use operation::{DeleteOperationMetadata, GenericOperationMetadata, Operation};
 pub use types::{
     parse_custom_job, AcceleratorType, ContainerSpec, CustomJob, CustomJobSpec, DiskSpec, Duration,

@@ -201,6 +201,8 @@ pub fn component_schemas() -> serde_json::Map<String, serde_json::Value> {
     generator.subschema_for::<DeleteOperationMetadata>();
     generator.subschema_for::<GenericOperationMetadata>();
     generator.subschema_for::<HyperparameterTuningJob>();
+    generator.subschema_for::<crate::pipeline::TrainingPipeline>();
+    generator.subschema_for::<crate::pipeline::ListTrainingPipelinesResponse>();
     generator.subschema_for::<ListHyperparameterTuningJobsResponse>();
     generator.take_definitions(true)
 }

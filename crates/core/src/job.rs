@@ -381,6 +381,9 @@ pub struct Job {
     /// Set when the job is a trial of a HyperparameterTuningJob.
     #[serde(default)]
     pub trial: Option<TrialLink>,
+    /// Set when the job runs a TrainingPipeline (its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<u64>,
 }
 
 /// The study and trial a trial's CustomJob belongs to.
@@ -424,6 +427,7 @@ impl Job {
             checkpoint: Checkpoint { enabled: checkpoints, ..Checkpoint::default() },
             waiting_reason: None,
             trial: None,
+            pipeline: None,
         }
     }
 

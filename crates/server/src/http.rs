@@ -32,7 +32,7 @@ pub mod kinds;
 mod list;
 pub mod resources;
 
-use kinds::{CustomJobs, TuningJobs};
+use kinds::{CustomJobs, TrainingPipelines, TuningJobs};
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -412,6 +412,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(resources::routes::<CustomJobs>())
         .merge(resources::routes::<TuningJobs>())
+        .merge(resources::routes::<TrainingPipelines>())
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
         .route("/v1/admin/nodes", get(list_nodes))

@@ -19,6 +19,7 @@ pub mod nodeagent;
 pub mod study;
 pub mod openapi;
 pub mod paths;
+pub mod pipeline;
 pub mod security;
 pub mod venv;
 

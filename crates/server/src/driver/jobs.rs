@@ -67,6 +67,7 @@ impl Driver {
                 now,
             );
             job.trial = it.trial.clone();
+            job.pipeline = it.pipeline;
             job
         }));
         drop(news);
@@ -177,6 +178,10 @@ impl Driver {
     pub(super) fn delete(&mut self, kind: &'static str, project: &str, region: &str, id: u64, now: Micros) -> Result<serde_json::Value, ApiError> {
         let (what, live) = match kind {
             KIND_STUDY => ("HyperparameterTuningJob", self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region)),
+            pipelines::KIND_PIPELINE => (
+                "TrainingPipeline",
+                self.pipelines.get(&id).is_some_and(|l| l.pipeline.project == project && l.pipeline.region == region),
+            ),
             _ => ("CustomJob", self.jobs.get(&id).is_some_and(|l| l.job.project == project && l.job.region == region)),
         };
         if live {
@@ -184,6 +189,16 @@ impl Driver {
                 "The {what} {id} in projects/{project}/locations/{region} has not ended and cannot be deleted; cancel it first."
             )));
         }
+        // A pipeline's CustomJob goes with it.
+        let backing = match kind {
+            pipelines::KIND_PIPELINE => self
+                .store
+                .get_other(kind, project, region, id)
+                .map_err(|e| self.store_err(e))?
+                .and_then(|(_, _, core)| serde_json::from_str::<crate::pipeline::Pipeline>(&core).ok())
+                .and_then(|p| p.custom_job),
+            _ => None,
+        };
         // The ended job's state, for `/metrics`.
         let ended = match kind {
             KIND_CUSTOM => self.store.get_job(kind, project, region, id).map_err(|e| self.store_err(e))?.map(|s| s.job.state()),
@@ -206,6 +221,13 @@ impl Driver {
             self.metrics.deleted(project, state);
         }
         self.execute(id, vec![purge]);
+        if let Some(job) = backing {
+            match self.delete(KIND_CUSTOM, project, region, job, now) {
+                Ok(_) => {}
+                Err(e) if e.code == trainyard_api::Code::NotFound => {}
+                Err(e) => tracing::warn!("deleting pipeline {id}'s CustomJob {job}: {}", e.message),
+            }
+        }
         serde_json::from_str(&body).map_err(|e| ApiError::internal(format!("the delete operation: {e}")))
     }
 
@@ -233,6 +255,14 @@ impl Driver {
         let terminal = job.is_terminal();
         if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(self.now()) {
             self.reschedule = true;
+        }
+        if let Some(p) = job.pipeline {
+            let before = self.jobs.get(&id).map(|l| l.job.state());
+            let after = job.state();
+            if before != Some(after) {
+                let error = job.error().map(|e| (e.code, e.message.clone()));
+                self.pipeline_events.push((p, crate::pipeline::Event::Job { state: after, error }));
+            }
         }
         if let Some(link) = job.trial.clone() {
             let before = self.jobs.get(&id).map(|l| l.job.state());

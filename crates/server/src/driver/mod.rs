@@ -7,10 +7,12 @@ mod fleet;
 mod gpus;
 mod jobs;
 mod launch;
+mod pipelines;
 mod stops;
 mod studies;
 mod waiting;
 
+pub use pipelines::{pipeline_name, render_pipeline, KIND_PIPELINE};
 pub use studies::{render_study, study_name, trial_resource};
 pub use waiting::{Waiting, WaitingView};
 
@@ -20,7 +22,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, Status, Timestamp};
+use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, PipelineState, Status, Timestamp};
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
@@ -58,6 +60,10 @@ pub enum Msg {
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
     CancelStudy { project: String, region: String, id: u64, reply: Reply<()> },
+    /// Create a TrainingPipeline (parsed and validated against the wire rules).
+    CreatePipeline { project: String, region: String, resource: Box<trainyard_api::TrainingPipeline>, reply: Reply<trainyard_api::TrainingPipeline> },
+    /// Cancel a TrainingPipeline (and its CustomJob).
+    CancelPipeline { project: String, region: String, id: u64, reply: Reply<()> },
     /// Delete an ended resource of a kind (`KIND_CUSTOM`, `KIND_STUDY`): answered with the
     /// done Operation; its files are purged through the outbox.
     Delete { kind: &'static str, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
@@ -118,6 +124,8 @@ pub struct NewCustomJob {
     pub region: String,
     pub resource: CustomJob,
     pub trial: Option<trainyard_core::job::TrialLink>,
+    /// The TrainingPipeline the job runs for.
+    pub pipeline: Option<u64>,
 }
 
 pub struct Driver {
@@ -138,6 +146,9 @@ pub struct Driver {
     studies: BTreeMap<u64, LiveStudy>,
     /// Study events waiting to be applied (from trial jobs' transitions).
     study_events: Vec<(u64, study::Event)>,
+    pipelines: BTreeMap<u64, pipelines::LivePipeline>,
+    /// Pipelines' events from their jobs, applied at the next turn.
+    pipeline_events: Vec<(u64, crate::pipeline::Event)>,
     /// When trials' metric files were last read.
     last_metric_poll: Micros,
     /// Launches put off while the engine could not take them.
@@ -291,7 +302,8 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
     let no = || ApiError::unavailable(format!("The server cannot write its job store now ({reason}); try again shortly."));
     match msg {
         Msg::Create { reply, .. } => drop(reply.send(Err(no()))),
-        Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } | Msg::CancelPipeline { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::CreatePipeline { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) => {}
@@ -339,6 +351,8 @@ impl Driver {
             quotas: svc.cfg.quotas.clone(),
             studies: BTreeMap::new(),
             study_events: Vec::new(),
+            pipelines: BTreeMap::new(),
+            pipeline_events: Vec::new(),
             last_metric_poll: 0,
             later: Vec::new(),
             last_backend_poll: 0,
@@ -492,6 +506,7 @@ impl Driver {
             self.execute(job, effects);
         }
         self.recover_studies()?;
+        self.recover_pipelines()?;
         Ok(())
     }
 
@@ -591,6 +606,7 @@ impl Driver {
         self.on_time(now)?;
         self.poll_trial_metrics(now);
         self.drain_study_events(now)?;
+        self.drain_pipeline_events(now)?;
         self.retry_later_launches(now);
         self.stop_timers(now);
         self.poll_backend_reasons(now)?;
@@ -628,7 +644,7 @@ impl Driver {
                 Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
                 // Creates that arrive together are stored together (group commit).
                 Msg::Create { project, region, resource, reply } => {
-                    creates.push((NewCustomJob { project, region, resource: *resource, trial: None }, reply))
+                    creates.push((NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply))
                 }
                 other => {
                     self.apply_started(std::mem::take(&mut started))?;
@@ -697,7 +713,7 @@ impl Driver {
         let now = self.now();
         match msg {
             Msg::Create { project, region, resource, reply } => {
-                self.create_batch(vec![(NewCustomJob { project, region, resource: *resource, trial: None }, reply)], now)?;
+                self.create_batch(vec![(NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply)], now)?;
             }
             Msg::Cancel { project, region, id, reply } => {
                 let r = self.cancel(&project, &region, id, now);
@@ -730,6 +746,14 @@ impl Driver {
             }
             Msg::Delete { kind, project, region, id, reply } => {
                 let r = self.delete(kind, &project, &region, id, now);
+                let _ = reply.send(r);
+            }
+            Msg::CreatePipeline { project, region, resource, reply } => {
+                let r = self.create_pipeline(project, region, *resource, now);
+                let _ = reply.send(r);
+            }
+            Msg::CancelPipeline { project, region, id, reply } => {
+                let r = self.cancel_pipeline(&project, &region, id, now);
                 let _ = reply.send(r);
             }
             Msg::CreateStudy { project, region, resource, reply } => {

@@ -202,7 +202,7 @@ impl Driver {
         let resource = trial_resource(&ls.resource, trial, &t.params);
         let (project, region) = (ls.study.project.clone(), ls.study.region.clone());
         let link = trainyard_core::job::TrialLink { study: id, trial: trial.to_string() };
-        let created = self.create_many(vec![NewCustomJob { project, region, resource, trial: Some(link) }], now).pop();
+        let created = self.create_many(vec![NewCustomJob { project, region, resource, trial: Some(link), pipeline: None }], now).pop();
         match created.unwrap_or_else(|| Err(ApiError::internal("no result for the trial job"))) {
             Ok(job_id) => {
                 if let Some(t) = self.studies.get_mut(&id).and_then(|ls| ls.study.trial_mut(trial)) {

@@ -31,7 +31,7 @@ use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob};
 use trainyard_store::{Store, StoredJob};
 
 use super::internal;
-use crate::driver::{render, render_study, Msg, Reply, WaitingView, KIND_CUSTOM, KIND_STUDY};
+use crate::driver::{render, render_pipeline, render_study, Msg, Reply, WaitingView, KIND_CUSTOM, KIND_PIPELINE, KIND_STUDY};
 use crate::study::Study;
 
 /// Which rows a list page holds: those that pass `filter` (an SQL condition over the
@@ -246,6 +246,78 @@ impl ResourceKind for TuningJobs {
     }
 }
 
+/// `TrainingPipeline` (the custom task): rows read as text, as tuning jobs.
+pub enum TrainingPipelines {}
+
+/// A stored TrainingPipeline: its resource and state, or what is wrong with its record.
+pub struct PipelineRow {
+    id: u64,
+    project: String,
+    region: String,
+    record: Result<(trainyard_api::TrainingPipeline, crate::pipeline::Pipeline), String>,
+}
+
+impl PipelineRow {
+    fn new(project: &str, region: &str, (id, resource, core): (u64, String, String)) -> PipelineRow {
+        let record = serde_json::from_str(&resource)
+            .map_err(|e| format!("record of pipeline {id}: its resource: {e}"))
+            .and_then(|r| serde_json::from_str(&core).map(|p| (r, p)).map_err(|e| format!("record of pipeline {id}: {e}")));
+        PipelineRow { id, project: project.to_string(), region: region.to_string(), record }
+    }
+}
+
+impl ResourceKind for TrainingPipelines {
+    const COLLECTION: &'static str = "trainingPipelines";
+    const STORE_KIND: &'static str = KIND_PIPELINE;
+    const API_NAME: &'static str = "TrainingPipeline";
+    type New = trainyard_api::TrainingPipeline;
+    type Created = trainyard_api::TrainingPipeline;
+    type Row = PipelineRow;
+
+    fn parse(body: &[u8]) -> Result<trainyard_api::TrainingPipeline, ApiError> {
+        checked(body, trainyard_api::parse_training_pipeline, trainyard_api::validate_training_pipeline)
+    }
+
+    fn create(project: String, region: String, resource: Self::New, reply: Reply<Self::Created>) -> Msg {
+        Msg::CreatePipeline { project, region, resource: Box::new(resource), reply }
+    }
+
+    fn cancel(project: String, region: String, id: u64, reply: Reply<()>) -> Msg {
+        Msg::CancelPipeline { project, region, id, reply }
+    }
+
+    fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<PipelineRow>> {
+        Ok(store.get_other(KIND_PIPELINE, project, region, id)?.map(|row| PipelineRow::new(project, region, row)))
+    }
+
+    fn read_page(store: &Store, project: &str, region: &str, page: &Page<'_>) -> trainyard_store::Result<Vec<PipelineRow>> {
+        let rows = store.list_other(KIND_PIPELINE, project, region, page.filter, page.before, page.limit)?;
+        Ok(rows.into_iter().map(|row| PipelineRow::new(project, region, row)).collect())
+    }
+
+    fn id(row: &PipelineRow) -> u64 {
+        row.id
+    }
+
+    fn live_state(row: &PipelineRow) -> Option<&'static str> {
+        match &row.record {
+            Ok((_, p)) if !p.is_terminal() => Some(p.state_name()),
+            _ => None,
+        }
+    }
+
+    fn render(row: &PipelineRow, _waiting: &WaitingView, _view: View) -> Result<Value, ApiError> {
+        Ok(match &row.record {
+            Ok((resource, p)) => serde_json::to_value(render_pipeline(resource, p)).map_err(internal)?,
+            Err(damage) => serde_json::json!({
+                "name": Self::name(&row.project, &row.region, row.id),
+                "state": "PIPELINE_STATE_FAILED",
+                "error": {"code": 13, "message": format!("Internal error: the stored record of this pipeline is damaged and cannot be read ({damage}).")},
+            }),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,7 +334,7 @@ mod tests {
     #[test]
     fn api_names_are_schemas() {
         let schemas = trainyard_api::schema::component_schemas();
-        for name in [CustomJobs::API_NAME, TuningJobs::API_NAME] {
+        for name in [CustomJobs::API_NAME, TuningJobs::API_NAME, TrainingPipelines::API_NAME] {
             assert!(schemas.contains_key(name), "{name} is not a schema");
         }
     }
