@@ -122,6 +122,26 @@ pub struct ShimSpec {
     /// is the container's environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerSpec>,
+    /// The project's buckets, bind-mounted at `/gcs` in a mount namespace of the replica's
+    /// own (the managed service mounts buckets there): `/gcs/<bucket>/<path>` is the
+    /// object. Host programs only (a container has its own mount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs_mount: Option<PathBuf>,
+}
+
+/// Where the project's buckets appear for a host program with `gcs_mount`.
+pub const GCS_MOUNT_POINT: &str = "/gcs";
+
+/// A mount namespace of the shim's own (the program inherits it) in which `source` is at
+/// `/gcs`; mounts made outside later do not reach in, and nothing made here leaks out.
+fn mount_gcs(source: &Path) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(|e| format!("making the mount namespace private: {e}"))?;
+    mount(Some(source), GCS_MOUNT_POINT, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| format!("bind-mounting {} at {GCS_MOUNT_POINT}: {e}", source.display()))?;
+    Ok(())
 }
 
 /// An unprivileged identity for the program (see `ShimSpec::run_as`).
@@ -158,6 +178,7 @@ impl ShimSpec {
             run_as: None,
             pids_max: None,
             container: None,
+            gcs_mount: None,
         }
     }
 }
@@ -381,6 +402,11 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
     };
+    if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {
+        if let Err(e) = mount_gcs(source) {
+            return fail_before_start(run_dir, None, cgroup.as_ref(), format!("cannot give the replica its /gcs: {e}"));
+        }
+    }
     // Orphaned descendants (double-forked daemons) become our children, so we can find
     // and kill them when the program ends (L20).
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {

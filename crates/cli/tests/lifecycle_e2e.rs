@@ -314,3 +314,28 @@ fn python_package_spec_runs_module() {
     assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&name));
     assert!(s.logs_text(&name).contains("task args ['--lr', '0.1']"), "{}", s.logs_text(&name));
 }
+
+/// The SDK's paths for host programs: `/gcs/<bucket>/<path>` is the project's object (a
+/// mount namespace of the replica's as root, else a rewrite of command and args), and a
+/// command that runs pip gets a venv of the job's first on PATH and a home and user base
+/// of the replica's, so that `pip install --upgrade pip && pip3 install --user` never
+/// changes the host's Python or the server user's home.
+#[test]
+fn gcs_paths_and_pip_isolation_for_host_programs() {
+    if skip_in_containers("a container has its own /gcs and Python") || skip_on_slurm("the job's venv is built on the server") {
+        return;
+    }
+    let s = Server::start("");
+    let obj = s.data_dir().join("storage/p/bkt/data");
+    std::fs::create_dir_all(&obj).unwrap();
+    std::fs::write(obj.join("x.txt"), "object contents\n").unwrap();
+    let j = s.create("p", &sh_job("gcs", "cat /gcs/bkt/data/x.txt; echo \"pip=$(command -v pip) home=$HOME base=$PYTHONUSERBASE\""));
+    let done = s.wait_terminal(&name_of(&j), 120);
+    let text = s.logs_text(&name_of(&j));
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
+    assert!(text.contains("object contents"), "{text}");
+    let venv = s.data_dir().join(format!("venvs/{}/bin/pip", id_of(&j)));
+    assert!(text.contains(&format!("pip={}", venv.display())), "{text}");
+    let home = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0).join("home");
+    assert!(text.contains(&format!("home={} base={}/.local", home.display(), home.display())), "{text}");
+}

@@ -60,6 +60,9 @@ pub struct VenvPlan {
     /// The `packageUris`, in the project's storage or under an output root.
     pub packages: Vec<Confined>,
     pub module_args: Vec<String>,
+    /// Put the venv first on PATH instead of running `python -m` in it (a command that
+    /// runs pip: it installs into the venv, never into the host's Python).
+    pub on_path: bool,
 }
 
 /// What the executor did.
@@ -358,7 +361,15 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
                             return;
                         }
                     };
-                    launch.spec.argv = std::iter::once(python.display().to_string()).chain(venv.module_args).collect();
+                    if venv.on_path {
+                        let bin = venv.dir.join("bin").display().to_string();
+                        let path = launch.spec.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
+                        launch.spec.env.retain(|(k, _)| k != "PATH" && k != "VIRTUAL_ENV");
+                        launch.spec.env.push(("PATH".into(), if path.is_empty() { bin } else { format!("{bin}:{path}") }));
+                        launch.spec.env.push(("VIRTUAL_ENV".into(), venv.dir.display().to_string()));
+                    } else {
+                        launch.spec.argv = std::iter::once(python.display().to_string()).chain(venv.module_args).collect();
+                    }
                     let run = launch.run.clone();
                     if let Some((_, reason)) = launch_ready(vec![launch], &*backend, &sink).pop() {
                         report(Report::LaunchLater { run, seq, reason });

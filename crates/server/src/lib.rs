@@ -175,7 +175,9 @@ pub fn start(
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
+    let gcs_mount = gcs_mount_point();
     let services = Arc::new(Services {
+        gcs_mount,
         gpus,
         containers,
         node_agent,
@@ -220,6 +222,24 @@ pub fn start(
         })
         .map_err(StartError::Thread)?;
     Ok(Engine { tx, store_path, services, thread, waiting, health, metrics, _data_dir_lock: data_dir_lock })
+}
+
+/// Can host programs get /gcs by a mount namespace? As root, with a directory /gcs
+/// (made, empty, when missing). Said at start either way.
+fn gcs_mount_point() -> bool {
+    let point = std::path::Path::new(trainyard_backend::shim::GCS_MOUNT_POINT);
+    if !nix::unistd::geteuid().is_root() {
+        tracing::info!("/gcs: host programs have /gcs/ in their command and args rewritten to their project's storage (not root: no mount namespaces)");
+        return false;
+    }
+    if !point.is_dir() {
+        if let Err(e) = std::fs::create_dir(point) {
+            tracing::warn!("/gcs: cannot create {} ({e}); /gcs/ in command and args is rewritten instead", point.display());
+            return false;
+        }
+    }
+    tracing::info!("/gcs: host programs see their project's buckets at /gcs (a mount namespace per replica)");
+    true
 }
 
 /// The key of page tokens, made once per database (so tokens outlive a restart).

@@ -161,6 +161,7 @@ impl Harness {
             node_agent: None,
         containers: None,
         gpus: Default::default(),
+        gcs_mount: false,
             cfg,
         });
         let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));

@@ -134,6 +134,27 @@ impl Driver {
     }
 }
 
+/// `/gcs/` where it starts a path in `arg` (at its start, or after a space, a quote, `=`
+/// or `:`) replaced by `ns` (the project's namespace, ending in `/`).
+pub(super) fn rewrite_gcs(arg: &str, ns: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    let mut prev: Option<char> = None;
+    while let Some(i) = rest.find("/gcs/") {
+        let before = rest[..i].chars().last().or(prev);
+        out.push_str(&rest[..i]);
+        if before.is_none_or(|c| c.is_whitespace() || "'\"=:(".contains(c)) {
+            out.push_str(ns);
+        } else {
+            out.push_str("/gcs/");
+        }
+        prev = Some('/');
+        rest = &rest[i + 5..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Where a python package job's packages are mounted in its container.
 const PACKAGES_DIR: &str = "/trainyard/packages";
 
@@ -374,6 +395,21 @@ pub(super) fn launch_plan(
             }
         }
     }
+    // /gcs for host programs: the project's namespace mounted there (a mount namespace of
+    // the replica's), or, where the server cannot mount, /gcs/ in command and args
+    // rewritten to the namespace's path.
+    let project = job.project.as_str();
+    let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
+    let mut gcs_rewrite = None;
+    if plain {
+        let ns = Confined { root: svc.cfg.storage_root.clone(), rel: PathBuf::from(project) };
+        if svc.gcs_mount {
+            shim.gcs_mount = Some(std::path::absolute(ns.path()).unwrap_or_else(|_| ns.path()));
+        } else {
+            gcs_rewrite = Some(format!("{}/", ns.path().display()));
+        }
+        dirs.push(ns);
+    }
     match (&pool.container_spec, &pool.python_package_spec) {
         (Some(c), _) => {
             if c.command.is_empty() {
@@ -385,7 +421,29 @@ pub(super) fn launch_plan(
                     ),
                 });
             }
-            shim.argv = c.command.iter().chain(&c.args).cloned().collect();
+            shim.argv = c.command.iter().chain(&c.args).map(|a| match &gcs_rewrite {
+                Some(ns) => rewrite_gcs(a, ns),
+                None => a.clone(),
+            }).collect();
+            // A command that runs pip (as the SDK's from_local_script does: `pip install
+            // --upgrade pip && pip3 install --user ...`) gets a venv of the job's first on
+            // PATH and a home and user base of the replica's: the host's Python and the
+            // server user's home are never changed.
+            if shim.argv.iter().any(|a| a.contains("pip")) {
+                let venv_rel = Path::new("venvs").join(job.id.to_string());
+                let home = data_dir.join(&run_rel).join("home");
+                if run_as.is_some() {
+                    grants.push(Grant::new(data_dir, &venv_rel, 1));
+                } else {
+                    dirs.push(Confined { root: data_dir.clone(), rel: run_rel.join("home") });
+                }
+                for (k, v) in [("HOME", home.clone()), ("PYTHONUSERBASE", home.join(".local"))] {
+                    shim.env.retain(|(n, _)| n != k);
+                    shim.env.push((k.to_string(), v.display().to_string()));
+                }
+                let plan = VenvPlan { dir: data_dir.join(venv_rel), packages: Vec::new(), module_args: Vec::new(), on_path: true };
+                return Ok((shim, dirs, Some(plan), grants));
+            }
             Ok((shim, dirs, None, grants))
         }
         (None, Some(p)) => {
@@ -403,8 +461,27 @@ pub(super) fn launch_plan(
                 grants.push(Grant::new(data_dir, &venv_rel, 1));
             }
             let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();
-            Ok((shim, dirs, Some(VenvPlan { dir: data_dir.join(venv_rel), packages, module_args }), grants))
+            Ok((shim, dirs, Some(VenvPlan { dir: data_dir.join(venv_rel), packages, module_args, on_path: false }), grants))
         }
         (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rewrite_gcs;
+
+    #[test]
+    fn gcs_paths_are_rewritten_where_a_path_starts() {
+        let ns = "/srv/storage/p/";
+        assert_eq!(rewrite_gcs("/gcs/b/x.tar.gz", ns), "/srv/storage/p/b/x.tar.gz");
+        assert_eq!(
+            rewrite_gcs("pip3 install -q --user /gcs/b/pkg.tar.gz && python3 -m t --out=/gcs/b/o", ns),
+            "pip3 install -q --user /srv/storage/p/b/pkg.tar.gz && python3 -m t --out=/srv/storage/p/b/o"
+        );
+        assert_eq!(rewrite_gcs("'/gcs/b' \"/gcs/c\" path:/gcs/d", ns), "'/srv/storage/p/b' \"/srv/storage/p/c\" path:/srv/storage/p/d");
+        // Not a path that starts with /gcs/.
+        assert_eq!(rewrite_gcs("/data/gcs/b", ns), "/data/gcs/b");
+        assert_eq!(rewrite_gcs("x/gcs/y", ns), "x/gcs/y");
     }
 }

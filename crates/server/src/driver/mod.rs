@@ -105,6 +105,9 @@ pub struct Services {
     pub node_agent: Option<Vec<std::ffi::OsString>>,
     /// The engine replicas with an image run in; `None`: host processes.
     pub containers: Option<crate::containers::ContainerEngine>,
+    /// Host programs see the project's buckets at /gcs through a mount namespace (root,
+    /// and /gcs exists); otherwise /gcs/ in their command and args is rewritten.
+    pub gcs_mount: bool,
     /// The GPU inventory of each node that has one (discovered at start).
     pub gpus: BTreeMap<String, trainyard_core::gpu::Inventory>,
 }
