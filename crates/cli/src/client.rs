@@ -328,8 +328,37 @@ fn list(kind: &Kind, target: Target, limit: Option<usize>, filter: Option<String
 /// `describe`: one resource, by id or name, as the server shows it.
 fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Result<ExitCode> {
     let api = Api::new(target)?;
-    print_value(&api.send("GET", &api.resource_url(kind.collection, id)?, None)?, format)?;
+    let url = api.resource_url(kind.collection, id)?;
+    let mut v = api.send("GET", &url, None)?;
+    // A CustomJob's decision trail: each lifecycle event with the rule that made it.
+    if kind.collection == CUSTOM_JOBS.collection {
+        if let (Some(trail), Some(obj)) = (decision_trail(&api, &url), v.as_object_mut()) {
+            obj.insert("decisions".into(), Value::Array(trail));
+        }
+    }
+    print_value(&v, format)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lifecycle events of a job's log, `TIME RULE: TEXT` each; `None` when the log
+/// cannot be read (the job is described without it).
+fn decision_trail(api: &Api, url: &str) -> Option<Vec<Value>> {
+    let mut req = api.agent.get(&format!("{url}/logs"));
+    if let Some(t) = &api.t.token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.call().ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let text = resp.body_mut().read_to_string().ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stream"] == "event")
+            .map(|e| Value::String(format!("{} {}", e["time"].as_str().unwrap_or(""), e["text"].as_str().unwrap_or(""))))
+            .collect(),
+    )
 }
 
 /// `cancel`: ask for the cancel; the resource ends on its own time.

@@ -318,9 +318,17 @@ fn l22_logs_follow_until_terminal() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
     let texts: Vec<String> = entries.iter().map(|e| e["text"].as_str().unwrap().to_string()).collect();
-    for want in ["line 1", "line 2", "line 3", "err", "Job completed successfully."] {
+    for want in ["line 1", "line 2", "line 3", "err", "L17: Job completed successfully."] {
         assert!(texts.iter().any(|t| t == want), "{want} missing: {texts:?}");
     }
+    // Every lifecycle event cites its rule, in its text and as a field.
+    let events: Vec<&Value> = entries.iter().filter(|e| e["stream"] == "event").collect();
+    assert!(!events.is_empty());
+    for e in &events {
+        let rule = e["rule"].as_str().unwrap_or_else(|| panic!("an event without its rule: {e}"));
+        assert!(e["text"].as_str().unwrap().starts_with(&format!("{rule}: ")), "{e}");
+    }
+    assert!(entries.iter().filter(|e| e["stream"] != "event").all(|e| e.get("rule").is_none()));
     let err = entries.iter().find(|e| e["text"] == "err").unwrap();
     assert_eq!((err["stream"].as_str(), err["replica"].as_str(), err["attempt"].as_u64(), err["restart"].as_u64()), (Some("stderr"), Some("workerpool0-0"), Some(0), Some(0)));
     assert!(err["time"].as_str().unwrap().ends_with('Z'));

@@ -121,6 +121,18 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
     Ok(Transition { job: cx.job, effects: cx.effects, changed })
 }
 
+/// The rule behind a job's failure, from its error code and message.
+fn failure_rule(error: &JobError) -> &'static str {
+    match error.code {
+        code::INVALID_ARGUMENT => "L13",
+        code::RESOURCE_EXHAUSTED if error.message.contains("memory") => "L14",
+        code::RESOURCE_EXHAUSTED => "L15",
+        code::INTERNAL => "L16",
+        code::DEADLINE_EXCEEDED => "L19",
+        _ => "L1",
+    }
+}
+
 /// L13: the message of a user code exception.
 pub fn exit_message(replica: &str, status: i32, reason: &str, tail: &[String]) -> String {
     let mut m = format!("The replica {replica} exited with a non-zero status of {status}. Termination reason: {reason}.");
@@ -152,11 +164,13 @@ struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    fn log(&mut self, replica: Option<&str>, text: impl Into<String>) {
+    /// A lifecycle event for the job's log, citing the rule that made it
+    /// (`L11: Replica workerpool0-0 was killed by signal 9; restarting it (2 of 5).`).
+    fn log_rule(&mut self, rule: &str, replica: Option<&str>, text: impl Into<String>) {
         self.effects.push(Effect::Log(LogLine {
             attempt: self.job.attempt,
             replica: replica.map(str::to_owned),
-            text: text.into(),
+            text: format!("{rule}: {}", text.into()),
         }));
     }
 
@@ -190,7 +204,7 @@ impl Cx<'_> {
     fn launch_attempt(&mut self) {
         let admitted_at = self.admitted_at();
         self.job.phase = Phase::Pending { admitted_at, wait: Wait::Starting };
-        self.log(None, "Waiting for job to be provisioned.");
+        self.log_rule("L6", None, "Waiting for job to be provisioned.");
         for idx in 0..self.job.replicas.len() {
             self.launch(idx);
         }
@@ -207,14 +221,14 @@ impl Cx<'_> {
         }
         if matches!(self.job.phase, Phase::Queued) {
             self.job.phase = Phase::Pending { admitted_at: self.now, wait: Wait::Starting };
-            self.log(None, "Job admitted: quota is held until the job ends.");
+            self.log_rule("L5", None, "Job admitted: quota is held until the job ends.");
         }
         for (r, node) in self.job.replicas.iter_mut().zip(nodes) {
             r.node = Some(node);
         }
         self.job.waiting_reason = None;
         for n in notes {
-            self.log(None, n);
+            self.log_rule("L5", None, n);
         }
         self.launch_attempt();
     }
@@ -226,13 +240,13 @@ impl Cx<'_> {
             Phase::Queued => {
                 // The job is admitted (quota held, L5) and its first attempt fails.
                 self.job.phase = Phase::Pending { admitted_at: self.now, wait: Wait::Starting };
-                self.log(None, "Job admitted: quota is held until the job ends.");
+                self.log_rule("L5", None, "Job admitted: quota is held until the job ends.");
             }
             Phase::Pending { wait: Wait::Capacity { .. }, .. } => return, // already waiting
             Phase::Stopping { .. } => return,
             _ => {}
         }
-        self.log(None, format!("{message} ({detail})"));
+        self.log_rule("L15", None, format!("{message} ({detail})"));
         if self.job.policy.flex_start && !self.job.live_replicas().any(|_| true) {
             self.wait_for_capacity(detail);
             return;
@@ -266,7 +280,7 @@ impl Cx<'_> {
             format!("up to {}s", self.job.policy.max_wait / crate::job::SECOND)
         };
         self.job.waiting_reason = Some(format!("FLEX_START: waiting for capacity ({detail}), {limit}."));
-        self.log(None, format!("FLEX_START: waiting for capacity {limit}."));
+        self.log_rule("L15", None, format!("FLEX_START: waiting for capacity {limit}."));
     }
 
     /// L7: RUNNING once every replica of the attempt has started.
@@ -289,7 +303,7 @@ impl Cx<'_> {
         if all_started {
             self.job.phase = Phase::Running { admitted_at };
             self.job.start_time.get_or_insert(self.now);
-            self.log(None, "Job is running.");
+            self.log_rule("L7", None, "Job is running.");
         }
     }
 
@@ -315,13 +329,13 @@ impl Cx<'_> {
                 let r = &mut self.job.replicas[idx];
                 r.node = Some(node.clone());
                 r.restart += 1;
-                self.log(Some(&name), format!("Replica {name} restarted on node {node} after node maintenance."));
+                self.log_rule("L9", Some(&name), format!("Replica {name} restarted on node {node} after node maintenance."));
                 self.launch(idx);
                 return;
             }
             ReplicaState::Stopping { .. } => {
                 self.job.replicas[idx].state = ReplicaState::Idle;
-                self.log(Some(&name), format!("Replica {name} stopped ({}).", describe(&outcome)));
+                self.log_rule("L20", Some(&name), format!("Replica {name} stopped ({}).", describe(&outcome)));
                 self.finish_if_down();
                 return;
             }
@@ -339,13 +353,13 @@ impl Cx<'_> {
             Outcome::Exited { code: 0 } if self.job.replicas[idx].is_primary() => {
                 // L17: the primary's success ends the job; other replicas are shut down.
                 self.job.replicas[idx].state = ReplicaState::Done;
-                self.log(Some(&name), format!("Replica {name} exited with status 0."));
+                self.log_rule("L17", Some(&name), format!("Replica {name} exited with status 0."));
                 self.end_attempt(After::Succeed);
             }
             Outcome::Exited { code: 0 } => {
                 // L17: a non-primary that exits 0 is finished and not restarted.
                 self.job.replicas[idx].state = ReplicaState::Done;
-                self.log(Some(&name), format!("Replica {name} finished with status 0."));
+                self.log_rule("L17", Some(&name), format!("Replica {name} finished with status 0."));
                 self.maybe_running();
             }
             Outcome::Exited { code } if transient(code) => self.transient(idx, code, tail),
@@ -373,8 +387,8 @@ impl Cx<'_> {
             Outcome::LaunchFailed { message } => {
                 // L16: a failure of Trainyard or its engine.
                 self.job.replicas[idx].state = ReplicaState::Idle;
-                self.log(Some(&name), format!("Replica {name} could not be launched: {message}"));
-                self.log(None, INTERNAL_MESSAGE);
+                self.log_rule("L16", Some(&name), format!("Replica {name} could not be launched: {message}"));
+                self.log_rule("L16", None, INTERNAL_MESSAGE);
                 let error = JobError { code: code::INTERNAL, message: INTERNAL_MESSAGE.to_string() };
                 self.retry_or_fail(RetryKind::Internal, format!("internal error launching {name}: {message}"), error);
             }
@@ -412,7 +426,7 @@ impl Cx<'_> {
             r.failures += 1;
             r.restart += 1;
             let n = r.failures;
-            self.log(Some(&name), format!("Replica {name} {what}; restarting it ({n} of {max})."));
+            self.log_rule("L11", Some(&name), format!("Replica {name} {what}; restarting it ({n} of {max})."));
             self.launch(idx);
         } else {
             // L11: the next failure after the limit retries the whole job.
@@ -426,7 +440,7 @@ impl Cx<'_> {
     fn retry_or_fail(&mut self, kind: RetryKind, reason: String, error: JobError) {
         let s = self.settings;
         if self.job.policy.disable_retries {
-            self.log(None, format!("Job will not be retried: scheduling.disableRetries is set ({reason})."));
+            self.log_rule("L12", None, format!("Job will not be retried: scheduling.disableRetries is set ({reason})."));
             self.end_attempt(After::Fail(error));
             return;
         }
@@ -434,7 +448,7 @@ impl Cx<'_> {
         if self.job.retries.get(kind) < limit {
             self.end_attempt(After::Retry { kind, reason });
         } else {
-            self.log(None, "Job will not be retried, max error retry attempts reached.");
+            self.log_rule("L12", None, "Job will not be retried, max error retry attempts reached.");
             self.end_attempt(After::Fail(error));
         }
     }
@@ -471,17 +485,17 @@ impl Cx<'_> {
         match then {
             After::Succeed => {
                 self.job.phase = Phase::Succeeded { end };
-                self.log(None, "Job completed successfully.");
+                self.log_rule("L17", None, "Job completed successfully.");
             }
             After::Fail(error) => {
-                self.log(None, format!("Job failed. {}", error.message));
+                self.log_rule(failure_rule(&error), None, format!("Job failed. {}", error.message));
                 self.job.phase = Phase::Failed { end, error };
             }
             After::Cancel => {
                 // L18: CANCELLED with code 1.
                 self.job.phase =
                     Phase::Cancelled { end, error: JobError { code: code::CANCELLED, message: "CANCELED".into() } };
-                self.log(None, "Job cancelled.");
+                self.log_rule("L18", None, "Job cancelled.");
             }
             After::Preempted { reason } => {
                 // Counted against nothing; placed again when capacity returns.
@@ -503,7 +517,7 @@ impl Cx<'_> {
                 let limit =
                     if kind == RetryKind::Internal { self.settings.max_internal_retries } else { self.settings.max_job_retries };
                 self.next_attempt();
-                self.log(None, format!("Job retry {n} of {limit}: {reason}."));
+                self.log_rule("L12", None, format!("Job retry {n} of {limit}: {reason}."));
                 if kind == RetryKind::Stockout {
                     // L15: retried with backoff, placed again.
                     let not_before = end.saturating_add(self.settings.stockout_backoff(n));
@@ -550,10 +564,10 @@ impl Cx<'_> {
                 if matches!(then, After::Retry { .. } | After::Preempted { .. }) {
                     *then = After::Cancel;
                 }
-                self.log(None, "Cancel requested.");
+                self.log_rule("L18", None, "Cancel requested.");
             }
             _ => {
-                self.log(None, "Cancel requested.");
+                self.log_rule("L18", None, "Cancel requested.");
                 self.end_attempt(After::Cancel);
             }
         }
@@ -564,7 +578,7 @@ impl Cx<'_> {
         if !self.job.policy.spot || !matches!(self.job.phase, Phase::Pending { .. } | Phase::Running { .. }) {
             return;
         }
-        self.log(None, format!("SPOT job preempted: {reason}."));
+        self.log_rule("L9", None, format!("SPOT job preempted: {reason}."));
         self.end_attempt(After::Preempted { reason });
     }
 
@@ -590,7 +604,7 @@ impl Cx<'_> {
             return;
         };
         if graceful {
-            self.log(Some(replica), format!("Replica {replica}: {what}; SIGTERM, then restart on node {node}."));
+            self.log_rule("L9", Some(replica), format!("Replica {replica}: {what}; SIGTERM, then restart on node {node}."));
             self.stop(idx, AfterReplicaStop::Move { node });
         } else {
             // The old run is stopped for good measure (L20); its late report is stale.
@@ -599,7 +613,7 @@ impl Cx<'_> {
             let r = &mut self.job.replicas[idx];
             r.node = Some(node.clone());
             r.restart += 1;
-            self.log(Some(replica), format!("Replica {replica}: {what}; restarting it on node {node}."));
+            self.log_rule("L9", Some(replica), format!("Replica {replica}: {what}; restarting it on node {node}."));
             self.launch(idx);
         }
     }
@@ -611,7 +625,7 @@ impl Cx<'_> {
             if !matches!(self.job.phase, Phase::Stopping { .. }) && now >= admitted.saturating_add(self.job.policy.timeout)
             {
                 let secs = self.job.policy.timeout / crate::job::SECOND;
-                self.log(None, format!("Job reached its timeout of {secs}s (scheduling.timeout)."));
+                self.log_rule("L19", None, format!("Job reached its timeout of {secs}s (scheduling.timeout)."));
                 let message = format!("The job has run longer than its timeout of {secs}s (scheduling.timeout).");
                 self.end_attempt(After::Fail(JobError { code: code::DEADLINE_EXCEEDED, message }));
                 return;
@@ -623,7 +637,7 @@ impl Cx<'_> {
             {
                 // L15 FLEX_START: the wait ran out.
                 let message = stockout_message(&self.job.region);
-                self.log(None, "FLEX_START: maxWaitDuration ran out.");
+                self.log_rule("L15", None, "FLEX_START: maxWaitDuration ran out.");
                 self.end_attempt(After::Fail(JobError { code: code::RESOURCE_EXHAUSTED, message }));
             }
             Phase::Running { .. } => {
@@ -631,7 +645,7 @@ impl Cx<'_> {
                 if self.job.checkpoint_due(self.settings).is_some_and(|due| now >= due) {
                     self.job.checkpoint.warned_at = Some(now);
                     let hours = self.settings.checkpoint_warning_secs as f64 / 3600.0;
-                    self.log(None, format!("Warning: no checkpoint written to AIP_CHECKPOINT_DIR for {hours} hours."));
+                    self.log_rule("L21", None, format!("Warning: no checkpoint written to AIP_CHECKPOINT_DIR for {hours} hours."));
                 }
             }
             _ => {}

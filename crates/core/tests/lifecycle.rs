@@ -206,7 +206,7 @@ fn l7_running_when_all_started() {
     let r1 = h.run("workerpool1-0");
     h.ev(Event::Started { run: r1 });
     assert_eq!(h.state(), State::Running);
-    assert!(h.logs().contains(&"Job is running."));
+    assert!(h.logs().contains(&"L7: Job is running."));
 }
 
 /// L8, L9, L10: addresses and nodes stay across restarts and retries.
@@ -349,7 +349,7 @@ fn l12_retry_budget_then_failed_with_last_error() {
     let (c, m) = h.error();
     assert_eq!(c, code::INVALID_ARGUMENT);
     assert!(m.starts_with("The replica workerpool0-0 exited with a non-zero status of 6. Termination reason: Error."), "{m}");
-    assert!(h.logs().contains(&"Job will not be retried, max error retry attempts reached."));
+    assert!(h.logs().contains(&"L12: Job will not be retried, max error retry attempts reached."));
 }
 
 /// L12: each kind has its own budget.
@@ -558,7 +558,7 @@ fn l16_internal_error() {
     h.exit("workerpool0-0", Outcome::LaunchFailed { message: "fork failed".into() });
     assert_eq!(h.state(), State::Failed);
     assert_eq!(h.error(), (13, "Internal error occurred for the current attempt.".into()));
-    assert!(h.logs().contains(&"Internal error occurred for the current attempt."));
+    assert!(h.logs().contains(&"L16: Internal error occurred for the current attempt."));
 }
 
 /// L17: the primary's exit 0 ends the job; other replicas are shut down first.
@@ -575,7 +575,7 @@ fn l17_primary_success_stops_others() {
     h.stopped_exit();
     assert_eq!(h.state(), State::Succeeded);
     assert!(h.job.error().is_none());
-    assert!(h.logs().contains(&"Job completed successfully."));
+    assert!(h.logs().contains(&"L17: Job completed successfully."));
 }
 
 /// L18: a QUEUED job is cancelled at once.

@@ -19,8 +19,19 @@ pub struct Entry {
     /// `stdout`, `stderr` or `event`.
     pub stream: String,
     pub text: String,
+    /// For a lifecycle event: the rule that made it (`L11`), as its text cites it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     #[serde(skip)]
     pub micros: i64,
+}
+
+/// The rule an event's text cites at its start (`L11: ...`, `L12a: ...`).
+pub fn cited_rule(text: &str) -> Option<String> {
+    let (head, _) = text.split_once(": ")?;
+    let digits = head.strip_prefix('L')?;
+    let n = digits.trim_end_matches(|c: char| c.is_ascii_lowercase());
+    (!n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit()) && digits.len() <= n.len() + 1).then(|| head.to_string())
 }
 
 /// Which entries a reader wants.
@@ -75,6 +86,7 @@ pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor
             replica: e.replica.unwrap_or_else(|| "service".into()),
             restart: 0,
             stream: "event".into(),
+            rule: cited_rule(&e.text),
             text: e.text,
             micros: e.time,
         });
@@ -88,9 +100,23 @@ pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor
         cursor.offsets.insert(dir, next);
         for e in entries {
             let micros = Timestamp::parse_rfc3339(&e.time).map(|t| t.micros()).unwrap_or(0);
-            out.push(Entry { time: e.time, attempt, replica: replica.clone(), restart, stream: e.stream, text: e.text, micros });
+            out.push(Entry { time: e.time, attempt, replica: replica.clone(), restart, stream: e.stream, text: e.text, rule: None, micros });
         }
     }
     out.sort_by_key(|e| e.micros);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cited_rule;
+
+    #[test]
+    fn events_name_the_rule_they_cite() {
+        assert_eq!(cited_rule("L11: Replica workerpool0-0 was killed by signal 9; restarting it (2 of 5)."), Some("L11".into()));
+        assert_eq!(cited_rule("L12a: x"), Some("L12a".into()));
+        assert_eq!(cited_rule("Lx: y"), None);
+        assert_eq!(cited_rule("loss: 0.5"), None);
+        assert_eq!(cited_rule("L123: too long"), None);
+    }
 }

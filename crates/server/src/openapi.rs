@@ -403,6 +403,7 @@ fn log_entry_schema() -> Value {
             "restart": {"type": "integer", "format": "int32", "minimum": 0, "description": "Restart of the replica within the attempt."},
             "stream": {"type": "string", "enum": ["stdout", "stderr", "event"]},
             "text": {"type": "string", "description": "The line, without its newline."},
+            "rule": {"type": "string", "pattern": "^L[0-9]{1,2}[a-z]?$", "description": "For a lifecycle event: the rule of the lifecycle that made it (`L11`), which its text cites first."},
         },
         "additionalProperties": false,
     })
@@ -853,6 +854,7 @@ mod tests {
             restart: 0,
             stream: "stdout".into(),
             text: "hello".into(),
+            rule: Some("L11".into()),
             micros: 0,
         };
         let entry_json = serde_json::to_value(&entry).expect("entry");

@@ -643,7 +643,7 @@ fn insert_new(tx: &Transaction<'_>, new: &NewJob<'_>, make: impl FnOnce(u64) -> 
     for (k, v) in new.labels {
         tx.prepare_cached("INSERT INTO labels (job_id, key, value) VALUES (?1, ?2, ?3)")?.execute(params![id as i64, k, v])?;
     }
-    insert_event(tx, id, job.create_time, 0, None, "Job queued.")?;
+    insert_event(tx, id, job.create_time, 0, None, "L3: Job queued.")?;
     Ok(job)
 }
 
@@ -723,7 +723,7 @@ mod tests {
         assert!(matches!(pending[0].2, Effect::Launch { .. }));
         let ev = store.events(1, 0).unwrap();
         let texts: Vec<&str> = ev.iter().map(|e| e.text.as_str()).collect();
-        assert_eq!(texts[0], "Job queued.");
+        assert_eq!(texts[0], "L3: Job queued.");
         assert!(texts.iter().any(|t| t.contains("admitted")));
     }
 

@@ -49,7 +49,7 @@ impl Driver {
             .iter()
             .filter_map(|id| {
                 let job = &self.jobs.get(id)?.job;
-                let text = job.waiting_reason.clone()?;
+                let text = cite_wait(job.waiting_reason.as_deref()?);
                 Some((*id, [Effect::Log(trainyard_core::step::LogLine { attempt: job.attempt, replica: None, text })]))
             })
             .collect();
@@ -76,7 +76,7 @@ impl Driver {
         }
         live.waiting = Some(ENGINE_WAIT);
         live.job.waiting_reason = Some(reason.clone());
-        let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: reason });
+        let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: cite_wait(&reason) });
         Driver::timed(&self.metrics, "commit", || self.store.commit(&live.job, &[line], now))?;
         let reasons = self.waiting_view.snapshot();
         self.publish_waiting(&[], reasons, now)
@@ -108,4 +108,16 @@ impl Driver {
         }
         Ok(())
     }
+}
+
+/// A waiting reason as a log line citing its rule: quota L3, the engine L16, capacity L15.
+fn cite_wait(reason: &str) -> String {
+    let rule = if reason.starts_with("Waiting for quota") {
+        "L3"
+    } else if reason.starts_with("Waiting for the execution engine") {
+        "L16"
+    } else {
+        "L15"
+    };
+    format!("{rule}: {reason}")
 }
