@@ -224,6 +224,103 @@ pub fn pump(reader: impl Read, stream: &str, writer: &LogWriter) {
     }
 }
 
+/// One line splitter per stream, for `pump_both`.
+struct Splitter {
+    stream: &'static str,
+    line: Vec<u8>,
+    open: bool,
+}
+
+impl Splitter {
+    /// Emits every complete line of `bytes` (and overlong pieces) and keeps the rest.
+    fn feed(&mut self, bytes: &[u8], writer: &LogWriter) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let room = MAX_ENTRY_BYTES - self.line.len();
+            match rest.iter().position(|&b| b == b'\n') {
+                Some(i) if i <= room => {
+                    self.line.extend_from_slice(&rest[..i]);
+                    rest = &rest[i + 1..];
+                    self.emit(writer);
+                }
+                _ => {
+                    let take = rest.len().min(room);
+                    self.line.extend_from_slice(&rest[..take]);
+                    rest = &rest[take..];
+                    if self.line.len() >= MAX_ENTRY_BYTES {
+                        self.emit(writer);
+                    }
+                }
+            }
+        }
+    }
+
+    fn emit(&mut self, writer: &LogWriter) {
+        // A failure is counted and reported by the writer itself.
+        let _ = writer.write_entry(self.stream, &self.line);
+        self.line.clear();
+    }
+}
+
+/// L22: one reader over both of the program's pipes, so that its stdout and stderr lines
+/// keep the order in which it wrote them as far as the kernel can tell: each entry is
+/// stamped when it is read, and whichever pipe has data first is read first (when both
+/// have, stdout before stderr). Returns when both pipes are closed.
+pub fn pump_both(stdout: File, stderr: File, writer: &LogWriter) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut files = [stdout, stderr];
+    let mut split =
+        [Splitter { stream: "stdout", line: Vec::new(), open: true }, Splitter { stream: "stderr", line: Vec::new(), open: true }];
+    let mut buf = vec![0u8; 64 * 1024];
+    while split.iter().any(|s| s.open) {
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd> = Vec::with_capacity(2);
+            let mut which = Vec::with_capacity(2);
+            for (i, f) in files.iter().enumerate() {
+                if split[i].open {
+                    fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+                    which.push(i);
+                }
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    let _ = writeln!(io::stderr(), "trainyard shim: waiting for the program's output: {e}");
+                    return;
+                }
+            }
+            let mut ready = vec![false; 2];
+            for (k, fd) in fds.iter().enumerate() {
+                if fd.revents().is_some_and(|r| !r.is_empty()) {
+                    ready[which[k]] = true;
+                }
+            }
+            ready
+        };
+        for i in 0..2 {
+            if !ready[i] {
+                continue;
+            }
+            match files[i].read(&mut buf) {
+                Ok(0) => {
+                    if !split[i].line.is_empty() {
+                        split[i].emit(writer);
+                    }
+                    split[i].open = false;
+                }
+                Ok(n) => split[i].feed(&buf[..n], writer),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = writeln!(io::stderr(), "trainyard shim: reading the program's {}: {e}", split[i].stream);
+                    split[i].open = false;
+                }
+            }
+        }
+    }
+}
+
 /// Reads the complete entries of `<run_dir>/log.jsonl` from byte `from_offset` on, and
 /// the offset to continue from. A trailing partial line (being written) is left for the
 /// next call; a missing file reads as empty. Malformed lines are skipped.

@@ -449,19 +449,32 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut pumps = 0;
-    for (stream, reader) in [
-        ("stdout", child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>)),
-        ("stderr", child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>)),
-    ] {
-        let Some(reader) = reader else { continue };
-        let (writer, done_tx) = (Arc::clone(&writer), done_tx.clone());
-        let spawned = thread::Builder::new().name(format!("pump-{stream}")).spawn(move || {
-            log::pump(reader, stream, &writer);
-            let _ = done_tx.send(());
-        });
-        match spawned {
-            Ok(_) => pumps += 1,
-            Err(e) => diag(format_args!("cannot start the {stream} reader: {e}")),
+    // One reader over both pipes (L22: the order of stdout and stderr lines is kept).
+    match (child.stdout.take(), child.stderr.take()) {
+        (Some(out), Some(err)) => {
+            let (writer, done_tx) = (Arc::clone(&writer), done_tx.clone());
+            let spawned = thread::Builder::new().name("pump".into()).spawn(move || {
+                log::pump_both(out, err, &writer);
+                let _ = done_tx.send(());
+            });
+            match spawned {
+                Ok(_) => pumps += 1,
+                Err(e) => diag(format_args!("cannot start the output reader: {e}")),
+            }
+        }
+        (out, err) => {
+            for (stream, reader) in [("stdout", out), ("stderr", err)] {
+                let Some(reader) = reader else { continue };
+                let (writer, done_tx) = (Arc::clone(&writer), done_tx.clone());
+                let spawned = thread::Builder::new().name(format!("pump-{stream}")).spawn(move || {
+                    log::pump(reader, stream, &writer);
+                    let _ = done_tx.send(());
+                });
+                match spawned {
+                    Ok(_) => pumps += 1,
+                    Err(e) => diag(format_args!("cannot start the {stream} reader: {e}")),
+                }
+            }
         }
     }
     drop(done_tx);

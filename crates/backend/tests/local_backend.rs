@@ -763,3 +763,22 @@ fn pids_max_bounds_a_fork_bomb() {
     assert!(forked < 32, "{line}");
     assert!(line.ends_with(&format!("failed {}", 500 - forked)), "{line}");
 }
+
+/// L22: stdout and stderr lines keep the order in which the program wrote them (one
+/// reader over both pipes, each line stamped when read), here for a program that
+/// alternates between them with a short pause, as a logging program does.
+#[test]
+fn l22_stdout_and_stderr_keep_their_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let b = backend();
+    let (s, rx) = common::sink();
+    let script = "for i in 1 2 3 4 5 6 7 8 9 10; do echo out$i; sleep 0.01; echo err$i >&2; sleep 0.01; done";
+    b.launch(run_id("workerpool0-0"), &dir, sh(script), s).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run_id("workerpool0-0"));
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    let (entries, _) = read_log(&dir, 0).unwrap();
+    let got: Vec<String> = entries.iter().map(|e| format!("{}:{}", e.stream, e.text)).collect();
+    let want: Vec<String> = (1..=10).flat_map(|i| [format!("stdout:out{i}"), format!("stderr:err{i}")]).collect();
+    assert_eq!(got, want);
+}
