@@ -339,3 +339,35 @@ fn gcs_paths_and_pip_isolation_for_host_programs() {
     let home = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0).join("home");
     assert!(text.contains(&format!("home={} base={}/.local", home.display(), home.display())), "{text}");
 }
+
+/// Hang detection (label `trainyard-hang-after-secs`): a replica that stops writing is
+/// reported (L22, once), one that writes slowly but steadily is not; with
+/// `trainyard-hang-restart` the silent one is restarted, counted as a signal death (L10).
+#[test]
+fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
+    let s = Server::start("");
+    let mut silent = sh_job("silent", "echo started; sleep 4; echo done");
+    silent["labels"] = json!({"trainyard-hang-after-secs": "1"});
+    let mut steady = sh_job("steady", "for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.4; done");
+    steady["labels"] = json!({"trainyard-hang-after-secs": "1"});
+    let (a, b) = (s.create("p", &silent), s.create("p", &steady));
+    for j in [&a, &b] {
+        assert_eq!(state(&s.wait_terminal(&name_of(j), 60)), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name_of(j)));
+    }
+    let text = s.logs_text(&name_of(&a));
+    assert_eq!(text.matches("may be hung").count(), 1, "reported once: {text}");
+    assert!(text.contains("L22: Replica workerpool0-0 has written nothing"), "{text}");
+    assert!(!s.logs_text(&name_of(&b)).contains("may be hung"), "{}", s.logs_text(&name_of(&b)));
+    let metrics = ureq::get(&s.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("trainyard_replica_hangs_total ") && !l.ends_with(" 0")), "{metrics}");
+
+    let marker = s.dir.path().join("hung-once");
+    let script = format!("if [ -e {m} ]; then echo recovered; exit 0; fi; touch {m}; echo started; sleep 300", m = marker.display());
+    let mut restart = sh_job("restart", &script);
+    restart["labels"] = json!({"trainyard-hang-after-secs": "1", "trainyard-hang-restart": "true"});
+    let r = s.create("p", &restart);
+    let done = s.wait_terminal(&name_of(&r), 60);
+    let text = s.logs_text(&name_of(&r));
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
+    assert!(text.contains("may be hung; stopping it to restart it") && text.contains("restarting it (1 of 5)") && text.contains("recovered"), "{text}");
+}

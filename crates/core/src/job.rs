@@ -38,6 +38,13 @@ pub struct Settings {
     pub stockout_backoff_max_secs: u64,
     /// L15: `scheduling.maxWaitDuration` of FLEX_START jobs when unset.
     pub default_max_wait_secs: u64,
+    /// Hang detection: a running replica that writes nothing to its log, its checkpoint
+    /// directory or its metric file for this long is reported; 0: off (the default; a job
+    /// sets its own with the label `trainyard-hang-after-secs`).
+    pub hang_after_secs: u64,
+    /// Hang detection: a replica reported hung is also stopped and restarted, counted as a
+    /// restart for a signal is (L10, L11).
+    pub hang_restart: bool,
 }
 
 impl Default for Settings {
@@ -53,6 +60,8 @@ impl Default for Settings {
             stockout_backoff_secs: 60,
             stockout_backoff_max_secs: 1800,
             default_max_wait_secs: 24 * 3600,
+            hang_after_secs: 0,
+            hang_restart: false,
         }
     }
 }
@@ -93,6 +102,11 @@ pub struct Policy {
     pub spot: bool,
     /// L15: how long a FLEX_START job waits; 0 waits forever.
     pub max_wait: Micros,
+    /// Hang detection: silence that reports a replica hung; 0: off.
+    #[serde(default)]
+    pub hang_after: Micros,
+    #[serde(default)]
+    pub hang_restart: bool,
 }
 
 impl Policy {
@@ -104,6 +118,8 @@ impl Policy {
             flex_start: false,
             spot: false,
             max_wait: secs(settings.default_max_wait_secs),
+            hang_after: secs(settings.hang_after_secs),
+            hang_restart: settings.hang_restart,
         }
     }
 
@@ -309,6 +325,12 @@ pub struct Replica {
     /// the same node (L10, L11); empty when its node has no GPU inventory.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
+    /// Hang detection: the last time the current run was seen writing (log, metric file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Micros>,
+    /// Hang detection: when the current run was reported hung (cleared by new activity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hung_since: Option<Micros>,
 }
 
 impl Replica {
@@ -323,6 +345,8 @@ impl Replica {
             failures: 0,
             state: ReplicaState::Idle,
             devices: Vec::new(),
+            activity: None,
+            hung_since: None,
         }
     }
     pub fn is_primary(&self) -> bool {
@@ -546,10 +570,31 @@ impl Job {
                 if let Some(t) = self.checkpoint_due(settings) {
                     consider(t)
                 }
+                for i in 0..self.replicas.len() {
+                    if let Some(t) = self.hang_due(i) {
+                        consider(t)
+                    }
+                }
             }
             _ => {}
         }
         best
+    }
+
+    /// Hang detection: when replica `i`'s run is due to be reported hung (it runs, has not
+    /// been reported, and the job watches for hangs): the job's latest checkpoint, the
+    /// run's latest output and its start, whichever is last, plus the allowed silence.
+    pub fn hang_due(&self, i: usize) -> Option<Micros> {
+        if self.policy.hang_after <= 0 {
+            return None;
+        }
+        let r = self.replicas.get(i)?;
+        let ReplicaState::Running { since } = r.state else { return None };
+        if r.hung_since.is_some() {
+            return None;
+        }
+        let last = [Some(since), r.activity, self.checkpoint.last_write].into_iter().flatten().max()?;
+        Some(last.saturating_add(self.policy.hang_after))
     }
 
     /// L21: when the next "no checkpoint" warning is due.

@@ -38,6 +38,9 @@ pub enum Event {
     NodeLost { replica: String, replacement: Option<String> },
     /// L21: a checkpoint was seen written at `at`.
     CheckpointSeen { at: Micros },
+    /// Hang detection: the replica's current run was seen writing at `at` (its log or its
+    /// metric file).
+    Activity { replica: String, at: Micros },
     /// Time passed: timeouts (L19), FLEX_START waits (L15), checkpoint warnings (L21).
     Tick,
     /// A SPOT job's capacity is needed by other work: its replicas get SIGTERM and the grace
@@ -108,6 +111,17 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         Event::CheckpointSeen { at } => {
             if cx.job.checkpoint.last_write.is_none_or(|t| at > t) {
                 cx.job.checkpoint.last_write = Some(at);
+            }
+        }
+        Event::Activity { replica, at } => {
+            if let Some(r) = cx.job.replicas.iter_mut().find(|r| r.name == replica && r.state.is_live()) {
+                if r.activity.is_none_or(|t| at > t) {
+                    r.activity = Some(at);
+                    // Writing again: a hang reported before is over.
+                    if r.hung_since.is_some_and(|h| at > h) {
+                        r.hung_since = None;
+                    }
+                }
             }
         }
         Event::Tick => cx.tick(),
@@ -184,7 +198,11 @@ impl Cx<'_> {
             // Unreachable by construction: replicas are placed before they launch.
             return;
         };
-        self.job.replicas[idx].state = ReplicaState::Launching;
+        let r = &mut self.job.replicas[idx];
+        r.state = ReplicaState::Launching;
+        // A new run: hang detection starts afresh.
+        r.activity = None;
+        r.hung_since = None;
         let run = self.run_id(idx);
         self.effects.push(Effect::Launch { run, node });
     }
@@ -641,6 +659,7 @@ impl Cx<'_> {
                 self.end_attempt(After::Fail(JobError { code: code::RESOURCE_EXHAUSTED, message }));
             }
             Phase::Running { .. } => {
+                self.hangs();
                 // L21: warn when no checkpoint has been written for a while.
                 if self.job.checkpoint_due(self.settings).is_some_and(|due| now >= due) {
                     self.job.checkpoint.warned_at = Some(now);
@@ -649,6 +668,34 @@ impl Cx<'_> {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+impl Cx<'_> {
+    /// Hang detection: each running replica silent for the job's `hang_after` is reported
+    /// once (L22: its output is what shows it), and, with `hang_restart`, stopped: its run
+    /// then ends by a signal and is restarted as a signal death is (L10, L11).
+    fn hangs(&mut self) {
+        let now = self.now;
+        for idx in 0..self.job.replicas.len() {
+            if !self.job.hang_due(idx).is_some_and(|due| now >= due) {
+                continue;
+            }
+            let secs = self.job.policy.hang_after / crate::job::SECOND;
+            let name = self.job.replicas[idx].name.clone();
+            self.job.replicas[idx].hung_since = Some(now);
+            let restart = self.job.policy.hang_restart;
+            let then = if restart { "; stopping it to restart it" } else { "" };
+            self.log_rule(
+                "L22",
+                Some(&name),
+                format!("Replica {name} has written nothing to its log, its checkpoint directory or its metric file for {secs}s: it may be hung{then}."),
+            );
+            if restart {
+                let run = self.run_id(idx);
+                self.effects.push(Effect::Stop { run, grace: self.settings.grace_period_secs as Micros * crate::job::SECOND });
+            }
         }
     }
 }

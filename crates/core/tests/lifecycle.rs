@@ -767,3 +767,39 @@ fn l9_spot_preemption_is_not_counted() {
     h.ev(Event::Preempt { reason: "x".into() });
     assert_eq!(h.state(), State::Running);
 }
+
+/// Hang detection: a running replica silent for the job's allowed time is reported once,
+/// citing L22; new output clears it; with hang_restart it is stopped, and its signal death
+/// restarts it as L10 does (counted, L11).
+#[test]
+fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
+    let mut h = H::new(job_with(&[1], |p| p.hang_after = 60 * SECOND));
+    h.place().start_all();
+    let start = h.now;
+    assert_eq!(h.job.hang_due(0), Some(start + 60 * SECOND), "due a minute after the start");
+    // Output at +30 s moves it.
+    h.at(30 * SECOND).ev(Event::Activity { replica: "workerpool0-0".into(), at: start + 30 * SECOND });
+    assert_eq!(h.job.hang_due(0), Some(start + 90 * SECOND));
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(start + 90 * SECOND));
+    h.at(61 * SECOND).ev(Event::Tick);
+    assert!(h.logs().iter().any(|l| l.starts_with("L22: Replica workerpool0-0 has written nothing") && l.contains("60s")), "{:?}", h.logs());
+    assert_eq!(h.job.hang_due(0), None, "reported once");
+    assert_eq!(h.stops(), 0, "no restart unless asked");
+    assert_eq!(h.state(), State::Running);
+    // Writing again ends the hang.
+    let now = h.now;
+    h.at(SECOND).ev(Event::Activity { replica: "workerpool0-0".into(), at: now + SECOND });
+    assert_eq!(h.job.replicas[0].hung_since, None);
+
+    let mut h = H::new(job_with(&[1], |p| {
+        p.hang_after = 60 * SECOND;
+        p.hang_restart = true;
+    }));
+    h.place().start_all();
+    h.at(61 * SECOND).ev(Event::Tick);
+    assert_eq!(h.stops(), 1, "stopped to be restarted");
+    h.stopped_exit();
+    assert!(h.logs().iter().any(|l| l.contains("restarting it (1 of 5)")), "{:?}", h.logs());
+    assert_eq!(h.job.replicas[0].restart, 1);
+    assert_eq!(h.job.replicas[0].hung_since, None, "the new run starts afresh");
+}

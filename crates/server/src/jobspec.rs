@@ -13,6 +13,11 @@ use trainyard_core::job::{Demand, Policy, ReplicaDemand, SECOND};
 use trainyard_core::schedule::{Fleet, Quotas};
 use trainyard_core::Settings;
 
+/// The label that sets a job's hang detection: seconds of silence (0: off).
+pub const HANG_AFTER_LABEL: &str = "trainyard-hang-after-secs";
+/// The label that restarts a replica reported hung (`true`).
+pub const HANG_RESTART_LABEL: &str = "trainyard-hang-restart";
+
 /// What the lifecycle needs of a new job.
 #[derive(Clone, Debug)]
 pub struct Prepared {
@@ -127,6 +132,20 @@ pub fn prepare(
         if let Some(w) = &s.max_wait_duration {
             policy.max_wait = micros(w);
         }
+    }
+    // Hang detection per job, by labels (the API has no field for it).
+    if let Some(v) = job.labels.get(HANG_AFTER_LABEL) {
+        let secs: u64 = v
+            .parse()
+            .map_err(|_| ApiError::invalid_argument(format!("labels.{HANG_AFTER_LABEL}: {v:?} is not a number of seconds")))?;
+        policy.hang_after = (secs as i64).saturating_mul(SECOND);
+    }
+    if let Some(v) = job.labels.get(HANG_RESTART_LABEL) {
+        policy.hang_restart = match v.as_str() {
+            "true" => true,
+            "false" => false,
+            _ => return Err(ApiError::invalid_argument(format!("labels.{HANG_RESTART_LABEL}: {v:?} must be true or false"))),
+        };
     }
     Ok(Prepared { pools, demand, policy, checkpoints: job.job_spec.base_output_directory.is_some() })
 }

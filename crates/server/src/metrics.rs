@@ -183,6 +183,7 @@ pub struct Metrics {
     replica_restarts: Family<ReasonLabels, Counter>,
     job_retries: Family<ReasonLabels, Counter>,
     oom_kills: Counter,
+    hangs: Counter,
     stockouts: Counter,
     node_cpus: Family<NodeLabels, Gauge>,
     node_memory: Family<NodeLabels, Gauge>,
@@ -242,6 +243,8 @@ impl Metrics {
         );
         let oom_kills = Counter::default();
         r.register("oom_kills", "Replica runs ended by the kernel's OOM killer (L14)", oom_kills.clone());
+        let hangs = Counter::default();
+        r.register("replica_hangs", "Replica runs reported hung: silent for the allowed time (log, checkpoints, metric file)", hangs.clone());
         let stockouts = Counter::default();
         r.register("stockouts", "Placements that found no capacity (L15)", stockouts.clone());
         let node_cpus = Family::<NodeLabels, Gauge>::default();
@@ -288,6 +291,7 @@ impl Metrics {
             replica_restarts,
             job_retries,
             oom_kills,
+            hangs,
             stockouts,
             node_cpus,
             node_memory,
@@ -341,6 +345,13 @@ impl Metrics {
     /// A job's state changed from `old` (None: it is new to the driver) to `new`; counts
     /// it, with its waits, restarts, retries and placements.
     pub fn job_changed(&self, old: Option<&Job>, new: &Job) {
+        // Hangs reported by this change.
+        for r in &new.replicas {
+            let was = old.and_then(|o| o.replica(&r.name)).and_then(|o| o.hung_since);
+            if r.hung_since.is_some() && r.hung_since != was {
+                self.hangs.inc();
+            }
+        }
         let (before, after) = (old.map(|j| j.state()), new.state());
         if before != Some(after) {
             if let Some(b) = before {

@@ -333,6 +333,7 @@ impl Driver {
                     Some(_) => {}
                 }
             }
+            self.see_activity(id, now)?;
             self.apply(id, Event::Tick, now)?.ok();
             if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
                 self.reschedule = true;
@@ -340,6 +341,35 @@ impl Driver {
             if !self.deadline_of.contains_key(&id) {
                 self.index_deadline(id);
             }
+        }
+        Ok(())
+    }
+
+    /// Hang detection: before a tick decides, the latest writes of each running replica
+    /// of a job that watches for hangs (its log file and its metric file, by their
+    /// modification times: two `stat`s).
+    pub(super) fn see_activity(&mut self, id: u64, now: Micros) -> Result<(), StoreError> {
+        let Some(live) = self.jobs.get(&id) else { return Ok(()) };
+        if live.job.policy.hang_after <= 0 {
+            return Ok(());
+        }
+        let data = &self.svc.cfg.data_dir;
+        let mut seen = Vec::new();
+        for r in live.job.replicas.iter().filter(|r| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. })) {
+            let run = RunId { job: id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
+            let files = [run_dir(data, &run).join(trainyard_backend::log::LOG_FILE), self.metric_file_of(id, &r.name)];
+            let newest = files
+                .iter()
+                .filter_map(|f| std::fs::metadata(f).ok()?.modified().ok())
+                .filter_map(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_micros().min(i64::MAX as u128) as Micros)
+                .max();
+            if let Some(at) = newest.filter(|at| r.activity.is_none_or(|a| *at > a)) {
+                seen.push((r.name.clone(), at.min(now)));
+            }
+        }
+        for (replica, at) in seen {
+            self.apply(id, Event::Activity { replica, at }, now)?.ok();
         }
         Ok(())
     }

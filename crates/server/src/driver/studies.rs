@@ -233,6 +233,11 @@ impl Driver {
         Ok(())
     }
 
+    /// A replica's metric file (a trial's, cloudml-hypertune's format).
+    pub(super) fn metric_file_of(&self, job: u64, replica: &str) -> PathBuf {
+        self.svc.cfg.data_dir.join("trials").join(job.to_string()).join(replica).join("output.metrics")
+    }
+
     /// The primary replica's metric file of a trial job (cloudml-hypertune's format).
     pub(super) fn metric_file(&self, job: u64) -> PathBuf {
         self.svc.cfg.data_dir.join("trials").join(job.to_string()).join("workerpool0-0").join("output.metrics")
