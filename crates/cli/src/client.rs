@@ -136,6 +136,12 @@ pub enum JobCommand {
         /// Only this attempt.
         #[arg(long)]
         attempt: Option<u32>,
+        /// Start with the last N entries (then follow).
+        #[arg(long)]
+        tail: Option<usize>,
+        /// Only entries at or after this RFC 3339 time (e.g. 2026-11-30T10:00:00Z).
+        #[arg(long)]
+        since: Option<String>,
     },
 }
 
@@ -216,7 +222,7 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format),
         JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
         JobCommand::Delete { target, job } => delete(&CUSTOM_JOBS, target, &job),
-        JobCommand::StreamLogs { target, job, replica, attempt } => {
+        JobCommand::StreamLogs { target, job, replica, attempt, tail, since } => {
             let api = Api::new(target)?;
             let mut url = format!("{}/logs?follow=true", api.resource_url(CUSTOM_JOBS.collection, &job)?);
             if let Some(r) = replica {
@@ -224,6 +230,12 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             }
             if let Some(a) = attempt {
                 url.push_str(&format!("&attempt={a}"));
+            }
+            if let Some(n) = tail {
+                url.push_str(&format!("&tail={n}"));
+            }
+            if let Some(t) = since {
+                url.push_str(&format!("&since={}", encode(&t)));
             }
             let mut req = api.agent.get(&url);
             if let Some(t) = &api.t.token {

@@ -411,3 +411,29 @@ fn tuning_job_paths_answer_as_tuning_jobs() {
     assert_eq!(resp.status(), 405);
     assert_eq!(resp.headers().get("allow").and_then(|v| v.to_str().ok()), Some("GET, DELETE"));
 }
+
+/// L22 at scale: `tail=N` gives the last N entries of the log, `since=` those from a time
+/// on; a bad `since` is 400 naming it.
+#[test]
+fn logs_tail_and_since_select_entries() {
+    let s = Server::start("");
+    let j = s.create("p", &sh_job("many", "i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); done"));
+    let name = name_of(&j);
+    s.wait_terminal(&name, 60);
+    let all = s.logs(&name);
+    assert!(all.len() > 300);
+    let get = |q: &str| -> Vec<Value> {
+        let mut resp = ureq::get(&s.url(&format!("/v1/{name}/logs?{q}"))).call().unwrap();
+        let text = resp.body_mut().read_to_string().unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let tail = get("tail=7");
+    assert_eq!(tail, all[all.len() - 7..].to_vec());
+    let from = all[150]["time"].as_str().unwrap().to_string();
+    let since = get(&format!("since={from}"));
+    assert!(!since.is_empty() && since.iter().all(|e| e["time"].as_str().unwrap() >= from.as_str()));
+    assert_eq!(since.last(), all.last());
+    let (status, e) = s.call("GET", &s.url(&format!("/v1/{name}/logs?since=yesterday")), None);
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("since"), "{e}");
+}

@@ -222,7 +222,14 @@ pub struct LogQuery {
     follow: Option<bool>,
     replica: Option<String>,
     attempt: Option<u32>,
+    /// Only the last N entries (then, with `follow`, what comes).
+    tail: Option<usize>,
+    /// Only entries at or after this RFC 3339 time.
+    since: Option<String>,
 }
+
+/// The most entries `tail` keeps.
+const MAX_TAIL: usize = 100_000;
 
 /// `GET .../customJobs/{id}/logs`: newline-delimited JSON entries (a Trainyard extension).
 /// With `follow=true` the stream goes on until the job is terminal.
@@ -236,6 +243,18 @@ async fn job_logs(
     resources::load::<CustomJobs>(&state, &project, &region, id).await?;
     let sel = logs::Selector { replica: q.replica, attempt: q.attempt };
     let follow = q.follow.unwrap_or(false);
+    let since = match &q.since {
+        Some(t) => Some(
+            trainyard_api::Timestamp::parse_rfc3339(t)
+                .map_err(|_| ApiError::invalid_argument(format!("since: {t:?} is not an RFC 3339 time (e.g. 2026-11-30T10:00:00Z)")))?
+                .micros(),
+        ),
+        None => None,
+    };
+    if q.tail.is_some_and(|n| n > MAX_TAIL) {
+        return Err(ApiError::invalid_argument(format!("tail: at most {MAX_TAIL} entries")).into());
+    }
+    let mut tail = q.tail.map(|n| (n, std::collections::VecDeque::with_capacity(n.min(1024))));
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let readers = Arc::clone(&state.readers);
     let data_dir = state.data_dir.clone();
@@ -250,20 +269,29 @@ async fn job_logs(
                     // Whether the job had ended is read before its lines, so that the lines
                     // written just before its end are sent before the stream stops.
                     let terminal = s.get_job_by_id(id).map_err(internal)?.is_none_or(|j| j.job.is_terminal());
-                    let mut all = Vec::new();
-                    loop {
-                        let e = logs::read_new(s, &dd, id, &sel2, &mut cur).map_err(internal)?;
-                        if e.is_empty() {
-                            break;
-                        }
-                        all.extend(e);
-                    }
-                    Ok((all, terminal, cur))
+                    // One bounded read (READ_BUDGET per file): a long log is sent batch by
+                    // batch, never held whole.
+                    let e = logs::read_new(s, &dd, id, &sel2, &mut cur).map_err(internal)?;
+                    Ok((e, terminal, cur))
                 })
                 .await;
-            let Ok((entries, terminal, cur)) = batch else { break };
+            let Ok((mut entries, terminal, cur)) = batch else { break };
             cursor = cur;
-            pause = if entries.is_empty() { (pause * 2).min(FOLLOW_MAX) } else { FOLLOW_FIRST };
+            let caught_up = entries.is_empty();
+            if let Some(t) = since {
+                entries.retain(|e| e.micros >= t);
+            }
+            if let Some((n, kept)) = tail.as_mut() {
+                // The last N of what is there now; sent once the log is read to its end.
+                kept.extend(entries.drain(..));
+                while kept.len() > *n {
+                    kept.pop_front();
+                }
+                if caught_up {
+                    entries = kept.drain(..).collect();
+                    tail = None;
+                }
+            }
             if !entries.is_empty() {
                 let mut text = String::new();
                 for e in entries {
@@ -274,10 +302,16 @@ async fn job_logs(
                     break;
                 }
             }
+            if !caught_up {
+                // More to read now.
+                pause = FOLLOW_FIRST;
+                continue;
+            }
             if !follow || terminal {
                 break;
             }
             tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(FOLLOW_MAX);
         }
     });
     let stream = tokio_stream_from(rx);
