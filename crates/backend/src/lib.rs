@@ -15,7 +15,7 @@ pub mod slurm;
 pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, ReplicaCgroup};
 pub use fsutil::FileError;
 pub use local::LocalBackend;
-pub use log::{read_log, stderr_tail, LogEntry};
+pub use log::{read_log, read_log_from, stderr_tail, LogEntry, LogPos};
 pub use seam::{Backend, BackendError, BackendEvent, EventSink, Launch};
 pub use shim::{main_from_args, write_spec, Resources, RunAs, ShimSpec, ShimStatus};
 pub use slurm::{SlurmBackend, SlurmOptions};

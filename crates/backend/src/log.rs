@@ -19,6 +19,9 @@ pub const LOG_FILE: &str = "log.jsonl";
 /// so that a program that never prints a newline cannot make the shim grow without bound.
 pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
 
+/// The log's previous file, after a rotation (see `LogWriter::open`'s `max_bytes`).
+pub const ROTATED_FILE: &str = "log.1.jsonl";
+
 /// How many bytes one `read_log` call consumes at most (it always returns at least one
 /// complete line if there is one).
 const READ_BUDGET: u64 = 4 * 1024 * 1024;
@@ -46,11 +49,15 @@ pub struct LogEntry {
 /// that the torn line is skipped by readers instead of swallowing the next entry.
 pub struct LogWriter {
     path: PathBuf,
+    /// At most this many bytes are kept: the file is rotated at half of it.
+    max_bytes: Option<u64>,
     state: Mutex<WriterState>,
 }
 
 struct WriterState {
     file: File,
+    /// Bytes in the current file.
+    size: u64,
     /// Entries that could not be written since the last one that could.
     dropped: u64,
     /// The first error of the current failing streak.
@@ -129,11 +136,39 @@ impl WriterState {
 
 impl LogWriter {
     pub fn open(path: &Path) -> Result<LogWriter, FileError> {
+        LogWriter::open_capped(path, None)
+    }
+
+    /// A log that keeps at most `max_bytes` (L22 within a bound, so that a chatty program
+    /// cannot fill the disk): when the file passes half of it, it becomes `log.1.jsonl`
+    /// (replacing the one before) and a new file starts with a note saying so.
+    pub fn open_capped(path: &Path, max_bytes: Option<u64>) -> Result<LogWriter, FileError> {
         let file = fsutil::open_append(path)?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(LogWriter {
             path: path.to_path_buf(),
-            state: Mutex::new(WriterState { file, dropped: 0, error: None, torn: false }),
+            max_bytes: max_bytes.filter(|m| *m > 0),
+            state: Mutex::new(WriterState { file, size, dropped: 0, error: None, torn: false }),
         })
+    }
+
+    /// Rotates the file when `next` more bytes would take it past half the cap.
+    fn rotate_if_full(&self, st: &mut WriterState, next: u64) -> Result<(), FileError> {
+        let Some(max) = self.max_bytes else { return Ok(()) };
+        if st.size == 0 || st.size + next <= max / 2 {
+            return Ok(());
+        }
+        std::fs::rename(&self.path, self.path.with_file_name(ROTATED_FILE)).at("rotate", &self.path)?;
+        st.file = fsutil::open_append(&self.path)?;
+        st.size = 0;
+        let note = format!(
+            "trainyard: the log reached {} bytes and was rotated: at most {max} bytes of this run's output are kept, older lines are dropped",
+            max / 2
+        );
+        let line = encode_entry("stderr", note.as_bytes(), &self.path)?;
+        st.write_whole(&line, &self.path)?;
+        st.size += line.len() as u64;
+        Ok(())
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, WriterState> {
@@ -146,7 +181,10 @@ impl LogWriter {
         let mut st = self.state();
         let written = st.catch_up(&self.path).and_then(|()| {
             let line = encode_entry(stream, text, &self.path)?;
-            st.write_whole(&line, &self.path)
+            self.rotate_if_full(&mut st, line.len() as u64)?;
+            st.write_whole(&line, &self.path)?;
+            st.size += line.len() as u64;
+            Ok(())
         });
         if let Err(e) = &written {
             st.note_failure(e);
@@ -325,7 +363,51 @@ pub fn pump_both(stdout: File, stderr: File, writer: &LogWriter) {
 /// the offset to continue from. A trailing partial line (being written) is left for the
 /// next call; a missing file reads as empty. Malformed lines are skipped.
 pub fn read_log(run_dir: &Path, from_offset: u64) -> Result<(Vec<LogEntry>, u64), FileError> {
-    let path = run_dir.join(LOG_FILE);
+    read_path(&run_dir.join(LOG_FILE), from_offset)
+}
+
+/// Where a reader is in a run's log, across rotations: the file (its inode) and the
+/// offset in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogPos {
+    pub inode: u64,
+    pub offset: u64,
+}
+
+/// As `read_log`, across a rotation (`log.jsonl` renamed `log.1.jsonl`): a reader from
+/// the start (`LogPos::default()`) begins with the rotated file; a reader in the file that
+/// was rotated reads it to its end, then the new one from its start. A reader that was two
+/// rotations behind goes on with the current file (what was between is gone).
+pub fn read_log_from(run_dir: &Path, pos: LogPos) -> Result<(Vec<LogEntry>, LogPos), FileError> {
+    use std::os::unix::fs::MetadataExt;
+    let current = run_dir.join(LOG_FILE);
+    let inode = match std::fs::metadata(&current) {
+        Ok(m) => m.ino(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), pos)),
+        Err(e) => return Err(FileError { op: "stat", path: current, source: e }),
+    };
+    let old = run_dir.join(ROTATED_FILE);
+    // A reader from the start reads what is kept of the rotated file first.
+    let pos = match (pos.inode, std::fs::metadata(&old)) {
+        (0, Ok(m)) => LogPos { inode: m.ino(), offset: 0 },
+        _ => pos,
+    };
+    if pos.inode == 0 || pos.inode == inode {
+        let (entries, offset) = read_path(&current, pos.offset)?;
+        return Ok((entries, LogPos { inode, offset }));
+    }
+    if std::fs::metadata(&old).is_ok_and(|m| m.ino() == pos.inode) {
+        let (entries, offset) = read_path(&old, pos.offset)?;
+        if !entries.is_empty() || offset != pos.offset {
+            return Ok((entries, LogPos { inode: pos.inode, offset }));
+        }
+    }
+    let (entries, offset) = read_path(&current, 0)?;
+    Ok((entries, LogPos { inode, offset }))
+}
+
+fn read_path(path: &Path, from_offset: u64) -> Result<(Vec<LogEntry>, u64), FileError> {
+    let path = path.to_path_buf();
     let mut file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), from_offset)),

@@ -127,6 +127,10 @@ pub struct ShimSpec {
     /// object. Host programs only (a container has its own mount).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcs_mount: Option<PathBuf>,
+    /// The most bytes of output kept for the run (the log rotates at half of it); `None`:
+    /// no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_max_bytes: Option<u64>,
 }
 
 /// Where the project's buckets appear for a host program with `gcs_mount`.
@@ -179,6 +183,7 @@ impl ShimSpec {
             pids_max: None,
             container: None,
             gcs_mount: None,
+            log_max_bytes: None,
         }
     }
 }
@@ -413,7 +418,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         let e = ShimError::Sys { what: "PR_SET_CHILD_SUBREAPER", source: e.into() };
         diag(format_args!("{e}; orphaned descendants may escape"));
     }
-    let writer = match LogWriter::open(&run_dir.join(log::LOG_FILE)) {
+    let writer = match LogWriter::open_capped(&run_dir.join(log::LOG_FILE), spec.log_max_bytes) {
         Ok(w) => Arc::new(w),
         Err(e) => return fail_before_start(run_dir, None, cgroup.as_ref(), e.to_string()),
     };

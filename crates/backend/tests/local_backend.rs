@@ -782,3 +782,43 @@ fn l22_stdout_and_stderr_keep_their_order() {
     let want: Vec<String> = (1..=10).flat_map(|i| [format!("stdout:out{i}"), format!("stderr:err{i}")]).collect();
     assert_eq!(got, want);
 }
+
+/// L22 within a bound: a program that writes more than the run's log cap keeps the most
+/// recent output (the log rotates at half the cap, a note says so), the disk holds at most
+/// about the cap, and a reader following the log across the rotation misses nothing of
+/// what is kept.
+#[test]
+fn l22_a_chatty_program_keeps_its_latest_output_within_the_cap() {
+    use trainyard_backend::{read_log_from, LogPos};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let b = backend();
+    let (s, rx) = sink();
+    let mut spec = sh("i=0; while [ $i -lt 4000 ]; do echo \"line $i of a chatty program\"; i=$((i+1)); done; echo 'the error at the end' >&2; exit 3");
+    spec.log_max_bytes = Some(100_000);
+    b.launch(run_id("workerpool0-0"), &dir, spec, s).unwrap();
+    let (_, outcome, tail) = wait_exit(&rx, &run_id("workerpool0-0"));
+    assert_eq!(outcome, Outcome::Exited { code: 3 });
+    assert!(tail.iter().any(|l| l == "the error at the end"), "the last stderr lines survive: {tail:?}");
+    let size = |f: &str| std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
+    assert!(size("log.jsonl") + size("log.1.jsonl") <= 110_000, "{} + {}", size("log.jsonl"), size("log.1.jsonl"));
+    let mut pos = LogPos::default();
+    let mut texts = Vec::new();
+    loop {
+        let (entries, next) = read_log_from(&dir, pos).unwrap();
+        if entries.is_empty() && next == pos {
+            break;
+        }
+        texts.extend(entries.into_iter().map(|e| e.text));
+        pos = next;
+    }
+    assert!(texts.iter().any(|t| t.contains("was rotated")), "a note says where output was dropped");
+    assert_eq!(texts.last().map(String::as_str), Some("the error at the end"));
+    assert!(texts.iter().any(|t| t == "line 3999 of a chatty program"));
+    assert!(!texts.iter().any(|t| t == "line 0 of a chatty program"), "the oldest output is gone");
+    // What is kept, oldest first: the rotated file, then the current one.
+    let kept: Vec<u32> = texts.iter().filter_map(|t| t.strip_prefix("line ")?.split(' ').next()?.parse().ok()).collect();
+    assert!(kept.windows(2).all(|w| w[1] == w[0] + 1), "no gap and no repeat in what is kept");
+    let current = read_log(&dir, 0).unwrap().0.iter().filter(|e| e.text.starts_with("line ")).count();
+    assert!(kept.len() > current, "both files are read: {} lines, {current} in the current file", kept.len());
+}

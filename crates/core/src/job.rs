@@ -45,6 +45,9 @@ pub struct Settings {
     /// Hang detection: a replica reported hung is also stopped and restarted, counted as a
     /// restart for a signal is (L10, L11).
     pub hang_restart: bool,
+    /// L22 within a bound: the most bytes of output kept per replica run (its log rotates
+    /// at half of it, the older half is dropped); 0: no bound.
+    pub log_max_bytes_per_run: u64,
 }
 
 impl Default for Settings {
@@ -62,6 +65,7 @@ impl Default for Settings {
             default_max_wait_secs: 24 * 3600,
             hang_after_secs: 0,
             hang_restart: false,
+            log_max_bytes_per_run: 1 << 30,
         }
     }
 }

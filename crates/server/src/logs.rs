@@ -45,7 +45,7 @@ pub struct Selector {
 #[derive(Clone, Debug, Default)]
 pub struct Cursor {
     event_seq: i64,
-    offsets: BTreeMap<PathBuf, u64>,
+    offsets: BTreeMap<PathBuf, trainyard_backend::LogPos>,
 }
 
 /// `<runs>/<job>/<attempt>/<replica>/<restart>` directories of a job.
@@ -95,8 +95,8 @@ pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor
         if sel.attempt.is_some_and(|a| a != attempt) || sel.replica.as_ref().is_some_and(|r| *r != replica) {
             continue;
         }
-        let offset = cursor.offsets.get(&dir).copied().unwrap_or(0);
-        let Ok((entries, next)) = trainyard_backend::read_log(&dir, offset) else { continue };
+        let pos = cursor.offsets.get(&dir).copied().unwrap_or_default();
+        let Ok((entries, next)) = trainyard_backend::read_log_from(&dir, pos) else { continue };
         cursor.offsets.insert(dir, next);
         for e in entries {
             let micros = Timestamp::parse_rfc3339(&e.time).map(|t| t.micros()).unwrap_or(0);

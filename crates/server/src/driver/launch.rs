@@ -334,6 +334,7 @@ pub(super) fn launch_plan(
             .map(|t| t.seconds.max(0) as u64),
     };
     shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
+    shim.log_max_bytes = Some(svc.cfg.settings.log_max_bytes_per_run).filter(|m| *m > 0);
     if let Some(ce) = ce {
         let project = job.project.as_str();
         let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
