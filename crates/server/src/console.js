@@ -1,9 +1,150 @@
 // The web console (served as /console.js: the Content-Security-Policy allows no inline
-// script). Project and region come from the page's URL or are remembered in localStorage;
-// the token is typed in, kept in sessionStorage (this tab only, gone when it closes) and
-// never read from the URL.
+// script or style, so every element is built with the DOM API and styled by class or by
+// CSSOM, never by markup). Plain JavaScript, no build step, nothing from another origin.
+//
+// Project and region come from the page's URL or are remembered in localStorage; the
+// token is typed in, kept in sessionStorage (this tab only, gone when it closes) and never
+// read from the URL. Pages are routed by the hash: #/jobs, #/jobs/ID, #/tuning,
+// #/tuning/ID, #/pipelines, #/pipelines/ID, #/nodes, #/nodes/NAME (and ?project=&region=
+// in the hash switch to another project, for links to other projects' jobs).
 "use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
+
+// ---------------------------------------------------------------------------------------
+// Errors: JavaScript errors, unhandled rejections and API errors go to the banner; a page
+// that fails says so in its place, never leaving a blank page.
+
+const bannerItems = new Map();
+function showError(message, key) {
+  key = key || message;
+  message = String(message);
+  for (const [k, v] of bannerItems) if (k === key || v.message === message) bannerItems.delete(k);
+  bannerItems.set(key, { message, at: new Date() });
+  while (bannerItems.size > 6) bannerItems.delete(bannerItems.keys().next().value);
+  renderBanner();
+}
+function clearError(key) {
+  if (bannerItems.delete(key)) renderBanner();
+}
+function renderBanner() {
+  const list = $("banner-list");
+  put(list, ...[...bannerItems.values()].map((e) => h("li", {}, h("span", { class: "when" }, clock(e.at.getTime())), " ", e.message)));
+  $("banner").hidden = bannerItems.size === 0;
+}
+$("banner-close").addEventListener("click", () => { bannerItems.clear(); renderBanner(); });
+window.addEventListener("error", (ev) => {
+  const where = ev.filename ? ` (${ev.filename.replace(location.origin, "")}:${ev.lineno})` : "";
+  showError(`JavaScript error: ${ev.message}${where}`);
+});
+window.addEventListener("unhandledrejection", (ev) => {
+  const r = ev.reason;
+  if (r && r.name === "AbortError") return;
+  showError(`Unhandled error: ${r && r.message ? r.message : r}`);
+});
+
+// ---------------------------------------------------------------------------------------
+// DOM helpers.
+
+function setAttrs(e, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") e.textContent = v;
+    else if (k.startsWith("on") && typeof v === "function") e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+}
+function fill(e, kids) {
+  for (const k of kids.flat(Infinity)) {
+    if (k === null || k === undefined || k === false) continue;
+    e.append(k instanceof Node ? k : String(k));
+  }
+  return e;
+}
+/** An HTML element: h("a", {href: "#/jobs"}, "Jobs"). */
+function h(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  setAttrs(e, attrs);
+  return fill(e, kids);
+}
+/** An SVG element. */
+function s(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVG_NS, tag);
+  setAttrs(e, attrs);
+  return fill(e, kids);
+}
+/** Replace an element's children (null and false are left out). */
+function put(e, ...kids) {
+  e.replaceChildren();
+  return fill(e, kids);
+}
+const title = (text) => s("title", {}, text);
+
+// ---------------------------------------------------------------------------------------
+// Formatting.
+
+const pad = (n, w = 2) => String(n).padStart(w, "0");
+/** Local date and time of epoch milliseconds: 2026-11-30 14:05:03. */
+function dateTime(ms) {
+  const d = new Date(ms);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+/** Local clock time of epoch milliseconds, with milliseconds when asked: 14:05:03.092. */
+function clock(ms, millis) {
+  const d = new Date(ms);
+  const t = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return millis ? `${t}.${pad(d.getMilliseconds(), 3)}` : t;
+}
+const parseTime = (iso) => (iso ? Date.parse(iso) : NaN);
+/** A time cell: local time, the API's RFC 3339 text as its tooltip. */
+function timeCell(iso) {
+  if (!iso) return h("span", { class: "muted" }, "—");
+  return h("span", { title: iso }, dateTime(parseTime(iso)));
+}
+/** 850 ms, 12.3 s, 4m 05s, 2h 03m, 3d 04h. */
+function duration(ms) {
+  if (!Number.isFinite(ms) || ms < 0) return "—";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const sec = ms / 1000;
+  if (sec < 60) return `${sec < 10 ? sec.toFixed(1) : Math.round(sec)} s`;
+  const m = Math.floor(sec / 60), hr = Math.floor(m / 60), d = Math.floor(hr / 24);
+  if (m < 60) return `${m}m ${pad(Math.floor(sec % 60))}s`;
+  if (hr < 24) return `${hr}h ${pad(m % 60)}m`;
+  return `${d}d ${pad(hr % 24)}h`;
+}
+/** Run time of a job, study or pipeline: start to end, or to now while it runs. */
+function elapsed(r) {
+  const start = parseTime(r.startTime);
+  if (!Number.isFinite(start)) return "—";
+  const end = r.endTime ? parseTime(r.endTime) : Date.now();
+  return duration(end - start);
+}
+const shortState = (st) => String(st || "UNKNOWN").replace(/^(JOB_STATE_|PIPELINE_STATE_)/, "");
+const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"]);
+const isTerminal = (st) => TERMINAL.has(shortState(st));
+function chip(state, extra) {
+  const short = shortState(state);
+  return h("span", { class: `st st-${short}${extra ? " " + extra : ""}`, title: state || "" }, short.replace(/_/g, " ").toLowerCase());
+}
+const lastSegment = (name) => String(name || "").split("/").pop();
+const bytes = (n) => {
+  n = Number(n);
+  if (!Number.isFinite(n)) return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n >= 10 || i === 0 ? Math.round(n) : n.toFixed(1)} ${units[i]}`;
+};
+function num(v, digits = 4) {
+  if (typeof v !== "number") return String(v ?? "—");
+  if (Number.isInteger(v)) return String(v);
+  return Math.abs(v) >= 1000 || Math.abs(v) < 0.001 ? v.toPrecision(digits) : String(+v.toFixed(digits));
+}
+
+// ---------------------------------------------------------------------------------------
+// Settings: project and region (localStorage, or the URL), the token (sessionStorage).
+
 const params = new URLSearchParams(location.search);
 // A token left in localStorage by an earlier console, or in the address bar, is dropped.
 localStorage.removeItem("trainyard.token");
@@ -14,48 +155,1371 @@ if (params.has("token")) {
 }
 const stores = { project: localStorage, region: localStorage, token: sessionStorage };
 for (const [k, store] of Object.entries(stores)) {
-  const v = store.getItem("trainyard." + k) || (k === "token" ? null : params.get(k));
+  const v = (k === "token" ? null : params.get(k)) || store.getItem("trainyard." + k);
   if (v) $(k).value = v;
-  $(k).addEventListener("change", () => { store.setItem("trainyard." + k, $(k).value); refresh(); });
-}
-let selected = params.get("job");
-const base = () => `/v1/projects/${encodeURIComponent($("project").value)}/locations/${encodeURIComponent($("region").value)}`;
-const headers = () => $("token").value ? { Authorization: "Bearer " + $("token").value } : {};
-const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
-async function api(path) {
-  const r = await fetch(base() + path, { headers: headers() });
-  if (!r.ok) { const e = await r.json().catch(() => ({})); throw new Error(e.error ? `${e.error.status}: ${e.error.message}` : r.statusText); }
-  return r;
-}
-async function refresh() {
-  try {
-    const body = await (await api("/customJobs?pageSize=100")).json();
-    $("error").textContent = "";
-    $("jobs").innerHTML = (body.customJobs || []).map((j) => {
-      const id = esc(j.name.split("/").pop());
-      const state = esc(j.state);
-      return `<tr class="job ${id === selected ? "sel" : ""}" data-id="${id}"><td>${id}</td><td>${esc(j.displayName)}</td>` +
-        `<td><span class="st ${state}">${state.replace("JOB_STATE_", "")}</span></td><td class="muted">${esc(j.createTime)}</td></tr>`;
-    }).join("");
-    for (const tr of document.querySelectorAll("tr.job")) tr.onclick = () => { selected = tr.dataset.id; refresh(); };
-    if (selected) await detail(selected);
-  } catch (e) { $("error").textContent = e.message; }
-}
-async function detail(id) {
-  const path = `/customJobs/${encodeURIComponent(id)}`;
-  const j = await (await api(path)).json();
-  const text = await (await api(`${path}/logs`)).text();
-  const lines = text.split("\n").filter(Boolean).map((l) => JSON.parse(l)).map((e) => {
-    const cls = e.stream === "event" ? "ev" : e.stream === "stderr" ? "err" : "";
-    return `<span class="${cls}">${esc(e.time.slice(11, 23))} ${esc(e.replica)}${e.restart ? "#" + esc(e.restart) : ""}: ${esc(e.text)}</span>`;
+  $(k).addEventListener("change", () => {
+    store.setItem("trainyard." + k, $(k).value.trim());
+    if (k !== "token") remember(k, $(k).value.trim());
+    settingsChanged(k);
   });
-  const state = esc(j.state);
-  const pools = (j.jobSpec.workerPoolSpecs || []).map((p, i) => `pool ${i}: ${esc(p.replicaCount || 0)} x ${esc(p.machineSpec?.machineType)}`).join("<br>");
-  $("detail").innerHTML = `<h3>${esc(j.displayName)} <span class="st ${state}">${state.replace("JOB_STATE_", "")}</span></h3>` +
-    `<p class="muted">${esc(j.name)}<br>${pools}</p>` +
-    (j.trainyardWaitingReason ? `<p>Waiting: ${esc(j.trainyardWaitingReason)}</p>` : "") +
-    (j.error ? `<p class="errtext">Error ${esc(j.error.code)}: ${esc(j.error.message)}</p>` : "") +
-    `<pre>${lines.join("\n")}</pre>`;
 }
-refresh();
-setInterval(refresh, 2000);
+function remember(kind, value) {
+  if (!value) return;
+  const key = `trainyard.recent.${kind}s`;
+  let list = [];
+  try { list = JSON.parse(localStorage.getItem(key) || "[]"); } catch { list = []; }
+  list = [value, ...list.filter((x) => x !== value)].slice(0, 12);
+  localStorage.setItem(key, JSON.stringify(list));
+  fillDatalist(kind);
+}
+const knownProjects = new Set();
+function fillDatalist(kind) {
+  let list = [];
+  try { list = JSON.parse(localStorage.getItem(`trainyard.recent.${kind}s`) || "[]"); } catch { list = []; }
+  const all = new Set([...list, ...(kind === "project" ? knownProjects : ["us-central1"])]);
+  $(kind === "project" ? "projects" : "regions").replaceChildren(...[...all].map((v) => h("option", { value: v })));
+}
+remember("project", $("project").value);
+remember("region", $("region").value);
+
+const project = () => $("project").value.trim();
+const region = () => $("region").value.trim();
+const enc = encodeURIComponent;
+/** `/v1/projects/{p}/locations/{l}`. */
+const base = () => `/v1/projects/${enc(project())}/locations/${enc(region())}`;
+const headers = () => ($("token").value ? { Authorization: "Bearer " + $("token").value } : {});
+
+function settingsChanged(which) {
+  // What went wrong with the earlier project, region or token no longer matters.
+  bannerItems.clear();
+  renderBanner();
+  if (which === "token") return route();
+  // A detail page belongs to its project: go to the list of its kind.
+  const { parts } = parseHash();
+  if (parts.length > 1 && parts[0] !== "nodes") location.hash = "#/" + parts[0];
+  else route();
+}
+
+// ---------------------------------------------------------------------------------------
+// The REST API.
+
+class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+async function errorOf(r, method, path) {
+  const body = await r.json().catch(() => ({}));
+  const e = body && body.error;
+  let msg = e ? `${e.status || r.status}: ${e.message}` : `${r.status} ${r.statusText}`;
+  if (r.status === 401 || r.status === 403) msg += " (check the token in the header)";
+  return new ApiError(`${method} ${path.replace(/\?.*/, "")}: ${msg}`, r.status);
+}
+/** A request to the API; the parsed JSON answer, or an ApiError in the API's words. */
+async function api(path, opts = {}) {
+  const method = opts.method || "GET";
+  const init = { method, headers: headers(), signal: opts.signal };
+  if (opts.body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
+  }
+  const r = await fetch(path, init);
+  if (!r.ok) throw await errorOf(r, method, path);
+  return r.json();
+}
+
+/**
+ * Read a newline-delimited JSON stream (the logs API) with fetch() and a ReadableStream:
+ * `onEntries` gets each chunk's complete entries as they come; resolves when the stream
+ * ends (with follow=true, when the job is terminal).
+ */
+async function streamNdjson(path, signal, onEntries) {
+  const r = await fetch(path, { headers: headers(), signal });
+  if (!r.ok) throw await errorOf(r, "GET", path);
+  const reader = r.body.getReader();
+  const decoder = new TextDecoder();
+  let rest = "";
+  const parse = (lines) => {
+    const out = [];
+    for (const l of lines) {
+      if (!l) continue;
+      try { out.push(JSON.parse(l)); } catch { showError(`A log line is not JSON: ${l.slice(0, 120)}`, "log-json"); }
+    }
+    if (out.length) onEntries(out);
+  };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    rest += decoder.decode(value, { stream: true });
+    const cut = rest.lastIndexOf("\n");
+    if (cut < 0) continue;
+    const lines = rest.slice(0, cut).split("\n");
+    rest = rest.slice(cut + 1);
+    parse(lines);
+  }
+  rest += decoder.decode();
+  parse(rest.split("\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Routing and the life of a page: a page's requests are aborted and its timers stopped
+// when another page is shown.
+
+let page = null;
+function newPage() {
+  if (page) {
+    page.ac.abort();
+    page.timers.forEach(clearInterval);
+    page.cleanups.forEach((f) => f());
+  }
+  page = { ac: new AbortController(), timers: [], cleanups: [] };
+  page.signal = page.ac.signal;
+  return page;
+}
+/** Run `fn` every `ms` while the page is shown and the tab visible. */
+function every(pg, ms, fn) {
+  let busy = false;
+  pg.timers.push(setInterval(async () => {
+    if (busy || document.hidden || pg.signal.aborted) return;
+    busy = true;
+    try { await fn(); } catch (e) { report(e); } finally { busy = false; }
+  }, ms));
+}
+/** An error for the banner (aborted requests are not errors). */
+function report(e, key) {
+  if (!e || e.name === "AbortError") return;
+  showError(e.message || String(e), key);
+}
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const i = raw.indexOf("?");
+  const path = i < 0 ? raw : raw.slice(0, i);
+  const q = new URLSearchParams(i < 0 ? "" : raw.slice(i + 1));
+  let parts = [];
+  try { parts = path.split("/").filter(Boolean).map(decodeURIComponent); } catch { parts = path.split("/").filter(Boolean); }
+  return { parts, q };
+}
+function hashWith(parts, q) {
+  const qs = q && q.toString();
+  return "#/" + parts.map(enc).join("/") + (qs ? "?" + qs : "");
+}
+/** A link to a resource by its full name, switching project and region when they differ. */
+function resourceHref(name) {
+  const m = /^projects\/([^/]+)\/locations\/([^/]+)\/(customJobs|hyperparameterTuningJobs|trainingPipelines)\/([^/]+)$/.exec(name || "");
+  if (!m) return null;
+  const section = { customJobs: "jobs", hyperparameterTuningJobs: "tuning", trainingPipelines: "pipelines" }[m[3]];
+  const q = new URLSearchParams();
+  if (m[1] !== project()) q.set("project", m[1]);
+  if (m[2] !== region()) q.set("region", m[2]);
+  return hashWith([section, m[4]], q);
+}
+function resourceLink(name, text) {
+  const href = resourceHref(name);
+  return href ? h("a", { href }, text || name) : h("span", {}, text || name || "—");
+}
+
+const view = $("view");
+async function route() {
+  const pg = newPage();
+  let { parts, q } = parseHash();
+  // ?project= and ?region= in the hash switch the selectors, then leave the address.
+  let switched = false;
+  for (const k of ["project", "region"]) {
+    const v = q.get(k);
+    if (v !== null) {
+      q.delete(k);
+      if (v && v !== $(k).value) { $(k).value = v; stores[k].setItem("trainyard." + k, v); remember(k, v); }
+      switched = true;
+    }
+  }
+  if (switched) history.replaceState(null, "", location.pathname + location.search + hashWith(parts, q));
+  const [section = "jobs", id] = parts;
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.section === (section === "queue" ? "nodes" : section));
+  const pages = {
+    jobs: id ? () => jobPage(pg, id) : () => jobsList(pg, q),
+    tuning: id ? () => studyPage(pg, id) : () => tuningList(pg, q),
+    pipelines: id ? () => pipelinePage(pg, id) : () => pipelinesList(pg, q),
+    nodes: id ? () => nodePage(pg, id) : () => nodesPage(pg),
+    queue: () => nodesPage(pg),
+  };
+  const show = pages[section];
+  put(view);
+  if (!show) {
+    document.title = "Trainyard";
+    view.append(h("section", { class: "card" }, h("h2", {}, "No such page"), h("p", {}, `There is no page "${location.hash}". `, h("a", { href: "#/jobs" }, "Show the jobs."))));
+    return;
+  }
+  try {
+    await show();
+  } catch (e) {
+    if (e && e.name === "AbortError") return;
+    report(e);
+    if (pg === page) {
+      view.append(h("section", { class: "card failed" }, h("h2", {}, "This page could not be shown"), h("p", { class: "errtext" }, e && e.message ? e.message : String(e)),
+        h("p", {}, h("button", { type: "button", onclick: () => route() }, "Try again"))));
+    }
+  }
+}
+window.addEventListener("hashchange", route);
+
+// ---------------------------------------------------------------------------------------
+// Lists: filter box, paging with pageToken/nextPageToken.
+
+/**
+ * A paged table of one collection. `path()` is the list URL without pageToken; rows are
+ * made by `columns`. Returns {el, load}: `load()` reads the current page again (for the
+ * periodic refresh), `load(true)` goes back to the first page.
+ */
+function pagedTable(pg, { path, collection, columns, href, empty }) {
+  const tbody = h("tbody");
+  const info = h("span", { class: "muted" });
+  const prev = h("button", { type: "button", class: "prev", disabled: true }, "‹ Newer");
+  const next = h("button", { type: "button", class: "next", disabled: true }, "Older ›");
+  const tokens = [""];
+  let at = 0, nextToken = null;
+  const el = h("div", {},
+    h("table", { class: "list" }, h("thead", {}, h("tr", {}, columns.map((c) => h("th", { class: c.cls }, c.h)))), tbody),
+    h("div", { class: "pager" }, prev, info, next));
+  async function load(first) {
+    try {
+      await read(first);
+    } catch (e) {
+      // The table says why it is empty; the banner says it too (the caller reports).
+      if (e.name !== "AbortError") {
+        put(tbody, h("tr", {}, h("td", { colspan: columns.length, class: "errtext empty" }, e.message)));
+        prev.disabled = next.disabled = true;
+        info.textContent = "";
+      }
+      throw e;
+    }
+  }
+  async function read(first) {
+    if (first) { tokens.length = 1; at = 0; }
+    const token = tokens[at];
+    const body = await api(path() + (token ? "&pageToken=" + enc(token) : ""), { signal: pg.signal });
+    const items = body[collection] || [];
+    nextToken = body.nextPageToken || null;
+    put(tbody, ...items.map((r) => {
+      const tr = h("tr", { class: "row", "data-name": r.name }, columns.map((c) => h("td", { class: c.cls }, c.cell(r))));
+      const to = href(r);
+      if (to) tr.addEventListener("click", (ev) => { if (!ev.target.closest("a, button")) location.hash = to; });
+      return tr;
+    }));
+    if (!items.length) tbody.append(h("tr", {}, h("td", { colspan: columns.length, class: "muted empty" }, at ? "No more items." : empty)));
+    prev.disabled = at === 0;
+    next.disabled = !nextToken;
+    info.textContent = `page ${at + 1} · ${items.length} shown${nextToken ? " · more on the next pages" : ""}`;
+    clearError("list");
+  }
+  prev.addEventListener("click", () => { if (at > 0) { at--; load().catch((e) => report(e, "list")); } });
+  next.addEventListener("click", () => {
+    if (!nextToken) return;
+    tokens[at + 1] = nextToken;
+    at++;
+    load().catch((e) => report(e, "list"));
+  });
+  return { el, load };
+}
+
+/** The AIP-160 filter box; submitting puts the filter in the address (#/jobs?filter=...). */
+function filterBox(q, section, examples, stateExample) {
+  const input = h("input", { type: "search", class: "filter", name: "filter", value: q.get("filter") || "", placeholder: examples, size: 60, spellcheck: "false", autocomplete: "off" });
+  const form = h("form", { class: "toolbar", onsubmit: (ev) => {
+    ev.preventDefault();
+    const nq = new URLSearchParams(q);
+    if (input.value.trim()) nq.set("filter", input.value.trim()); else nq.delete("filter");
+    location.hash = hashWith([section], nq);
+  } },
+  h("label", {}, "Filter ", input), h("button", { type: "submit" }, "Apply"),
+  q.get("filter") ? h("a", { href: hashWith([section], new URLSearchParams([...q].filter(([k]) => k !== "filter"))) }, "clear") : null,
+  h("span", { class: "muted hint" }, "AIP-160: ", stateExample === false ? null : [h("code", {}, 'state="JOB_STATE_RUNNING"'), ", "], h("code", {}, 'display_name:"x"'), ", ", h("code", {}, 'create_time>"2026-01-01T00:00:00Z"'), ", ", h("code", {}, 'labels.team="a"'), ", AND OR NOT"));
+  return form;
+}
+
+// ---------------------------------------------------------------------------------------
+// CustomJobs: the list with state counts.
+
+const JOB_STATES = ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "CANCELLED", "PAUSED", "EXPIRED", "UPDATING", "PARTIALLY_SUCCEEDED"];
+const COUNT_PAGES = 20;
+
+async function jobsList(pg, q) {
+  document.title = "Jobs · Trainyard";
+  const userFilter = (q.get("filter") || "").trim();
+  const state = (q.get("state") || "").toUpperCase().replace(/^JOB_STATE_/, "");
+  const stateFilter = state ? `state="JOB_STATE_${state}"` : "";
+  const filter = stateFilter && userFilter ? `${stateFilter} AND (${userFilter})` : stateFilter || userFilter;
+  const chips = h("div", { class: "chips", id: "state-chips" }, h("span", { class: "muted" }, "counting…"));
+  const table = pagedTable(pg, {
+    path: () => base() + "/customJobs?pageSize=100" + (filter ? "&filter=" + enc(filter) : ""),
+    collection: "customJobs",
+    href: (j) => hashWith(["jobs", lastSegment(j.name)]),
+    empty: filter ? "No job matches this filter." : `No jobs in project ${project()} (${region()}).`,
+    columns: [
+      { h: "Name", cls: "id", cell: (j) => h("a", { href: hashWith(["jobs", lastSegment(j.name)]), title: j.name }, lastSegment(j.name)) },
+      { h: "Display name", cell: (j) => j.displayName || "" },
+      { h: "State", cell: (j) => [chip(j.state), j.trainyardWaitingReason ? h("div", { class: "why", title: j.trainyardWaitingReason }, j.trainyardWaitingReason) : null] },
+      { h: "Created", cls: "time", cell: (j) => timeCell(j.createTime) },
+      { h: "Started", cls: "time", cell: (j) => timeCell(j.startTime) },
+      { h: "Ended", cls: "time", cell: (j) => timeCell(j.endTime) },
+      { h: "Elapsed", cls: "num", cell: (j) => elapsed(j) },
+    ],
+  });
+  view.append(h("section", { class: "card" },
+    h("h2", {}, "Custom jobs ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
+    filterBox(q, "jobs", 'e.g. state="JOB_STATE_RUNNING" AND display_name:"resnet"'),
+    chips,
+    filter ? h("p", { class: "muted small" }, "Filter sent: ", h("code", { id: "filter-sent" }, filter)) : null,
+    table.el));
+
+  /** Counts per state of the jobs the text filter selects (all pages, state only). */
+  async function count() {
+    const counts = new Map();
+    let token = "", pages = 0, total = 0, capped = false;
+    do {
+      const body = await api(base() + "/customJobs?pageSize=1000&readMask=state" + (userFilter ? "&filter=" + enc(userFilter) : "") + (token ? "&pageToken=" + enc(token) : ""), { signal: pg.signal });
+      for (const j of body.customJobs || []) {
+        const st = shortState(j.state);
+        counts.set(st, (counts.get(st) || 0) + 1);
+        total++;
+      }
+      token = body.nextPageToken || "";
+      pages++;
+      if (token && pages >= COUNT_PAGES) { capped = true; break; }
+    } while (token);
+    const plus = capped ? "+" : "";
+    const mk = (st, n, label) => {
+      const nq = new URLSearchParams(q);
+      if (st && st !== state) nq.set("state", st); else nq.delete("state");
+      return h("a", { class: `chip ${st ? "st-" + st : "all"}${(st || "") === state ? " on" : ""}${n ? "" : " zero"}`, href: hashWith(["jobs"], nq), "data-state": st || "ALL",
+        title: st ? `Show only ${st.toLowerCase()} jobs${st === state ? " (click again for all)" : ""}` : "Show jobs of every state" }, label, " ", h("b", {}, `${n}${plus}`));
+    };
+    const known = [...JOB_STATES, ...[...counts.keys()].filter((k) => !JOB_STATES.includes(k))];
+    put(chips, mk("", total, "All"), ...known.filter((st) => counts.get(st) || st === state).map((st) => mk(st, counts.get(st) || 0, st.replace(/_/g, " ").toLowerCase())),
+      capped ? h("span", { class: "muted small" }, ` (counted the newest ${COUNT_PAGES * 1000})`) : null);
+  }
+  await table.load(true).catch((e) => report(e, "list"));
+  count().catch((e) => { put(chips, h("span", { class: "muted" }, "counts unavailable")); report(e); });
+  every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
+  every(pg, 10000, count);
+}
+
+// ---------------------------------------------------------------------------------------
+// A CustomJob: fields, timeline, transitions, live logs, cancel.
+
+/** A "Cancel" button that asks for confirmation in the page before it POSTs :cancel. */
+function cancelControl(pg, { path, what, isDone, after }) {
+  const button = h("button", { type: "button", class: "danger", id: "cancel" }, `Cancel ${what}…`);
+  const box = h("div", { class: "confirm", id: "cancel-confirm", hidden: true });
+  const sync = (done) => { button.disabled = !!done; if (done) box.hidden = true; };
+  button.addEventListener("click", () => {
+    put(box, 
+      h("span", {}, `Cancel this ${what}? Running replicas are stopped (SIGTERM, then SIGKILL after the grace period); this cannot be undone.`),
+      h("button", { type: "button", class: "danger", id: "cancel-yes", onclick: async () => {
+        put(box, h("span", {}, "Cancelling…"));
+        try {
+          await api(`/v1/${path}:cancel`, { method: "POST", body: "{}", signal: pg.signal });
+          box.hidden = true;
+          await after();
+        } catch (e) {
+          report(e);
+          box.hidden = true;
+        }
+      } }, `Yes, cancel the ${what}`),
+      h("button", { type: "button", id: "cancel-no", onclick: () => { box.hidden = true; } }, "No, keep it"));
+    box.hidden = false;
+  });
+  sync(isDone);
+  return { el: h("div", { class: "actions" }, button, box), sync };
+}
+
+/** A definition list of [label, value] pairs (values may be nodes); empty values skipped. */
+function fields(pairs) {
+  return h("dl", { class: "fields" }, pairs.filter(([, v]) => v !== undefined && v !== null && v !== "").map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+}
+function errorBlock(err) {
+  if (!err) return null;
+  // Code 1 (CANCELLED) is how a cancelled job ends, not a failure.
+  return h("div", { class: err.code === 1 ? "error-block neutral" : "error-block", id: "job-error" }, h("b", {}, `Error${err.code !== undefined ? " " + err.code : ""}: `), h("pre", { class: "errtext" }, err.message || JSON.stringify(err)));
+}
+function poolsTable(spec) {
+  const pools = (spec && spec.workerPoolSpecs) || [];
+  if (!pools.length) return null;
+  return h("table", { class: "list pools" },
+    h("thead", {}, h("tr", {}, ["Pool", "Replicas", "Machine type", "Accelerators", "Disk", "Program"].map((x) => h("th", {}, x)))),
+    h("tbody", {}, pools.map((p, i) => {
+      const m = p.machineSpec || {};
+      const c = p.containerSpec, py = p.pythonPackageSpec;
+      const prog = c ? [c.imageUri, (c.command || []).join(" "), (c.args || []).join(" ")].filter(Boolean).join("  ")
+        : py ? [py.executorImageUri, py.pythonModule, (py.args || []).join(" ")].filter(Boolean).join("  ") : "";
+      const disk = p.diskSpec ? `${p.diskSpec.bootDiskSizeGb || "?"} GB ${p.diskSpec.bootDiskType || ""}` : "";
+      return h("tr", {}, h("td", {}, `workerpool${i}`), h("td", { class: "num" }, p.replicaCount || "0"), h("td", {}, m.machineType || "—"),
+        h("td", {}, m.acceleratorType && m.acceleratorType !== "ACCELERATOR_TYPE_UNSPECIFIED" ? `${m.acceleratorCount || 1} × ${m.acceleratorType}` : "—"),
+        h("td", {}, disk), h("td", { class: "prog", title: prog }, prog));
+    })));
+}
+function replicasOf(spec) {
+  const out = [];
+  ((spec && spec.workerPoolSpecs) || []).forEach((p, i) => {
+    const n = Math.min(Number(p.replicaCount || 0), 64);
+    for (let k = 0; k < n; k++) out.push(`workerpool${i}-${k}`);
+  });
+  return out;
+}
+/** Sort replica names naturally: service first, workerpool0-0, workerpool1-0, workerpool1-10. */
+function replicaOrder(a, b) {
+  if (a === b) return 0;
+  if (a === "service") return -1;
+  if (b === "service") return 1;
+  const ma = /^workerpool(\d+)-(\d+)$/.exec(a), mb = /^workerpool(\d+)-(\d+)$/.exec(b);
+  if (ma && mb) return (ma[1] - mb[1]) || (ma[2] - mb[2]);
+  return a < b ? -1 : 1;
+}
+
+async function jobPage(pg, id) {
+  const name = `projects/${project()}/locations/${region()}/customJobs/${id}`;
+  const path = `/v1/${name}`;
+  document.title = `Job ${id} · Trainyard`;
+  let job = await api(path, { signal: pg.signal });
+
+  const heading = h("h2", {});
+  const summary = h("div", {});
+  const cancel = cancelControl(pg, { path: name, what: "job", isDone: isTerminal(job.state) || shortState(job.state) === "CANCELLING", after: () => refresh() });
+  const timelineBox = h("div", { class: "timeline-box", id: "timeline" });
+  const legend = h("div", { class: "legend" });
+  const transitions = h("tbody");
+  const transitionsCount = h("span", {});
+  const replicaSelect = h("select", { id: "replica-filter" }, h("option", { value: "" }, "all replicas"));
+  const status = h("span", { class: "stream-status", id: "log-status" }, "connecting…");
+  const logEl = h("div", { class: "log", id: "log", tabindex: "0" });
+  const toggles = ["stdout", "stderr", "event"].map((k) => {
+    const box = h("input", { type: "checkbox", checked: true, "data-stream": k });
+    box.addEventListener("change", () => logEl.classList.toggle("hide-" + k, !box.checked));
+    return h("label", { class: "toggle" }, box, ` ${k === "event" ? "events" : k}`);
+  });
+  const bottom = h("button", { type: "button", title: "Scroll to the newest line and follow it" }, "Follow ↓");
+  bottom.addEventListener("click", () => { logEl.scrollTop = logEl.scrollHeight; });
+
+  view.append(
+    h("div", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
+    h("section", { class: "card" }, h("div", { class: "head" }, heading, cancel.el), summary),
+    h("section", { class: "card" }, h("h3", {}, "Timeline"), timelineBox, legend,
+      h("details", { class: "transitions" }, h("summary", {}, "Transitions ", transitionsCount),
+        h("div", { class: "scroll" }, h("table", { class: "list" }, h("thead", {}, h("tr", {}, ["Time", "After create", "Attempt", "Replica", "Rule", "What happened"].map((x) => h("th", {}, x)))), transitions)))),
+    h("section", { class: "card" }, h("div", { class: "head" }, h("h3", {}, "Logs"), h("div", { class: "logbar" }, h("label", {}, "Replica ", replicaSelect), toggles, bottom, status)), logEl));
+
+  function showJob() {
+    put(heading, job.displayName || `Job ${id}`, " ", chip(job.state, "big"));
+    const spec = job.jobSpec || {};
+    const sched = spec.scheduling || {};
+    put(summary, 
+      fields([
+        ["Name", h("code", {}, job.name)],
+        ["State", chip(job.state)],
+        ["Waiting", job.trainyardWaitingReason ? h("span", { class: "why-full" }, job.trainyardWaitingReason) : null],
+        ["Created", timeCell(job.createTime)],
+        ["Started", timeCell(job.startTime)],
+        ["Ended", timeCell(job.endTime)],
+        ["Elapsed", elapsed(job)],
+        ["Labels", job.labels && Object.keys(job.labels).length ? Object.entries(job.labels).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)) : null],
+        ["Output", spec.baseOutputDirectory ? h("code", {}, spec.baseOutputDirectory.outputUriPrefix) : null],
+        ["Scheduling", Object.keys(sched).length ? h("code", {}, JSON.stringify(sched)) : null],
+      ]),
+      errorBlock(job.error),
+      poolsTable(spec));
+    cancel.sync(isTerminal(job.state) || shortState(job.state) === "CANCELLING");
+  }
+  async function refresh() {
+    job = await api(path, { signal: pg.signal });
+    showJob();
+    timeline.draw();
+  }
+  showJob();
+  performance.mark("trainyard:job-shown");
+
+  // The timeline, fed by the whole log (all replicas); drawn again at most every 0.5 s.
+  const model = new TimelineModel();
+  const timeline = {
+    pending: false,
+    draw() {
+      drawTimeline(timelineBox, legend, model, job);
+      transitionsCount.textContent = `(${model.events.length})`;
+      showTransitions(transitions, model, job);
+    },
+    soon() {
+      if (this.pending) return;
+      this.pending = true;
+      setTimeout(() => { this.pending = false; if (!pg.signal.aborted) this.draw(); }, 500);
+    },
+  };
+  timeline.draw();
+  const onResize = () => timeline.soon();
+  window.addEventListener("resize", onResize);
+  pg.cleanups.push(() => window.removeEventListener("resize", onResize));
+
+  // Logs: one followed stream of the whole log feeds the timeline and, unless a replica
+  // is chosen, the log pane; a chosen replica has its own stream (?replica=).
+  const pane = new LogPane(logEl);
+  const seen = new Set(replicasOf(job.jobSpec));
+  const addReplicaOptions = () => {
+    const have = new Set([...replicaSelect.options].map((o) => o.value));
+    for (const r of [...seen].sort(replicaOrder)) if (!have.has(r)) replicaSelect.append(h("option", { value: r }, r));
+  };
+  seen.add("service");
+  addReplicaOptions();
+  const { q } = parseHash();
+  let replica = q.get("replica") || "";
+  if (replica) { seen.add(replica); addReplicaOptions(); replicaSelect.value = replica; }
+  let paneStream = null;
+  // A stream that broke (the network, a server restart) is read again from the start by
+  // reloading the page: the logs API has no offset to resume from.
+  const setStatus = (text, cls) => {
+    put(status, text, cls === "broken" ? [" ", h("button", { type: "button", onclick: () => route() }, "Reconnect")] : null);
+    status.className = "stream-status " + (cls || "");
+  };
+
+  function startPaneStream() {
+    if (paneStream) paneStream.abort();
+    pane.clear();
+    if (!replica) {
+      paneStream = null;
+      pane.push(mainEntries);
+      if (mainDone) { pane.done(); setStatus(`ended · ${pane.count} lines`, "ended"); } else setStatus("streaming…", "live");
+      return;
+    }
+    const ac = new AbortController();
+    paneStream = ac;
+    pg.cleanups.push(() => ac.abort());
+    setStatus("streaming…", "live");
+    streamNdjson(`${path}/logs?follow=true&replica=${enc(replica)}`, ac.signal, (entries) => pane.push(entries))
+      .then(() => { if (paneStream === ac) { pane.done(); setStatus(`ended · ${pane.count} lines`, "ended"); } })
+      .catch((e) => { if (e.name !== "AbortError") { setStatus("interrupted", "broken"); report(e, "log"); } });
+  }
+  replicaSelect.addEventListener("change", () => {
+    replica = replicaSelect.value;
+    const nq = new URLSearchParams();
+    if (replica) nq.set("replica", replica);
+    history.replaceState(null, "", location.pathname + location.search + hashWith(["jobs", id], nq));
+    startPaneStream();
+  });
+
+  // The entries of the whole log are kept (for the pane when the replica filter is
+  // cleared); their number is capped like the pane's.
+  let mainEntries = [];
+  let mainDone = false;
+  function onMain(entries) {
+    for (const e of entries) {
+      model.add(e);
+      if (!seen.has(e.replica)) { seen.add(e.replica); addReplicaOptions(); }
+    }
+    for (const e of entries) mainEntries.push(e);
+    if (mainEntries.length > LOG_KEEP * 1.25) mainEntries.splice(0, mainEntries.length - LOG_KEEP);
+    if (!replica) pane.push(entries);
+    timeline.soon();
+  }
+  const mainAc = new AbortController();
+  pg.cleanups.push(() => mainAc.abort());
+  setStatus(isTerminal(job.state) ? "loading…" : "streaming…", "live");
+  streamNdjson(`${path}/logs?follow=true`, mainAc.signal, onMain).then(() => {
+    mainDone = true;
+    if (!replica) { pane.done(); setStatus(`ended · ${pane.count} lines`, "ended"); }
+    // The log ends when the job is terminal: show its final fields.
+    return refresh();
+  }).catch((e) => {
+    if (e.name === "AbortError") return;
+    setStatus("interrupted", "broken");
+    report(e, "log");
+  });
+  if (replica) startPaneStream();
+
+  every(pg, 2000, async () => {
+    if (isTerminal(job.state) && mainDone) return;
+    await refresh();
+  });
+  every(pg, 1000, () => { if (!isTerminal(job.state)) timeline.soon(); });
+}
+
+// ---------------------------------------------------------------------------------------
+// The log pane: lines are appended in batches (one per animation frame), never reloaded.
+// It follows the newest line until the reader scrolls up (then their position is kept),
+// and follows again once they are back at the bottom.
+// Lines live in chunks of LOG_CHUNK with `content-visibility: auto`, so that the browser
+// lays out and paints only the chunks in view: a 10,000-line log costs about as much to
+// show as a screenful. Past LOG_KEEP lines the oldest chunks leave the page.
+
+const LOG_KEEP = 50000;
+const LOG_CHUNK = 500;
+const LINE_PX = 17.4; // 12px text, line-height 1.45: the size of a chunk not yet laid out
+class LogPane {
+  constructor(el) {
+    this.el = el;
+    this.clear();
+    el.addEventListener("scroll", () => {
+      if (el.scrollHeight - el.scrollTop - el.clientHeight < 24) this.follow = true;
+      else if (el.scrollTop < this.autoTop - 4) this.follow = false;
+    }, { passive: true });
+  }
+  clear() {
+    this.queue = [];
+    this.count = 0;
+    this.dropped = 0;
+    this.scheduled = false;
+    this.note = null;
+    this.chunks = [];
+    this.follow = true;
+    this.autoTop = 0;
+    put(this.el);
+  }
+  push(entries) {
+    for (const e of entries) this.queue.push(e);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      const run = () => { if (this.scheduled) { this.scheduled = false; this.flush(); } };
+      requestAnimationFrame(run);
+      setTimeout(run, 100);
+    }
+  }
+  line(e) {
+    const d = document.createElement("div");
+    d.className = e.stream === "event" ? "l ev" : e.stream === "stderr" ? "l err" : "l out";
+    const t = Date.parse(e.time);
+    const ts = document.createElement("span");
+    ts.className = "t";
+    ts.textContent = Number.isFinite(t) ? clock(t, true) : String(e.time || "");
+    const who = document.createElement("span");
+    who.className = "r";
+    who.textContent = (e.attempt ? `a${e.attempt} ` : "") + e.replica + (e.restart ? `#${e.restart}` : "");
+    d.append(ts, who, String(e.text ?? ""));
+    return d;
+  }
+  flush() {
+    if (!this.queue.length) return;
+    const el = this.el;
+    let batch = this.queue;
+    this.queue = [];
+    if (batch.length > LOG_KEEP) { this.dropped += batch.length - LOG_KEEP; batch = batch.slice(batch.length - LOG_KEEP); }
+    for (let i = 0; i < batch.length;) {
+      let c = this.chunks[this.chunks.length - 1];
+      if (!c || c.n >= LOG_CHUNK) {
+        c = { el: document.createElement("div"), n: 0 };
+        c.el.className = "chunk";
+        this.chunks.push(c);
+        el.append(c.el);
+      }
+      const take = Math.min(LOG_CHUNK - c.n, batch.length - i);
+      const frag = document.createDocumentFragment();
+      for (let k = 0; k < take; k++) frag.append(this.line(batch[i + k]));
+      c.el.append(frag);
+      c.n += take;
+      i += take;
+      c.el.style.containIntrinsicSize = `auto ${Math.round(c.n * LINE_PX)}px`;
+    }
+    if (!this.count) performance.mark("trainyard:log-first");
+    this.count += batch.length;
+    // Past LOG_KEEP lines the oldest chunks leave (the reader's position is kept).
+    let kept = this.count - this.dropped;
+    if (this.chunks.length > 1 && kept - this.chunks[0].n >= LOG_KEEP) {
+      const before = el.scrollHeight;
+      while (this.chunks.length > 1 && kept - this.chunks[0].n >= LOG_KEEP) {
+        const c = this.chunks.shift();
+        c.el.remove();
+        this.dropped += c.n;
+        kept -= c.n;
+      }
+      if (!this.follow) el.scrollTop -= before - el.scrollHeight;
+    }
+    if (this.dropped) {
+      if (!this.note) { this.note = h("div", { class: "l note" }); el.prepend(this.note); }
+      this.note.textContent = `${this.dropped} earlier lines are not shown (the newest ${kept} are kept here; the logs API has them all).`;
+    }
+    if (this.follow) {
+      el.scrollTop = el.scrollHeight;
+      this.autoTop = el.scrollTop;
+    }
+  }
+  done() {
+    this.flush();
+    if (!this.count) put(this.el, h("div", { class: "l note" }, "No log lines."));
+    performance.mark("trainyard:log-complete");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The timeline: attempts, replicas, restarts and waiting, from the job's log events.
+
+/** What a job-level event starts: a phase of the "job" row, or null (no change). */
+function phaseOf(text) {
+  if (/^(L\w+: )?Job queued|Waiting for capacity|FLEX_START: waiting|stockout|no capacity/i.test(text)) return "queued";
+  if (/admitted|provisioned/i.test(text)) return "provisioning";
+  if (/Job is running/i.test(text)) return "running";
+  if (/Job retry/i.test(text)) return "retrying";
+  if (/Cancel requested/i.test(text)) return "cancelling";
+  if (/Job (completed|failed|cancelled)|preempted/i.test(text)) return "end";
+  return null;
+}
+
+class TimelineModel {
+  constructor() {
+    this.rows = new Map(); // replica -> {segs: Map "a/r" -> seg, events: []}
+    this.service = [];
+    this.events = [];
+    this.attempts = new Map(); // attempt -> first time
+    this.running = new Map(); // attempt -> time of "Job is running"
+    this.minT = Infinity;
+    this.maxT = -Infinity;
+  }
+  row(name) {
+    let r = this.rows.get(name);
+    if (!r) { r = { segs: new Map(), events: [] }; this.rows.set(name, r); }
+    return r;
+  }
+  seg(row, attempt, restart) {
+    const key = `${attempt}/${restart}`;
+    let sg = row.segs.get(key);
+    if (!sg) { sg = { attempt, restart, start: Infinity, last: -Infinity, lines: 0 }; row.segs.set(key, sg); }
+    return sg;
+  }
+  add(e) {
+    const t = Date.parse(e.time);
+    if (!Number.isFinite(t)) return;
+    const a = Number(e.attempt) || 0;
+    if (t < this.minT) this.minT = t;
+    if (t > this.maxT) this.maxT = t;
+    if (!this.attempts.has(a) || t < this.attempts.get(a)) this.attempts.set(a, t);
+    if (e.stream === "event") {
+      const ev = { t, attempt: a, replica: e.replica, rule: e.rule || (/^(L\d+[a-z]?):/.exec(e.text || "") || [])[1] || "", text: String(e.text || ""), time: e.time };
+      this.events.push(ev);
+      if (e.replica === "service" || !e.replica) {
+        this.service.push(ev);
+        if (/Job is running/.test(ev.text) && !this.running.has(a)) this.running.set(a, t);
+      } else {
+        const row = this.row(e.replica);
+        row.events.push(ev);
+        const m = /restarting it \((\d+) of/.exec(ev.text);
+        if (m) { const sg = this.seg(row, a, Number(m[1])); sg.start = Math.min(sg.start, t); }
+        const first = this.seg(row, a, 0);
+        if (!Number.isFinite(first.start) || !first.lines) first.start = Math.min(first.start, t);
+      }
+    } else {
+      const sg = this.seg(this.row(e.replica), a, Number(e.restart) || 0);
+      if (t < sg.start) sg.start = t;
+      if (t > sg.last) sg.last = t;
+      sg.lines++;
+    }
+  }
+}
+
+/** Tick spacing for a span of `ms` in about `n` steps. */
+function tickStep(ms, n) {
+  const steps = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5, 6e5, 9e5, 18e5, 36e5, 72e5, 108e5, 216e5, 432e5, 864e5, 1728e5, 6048e5];
+  return steps.find((x) => ms / x <= n) || steps[steps.length - 1];
+}
+function tickLabel(t, step) {
+  if (step >= 864e5) return dateTime(t).slice(5, 10);
+  if (step < 1000) return clock(t, true).slice(3);
+  return clock(t);
+}
+
+function drawTimeline(box, legend, model, job) {
+  const now = Date.now();
+  const created = parseTime(job.createTime);
+  const ended = parseTime(job.endTime);
+  const terminal = isTerminal(job.state);
+  let t0 = Math.min(Number.isFinite(created) ? created : Infinity, model.minT);
+  if (!Number.isFinite(t0)) t0 = now;
+  let t1 = Number.isFinite(ended) ? Math.max(ended, model.maxT) : terminal ? model.maxT : Math.max(now, model.maxT);
+  if (!(t1 > t0)) t1 = t0 + 1000;
+  const endOfJob = t1;
+
+  const names = [...model.rows.keys()].sort(replicaOrder);
+  const W = Math.max(520, Math.floor(box.clientWidth || 960));
+  const L = 150, R = 56, TOP = 30, ROW = 26;
+  const H = TOP + (names.length + 1) * ROW + 8;
+  const plot = W - L - R;
+  const x = (t) => L + ((t - t0) / (t1 - t0)) * plot;
+  const svg = s("svg", { class: "timeline", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Timeline of the job's attempts, replicas and restarts" });
+
+  // Axis.
+  const step = tickStep(t1 - t0, Math.max(3, Math.floor(plot / 110)));
+  const axis = s("g", { class: "axis" });
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+    const xx = x(t);
+    axis.append(s("line", { x1: xx, x2: xx, y1: TOP - 6, y2: H - 6, class: "grid" }), s("text", { x: xx, y: TOP - 10, "text-anchor": "middle" }, tickLabel(t, step)));
+  }
+  svg.append(axis);
+
+  // Rows: the job (service events and phases), then one per replica.
+  const rowY = (i) => TOP + i * ROW;
+  const rowsG = s("g", { class: "rows" });
+  ["job", ...names].forEach((n, i) => {
+    rowsG.append(s("rect", { x: 0, y: rowY(i), width: W, height: ROW, class: i % 2 ? "band odd" : "band" }),
+      s("text", { x: 8, y: rowY(i) + ROW / 2 + 4, class: "label" }, n === "job" ? "job" : n));
+  });
+  svg.append(rowsG);
+
+  // Attempt boundaries.
+  const attempts = [...model.attempts.entries()].sort((a, b) => a[0] - b[0]);
+  const attemptEnd = (a) => {
+    const nxt = attempts.find(([b]) => b > a);
+    return nxt ? nxt[1] : endOfJob;
+  };
+  for (const [a, t] of attempts) {
+    if (a === 0) continue;
+    const xx = x(t);
+    svg.append(s("line", { x1: xx, x2: xx, y1: TOP - 4, y2: H - 6, class: "attempt-line" }),
+      s("text", { x: xx + 3, y: TOP + 10, class: "attempt-label" }, `attempt ${a}`));
+  }
+
+  // The job row: phases between job-level events.
+  const jobG = s("g", { class: "phases" });
+  const svcEvents = [...model.service].sort((a, b) => a.t - b.t);
+  let phase = null, since = t0;
+  const closePhase = (until) => {
+    if (phase && phase !== "end" && until > since) {
+      jobG.append(s("rect", { x: x(since), y: rowY(0) + 6, width: Math.max(1.5, x(until) - x(since)), height: ROW - 12, rx: 2, class: `ph ph-${phase}` },
+        title(`${phase} · ${clock(since, true)} → ${clock(until, true)} (${duration(until - since)})`)));
+    }
+  };
+  for (const ev of svcEvents) {
+    const p = phaseOf(ev.text);
+    if (p && p !== phase) { closePhase(ev.t); phase = p; since = ev.t; }
+  }
+  closePhase(endOfJob);
+  svg.append(jobG);
+
+  // Replica rows: one bar per run (attempt, restart), coloured by how it ended.
+  const segsG = s("g", { class: "segs" });
+  const state = shortState(job.state);
+  const lastAttempt = attempts.length ? attempts[attempts.length - 1][0] : 0;
+  names.forEach((n, idx) => {
+    const row = model.rows.get(n);
+    const i = idx + 1;
+    const byAttempt = new Map();
+    for (const sg of row.segs.values()) {
+      if (!byAttempt.has(sg.attempt)) byAttempt.set(sg.attempt, []);
+      byAttempt.get(sg.attempt).push(sg);
+    }
+    for (const [a, list] of byAttempt) {
+      list.sort((p, q) => p.restart - q.restart);
+      const aEnd = attemptEnd(a);
+      list.forEach((sg, k) => {
+        let start = sg.start;
+        if (sg.restart === 0 && model.running.has(a)) start = Math.min(start, model.running.get(a));
+        if (!Number.isFinite(start)) return;
+        const nextSeg = list[k + 1];
+        let end, cls, why = null;
+        const stop = row.events.find((ev) => ev.attempt === a && ev.t >= start - 1 && /^(L20|L17|L16)$/.test(ev.rule));
+        if (nextSeg && Number.isFinite(nextSeg.start)) {
+          end = nextSeg.start;
+          cls = "restarted";
+          why = row.events.find((ev) => ev.attempt === a && Math.abs(ev.t - end) < 5 && /restart/i.test(ev.text));
+        } else if (stop) {
+          end = stop.t;
+          why = stop;
+          cls = /status 0/.test(stop.text) ? "ok" : a < lastAttempt ? "retried" : state === "SUCCEEDED" ? "ok" : state === "CANCELLED" || state === "CANCELLING" ? "cancelled" : /signal 15|SIGTERM/.test(stop.text) ? "stopped" : "failed";
+        } else {
+          end = Math.max(aEnd, sg.last);
+          cls = a < lastAttempt ? "retried" : terminal ? (state === "SUCCEEDED" ? "ok" : state === "CANCELLED" ? "cancelled" : "failed") : "live";
+        }
+        end = Math.max(end, start);
+        const tip = `${n} · attempt ${a} · restart ${sg.restart}\n${clock(start, true)} → ${cls === "live" ? "now" : clock(end, true)} (${duration(end - start)}), ${sg.lines} log lines` +
+          (why ? `\nended: ${why.text}` : cls === "live" ? "\nrunning" : "");
+        segsG.append(s("rect", { x: x(start), y: rowY(i) + 5, width: Math.max(2, x(end) - x(start) - (nextSeg ? 2 : 0)), height: ROW - 10, rx: 3, class: `seg seg-${cls}`, "data-replica": n, "data-attempt": a, "data-restart": sg.restart }, title(tip)));
+      });
+    }
+  });
+  svg.append(segsG);
+
+  // Markers: every lifecycle event with its rule; events closer than a few pixels in a
+  // row share one marker (its label lists their rules, its tooltip their reasons).
+  const marks = s("g", { class: "marks" });
+  const rowOf = (ev) => (ev.replica === "service" || !ev.replica ? 0 : names.indexOf(ev.replica) + 1);
+  const clusters = [];
+  const open = new Map();
+  for (const ev of [...model.events].sort((a, b) => a.t - b.t)) {
+    const i = rowOf(ev);
+    if (i < 0) continue;
+    const c = open.get(i);
+    if (c && x(ev.t) - x(c.evs[c.evs.length - 1].t) < 7) c.evs.push(ev);
+    else { const n = { row: i, evs: [ev] }; clusters.push(n); open.set(i, n); }
+  }
+  const lastLabel = new Map();
+  for (const c of clusters) {
+    const xx = x(c.evs[0].t), cy = rowY(c.row) + ROW / 2;
+    const texts = c.evs.map((ev) => ev.text).join(" ");
+    const kind = /fail|error|OOM|out of memory|could not|killed by signal (?!15\b)/i.test(texts) ? "bad" : /retry|restart/i.test(texts) ? "warn" : "info";
+    const rules = [...new Set(c.evs.map((ev) => ev.rule).filter(Boolean))];
+    const g = s("g", { class: `mk mk-${kind}`, "data-rule": rules.join(" ") },
+      s("path", { d: `M${xx} ${cy - 5}L${xx + 4} ${cy}L${xx} ${cy + 5}L${xx - 4} ${cy}Z` }),
+      title(c.evs.map((ev) => `${clock(ev.t, true)} · attempt ${ev.attempt} · ${ev.replica}\n${ev.text}`).join("\n\n")));
+    const label = rules.join("·");
+    if (label && (lastLabel.get(c.row) === undefined || xx - lastLabel.get(c.row) > 8)) {
+      g.append(s("text", { x: xx + 5, y: rowY(c.row) + 9, class: "rule" }, label));
+      lastLabel.set(c.row, xx + 5 + label.length * 6);
+    }
+    marks.append(g);
+  }
+  svg.append(marks);
+  if (!terminal) svg.append(s("line", { x1: x(now), x2: x(now), y1: TOP - 4, y2: H - 6, class: "now" }, title("now")));
+  if (!model.events.length && !names.length) svg.append(s("text", { x: L, y: TOP + ROW / 2 + 4, class: "muted-text" }, "No events yet."));
+  put(box, svg);
+
+  if (!legend.childElementCount) {
+    const key = (cls, text) => h("span", { class: "key" }, s("svg", { width: 14, height: 10 }, s("rect", { x: 0, y: 0, width: 14, height: 10, rx: 2, class: cls })), " ", text);
+    legend.append(key("ph ph-queued", "queued / waiting"), key("ph ph-provisioning", "provisioning"), key("ph ph-running", "job running"),
+      key("seg seg-live", "replica running"), key("seg seg-ok", "succeeded"), key("seg seg-restarted", "restarted"), key("seg seg-retried", "attempt retried"),
+      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"),
+      h("span", { class: "muted small" }, " ◆ lifecycle event with its rule (hover for the reason); times are local"));
+  }
+}
+
+function showTransitions(tbody, model, job) {
+  const created = parseTime(job.createTime);
+  const evs = [...model.events].sort((a, b) => a.t - b.t);
+  if (tbody.childElementCount === evs.length && evs.length) return;
+  put(tbody, ...evs.map((ev) => h("tr", {},
+    h("td", { class: "time", title: ev.time }, clock(ev.t, true)),
+    h("td", { class: "num" }, Number.isFinite(created) ? "+" + duration(ev.t - created) : ""),
+    h("td", { class: "num" }, ev.attempt),
+    h("td", {}, ev.replica),
+    h("td", {}, ev.rule ? h("span", { class: "rule-badge" }, ev.rule) : ""),
+    h("td", { class: "what" }, ev.rule && ev.text.startsWith(ev.rule + ": ") ? ev.text.slice(ev.rule.length + 2) : ev.text))));
+}
+
+// ---------------------------------------------------------------------------------------
+// HyperparameterTuningJobs: list and study page (trials, objective plot, measurements).
+
+function tuningList(pg, q) {
+  document.title = "Tuning · Trainyard";
+  const filter = (q.get("filter") || "").trim();
+  const table = pagedTable(pg, {
+    path: () => base() + "/hyperparameterTuningJobs?pageSize=100" + (filter ? "&filter=" + enc(filter) : ""),
+    collection: "hyperparameterTuningJobs",
+    href: (j) => hashWith(["tuning", lastSegment(j.name)]),
+    empty: filter ? "No tuning job matches this filter." : `No hyperparameter tuning jobs in project ${project()} (${region()}).`,
+    columns: [
+      { h: "Name", cls: "id", cell: (j) => h("a", { href: hashWith(["tuning", lastSegment(j.name)]), title: j.name }, lastSegment(j.name)) },
+      { h: "Display name", cell: (j) => j.displayName || "" },
+      { h: "State", cell: (j) => chip(j.state) },
+      { h: "Algorithm", cell: (j) => (j.studySpec && j.studySpec.algorithm) || "default (Bayesian)" },
+      { h: "Objective", cell: (j) => { const m = j.studySpec && j.studySpec.metrics && j.studySpec.metrics[0]; return m ? `${(m.goal || "").toLowerCase()} ${m.metricId}` : "—"; } },
+      { h: "Trials", cls: "num", cell: (j) => `${j.maxTrialCount ?? "?"} (${j.parallelTrialCount ?? 1} at a time)` },
+      { h: "Created", cls: "time", cell: (j) => timeCell(j.createTime) },
+      { h: "Elapsed", cls: "num", cell: (j) => elapsed(j) },
+    ],
+  });
+  view.append(h("section", { class: "card" }, h("h2", {}, "Hyperparameter tuning jobs ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
+    filterBox(q, "tuning", 'e.g. display_name:"sweep"'), table.el));
+  every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
+  return table.load(true).catch((e) => report(e, "list"));
+}
+
+const metricValue = (measurement, id) => {
+  const m = measurement && (measurement.metrics || []).find((x) => x.metricId === id);
+  return m && typeof m.value === "number" ? m.value : undefined;
+};
+const paramValue = (trial, id) => {
+  const p = (trial.parameters || []).find((x) => x.parameterId === id);
+  return p ? p.value : undefined;
+};
+
+/** Nice round ticks for [lo, hi]. */
+function niceTicks(lo, hi, n) {
+  if (!(hi > lo)) { const d = Math.abs(lo) * 0.1 || 1; lo -= d; hi += d; }
+  const raw = (hi - lo) / n;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map((k) => k * mag).find((k) => raw <= k) || 10 * mag;
+  const ticks = [];
+  const top = Math.ceil(hi / step - 1e-9) * step;
+  for (let v = Math.floor(lo / step + 1e-9) * step; v <= top + step * 1e-9; v += step) ticks.push(+v.toPrecision(12));
+  return { lo: Math.min(lo, ticks[0]), hi: Math.max(hi, ticks[ticks.length - 1]), ticks };
+}
+
+function drawStudyPlot(box, study) {
+  const metric = ((study.studySpec || {}).metrics || [])[0] || {};
+  const goal = String(metric.goal || "MAXIMIZE").toUpperCase();
+  const better = goal === "MINIMIZE" ? (a, b) => a < b : (a, b) => a > b;
+  const trials = [...(study.trials || [])].sort((a, b) => Number(a.id) - Number(b.id));
+  const pts = trials.map((t) => ({ n: Number(t.id), v: metricValue(t.finalMeasurement, metric.metricId), t })).filter((p) => Number.isFinite(p.n));
+  const valued = pts.filter((p) => p.v !== undefined);
+  const W = Math.max(480, Math.floor(box.clientWidth || 800)), H = 280;
+  const L = 64, R = 18, T = 16, B = 40;
+  const svg = s("svg", { class: "plot", id: "trials-plot-svg", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `Objective ${metric.metricId} by trial` });
+  const maxN = Math.max(1, ...pts.map((p) => p.n), Number(study.maxTrialCount) || 0);
+  const xs = (n) => L + ((n - 0.5) / maxN) * (W - L - R);
+  const vals = valued.map((p) => p.v);
+  const yt = niceTicks(vals.length ? Math.min(...vals) : 0, vals.length ? Math.max(...vals) : 1, 5);
+  const ys = (v) => T + (1 - (v - yt.lo) / (yt.hi - yt.lo)) * (H - T - B);
+  const axis = s("g", { class: "axis" });
+  for (const v of yt.ticks) axis.append(s("line", { x1: L, x2: W - R, y1: ys(v), y2: ys(v), class: "grid" }), s("text", { x: L - 6, y: ys(v) + 4, "text-anchor": "end" }, num(v, 3)));
+  const xstep = Math.max(1, Math.ceil(maxN / Math.max(2, Math.floor((W - L - R) / 40))));
+  for (let n = 1; n <= maxN; n += xstep) axis.append(s("text", { x: xs(n), y: H - B + 16, "text-anchor": "middle" }, String(n)));
+  axis.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "base" }), s("line", { x1: L, x2: L, y1: T, y2: H - B, class: "base" }),
+    s("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title" }, "trial"),
+    s("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", class: "axis-title", transform: `rotate(-90 14 ${(T + H - B) / 2})` }, metric.metricId || "objective"));
+  svg.append(axis);
+  // Best so far: a step line through the running best, by the goal.
+  let best, bestPt = null, d = "";
+  for (const p of valued) {
+    if (best === undefined || better(p.v, best)) { best = p.v; bestPt = p; }
+    d += d ? `H${xs(p.n)}V${ys(best)}` : `M${xs(p.n)} ${ys(best)}`;
+  }
+  if (d) { d += `H${xs(maxN + 0.5)}`; svg.append(s("path", { d, class: "best" }, title(`best so far (${goal.toLowerCase()})`))); }
+  for (const p of valued) {
+    const params = (p.t.parameters || []).map((x) => `${x.parameterId}=${num(x.value)}`).join(", ");
+    svg.append(s("circle", { cx: xs(p.n), cy: ys(p.v), r: p === bestPt ? 6 : 4, class: `pt pt-${p.t.state || "UNKNOWN"}${p === bestPt ? " pt-best" : ""}`, "data-trial": p.n },
+      title(`trial ${p.n} · ${p.t.state}\n${metric.metricId} = ${p.v}\n${params}`)));
+  }
+  for (const p of pts.filter((x) => x.v === undefined)) {
+    svg.append(s("circle", { cx: xs(p.n), cy: H - B - 6, r: 3, class: `pt pt-none pt-${p.t.state || "UNKNOWN"}` }, title(`trial ${p.n} · ${p.t.state}: no ${metric.metricId} yet`)));
+  }
+  if (!valued.length) svg.append(s("text", { x: (L + W) / 2, y: (T + H - B) / 2, "text-anchor": "middle", class: "muted-text" }, `No trial has reported ${metric.metricId || "its objective"} yet.`));
+  put(box, svg);
+  return bestPt && bestPt.t;
+}
+
+function sparkline(values) {
+  const W = 160, H = 32;
+  if (values.length < 2) return null;
+  const lo = Math.min(...values), hi = Math.max(...values);
+  const y = (v) => (hi > lo ? H - 3 - ((v - lo) / (hi - lo)) * (H - 6) : H / 2);
+  const d = values.map((v, i) => `${i ? "L" : "M"}${(3 + (i / (values.length - 1)) * (W - 6)).toFixed(1)} ${y(v).toFixed(1)}`).join("");
+  return s("svg", { class: "spark", width: W, height: H, viewBox: `0 0 ${W} ${H}` }, s("path", { d }), title(`${num(values[0])} → ${num(values[values.length - 1])}`));
+}
+
+async function studyPage(pg, id) {
+  const name = `projects/${project()}/locations/${region()}/hyperparameterTuningJobs/${id}`;
+  const path = `/v1/${name}`;
+  document.title = `Tuning ${id} · Trainyard`;
+  let study = await api(path, { signal: pg.signal });
+  const expanded = new Set();
+  const heading = h("h2", {});
+  const summary = h("div", {});
+  const plotBox = h("div", { class: "plot-box", id: "trials-plot" });
+  const trialsBox = h("div", { id: "trials" });
+  const cancel = cancelControl(pg, { path: name, what: "tuning job", isDone: isTerminal(study.state), after: () => refresh() });
+  view.append(h("div", { class: "crumbs" }, h("a", { href: "#/tuning" }, "Tuning"), " / ", id),
+    h("section", { class: "card" }, h("div", { class: "head" }, heading, cancel.el), summary),
+    h("section", { class: "card" }, h("h3", {}, "Objective by trial"), plotBox, h("div", { class: "legend" },
+      h("span", { class: "key" }, s("svg", { width: 12, height: 12 }, s("circle", { cx: 6, cy: 6, r: 4, class: "pt pt-SUCCEEDED" })), " trial's final measurement"),
+      h("span", { class: "key" }, s("svg", { width: 18, height: 10 }, s("path", { d: "M0 5H18", class: "best" })), " best so far"),
+      h("span", { class: "key" }, s("svg", { width: 14, height: 14 }, s("circle", { cx: 7, cy: 7, r: 6, class: "pt pt-SUCCEEDED pt-best" })), " best trial"))),
+    h("section", { class: "card" }, h("h3", {}, "Trials"), trialsBox));
+
+  function show() {
+    const spec = study.studySpec || {};
+    const metric = (spec.metrics || [])[0] || {};
+    put(heading, study.displayName || `Tuning job ${id}`, " ", chip(study.state, "big"));
+    const paramSpec = (p) => {
+      if (p.doubleValueSpec) return `double [${p.doubleValueSpec.minValue ?? 0}, ${p.doubleValueSpec.maxValue ?? 0}]`;
+      if (p.integerValueSpec) return `integer [${p.integerValueSpec.minValue ?? 0}, ${p.integerValueSpec.maxValue ?? 0}]`;
+      if (p.categoricalValueSpec) return `categorical {${(p.categoricalValueSpec.values || []).join(", ")}}`;
+      if (p.discreteValueSpec) return `discrete {${(p.discreteValueSpec.values || []).join(", ")}}`;
+      return "?";
+    };
+    const trials = study.trials || [];
+    const byState = {};
+    for (const t of trials) byState[t.state] = (byState[t.state] || 0) + 1;
+    put(summary, fields([
+      ["Name", h("code", {}, study.name)],
+      ["State", chip(study.state)],
+      ["Objective", `${(metric.goal || "").toLowerCase()} ${metric.metricId || "?"}`],
+      ["Algorithm", spec.algorithm || "default (Bayesian optimisation)"],
+      ["Parameters", h("span", {}, (spec.parameters || []).map((p) => h("span", { class: "label" }, `${p.parameterId}: ${paramSpec(p)}${p.scaleType ? " " + p.scaleType.toLowerCase().replace(/_/g, " ") : ""}`)))],
+      ["Trials", `${trials.length} of ${study.maxTrialCount ?? "?"} (${study.parallelTrialCount ?? 1} at a time${study.maxFailedTrialCount ? `, at most ${study.maxFailedTrialCount} failed` : ""})` +
+        (trials.length ? ": " + Object.entries(byState).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(", ") : "")],
+      ["Early stopping", spec.medianAutomatedStoppingSpec ? "median" : spec.decayCurveStoppingSpec ? "decay curve" : null],
+      ["Created", timeCell(study.createTime)],
+      ["Started", timeCell(study.startTime)],
+      ["Ended", timeCell(study.endTime)],
+      ["Elapsed", elapsed(study)],
+    ]), errorBlock(study.error));
+    const best = drawStudyPlot(plotBox, study);
+    showTrials(best);
+    cancel.sync(isTerminal(study.state));
+  }
+  function showTrials(best) {
+    const spec = study.studySpec || {};
+    const metricIds = [...new Set([...(spec.metrics || []).map((m) => m.metricId)])];
+    const paramIds = (spec.parameters || []).map((p) => p.parameterId);
+    const trials = [...(study.trials || [])].sort((a, b) => Number(a.id) - Number(b.id));
+    const head = h("tr", {}, h("th", {}, ""), h("th", {}, "Trial"), h("th", {}, "State"), paramIds.map((p) => h("th", { class: "num" }, p)),
+      metricIds.map((m) => h("th", { class: "num" }, m)), h("th", { class: "num" }, "Steps"), h("th", {}, "Elapsed"), h("th", {}, "Custom job"));
+    const rows = [];
+    for (const t of trials) {
+      const open = expanded.has(t.id);
+      const ms = t.measurements || [];
+      const toggle = h("button", { type: "button", class: "expander", title: "Intermediate measurements", "aria-expanded": String(open), "data-trial": t.id }, open ? "▾" : "▸");
+      toggle.addEventListener("click", () => { if (expanded.has(t.id)) expanded.delete(t.id); else expanded.add(t.id); showTrials(best); });
+      rows.push(h("tr", { class: `trial${best && best.id === t.id ? " best" : ""}`, "data-trial": t.id },
+        h("td", {}, ms.length ? toggle : ""),
+        h("td", { class: "num" }, t.id, best && best.id === t.id ? h("span", { class: "best-tag", title: "best trial so far" }, " ★") : ""),
+        h("td", {}, chip(t.state)),
+        paramIds.map((p) => h("td", { class: "num" }, num(paramValue(t, p)))),
+        metricIds.map((m) => h("td", { class: "num" }, num(metricValue(t.finalMeasurement, m)))),
+        h("td", { class: "num" }, (t.finalMeasurement && t.finalMeasurement.stepCount) || (ms.length ? ms[ms.length - 1].stepCount : "—")),
+        h("td", {}, elapsed(t)),
+        h("td", {}, t.customJob ? resourceLink(t.customJob, lastSegment(t.customJob)) : "—")));
+      if (open) {
+        const allIds = [...new Set(ms.flatMap((m) => (m.metrics || []).map((x) => x.metricId)))];
+        const timed = ms.some((m) => m.elapsedDuration);
+        rows.push(h("tr", { class: "measurements", "data-trial": t.id }, h("td", {}), h("td", { colspan: 5 + paramIds.length + metricIds.length },
+          h("div", { class: "measure" },
+            h("table", { class: "list mini" }, h("thead", {}, h("tr", {}, h("th", { class: "num" }, "Step"), allIds.map((m) => h("th", { class: "num" }, m)), timed ? h("th", {}, "Elapsed") : null)),
+              h("tbody", {}, ms.map((m) => h("tr", {}, h("td", { class: "num" }, m.stepCount ?? "—"), allIds.map((x) => h("td", { class: "num" }, num(metricValue(m, x)))),
+                timed ? h("td", {}, m.elapsedDuration || "") : null)))),
+            sparkline(ms.map((m) => metricValue(m, metricIds[0])).filter((v) => v !== undefined))),
+          t.infeasibleReason ? h("p", { class: "errtext" }, t.infeasibleReason) : null)));
+      }
+    }
+    if (!trials.length) rows.push(h("tr", {}, h("td", { colspan: 6 + paramIds.length + metricIds.length, class: "muted empty" }, "No trials yet.")));
+    put(trialsBox, h("table", { class: "list trials" }, h("thead", {}, head), h("tbody", {}, rows)));
+  }
+  async function refresh() {
+    study = await api(path, { signal: pg.signal });
+    show();
+  }
+  show();
+  every(pg, 3000, async () => { if (!isTerminal(study.state)) await refresh(); });
+}
+
+// ---------------------------------------------------------------------------------------
+// TrainingPipelines: list and page, with the backing CustomJob.
+
+function pipelinesList(pg, q) {
+  document.title = "Pipelines · Trainyard";
+  const filter = (q.get("filter") || "").trim();
+  const table = pagedTable(pg, {
+    path: () => base() + "/trainingPipelines?pageSize=100" + (filter ? "&filter=" + enc(filter) : ""),
+    collection: "trainingPipelines",
+    href: (p) => hashWith(["pipelines", lastSegment(p.name)]),
+    empty: filter ? "No pipeline matches this filter." : `No training pipelines in project ${project()} (${region()}).`,
+    columns: [
+      { h: "Name", cls: "id", cell: (p) => h("a", { href: hashWith(["pipelines", lastSegment(p.name)]), title: p.name }, lastSegment(p.name)) },
+      { h: "Display name", cell: (p) => p.displayName || "" },
+      { h: "State", cell: (p) => chip(p.state) },
+      { h: "Custom job", cell: (p) => { const j = p.trainingTaskMetadata && p.trainingTaskMetadata.backingCustomJob; return j ? resourceLink(j, lastSegment(j)) : "—"; } },
+      { h: "Created", cls: "time", cell: (p) => timeCell(p.createTime) },
+      { h: "Started", cls: "time", cell: (p) => timeCell(p.startTime) },
+      { h: "Ended", cls: "time", cell: (p) => timeCell(p.endTime) },
+      { h: "Elapsed", cls: "num", cell: (p) => elapsed(p) },
+    ],
+  });
+  view.append(h("section", { class: "card" }, h("h2", {}, "Training pipelines ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
+    filterBox(q, "pipelines", 'e.g. display_name:"train"', false), table.el));
+  every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
+  return table.load(true).catch((e) => report(e, "list"));
+}
+
+async function pipelinePage(pg, id) {
+  const name = `projects/${project()}/locations/${region()}/trainingPipelines/${id}`;
+  const path = `/v1/${name}`;
+  document.title = `Pipeline ${id} · Trainyard`;
+  let p = await api(path, { signal: pg.signal });
+  const heading = h("h2", {});
+  const summary = h("div", {});
+  const backing = h("div", { id: "backing-job" });
+  const cancel = cancelControl(pg, { path: name, what: "pipeline", isDone: isTerminal(p.state), after: () => refresh() });
+  view.append(h("div", { class: "crumbs" }, h("a", { href: "#/pipelines" }, "Pipelines"), " / ", id),
+    h("section", { class: "card" }, h("div", { class: "head" }, heading, cancel.el), summary),
+    h("section", { class: "card" }, h("h3", {}, "Backing custom job"), backing));
+  async function show() {
+    put(heading, p.displayName || `Pipeline ${id}`, " ", chip(p.state, "big"));
+    const job = p.trainingTaskMetadata && p.trainingTaskMetadata.backingCustomJob;
+    put(summary, fields([
+      ["Name", h("code", {}, p.name)],
+      ["State", chip(p.state)],
+      ["Task", h("code", {}, p.trainingTaskDefinition || "—")],
+      ["Custom job", job ? resourceLink(job) : h("span", { class: "muted" }, "not created yet")],
+      ["Created", timeCell(p.createTime)],
+      ["Started", timeCell(p.startTime)],
+      ["Ended", timeCell(p.endTime)],
+      ["Elapsed", elapsed(p)],
+    ]), errorBlock(p.error),
+    h("details", {}, h("summary", {}, "Training task inputs"), h("pre", { class: "json" }, JSON.stringify(p.trainingTaskInputs || {}, null, 2))));
+    cancel.sync(isTerminal(p.state));
+    if (job) {
+      try {
+        const j = await api(`/v1/${job}`, { signal: pg.signal });
+        put(backing, fields([
+          ["Job", resourceLink(job, `${lastSegment(job)} · ${j.displayName || ""}`)],
+          ["State", chip(j.state)],
+          ["Waiting", j.trainyardWaitingReason || null],
+          ["Elapsed", elapsed(j)],
+        ]), errorBlock(j.error), h("p", {}, h("a", { href: resourceHref(job) }, "Timeline and logs of the job →")));
+      } catch (e) {
+        if (e.name === "AbortError") return;
+        put(backing, h("p", { class: "errtext" }, e.message));
+      }
+    } else put(backing, h("p", { class: "muted" }, "The pipeline has not created its custom job yet."));
+  }
+  async function refresh() {
+    p = await api(path, { signal: pg.signal });
+    await show();
+  }
+  await show();
+  every(pg, 3000, async () => { if (!isTerminal(p.state)) await refresh(); });
+}
+
+// ---------------------------------------------------------------------------------------
+// Nodes, the queue and quotas (the /v1/admin API; with tokens it needs a "*" token).
+
+/** A bar of allocated / capacity; `shared`: an overcommitted node (past 100% is normal). */
+function usage(used, cap, fmt, shared) {
+  const u = Number(used) || 0, c = Number(cap) || 0;
+  const pct = c ? Math.min(100, (u / c) * 100) : 0;
+  const bar = h("span", { class: "bar" + (shared ? " shared" : pct >= 100 ? " full" : pct >= 80 ? " high" : "") });
+  const fillEl = h("span", { class: "fill" });
+  fillEl.style.width = pct.toFixed(1) + "%";
+  bar.append(fillEl);
+  return h("span", { class: "usage", title: `${fmt(u)} of ${fmt(c)} allocated` }, bar, ` ${fmt(u)} / ${fmt(c)}`);
+}
+function accelCell(n) {
+  const types = Object.keys(n.accelerators || {});
+  if (!types.length) return h("span", { class: "muted" }, "—");
+  return types.map((t) => h("div", {}, usage((n.allocated.accelerators || {})[t], n.accelerators[t], String), " ", h("span", { class: "small" }, t)));
+}
+
+async function nodesPage(pg) {
+  document.title = "Nodes & queue · Trainyard";
+  const nodesBox = h("div", { id: "nodes" }, h("p", { class: "muted" }, "Loading…"));
+  const queueBox = h("div", { id: "queue" }, h("p", { class: "muted" }, "Loading…"));
+  const quotasBox = h("div", { id: "quotas" }, h("p", { class: "muted" }, "Loading…"));
+  view.append(
+    h("section", { class: "card" }, h("h2", {}, "Nodes"), nodesBox),
+    h("section", { class: "card" }, h("h2", {}, "Queue ", h("span", { class: "muted small" }, "QUEUED and PENDING jobs, oldest first")), queueBox),
+    h("section", { class: "card" }, h("h2", {}, "Quotas"), quotasBox));
+  const adminNote = (e) => h("p", { class: "errtext" }, e.message, e.status === 403 || e.status === 401 ? ' The administration API needs a "*" token.' : "");
+
+  async function loadNodes() {
+    try {
+      const body = await api("/v1/admin/nodes", { signal: pg.signal });
+      const nodes = body.nodes || [];
+      put(nodesBox, h("table", { class: "list" },
+        h("thead", {}, h("tr", {}, ["Node", "State", "CPUs", "Memory", "Accelerators", "GPUs held", "Replicas"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, nodes.map((n) => {
+          const gpus = n.gpus || [];
+          const tr = h("tr", { class: "row", "data-node": n.name },
+            h("td", {}, h("a", { href: hashWith(["nodes", n.name]) }, n.name), n.overcommit ? h("span", { class: "muted small", title: "CPU and memory are shared, not exact" }, " overcommit") : ""),
+            h("td", {}, chip(n.state), n.degradedReason ? h("div", { class: "why" }, n.degradedReason) : ""),
+            h("td", {}, usage(n.allocated && n.allocated.cpus, n.cpus, String, n.overcommit)),
+            h("td", {}, usage(n.allocated && n.allocated.memoryBytes, n.memoryBytes, bytes, n.overcommit)),
+            h("td", {}, accelCell(n)),
+            h("td", { class: "num" }, gpus.length ? `${gpus.filter((g) => g.heldBy).length} / ${gpus.length}` : "—"),
+            h("td", { class: "num" }, (n.replicas || []).length));
+          tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) location.hash = hashWith(["nodes", n.name]); });
+          return tr;
+        }))));
+      if (!nodes.length) nodesBox.append(h("p", { class: "muted" }, "No nodes."));
+      clearError("nodes");
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      put(nodesBox, adminNote(e));
+      report(e, "nodes");
+    }
+  }
+
+  let projects = [{ project: project(), region: region() }];
+  async function loadQuotas() {
+    try {
+      const body = await api("/v1/admin/quotas", { signal: pg.signal });
+      const rows = body.quotas || [];
+      const found = new Map([[`${project()}|${region()}`, { project: project(), region: region() }]]);
+      for (const r of rows) if (r.project && r.project !== "*") { found.set(`${r.project}|${r.region}`, { project: r.project, region: r.region }); knownProjects.add(r.project); }
+      projects = [...found.values()];
+      fillDatalist("project");
+      put(quotasBox, rows.length ? h("table", { class: "list" },
+        h("thead", {}, h("tr", {}, ["Project", "Region", "Metric", "In use", "Queued", "Limit"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.region), h("td", {}, h("code", {}, r.metric)),
+          h("td", {}, r.limit ? usage(r.inUse, r.limit, String) : r.inUse), h("td", { class: "num" }, r.queued), h("td", { class: "num" }, r.limit ?? "no limit")))))
+        : h("p", { class: "muted" }, "No quotas are set and no job holds any."));
+      clearError("quotas");
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      put(quotasBox, adminNote(e));
+      report(e, "quotas");
+    }
+  }
+
+  async function loadQueue() {
+    const filter = 'state="JOB_STATE_QUEUED" OR state="JOB_STATE_PENDING"';
+    const jobs = [];
+    const failures = [];
+    await Promise.all(projects.map(async ({ project: p, region: r }) => {
+      let token = "", pages = 0;
+      try {
+        do {
+          const body = await api(`/v1/projects/${enc(p)}/locations/${enc(r)}/customJobs?pageSize=1000&filter=${enc(filter)}` + (token ? "&pageToken=" + enc(token) : ""), { signal: pg.signal });
+          jobs.push(...(body.customJobs || []));
+          token = body.nextPageToken || "";
+        } while (token && ++pages < 10);
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        failures.push(e.message);
+      }
+    }));
+    jobs.sort((a, b) => parseTime(a.createTime) - parseTime(b.createTime) || Number(lastSegment(a.name)) - Number(lastSegment(b.name)));
+    const now = Date.now();
+    put(queueBox, 
+      jobs.length ? h("table", { class: "list" },
+        h("thead", {}, h("tr", {}, ["#", "Job", "Project", "Display name", "State", "Created", "Waiting for", "Why"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, jobs.map((j, i) => {
+          const m = /^projects\/([^/]+)\//.exec(j.name) || [];
+          return h("tr", { "data-name": j.name }, h("td", { class: "num" }, i + 1), h("td", {}, resourceLink(j.name, lastSegment(j.name))), h("td", {}, m[1] || ""),
+            h("td", {}, j.displayName || ""), h("td", {}, chip(j.state)), h("td", { class: "time" }, timeCell(j.createTime)),
+            h("td", { class: "num" }, duration(now - parseTime(j.createTime))), h("td", { class: "why-full" }, j.trainyardWaitingReason || ""));
+        })))
+        : h("p", { class: "muted", id: "queue-empty" }, `No job is waiting in ${projects.map((x) => x.project).join(", ")}.`),
+      projects.length === 1 ? h("p", { class: "muted small" }, `Queue of project ${project()}; with a "*" token the queue of every project with live jobs is shown.`) : null,
+      failures.length ? h("p", { class: "errtext" }, failures.join("; ")) : null);
+  }
+
+  await Promise.all([loadNodes(), loadQuotas()]);
+  await loadQueue().catch((e) => { if (e.name !== "AbortError") { put(queueBox, h("p", { class: "errtext" }, e.message)); report(e); } });
+  every(pg, 3000, async () => { await Promise.all([loadNodes(), loadQuotas()]); await loadQueue(); });
+}
+
+async function nodePage(pg, nodeName) {
+  document.title = `Node ${nodeName} · Trainyard`;
+  const box = h("div", {});
+  view.append(h("div", { class: "crumbs" }, h("a", { href: "#/nodes" }, "Nodes"), " / ", nodeName), h("section", { class: "card" }, box));
+  async function load() {
+    const n = await api(`/v1/admin/nodes/${enc(nodeName)}`, { signal: pg.signal });
+    const gpus = n.gpus || [];
+    put(box, 
+      h("div", { class: "head" }, h("h2", {}, n.name, " ", chip(n.state, "big"))),
+      fields([
+        ["CPUs", usage(n.allocated && n.allocated.cpus, n.cpus, String, n.overcommit)],
+        ["Memory", usage(n.allocated && n.allocated.memoryBytes, n.memoryBytes, bytes, n.overcommit)],
+        ["Accelerators", accelCell(n)],
+        ["Capacity", n.overcommit ? "overcommitted (shared with the host)" : "exact"],
+        ["Degraded", n.degradedReason || null],
+      ]),
+      h("h3", {}, "Replicas"),
+      (n.replicas || []).length ? h("table", { class: "list" }, h("thead", {}, h("tr", {}, h("th", {}, "Job"), h("th", {}, "Replica"))),
+        h("tbody", {}, n.replicas.map((r) => h("tr", {}, h("td", {}, resourceLink(r.job)), h("td", {}, r.replica)))))
+        : h("p", { class: "muted" }, "No replica runs here."),
+      h("h3", {}, "GPUs"),
+      gpus.length ? h("table", { class: "list", id: "gpus" }, h("thead", {}, h("tr", {}, ["Index", "Model", "Type", "Memory", "PCI bus", "State", "Held by", "Links"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, gpus.map((g) => h("tr", {}, h("td", { class: "num" }, g.index), h("td", {}, g.model || ""), h("td", {}, g.acceleratorType || ""),
+          h("td", { class: "num" }, g.memoryMib ? bytes(g.memoryMib * 1048576) : "—"), h("td", {}, h("code", {}, g.pciBusId || "")), h("td", {}, chip(g.state)),
+          h("td", {}, g.heldBy ? [resourceLink(g.heldBy.job, lastSegment(g.heldBy.job)), " ", g.heldBy.replica] : h("span", { class: "muted" }, "free")),
+          h("td", { class: "small" }, Object.entries(g.links || {}).map(([k, v]) => `${k}: ${v}`).join(", "))))))
+        : h("p", { class: "muted" }, "No GPUs on this node."));
+  }
+  await load();
+  every(pg, 3000, load);
+}
+
+// ---------------------------------------------------------------------------------------
+
+fillDatalist("project");
+// The first console's links (?job=ID) open the job's page.
+if (params.has("job")) {
+  const job = params.get("job");
+  params.delete("job");
+  const rest = params.toString();
+  history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + (location.hash || hashWith(["jobs", job])));
+}
+route();
