@@ -76,11 +76,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         readers: std::sync::Arc::new(ReadPool::new(engine.store_path.clone())),
         data_dir: data_dir.clone(),
         token_key,
-        tokens,
+        tokens: tokens.clone(),
         waiting: engine.waiting.clone(),
         health: engine.health.clone(),
         metrics: engine.metrics.clone(),
         writes: std::sync::Arc::new(trainyard_server::security::WriteLimiter::new(&engine.services.cfg.limits)),
+        storage: std::sync::Arc::new(trainyard_server::storage::Storage::new(&engine.services.cfg, tokens.clone())),
     };
     let limits = engine.services.cfg.http.clone();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

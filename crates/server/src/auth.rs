@@ -189,6 +189,12 @@ impl Tokens {
         Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).map(|g| g.name.as_str())
     }
 
+    /// The projects the token of an `Authorization` header may use (`"*"` for all), or
+    /// None when the header carries no known token.
+    pub fn projects_of(&self, authorization: Option<&str>) -> Option<Vec<String>> {
+        Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).map(|g| g.projects.clone())
+    }
+
     /// Check a request's `Authorization` header for `project`; `write` for methods that
     /// change something. Returns the holder's name.
     pub fn check(&self, authorization: Option<&str>, project: &str, write: bool) -> Result<String, ApiError> {

@@ -63,6 +63,8 @@ struct File {
     containers: Option<ContainersFile>,
     /// Seconds between GPU health checks (nvidia-smi); 0: none.
     gpu_check_secs: Option<u64>,
+    /// `[storage]`: the Cloud Storage endpoint.
+    storage: Option<crate::storage::StorageFile>,
 }
 
 /// `[containers]`: the container engine.
@@ -316,6 +318,8 @@ pub struct Config {
     pub node_gpus: BTreeMap<String, Vec<String>>,
     /// Seconds between GPU health checks; 0: none.
     pub gpu_check_secs: u64,
+    /// The Cloud Storage endpoint (`[storage]`).
+    pub storage: crate::storage::StorageConfig,
 }
 
 fn host_cpus() -> u32 {
@@ -573,6 +577,9 @@ impl Config {
                 ));
             }
         }
+        if let Some(s) = &file.storage {
+            s.check().map_err(|(key, message)| invalid(&key, message))?;
+        }
         if file.slurm.is_some() && file.backend.as_deref() != Some("slurm") {
             return Err(invalid("slurm", "a [slurm] table needs backend = \"slurm\"".into()));
         }
@@ -738,6 +745,7 @@ impl Config {
             file.node.as_ref().and_then(|n| n.gpus.clone()).map(|g| (nodes[0].name.clone(), g)).into_iter().collect()
         };
         Config {
+            storage: crate::storage::StorageConfig::from_file(file.storage.as_ref()),
             gpu_check_secs: file.gpu_check_secs.unwrap_or(10),
             node_gpus,
             containers,

@@ -55,6 +55,8 @@ pub struct AppState {
     pub writes: Arc<crate::security::WriteLimiter>,
     /// What `/metrics` shows; requests are timed into it.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The Cloud Storage endpoint (`/storage/v1`, `/upload/...`, `/download/...`).
+    pub storage: Arc<crate::storage::Storage>,
 }
 
 /// Read connections to the database, reused across requests.
@@ -465,6 +467,8 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(limit_announced_body))
+        // Storage after the body limits (uploads are large), before the guard and metrics.
+        .merge(crate::storage::routes(state.storage.clone()))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::security::guard))
         .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::metrics::track_http))
         .with_state(state)

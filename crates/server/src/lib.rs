@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod paths;
 pub mod pipeline;
 pub mod security;
+pub mod storage;
 pub mod venv;
 
 use std::ffi::OsString;

@@ -6,6 +6,8 @@
 //!   is closed all the same.
 //! - A request body must arrive within `body_timeout` of its head; a late body is an error
 //!   for the handler (400) and the connection is closed.
+//!   Object uploads (`/upload/storage/...`) may take longer: theirs is an error only when no
+//!   part of it arrives for `body_timeout`.
 //! - A keep-alive connection with no request is closed after `idle_timeout`, and so is a
 //!   connection whose client has not taken any of the response for that long.
 //! - At most `max_connections` connections are served at once; further clients wait in the
@@ -167,7 +169,9 @@ async fn connection(
         let watch = Arc::clone(&service_watch);
         watch.set(BUSY);
         let timer = (!req.body().is_end_stream()).then(|| Box::pin(tokio::time::sleep(body_timeout)));
-        let req = req.map(|inner| axum::body::Body::new(TimedBody { inner, timer, limit: body_timeout }));
+        // Uploads of objects may take longer than the body timeout: theirs only stall.
+        let stall_only = crate::storage::is_upload_path(req.uri().path());
+        let req = req.map(|inner| axum::body::Body::new(TimedBody { inner, timer, limit: body_timeout, stall_only }));
         async move {
             let response = app.oneshot(req).await;
             response.map(|r| r.map(|inner| EndNotice { inner, watch }))
@@ -342,6 +346,9 @@ struct TimedBody {
     /// None for a request without a body.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     limit: Duration,
+    /// The timer starts again with each part of the body that arrives (a large upload
+    /// must keep coming, not arrive whole within `limit`).
+    stall_only: bool,
 }
 
 /// The error of a body that did not arrive in time.
@@ -356,7 +363,18 @@ impl Body for TimedBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.stall_only {
+                    if let Some(t) = this.timer.as_mut() {
+                        let deadline = tokio::time::Instant::now() + this.limit;
+                        // Moved at most every 100 ms: a frame is often a few KiB.
+                        if deadline > t.deadline() + Duration::from_millis(100) {
+                            t.as_mut().reset(deadline);
+                        }
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Ready(None) => {
                 this.timer = None;
