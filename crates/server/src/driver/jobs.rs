@@ -120,12 +120,7 @@ impl Driver {
                 item.project
             )));
         }
-        if item.region != svc.cfg.region {
-            return Err(ApiError::invalid_argument(format!(
-                "Region \"{}\" is not served here; this server serves \"{}\".",
-                item.region, svc.cfg.region
-            )));
-        }
+        served_region(&item.region, &svc.cfg.region)?;
         let prepared = prepare(&item.resource, &svc.catalog, &svc.cfg.settings, &self.fleet, &self.quotas, &item.project)?;
         check_paths(&item.resource.job_spec, "jobSpec", &item.project, &svc.cfg.storage_root, &svc.output_roots)?;
         let text = serde_json::to_string(&item.resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;

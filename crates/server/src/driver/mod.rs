@@ -787,3 +787,11 @@ impl Driver {
         Ok(())
     }
 }
+
+/// A create names the one region this server serves, or is refused naming both.
+pub(crate) fn served_region(region: &str, served: &str) -> Result<(), ApiError> {
+    if region == served {
+        return Ok(());
+    }
+    Err(ApiError::invalid_argument(format!("Region \"{region}\" is not served here; this server serves \"{served}\".")))
+}

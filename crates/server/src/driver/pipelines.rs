@@ -37,12 +37,7 @@ pub fn render_pipeline(resource: &TrainingPipeline, p: &Pipeline) -> TrainingPip
 
 impl Driver {
     pub(super) fn create_pipeline(&mut self, project: String, region: String, resource: TrainingPipeline, now: Micros) -> Result<TrainingPipeline, ApiError> {
-        if region != self.svc.cfg.region {
-            return Err(ApiError::invalid_argument(format!(
-                "Region \"{region}\" is not served here; this server serves \"{}\".",
-                self.svc.cfg.region
-            )));
-        }
+        served_region(&region, &self.svc.cfg.region)?;
         // The job it will run is checked now, as a CustomJob create would be.
         let job = trainyard_api::pipeline_custom_job(&resource)?;
         let rename = |e: ApiError| ApiError::new(e.code, e.message.replace("jobSpec.", "trainingTaskInputs."));

@@ -118,12 +118,7 @@ impl Driver {
         resource: HyperparameterTuningJob,
         now: Micros,
     ) -> Result<serde_json::Value, ApiError> {
-        if region != self.svc.cfg.region {
-            return Err(ApiError::invalid_argument(format!(
-                "Region \"{region}\" is not served here; this server serves \"{}\".",
-                self.svc.cfg.region
-            )));
-        }
+        served_region(&region, &self.svc.cfg.region)?;
         let cfg = StudyConfig::from_job(&resource)?;
         // The trial job spec is checked against the catalog, fleet and quotas now.
         let sample = trial_resource(&resource, "0", &[]);
