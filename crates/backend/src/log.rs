@@ -192,6 +192,43 @@ impl LogWriter {
         written
     }
 
+    /// Appends entries read at one moment, with one time and in one write (a line each,
+    /// whole: a reader never sees half of one). On failure every one of them is dropped
+    /// and counted.
+    pub fn write_entries(&self, stream: &str, texts: &[&[u8]]) -> Result<(), FileError> {
+        if texts.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.state();
+        // Entries that reached the file, for the count of those dropped on a failure.
+        let mut done = 0;
+        let written = st.catch_up(&self.path).and_then(|()| {
+            // The time is taken under the writer's lock, so times never go down in file order.
+            let time = fsutil::format_rfc3339_micros(fsutil::now_micros());
+            // With a cap, writes of at most a quarter of it, so that each file stays
+            // within half of it.
+            let piece = self.max_bytes.map_or(usize::MAX, |m| (m / 4).max(1) as usize);
+            let mut buf = Vec::with_capacity(texts.iter().map(|t| t.len() + 72).sum::<usize>().min(1 << 20));
+            for (i, t) in texts.iter().enumerate() {
+                encode_into(&mut buf, &time, stream, t);
+                if buf.len() >= piece || i + 1 == texts.len() {
+                    self.rotate_if_full(&mut st, buf.len() as u64)?;
+                    st.write_whole(&buf, &self.path)?;
+                    st.size += buf.len() as u64;
+                    buf.clear();
+                    done = i + 1;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = &written {
+            for _ in done..texts.len() {
+                st.note_failure(e);
+            }
+        }
+        written
+    }
+
     /// How many entries were dropped since the last one that could be written.
     pub fn dropped(&self) -> u64 {
         self.state().dropped
@@ -262,6 +299,22 @@ pub fn pump(reader: impl Read, stream: &str, writer: &LogWriter) {
     }
 }
 
+fn memchr_newline(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+/// Appends one entry as `encode_entry` does, with a time already formatted.
+fn encode_into(buf: &mut Vec<u8>, time: &str, stream: &str, text: &[u8]) {
+    buf.extend_from_slice(b"{\"time\":\"");
+    buf.extend_from_slice(time.as_bytes());
+    buf.extend_from_slice(b"\",\"stream\":\"");
+    buf.extend_from_slice(stream.as_bytes());
+    buf.extend_from_slice(b"\",\"text\":");
+    // A string always encodes.
+    let _ = serde_json::to_writer(&mut *buf, &String::from_utf8_lossy(text));
+    buf.extend_from_slice(b"}\n");
+}
+
 /// One line splitter per stream, for `pump_both`.
 struct Splitter {
     stream: &'static str,
@@ -270,26 +323,37 @@ struct Splitter {
 }
 
 impl Splitter {
-    /// Emits every complete line of `bytes` (and overlong pieces) and keeps the rest.
+    /// Writes every complete line of `bytes` (and overlong pieces) as one batch, stamped
+    /// with one time (they were read at one moment), and keeps the rest.
     fn feed(&mut self, bytes: &[u8], writer: &LogWriter) {
+        let mut batch: Vec<std::borrow::Cow<'_, [u8]>> = Vec::new();
         let mut rest = bytes;
         while !rest.is_empty() {
             let room = MAX_ENTRY_BYTES - self.line.len();
-            match rest.iter().position(|&b| b == b'\n') {
+            match memchr_newline(rest) {
                 Some(i) if i <= room => {
-                    self.line.extend_from_slice(&rest[..i]);
+                    if self.line.is_empty() {
+                        batch.push(std::borrow::Cow::Borrowed(&rest[..i]));
+                    } else {
+                        self.line.extend_from_slice(&rest[..i]);
+                        batch.push(std::borrow::Cow::Owned(std::mem::take(&mut self.line)));
+                    }
                     rest = &rest[i + 1..];
-                    self.emit(writer);
                 }
                 _ => {
                     let take = rest.len().min(room);
                     self.line.extend_from_slice(&rest[..take]);
                     rest = &rest[take..];
                     if self.line.len() >= MAX_ENTRY_BYTES {
-                        self.emit(writer);
+                        batch.push(std::borrow::Cow::Owned(std::mem::take(&mut self.line)));
                     }
                 }
             }
+        }
+        if !batch.is_empty() {
+            let texts: Vec<&[u8]> = batch.iter().map(|c| c.as_ref()).collect();
+            // A failure is counted and reported by the writer itself.
+            let _ = writer.write_entries(self.stream, &texts);
         }
     }
 
