@@ -437,3 +437,26 @@ fn logs_tail_and_since_select_entries() {
     assert_eq!(status, 400, "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("since"), "{e}");
 }
+
+/// L22 retention (`[lifecycle] log_retention_secs`): the output of a job that ended longer
+/// ago than that is removed; its record and its lifecycle events stay.
+#[test]
+fn log_retention_removes_old_output_and_keeps_the_record() {
+    let mut s = Server::prepare("");
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("[lifecycle]\n", "[lifecycle]\nlog_retention_secs = 2\n");
+    std::fs::write(&s.config, text).unwrap();
+    s.spawn();
+    let j = s.create("p", &sh_job("old", "echo old output"));
+    let name = name_of(&j);
+    assert_eq!(s.wait_terminal(&name, 30)["state"], "JOB_STATE_SUCCEEDED");
+    assert!(s.logs_text(&name).contains("old output"));
+    let log = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0).join("log.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while log.exists() {
+        assert!(std::time::Instant::now() < deadline, "the output was kept past the retention period");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let text = s.logs_text(&name);
+    assert!(!text.contains("old output") && text.contains("L17: Job completed successfully."), "{text}");
+    assert_eq!(s.get(&name)["state"], "JOB_STATE_SUCCEEDED");
+}

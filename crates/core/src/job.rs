@@ -48,6 +48,9 @@ pub struct Settings {
     /// L22 within a bound: the most bytes of output kept per replica run (its log rotates
     /// at half of it, the older half is dropped); 0: no bound.
     pub log_max_bytes_per_run: u64,
+    /// L22 retention: the output of a job that ended this long ago is removed (its record
+    /// and lifecycle events stay); 0: kept for as long as the job is.
+    pub log_retention_secs: u64,
 }
 
 impl Default for Settings {
@@ -66,6 +69,7 @@ impl Default for Settings {
             hang_after_secs: 0,
             hang_restart: false,
             log_max_bytes_per_run: 1 << 30,
+            log_retention_secs: 0,
         }
     }
 }

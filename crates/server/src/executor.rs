@@ -35,6 +35,8 @@ pub enum Work {
     Kill { run: RunId, dir: PathBuf },
     /// Remove a deleted job's files (outbox entry `seq`).
     Purge { seq: i64, dirs: Vec<PathBuf> },
+    /// L22 retention: remove the output logs under these jobs' run directories.
+    PurgeLogs { dirs: Vec<PathBuf> },
     /// L21: the newest modification time under a job's checkpoint directory, bounded (see
     /// `paths::newest_mtime`); answered with `Report::CheckpointScanned`.
     ScanCheckpoints { job: u64, dir: Confined },
@@ -185,7 +187,7 @@ impl Executor for Pool {
                     run(work, &self.backend, &self.sink, &self.report);
                 }
             }
-            Work::Purge { .. } => {
+            Work::Purge { .. } | Work::PurgeLogs { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
                 let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || run(work, &backend, &noop_sink(), &report));
                 if let Err(e) = spawned {
@@ -198,7 +200,7 @@ impl Executor for Pool {
                 let (run_id, kill) = match &work {
                     Work::Stop { run, .. } => (run.clone(), false),
                     Work::Kill { run, .. } => (run.clone(), true),
-                    Work::Launch { .. } | Work::Purge { .. } | Work::ScanCheckpoints { .. } => return,
+                    Work::Launch { .. } | Work::Purge { .. } | Work::PurgeLogs { .. } | Work::ScanCheckpoints { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -268,7 +270,29 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             }
             report(Report::Purged { seq });
         }
+        Work::PurgeLogs { dirs } => {
+            for d in &dirs {
+                purge_logs(d, 3);
+            }
+        }
         Work::ScanCheckpoints { job, dir } => report(scan_checkpoints(job, &dir)),
+    }
+}
+
+/// The output logs (`log.jsonl`, `log.1.jsonl`) in `dir` and its directories `depth`
+/// levels down (`<job>/<attempt>/<replica>/<restart>`); links are not followed.
+fn purge_logs(dir: &std::path::Path, depth: u32) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        let name = e.file_name();
+        if t.is_file() && (name == trainyard_backend::log::LOG_FILE || name == trainyard_backend::log::ROTATED_FILE) {
+            if let Err(err) = std::fs::remove_file(e.path()) {
+                tracing::warn!("log retention: cannot remove {}: {err}", e.path().display());
+            }
+        } else if t.is_dir() && depth > 0 {
+            purge_logs(&e.path(), depth - 1);
+        }
     }
 }
 

@@ -529,6 +529,16 @@ impl Store {
             .optional()?)
     }
 
+    /// Ids of resources of `kind` that ended after `after` and at or before `upto`
+    /// (their last update is their end).
+    pub fn ended_between(&self, kind: &str, after: Micros, upto: Micros) -> Result<Vec<u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id FROM jobs WHERE kind = ?1 AND terminal = 1 AND update_time > ?2 AND update_time <= ?3 ORDER BY id")?;
+        let ids = stmt.query_map(params![kind, after, upto], |r| r.get::<_, i64>(0))?.collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(ids.into_iter().map(|i| i as u64).collect())
+    }
+
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
         Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0)).optional()?)
     }

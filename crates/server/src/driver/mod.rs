@@ -172,6 +172,8 @@ pub struct Driver {
     stops: HashMap<RunId, stops::StopTrack>,
     /// GPUs of a node's inventory that nvidia-smi no longer lists (the node is degraded).
     gpus_missing: BTreeMap<String, BTreeSet<String>>,
+    /// L22 retention: when the logs of ended jobs are next looked at.
+    next_log_sweep: Micros,
     clock: Arc<dyn Clock>,
     /// Liveness for `/healthz` and the API.
     health: Arc<Health>,
@@ -365,6 +367,7 @@ impl Driver {
             exec,
             stops: HashMap::new(),
             gpus_missing: BTreeMap::new(),
+            next_log_sweep: 0,
             clock,
             health: Arc::new(Health::default()),
             watched_nodes: HashSet::new(),
@@ -610,6 +613,7 @@ impl Driver {
         self.poll_trial_metrics(now);
         self.drain_study_events(now)?;
         self.drain_pipeline_events(now)?;
+        self.sweep_logs(now)?;
         self.retry_later_launches(now);
         self.stop_timers(now);
         self.poll_backend_reasons(now)?;
@@ -794,4 +798,33 @@ pub(crate) fn served_region(region: &str, served: &str) -> Result<(), ApiError> 
         return Ok(());
     }
     Err(ApiError::invalid_argument(format!("Region \"{region}\" is not served here; this server serves \"{served}\".")))
+}
+
+/// The store's key of the end time up to which ended jobs' logs were removed.
+const LOGS_SWEPT: &str = "logs_swept_through";
+
+impl Driver {
+    /// L22 retention (`[lifecycle] log_retention_secs`): the output logs of CustomJobs that
+    /// ended longer ago than that are removed, off this thread; their records and
+    /// lifecycle events stay. Looked at every half retention period, at most hourly.
+    fn sweep_logs(&mut self, now: Micros) -> Result<(), StoreError> {
+        let keep = self.svc.cfg.settings.log_retention_secs;
+        if keep == 0 || now < self.next_log_sweep {
+            return Ok(());
+        }
+        let keep = (keep as Micros).saturating_mul(1_000_000);
+        self.next_log_sweep = now + (keep / 2).clamp(1_000_000, 3_600_000_000);
+        let cutoff = now - keep;
+        let after: Micros = self.store.meta(LOGS_SWEPT)?.and_then(|v| v.parse().ok()).unwrap_or(0);
+        if cutoff <= after {
+            return Ok(());
+        }
+        let ids = self.store.ended_between(KIND_CUSTOM, after, cutoff)?;
+        if !ids.is_empty() {
+            tracing::info!("log retention: removing the output logs of {} job(s) that ended before the cutoff", ids.len());
+            let runs = self.svc.cfg.data_dir.join("runs");
+            self.exec.submit(crate::executor::Work::PurgeLogs { dirs: ids.iter().map(|id| runs.join(id.to_string())).collect() });
+        }
+        self.store.set_meta(LOGS_SWEPT, &cutoff.to_string())
+    }
 }
