@@ -148,6 +148,21 @@ fn mount_gcs(source: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// In the replica's mount namespace, a /proc of its own with `hidepid=2`: a program that
+/// runs as its project's user sees its own processes only, not other tenants' command
+/// lines, environments or open files (the shim, root, still sees all).
+fn hide_other_pids() -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("hidepid=2"),
+    )
+    .map_err(|e| format!("mounting /proc with hidepid=2: {e}"))
+}
+
 /// An unprivileged identity for the program (see `ShimSpec::run_as`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunAs {
@@ -410,6 +425,13 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {
         if let Err(e) = mount_gcs(source) {
             return fail_before_start(run_dir, None, cgroup.as_ref(), format!("cannot give the replica its /gcs: {e}"));
+        }
+        // Other tenants' processes are hidden from a program that runs as its project's
+        // user (a program of the server's own user sees what the server sees).
+        if spec.run_as.is_some() {
+            if let Err(e) = hide_other_pids() {
+                return fail_before_start(run_dir, None, cgroup.as_ref(), format!("cannot give the replica its /proc: {e}"));
+            }
         }
     }
     // Orphaned descendants (double-forked daemons) become our children, so we can find
