@@ -54,11 +54,22 @@ pub fn load() -> anyhow::Result<CliConfig> {
 #[derive(Subcommand)]
 pub enum ConfigCommand {
     /// Set a value: server, project, region or token.
-    Set { key: String, value: String },
+    Set {
+        /// The setting: server, project, region or token.
+        key: String,
+        /// Its value (e.g. http://127.0.0.1:8080 for server).
+        value: String,
+    },
     /// Remove a value.
-    Unset { key: String },
-    /// Show the settings (the token masked).
-    List,
+    Unset {
+        /// The setting: server, project, region or token.
+        key: String,
+    },
+    /// Show the settings (the token masked) and the file they are kept in.
+    List {
+        #[command(flatten)]
+        format: crate::output::ResourceFormat,
+    },
 }
 
 fn slot<'a>(c: &'a mut CliConfig, key: &str) -> anyhow::Result<&'a mut Option<String>> {
@@ -77,16 +88,18 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ConfigCommand::Set { key, value } => *slot(&mut c, &key)? = Some(value),
         ConfigCommand::Unset { key } => *slot(&mut c, &key)? = None,
-        ConfigCommand::List => {
-            println!("[{}]", p.display());
+        ConfigCommand::List { format } => {
+            let mut m = serde_json::Map::new();
+            m.insert("file".into(), p.display().to_string().into());
             for (k, v) in [("server", &c.server), ("project", &c.project), ("region", &c.region)] {
                 if let Some(v) = v {
-                    println!("{k} = {v}");
+                    m.insert(k.into(), v.clone().into());
                 }
             }
             if c.token.is_some() {
-                println!("token = (set)");
+                m.insert("token".into(), "(set)".into());
             }
+            crate::output::print_value(&serde_json::Value::Object(m), format.format)?;
             return Ok(ExitCode::SUCCESS);
         }
     }

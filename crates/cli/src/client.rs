@@ -1,35 +1,45 @@
-//! `trainyard custom-jobs create|list|describe|cancel|stream-logs` and `trainyard
-//! hp-tuning-jobs create|list|describe|cancel` against a server, shaped like the known CLI's
-//! `ai custom-jobs` and `ai hp-tuning-jobs` commands, and the administration commands
-//! (`nodes`, `quotas`).
+//! `trainyard custom-jobs create|list|describe|cancel|delete|stream-logs` and `trainyard
+//! hp-tuning-jobs create|list|describe|cancel|delete|stream-logs` against a server, shaped
+//! like the known CLI's `ai custom-jobs` and `ai hp-tuning-jobs` commands, and the
+//! administration commands (`nodes`, `quotas`).
 //!
-//! The commands every resource kind has (list, describe, cancel) are written once and take
-//! the kind as a [`Kind`] (its collection, its name in messages, its own table columns);
-//! each kind's clap commands keep their own flags and help texts and call them. Creating
-//! one is each kind's own (flags that build its body).
+//! The commands every resource kind has (list, describe, cancel, delete, waiting on one)
+//! are written once and take the kind as a [`Kind`] (its collection, its names in messages,
+//! its own table columns); each kind's clap commands keep their own flags and help texts
+//! and call them. Creating one is each kind's own (flags that build its body).
+//!
+//! Every request goes through [`Api::request`], so that every failure says how to fix it:
+//! a server that cannot be reached names the address and where it came from, a 401 or 403
+//! names the token's flag and variable, an answer that is not the API's says so.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
+
+use crate::output::{print_list, print_value, text, Column, CreatedFormat, Format, ListFormat, ResourceFormat};
+use crate::progress::{self, Progress};
 
 /// Where requests go. Each value comes from its flag, else its environment variable, else
 /// the CLI config file (`trainyard config set KEY VALUE`), else the default.
 #[derive(Args, Clone)]
 pub struct Target {
-    /// Trainyard server URL [default: http://127.0.0.1:8080].
-    #[arg(long, env = "TRAINYARD_SERVER", global = true)]
+    /// Trainyard server URL (else the CLI config's `server`, else http://127.0.0.1:8080).
+    #[arg(long, env = "TRAINYARD_SERVER", global = true, value_name = "URL")]
     server: Option<String>,
-    /// Project id [default: local].
+    /// Project id (else the CLI config's `project`, else `local`).
     #[arg(long, env = "TRAINYARD_PROJECT", global = true)]
     project: Option<String>,
-    /// Region [default: us-central1].
+    /// Region (else the CLI config's `region`, else us-central1).
     #[arg(long, env = "TRAINYARD_REGION", global = true)]
     region: Option<String>,
-    /// Bearer token.
+    /// Bearer token, for a server with a tokens file (else the CLI config's `token`).
     #[arg(long, env = "TRAINYARD_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
 }
@@ -58,11 +68,37 @@ impl Target {
     }
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-    Yaml,
+/// Is this server address on this host (a loopback address or `localhost`)?
+pub fn server_is_local(server: &str) -> bool {
+    let rest = server.split_once("://").map_or(server, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// How relative paths in a job's `command` and `args` are sent (see `jobfile`).
+#[derive(Args, Clone, Copy)]
+pub struct PathFlags {
+    /// Send relative paths in command and args as written, for a container image that has
+    /// them in its working directory (by default they are made absolute against the job
+    /// file's directory when the server is on this host, and refused otherwise).
+    #[arg(long)]
+    keep_relative_paths: bool,
+}
+
+/// `--wait` of a create command.
+#[derive(Args, Clone, Copy)]
+pub struct WaitFlag {
+    /// Wait until the job ends, with a progress line on stderr; exit 0 when it SUCCEEDED,
+    /// 1 when it FAILED, 130 when it was cancelled (Ctrl-C stops waiting, the job goes on).
+    #[arg(long)]
+    wait: bool,
 }
 
 #[derive(Subcommand)]
@@ -71,15 +107,16 @@ pub enum JobCommand {
     Create {
         #[command(flatten)]
         target: Target,
-        /// Display name of the job.
+        /// Display name of the job (default with --config: the job file's name).
         #[arg(long)]
         display_name: Option<String>,
         /// A worker pool: machine-type=M,replica-count=N,container-image-uri=I[,accelerator-type=T,accelerator-count=C]
         /// or executor-image-uri=I,python-module=M,local-package-path=P. Repeat for pools 0, 1, 2, 3.
-        #[arg(long = "worker-pool-spec")]
+        #[arg(long = "worker-pool-spec", value_name = "SPEC")]
         worker_pool_specs: Vec<String>,
-        /// Job file (YAML CustomJobSpec) to start from.
-        #[arg(long)]
+        /// Job file (YAML CustomJobSpec, as local-run takes) to start from; relative paths
+        /// in its command and args are read against its directory.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Comma-separated arguments for every pool's program.
         #[arg(long, value_delimiter = ',')]
@@ -90,6 +127,12 @@ pub enum JobCommand {
         /// Labels KEY=VALUE, comma-separated.
         #[arg(long, value_delimiter = ',')]
         labels: Vec<String>,
+        #[command(flatten)]
+        paths: PathFlags,
+        #[command(flatten)]
+        wait: WaitFlag,
+        #[command(flatten)]
+        format: CreatedFormat,
     },
     /// List CustomJobs, newest first.
     List {
@@ -98,53 +141,101 @@ pub enum JobCommand {
         /// Most jobs to show.
         #[arg(long)]
         limit: Option<usize>,
-        /// Filter expression (as the API takes it).
+        /// Filter expression, as the API takes it (e.g. 'state="JOB_STATE_RUNNING"').
         #[arg(long)]
         filter: Option<String>,
-        #[arg(long, value_enum, default_value = "table")]
-        format: Format,
+        #[command(flatten)]
+        format: ListFormat,
     },
-    /// Show one CustomJob.
+    /// Show one CustomJob, with its decision trail (each lifecycle event and its rule).
     Describe {
         #[command(flatten)]
         target: Target,
-        /// Job id or resource name.
+        /// Job id (e.g. 12) or resource name (projects/P/locations/L/customJobs/12).
         job: String,
-        #[arg(long, value_enum, default_value = "yaml")]
-        format: Format,
+        #[command(flatten)]
+        format: ResourceFormat,
     },
     /// Cancel a CustomJob.
     Cancel {
         #[command(flatten)]
         target: Target,
+        /// Job id or resource name.
         job: String,
     },
     /// Delete an ended CustomJob, with its logs (its outputs stay).
     Delete {
         #[command(flatten)]
         target: Target,
+        /// Job id or resource name.
         job: String,
     },
     /// Print a job's logs, following them until the job ends.
     StreamLogs {
         #[command(flatten)]
         target: Target,
+        /// Job id or resource name.
         job: String,
-        /// Only this replica (e.g. workerpool0-0).
-        #[arg(long)]
-        replica: Option<String>,
-        /// Only this attempt.
-        #[arg(long)]
-        attempt: Option<u32>,
-        /// Start with the last N entries (then follow).
-        #[arg(long)]
-        tail: Option<usize>,
-        /// Only entries at or after this RFC 3339 time (e.g. 2026-11-30T10:00:00Z).
-        #[arg(long)]
-        since: Option<String>,
+        #[command(flatten)]
+        sel: LogSelection,
     },
 }
 
+/// Which log entries `stream-logs` prints.
+#[derive(Args, Clone, Default)]
+pub struct LogSelection {
+    /// Only this replica (e.g. workerpool0-0).
+    #[arg(long)]
+    replica: Option<String>,
+    /// Only this attempt.
+    #[arg(long)]
+    attempt: Option<u32>,
+    /// Start with the last N entries (then follow).
+    #[arg(long, value_name = "N")]
+    tail: Option<usize>,
+    /// Only entries at or after this RFC 3339 time (e.g. 2026-11-30T10:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+}
+
+/// Why a request failed, said so that the reader knows what to do.
+#[derive(Debug)]
+pub enum CallError {
+    /// No HTTP answer at all (refused, no route, name not found, timed out).
+    Unreachable { server: String, cause: String, timeout: bool },
+    /// An HTTP answer with an error status.
+    Status { code: u16, message: String },
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable { server, cause, timeout: false } => write!(
+                f,
+                "cannot reach the Trainyard server at {server} (start it with trainyard serve, or set --server or TRAINYARD_SERVER): {cause}"
+            ),
+            CallError::Unreachable { server, cause, timeout: true } => write!(
+                f,
+                "the Trainyard server at {server} did not answer in time (is it the right address? set --server or TRAINYARD_SERVER): {cause}"
+            ),
+            CallError::Status { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl CallError {
+    /// Worth asking again (a server restarting, overloaded or briefly unavailable)?
+    fn transient(&self) -> bool {
+        match self {
+            CallError::Unreachable { .. } => true,
+            CallError::Status { code, .. } => matches!(code, 429 | 502 | 503 | 504),
+        }
+    }
+}
+
+#[derive(Clone)]
 struct Api {
     agent: ureq::Agent,
     t: Resolved,
@@ -152,12 +243,23 @@ struct Api {
 
 impl Api {
     fn new(t: Target) -> anyhow::Result<Api> {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            // A server that does not answer is said to, not waited on forever. No limit
+            // on bodies: a followed log is read for as long as its job runs.
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_recv_response(Some(Duration::from_secs(120)))
+            .build()
+            .into();
         Ok(Api { agent, t: t.resolve()? })
     }
 
     fn base(&self) -> String {
         format!("{}/v1/projects/{}/locations/{}", self.t.server.trim_end_matches('/'), self.t.project, self.t.region)
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("{}/v1/admin/{path}", self.t.server.trim_end_matches('/'))
     }
 
     /// The URL of a resource given by id (in the target's project and region) or by full
@@ -178,91 +280,93 @@ impl Api {
         Ok(format!("{base}/{collection}/{id}"))
     }
 
-    fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    /// One request; a failure is a [`CallError`] that says how to fix it. The response is
+    /// returned unread (a followed log is read as it comes).
+    fn request(&self, method: &str, url: &str, body: Option<&Value>) -> Result<ureq::http::Response<ureq::Body>, CallError> {
         let mut req = ureq::http::Request::builder().method(method).uri(url);
         if let Some(t) = &self.t.token {
             req = req.header("Authorization", format!("Bearer {t}"));
         }
-        let text = body.map(|b| b.to_string()).unwrap_or_default();
         if body.is_some() {
             req = req.header("Content-Type", "application/json");
         }
-        let req = req.body(text).context("building the request")?;
-        let mut resp = self
-            .agent
-            .run(req)
-            .with_context(|| format!("cannot reach the Trainyard server at {} (set --server or TRAINYARD_SERVER)", self.t.server))?;
+        let text = body.map(|b| b.to_string()).unwrap_or_default();
+        let req = req.body(text).map_err(|e| CallError::Unreachable {
+            server: self.t.server.clone(),
+            cause: format!("not a valid request URL ({url}): {e}"),
+            timeout: false,
+        })?;
+        let mut resp = self.agent.run(req).map_err(|e| CallError::Unreachable {
+            server: self.t.server.clone(),
+            timeout: matches!(e, ureq::Error::Timeout(_)),
+            cause: e.to_string(),
+        })?;
         let status = resp.status();
-        let text = resp.body_mut().read_to_string().context("reading the response")?;
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if !status.is_success() {
-            let msg = v["error"]["message"].as_str().unwrap_or(text.as_str());
-            let name = v["error"]["status"].as_str().unwrap_or("");
-            bail!("({name}) {msg}");
+        if status.is_success() {
+            return Ok(resp);
         }
-        Ok(v)
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        Err(self.status_error(status.as_u16(), &text, url))
     }
-}
 
-pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        JobCommand::Create { target, display_name, worker_pool_specs, config, args, command, labels } => {
-            let api = Api::new(target)?;
-            let body = build_job(display_name, &worker_pool_specs, config, &args, &command, &labels)?;
-            let job = api.send("POST", &format!("{}/{}", api.base(), CUSTOM_JOBS.collection), Some(&body))?;
-            let name = job["name"].as_str().unwrap_or("");
-            println!("CustomJob [{name}] is submitted successfully.\n");
-            println!("Your job is still active. You may view the status of your job with the command\n");
-            println!("  $ trainyard custom-jobs describe {name}\n");
-            println!("or continue streaming the logs with the command\n");
-            println!("  $ trainyard custom-jobs stream-logs {name}");
-            Ok(ExitCode::SUCCESS)
+    /// An error answer as a message: the API's status and message, and for 401 and 403
+    /// where the token comes from.
+    fn status_error(&self, code: u16, text: &str, url: &str) -> CallError {
+        let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        let Some(msg) = v["error"]["message"].as_str() else {
+            let snippet = crate::output::one_line(text.trim(), 200);
+            return CallError::Status {
+                code,
+                message: format!(
+                    "HTTP {code} from {url}{}{snippet}: is {} a Trainyard server? (set --server or TRAINYARD_SERVER)",
+                    if snippet.is_empty() { "" } else { ": " },
+                    self.t.server
+                ),
+            };
+        };
+        let name = v["error"]["status"].as_str().unwrap_or("");
+        let mut message = format!("({name}) {msg}");
+        let admin = url.contains("/v1/admin/");
+        match code {
+            401 if self.t.token.is_none() => {
+                message.push_str(" The server wants a token: give it with --token or TRAINYARD_TOKEN (or `trainyard config set token TOKEN`).")
+            }
+            401 => message.push_str(
+                " The token given (--token, TRAINYARD_TOKEN or the CLI config's token) is not one the server knows: check it, or ask for one in the server's tokens file.",
+            ),
+            403 if msg.starts_with("Host ") => {}
+            403 if admin => message.push_str(
+                " nodes and quotas are the administration API: they need a token with projects = [\"*\"] (give it with --token or TRAINYARD_TOKEN).",
+            ),
+            403 => message.push_str(&format!(
+                " The token (--token, TRAINYARD_TOKEN or the CLI config's token) may not do this in project {:?}: use one with that project (read-write to change things), or choose the project with --project or TRAINYARD_PROJECT.",
+                url.split("/projects/").nth(1).and_then(|r| r.split('/').next()).unwrap_or(&self.t.project)
+            )),
+            _ => {}
         }
-        JobCommand::List { target, limit, filter, format } => list(&CUSTOM_JOBS, target, limit, filter, format),
-        JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format),
-        JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
-        JobCommand::Delete { target, job } => delete(&CUSTOM_JOBS, target, &job),
-        JobCommand::StreamLogs { target, job, replica, attempt, tail, since } => {
-            let api = Api::new(target)?;
-            let mut url = format!("{}/logs?follow=true", api.resource_url(CUSTOM_JOBS.collection, &job)?);
-            if let Some(r) = replica {
-                url.push_str(&format!("&replica={}", encode(&r)));
-            }
-            if let Some(a) = attempt {
-                url.push_str(&format!("&attempt={a}"));
-            }
-            if let Some(n) = tail {
-                url.push_str(&format!("&tail={n}"));
-            }
-            if let Some(t) = since {
-                url.push_str(&format!("&since={}", encode(&t)));
-            }
-            let mut req = api.agent.get(&url);
-            if let Some(t) = &api.t.token {
-                req = req.header("Authorization", &format!("Bearer {t}"));
-            }
-            let resp = req.call().with_context(|| format!("cannot reach the Trainyard server at {}", api.t.server))?;
-            if !resp.status().is_success() {
-                let mut resp = resp;
-                let text = resp.body_mut().read_to_string().unwrap_or_default();
-                let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                bail!("{}", v["error"]["message"].as_str().unwrap_or(&text));
-            }
-            let reader = BufReader::new(resp.into_body().into_reader());
-            let stdout = std::io::stdout();
-            for line in reader.lines() {
-                let line = line.context("reading the log stream")?;
-                let e: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                let who = match e["stream"].as_str() {
-                    Some("event") => "trainyard".to_string(),
-                    _ => e["replica"].as_str().unwrap_or("?").to_string(),
-                };
-                let mut out = stdout.lock();
-                writeln!(out, "{} {}: {}", e["time"].as_str().unwrap_or(""), who, e["text"].as_str().unwrap_or(""))?;
-                out.flush()?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        CallError::Status { code, message }
+    }
+
+    /// A request whose answer is one JSON value.
+    fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        Ok(self.try_send(method, url, body)?)
+    }
+
+    fn try_send(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, CallError> {
+        let mut resp = self.request(method, url, body)?;
+        let text = resp.body_mut().read_to_string().map_err(|e| CallError::Unreachable {
+            server: self.t.server.clone(),
+            cause: format!("reading the answer: {e}"),
+            timeout: false,
+        })?;
+        serde_json::from_str(&text).map_err(|_| CallError::Status {
+            code: 200,
+            message: format!(
+                "the answer of {url} is not JSON ({}): is {} a Trainyard server? (set --server or TRAINYARD_SERVER)",
+                crate::output::one_line(text.trim(), 80),
+                self.t.server
+            ),
+        })
     }
 }
 
@@ -270,22 +374,33 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
 pub struct Kind {
     /// The collection segment of its REST paths: `customJobs`.
     pub collection: &'static str,
-    /// How `cancel` names it: `CustomJob`.
+    /// How messages name it: `CustomJob`.
     pub noun: &'static str,
+    /// Its resource type, which starts a sentence: `CustomJob`, `HyperparameterTuningJob`.
+    pub title: &'static str,
+    /// Its subcommand: `custom-jobs`.
+    pub command: &'static str,
     /// The columns of its `list` table between STATE and CREATE_TIME.
     pub columns: &'static [Column],
 }
 
-/// A column of a `list` table: its heading and its cell of a resource.
-pub type Column = (&'static str, fn(&Value) -> String);
+pub const CUSTOM_JOBS: Kind =
+    Kind { collection: "customJobs", noun: "CustomJob", title: "CustomJob", command: "custom-jobs", columns: &[] };
 
-pub const CUSTOM_JOBS: Kind = Kind { collection: "customJobs", noun: "CustomJob", columns: &[] };
-
-pub const TUNING_JOBS: Kind =
-    Kind { collection: "hyperparameterTuningJobs", noun: "hyperparameter tuning job", columns: &[("MAX_TRIALS", max_trials)] };
+pub const TUNING_JOBS: Kind = Kind {
+    collection: "hyperparameterTuningJobs",
+    noun: "hyperparameter tuning job",
+    title: "HyperparameterTuningJob",
+    command: "hp-tuning-jobs",
+    columns: &[("MAX_TRIALS", max_trials)],
+};
 
 fn max_trials(job: &Value) -> String {
-    job["maxTrialCount"].to_string()
+    text(&job["maxTrialCount"])
+}
+
+fn id_cell(j: &Value) -> String {
+    j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string()
 }
 
 /// `list`: newest first, page after page until there are no more or `limit` are shown.
@@ -311,29 +426,10 @@ fn list(kind: &Kind, target: Target, limit: Option<usize>, filter: Option<String
     if let Some(l) = limit {
         items.truncate(l);
     }
-    match format {
-        Format::Table => {
-            let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-            let rows: Vec<Vec<String>> = items
-                .iter()
-                .map(|j| {
-                    let mut row = vec![
-                        j["name"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_string(),
-                        text(&j["displayName"]),
-                        text(&j["state"]),
-                    ];
-                    row.extend(kind.columns.iter().map(|(_, cell)| cell(j)));
-                    row.push(text(&j["createTime"]));
-                    row
-                })
-                .collect();
-            let mut head = vec!["ID", "DISPLAY_NAME", "STATE"];
-            head.extend(kind.columns.iter().map(|(heading, _)| *heading));
-            head.push("CREATE_TIME");
-            table(&head, &rows);
-        }
-        f => print_value(&Value::Array(items), f)?,
-    }
+    let mut columns: Vec<Column> = vec![("ID", id_cell), ("DISPLAY_NAME", |j| text(&j["displayName"])), ("STATE", |j| text(&j["state"]))];
+    columns.extend_from_slice(kind.columns);
+    columns.push(("CREATE_TIME", |j| text(&j["createTime"])));
+    print_list(&items, &columns, format)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -348,6 +444,22 @@ fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Re
             obj.insert("decisions".into(), Value::Array(trail));
         }
     }
+    // A study's best trial, summed up at the top.
+    if kind.collection == TUNING_JOBS.collection {
+        let summary = best_trial_summary(&v);
+        let best = best_trial(&v).map(|b| b.trial.clone());
+        if let (Some(best), Some(obj)) = (best, v.as_object_mut()) {
+            obj.insert("bestTrial".into(), best);
+        }
+        match format {
+            Format::Yaml => summary.iter().for_each(|l| println!("# {l}")),
+            Format::Table => {
+                summary.iter().for_each(|l| println!("{l}"));
+                println!();
+            }
+            Format::Json => {}
+        }
+    }
     print_value(&v, format)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -355,14 +467,7 @@ fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Re
 /// The lifecycle events of a job's log, `TIME RULE: TEXT` each; `None` when the log
 /// cannot be read (the job is described without it).
 fn decision_trail(api: &Api, url: &str) -> Option<Vec<Value>> {
-    let mut req = api.agent.get(&format!("{url}/logs"));
-    if let Some(t) = &api.t.token {
-        req = req.header("Authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = req.call().ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
+    let mut resp = api.request("GET", &format!("{url}/logs"), None).ok()?;
     let text = resp.body_mut().read_to_string().ok()?;
     Some(
         text.lines()
@@ -389,6 +494,238 @@ fn delete(kind: &Kind, target: Target, id: &str) -> anyhow::Result<ExitCode> {
     api.send("DELETE", &url, None)?;
     println!("Deleted {} [{}].", kind.noun, url.split("/v1/").nth(1).unwrap_or(id));
     Ok(ExitCode::SUCCESS)
+}
+
+/// After a create: the message (or the resource with `--format`), and with `--wait` the
+/// wait until the job ends.
+fn created(kind: &Kind, api: &Api, resource: Value, wait: bool, format: Option<Format>) -> anyhow::Result<ExitCode> {
+    let name = resource["name"].as_str().unwrap_or("").to_string();
+    let noun = kind.title;
+    let cmd = kind.command;
+    if !wait {
+        match format {
+            Some(f) => print_value(&resource, f)?,
+            None => {
+                println!("{noun} [{name}] is submitted successfully.\n");
+                println!("Your job is still active. You may view the status of your job with the command\n");
+                println!("  $ trainyard {cmd} describe {name}\n");
+                println!("or continue streaming the logs with the command\n");
+                println!("  $ trainyard {cmd} stream-logs {name}");
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if format.is_none() {
+        println!("{noun} [{name}] is submitted successfully. Waiting for it to end (Ctrl-C stops waiting; the job goes on).");
+        let _ = std::io::stdout().flush();
+    }
+    let url = api.resource_url(kind.collection, &name)?;
+    let (code, end) = wait_for(kind, api, &url, &name)?;
+    if let Some(f) = format {
+        print_value(&end, f)?;
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Set by SIGINT while a command waits on a job.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: nix::libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Poll a job until it ends, with a progress line; returns the exit code for its end
+/// state and the ended job. A server that stops answering for a while (a restart) is
+/// waited for; Ctrl-C stops waiting (exit 130) and leaves the job alone.
+fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8, Value)> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only stores to an atomic.
+    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
+    let id = name.rsplit('/').next().unwrap_or(name);
+    let what = format!("{} {id}", kind.title);
+    let mut progress = Progress::stderr("");
+    let mut failing_since: Option<Instant> = None;
+    let mut next_poll = Instant::now();
+    loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            progress.clear();
+            eprintln!("Stopped waiting; {} [{name}] goes on. Cancel it with: trainyard {} cancel {id}", kind.title, kind.command);
+            return Ok((130, Value::Null));
+        }
+        if Instant::now() >= next_poll {
+            next_poll = Instant::now() + Duration::from_millis(500);
+            match api.try_send("GET", url, None) {
+                Ok(v) => {
+                    failing_since = None;
+                    let state = v["state"].as_str().unwrap_or("").to_string();
+                    if let Some(code) = progress::exit_code(&state) {
+                        progress.clear();
+                        eprintln!("{} [{name}] ended: {state} after {}.", kind.title, progress::duration(progress.elapsed()));
+                        if let Some(msg) = v["error"]["message"].as_str() {
+                            eprintln!("error (code {}): {msg}", v["error"]["code"]);
+                        }
+                        return Ok((code, v));
+                    }
+                    let reason = v["trainyardWaitingReason"].as_str().unwrap_or("");
+                    progress.update(&what, &state, reason, &study_progress(&v));
+                }
+                Err(e) if e.transient() => {
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_secs(120) {
+                        progress.clear();
+                        return Err(e.into());
+                    }
+                    progress.update(&what, "server not answering, asking again", "", "");
+                }
+                Err(e) => {
+                    progress.clear();
+                    return Err(e.into());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A study's trials for the progress line: `trials 3/20 done, best accuracy 0.981`.
+fn study_progress(v: &Value) -> String {
+    let Some(trials) = v["trials"].as_array() else { return String::new() };
+    let done = trials.iter().filter(|t| matches!(t["state"].as_str(), Some("SUCCEEDED" | "INFEASIBLE"))).count();
+    let max = text(&v["maxTrialCount"]);
+    let mut s = format!("trials {done}/{} done", if max.is_empty() { "?".into() } else { max });
+    if let Some(b) = best_trial(v) {
+        s.push_str(&format!(", best {} {}", b.metric, short_number(b.value)));
+    }
+    s
+}
+
+fn short_number(x: f64) -> String {
+    let s = format!("{x:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() || s == "-" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The best trial of a study for its goal.
+struct Best<'a> {
+    trial: &'a Value,
+    metric: String,
+    goal: String,
+    value: f64,
+}
+
+/// The trial with the best final measurement of the study's first metric, for its goal
+/// (`MAXIMIZE` unless `MINIMIZE`); trials without a final measurement do not count.
+fn best_trial(study: &Value) -> Option<Best<'_>> {
+    let metric = study["studySpec"]["metrics"][0]["metricId"].as_str().unwrap_or("").to_string();
+    let goal = study["studySpec"]["metrics"][0]["goal"].as_str().unwrap_or("MAXIMIZE").to_string();
+    let minimize = goal == "MINIMIZE" || goal == "2";
+    let value_of = |t: &Value| -> Option<f64> {
+        let ms = t["finalMeasurement"]["metrics"].as_array()?;
+        let m = ms.iter().find(|m| m["metricId"].as_str() == Some(metric.as_str())).or_else(|| ms.first())?;
+        m["value"].as_f64().or_else(|| m["value"].as_str().and_then(|s| s.parse().ok()))
+    };
+    let mut best: Option<(&Value, f64)> = None;
+    for t in study["trials"].as_array().into_iter().flatten() {
+        if t["state"].as_str() == Some("INFEASIBLE") {
+            continue;
+        }
+        let Some(x) = value_of(t).filter(|x| x.is_finite()) else { continue };
+        let better = match best {
+            None => true,
+            Some((_, b)) => (minimize && x < b) || (!minimize && x > b),
+        };
+        if better {
+            best = Some((t, x));
+        }
+    }
+    best.map(|(trial, value)| Best { trial, metric, goal, value })
+}
+
+/// The lines at the top of `hp-tuning-jobs describe`: the best trial, its parameters and
+/// its final measurement.
+fn best_trial_summary(study: &Value) -> Vec<String> {
+    let trials = study["trials"].as_array().map_or(0, Vec::len);
+    let Some(b) = best_trial(study) else {
+        return vec![format!("Best trial: none yet ({trials} trials, none with a final measurement)")];
+    };
+    let t = b.trial;
+    let mut lines = vec![format!(
+        "Best trial: {} of {trials} ({} {}: {} = {} at step {})",
+        text(&t["id"]),
+        b.goal,
+        b.metric,
+        b.metric,
+        short_number(b.value),
+        text(&t["finalMeasurement"]["stepCount"]),
+    )];
+    for p in t["parameters"].as_array().into_iter().flatten() {
+        // 3, not 3.0, for an integer parameter (the API shows every number as a double).
+        let value = p["value"].as_f64().map_or_else(|| text(&p["value"]), |x| x.to_string());
+        lines.push(format!("  {} = {}", text(&p["parameterId"]), value));
+    }
+    if let Some(j) = t["customJob"].as_str() {
+        lines.push(format!("  CustomJob: {j}"));
+    }
+    lines
+}
+
+/// Follow one job's log (until the job ends), each line `PREFIX TIME WHO: TEXT`.
+fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> anyhow::Result<()> {
+    let mut url = format!("{job_url}/logs?follow=true");
+    if let Some(r) = &sel.replica {
+        url.push_str(&format!("&replica={}", encode(r)));
+    }
+    if let Some(a) = sel.attempt {
+        url.push_str(&format!("&attempt={a}"));
+    }
+    if let Some(n) = sel.tail {
+        url.push_str(&format!("&tail={n}"));
+    }
+    if let Some(t) = &sel.since {
+        url.push_str(&format!("&since={}", encode(t)));
+    }
+    let resp = api.request("GET", &url, None)?;
+    let reader = BufReader::new(resp.into_body().into_reader());
+    let stdout = std::io::stdout();
+    for line in reader.lines() {
+        let line = line.context("reading the log stream")?;
+        let e: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let who = match e["stream"].as_str() {
+            Some("event") => "trainyard".to_string(),
+            _ => e["replica"].as_str().unwrap_or("?").to_string(),
+        };
+        let mut out = stdout.lock();
+        writeln!(out, "{prefix}{} {}: {}", e["time"].as_str().unwrap_or(""), who, e["text"].as_str().unwrap_or(""))?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        JobCommand::Create { target, display_name, worker_pool_specs, config, args, command, labels, paths, wait, format } => {
+            let api = Api::new(target)?;
+            let policy = PathPolicy::of(&api, paths);
+            let body = build_job(display_name, &worker_pool_specs, config, &args, &command, &labels, &policy)?;
+            let job = api.send("POST", &format!("{}/{}", api.base(), CUSTOM_JOBS.collection), Some(&body))?;
+            created(&CUSTOM_JOBS, &api, job, wait.wait, format.format)
+        }
+        JobCommand::List { target, limit, filter, format } => list(&CUSTOM_JOBS, target, limit, filter, format.format),
+        JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format.format),
+        JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
+        JobCommand::Delete { target, job } => delete(&CUSTOM_JOBS, target, &job),
+        JobCommand::StreamLogs { target, job, sel } => {
+            let api = Api::new(target)?;
+            let url = api.resource_url(CUSTOM_JOBS.collection, &job)?;
+            follow_log(&api, &url, "", &sel)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// `--labels KEY=VALUE,...` as the resource's `labels`.
@@ -462,6 +799,52 @@ pub fn parse_pool(spec: &str) -> anyhow::Result<Value> {
     Ok(pool)
 }
 
+/// What to do with relative paths of a job's programs that name local files.
+#[derive(Debug, Clone)]
+enum PathPolicy {
+    /// The server is on this host: make them absolute.
+    Resolve,
+    /// The server is elsewhere: refuse, naming the path.
+    Refuse { server: String },
+    /// `--keep-relative-paths`: send them as written.
+    Keep,
+}
+
+impl PathPolicy {
+    fn of(api: &Api, flags: PathFlags) -> PathPolicy {
+        if flags.keep_relative_paths {
+            PathPolicy::Keep
+        } else if server_is_local(&api.t.server) {
+            PathPolicy::Resolve
+        } else {
+            PathPolicy::Refuse { server: api.t.server.clone() }
+        }
+    }
+
+    /// Apply to a CustomJob (or HyperparameterTuningJob) body whose relative paths are
+    /// read against `dir`; `source` names where they were written.
+    fn apply(&self, job: &mut Value, dir: &Path, source: &str) -> anyhow::Result<()> {
+        match self {
+            PathPolicy::Keep => Ok(()),
+            PathPolicy::Resolve => {
+                crate::jobfile::resolve_paths(job, dir);
+                Ok(())
+            }
+            PathPolicy::Refuse { server } => match crate::jobfile::local_paths(job, dir).first() {
+                None => Ok(()),
+                Some(p) => bail!(
+                    "{source}: {} is the relative path {:?} ({} on this machine), but the server at {server} is not on this \
+                     host and cannot read it. Give an absolute path that exists where the server runs, or run the program \
+                     from a container image (containerSpec.imageUri) that has it and pass --keep-relative-paths.",
+                    p.field,
+                    p.written,
+                    p.absolute.display()
+                ),
+            },
+        }
+    }
+}
+
 fn build_job(
     display_name: Option<String>,
     pools: &[String],
@@ -469,27 +852,39 @@ fn build_job(
     args: &[String],
     command: &[String],
     labels: &[String],
+    paths: &PathPolicy,
 ) -> anyhow::Result<Value> {
     let mut job = match &config {
-        Some(p) => crate::jobfile::read(p, display_name.as_deref())?,
-        None => json!({ "displayName": display_name.clone().context("--display-name is required")?, "jobSpec": {} }),
+        Some(p) => {
+            let mut job = crate::jobfile::read(p, display_name.as_deref())?;
+            // As local-run: the job file's relative paths are next to it.
+            paths.apply(&mut job, &crate::jobfile::dir_of(p), &p.display().to_string())?;
+            job
+        }
+        None => json!({ "displayName": display_name.clone().context("--display-name is required (or give --config)")?, "jobSpec": {} }),
     };
     if !pools.is_empty() {
         let specs: Vec<Value> = pools.iter().map(|p| parse_pool(p)).collect::<anyhow::Result<_>>()?;
         job["jobSpec"]["workerPoolSpecs"] = Value::Array(specs);
     }
+    // The flags' relative paths are this directory's.
+    let mut flags = json!({"jobSpec": {"workerPoolSpecs": [{"containerSpec": {"command": command, "args": args}}]}});
+    paths.apply(&mut flags, &crate::cwd(), "--command/--args")?;
+    let command = flags["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"].clone();
+    let args = flags["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"].clone();
+    let (has_command, has_args) = (command.as_array().is_some_and(|a| !a.is_empty()), args.as_array().is_some_and(|a| !a.is_empty()));
     if let Some(list) = job["jobSpec"]["workerPoolSpecs"].as_array_mut() {
         for pool in list {
             if let Some(c) = pool.get_mut("containerSpec").and_then(Value::as_object_mut) {
-                if !command.is_empty() {
-                    c.insert("command".into(), json!(command));
+                if has_command {
+                    c.insert("command".into(), command.clone());
                 }
-                if !args.is_empty() {
-                    c.insert("args".into(), json!(args));
+                if has_args {
+                    c.insert("args".into(), args.clone());
                 }
             } else if let Some(p) = pool.get_mut("pythonPackageSpec").and_then(Value::as_object_mut) {
-                if !args.is_empty() {
-                    p.insert("args".into(), json!(args));
+                if has_args {
+                    p.insert("args".into(), args.clone());
                 }
             }
         }
@@ -498,38 +893,6 @@ fn build_job(
         job["labels"] = self::labels(labels)?;
     }
     Ok(job)
-}
-
-fn print_value(v: &Value, format: Format) -> anyhow::Result<()> {
-    match (format, v) {
-        (Format::Json, _) => println!("{}", serde_json::to_string_pretty(v)?),
-        // One resource as a table: a row per field, nested values in one line.
-        (Format::Table, Value::Object(fields)) => {
-            let rows: Vec<Vec<String>> = fields
-                .iter()
-                .map(|(k, v)| {
-                    let cell = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    vec![k.clone(), one_line(&cell, 100)]
-                })
-                .collect();
-            table(&["FIELD", "VALUE"], &rows);
-        }
-        (Format::Yaml | Format::Table, _) => print!("{}", serde_norway::to_string(v)?),
-    }
-    Ok(())
-}
-
-/// A value on one line of at most `max` characters.
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let cut: String = flat.chars().take(max.saturating_sub(3)).collect();
-    format!("{cut}...")
 }
 
 #[cfg(test)]
@@ -556,6 +919,7 @@ mod tests {
             &["--epochs".into(), "3".into()],
             &["python3".into(), "t.py".into()],
             &["team=nlp".into()],
+            &PathPolicy::Keep,
         )
         .unwrap();
         assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], json!(["python3", "t.py"]));
@@ -563,6 +927,39 @@ mod tests {
         assert_eq!(j["labels"]["team"], "nlp");
         let parsed = trainyard_api::parse_custom_job(j.to_string().as_bytes()).unwrap();
         trainyard_api::validate_custom_job(&parsed).unwrap();
+    }
+
+    #[test]
+    fn local_servers() {
+        for s in ["http://127.0.0.1:8080", "http://localhost:8080/", "http://[::1]:8080", "https://127.0.0.2", "http://LOCALHOST", "http://u@127.0.0.1:1"] {
+            assert!(server_is_local(s), "{s}");
+        }
+        for s in ["http://10.0.0.1:8080", "http://trainyard.example.com", "http://[2001:db8::1]:80", "http://127.0.0.1.example.com"] {
+            assert!(!server_is_local(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn best_trial_follows_the_goal() {
+        let mut study = json!({
+            "studySpec": {"metrics": [{"metricId": "loss", "goal": "MINIMIZE"}]},
+            "trials": [
+                {"id": "1", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.1}],
+                 "finalMeasurement": {"stepCount": "5", "metrics": [{"metricId": "loss", "value": 0.5}]}},
+                {"id": "2", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.01}],
+                 "finalMeasurement": {"stepCount": "5", "metrics": [{"metricId": "loss", "value": 0.2}]}},
+                {"id": "3", "state": "ACTIVE"},
+                {"id": "4", "state": "INFEASIBLE", "finalMeasurement": {"metrics": [{"metricId": "loss", "value": 0.0}]}}
+            ]
+        });
+        assert_eq!(best_trial(&study).unwrap().trial["id"], "2");
+        let lines = best_trial_summary(&study);
+        assert!(lines[0].starts_with("Best trial: 2 of 4 (MINIMIZE loss: loss = 0.2 at step 5)"), "{lines:?}");
+        assert_eq!(lines[1], "  lr = 0.01");
+        study["studySpec"]["metrics"][0]["goal"] = json!("MAXIMIZE");
+        assert_eq!(best_trial(&study).unwrap().trial["id"], "1");
+        study["trials"] = json!([]);
+        assert!(best_trial_summary(&study)[0].contains("none yet"));
     }
 }
 
@@ -572,27 +969,30 @@ pub enum NodeCommand {
     List {
         #[command(flatten)]
         target: Target,
-        #[arg(long, value_enum, default_value = "table")]
-        format: Format,
+        #[command(flatten)]
+        format: ListFormat,
     },
-    /// Show one node.
+    /// Show one node: capacity, allocation, GPUs and the replicas on it.
     Describe {
         #[command(flatten)]
         target: Target,
+        /// Node name (as `nodes list` shows it).
         node: String,
-        #[arg(long, value_enum, default_value = "yaml")]
-        format: Format,
+        #[command(flatten)]
+        format: ResourceFormat,
     },
     /// Drain a node: no new work; its replicas get SIGTERM and restart on other nodes (L9).
     Drain {
         #[command(flatten)]
         target: Target,
+        /// Node name.
         node: String,
     },
     /// Let a drained node take work again.
     Undrain {
         #[command(flatten)]
         target: Target,
+        /// Node name.
         node: String,
     },
 }
@@ -603,72 +1003,62 @@ pub enum QuotaCommand {
     List {
         #[command(flatten)]
         target: Target,
-        #[arg(long, value_enum, default_value = "table")]
-        format: Format,
+        #[command(flatten)]
+        format: ListFormat,
     },
-    /// Read the quota limits again from the server's config file (no restart).
+    /// Read the quota limits again from the server's config file (no restart), and show
+    /// them.
     Reload {
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        format: ListFormat,
     },
 }
 
-impl Api {
-    fn admin_url(&self, path: &str) -> String {
-        format!("{}/v1/admin/{path}", self.t.server.trim_end_matches('/'))
-    }
-}
-
-fn table(head: &[&str], rows: &[Vec<String>]) {
-    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        cells.iter().enumerate().map(|(i, c)| format!("{c:w$}", w = w[i])).collect::<Vec<_>>().join("  ").trim_end().to_string()
-    };
-    println!("{}", line(head.to_vec()));
-    for r in rows {
-        println!("{}", line(r.iter().map(String::as_str).collect()));
-    }
-}
-
 fn gib(v: &Value) -> String {
-    let b: f64 = v.as_str().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    let b: f64 = v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_f64()).unwrap_or(0.0);
     format!("{:.1}", b / (1u64 << 30) as f64)
 }
+
+const NODE_COLUMNS: &[Column] = &[
+    ("NAME", |n| text(&n["name"])),
+    ("STATE", |n| text(&n["state"])),
+    ("CPUS", |n| format!("{}/{}", text(&n["allocated"]["cpus"]), text(&n["cpus"]))),
+    ("MEMORY_GIB", |n| format!("{}/{}", gib(&n["allocated"]["memoryBytes"]), gib(&n["memoryBytes"]))),
+    ("ACCELERATORS", |n| {
+        n["accelerators"].as_object().map(|m| m.iter().map(|(k, c)| format!("{k}:{c}")).collect::<Vec<_>>().join(",")).unwrap_or_default()
+    }),
+    ("REPLICAS", |n| n["replicas"].as_array().map_or(0, Vec::len).to_string()),
+];
+
+fn quota_cell(r: &Value, k: &str) -> String {
+    match r[k].as_str() {
+        Some(s) => s.to_string(),
+        None if k == "limit" => "unlimited".into(),
+        None => text(&r[k]),
+    }
+}
+
+const QUOTA_COLUMNS: &[Column] = &[
+    ("PROJECT", |r| quota_cell(r, "project")),
+    ("REGION", |r| quota_cell(r, "region")),
+    ("METRIC", |r| quota_cell(r, "metric")),
+    ("LIMIT", |r| quota_cell(r, "limit")),
+    ("IN_USE", |r| quota_cell(r, "inUse")),
+    ("QUEUED", |r| quota_cell(r, "queued")),
+];
 
 pub fn run_nodes(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         NodeCommand::List { target, format } => {
             let api = Api::new(target)?;
             let v = api.send("GET", &api.admin_url("nodes"), None)?;
-            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
-            match format {
-                Format::Table => {
-                    let rows: Vec<Vec<String>> = nodes
-                        .iter()
-                        .map(|n| {
-                            vec![
-                                n["name"].as_str().unwrap_or("").to_string(),
-                                n["state"].as_str().unwrap_or("").to_string(),
-                                format!("{}/{}", n["allocated"]["cpus"], n["cpus"]),
-                                format!("{}/{}", gib(&n["allocated"]["memoryBytes"]), gib(&n["memoryBytes"])),
-                                n["accelerators"].as_object().map(|m| m.iter().map(|(k, c)| format!("{k}:{c}")).collect::<Vec<_>>().join(",")).unwrap_or_default(),
-                                n["replicas"].as_array().map_or(0, Vec::len).to_string(),
-                            ]
-                        })
-                        .collect();
-                    table(&["NAME", "STATE", "CPUS", "MEMORY_GIB", "ACCELERATORS", "REPLICAS"], &rows);
-                }
-                f => print_value(&Value::Array(nodes), f)?,
-            }
+            print_list(v["nodes"].as_array().map_or(&[][..], Vec::as_slice), NODE_COLUMNS, format.format)?;
         }
         NodeCommand::Describe { target, node, format } => {
             let api = Api::new(target)?;
-            print_value(&api.send("GET", &api.admin_url(&format!("nodes/{}", encode(&node))), None)?, format)?;
+            print_value(&api.send("GET", &api.admin_url(&format!("nodes/{}", encode(&node))), None)?, format.format)?;
         }
         NodeCommand::Drain { target, node } => {
             let api = Api::new(target)?;
@@ -686,8 +1076,8 @@ pub fn run_nodes(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
 
 pub fn run_quotas(cmd: QuotaCommand) -> anyhow::Result<ExitCode> {
     let (target, format, reload) = match cmd {
-        QuotaCommand::List { target, format } => (target, format, false),
-        QuotaCommand::Reload { target } => (target, Format::Table, true),
+        QuotaCommand::List { target, format } => (target, format.format, false),
+        QuotaCommand::Reload { target, format } => (target, format.format, true),
     };
     let api = Api::new(target)?;
     let v = if reload {
@@ -695,22 +1085,7 @@ pub fn run_quotas(cmd: QuotaCommand) -> anyhow::Result<ExitCode> {
     } else {
         api.send("GET", &api.admin_url("quotas"), None)?
     };
-    let rows = v["quotas"].as_array().cloned().unwrap_or_default();
-    match format {
-        Format::Table => {
-            let rows: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    ["project", "region", "metric", "limit", "inUse", "queued"]
-                        .iter()
-                        .map(|k| r[*k].as_str().map(str::to_string).unwrap_or_else(|| if *k == "limit" { "unlimited".into() } else { String::new() }))
-                        .collect()
-                })
-                .collect();
-            table(&["PROJECT", "REGION", "METRIC", "LIMIT", "IN_USE", "QUEUED"], &rows);
-        }
-        f => print_value(&Value::Array(rows), f)?,
-    }
+    print_list(v["quotas"].as_array().map_or(&[][..], Vec::as_slice), QUOTA_COLUMNS, format)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -722,54 +1097,94 @@ pub enum StudyCommand {
     Create {
         #[command(flatten)]
         target: Target,
+        /// Display name of the tuning job.
         #[arg(long)]
         display_name: String,
-        /// YAML: `studySpec:` and `trialJobSpec:` (and optionally the counts).
-        #[arg(long)]
+        /// YAML: `studySpec:` and `trialJobSpec:` (and optionally the counts); relative paths
+        /// in the trials' command and args are read against its directory.
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
-        #[arg(long)]
+        /// How many trials to run in all (else the file's maxTrialCount, else 1).
+        #[arg(long, value_name = "N")]
         max_trial_count: Option<i64>,
-        #[arg(long)]
+        /// How many trials may run at once (else the file's parallelTrialCount, else 1).
+        #[arg(long, value_name = "N")]
         parallel_trial_count: Option<i64>,
-        #[arg(long)]
+        /// How many trials may fail before the tuning job fails.
+        #[arg(long, value_name = "N")]
         max_failed_trial_count: Option<i64>,
+        /// Labels KEY=VALUE, comma-separated.
         #[arg(long, value_delimiter = ',')]
         labels: Vec<String>,
+        #[command(flatten)]
+        paths: PathFlags,
+        #[command(flatten)]
+        wait: WaitFlag,
+        #[command(flatten)]
+        format: CreatedFormat,
     },
     /// List HyperparameterTuningJobs, newest first.
     List {
         #[command(flatten)]
         target: Target,
+        /// Filter expression, as the API takes it (e.g. 'display_name="tune"').
         #[arg(long)]
         filter: Option<String>,
-        #[arg(long, value_enum, default_value = "table")]
-        format: Format,
+        #[command(flatten)]
+        format: ListFormat,
     },
-    /// Show one HyperparameterTuningJob with its trials.
+    /// Show one HyperparameterTuningJob with its trials, its best trial first.
     Describe {
         #[command(flatten)]
         target: Target,
+        /// Tuning job id (e.g. 3) or resource name (projects/P/locations/L/hyperparameterTuningJobs/3).
         job: String,
-        #[arg(long, value_enum, default_value = "yaml")]
-        format: Format,
+        #[command(flatten)]
+        format: ResourceFormat,
     },
     /// Cancel a HyperparameterTuningJob and its running trials.
     Cancel {
         #[command(flatten)]
         target: Target,
+        /// Tuning job id or resource name.
         job: String,
     },
     /// Delete an ended HyperparameterTuningJob (its trials' CustomJobs stay).
     Delete {
         #[command(flatten)]
         target: Target,
+        /// Tuning job id or resource name.
         job: String,
+    },
+    /// Print the logs of the study's trial jobs, each line prefixed with its trial
+    /// (`[trial 3]`), following them until the tuning job ends.
+    StreamLogs {
+        #[command(flatten)]
+        target: Target,
+        /// Tuning job id or resource name.
+        job: String,
+        /// Only this trial (its id, e.g. 3).
+        #[arg(long)]
+        trial: Option<String>,
+        #[command(flatten)]
+        sel: LogSelection,
     },
 }
 
 pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        StudyCommand::Create { target, display_name, config, max_trial_count, parallel_trial_count, max_failed_trial_count, labels } => {
+        StudyCommand::Create {
+            target,
+            display_name,
+            config,
+            max_trial_count,
+            parallel_trial_count,
+            max_failed_trial_count,
+            labels,
+            paths,
+            wait,
+            format,
+        } => {
             let api = Api::new(target)?;
             let text = std::fs::read_to_string(&config).with_context(|| format!("cannot read {}", config.display()))?;
             let mut job: Value =
@@ -777,26 +1192,86 @@ pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
             if !job.is_object() {
                 bail!("{}: expected a mapping with studySpec and trialJobSpec", config.display());
             }
+            PathPolicy::of(&api, paths).apply(&mut job, &crate::jobfile::dir_of(&config), &config.display().to_string())?;
             job["displayName"] = Value::String(display_name);
             for (k, v) in [("maxTrialCount", max_trial_count), ("parallelTrialCount", parallel_trial_count), ("maxFailedTrialCount", max_failed_trial_count)] {
                 if let Some(v) = v {
                     job[k] = json!(v);
                 }
             }
+            // As the known CLI: one trial, one at a time, unless the file or a flag says.
+            for (k, snake) in [("maxTrialCount", "max_trial_count"), ("parallelTrialCount", "parallel_trial_count")] {
+                if job.get(k).is_none() && job.get(snake).is_none() {
+                    job[k] = json!(1);
+                }
+            }
             if !labels.is_empty() {
                 job["labels"] = self::labels(&labels)?;
             }
-            let created = api.send("POST", &format!("{}/{}", api.base(), TUNING_JOBS.collection), Some(&job))?;
-            let name = created["name"].as_str().unwrap_or("");
-            println!("Hyperparameter tuning job [{name}] submitted successfully.\n");
-            println!("Your job is still active. You may view the status of your job with the command\n");
-            println!("  $ trainyard hp-tuning-jobs describe {name}");
-            Ok(ExitCode::SUCCESS)
+            let resource = api.send("POST", &format!("{}/{}", api.base(), TUNING_JOBS.collection), Some(&job))?;
+            created(&TUNING_JOBS, &api, resource, wait.wait, format.format)
         }
         // One page of at most 1000, as this command (which has no --limit) has always listed.
-        StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), filter, format),
-        StudyCommand::Describe { target, job, format } => describe(&TUNING_JOBS, target, &job, format),
+        StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), filter, format.format),
+        StudyCommand::Describe { target, job, format } => describe(&TUNING_JOBS, target, &job, format.format),
         StudyCommand::Cancel { target, job } => cancel(&TUNING_JOBS, target, &job),
         StudyCommand::Delete { target, job } => delete(&TUNING_JOBS, target, &job),
+        StudyCommand::StreamLogs { target, job, trial, sel } => stream_study_logs(target, &job, trial, sel),
     }
+}
+
+/// Follow the log of every trial's CustomJob as the trials come, until the study has ended
+/// and every trial's log with it.
+fn stream_study_logs(target: Target, job: &str, only: Option<String>, sel: LogSelection) -> anyhow::Result<ExitCode> {
+    let api = Api::new(target)?;
+    let url = api.resource_url(TUNING_JOBS.collection, job)?;
+    let mut followed = HashSet::new();
+    let mut followers = Vec::new();
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        let study = match api.try_send("GET", &url, None) {
+            Ok(v) => {
+                failing_since = None;
+                v
+            }
+            // A server restarting: ask again for a while, the followers do the same.
+            Err(e) if e.transient() && !followed.is_empty() => {
+                if failing_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(120) {
+                    return Err(e.into());
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for t in study["trials"].as_array().into_iter().flatten() {
+            let id = text(&t["id"]);
+            if only.as_ref().is_some_and(|o| *o != id) {
+                continue;
+            }
+            let Some(job) = t["customJob"].as_str() else { continue };
+            if !followed.insert(id.clone()) {
+                continue;
+            }
+            let job_url = api.resource_url(CUSTOM_JOBS.collection, job)?;
+            let (api, sel) = (api.clone(), sel.clone());
+            followers.push(std::thread::spawn(move || {
+                let prefix = format!("[trial {id}] ");
+                if let Err(e) = follow_log(&api, &job_url, &prefix, &sel) {
+                    eprintln!("{prefix}cannot follow the log of {job_url}: {e:#}");
+                }
+            }));
+        }
+        if progress::exit_code(study["state"].as_str().unwrap_or("")).is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for f in followers {
+        let _ = f.join();
+    }
+    if let Some(o) = only.filter(|o| !followed.contains(o)) {
+        bail!("the tuning job has no trial {o:?} with a CustomJob");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,13 @@
 //! Job files: the YAML `--config` of the known CLI (a CustomJobSpec: `workerPoolSpecs`,
 //! `scheduling`, `baseOutputDirectory`, ...), or a whole CustomJob (`displayName`,
 //! `jobSpec`, `labels`).
+//!
+//! A job file's `command: [python3, train.py]` means `train.py` next to the job file:
+//! `local-run` runs replicas in the job file's directory, and `custom-jobs create` turns
+//! such paths into absolute ones when the server is on this host ([`local_paths`],
+//! [`resolve_paths`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::{json, Value};
@@ -32,9 +37,133 @@ pub fn read(path: &Path, display_name: Option<&str>) -> anyhow::Result<Value> {
     Ok(job)
 }
 
+/// A relative path of a job's program (an element of a pool's `command` or `args`, or a
+/// `packageUris` entry) that names a file or directory in `dir`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalPath {
+    /// Where it is: `workerPoolSpecs[0].containerSpec.command[1]`.
+    pub field: String,
+    /// As written: `train.py`.
+    pub written: String,
+    /// What it names: `/home/me/project/train.py`.
+    pub absolute: PathBuf,
+}
+
+/// The JSON pointers (and their display names) of the lists that may hold program paths.
+fn path_lists(job: &Value) -> Vec<(String, String)> {
+    let get = |v: &Value, a: &str, b: &str| -> Option<(String, Value)> {
+        if let Some(x) = v.get(a) {
+            return Some((a.to_string(), x.clone()));
+        }
+        v.get(b).map(|x| (b.to_string(), x.clone()))
+    };
+    let mut out = Vec::new();
+    // A CustomJob's `jobSpec`, or a HyperparameterTuningJob's `trialJobSpec`.
+    let Some((spec_key, spec)) = get(job, "jobSpec", "job_spec").or_else(|| get(job, "trialJobSpec", "trial_job_spec")) else {
+        return out;
+    };
+    let Some((pools_key, Value::Array(pools))) = get(&spec, "workerPoolSpecs", "worker_pool_specs") else { return out };
+    for (i, pool) in pools.iter().enumerate() {
+        for (a, b, lists) in [
+            ("containerSpec", "container_spec", &["command", "args"][..]),
+            ("pythonPackageSpec", "python_package_spec", &["args", "packageUris", "package_uris"][..]),
+        ] {
+            let Some((spec_name, spec)) = get(pool, a, b) else { continue };
+            for list in lists {
+                if spec.get(*list).is_some_and(Value::is_array) {
+                    out.push((
+                        format!("/{spec_key}/{pools_key}/{i}/{spec_name}/{list}"),
+                        format!("{pools_key}[{i}].{spec_name}.{list}"),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Does `arg` look like a relative path (not a flag, not an absolute path or URI, not
+/// `KEY=VALUE`, no spaces) and name something in `dir`?
+fn names_local(arg: &str, dir: &Path) -> Option<PathBuf> {
+    if arg.is_empty()
+        || arg.starts_with(['/', '-', '~', '$'])
+        || arg.contains("://")
+        || arg.contains(['=', ' ', '\t', '\n'])
+        || arg == "."
+        || arg == ".."
+    {
+        return None;
+    }
+    let p = dir.join(arg);
+    std::fs::symlink_metadata(&p).ok()?;
+    Some(std::path::absolute(&p).unwrap_or(p))
+}
+
+/// The relative paths of a CustomJob's programs that name files in `dir`.
+pub fn local_paths(job: &Value, dir: &Path) -> Vec<LocalPath> {
+    let mut out = Vec::new();
+    for (pointer, shown) in path_lists(job) {
+        let Some(Value::Array(items)) = job.pointer(&pointer) else { continue };
+        for (j, item) in items.iter().enumerate() {
+            let Some(arg) = item.as_str() else { continue };
+            if let Some(absolute) = names_local(arg, dir) {
+                out.push(LocalPath { field: format!("{shown}[{j}]"), written: arg.to_string(), absolute });
+            }
+        }
+    }
+    out
+}
+
+/// Make every path [`local_paths`] finds absolute; returns them.
+pub fn resolve_paths(job: &mut Value, dir: &Path) -> Vec<LocalPath> {
+    let mut out = Vec::new();
+    for (pointer, shown) in path_lists(job) {
+        let Some(Value::Array(items)) = job.pointer_mut(&pointer) else { continue };
+        for (j, item) in items.iter_mut().enumerate() {
+            let Some(arg) = item.as_str().map(str::to_string) else { continue };
+            if let Some(absolute) = names_local(&arg, dir) {
+                *item = Value::String(absolute.display().to_string());
+                out.push(LocalPath { field: format!("{shown}[{j}]"), written: arg, absolute });
+            }
+        }
+    }
+    out
+}
+
+/// The directory relative paths of a job file are read against: the file's own.
+pub fn dir_of(path: &Path) -> PathBuf {
+    std::path::absolute(path).ok().and_then(|p| p.parent().map(PathBuf::from)).unwrap_or_else(crate::cwd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relative_program_paths_are_found_and_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("train.py"), "print(1)\n").unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        let mut job = json!({"jobSpec": {"workerPoolSpecs": [
+            {"containerSpec": {"imageUri": "i", "command": ["python3", "train.py"], "args": ["--data", "data", "--n=3", "missing.py"]}},
+            {"pythonPackageSpec": {"executorImageUri": "i", "pythonModule": "m", "packageUris": ["train.py", "gs://b/p.tar.gz"]}}
+        ]}});
+        let found = local_paths(&job, dir.path());
+        let fields: Vec<&str> = found.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "workerPoolSpecs[0].containerSpec.command[1]",
+                "workerPoolSpecs[0].containerSpec.args[1]",
+                "workerPoolSpecs[1].pythonPackageSpec.packageUris[0]"
+            ]
+        );
+        resolve_paths(&mut job, dir.path());
+        let abs = dir.path().join("train.py").display().to_string();
+        assert_eq!(job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], json!(["python3", abs]));
+        assert_eq!(job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"][3], "missing.py");
+        assert!(local_paths(&job, dir.path()).is_empty());
+    }
 
     #[test]
     fn spec_file_is_wrapped() {

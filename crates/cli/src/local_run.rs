@@ -87,6 +87,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     let created = rx.blocking_recv().context("the engine stopped")?.map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let id: u64 = created.name.rsplit('/').next().and_then(|s| s.parse().ok()).context("the created job has no id")?;
     eprintln!("[trainyard] CustomJob {} created ({}).", created.name, created.display_name);
+    let started = std::time::Instant::now();
 
     // Ctrl-C: the first cancels the job, the second leaves at once.
     let interrupts = Arc::new(AtomicU32::new(0));
@@ -117,25 +118,41 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     let store = Store::open(&engine.store_path)?;
     let mut cursor = Cursor::default();
     let sel = Selector::default();
+    // Where the job is, on one line of stderr (redrawn in place on a terminal, a line per
+    // change elsewhere).
+    let mut progress = crate::progress::Progress::stderr("[trainyard] ");
+    let what = format!("CustomJob {id}");
     let final_job = loop {
-        let done = store.get_job(KIND_CUSTOM, &args.project, &region, id)?.filter(|j| j.job.is_terminal());
+        let current = store.get_job(KIND_CUSTOM, &args.project, &region, id)?;
+        let done = current.as_ref().filter(|j| j.job.is_terminal()).cloned();
         // Drain everything written so far (after the job ended too).
         loop {
             let entries = logs::read_new(&store, &engine.services.cfg.data_dir, id, &sel, &mut cursor)?;
             if entries.is_empty() {
                 break;
             }
+            progress.clear();
             print_entries(&entries);
         }
         if let Some(j) = done {
+            progress.clear();
             break j;
+        }
+        if let Some(j) = &current {
+            let state = j.job.state();
+            let reason = match state {
+                trainyard_core::State::Queued | trainyard_core::State::Pending => j.job.waiting_reason.clone().unwrap_or_default(),
+                _ => String::new(),
+            };
+            progress.update(&what, state.wire_name(), &reason, "");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    drop(progress);
     let _ = engine.tx.send(Msg::Shutdown);
     let _ = engine.thread.join();
     let state = final_job.job.state();
-    eprintln!("[trainyard] CustomJob {} ended: {}.", created.name, state.wire_name());
+    eprintln!("[trainyard] CustomJob {} ended: {} after {}.", created.name, state.wire_name(), crate::progress::duration(started.elapsed()));
     if let Some(e) = final_job.job.error() {
         eprintln!("[trainyard] error (code {}): {}", e.code, e.message);
     }

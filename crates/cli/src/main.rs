@@ -7,6 +7,8 @@ mod client;
 mod jobfile;
 mod local_run;
 mod logwriter;
+mod output;
+mod progress;
 mod serve;
 
 use std::path::PathBuf;
@@ -27,10 +29,11 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run one job in the foreground from a job file (the `--config` YAML of the known CLI).
     LocalRun(local_run::LocalRunArgs),
-    /// Create, list, describe, cancel CustomJobs and stream their logs.
+    /// Create, list, describe, cancel and delete CustomJobs, and stream their logs.
     #[command(name = "custom-jobs")]
     CustomJobs(CustomJobs),
-    /// Create, list, describe and cancel HyperparameterTuningJobs.
+    /// Create, list, describe, cancel and delete HyperparameterTuningJobs, and stream their
+    /// trials' logs.
     #[command(name = "hp-tuning-jobs")]
     HpTuningJobs {
         #[command(subcommand)]

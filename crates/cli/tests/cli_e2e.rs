@@ -200,5 +200,145 @@ fn cli_handles_pipes_addresses_and_full_names() {
         .env("TRAINYARD_SERVER", format!("127.0.0.1:{}", free_port()))
         .output()
         .expect("run");
-    assert!(text(&o).contains("set --server or TRAINYARD_SERVER"), "{}", text(&o));
+    assert!(text(&o).contains("(start it with trainyard serve, or set --server or TRAINYARD_SERVER)"), "{}", text(&o));
+}
+
+/// The code blocks of a piece of Markdown: (language, text).
+fn code_blocks(md: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in md.lines() {
+        match (&mut current, line.strip_prefix("```")) {
+            (None, Some(lang)) => current = Some((lang.trim().to_string(), String::new())),
+            (Some(_), Some(_)) => out.extend(current.take()),
+            (Some((_, body)), None) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+/// The commands of a shell block, one per command: lines joined where they end with a
+/// backslash or a quote is still open.
+fn shell_commands(block: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cmd = String::new();
+    let (mut single, mut double, mut escaped, mut comment) = (false, false, false, false);
+    for c in block.chars() {
+        // A comment (`#` starting a word outside quotes) runs to the end of its line.
+        if c == '#' && !single && !double && !escaped && cmd.chars().last().is_none_or(char::is_whitespace) {
+            comment = true;
+        }
+        if comment && c != '\n' {
+            continue;
+        }
+        comment = false;
+        cmd.push(c);
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '\n' if !single && !double => {
+                let line = cmd.trim().to_string();
+                if !line.is_empty() && !line.starts_with('#') {
+                    out.push(line);
+                }
+                cmd.clear();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// README's "A five-minute tour", run top to bottom as written against a fresh server: the
+/// local-run of the example, the client commands (ids as the README gives them), the REST
+/// calls (with curl when it is there) and the tuning job of its study.yaml.
+#[test]
+fn readme_tour_runs_as_written() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme.find("## A five-minute tour").expect("the tour");
+    let end = start + readme[start..].find("\n## ").expect("the next section");
+    let tour = &readme[start..end];
+    let s = Server::start("");
+    // The commands run in a directory of their own, where `examples/` is the repository's.
+    let work = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root.join("examples"), work.path().join("examples")).unwrap();
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let have_curl = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
+    let mut ran = Vec::new();
+    for (lang, body) in code_blocks(tour) {
+        // A file the tour asks for (`# study.yaml`), written where the commands run.
+        if lang == "yaml" {
+            let first = body.lines().next().unwrap_or("");
+            if let Some(file) = first.strip_prefix("# ").filter(|f| !f.contains(' ')) {
+                std::fs::write(work.path().join(file), &body).unwrap();
+            }
+            continue;
+        }
+        if lang != "sh" {
+            continue;
+        }
+        for cmd in shell_commands(&body) {
+            let cmd = if cmd.starts_with("curl") {
+                if !have_curl {
+                    // Keep the ids the README gives: the same create, without curl.
+                    if cmd.contains("-X POST") {
+                        s.create("demo", &sh_job("hello", "echo 42"));
+                    }
+                    eprintln!("SKIP (no curl): {cmd}");
+                    continue;
+                }
+                cmd.replace("127.0.0.1:8080", &format!("127.0.0.1:{}", s.port))
+            } else {
+                assert!(cmd.starts_with("trainyard "), "a tour command that is not trainyard's or curl: {cmd}");
+                cmd
+            };
+            let o = Command::new("sh")
+                .arg("-c")
+                .arg(&cmd)
+                .current_dir(work.path())
+                .env("PATH", &path)
+                .env("TRAINYARD_SERVER", s.url(""))
+                .env("TRAINYARD_CLI_CONFIG", work.path().join("cli.toml"))
+                .env("TRAINYARD_STORAGE_ROOT", work.path().join("storage"))
+                .env("TRAINYARD_CONTAINER_ENGINE", "none")
+                .env_remove("TRAINYARD_PROJECT")
+                .env_remove("TRAINYARD_REGION")
+                .env_remove("TRAINYARD_TOKEN")
+                .env_remove("TRAINYARD_CONFIG")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let out = text(&o);
+            assert!(o.status.success(), "README tour: `{cmd}` failed ({}):\n{out}\nserver log:\n{}", o.status, s.server_log());
+            if cmd.starts_with("curl") {
+                let v: serde_json::Value = serde_json::from_slice(o.stdout.split(|b| *b == b'\n').next().unwrap_or(&[])).unwrap_or_default();
+                assert!(v.get("error").is_none(), "README tour: `{cmd}`:\n{out}");
+            }
+            ran.push((cmd, out));
+        }
+    }
+    let find = |prefix: &str| {
+        ran.iter().find(|(c, _)| c.starts_with(prefix)).map(|(_, o)| o.clone()).unwrap_or_else(|| panic!("the tour has no `{prefix}`"))
+    };
+    assert!(find("trainyard local-run examples/checkpoint/job.yaml").contains("[workerpool0-0]"));
+    assert!(find("trainyard custom-jobs describe 1").contains("displayName: hello"));
+    assert!(find("trainyard custom-jobs stream-logs 1").contains("workerpool0-0: hello"));
+    assert!(find("trainyard custom-jobs cancel 2").contains("customJobs/2"));
+    assert!(find("trainyard hp-tuning-jobs describe 4").contains("# Best trial: "));
+    assert!(find("trainyard hp-tuning-jobs stream-logs 4").contains("[trial 20] "));
+    // What the prose says of the ids.
+    let study = s.get("projects/local/locations/us-central1/hyperparameterTuningJobs/4");
+    assert_eq!(study["displayName"], "tune");
+    let jobs: Vec<&str> = study["trials"].as_array().unwrap().iter().map(|t| t["customJob"].as_str().unwrap()).collect();
+    assert_eq!(jobs.first().copied(), Some("projects/local/locations/us-central1/customJobs/5"));
+    assert_eq!(jobs.last().copied(), Some("projects/local/locations/us-central1/customJobs/24"));
+    assert_eq!(s.get("projects/demo/locations/us-central1/customJobs/3")["displayName"], "hello");
 }
