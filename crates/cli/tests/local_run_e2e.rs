@@ -15,7 +15,8 @@ fn example(name: &str) -> PathBuf {
 
 fn local_run(job: &PathBuf, storage: &std::path::Path) -> Command {
     let mut c = Command::new(BIN);
-    c.arg("local-run").arg(job).env("TRAINYARD_STORAGE_ROOT", storage).stdin(Stdio::null());
+    // Host processes, also on a machine with podman (container_e2e runs local-run in images).
+    c.arg("local-run").arg(job).env("TRAINYARD_STORAGE_ROOT", storage).env("TRAINYARD_CONTAINER_ENGINE", "none").stdin(Stdio::null());
     c
 }
 
