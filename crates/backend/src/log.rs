@@ -178,18 +178,7 @@ impl LogWriter {
     /// Appends one entry. On failure the entry is dropped and counted (see the type's
     /// docs); the error is returned for the caller's information only.
     pub fn write_entry(&self, stream: &str, text: &[u8]) -> Result<(), FileError> {
-        let mut st = self.state();
-        let written = st.catch_up(&self.path).and_then(|()| {
-            let line = encode_entry(stream, text, &self.path)?;
-            self.rotate_if_full(&mut st, line.len() as u64)?;
-            st.write_whole(&line, &self.path)?;
-            st.size += line.len() as u64;
-            Ok(())
-        });
-        if let Err(e) = &written {
-            st.note_failure(e);
-        }
-        written
+        self.write_entries(stream, &[text])
     }
 
     /// Appends entries read at one moment, with one time and in one write (a line each,
@@ -257,43 +246,17 @@ impl LogWriter {
 /// Reads `reader` to EOF and writes one entry per line (a final line without a newline
 /// included). An entry that cannot be written is dropped and counted by the writer, and
 /// the pipe is still drained, so the program never blocks on a full pipe.
-pub fn pump(reader: impl Read, stream: &str, writer: &LogWriter) {
-    let mut reader = BufReader::with_capacity(MAX_ENTRY_BYTES, reader);
-    let mut line: Vec<u8> = Vec::new();
-    let emit = |line: &mut Vec<u8>| {
-        // A failure is counted and reported by the writer itself.
-        let _ = writer.write_entry(stream, line);
-        line.clear();
-    };
+pub fn pump(mut reader: impl Read, stream: &'static str, writer: &LogWriter) {
+    let mut split = Splitter { stream, line: Vec::new(), open: true };
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let buf = match reader.fill_buf() {
-            Ok(buf) => buf,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+        match reader.read(&mut buf) {
+            Ok(0) => return split.finish(writer),
+            Ok(n) => split.feed(&buf[..n], writer),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 let _ = writeln!(io::stderr(), "trainyard shim: reading the program's {stream}: {e}");
-                break;
-            }
-        };
-        if buf.is_empty() {
-            if !line.is_empty() {
-                emit(&mut line);
-            }
-            break;
-        }
-        let room = MAX_ENTRY_BYTES - line.len();
-        match buf.iter().position(|&b| b == b'\n') {
-            Some(i) if i <= room => {
-                line.extend_from_slice(&buf[..i]);
-                reader.consume(i + 1);
-                emit(&mut line);
-            }
-            _ => {
-                let take = buf.len().min(room);
-                line.extend_from_slice(&buf[..take]);
-                reader.consume(take);
-                if line.len() >= MAX_ENTRY_BYTES {
-                    emit(&mut line);
-                }
+                return;
             }
         }
     }
@@ -357,10 +320,14 @@ impl Splitter {
         }
     }
 
-    fn emit(&mut self, writer: &LogWriter) {
-        // A failure is counted and reported by the writer itself.
-        let _ = writer.write_entry(self.stream, &self.line);
-        self.line.clear();
+    /// At EOF: the last line, if it has no newline, is an entry too.
+    fn finish(&mut self, writer: &LogWriter) {
+        if !self.line.is_empty() {
+            // A failure is counted and reported by the writer itself.
+            let _ = writer.write_entry(self.stream, &self.line);
+            self.line.clear();
+        }
+        self.open = false;
     }
 }
 
@@ -406,12 +373,7 @@ pub fn pump_both(stdout: File, stderr: File, writer: &LogWriter) {
                 continue;
             }
             match files[i].read(&mut buf) {
-                Ok(0) => {
-                    if !split[i].line.is_empty() {
-                        split[i].emit(writer);
-                    }
-                    split[i].open = false;
-                }
+                Ok(0) => split[i].finish(writer),
                 Ok(n) => split[i].feed(&buf[..n], writer),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
