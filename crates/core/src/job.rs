@@ -382,6 +382,19 @@ pub struct Demand {
     pub replicas: Vec<ReplicaDemand>,
 }
 
+impl Demand {
+    /// The accelerators of all replicas together, by type.
+    pub fn accelerators_by_type(&self) -> BTreeMap<&str, u64> {
+        let mut asks = BTreeMap::new();
+        for d in &self.replicas {
+            if let Some((a, c)) = &d.accelerator {
+                *asks.entry(a.as_str()).or_insert(0) += *c as u64;
+            }
+        }
+        asks
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaDemand {
     pub cpus: u32,

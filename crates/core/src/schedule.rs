@@ -558,11 +558,11 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
     waiting.sort_by_key(|j| (matches!(j.phase, Phase::Queued), j.create_time, j.id));
     // GPUs a node has are exact capacity even here (CPU and memory are shared): what
     // live replicas hold, by (node, accelerator type).
-    let mut gpus_used: BTreeMap<(String, String), u32> = BTreeMap::new();
+    let mut gpus_used: BTreeMap<(String, String), u64> = BTreeMap::new();
     for j in jobs.iter().filter(|j| j.holds_capacity()) {
         for (r, d) in j.replicas.iter().zip(&j.demand.replicas) {
             if let (true, Some(node), Some((a, c))) = (r.state.is_live(), &r.node, &d.accelerator) {
-                *gpus_used.entry((node.clone(), a.clone())).or_insert(0) += c;
+                *gpus_used.entry((node.clone(), a.clone())).or_insert(0) += *c as u64;
             }
         }
     }
@@ -593,16 +593,11 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
             continue;
         };
         // What the job asks of the node's GPUs, by type; short: it waits.
-        let mut asks: BTreeMap<&str, u32> = BTreeMap::new();
-        for d in &job.demand.replicas {
-            if let Some((a, c)) = &d.accelerator {
-                *asks.entry(a.as_str()).or_insert(0) += c;
-            }
-        }
+        let asks = job.demand.accelerators_by_type();
         let short: Vec<String> = asks
             .iter()
             .filter_map(|(a, need)| {
-                let have = n.accelerators.get(*a).copied().unwrap_or(0);
+                let have = n.accelerators.get(*a).copied().unwrap_or(0) as u64;
                 let used = gpus_used.get(&(n.name.clone(), a.to_string())).copied().unwrap_or(0);
                 (have > 0 && have.saturating_sub(used) < *need).then(|| {
                     let s = if *need == 1 { "" } else { "s" };

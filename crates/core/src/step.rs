@@ -679,7 +679,7 @@ impl Cx<'_> {
     fn hangs(&mut self) {
         let now = self.now;
         for idx in 0..self.job.replicas.len() {
-            if !self.job.hang_due(idx).is_some_and(|due| now >= due) {
+            if self.job.hang_due(idx).is_none_or(|due| now < due) {
                 continue;
             }
             let secs = self.job.policy.hang_after / crate::job::SECOND;

@@ -96,13 +96,7 @@ pub fn prepare(
     // more GPUs of a type than the node with most of them has could never run (a type no
     // node has runs without, with a warning).
     if fleet.overcommit {
-        let mut asks: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
-        for d in &demand.replicas {
-            if let Some((a, c)) = &d.accelerator {
-                *asks.entry(a.as_str()).or_insert(0) += *c as u64;
-            }
-        }
-        for (a, need) in asks {
+        for (a, need) in demand.accelerators_by_type() {
             let best = fleet.nodes.iter().map(|n| (n.accelerators.get(a).copied().unwrap_or(0), n.name.as_str())).max();
             if let Some((have, node)) = best.filter(|(have, _)| *have > 0 && need > *have as u64) {
                 return Err(ApiError::invalid_argument(format!(

@@ -44,7 +44,6 @@ impl Driver {
                 continue;
             };
             let mut held = self.gpus_held(&node, job.id);
-            held.extend(self.gpus_missing.get(&node).into_iter().flatten().cloned());
             for (i, r) in job.replicas.iter().enumerate() {
                 if i != idx && r.state.is_live() && r.node.as_deref() == Some(node.as_str()) {
                     held.extend(r.devices.iter().cloned());

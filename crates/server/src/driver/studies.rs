@@ -235,7 +235,7 @@ impl Driver {
 
     /// The primary replica's metric file of a trial job (cloudml-hypertune's format).
     pub(super) fn metric_file(&self, job: u64) -> PathBuf {
-        self.svc.cfg.data_dir.join("trials").join(job.to_string()).join("workerpool0-0").join("output.metrics")
+        self.metric_file_of(job, "workerpool0-0")
     }
 
     pub(super) fn trial_measurements(&self, job: &Job) -> Vec<(i64, f64)> {
