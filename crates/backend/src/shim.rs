@@ -743,8 +743,15 @@ struct Limits {
     run_as: Option<RunAs>,
 }
 
-/// Raises the shim's soft `RLIMIT_NOFILE` to its hard limit and returns the soft limit it
-/// had, which the program gets back before exec (as Go's runtime does for its children).
+/// The soft `RLIMIT_NOFILE` a program gets at least (within the hard limit): the usual
+/// default of a Linux login or service. Shells and Python need descriptors above 10 for
+/// their own redirections; a program must not inherit a soft limit that only reflects how
+/// short of descriptors its server was at the moment it started the shim.
+const PROGRAM_NOFILE_SOFT_FLOOR: u64 = 1024;
+
+/// Raises the shim's soft `RLIMIT_NOFILE` to its hard limit and returns the soft limit the
+/// program gets before exec: the one the shim was started with (as Go's runtime does for
+/// its children), never below `PROGRAM_NOFILE_SOFT_FLOOR` when the hard limit allows it.
 /// A shim started by a server that is short of descriptors inherits that server's soft
 /// limit; the shim itself needs a few (lock, log, pipes) and must not fail its program's
 /// start for want of them. `None` when nothing was raised.
@@ -755,7 +762,11 @@ fn raise_nofile() -> Option<u64> {
         return None;
     }
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard).ok()?;
-    Some(soft)
+    Some(program_nofile_soft(soft, hard))
+}
+
+fn program_nofile_soft(inherited: u64, hard: u64) -> u64 {
+    inherited.max(PROGRAM_NOFILE_SOFT_FLOOR.min(hard))
 }
 
 /// Between fork and exec, after the cgroup and the process group: the task limit, then
@@ -1280,6 +1291,17 @@ mod tests {
         let back: serde_json::Value = serde_json::to_value(&spec).unwrap();
         assert_eq!(back["env"], serde_json::json!([["K", "V"]]));
         assert_eq!(back["cwd"], serde_json::Value::Null);
+    }
+
+    /// The program's soft descriptor limit is what the shim inherited, but never below the
+    /// usual 1024 that the hard limit allows: a server short of descriptors at launch does
+    /// not pass its shortage on (a shell's redirection needs descriptor 10 and above).
+    #[test]
+    fn program_nofile_soft_has_a_floor_within_the_hard_limit() {
+        assert_eq!(program_nofile_soft(12, 1_048_576), 1024);
+        assert_eq!(program_nofile_soft(4096, 1_048_576), 4096);
+        assert_eq!(program_nofile_soft(12, 512), 512);
+        assert_eq!(program_nofile_soft(1024, 4096), 1024);
     }
 
     /// L23: a status write that fails is tried again (50 ms, doubling, at most 5 s apart)
