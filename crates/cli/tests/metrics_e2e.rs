@@ -235,3 +235,34 @@ fn running_replica_resources_from_its_cgroup() {
     let (_, text) = metrics_text(&s);
     assert!(!text.contains(&series), "{text}");
 }
+
+/// `[metrics] enabled = false`: `/metrics` is a 404 in the API's error shape that says why,
+/// and jobs run as ever.
+#[test]
+fn metrics_can_be_turned_off() {
+    let s = Server::start("[metrics]\nenabled = false\n");
+    let job = s.create("metrics", &sh_job("off", "exit 0"));
+    assert_eq!(s.wait_terminal(&name_of(&job), 60)["state"], "JOB_STATE_SUCCEEDED");
+    let (status, body) = s.call("GET", &s.url("/metrics"), None);
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["status"], "NOT_FOUND", "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("[metrics] enabled = false")), "{body}");
+}
+
+/// A `[metrics]` key that does not exist is refused at start, naming it.
+#[test]
+fn a_wrong_metrics_key_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("trainyard.toml");
+    std::fs::write(&cfg, "[metrics]\nenable = false\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("metrics") && err.contains("enable"), "{err}");
+}

@@ -65,6 +65,15 @@ struct File {
     gpu_check_secs: Option<u64>,
     /// `[storage]`: the Cloud Storage endpoint.
     storage: Option<crate::storage::StorageFile>,
+    /// `[metrics]`: the Prometheus endpoint.
+    metrics: Option<MetricsFile>,
+}
+
+/// `[metrics]`: whether the server counts at all (`/metrics` is 404 when it does not).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsFile {
+    enabled: Option<bool>,
 }
 
 /// `[containers]`: the container engine.
@@ -320,6 +329,8 @@ pub struct Config {
     pub gpu_check_secs: u64,
     /// The Cloud Storage endpoint (`[storage]`).
     pub storage: crate::storage::StorageConfig,
+    /// `[metrics] enabled` (default true).
+    pub metrics_enabled: bool,
 }
 
 fn host_cpus() -> u32 {
@@ -747,6 +758,7 @@ impl Config {
         Config {
             storage: crate::storage::StorageConfig::from_file(file.storage.as_ref()),
             gpu_check_secs: file.gpu_check_secs.unwrap_or(10),
+            metrics_enabled: file.metrics.as_ref().and_then(|m| m.enabled).unwrap_or(true),
             node_gpus,
             containers,
             replicas,

@@ -194,6 +194,8 @@ pub struct Metrics {
     http: HistogramFamily<HttpLabels>,
     store_commit: HistogramFamily<OpLabels>,
     replicas: Arc<Replicas>,
+    /// `[metrics] enabled`: when false nothing is counted and `/metrics` is 404.
+    enabled: bool,
 }
 
 impl Default for Metrics {
@@ -302,7 +304,18 @@ impl Metrics {
             http,
             store_commit,
             replicas,
+            enabled: true,
         }
+    }
+
+    /// Metrics turned off (`[metrics] enabled = false`): every update returns at once, the
+    /// HTTP layer times nothing, and `/metrics` answers 404.
+    pub fn disabled() -> Metrics {
+        Metrics { enabled: false, ..Metrics::new() }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// The exposition in the OpenMetrics text format.
@@ -322,6 +335,9 @@ impl Metrics {
 
     /// Forget the job counts (the driver counts them again, as at a start).
     pub fn reset_jobs(&self) {
+        if !self.enabled {
+            return;
+        }
         self.jobs.clear();
         self.queue_length.set(0);
         self.alloc_cpus.clear();
@@ -334,17 +350,26 @@ impl Metrics {
 
     /// Ended jobs as stored, counted once at a start.
     pub fn add_ended(&self, project: &str, state: &str, n: i64) {
+        if !self.enabled {
+            return;
+        }
         self.jobs.get_or_create(&JobLabels { project: project.to_string(), state: state.to_string() }).inc_by(n);
     }
 
     /// An ended job was deleted.
     pub fn deleted(&self, project: &str, state: JobState) {
+        if !self.enabled {
+            return;
+        }
         self.job_gauge_add(project, state, -1);
     }
 
     /// A job's state changed from `old` (None: it is new to the driver) to `new`; counts
     /// it, with its waits, restarts, retries and placements.
     pub fn job_changed(&self, old: Option<&Job>, new: &Job) {
+        if !self.enabled {
+            return;
+        }
         // Hangs reported by this change.
         for r in &new.replicas {
             let was = old.and_then(|o| o.replica(&r.name)).and_then(|o| o.hung_since);
@@ -437,16 +462,25 @@ impl Metrics {
 
     /// L14: a replica's run was OOM-killed.
     pub fn oom_killed(&self) {
+        if !self.enabled {
+            return;
+        }
         self.oom_kills.inc();
     }
 
     /// L15: a placement found no capacity.
     pub fn stockout(&self) {
+        if !self.enabled {
+            return;
+        }
         self.stockouts.inc();
     }
 
     /// The nodes' capacity (the fleet's nodes, each resource).
     pub fn set_fleet(&self, fleet: &Fleet) {
+        if !self.enabled {
+            return;
+        }
         self.node_cpus.clear();
         self.node_memory.clear();
         self.node_accelerators.clear();
@@ -464,11 +498,17 @@ impl Metrics {
 
     /// A store transaction of the driver took `took`.
     pub fn store_commit(&self, op: &str, took: Duration) {
+        if !self.enabled {
+            return;
+        }
         self.store_commit.get_or_create(&OpLabels { op: op.to_string() }).observe(took.as_secs_f64());
     }
 
     /// An HTTP request was answered.
     pub fn http_request(&self, method: &str, route: &str, code: u16, took: Duration) {
+        if !self.enabled {
+            return;
+        }
         self.http
             .get_or_create(&HttpLabels { method: method.to_string(), route: route.to_string(), code: code.to_string() })
             .observe(took.as_secs_f64());
@@ -516,6 +556,10 @@ pub fn to_text_format(open: &str) -> String {
 /// `GET /metrics`: OpenMetrics when asked for, else the Prometheus text format.
 /// Rendered on a blocking thread: replicas' cgroup files are read.
 pub async fn handler(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) -> Response {
+    if !metrics.enabled {
+        let why = "Metrics are turned off on this server ([metrics] enabled = false in its config).";
+        return crate::http::AppError(trainyard_api::ApiError::not_found(why)).into_response();
+    }
     let open = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -531,6 +575,9 @@ pub async fn handler(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) ->
 /// Middleware: the duration of each request by method, route template (axum's
 /// `MatchedPath`; `unmatched` for a path no route has) and status code.
 pub async fn track_http(State(metrics): State<Arc<Metrics>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if !metrics.enabled {
+        return next.run(req).await;
+    }
     let began = Instant::now();
     // A known method, or `other`: a client cannot make new series with made-up methods.
     let method = match req.method().as_str() {

@@ -25,6 +25,7 @@ use trainyard_store::{NewJob, Store};
 
 const USAGE: &str = "\
 usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick] [--metrics N]
+                    [--metrics-cost]
 
   --queued N    jobs queued before the long-queue measurement (default 100000)
   --clients N   concurrent clients (default 8)
@@ -32,6 +33,8 @@ usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--q
   --baseline N  one-row SQLite transactions for the baseline (default 500)
   --quick       --queued 2000 --creates 400 --baseline 100 (a smoke test)
   --metrics N   after the long-queue run, GET /metrics N times: render time p50/p99
+  --metrics-cost  only this: creates against a server with metrics and one with
+                `[metrics] enabled = false`, alternating, 3 rounds each: the ratio
 
 Build with `cargo build --release -p trainyard -p trainyard-bench`; run
 target/release/create-bench (it starts target/release/trainyard).";
@@ -42,11 +45,12 @@ struct Opts {
     creates: usize,
     baseline: usize,
     metrics: usize,
+    metrics_cost: bool,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
-        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0 };
+        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut num = |name: &str| -> Result<usize> {
@@ -59,6 +63,7 @@ impl Opts {
                 "--creates" => o.creates = num("--creates")?.max(1),
                 "--baseline" => o.baseline = num("--baseline")?.max(1),
                 "--metrics" => o.metrics = num("--metrics")?,
+                "--metrics-cost" => o.metrics_cost = true,
                 "--quick" => {
                     o.queued = 2000;
                     o.creates = 400;
@@ -327,6 +332,9 @@ fn run(o: &Opts) -> Result<()> {
         return Ok(());
     }
     let exe = exe_beside("trainyard")?;
+    if o.metrics_cost {
+        return metrics_cost(&exe, tmp.path(), o);
+    }
     println!("create-bench: {} clients, {} creates per measurement, {} queued for the long queue", o.clients, o.creates, o.queued);
     let sqlite = sqlite_baseline(tmp.path(), o.baseline)?;
     println!("baseline: SQLite one-row durable transactions: {sqlite:.0}/s");
@@ -391,6 +399,59 @@ fn run(o: &Opts) -> Result<()> {
         );
     }
     cancels_in_flight(&exe, tmp.path(), o)?;
+    Ok(())
+}
+
+/// What metrics cost a create: the same creates (empty queue) against a server that counts
+/// and one with `[metrics] enabled = false`, alternating so that the machine's drift falls
+/// on both; medians of 3 rounds.
+fn metrics_cost(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
+    const ROUNDS: usize = 3;
+    println!("create-bench --metrics-cost: {} clients, {} creates per measurement, {ROUNDS} rounds", o.clients, o.creates);
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for round in 0..ROUNDS {
+        for enabled in [true, false] {
+            let dir = tmp.join(format!("metrics-{enabled}-{round}"));
+            std::fs::create_dir_all(&dir)?;
+            let config = if enabled { CONFIG.to_string() } else { format!("{CONFIG}[metrics]\nenabled = false\n") };
+            std::fs::write(dir.join("trainyard.toml"), config)?;
+            let server = Server::start(exe, &dir)?;
+            measure(&server, o.clients, (o.creates / 10).max(o.clients), "warmup")?;
+            let m = measure(&server, o.clients, o.creates, "bench")?;
+            println!(
+                "round {round}, metrics {}: {:.0} creates/s, p50 {:.1} ms, p99 {:.1} ms, server CPU {:.3} ms per create",
+                if enabled { "on" } else { "off" },
+                m.per_sec,
+                m.p50_ms,
+                m.p99_ms,
+                m.cpu_ms_per_create
+            );
+            if enabled { on.push(m) } else { off.push(m) }
+        }
+    }
+    let median = |v: &[Measured], f: fn(&Measured) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    println!();
+    println!("| metrics | creates/s | p50 ms | p99 ms | CPU ms/create |");
+    println!("|---|---|---|---|---|");
+    for (label, v) in [("on", &on), ("off", &off)] {
+        println!(
+            "| {label} | {:.0} | {:.1} | {:.1} | {:.3} |",
+            median(v, |m| m.per_sec),
+            median(v, |m| m.p50_ms),
+            median(v, |m| m.p99_ms),
+            median(v, |m| m.cpu_ms_per_create)
+        );
+    }
+    println!(
+        "metrics on vs off: creates/s {:.3}x, CPU per create {:.3}x",
+        median(&on, |m| m.per_sec) / median(&off, |m| m.per_sec),
+        median(&on, |m| m.cpu_ms_per_create) / median(&off, |m| m.cpu_ms_per_create).max(1e-9)
+    );
     Ok(())
 }
 

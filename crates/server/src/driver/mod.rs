@@ -374,7 +374,11 @@ impl Driver {
             live_per_project: HashMap::new(),
             scans: HashMap::new(),
             fault: std::cell::RefCell::new(None),
-            metrics: Arc::new(crate::metrics::Metrics::with_data_dir(Some(svc.cfg.data_dir.clone()))),
+            metrics: Arc::new(if svc.cfg.metrics_enabled {
+                crate::metrics::Metrics::with_data_dir(Some(svc.cfg.data_dir.clone()))
+            } else {
+                crate::metrics::Metrics::disabled()
+            }),
         };
         (d, tx)
     }
