@@ -346,10 +346,13 @@ fn gcs_paths_and_pip_isolation_for_host_programs() {
 #[test]
 fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
     let s = Server::start("");
-    let mut silent = sh_job("silent", "echo started; sleep 4; echo done");
-    silent["labels"] = json!({"trainyard-hang-after-secs": "1"});
-    let mut steady = sh_job("steady", "for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.4; done");
-    steady["labels"] = json!({"trainyard-hang-after-secs": "1"});
+    // 3 s of silence, not less: in container mode the engine's teardown after the
+    // program's last line (removing the container before the outcome is written) takes
+    // about a second on a loaded machine, and counts as silence.
+    let mut silent = sh_job("silent", "echo started; sleep 7; echo done");
+    silent["labels"] = json!({"trainyard-hang-after-secs": "3"});
+    let mut steady = sh_job("steady", "for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.5; done");
+    steady["labels"] = json!({"trainyard-hang-after-secs": "3"});
     let (a, b) = (s.create("p", &silent), s.create("p", &steady));
     for j in [&a, &b] {
         assert_eq!(state(&s.wait_terminal(&name_of(j), 60)), "JOB_STATE_SUCCEEDED", "{}", s.logs_text(&name_of(j)));
@@ -357,6 +360,7 @@ fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
     let text = s.logs_text(&name_of(&a));
     assert_eq!(text.matches("may be hung").count(), 1, "reported once: {text}");
     assert!(text.contains("L22: Replica workerpool0-0 has written nothing"), "{text}");
+    assert!(text.find("may be hung") < text.find("stdout: done"), "reported while silent, before its last line: {text}");
     assert!(!s.logs_text(&name_of(&b)).contains("may be hung"), "{}", s.logs_text(&name_of(&b)));
     let metrics = ureq::get(&s.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
     assert!(metrics.lines().any(|l| l.starts_with("trainyard_replica_hangs_total ") && !l.ends_with(" 0")), "{metrics}");
