@@ -581,12 +581,6 @@ impl Config {
             if r.pids_max == Some(0) {
                 return Err(invalid("replicas.pids_max", "must be at least 1".into()));
             }
-            if r.per_project_users == Some(true) && file.backend.as_deref() == Some("slurm") {
-                return Err(invalid(
-                    "replicas.per_project_users",
-                    "is not supported with backend = \"slurm\": Slurm replicas run as the user that submits them".into(),
-                ));
-            }
         }
         if let Some(s) = &file.storage {
             s.check().map_err(|(key, message)| invalid(&key, message))?;
@@ -727,8 +721,10 @@ impl Config {
         let replicas = {
             let r = file.replicas.as_ref();
             let per_project = r.and_then(|r| r.per_project_users);
-            // By default on where it can work: a root server with the local backend.
-            let on = per_project.unwrap_or(backend == BackendChoice::Local && nix::unistd::geteuid().is_root());
+            // By default on where it can work: a root server. On Slurm a root server's batch
+            // jobs run as root too, so the shim on the node switches the program to the
+            // project's uid exactly as on this host.
+            let on = per_project.unwrap_or_else(|| nix::unistd::geteuid().is_root());
             Replicas {
                 uid_range: on.then(|| r.and_then(|r| r.uid_range).map(|[a, b]| (a, b)).unwrap_or(DEFAULT_UID_RANGE)),
                 pids_max: r.and_then(|r| r.pids_max).unwrap_or(DEFAULT_PIDS_MAX),
@@ -1104,11 +1100,14 @@ mod tests {
             let e = Config::load(&p, None).unwrap_err().to_string();
             assert!(e.contains("trainyard.toml") && e.contains(key), "{bad}: {e}");
         }
+        // Slurm replicas run as per-project users like local ones: by default for root,
+        // on request, and as the submitting user when asked.
         let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nper_project_users = true\n");
-        let e = Config::load(&p, None).unwrap_err().to_string();
-        assert!(e.contains("replicas.per_project_users") && e.contains("Slurm replicas run as the user that submits them"), "{e}");
-        // Slurm replicas run as the submitting user by default, even for root.
+        assert_eq!(Config::load(&p, None).unwrap().replicas.uid_range, Some(DEFAULT_UID_RANGE));
         let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n");
+        let expected = nix::unistd::geteuid().is_root().then_some(DEFAULT_UID_RANGE);
+        assert_eq!(Config::load(&p, None).unwrap().replicas.uid_range, expected);
+        let (_d, p) = write("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nper_project_users = false\n");
         assert_eq!(Config::load(&p, None).unwrap().replicas.uid_range, None);
     }
 
