@@ -1,6 +1,8 @@
 //! The replica's memory cgroup: detection of the memory hierarchy (cgroup v1 or v2), a
 //! per-replica cgroup with a memory limit, the kernel's OOM-kill counter (L14), and
-//! killing everything in it (L20).
+//! killing everything in it (L20). Where that cgroup is a v1 one, the replica's task limit
+//! (`pids_max`) needs a second cgroup in the v1 pids hierarchy: [`PidsSupport`] and
+//! [`PidsCgroup`].
 //!
 //! Every file helper takes the cgroup directory as a parameter, so unit tests run against
 //! a temporary directory holding fixture files.
@@ -101,7 +103,6 @@ impl CgroupSupport {
 /// (on a hybrid host the unified hierarchy has no memory controller); for v2 the
 /// controller must be listed in the cgroup's `cgroup.controllers`, which the caller checks.
 pub fn locate_memory_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<(CgroupVersion, PathBuf), String> {
-    let mut v1_path = None;
     let mut v2_path = None;
     for line in proc_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
@@ -110,17 +111,11 @@ pub fn locate_memory_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<(Cgrou
         };
         if id == "0" && controllers.is_empty() {
             v2_path = Some(path.to_string());
-        } else if controllers.split(',').any(|c| c == "memory") {
-            v1_path = Some(path.to_string());
         }
     }
     let mounts: Vec<Mount> = mountinfo.lines().filter_map(parse_mountinfo_line).collect();
-    if let Some(path) = v1_path {
-        let mount = mounts
-            .iter()
-            .find(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "memory"))
-            .ok_or_else(|| "the memory controller is listed in /proc/self/cgroup but no cgroup v1 memory mount was found".to_string())?;
-        return join_mount(mount, &path).map(|p| (CgroupVersion::V1, p));
+    if let Some(path) = v1_controller_path(proc_cgroup, "memory") {
+        return v1_controller_dir(&mounts, "memory", &path).map(|p| (CgroupVersion::V1, p));
     }
     if let Some(path) = v2_path {
         let mount = mounts
@@ -130,6 +125,41 @@ pub fn locate_memory_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<(Cgrou
         return join_mount(mount, &path).map(|p| (CgroupVersion::V2, p));
     }
     Err("this process is in no memory cgroup (/proc/self/cgroup lists neither a v1 memory controller nor a v2 hierarchy)".into())
+}
+
+/// Finds the directory of this process's own cgroup in the cgroup v1 pids hierarchy from
+/// the texts of `/proc/self/cgroup` and `/proc/self/mountinfo`. For hosts whose replica
+/// cgroups are v1 ones (memory hierarchy): there a replica's task limit needs a cgroup of
+/// its own in this other hierarchy. An error says why there is none (a pure v2 host, a
+/// v1 host that does not mount the pids controller).
+pub fn locate_v1_pids_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
+    let path = v1_controller_path(proc_cgroup, "pids")
+        .ok_or_else(|| "/proc/self/cgroup lists no cgroup v1 pids controller".to_string())?;
+    let mounts: Vec<Mount> = mountinfo.lines().filter_map(parse_mountinfo_line).collect();
+    v1_controller_dir(&mounts, "pids", &path)
+}
+
+/// This process's cgroup path in the v1 hierarchy that holds `controller`, as listed in
+/// `/proc/self/cgroup` (`4:memory:/a/b`, or `6:cpu,cpuacct:/a` for co-mounted ones).
+fn v1_controller_path(proc_cgroup: &str, controller: &str) -> Option<String> {
+    proc_cgroup.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            return None;
+        };
+        controllers.split(',').any(|c| c == controller).then(|| path.to_string())
+    })
+}
+
+/// The directory of cgroup `path` in the v1 hierarchy mounted with `controller`.
+fn v1_controller_dir(mounts: &[Mount], controller: &str, path: &str) -> Result<PathBuf, String> {
+    let mount = mounts
+        .iter()
+        .find(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == controller))
+        .ok_or_else(|| {
+            format!("the {controller} controller is listed in /proc/self/cgroup but no cgroup v1 {controller} mount was found")
+        })?;
+    join_mount(mount, path)
 }
 
 struct Mount {
@@ -224,14 +254,21 @@ fn prepare_base(version: CgroupVersion, own: &Path) -> Result<CgroupSupport, Str
         }
     }
     // Prove it: a probe cgroup with a memory limit, removed again.
-    let probe_name = format!("probe-{}", std::process::id());
-    let probe = ReplicaCgroup::create(version, &base, &probe_name, Some(1 << 30))
+    let probe = ReplicaCgroup::create(version, &base, &probe_name(), Some(1 << 30))
         .map_err(|e| format!("cannot use cgroup base {}: {e}", base.display()))?;
     probe.remove().map_err(|e| format!("cannot remove probe cgroup: {e}"))?;
     Ok(match version {
         CgroupVersion::V1 => CgroupSupport::V1 { base },
         CgroupVersion::V2 => CgroupSupport::V2 { base },
     })
+}
+
+/// A probe cgroup's name, unique among the detections of all processes: detections that
+/// run at once in one process (tests, benchmarks) must not share (and remove) one probe.
+fn probe_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("probe-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// v2: lets children of `dir` have the memory controller (`+memory` in
@@ -269,6 +306,19 @@ impl ReplicaCgroup {
         name: &str,
         memory_limit_bytes: Option<u64>,
     ) -> Result<ReplicaCgroup, CgroupError> {
+        let cg = ReplicaCgroup::make_idle(version, base, name)?;
+        if let Some(limit) = memory_limit_bytes {
+            let made = cg.set_memory_limit(limit);
+            if let Err(e) = made {
+                let _ = fs::remove_dir(&cg.path);
+                return Err(e);
+            }
+        }
+        Ok(cg)
+    }
+
+    /// Creates `<base>/<name>`, or reuses it if it exists and holds no process.
+    fn make_idle(version: CgroupVersion, base: &Path, name: &str) -> Result<ReplicaCgroup, CgroupError> {
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return Err(CgroupError::InvalidName(name.to_string()));
         }
@@ -290,13 +340,6 @@ impl ReplicaCgroup {
             };
             if busy > 0 {
                 return Err(CgroupError::InUse { path: cg.path, processes: busy });
-            }
-        }
-        if let Some(limit) = memory_limit_bytes {
-            let made = cg.set_memory_limit(limit);
-            if let Err(e) = made {
-                let _ = fs::remove_dir(&cg.path);
-                return Err(e);
             }
         }
         Ok(cg)
@@ -338,8 +381,8 @@ impl ReplicaCgroup {
     }
 
     /// v2: `pids.max`, the most tasks the cgroup may hold (forks beyond it fail with
-    /// EAGAIN). An error where the pids controller is not enabled here (v1 keeps pids in
-    /// another hierarchy, which replica cgroups do not use).
+    /// EAGAIN). An error where the pids controller is not enabled here; on v1 always (v1
+    /// keeps pids in a hierarchy of its own: see [`PidsCgroup`]).
     pub fn set_pids_max(&self, max: u64) -> Result<(), CgroupError> {
         match self.version {
             CgroupVersion::V1 => Err(FileError {
@@ -469,6 +512,126 @@ impl ReplicaCgroup {
                 Err(e) => return Err(FileError { op: "remove cgroup", path: self.path.clone(), source: e }.into()),
             }
         }
+    }
+}
+
+/// Where a replica's task limit (`pids_max`) is enforced on this host, next to its memory
+/// cgroup ([`CgroupSupport`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PidsSupport {
+    /// cgroup v2: `pids.max` of the replica's own cgroup (the pids controller is enabled
+    /// below the base).
+    V2,
+    /// cgroup v1: each replica also gets a cgroup `<base>/<replica cgroup name>` in the v1
+    /// pids hierarchy, `base` being `<own pids cgroup>/trainyard`.
+    V1 { base: PathBuf },
+    /// No pids cgroup for replicas: the shim falls back to `RLIMIT_NPROC` of the program,
+    /// which the kernel counts per uid (all running replicas of a project share it) and
+    /// which is not set for a program that runs as the shim's own user.
+    Unavailable { reason: String },
+}
+
+impl PidsSupport {
+    /// What goes with `memory`: v1 locates this process's cgroup in the v1 pids hierarchy
+    /// (from `/proc/self/cgroup` and `/proc/self/mountinfo`), makes `<it>/trainyard` and
+    /// proves it usable with a probe cgroup that gets a `pids.max` and is removed again;
+    /// v2 reads whether the base delegates the pids controller.
+    pub fn detect(memory: &CgroupSupport) -> PidsSupport {
+        let unavailable = |reason: String| PidsSupport::Unavailable { reason };
+        match memory {
+            CgroupSupport::V1 { .. } => {
+                let read = |p: &str| fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
+                read("/proc/self/cgroup")
+                    .and_then(|cg| read("/proc/self/mountinfo").map(|mi| (cg, mi)))
+                    .and_then(|(cg, mi)| locate_v1_pids_cgroup(&cg, &mi))
+                    .and_then(|own| prepare_pids_base(&own))
+                    .map_or_else(unavailable, |base| PidsSupport::V1 { base })
+            }
+            CgroupSupport::V2 { base } => match read_file(&base.join("cgroup.subtree_control")) {
+                Ok(c) if c.split_whitespace().any(|x| x == "pids") => PidsSupport::V2,
+                Ok(c) => unavailable(format!(
+                    "the pids controller is not enabled below {} (cgroup.subtree_control: {:?})",
+                    base.display(),
+                    c.trim()
+                )),
+                Err(e) => unavailable(e.to_string()),
+            },
+            CgroupSupport::Unavailable { .. } => unavailable("replicas have no cgroup".into()),
+        }
+    }
+
+    /// The base for replicas' v1 pids cgroups, when there is one.
+    pub fn v1_base(&self) -> Option<&Path> {
+        match self {
+            PidsSupport::V1 { base } => Some(base),
+            PidsSupport::V2 | PidsSupport::Unavailable { .. } => None,
+        }
+    }
+}
+
+/// Makes `<own>/trainyard` in the v1 pids hierarchy usable for replicas' pids cgroups, or
+/// says why it cannot be.
+fn prepare_pids_base(own: &Path) -> Result<PathBuf, String> {
+    let base = own.join(BASE_DIR_NAME);
+    match fs::create_dir(&base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create cgroup {}: {e}", base.display())),
+    }
+    let probe = PidsCgroup::create(&base, &probe_name(), 64).map_err(|e| format!("cannot use cgroup base {}: {e}", base.display()))?;
+    probe.remove().map_err(|e| format!("cannot remove probe cgroup: {e}"))?;
+    Ok(base)
+}
+
+/// A replica's cgroup in the cgroup v1 pids hierarchy: its `pids.max`, nothing else. The
+/// program joins it next to its memory cgroup; its processes are counted and killed
+/// through the memory cgroup, which holds the same processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PidsCgroup {
+    cg: ReplicaCgroup,
+}
+
+impl PidsCgroup {
+    /// Creates `<base>/<name>` (or reuses it if it exists and holds no process, like
+    /// [`ReplicaCgroup::create`]) and writes `pids.max`.
+    pub fn create(base: &Path, name: &str, pids_max: u64) -> Result<PidsCgroup, CgroupError> {
+        let cg = ReplicaCgroup::make_idle(CgroupVersion::V1, base, name)?;
+        if let Err(e) = write_file(&cg.path.join("pids.max"), &pids_max.to_string()) {
+            let _ = fs::remove_dir(&cg.path);
+            return Err(e.into());
+        }
+        Ok(PidsCgroup { cg })
+    }
+
+    /// An existing one, e.g. named in a spec written by an earlier process.
+    pub fn open(path: PathBuf) -> PidsCgroup {
+        PidsCgroup { cg: ReplicaCgroup::open(CgroupVersion::V1, path) }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.cg.path()
+    }
+
+    /// See [`ReplicaCgroup::procs_file`].
+    pub fn procs_file(&self) -> PathBuf {
+        self.cg.procs_file()
+    }
+
+    /// v1's `tasks`: see [`ReplicaCgroup::thread_attach_file`].
+    pub fn tasks_file(&self) -> PathBuf {
+        self.cg.path.join("tasks")
+    }
+
+    /// Kills whatever is still in it (nothing, once the memory cgroup was emptied: the
+    /// same processes) and removes it; an already removed one is fine.
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        match self.cg.kill_all() {
+            Ok(()) => {}
+            // Removed already (by an earlier cleanup of the same run): `remove` says so.
+            Err(CgroupError::File(e)) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        self.cg.remove()
     }
 }
 
@@ -694,6 +857,109 @@ mod tests {
     fn locate_without_any_memory_hierarchy_says_why() {
         let err = locate_memory_cgroup("1:cpu:/\n", "").unwrap_err();
         assert!(err.contains("no memory cgroup"), "{err}");
+    }
+
+    /// This host's kind: v1 hierarchies with pids among them; the server's memory cgroup
+    /// is a sub-cgroup, its pids cgroup the root.
+    const HYBRID_WITH_PIDS_CGROUP: &str = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/e7a3\n1:cpu:/\n0::/\n";
+    const HYBRID_WITH_PIDS_MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+38 31 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn locate_v1_pids_on_a_hybrid_host() {
+        let p = locate_v1_pids_cgroup(HYBRID_WITH_PIDS_CGROUP, HYBRID_WITH_PIDS_MOUNTINFO).unwrap();
+        assert_eq!(p, PathBuf::from("/sys/fs/cgroup/pids"));
+        // The memory cgroup is found as before.
+        let (v, m) = locate_memory_cgroup(HYBRID_WITH_PIDS_CGROUP, HYBRID_WITH_PIDS_MOUNTINFO).unwrap();
+        assert_eq!((v, m), (CgroupVersion::V1, PathBuf::from("/sys/fs/cgroup/memory/process_api/e7a3")));
+    }
+
+    #[test]
+    fn locate_v1_pids_in_a_sub_cgroup_and_below_a_mount_root() {
+        // A systemd service: its own pids cgroup, co-mounted with nothing else.
+        let cg = "7:pids:/system.slice/trainyard.service\n4:memory:/system.slice/trainyard.service\n";
+        let mi = "38 31 0:35 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids\n";
+        assert_eq!(
+            locate_v1_pids_cgroup(cg, mi).unwrap(),
+            PathBuf::from("/sys/fs/cgroup/pids/system.slice/trainyard.service")
+        );
+        // A container whose pids hierarchy is bind-mounted from /docker/abc, the
+        // controller listed together with another one.
+        let cg = "5:cpu,pids:/docker/abc/inner\n";
+        let mi = "40 31 0:32 /docker/abc /sys/fs/cgroup/cpu,pids ro,nosuid - cgroup cgroup rw,cpu,pids\n";
+        assert_eq!(locate_v1_pids_cgroup(cg, mi).unwrap(), PathBuf::from("/sys/fs/cgroup/cpu,pids/inner"));
+    }
+
+    #[test]
+    fn locate_v1_pids_says_why_there_is_none() {
+        // Hybrid without the pids controller (the HYBRID_* host above).
+        let err = locate_v1_pids_cgroup(HYBRID_CGROUP, HYBRID_MOUNTINFO).unwrap_err();
+        assert!(err.contains("no cgroup v1 pids controller"), "{err}");
+        // Listed, but not mounted where this process can see it.
+        let err = locate_v1_pids_cgroup(HYBRID_WITH_PIDS_CGROUP, HYBRID_MOUNTINFO).unwrap_err();
+        assert!(err.contains("no cgroup v1 pids mount"), "{err}");
+        // Pure v2: the pids controller is in the unified hierarchy, not a v1 one.
+        let mi = "29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert!(locate_v1_pids_cgroup("0::/a\n", mi).is_err());
+    }
+
+    #[test]
+    fn pids_cgroup_create_writes_pids_max_and_remove_removes_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("j1-a0-workerpool0-0-r0-00000000");
+        fixture(&dir, &[("pids.max", "max\n"), ("cgroup.procs", ""), ("tasks", "")]);
+        let cg = PidsCgroup::create(tmp.path(), "j1-a0-workerpool0-0-r0-00000000", 20).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "20");
+        assert_eq!(cg.path(), dir);
+        assert_eq!(cg.tasks_file(), dir.join("tasks"));
+        assert_eq!(cg.procs_file(), dir.join("cgroup.procs"));
+        // A temporary directory is no cgroup: its files must go before rmdir can work.
+        for f in ["pids.max", "cgroup.procs", "tasks"] {
+            fs::remove_file(dir.join(f)).unwrap();
+        }
+        cg.remove().unwrap();
+        assert!(!dir.exists());
+        // Twice: already gone is fine.
+        cg.remove().unwrap();
+    }
+
+    #[test]
+    fn a_busy_pids_cgroup_is_not_taken_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fixture(&dir, &[("pids.max", "max\n"), ("cgroup.procs", "4242\n")]);
+        let err = PidsCgroup::create(tmp.path(), "r", 20).unwrap_err();
+        assert!(matches!(err, CgroupError::InUse { processes: 1, .. }), "{err}");
+        assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "max\n");
+    }
+
+    #[test]
+    fn a_pids_cgroup_without_pids_max_is_an_error_and_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = PidsCgroup::create(tmp.path(), "r", 20).unwrap_err();
+        assert!(err.to_string().contains("pids.max"), "{err}");
+        assert!(!tmp.path().join("r").exists());
+        assert!(matches!(PidsCgroup::create(tmp.path(), "..", 20), Err(CgroupError::InvalidName(_))));
+    }
+
+    /// A v2 host's pids support is read from the base's `cgroup.subtree_control`.
+    #[test]
+    fn v2_pids_support_follows_subtree_control() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().to_path_buf();
+        fixture(&base, &[("cgroup.subtree_control", "cpu memory pids\n")]);
+        assert_eq!(PidsSupport::detect(&CgroupSupport::V2 { base: base.clone() }), PidsSupport::V2);
+        fs::write(base.join("cgroup.subtree_control"), "memory\n").unwrap();
+        let s = PidsSupport::detect(&CgroupSupport::V2 { base: base.clone() });
+        assert!(matches!(&s, PidsSupport::Unavailable { reason } if reason.contains("not enabled")), "{s:?}");
+        let s = PidsSupport::detect(&CgroupSupport::Unavailable { reason: "x".into() });
+        assert!(matches!(s, PidsSupport::Unavailable { .. }));
+        assert_eq!(s.v1_base(), None);
     }
 
     #[test]

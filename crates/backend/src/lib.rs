@@ -12,7 +12,7 @@ pub mod seam;
 pub mod shim;
 pub mod slurm;
 
-pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, ReplicaCgroup};
+pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
 pub use fsutil::FileError;
 pub use local::LocalBackend;
 pub use log::{read_log, read_log_from, stderr_tail, LogEntry, LogPos};

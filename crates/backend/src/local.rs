@@ -27,7 +27,7 @@ use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
 
-use crate::cgroup::{CgroupSupport, CgroupVersion, ReplicaCgroup};
+use crate::cgroup::{CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::log;
 use crate::seam::{BackendError, BackendEvent, EventSink};
@@ -44,6 +44,8 @@ const STOP_WAIT_FOR_SHIM: Duration = Duration::from_secs(5);
 pub struct LocalBackend {
     shim_command: Vec<OsString>,
     cgroups: CgroupSupport,
+    /// Where replicas' task limits are enforced (with `cgroups`).
+    pids: PidsSupport,
     /// Run directories that a watcher of this backend is reporting on.
     watched: Arc<Mutex<HashSet<PathBuf>>>,
     /// Images seen on the host, not checked again (a run whose image has gone since says
@@ -193,13 +195,25 @@ impl LocalBackend {
     }
 
     /// `shim_command` is the program and leading arguments that run a shim, e.g.
-    /// `[current_exe, "shim"]`; the run directory is appended.
+    /// `[current_exe, "shim"]`; the run directory is appended. With v1 `cgroups` this
+    /// also looks for a usable cgroup v1 pids hierarchy ([`PidsSupport::detect`]).
     pub fn new(shim_command: Vec<OsString>, cgroups: CgroupSupport) -> LocalBackend {
-        LocalBackend { shim_command, cgroups, watched: Arc::new(Mutex::new(HashSet::new())), images: Arc::new(Mutex::new(HashSet::new())) }
+        let pids = PidsSupport::detect(&cgroups);
+        LocalBackend {
+            shim_command,
+            cgroups,
+            pids,
+            watched: Arc::new(Mutex::new(HashSet::new())),
+            images: Arc::new(Mutex::new(HashSet::new())),
+        }
     }
 
     pub fn cgroups(&self) -> &CgroupSupport {
         &self.cgroups
+    }
+
+    pub fn pids(&self) -> &PidsSupport {
+        &self.pids
     }
 
     fn claim(&self, run_dir: &Path) -> Option<Claim> {
@@ -257,6 +271,12 @@ impl LocalBackend {
         if spec.cgroup_name.is_empty() {
             spec.cgroup_name = cgroup_name(&run, &run_dir);
         }
+        // A v1 memory cgroup cannot hold a task limit: the replica gets a pids cgroup as
+        // well (host programs; a container's limit is the engine's).
+        spec.pids_cgroup_base = match (self.cgroups.base(), self.pids.v1_base()) {
+            (Some((CgroupVersion::V1, _)), Some(pids)) if spec.container.is_none() => Some(pids.to_path_buf()),
+            _ => None,
+        };
         shim::write_spec(&run_dir, &spec)?;
         let stderr_path = run_dir.join(shim::SHIM_STDERR_FILE);
         let shim_stderr = fsutil::open_append(&stderr_path)?;
@@ -604,6 +624,7 @@ fn clean_up_lost(run: &RunId, run_dir: &Path) {
         Ok(None) => {}
         Err(e) => tracing::warn!(%run, "{e}"),
     }
+    remove_pids_cgroup(run_dir);
 }
 
 /// A run in a container: the container removed with everything in it (L20), by the
@@ -630,6 +651,20 @@ fn replica_cgroup(run_dir: &Path) -> Result<Option<ReplicaCgroup>, ShimError> {
     Ok(Some(ReplicaCgroup::open(version, path)))
 }
 
+/// Removes the replica's cgroup v1 pids cgroup, as its spec names it, if it exists: after
+/// its memory cgroup, which holds the same processes, was emptied.
+fn remove_pids_cgroup(run_dir: &Path) {
+    let Ok(Some(spec)) = shim::read_spec(run_dir) else { return };
+    let Some(base) = spec.pids_cgroup_base else { return };
+    let path = base.join(&spec.cgroup_name);
+    if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') || !path.is_dir() {
+        return;
+    }
+    if let Err(e) = PidsCgroup::open(path).remove() {
+        tracing::warn!(run_dir = %run_dir.display(), "removing the replica's pids cgroup: {e}");
+    }
+}
+
 /// SIGKILLs everything in the replica's cgroup, if it has one (`cgroup.kill` on v2 where
 /// the kernel has it). The cgroup itself is left for the watcher to remove.
 fn kill_cgroup(run_dir: &Path) {
@@ -643,6 +678,7 @@ fn kill_cgroup(run_dir: &Path) {
         Ok(None) => {}
         Err(e) => tracing::warn!(run_dir = %run_dir.display(), "{e}"),
     }
+    remove_pids_cgroup(run_dir);
 }
 
 /// How long `kill` goes on killing the children of a shim that keep appearing (orphans
@@ -758,10 +794,21 @@ impl crate::seam::Backend for LocalBackend {
     }
 
     fn describe(&self) -> String {
-        match self.cgroups().base() {
+        let memory = match self.cgroups().base() {
             Some((v, base)) => format!("local processes; memory limits through cgroup v{} under {}", v.number(), base.display()),
             None => "local processes; no writable memory cgroup: no memory limits, OOM kills reported as unknown".to_string(),
-        }
+        };
+        let tasks = match &self.pids {
+            PidsSupport::V1 { base } => {
+                format!("task limits (pids_max) per replica through the cgroup v1 pids hierarchy under {}", base.display())
+            }
+            PidsSupport::V2 => "task limits (pids_max) per replica through pids.max of its cgroup".to_string(),
+            PidsSupport::Unavailable { reason } => format!(
+                "task limits (pids_max) through RLIMIT_NPROC of the replica's uid, shared by all running replicas of a \
+                 project, and none for replicas that run as the server's user (no pids cgroup: {reason})"
+            ),
+        };
+        format!("{memory}; {tasks}")
     }
 }
 

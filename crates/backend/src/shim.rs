@@ -33,7 +33,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{CgroupError, CgroupVersion, ReplicaCgroup};
+use crate::cgroup::{CgroupError, CgroupVersion, PidsCgroup, ReplicaCgroup};
 use crate::container::{self, ContainerSpec};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::log::{self, LogWriter};
@@ -113,10 +113,19 @@ pub struct ShimSpec {
     #[serde(default)]
     pub run_as: Option<RunAs>,
     /// The most tasks (processes and threads) the replica may have: cgroup v2 `pids.max`
-    /// of its cgroup where the pids controller is there; otherwise, with `run_as`,
-    /// `RLIMIT_NPROC` of the program (which counts every process of that uid).
+    /// of its cgroup where the pids controller is there; cgroup v1 `pids.max` of its
+    /// cgroup in the pids hierarchy, with `pids_cgroup_base`; otherwise, with `run_as`,
+    /// `RLIMIT_NPROC` of the program (which counts every process of that uid, so all
+    /// running replicas of a project share it).
     #[serde(default)]
     pub pids_max: Option<u64>,
+    /// cgroup v1: `<own pids cgroup>/trainyard` in the v1 pids hierarchy (the memory
+    /// hierarchy of `cgroup_base` has no pids controller). The shim makes the replica's
+    /// cgroup `<pids_cgroup_base>/<cgroup_name>` there with `pids_max`, the program joins
+    /// it next to its memory cgroup, and the shim removes it when the run ends. Host
+    /// programs only (a container's limit is the engine's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_cgroup_base: Option<PathBuf>,
     /// Run in a container (see [`crate::container`]): `argv`, `cwd`, `run_as`,
     /// `memory_limit_bytes` and `pids_max` are then the container's business, and `env`
     /// is the container's environment.
@@ -196,6 +205,7 @@ impl ShimSpec {
             resources: Resources::default(),
             run_as: None,
             pids_max: None,
+            pids_cgroup_base: None,
             container: None,
             gcs_mount: None,
             log_max_bytes: None,
@@ -395,42 +405,45 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     }
     write_pid_file(&run_dir.join(PID_FILE))?;
 
+    let no_cgroups = ReplicaCgroups::default();
     let spec = match read_spec(run_dir) {
         Ok(Some(spec)) => spec,
-        Ok(None) => return fail_before_start(run_dir, None, None, format!("{} is missing", SPEC_FILE)),
-        Err(e) => return fail_before_start(run_dir, None, None, e.to_string()),
+        Ok(None) => return fail_before_start(run_dir, None, &no_cgroups, format!("{} is missing", SPEC_FILE)),
+        Err(e) => return fail_before_start(run_dir, None, &no_cgroups, e.to_string()),
     };
-    let cgroup = match (&spec.cgroup_base, spec.cgroup_version) {
-        (Some(base), Some(version)) => {
-            // In a container the limit is the container's (the engine's OOM account).
-            let memory = if spec.container.is_some() { None } else { spec.memory_limit_bytes };
-            let made = CgroupVersion::from_number(version).and_then(|v| ReplicaCgroup::create(v, base, &spec.cgroup_name, memory));
-            match made {
-                Ok(cg) => Some(cg),
-                Err(e) => return fail_before_start(run_dir, None, None, format!("cannot set up the replica's cgroup: {e}")),
+    let mut cgroups = ReplicaCgroups::default();
+    if let (Some(base), Some(version)) = (&spec.cgroup_base, spec.cgroup_version) {
+        // In a container the limit is the container's (the engine's OOM account).
+        let memory = if spec.container.is_some() { None } else { spec.memory_limit_bytes };
+        let made = CgroupVersion::from_number(version).and_then(|v| ReplicaCgroup::create(v, base, &spec.cgroup_name, memory));
+        match made {
+            Ok(cg) => cgroups.memory = Some(cg),
+            Err(e) => return fail_before_start(run_dir, None, &no_cgroups, format!("cannot set up the replica's cgroup: {e}")),
+        }
+    }
+    if let (Some(base), Some(max), None) = (&spec.pids_cgroup_base, spec.pids_max, &spec.container) {
+        match PidsCgroup::create(base, &spec.cgroup_name, max) {
+            Ok(cg) => cgroups.pids = Some(cg),
+            Err(e) => {
+                return fail_before_start(run_dir, None, &cgroups, format!("cannot set up the replica's pids cgroup: {e}"))
             }
         }
-        _ => None,
-    };
-    // The pids limit: the cgroup's where it can take one, else the uid's RLIMIT_NPROC.
+    }
     let limits = Limits {
-        nproc: match (spec.pids_max, cgroup.as_ref()) {
-            (None, _) => None,
-            (Some(max), Some(cg)) if cg.set_pids_max(max).is_ok() => None,
-            (Some(max), _) => spec.run_as.map(|_| max),
-        },
+        nproc: program_nproc(spec.pids_max, spec.run_as, &cgroups),
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
     };
+    let cgroup = cgroups.memory.as_ref();
     if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {
         if let Err(e) = mount_gcs(source) {
-            return fail_before_start(run_dir, None, cgroup.as_ref(), format!("cannot give the replica its /gcs: {e}"));
+            return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /gcs: {e}"));
         }
         // Other tenants' processes are hidden from a program that runs as its project's
         // user (a program of the server's own user sees what the server sees).
         if spec.run_as.is_some() {
             if let Err(e) = hide_other_pids() {
-                return fail_before_start(run_dir, None, cgroup.as_ref(), format!("cannot give the replica its /proc: {e}"));
+                return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /proc: {e}"));
             }
         }
     }
@@ -442,21 +455,21 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     }
     let writer = match LogWriter::open_capped(&run_dir.join(log::LOG_FILE), spec.log_max_bytes) {
         Ok(w) => Arc::new(w),
-        Err(e) => return fail_before_start(run_dir, None, cgroup.as_ref(), e.to_string()),
+        Err(e) => return fail_before_start(run_dir, None, &cgroups, e.to_string()),
     };
 
     // In a container, the program the shim runs is the engine's client.
     let (program_spec, limits) = match &spec.container {
-        Some(c) => match engine_program(run_dir, &spec, c, cgroup.as_ref()) {
+        Some(c) => match engine_program(run_dir, &spec, c, cgroup) {
             Ok(p) => (p, Limits { nproc: None, run_as: None, ..limits }),
-            Err(msg) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
+            Err(msg) => return fail_before_start(run_dir, None, &cgroups, msg),
         },
         None => (spec.clone(), limits),
     };
-    let mut child = match spawn_program(&program_spec, cgroup.as_ref(), limits) {
+    let mut child = match spawn_program(&program_spec, cgroup, cgroups.pids.as_ref(), limits) {
         Ok(child) => child,
-        Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), cgroup.as_ref(), String::new()),
-        Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, cgroup.as_ref(), msg),
+        Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), &cgroups, String::new()),
+        Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, &cgroups, msg),
     };
     let pid = child.pid;
     let pgid = Pid::from_raw(pid as libc::pid_t);
@@ -509,7 +522,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     drop(child);
 
     let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
-    let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup.as_ref(), spec.container.as_ref());
+    let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup, spec.container.as_ref());
 
     // In a container: whether the container still exists (it does once it was created),
     // then the container removed with everything in it.
@@ -523,7 +536,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         existed
     });
     // L20: nothing of the replica keeps running after its program ended.
-    kill_remaining(pgid, cgroup.as_ref());
+    kill_remaining(pgid, cgroup);
 
     let drain_deadline = Instant::now() + PUMP_DRAIN_BOUND;
     for _ in 0..pumps {
@@ -547,7 +560,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     let mut status = ShimStatus {
         exit_code,
         signal,
-        oom_kills: cgroup.as_ref().and_then(|cg| cg.oom_kills()),
+        oom_kills: cgroup.and_then(|cg| cg.oom_kills()),
         start_error: None,
         launch_error: None,
         ended_micros: fsutil::now_micros(),
@@ -563,7 +576,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             log::LOG_FILE
         ));
     }
-    remove_cgroup(cgroup.as_ref());
+    remove_cgroups(&cgroups);
     Ok(0)
 }
 
@@ -633,25 +646,56 @@ fn write_until_done(
 }
 
 /// Records a run that never started (start error: the user's; launch error: ours), and
-/// cleans up the cgroup.
+/// cleans up the cgroups.
 fn fail_before_start(
     run_dir: &Path,
     start_error: Option<String>,
-    cgroup: Option<&ReplicaCgroup>,
+    cgroups: &ReplicaCgroups,
     launch_error: String,
 ) -> Result<i32, ShimError> {
     let launch_error = (start_error.is_none()).then_some(launch_error);
     record_status(run_dir, &ShimStatus::failed_before_start(start_error, launch_error), None)?;
-    remove_cgroup(cgroup);
+    remove_cgroups(cgroups);
     Ok(0)
 }
 
-fn remove_cgroup(cgroup: Option<&ReplicaCgroup>) {
-    if let Some(cg) = cgroup {
+/// The replica's cgroups: the memory cgroup, through which its processes are counted and
+/// killed, and on cgroup v1 the pids cgroup that holds its task limit.
+#[derive(Default)]
+struct ReplicaCgroups {
+    memory: Option<ReplicaCgroup>,
+    pids: Option<PidsCgroup>,
+}
+
+/// Kills what is left in the replica's cgroups and removes them: the memory cgroup
+/// first (it holds every process of the replica), then the pids cgroup, empty by then.
+fn remove_cgroups(cgroups: &ReplicaCgroups) {
+    if let Some(cg) = &cgroups.memory {
         if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
             diag(format_args!("{e}"));
         }
     }
+    if let Some(cg) = &cgroups.pids {
+        if let Err(e) = cg.remove() {
+            diag(format_args!("{e}"));
+        }
+    }
+}
+
+/// The `RLIMIT_NPROC` the program gets (`Limits::nproc`): none where a cgroup holds the
+/// task limit (v1: the replica's pids cgroup; v2: `pids.max` of its own cgroup, written
+/// here, where the pids controller is enabled). Otherwise `pids_max` as RLIMIT_NPROC, but
+/// only for a program that runs as another user: the kernel counts that limit per uid,
+/// and the shim's own user (the server's) has many processes of its own.
+fn program_nproc(pids_max: Option<u64>, run_as: Option<RunAs>, cgroups: &ReplicaCgroups) -> Option<u64> {
+    let max = pids_max?;
+    if cgroups.pids.is_some() {
+        return None;
+    }
+    if cgroups.memory.as_ref().is_some_and(|cg| cg.set_pids_max(max).is_ok()) {
+        return None;
+    }
+    run_as.map(|_| max)
 }
 
 enum SpawnFailure {
@@ -735,7 +779,7 @@ struct Program {
 /// What the program's child process applies to itself just before exec.
 #[derive(Clone, Copy, Debug)]
 struct Limits {
-    /// `RLIMIT_NPROC` (soft and hard), when the cgroup has no pids limit.
+    /// `RLIMIT_NPROC` (soft and hard), when no cgroup holds the task limit.
     nproc: Option<u64>,
     /// The soft `RLIMIT_NOFILE` the shim was started with, given back to the program when
     /// the shim raised its own (see `raise_nofile`).
@@ -804,7 +848,12 @@ fn drop_identity(limits: Limits) -> Result<(), ()> {
     Ok(())
 }
 
-fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>, limits: Limits) -> Result<Program, SpawnFailure> {
+fn spawn_program(
+    spec: &ShimSpec,
+    cgroup: Option<&ReplicaCgroup>,
+    pids_cgroup: Option<&PidsCgroup>,
+    limits: Limits,
+) -> Result<Program, SpawnFailure> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnFailure::Start("the program's argv is empty".into()));
     };
@@ -813,27 +862,36 @@ fn spawn_program(spec: &ShimSpec, cgroup: Option<&ReplicaCgroup>, limits: Limits
             return Err(SpawnFailure::Start(format!("cannot start {program:?}: working directory {}: {e}", cwd.display())));
         }
     }
-    if let Some(cg) = cgroup.filter(|cg| cg.version() == CgroupVersion::V2) {
+    // `clone3` starts a child in one cgroup only; a v1 pids cgroup is a second one (and
+    // v1 has no `clone3` into a cgroup anyway).
+    if let Some(cg) = cgroup.filter(|cg| cg.version() == CgroupVersion::V2 && pids_cgroup.is_none()) {
         if let Some(started) = spawn_into_cgroup(spec, program, cg, limits)? {
             return Ok(started);
         }
     }
-    spawn_and_move(spec, program, cgroup, limits)
+    spawn_and_move(spec, program, cgroup, pids_cgroup, limits)
 }
 
-/// Fork, join the cgroup (v1: `tasks`; v2, when `clone3` could not: `cgroup.procs`),
-/// exec.
-fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>, limits: Limits) -> Result<Program, SpawnFailure> {
-    let procs = match cgroup.map(|cg| CString::new(cg.procs_file().as_os_str().as_bytes())).transpose() {
-        Ok(p) => p,
-        Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
-    };
+/// A cgroup path for the child of a fork, made before the fork (no allocation after it).
+fn cgroup_file_c(path: Option<PathBuf>) -> Result<Option<CString>, SpawnFailure> {
+    path.map(|p| CString::new(p.as_os_str().as_bytes())).transpose().map_err(|e| SpawnFailure::Launch(format!("cgroup path: {e}")))
+}
+
+/// Fork, join the cgroup (v1: `tasks`; v2, when `clone3` could not: `cgroup.procs`) and
+/// on v1 the pids cgroup (`tasks`), exec.
+fn spawn_and_move(
+    spec: &ShimSpec,
+    program: &str,
+    cgroup: Option<&ReplicaCgroup>,
+    pids_cgroup: Option<&PidsCgroup>,
+    limits: Limits,
+) -> Result<Program, SpawnFailure> {
+    let procs = cgroup_file_c(cgroup.map(|cg| cg.procs_file()))?;
     // The child has one thread: moving that thread moves the process, and costs far less
     // than moving a process (see `ReplicaCgroup::thread_attach_file`).
-    let tasks = match cgroup.and_then(|cg| cg.thread_attach_file()).map(|p| CString::new(p.as_os_str().as_bytes())).transpose() {
-        Ok(p) => p,
-        Err(e) => return Err(SpawnFailure::Launch(format!("cgroup path: {e}"))),
-    };
+    let tasks = cgroup_file_c(cgroup.and_then(|cg| cg.thread_attach_file()))?;
+    let pids_procs = cgroup_file_c(pids_cgroup.map(|cg| cg.procs_file()))?;
+    let pids_tasks = cgroup_file_c(pids_cgroup.map(|cg| cg.tasks_file()))?;
     // A CLOEXEC pipe on which the child reports, before exec, that joining the cgroup
     // failed: that failure is ours, while an exec failure is the user's.
     let (marker_read, marker_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
@@ -870,6 +928,17 @@ fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>
                     }
                 }
             }
+            // The task limit: from here on every fork of the program counts against the
+            // replica's `pids.max` (the fork that made this child counted for the shim).
+            if let Some(procs) = &pids_procs {
+                let joined = pids_tasks.as_deref().is_some_and(|t| write_zero(t).is_ok());
+                if !joined {
+                    if let Err(err) = write_zero(procs) {
+                        let _ = nix::unistd::write(marker, b"p");
+                        return Err(err);
+                    }
+                }
+            }
             // Its own process group, so a stop reaches all of it with killpg.
             if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
                 let _ = nix::unistd::write(marker, b"g");
@@ -901,6 +970,8 @@ fn spawn_and_move(spec: &ShimSpec, program: &str, cgroup: Option<&ReplicaCgroup>
             let ours = matches!(marker.read(&mut byte), Ok(1));
             if ours && byte[0] == b'c' {
                 Err(SpawnFailure::Launch(format!("cannot move the program into its cgroup: {e}")))
+            } else if ours && byte[0] == b'p' {
+                Err(SpawnFailure::Launch(format!("cannot move the program into its pids cgroup: {e}")))
             } else if ours && byte[0] == b'u' {
                 Err(SpawnFailure::Launch(format!("cannot limit the program's tasks or switch it to {:?}: {e}", limits.run_as)))
             } else if ours {
@@ -1291,6 +1362,50 @@ mod tests {
         let back: serde_json::Value = serde_json::to_value(&spec).unwrap();
         assert_eq!(back["env"], serde_json::json!([["K", "V"]]));
         assert_eq!(back["cwd"], serde_json::Value::Null);
+        // A spec from before pids cgroups: none; and none is not written.
+        assert_eq!(spec.pids_cgroup_base, None);
+        assert!(back.get("pids_cgroup_base").is_none(), "{back}");
+
+        let json = r#"{"argv":["prog"],"env":[],"cgroup_base":"/sys/fs/cgroup/memory/x/trainyard","cgroup_version":1,
+            "cgroup_name":"j12-a0-workerpool0-0-r0","pids_max":4096,"pids_cgroup_base":"/sys/fs/cgroup/pids/trainyard"}"#;
+        let spec: ShimSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(spec.pids_max, Some(4096));
+        assert_eq!(spec.pids_cgroup_base, Some(PathBuf::from("/sys/fs/cgroup/pids/trainyard")));
+        let back: serde_json::Value = serde_json::to_value(&spec).unwrap();
+        assert_eq!(back["pids_cgroup_base"], "/sys/fs/cgroup/pids/trainyard");
+    }
+
+    /// Where the task limit goes. A temporary directory stands in for a cgroup v2 replica
+    /// cgroup with the pids controller (this project's CI hosts have cgroup v1, so a real
+    /// v2 pids controller is not available to the tests): `pids.max` is written there and
+    /// the program gets no RLIMIT_NPROC. Without the file (no pids controller) it is
+    /// RLIMIT_NPROC for a program of another uid, and nothing for one of the shim's own.
+    /// With a v1 pids cgroup the limit is that cgroup's.
+    #[test]
+    fn the_task_limit_goes_to_a_cgroup_where_there_is_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("pids.max"), "max\n").unwrap();
+        let run_as = Some(RunAs { uid: 200_000, gid: 200_000 });
+        let v2 = ReplicaCgroups { memory: Some(ReplicaCgroup::open(CgroupVersion::V2, dir.clone())), pids: None };
+        assert_eq!(program_nproc(Some(20), run_as, &v2), None);
+        assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "20");
+        assert_eq!(program_nproc(None, run_as, &v2), None);
+
+        fs::remove_file(dir.join("pids.max")).unwrap();
+        assert_eq!(program_nproc(Some(20), run_as, &v2), Some(20));
+        assert_eq!(program_nproc(Some(20), None, &v2), None);
+        assert_eq!(program_nproc(Some(20), run_as, &ReplicaCgroups::default()), Some(20));
+
+        // cgroup v1: the memory cgroup cannot take it, the pids cgroup has it.
+        let v1 = ReplicaCgroups {
+            memory: Some(ReplicaCgroup::open(CgroupVersion::V1, dir.clone())),
+            pids: Some(PidsCgroup::open(tmp.path().join("p"))),
+        };
+        assert_eq!(program_nproc(Some(20), run_as, &v1), None);
+        let v1_without = ReplicaCgroups { memory: Some(ReplicaCgroup::open(CgroupVersion::V1, dir)), pids: None };
+        assert_eq!(program_nproc(Some(20), run_as, &v1_without), Some(20));
     }
 
     /// The program's soft descriptor limit is what the shim inherited, but never below the
