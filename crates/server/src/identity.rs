@@ -195,20 +195,14 @@ pub fn check_at_start(cfg: &Config) -> Result<String, String> {
 
 /// How the task limit is enforced on this host.
 fn pids_note(max: u64, own_users: bool) -> String {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let v1_memory = cgroup.lines().any(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory")));
-    if v1_memory && !own_users {
-        "no task limit for replicas: their cgroups are in the cgroup v1 memory hierarchy, which has no pids \
-         controller, and RLIMIT_NPROC would count the server's own processes"
-            .to_string()
-    } else if v1_memory {
-        format!(
-            "at most {max} tasks per project's uid (RLIMIT_NPROC): replica cgroups are in the cgroup v1 memory \
-             hierarchy, which has no pids controller"
-        )
+    // How the limit is enforced (a cgroup's pids.max, v2 or the v1 pids hierarchy, or
+    // RLIMIT_NPROC) depends on the backend's cgroups: its start line says which.
+    let fallback = if own_users {
+        "RLIMIT_NPROC of the project's uid where no pids cgroup is available"
     } else {
-        format!("at most {max} tasks per replica (cgroup v2 pids.max where the pids controller is available, else RLIMIT_NPROC of its uid)")
-    }
+        "no limit where no pids cgroup is available (RLIMIT_NPROC would count the server's own processes)"
+    };
+    format!("at most {max} tasks per replica through its pids cgroup (see the backend's line), {fallback}")
 }
 
 /// The environment of a replica that runs as its project's user: `PATH`, `LANG`,
