@@ -561,6 +561,9 @@ pub struct Trial {
     /// When the trial ended.
     #[serde(alias = "end_time", skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Timestamp>,
+    /// The client that asked for the trial (a Vizier study's).
+    #[serde(alias = "client_id", skip_serializing_if = "String::is_empty")]
+    pub client_id: String,
     /// Why the trial is INFEASIBLE.
     #[serde(alias = "infeasible_reason", skip_serializing_if = "String::is_empty")]
     pub infeasible_reason: String,

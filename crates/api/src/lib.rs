@@ -7,6 +7,7 @@
 //! - [`hptuning`]: `HyperparameterTuningJob`, `StudySpec`, `Trial`.
 //! - [`imageref`]: container image references (`[domain/]path[:tag][@digest]`).
 //! - [`operation`]: long-running `Operation` and its metadata.
+//! - [`vizier`]: the Vizier service's `Study` and its request and response messages.
 //! - [`error`]: [`ApiError`] and the rpc [`Code`]s.
 //! - [`validate`]: structural checks at create (catalog checks live elsewhere).
 //! - `schema` (feature `schema`): JSON Schema (schemars) of the wire forms, for OpenAPI.
@@ -150,6 +151,7 @@ pub mod pipeline;
 pub mod schema;
 pub mod types;
 pub mod validate;
+pub mod vizier;
 
 pub use error::{ApiError, Code};
 pub use hptuning::{
@@ -174,4 +176,5 @@ pub use types::{
     MachineSpec, NfsMount, PythonPackageSpec, Scheduling, Status, Strategy, Timestamp,
     TimestampError, WorkerPoolSpec,
 };
-pub use validate::{validate_custom_job, validate_hyperparameter_tuning_job};
+pub use validate::{validate_custom_job, validate_hyperparameter_tuning_job, validate_study_spec};
+pub use vizier::{parse_study, Study, StudyState};

@@ -204,5 +204,19 @@ pub fn component_schemas() -> serde_json::Map<String, serde_json::Value> {
     generator.subschema_for::<crate::pipeline::TrainingPipeline>();
     generator.subschema_for::<crate::pipeline::ListTrainingPipelinesResponse>();
     generator.subschema_for::<ListHyperparameterTuningJobsResponse>();
+    generator.subschema_for::<crate::vizier::Study>();
+    generator.subschema_for::<crate::vizier::ListStudiesResponse>();
+    generator.subschema_for::<crate::vizier::LookupStudyRequest>();
+    generator.subschema_for::<crate::vizier::SuggestTrialsRequest>();
+    generator.subschema_for::<crate::vizier::SuggestTrialsResponse>();
+    generator.subschema_for::<crate::vizier::SuggestTrialsMetadata>();
+    generator.subschema_for::<crate::vizier::AddTrialMeasurementRequest>();
+    generator.subschema_for::<crate::vizier::CompleteTrialRequest>();
+    generator.subschema_for::<crate::vizier::NameOnlyRequest>();
+    generator.subschema_for::<crate::vizier::CheckTrialEarlyStoppingStateResponse>();
+    generator.subschema_for::<crate::vizier::CheckTrialEarlyStoppingStateMetatdata>();
+    generator.subschema_for::<crate::vizier::ListTrialsResponse>();
+    generator.subschema_for::<crate::vizier::ListOptimalTrialsResponse>();
+    generator.subschema_for::<crate::hptuning::Trial>();
     generator.take_definitions(true)
 }

@@ -23,6 +23,7 @@ pub mod pipeline;
 pub mod security;
 pub mod storage;
 pub mod venv;
+pub mod vizier;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

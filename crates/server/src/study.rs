@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use trainyard_api::hptuning::{
-    Algorithm as ApiAlgorithm, GoalType, HyperparameterTuningJob, MeasurementSelectionType, ParameterSpec, ScaleType,
+    Algorithm as ApiAlgorithm, GoalType, HyperparameterTuningJob, MeasurementSelectionType, ParameterSpec, ScaleType, StudySpec,
 };
 use trainyard_api::ApiError;
 use trainyard_core::Micros;
@@ -25,14 +25,14 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
-    fn from_tuner(v: &tuner::Value) -> ParamValue {
+    pub(crate) fn from_tuner(v: &tuner::Value) -> ParamValue {
         match v {
             tuner::Value::Int(i) => ParamValue::Int(*i),
             tuner::Value::Double(d) => ParamValue::Double(*d),
             tuner::Value::Str(s) => ParamValue::Str(s.clone()),
         }
     }
-    fn to_tuner(&self) -> tuner::Value {
+    pub(crate) fn to_tuner(&self) -> tuner::Value {
         match self {
             ParamValue::Int(i) => tuner::Value::Int(*i),
             ParamValue::Double(d) => tuner::Value::Double(*d),
@@ -49,7 +49,10 @@ impl ParamValue {
     }
     pub fn to_json(&self) -> serde_json::Value {
         match self {
-            ParamValue::Int(i) => serde_json::json!(*i as f64),
+            // An INTEGER parameter's value is an integer in JSON (`4`, not `4.0`).
+            ParamValue::Int(i) => serde_json::json!(*i),
+            // A double with no fraction prints without one, as the service prints doubles.
+            ParamValue::Double(d) if d.fract() == 0.0 && d.abs() < 1e15 => serde_json::json!(*d as i64),
             ParamValue::Double(d) => serde_json::json!(d),
             ParamValue::Str(s) => serde_json::json!(s),
         }
@@ -213,7 +216,17 @@ fn param(p: &ParameterSpec, path: &str) -> Result<tuner::ParamSpec, ApiError> {
 
 impl StudyConfig {
     pub fn from_job(job: &HyperparameterTuningJob) -> Result<StudyConfig, ApiError> {
-        let s = &job.study_spec;
+        let max_trials = job.max_trial_count.max(1) as usize;
+        let mut cfg = StudyConfig::from_spec(&job.study_spec, max_trials)?;
+        cfg.parallel = (job.parallel_trial_count.max(1) as usize).min(max_trials);
+        // 0: the service decides; here: half of the trials may fail.
+        cfg.max_failed = if job.max_failed_trial_count > 0 { job.max_failed_trial_count as usize } else { max_trials.div_ceil(2) };
+        Ok(cfg)
+    }
+
+    /// The study spec alone (a Vizier study has no trial counts: its clients ask for
+    /// trials), with room for `max_trials` trials, one at a time.
+    pub fn from_spec(s: &StudySpec, max_trials: usize) -> Result<StudyConfig, ApiError> {
         let params = s
             .parameters
             .iter()
@@ -235,7 +248,6 @@ impl StudyConfig {
             GoalType::Minimize => tuner::Goal::Minimize,
             _ => tuner::Goal::Maximize,
         };
-        let max_trials = job.max_trial_count.max(1) as usize;
         let stopping = if s.median_automated_stopping_spec.is_some() {
             Some(tuner::StoppingRule::median())
         } else if s.decay_curve_stopping_spec.is_some() {
@@ -249,9 +261,8 @@ impl StudyConfig {
             goal,
             metric_id: metric.metric_id.clone(),
             max_trials,
-            parallel: (job.parallel_trial_count.max(1) as usize).min(max_trials),
-            // 0: the service decides; here: half of the trials may fail.
-            max_failed: if job.max_failed_trial_count > 0 { job.max_failed_trial_count as usize } else { max_trials.div_ceil(2) },
+            parallel: 1,
+            max_failed: max_trials,
             best_measurement: s.measurement_selection_type == MeasurementSelectionType::BestMeasurement,
             stopping,
         })

@@ -158,6 +158,15 @@ pub struct NewJob<'a> {
     pub resource: &'a str,
 }
 
+/// What [`Store::commit_other_ops`] writes: the state column, whether the resource needs
+/// nothing more of the driver (`terminal`), its `core` record and operation bodies.
+pub struct OtherState {
+    pub state: String,
+    pub terminal: bool,
+    pub core: String,
+    pub ops: Vec<(u64, String)>,
+}
+
 pub struct Store {
     conn: Connection,
     path: PathBuf,
@@ -339,6 +348,73 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Commit the state of a resource of another kind together with long-running
+    /// operations, in one transaction: `new_ops` operations are created under `project`
+    /// and `region`, and `make` gets their ids and returns the resource's new state with
+    /// the bodies of operations to write, new or existing (or None to write nothing). So
+    /// an operation that answers a change is stored with the change, and an operation's
+    /// id can be kept in the state. Returns the ids of the new operations, or None,
+    /// writing nothing, when `make` said so or there is no such resource.
+    pub fn commit_other_ops(
+        &mut self,
+        id: u64,
+        (project, region): (&str, &str),
+        now: Micros,
+        new_ops: usize,
+        make: impl FnOnce(&[u64]) -> Result<Option<OtherState>>,
+    ) -> Result<Option<Vec<u64>>> {
+        let tx = self.conn.transaction()?;
+        let mut ids = Vec::with_capacity(new_ops);
+        for _ in 0..new_ops {
+            tx.execute("INSERT INTO operations (project, region, body) VALUES (?1, ?2, '')", params![project, region])?;
+            ids.push(tx.last_insert_rowid() as u64);
+        }
+        // None from `make`: nothing to write (dropping the transaction rolls back).
+        let Some(OtherState { state, terminal, core, ops }) = make(&ids)? else { return Ok(None) };
+        let n = tx.execute(
+            "UPDATE jobs SET state = ?2, update_time = ?3, terminal = ?4, core = ?5 WHERE id = ?1",
+            params![id as i64, state, now, i64::from(terminal), core],
+        )?;
+        if n != 1 {
+            // Dropping the transaction rolls the new operations back.
+            return Ok(None);
+        }
+        for (op, body) in ops {
+            tx.execute("UPDATE operations SET body = ?2 WHERE id = ?1", params![op as i64, body])?;
+        }
+        tx.commit()?;
+        Ok(Some(ids))
+    }
+
+    /// Delete a resource of another kind whatever its state, with its labels and log lines,
+    /// and write `ops` (operations it leaves answered) in the same transaction. False,
+    /// changing nothing, when there is no such resource.
+    pub fn delete_other(&mut self, kind: &str, project: &str, region: &str, id: u64, ops: &[(u64, String)]) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "DELETE FROM jobs WHERE id = ?1 AND kind = ?2 AND project = ?3 AND region = ?4",
+            params![id as i64, kind, project, region],
+        )?;
+        if n != 1 {
+            return Ok(false);
+        }
+        for (op, body) in ops {
+            tx.execute("UPDATE operations SET body = ?2 WHERE id = ?1", params![*op as i64, body])?;
+        }
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// The newest row of another kind with this display name under its parent.
+    pub fn find_other_by_name(&self, kind: &str, project: &str, region: &str, display_name: &str) -> Result<Option<(u64, String, String)>> {
+        Ok(self
+            .query_other(
+                "SELECT id, resource, core FROM jobs WHERE kind = ?1 AND project = ?2 AND region = ?3 AND display_name = ?4 ORDER BY id DESC LIMIT 1",
+                params![kind, project, region, display_name],
+            )?
+            .pop())
     }
 
     /// Quarantine a record of another kind that cannot be read: terminal, FAILED, with the
