@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Optuna peers for tuner-bench: TPESampler and GPSampler on the same five
-problems (Branin, Hartmann-6, shifted Ackley-5, Rosenbrock-4, mixed space),
-same objectives, same regret definition (median over seeds of log10 of
-best-so-far minus the known optimum, floored at 1e-12), 50 trials, 10 seeds.
+"""Optuna peers for tuner-bench: TPESampler and GPSampler on the same twelve
+problems (see tuner-bench.rs for the list), same objectives, same noise,
+same regret definition (median over seeds of log10 of the noise-free value
+of the best observed trial minus the known optimum, floored at 1e-12), 50
+trials, 10 seeds. TPE needs only optuna; GPSampler needs torch as well.
 
-Usage: optuna_bench.py [--sampler tpe|gp|all] [--seeds N] [--trials N] [--tsv PATH]
+Usage: optuna_bench.py [--sampler tpe|gp|all] [--seeds N] [--trials N]
+                       [--only NAME,...] [--tsv PATH]
 """
 import argparse
 import math
@@ -70,6 +72,89 @@ def mixed(p):
     return f
 
 
+def levy10(p):
+    w = [1 + (p[f"x{i}"] - 1) / 4 for i in range(10)]
+    f = math.sin(math.pi * w[0]) ** 2
+    for i in range(9):
+        f += (w[i] - 1) ** 2 * (1 + 10 * math.sin(math.pi * w[i] + 1) ** 2)
+    return f + (w[9] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[9]) ** 2)
+
+
+def styblinski4(p):
+    return sum(0.5 * (x**4 - 16 * x * x + 5 * x) for x in (p[f"x{i}"] for i in range(4)))
+
+
+def michalewicz5(p):
+    return -sum(math.sin(x) * math.sin((i + 1) * x * x / math.pi) ** 20 for i, x in enumerate(p[f"x{i}"] for i in range(5)))
+
+
+GRIEWANK_SHIFT = [73.3, -121.7, 45.1, -210.9, 160.2, -12.4]
+
+
+def griewank6(p):
+    s, prod = 0.0, 1.0
+    for i in range(6):
+        z = p[f"x{i}"] - GRIEWANK_SHIFT[i]
+        s += z * z / 4000
+        prod *= math.cos(z / math.sqrt(i + 1))
+    return 1 + s - prod
+
+
+RASTRIGIN_SHIFT = [1.2, -0.7, 2.1, -1.6]
+
+
+def rastrigin4(p):
+    total = 0.0
+    for i in range(4):
+        z = p[f"x{i}"] - RASTRIGIN_SHIFT[i]
+        total += z * z - 10 * math.cos(2 * math.pi * z) + 10
+    return total
+
+
+def intheavy6(p):
+    u0 = (p["k0"] - 31) / 8
+    u1 = math.log(p["k1"] / 12)
+    u2 = (p["k2"] - 7) / 5
+    u3 = p["k3"] - 3 + u2
+    u4 = math.log(p["k4"] / 150)
+    u5 = p["x5"] - 0.3
+    return u0 * u0 + u1 * u1 + 0.3 * u0 * u1 + u2 * u2 + 0.5 * u3 * u3 + u4 * u4 + 4 * u5 * u5
+
+
+def intheavy_sample(trial):
+    return {
+        "k0": trial.suggest_int("k0", 0, 50),
+        "k1": trial.suggest_int("k1", 1, 64, log=True),
+        "k2": trial.suggest_int("k2", -20, 20),
+        "k3": trial.suggest_int("k3", 0, 10),
+        "k4": trial.suggest_int("k4", 1, 1000, log=True),
+        "x5": trial.suggest_float("x5", 0.0, 1.0),
+    }
+
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(state):
+    """One SplitMix64 step: (new state, output), as in tuner-bench."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return state, z ^ (z >> 31)
+
+
+def noise(seed, t):
+    """Standard normal noise for trial t of the study with seed, bit for bit
+    the one tuner-bench adds, so both sides see the same noise."""
+    st = (seed * 1_000_003 + t) & MASK
+    st, a = splitmix64(st)
+    st, b = splitmix64(st)
+    u1 = ((a >> 11) + 1.0) / float(1 << 53)
+    u2 = (b >> 11) / float(1 << 53)
+    return math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+
+
 def box(n, lo, hi):
     def sample(trial):
         return {f"x{i}": trial.suggest_float(f"x{i}", lo, hi) for i in range(n)}
@@ -92,12 +177,20 @@ def branin_sample(trial):
     return {"x0": trial.suggest_float("x0", -5.0, 10.0), "x1": trial.suggest_float("x1", 0.0, 15.0)}
 
 
+# (name, sampler of the space, objective, known optimum, noise sd)
 PROBLEMS = [
-    ("branin", branin_sample, branin, 0.39788735772973816),
-    ("hartmann6", box(6, 0.0, 1.0), hartmann6, -3.32236801141551),
-    ("ackley5", box(5, -5.0, 5.0), ackley5, 0.0),
-    ("rosenbrock4", box(4, -2.0, 2.0), rosenbrock4, 0.0),
-    ("mixed", mixed_sample, mixed, 0.0),
+    ("branin", branin_sample, branin, 0.39788735772973816, 0.0),
+    ("hartmann6", box(6, 0.0, 1.0), hartmann6, -3.32236801141551, 0.0),
+    ("ackley5", box(5, -5.0, 5.0), ackley5, 0.0, 0.0),
+    ("rosenbrock4", box(4, -2.0, 2.0), rosenbrock4, 0.0, 0.0),
+    ("mixed", mixed_sample, mixed, 0.0, 0.0),
+    ("levy10", box(10, -10.0, 10.0), levy10, 0.0, 0.0),
+    ("styblinski4", box(4, -5.0, 5.0), styblinski4, -39.16616570377142 * 4, 0.0),
+    ("michalewicz5", box(5, 0.0, math.pi), michalewicz5, -4.687658179, 0.0),
+    ("griewank6", box(6, -600.0, 600.0), griewank6, 0.0, 0.0),
+    ("rastrigin4", box(4, -5.12, 5.12), rastrigin4, 0.0, 0.0),
+    ("hartmann6n", box(6, 0.0, 1.0), hartmann6, -3.32236801141551, 0.1),
+    ("intheavy6", intheavy_sample, intheavy6, 0.0, 0.0),
 ]
 
 
@@ -119,6 +212,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--tsv")
+    ap.add_argument("--only", help="comma-separated problem names")
     args = ap.parse_args()
     try:
         import torch
@@ -130,19 +224,26 @@ def main():
     checkpoints = [c for c in (10, 25, 35, 50) if c <= args.trials]
     rows = []
     print(f"median log10 simple regret over {args.seeds} seeds ({args.trials} trials), optuna {optuna.__version__}")
-    for name, sample, f, opt in PROBLEMS:
+    for name, sample, f, opt, sd in PROBLEMS:
+        if args.only and name not in args.only.split(","):
+            continue
         for s_name in samplers:
             at = [[] for _ in checkpoints]
             for seed in range(args.seeds):
                 study = optuna.create_study(direction="minimize", sampler=make_sampler(s_name, 1000 + seed))
-                best = math.inf
+                best_obs = math.inf
+                best_true = math.inf
                 curve = []
-                for _ in range(args.trials):
+                for t in range(args.trials):
                     trial = study.ask()
-                    v = f(sample(trial))
-                    study.tell(trial, v)
-                    best = min(best, v)
-                    curve.append(best)
+                    truth = f(sample(trial))
+                    obs = truth + sd * noise(1000 + seed, t) if sd > 0 else truth
+                    study.tell(trial, obs)
+                    # The best trial is the one with the best observed value;
+                    # its regret is measured on the noise-free function.
+                    if obs < best_obs:
+                        best_obs, best_true = obs, truth
+                    curve.append(best_true)
                 for i, c in enumerate(checkpoints):
                     at[i].append(log_regret(curve[c - 1], opt))
             meds = [statistics.median(a) for a in at]

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Runs tuner-bench (BO and random search) and the Optuna peers (TPE, GP) on
-# the same five problems and prints one combined table plus the targets.
+# Runs tuner-bench (BO and random search) and Optuna's TPE (and, with --gp,
+# Optuna's GPSampler) on the same twelve problems and prints one combined
+# table plus the targets.
 #
 # The Optuna virtualenv lives outside the work tree (default
 # /tmp/trainyard-optuna-venv; override with TUNER_BENCH_VENV), pinned by
-# requirements.txt beside this script. Results go to TUNER_BENCH_OUT
+# requirements.txt beside this script; --gp installs requirements-gp.txt as
+# well (GPSampler needs torch, TPE does not). Results go to TUNER_BENCH_OUT
 # (default /tmp/trainyard-tuner-bench).
-# Options: --seeds N (default 10), --trials N (default 50), --reuse-peers
-# (keep the Optuna results already in the output directory).
+# Options: --seeds N (default 10), --trials N (default 50), --gp,
+# --reuse-peers (keep the Optuna results already in the output directory).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,42 +19,55 @@ out="${TUNER_BENCH_OUT:-/tmp/trainyard-tuner-bench}"
 seeds=10
 trials=50
 reuse=0
+gp=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) seeds="$2"; shift 2 ;;
     --trials) trials="$2"; shift 2 ;;
+    --gp) gp=1; shift ;;
     --reuse-peers) reuse=1; shift ;;
-    *) echo "usage: run.sh [--seeds N] [--trials N] [--reuse-peers]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [--seeds N] [--trials N] [--gp] [--reuse-peers]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
+samplers=(tpe)
+[ "$gp" = 1 ] && samplers+=(gp)
 
 echo "== building tuner-bench"
 (cd "$root" && cargo build --release -p trainyard-tuner --bin tuner-bench)
 bench="$root/target/release/tuner-bench"
 
-if [ "$reuse" = 1 ] && [ -s "$out/tpe.tsv" ] && [ -s "$out/gp.tsv" ]; then
+have_peers=1
+for s in "${samplers[@]}"; do [ -s "$out/$s.tsv" ] || have_peers=0; done
+if [ "$reuse" = 1 ] && [ "$have_peers" = 1 ]; then
   echo "== reusing Optuna results in $out"
   "$bench" --seeds "$seeds" --trials "$trials" --no-timing --tsv "$out/tuner.tsv"
 else
-  if ! "$venv/bin/python" -c 'import optuna, torch, scipy' 2>/dev/null; then
+  check='import optuna'
+  [ "$gp" = 1 ] && check='import optuna, torch, scipy'
+  if ! "$venv/bin/python" -c "$check" 2>/dev/null; then
     echo "== creating $venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet -r "$here/requirements.txt"
+    [ "$gp" = 1 ] && "$venv/bin/pip" install --quiet -r "$here/requirements-gp.txt"
   fi
-  echo "== running Optuna TPE and GP (background) and tuner-bench"
-  "$venv/bin/python" "$here/optuna_bench.py" --sampler tpe --seeds "$seeds" --trials "$trials" --tsv "$out/tpe.tsv" >"$out/tpe.log" 2>&1 &
-  tpe_pid=$!
-  "$venv/bin/python" "$here/optuna_bench.py" --sampler gp --seeds "$seeds" --trials "$trials" --tsv "$out/gp.tsv" >"$out/gp.log" 2>&1 &
-  gp_pid=$!
+  echo "== running Optuna (${samplers[*]}, background) and tuner-bench"
+  pids=()
+  for s in "${samplers[@]}"; do
+    "$venv/bin/python" "$here/optuna_bench.py" --sampler "$s" --seeds "$seeds" --trials "$trials" --tsv "$out/$s.tsv" >"$out/$s.log" 2>&1 &
+    pids+=($!)
+  done
   "$bench" --seeds "$seeds" --trials "$trials" --no-timing --tsv "$out/tuner.tsv"
-  wait "$tpe_pid" || { cat "$out/tpe.log"; exit 1; }
-  wait "$gp_pid" || { cat "$out/gp.log"; exit 1; }
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { cat "$out/${samplers[$i]}.log"; exit 1; }
+  done
 fi
-cat "$out/tpe.log" "$out/gp.log" 2>/dev/null || true
+for s in "${samplers[@]}"; do cat "$out/$s.log" 2>/dev/null || true; done
 
 # Timing runs after the peers so that they do not share the two cores.
 echo "== timing"
 "$bench" --seeds 1 --trials 50 --tsv "$out/timing.tsv" | tail -1
 
-python3 "$here/combine.py" "$out/tuner.tsv" "$out/tpe.tsv" "$out/gp.tsv" "$out/timing.tsv"
+peer_files=()
+for s in "${samplers[@]}"; do peer_files+=("$out/$s.tsv"); done
+python3 "$here/combine.py" "$out/tuner.tsv" "$out/timing.tsv" "${peer_files[@]}"

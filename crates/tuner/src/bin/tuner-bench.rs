@@ -1,19 +1,41 @@
 //! Benchmark of the study algorithms on standard test functions.
 //!
-//! Runs Bayesian optimisation (`ALGORITHM_UNSPECIFIED`) and random search on
-//! Branin (2-D), Hartmann-6, a shifted Ackley-5, Rosenbrock-4 and a mixed
-//! space (log-scale double, integer, categorical, one conditional double),
-//! all minimised, with sequential suggestions (count = 1). Prints the median
-//! over seeds of log10 simple regret (best value so far − known optimum,
-//! floored at 1e-12) after 10, 25 and 50 trials, and the mean time per BO
-//! suggestion at 50 and at 100 trials.
+//! Runs Bayesian optimisation (`ALGORITHM_UNSPECIFIED`) and random search,
+//! all minimised, with sequential suggestions (count = 1), on:
 //!
-//! Usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--no-timing]
+//! | name          | dims | shape                                             |
+//! |---------------|------|---------------------------------------------------|
+//! | branin        | 2    | smooth, three global optima                       |
+//! | hartmann6     | 6    | smooth, multimodal                                |
+//! | ackley5       | 5    | shifted; many shallow local optima, one funnel    |
+//! | rosenbrock4   | 4    | narrow curved valley, heavy-tailed values         |
+//! | mixed         | 4    | log-scale double, integer, categorical, child     |
+//! | levy10        | 10   | multimodal, high dimension                        |
+//! | styblinski4   | 4    | separable, 2^d local optima, optimum off-centre   |
+//! | michalewicz5  | 5    | steep ridges and flat plateaus                    |
+//! | griewank6     | 6    | shifted; wide bowl with small ripples             |
+//! | rastrigin4    | 4    | shifted; regular grid of local optima             |
+//! | hartmann6n    | 6    | Hartmann-6 with Gaussian noise (sd 0.1)           |
+//! | intheavy6     | 6    | five integers (two on a log scale) and one double |
+//!
+//! No known optimum lies on a bound of its space (the shifts see to that),
+//! so a proposal exactly on a bound is never needed to reach the optimum.
+//!
+//! Prints the median over seeds of log10 simple regret (best value so far −
+//! known optimum, floored at 1e-12) after 10, 25, 35 and 50 trials; for the
+//! noisy problem the best trial is the one with the best *observed* value
+//! and its regret is measured on the noise-free function. Then the share of
+//! proposed DOUBLE coordinates that lie exactly on a bound, for BO and for
+//! random search, and the mean time per BO suggestion at 50 and at 200
+//! trials.
+//!
+//! Usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME]
+//!        [--no-timing]
 
 use std::time::Instant;
 
 use trainyard_tuner::{
-    suggest, Algorithm, Assignment, Goal, ParamSpec, ParentValues, Scale, Space, Trial,
+    suggest, Algorithm, Assignment, Goal, ParamKind, ParamSpec, ParentValues, Scale, Space, Trial,
 };
 
 struct Problem {
@@ -21,6 +43,8 @@ struct Problem {
     space: Space,
     f: fn(&Assignment) -> f64,
     optimum: f64,
+    /// Standard deviation of Gaussian noise added to each observation.
+    noise: f64,
 }
 
 fn x(a: &Assignment, id: &str) -> f64 {
@@ -127,61 +151,225 @@ fn mixed_space() -> Space {
     ])
 }
 
+/// Levy in 10-D on [-10, 10]^10; optimum 0 at x = 1.
+fn levy10(a: &Assignment) -> f64 {
+    let v = xs(a, 10);
+    let pi = std::f64::consts::PI;
+    let w: Vec<f64> = v.iter().map(|x| 1.0 + (x - 1.0) / 4.0).collect();
+    let d = w.len();
+    let mut f = (pi * w[0]).sin().powi(2);
+    for wi in &w[..d - 1] {
+        f += (wi - 1.0).powi(2) * (1.0 + 10.0 * (pi * wi + 1.0).sin().powi(2));
+    }
+    f + (w[d - 1] - 1.0).powi(2) * (1.0 + (2.0 * pi * w[d - 1]).sin().powi(2))
+}
+
+/// Styblinski-Tang in 4-D on [-5, 5]^4; optimum −39.16616570377142·4 at
+/// x = −2.903534 in every coordinate.
+fn styblinski4(a: &Assignment) -> f64 {
+    xs(a, 4)
+        .iter()
+        .map(|x| 0.5 * (x.powi(4) - 16.0 * x * x + 5.0 * x))
+        .sum()
+}
+
+/// Michalewicz (m = 10) in 5-D on [0, π]^5; optimum −4.687658179.
+fn michalewicz5(a: &Assignment) -> f64 {
+    let pi = std::f64::consts::PI;
+    -xs(a, 5)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x.sin() * ((i as f64 + 1.0) * x * x / pi).sin().powi(20))
+        .sum::<f64>()
+}
+
+const GRIEWANK_SHIFT: [f64; 6] = [73.3, -121.7, 45.1, -210.9, 160.2, -12.4];
+
+/// Shifted Griewank in 6-D on [-600, 600]^6; optimum 0.
+fn griewank6(a: &Assignment) -> f64 {
+    let v = xs(a, 6);
+    let mut s = 0.0;
+    let mut p = 1.0;
+    for i in 0..6 {
+        let z = v[i] - GRIEWANK_SHIFT[i];
+        s += z * z / 4000.0;
+        p *= (z / (i as f64 + 1.0).sqrt()).cos();
+    }
+    1.0 + s - p
+}
+
+const RASTRIGIN_SHIFT: [f64; 4] = [1.2, -0.7, 2.1, -1.6];
+
+/// Shifted Rastrigin in 4-D on [-5.12, 5.12]^4; optimum 0.
+fn rastrigin4(a: &Assignment) -> f64 {
+    let v = xs(a, 4);
+    (0..4)
+        .map(|i| {
+            let z = v[i] - RASTRIGIN_SHIFT[i];
+            z * z - 10.0 * (std::f64::consts::TAU * z).cos() + 10.0
+        })
+        .sum()
+}
+
+/// Integer-heavy: `k0` in [0, 50], `k1` in [1, 64] (log), `k2` in
+/// [-20, 20], `k3` in [0, 10], `k4` in [1, 1000] (log), `x5` double in
+/// [0, 1]. Optimum 0 at (31, 12, 7, 3, 150, 0.3).
+fn intheavy6(a: &Assignment) -> f64 {
+    let u0 = (x(a, "k0") - 31.0) / 8.0;
+    let u1 = (x(a, "k1") / 12.0).ln();
+    let u2 = (x(a, "k2") - 7.0) / 5.0;
+    let u3 = x(a, "k3") - 3.0 + u2;
+    let u4 = (x(a, "k4") / 150.0).ln();
+    let u5 = x(a, "x5") - 0.3;
+    u0 * u0 + u1 * u1 + 0.3 * u0 * u1 + u2 * u2 + 0.5 * u3 * u3 + u4 * u4 + 4.0 * u5 * u5
+}
+
+fn intheavy_space() -> Space {
+    Space::new(vec![
+        ParamSpec::integer("k0", 0, 50, Scale::Linear),
+        ParamSpec::integer("k1", 1, 64, Scale::Log),
+        ParamSpec::integer("k2", -20, 20, Scale::Linear),
+        ParamSpec::integer("k3", 0, 10, Scale::Linear),
+        ParamSpec::integer("k4", 1, 1000, Scale::Log),
+        ParamSpec::double("x5", 0.0, 1.0, Scale::Linear),
+    ])
+}
+
 fn problems() -> Vec<Problem> {
+    let p = |name, space, f, optimum| Problem {
+        name,
+        space,
+        f,
+        optimum,
+        noise: 0.0,
+    };
     vec![
-        Problem {
-            name: "branin",
-            space: Space::new(vec![
+        p(
+            "branin",
+            Space::new(vec![
                 ParamSpec::double("x0", -5.0, 10.0, Scale::Linear),
                 ParamSpec::double("x1", 0.0, 15.0, Scale::Linear),
             ]),
-            f: branin,
-            optimum: 0.397_887_357_729_738_16,
-        },
+            branin,
+            0.397_887_357_729_738_16,
+        ),
+        p(
+            "hartmann6",
+            box_space(6, 0.0, 1.0),
+            hartmann6,
+            -3.322_368_011_415_51,
+        ),
+        p("ackley5", box_space(5, -5.0, 5.0), ackley5, 0.0),
+        p("rosenbrock4", box_space(4, -2.0, 2.0), rosenbrock4, 0.0),
+        p("mixed", mixed_space(), mixed, 0.0),
+        p("levy10", box_space(10, -10.0, 10.0), levy10, 0.0),
+        p(
+            "styblinski4",
+            box_space(4, -5.0, 5.0),
+            styblinski4,
+            -39.166_165_703_771_42 * 4.0,
+        ),
+        p(
+            "michalewicz5",
+            box_space(5, 0.0, std::f64::consts::PI),
+            michalewicz5,
+            -4.687_658_179,
+        ),
+        p("griewank6", box_space(6, -600.0, 600.0), griewank6, 0.0),
+        p("rastrigin4", box_space(4, -5.12, 5.12), rastrigin4, 0.0),
         Problem {
-            name: "hartmann6",
-            space: box_space(6, 0.0, 1.0),
-            f: hartmann6,
-            optimum: -3.322_368_011_415_51,
+            noise: 0.1,
+            ..p(
+                "hartmann6n",
+                box_space(6, 0.0, 1.0),
+                hartmann6,
+                -3.322_368_011_415_51,
+            )
         },
-        Problem {
-            name: "ackley5",
-            space: box_space(5, -5.0, 5.0),
-            f: ackley5,
-            optimum: 0.0,
-        },
-        Problem {
-            name: "rosenbrock4",
-            space: box_space(4, -2.0, 2.0),
-            f: rosenbrock4,
-            optimum: 0.0,
-        },
-        Problem {
-            name: "mixed",
-            space: mixed_space(),
-            f: mixed,
-            optimum: 0.0,
-        },
+        p("intheavy6", intheavy_space(), intheavy6, 0.0),
     ]
 }
 
-/// Runs one study; returns the best-so-far curve and per-suggestion times.
-fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+/// SplitMix64 step: the noise source, reproduced exactly by
+/// `optuna_bench.py` so both sides see the same noise.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Standard normal noise for trial `t` of the study with `seed`.
+fn noise(seed: u64, t: usize) -> f64 {
+    let mut st = seed.wrapping_mul(1_000_003).wrapping_add(t as u64);
+    let u1 = ((splitmix64(&mut st) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let u2 = (splitmix64(&mut st) >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+struct Study {
+    /// Noise-free value of the best trial so far (by observed value).
+    curve: Vec<f64>,
+    times: Vec<f64>,
+    /// DOUBLE coordinates proposed, and how many lay exactly on a bound.
+    coords: usize,
+    on_bound: usize,
+}
+
+fn double_bounds(space: &Space) -> Vec<(String, f64, f64)> {
+    fn walk(p: &ParamSpec, out: &mut Vec<(String, f64, f64)>) {
+        if let ParamKind::Double { min, max, .. } = p.kind {
+            out.push((p.id.clone(), min, max));
+        }
+        for c in &p.children {
+            walk(&c.spec, out);
+        }
+    }
+    let mut out = Vec::new();
+    for p in &space.params {
+        walk(p, &mut out);
+    }
+    out
+}
+
+/// Runs one study.
+fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64) -> Study {
+    let bounds = double_bounds(&p.space);
     let mut done: Vec<Trial> = Vec::new();
-    let mut curve = Vec::with_capacity(trials);
-    let mut times = Vec::with_capacity(trials);
-    let mut best = f64::INFINITY;
-    for _ in 0..trials {
+    let mut st = Study {
+        curve: Vec::with_capacity(trials),
+        times: Vec::with_capacity(trials),
+        coords: 0,
+        on_bound: 0,
+    };
+    let mut best_obs = f64::INFINITY;
+    let mut best_true = f64::INFINITY;
+    for t in 0..trials {
         let t0 = Instant::now();
         let s = suggest(&p.space, alg, Goal::Minimize, &done, &[], 1, seed).expect("suggest");
-        times.push(t0.elapsed().as_secs_f64());
+        st.times.push(t0.elapsed().as_secs_f64());
         let a = s.into_iter().next().expect("one suggestion");
-        let v = (p.f)(&a);
-        best = best.min(v);
-        curve.push(best);
-        done.push(Trial::new(a, Some(v)));
+        for (id, lo, hi) in &bounds {
+            if let Some(v) = a.get(id).and_then(|v| v.as_f64()) {
+                st.coords += 1;
+                st.on_bound += (v == *lo || v == *hi) as usize;
+            }
+        }
+        let truth = (p.f)(&a);
+        let obs = if p.noise > 0.0 {
+            truth + p.noise * noise(seed, t)
+        } else {
+            truth
+        };
+        if obs < best_obs {
+            best_obs = obs;
+            best_true = truth;
+        }
+        st.curve.push(best_true);
+        done.push(Trial::new(a, Some(obs)));
     }
-    (curve, times)
+    st
 }
 
 fn log_regret(best: f64, optimum: f64) -> f64 {
@@ -198,6 +386,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+fn mean_ms(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        1e3 * v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
 fn main() {
     let mut seeds = 10u64;
     let mut trials = 50usize;
@@ -205,24 +401,36 @@ fn main() {
     let mut timing = true;
     let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
+    let usage = || -> ! {
+        eprintln!(
+            "usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME[,NAME..]] [--no-timing]"
+        );
+        std::process::exit(2);
+    };
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--seeds" => seeds = args.next().and_then(|v| v.parse().ok()).expect("--seeds N"),
+            "--seeds" => {
+                seeds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
             "--trials" => {
                 trials = args
                     .next()
                     .and_then(|v| v.parse().ok())
-                    .expect("--trials N")
+                    .unwrap_or_else(|| usage())
             }
             "--tsv" => tsv = args.next(),
             "--only" => only = args.next(),
             "--no-timing" => timing = false,
-            _ => {
-                eprintln!("usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME] [--no-timing]");
-                std::process::exit(2);
-            }
+            _ => usage(),
         }
     }
+    let selected = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == name))
+    };
     let checkpoints: Vec<usize> = [10, 25, 35, 50]
         .into_iter()
         .filter(|c| *c <= trials)
@@ -230,42 +438,58 @@ fn main() {
     let mut rows = Vec::new();
     println!("median log10 simple regret over {seeds} seeds ({trials} trials, count=1)");
     println!(
-        "{:<12} {:<7} {}",
+        "{:<13} {:<7} {}  {:>8}",
         "function",
         "method",
         checkpoints
             .iter()
             .map(|c| format!("{:>8}", format!("@{c}")))
-            .collect::<String>()
+            .collect::<String>(),
+        "on bound"
     );
     let mut t50 = Vec::new();
+    let mut bound_totals = [(0usize, 0usize); 2];
     for p in problems() {
-        if only.as_deref().is_some_and(|o| o != p.name) {
+        if !selected(p.name) {
             continue;
         }
-        for (label, alg) in [
+        for (ai, (label, alg)) in [
             ("bo", Algorithm::Unspecified),
             ("random", Algorithm::RandomSearch),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let mut at: Vec<Vec<f64>> = vec![Vec::new(); checkpoints.len()];
+            let (mut coords, mut on_bound) = (0, 0);
             for s in 0..seeds {
-                let (curve, times) = run(&p, alg, trials, 1000 + s);
+                let st = run(&p, alg, trials, 1000 + s);
                 for (i, c) in checkpoints.iter().enumerate() {
-                    at[i].push(log_regret(curve[c - 1], p.optimum));
+                    at[i].push(log_regret(st.curve[c - 1], p.optimum));
                 }
                 if alg == Algorithm::Unspecified && trials >= 50 {
-                    t50.push(times[49]);
+                    t50.push(st.times[49]);
                 }
+                coords += st.coords;
+                on_bound += st.on_bound;
             }
+            bound_totals[ai].0 += coords;
+            bound_totals[ai].1 += on_bound;
+            let share = if coords > 0 {
+                100.0 * on_bound as f64 / coords as f64
+            } else {
+                f64::NAN
+            };
             let meds: Vec<f64> = at.into_iter().map(median).collect();
             println!(
-                "{:<12} {:<7} {}",
+                "{:<13} {:<7} {}  {:>7.1}%",
                 p.name,
                 label,
-                meds.iter().map(|m| format!("{m:>8.2}")).collect::<String>()
+                meds.iter().map(|m| format!("{m:>8.2}")).collect::<String>(),
+                share
             );
             rows.push(format!(
-                "{}\t{}\t{}",
+                "{}\t{}\t{}\tbound={share:.3}",
                 p.name,
                 label,
                 checkpoints
@@ -277,29 +501,37 @@ fn main() {
             ));
         }
     }
+    for (ai, label) in ["bo", "random"].iter().enumerate() {
+        let (c, b) = bound_totals[ai];
+        if c > 0 {
+            println!(
+                "{label}: {b} of {c} proposed DOUBLE coordinates on a bound ({:.2}%)",
+                100.0 * b as f64 / c as f64
+            );
+        }
+    }
     if timing {
-        let ms50 = if t50.is_empty() {
-            f64::NAN
-        } else {
-            1e3 * t50.iter().sum::<f64>() / t50.len() as f64
-        };
-        // One extra 100-trial BO run per function; time the suggestions made
-        // with 90–99 completed trials.
-        let mut t100 = Vec::new();
+        let ms50 = mean_ms(&t50);
+        // One extra 200-trial BO run per function; time the suggestions
+        // made with 190–199 completed trials.
+        let mut t200 = Vec::new();
         for p in problems() {
-            if only.as_deref().is_some_and(|o| o != p.name) {
+            if !selected(p.name) {
                 continue;
             }
-            let (_, times) = run(&p, Algorithm::Unspecified, 100, 7);
-            t100.extend_from_slice(&times[90..100]);
+            let st = run(&p, Algorithm::Unspecified, 200, 7);
+            t200.extend_from_slice(&st.times[190..200]);
         }
-        let ms100 = 1e3 * t100.iter().sum::<f64>() / t100.len() as f64;
+        let ms200 = mean_ms(&t200);
         println!(
-            "mean BO time per suggestion: {ms50:.1} ms at 50 trials, {ms100:.1} ms at 100 trials"
+            "mean BO time per suggestion: {ms50:.1} ms at 50 trials, {ms200:.1} ms at 200 trials"
         );
-        rows.push(format!("timing\tbo\tms50={ms50:.3}\tms100={ms100:.3}"));
+        rows.push(format!("timing\tbo\tms50={ms50:.3}\tms200={ms200:.3}"));
     }
     if let Some(path) = tsv {
-        std::fs::write(&path, rows.join("\n") + "\n").expect("write tsv");
+        if let Err(e) = std::fs::write(&path, rows.join("\n") + "\n") {
+            eprintln!("cannot write {path}: {e}");
+            std::process::exit(1);
+        }
     }
 }
