@@ -178,6 +178,9 @@ pub struct ContainerSpec {
     /// The working directory; `None`: the image's WORKDIR.
     #[serde(default)]
     pub workdir: Option<String>,
+    /// The job's network namespace (see [`crate::netns`]) instead of the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<PathBuf>,
 }
 
 /// The replica's container name: `trainyard-<job>-<attempt>-<replica>-<restart>-<hash of
@@ -224,8 +227,12 @@ pub fn run_args(c: &ContainerSpec, cgroup_parent: Option<&str>, env_file: &Path,
     push(format!("--name={}", c.name));
     push(format!("--label={RUN_DIR_LABEL}={}", run_dir.display()));
     push(format!("--pull={}", c.engine.pull.as_str()));
-    // Each replica keeps its own loopback address and port, as host processes do.
-    push("--network=host".into());
+    // Each replica keeps its own loopback address and port, as host processes do: in the
+    // host's network, or in its job's namespace (shared by the job's replicas only).
+    match &c.netns {
+        Some(ns) => push(format!("--network=ns:{}", ns.display())),
+        None => push("--network=host".into()),
+    }
     // PID 1 forwards signals and reaps: a program without a SIGTERM handler still stops.
     push("--init".into());
     // The output is attached (the shim logs it); no second copy in the engine's store.
@@ -376,6 +383,7 @@ mod tests {
             nofile: Some((1024, 4096)),
             devices: vec![],
             workdir: None,
+            netns: None,
         }
     }
 
@@ -399,6 +407,10 @@ mod tests {
         s.entrypoint = None;
         let a = run_args(&s, None, Path::new("/e"), &[], Path::new("/run"));
         assert!(!a.iter().any(|x| x.to_string_lossy().starts_with("--entrypoint")));
+        // In its job's network namespace instead of the host's.
+        s.netns = Some(PathBuf::from("/data/netns/7"));
+        let a = run_args(&s, None, Path::new("/e"), &[], Path::new("/run"));
+        assert!(a.contains(&OsString::from("--network=ns:/data/netns/7")) && !a.contains(&OsString::from("--network=host")), "{a:?}");
     }
 
     #[test]

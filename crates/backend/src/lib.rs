@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod container;
 mod fsutil;
+pub mod netns;
 pub mod local;
 pub mod log;
 mod procfs;

@@ -140,6 +140,11 @@ pub struct ShimSpec {
     /// no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_max_bytes: Option<u64>,
+    /// The job's network namespace (see [`crate::netns`]): the program starts in it
+    /// instead of the host's network. Host programs; a container gets it from the engine
+    /// (`ContainerSpec::netns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<PathBuf>,
 }
 
 /// Where the project's buckets appear for a host program with `gcs_mount`.
@@ -209,6 +214,7 @@ impl ShimSpec {
             container: None,
             gcs_mount: None,
             log_max_bytes: None,
+            netns: None,
         }
     }
 }
@@ -435,6 +441,13 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         run_as: spec.run_as,
     };
     let cgroup = cgroups.memory.as_ref();
+    // The job's network: entered by this thread, which starts the program (the shim's
+    // other threads and the engine's client, for a container, keep the host's).
+    if let (Some(ns), None) = (&spec.netns, &spec.container) {
+        if let Err(e) = crate::netns::enter(ns) {
+            return fail_before_start(run_dir, None, &cgroups, format!("cannot put the replica in its job's network: {e}"));
+        }
+    }
     if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {
         if let Err(e) = mount_gcs(source) {
             return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /gcs: {e}"));

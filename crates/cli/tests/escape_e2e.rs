@@ -422,3 +422,154 @@ fn a_data_directory_the_replicas_cannot_reach_is_refused() {
     assert!(err.contains(&format!("must pass through {}", closed.display())), "{err}");
     assert!(err.contains("chmod o+x"), "{err}");
 }
+
+/// What a replica of the network test does: the chief listens at its CLUSTER_SPEC address;
+/// the worker connects to it, then tries the server's API, a host service on loopback and
+/// on the host's other address, and a port of another project's job. Each try prints
+/// `REACHED <what>` or `DENIED <what>`.
+const NET_PROBE: &str = r#"
+import json, os, socket, sys, time
+spec = json.loads(os.environ["CLUSTER_SPEC"])
+task = spec["task"]
+def addr(a):
+    h, p = a.rsplit(":", 1)
+    return (h, int(p))
+def reach(a, timeout=1.0):
+    try:
+        socket.create_connection(a, timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+chief = addr(spec["cluster"]["workerpool0"][0])
+if task["type"] == "workerpool0":
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(chief)
+    l.listen()
+    l.settimeout(60)
+    print("listening", flush=True)
+    l.accept()[0].close()
+    print("peer connected", flush=True)
+    sys.exit(0)
+deadline = time.time() + 60
+while not reach(chief):
+    if time.time() > deadline:
+        print("PEER UNREACHABLE", flush=True)
+        sys.exit(1)
+    time.sleep(0.2)
+print("REACHED peer", flush=True)
+for what, target in [("server", ("127.0.0.1", int(os.environ["SERVER_PORT"]))),
+                     ("host_loopback", ("127.0.0.1", int(os.environ["HOST_PORT"]))),
+                     ("host_address", (os.environ["HOST_ADDR"], int(os.environ["HOST_PORT"]))),
+                     ("other_job", ("127.0.0.1", int(os.environ["OTHER_PORT"])))]:
+    print(("REACHED " if reach(target) else "DENIED ") + what, flush=True)
+"#;
+
+/// The host's first non-loopback IPv4 address (the one a route to the outside uses).
+fn host_address() -> Option<String> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then(|| ip.to_string())
+}
+
+/// One run of the network probe on a server with `[replicas] network = <mode>`: the
+/// probe's log, and the job's id.
+fn network_probe(mode: &str) -> (String, Server, u64) {
+    let s = Server::start(&format!("[replicas]\nnetwork = \"{mode}\"\n"));
+    // A service of the host, on every address (as the server would be with 0.0.0.0).
+    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || for c in host.incoming() { drop(c) });
+    // Another project's job that listens on its loopback.
+    let listen = "import socket,time\nl=socket.socket()\nl.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+                  l.bind(('127.0.0.1',0))\nl.listen()\nprint('port',l.getsockname()[1],flush=True)\ntime.sleep(120)";
+    let b = s.create("projB", &job("listener", &["python3", "-c", listen], &[], None));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let other_port = loop {
+        let text = s.logs_text(&name_of(&b));
+        if let Some(p) = text.lines().find_map(|l| l.split("stdout: port ").nth(1)) {
+            break p.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "B never listened: {text}\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let env = [
+        ("SERVER_PORT", s.port.to_string()),
+        ("HOST_PORT", host_port.to_string()),
+        ("HOST_ADDR", host_address().unwrap_or_else(|| "127.0.0.1".into())),
+        ("OTHER_PORT", other_port),
+    ];
+    let mut spec = job("probe", &["python3", "-c", NET_PROBE], &env, None);
+    let pool = spec["jobSpec"]["workerPoolSpecs"][0].clone();
+    spec["jobSpec"]["workerPoolSpecs"] = json!([pool.clone(), pool]);
+    let a = s.create("projA", &spec);
+    let done = s.wait_terminal(&name_of(&a), 120);
+    let text = s.logs_text(&name_of(&a));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{text}");
+    assert!(text.contains("peer connected") && text.contains("REACHED peer"), "the job's replicas must reach each other:\n{text}");
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&b))), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&name_of(&b), 60);
+    (text, s, id_of(&a))
+}
+
+/// `[replicas] network = "job"`: a job's replicas reach each other at their CLUSTER_SPEC
+/// addresses and nothing else: not the server's API, not a host service (on loopback or
+/// the host's address), not another project's job. With the host's network (the default)
+/// the same probe reaches all of them: the test would see a namespace that isolates
+/// nothing. A job's namespace is removed once the job has ended.
+#[test]
+fn a_jobs_network_reaches_its_replicas_and_nothing_else() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need a root server");
+        return;
+    }
+    if skip_on_slurm("a job's network namespace is one host's (refused with Slurm: see the next test)") {
+        return;
+    }
+    let (open, s, _) = network_probe("host");
+    for what in ["server", "host_loopback", "other_job"] {
+        assert!(open.lines().any(|l| l.ends_with(&format!("REACHED {what}"))), "host network: {what} not reached:\n{open}");
+    }
+    drop(s);
+
+    let (text, mut s, id) = network_probe("job");
+    for what in ["server", "host_loopback", "host_address", "other_job"] {
+        assert!(text.lines().any(|l| l.ends_with(&format!("DENIED {what}"))), "no DENIED {what}:\n{text}");
+    }
+    assert!(!text.contains("REACHED server") && !text.contains("REACHED other_job"), "{text}");
+    // The ended jobs' namespaces go (the sweep runs every 10 s).
+    let dir = s.data_dir().join("netns");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while dir.join(id.to_string()).exists() {
+        assert!(Instant::now() < deadline, "the namespace of ended job {id} is still there\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    s.kill9();
+    // The namespaces' directory is a mount of its own: unmount it before the data
+    // directory is removed.
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let _ = std::process::Command::new("umount").arg("-l").arg(e.path()).status();
+    }
+    let _ = std::process::Command::new("umount").arg("-l").arg(&dir).status();
+}
+
+/// `network = "job"` is refused with the Slurm backend (a job's replicas may be on
+/// several hosts), naming the key.
+#[test]
+fn a_job_network_with_slurm_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("t.toml");
+    std::fs::write(&cfg, "backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nnetwork = \"job\"\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("replicas.network") && err.contains("Slurm"), "{err}");
+}

@@ -133,6 +133,21 @@ struct ReplicasFile {
     pids_max: Option<u64>,
     /// Serve tokens although replicas run as the server's user.
     insecure_shared_user: Option<bool>,
+    /// `"host"` (default) or `"job"`: a network namespace of each job's own.
+    network: Option<Network>,
+}
+
+/// The network replicas run in (`[replicas] network`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// The host's network, as any process of the host.
+    #[default]
+    Host,
+    /// A network namespace of the job's own on this host, with only a loopback interface,
+    /// shared by the job's replicas: they reach each other (CLUSTER_SPEC) and nothing
+    /// else, neither the server's API nor other jobs' ports nor the outside.
+    Job,
 }
 
 /// Whom replicas run as (`[replicas]`).
@@ -143,6 +158,7 @@ pub struct Replicas {
     pub uid_range: Option<(u32, u32)>,
     pub pids_max: u64,
     pub insecure_shared_user: bool,
+    pub network: Network,
 }
 
 /// The first and last uid of the default range: far above the ids of a host's accounts
@@ -578,6 +594,14 @@ impl Config {
                     ));
                 }
             }
+            if r.network == Some(Network::Job) && file.backend.as_deref() == Some("slurm") {
+                return Err(invalid(
+                    "replicas.network",
+                    "\"job\" needs every replica of a job on this host (one network namespace); with Slurm, \
+                     replicas of a job may run on different hosts: use \"host\""
+                        .into(),
+                ));
+            }
             if r.pids_max == Some(0) {
                 return Err(invalid("replicas.pids_max", "must be at least 1".into()));
             }
@@ -729,6 +753,7 @@ impl Config {
                 uid_range: on.then(|| r.and_then(|r| r.uid_range).map(|[a, b]| (a, b)).unwrap_or(DEFAULT_UID_RANGE)),
                 pids_max: r.and_then(|r| r.pids_max).unwrap_or(DEFAULT_PIDS_MAX),
                 insecure_shared_user: r.and_then(|r| r.insecure_shared_user).unwrap_or(false),
+                network: r.and_then(|r| r.network).unwrap_or_default(),
             }
         };
         let containers = match &file.containers {

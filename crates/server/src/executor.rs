@@ -37,6 +37,8 @@ pub enum Work {
     Purge { seq: i64, dirs: Vec<PathBuf> },
     /// L22 retention: remove the output logs under these jobs' run directories.
     PurgeLogs { dirs: Vec<PathBuf> },
+    /// Remove the network namespaces of jobs that have ended.
+    RemoveNetns { paths: Vec<PathBuf> },
     /// L21: the newest modification time under a job's checkpoint directory, bounded (see
     /// `paths::newest_mtime`); answered with `Report::CheckpointScanned`.
     ScanCheckpoints { job: u64, dir: Confined },
@@ -187,7 +189,7 @@ impl Executor for Pool {
                     run(work, &self.backend, &self.sink, &self.report);
                 }
             }
-            Work::Purge { .. } | Work::PurgeLogs { .. } => {
+            Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
                 let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || run(work, &backend, &noop_sink(), &report));
                 if let Err(e) = spawned {
@@ -200,7 +202,11 @@ impl Executor for Pool {
                 let (run_id, kill) = match &work {
                     Work::Stop { run, .. } => (run.clone(), false),
                     Work::Kill { run, .. } => (run.clone(), true),
-                    Work::Launch { .. } | Work::Purge { .. } | Work::PurgeLogs { .. } | Work::ScanCheckpoints { .. } => return,
+                    Work::Launch { .. }
+                    | Work::Purge { .. }
+                    | Work::PurgeLogs { .. }
+                    | Work::RemoveNetns { .. }
+                    | Work::ScanCheckpoints { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -237,9 +243,7 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
                 match p.launch_after_dirs() {
                     Ok(launch) => runs.push(launch),
                     // Reported as the run's end; its outbox entry is done below.
-                    Err((run, message)) => {
-                        sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() })
-                    }
+                    Err((run, outcome)) => sink(BackendEvent::Exited { run, outcome, stderr_tail: Vec::new() }),
                 }
             }
             let later = launch_ready(runs, &**backend, sink);
@@ -275,6 +279,13 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
                 purge_logs(d, 3);
             }
         }
+        Work::RemoveNetns { paths } => {
+            for p in &paths {
+                if let Err(e) = trainyard_backend::netns::remove(p) {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
         Work::ScanCheckpoints { job, dir } => report(scan_checkpoints(job, &dir)),
     }
 }
@@ -301,8 +312,10 @@ impl Planned {
     /// `model/`, `checkpoints/`, `logs/`, a trial's metric directory), each below its root
     /// without following a link; the launch itself. A link on the way (a job planted it)
     /// is the run's StartError, and nothing is made through it; other failures are
-    /// logged and the run starts (its program meets them).
-    fn launch_after_dirs(self) -> Result<Launch, (RunId, String)> {
+    /// logged and the run starts (its program meets them). Then the job's network
+    /// namespace, when it has one; failing to make it is Trainyard's failure (L16).
+    fn launch_after_dirs(self) -> Result<Launch, (RunId, Outcome)> {
+        let start_error = |run: RunId, message: String| (run, Outcome::StartError { message });
         for d in &self.dirs {
             match d.create_dir_all() {
                 Ok(()) => {}
@@ -313,12 +326,19 @@ impl Planned {
                         d.root.join(at).display()
                     );
                     tracing::warn!("{}: {message}", self.launch.run);
-                    return Err((self.launch.run, message));
+                    return Err(start_error(self.launch.run, message));
                 }
                 Err(e) => tracing::warn!("{}: cannot create {}: {e}", self.launch.run, d.path().display()),
             }
         }
-        self.apply_grants()?;
+        self.apply_grants().map_err(|(run, message)| start_error(run, message))?;
+        let spec = &self.launch.spec;
+        if let Some(ns) = spec.netns.as_ref().or(spec.container.as_ref().and_then(|c| c.netns.as_ref())) {
+            if let Err(e) = trainyard_backend::netns::ensure(ns) {
+                tracing::error!("{}: {e}", self.launch.run);
+                return Err((self.launch.run, Outcome::LaunchFailed { message: e.to_string() }));
+            }
+        }
         Ok(self.launch)
     }
 
@@ -379,8 +399,8 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
                 Ok(python) => {
                     let mut launch = match planned.launch_after_dirs() {
                         Ok(launch) => launch,
-                        Err((run, message)) => {
-                            sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() });
+                        Err((run, outcome)) => {
+                            sink(BackendEvent::Exited { run, outcome, stderr_tail: Vec::new() });
                             report(Report::Launched { seqs: vec![seq] });
                             return;
                         }

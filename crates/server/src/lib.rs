@@ -110,6 +110,24 @@ pub fn start(
         Err(why) => return Err(StartError::Replicas(why)),
     }
     let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
+    if cfg.replicas.network == config::Network::Job {
+        let dir = driver::netns_dir(&cfg.data_dir);
+        if !nix::unistd::geteuid().is_root() {
+            return Err(StartError::Replicas(
+                "[replicas] network = \"job\" needs the server to run as root (it makes a network namespace per job); \
+                 run it as root or set network = \"host\""
+                    .into(),
+            ));
+        }
+        trainyard_backend::netns::prepare_dir(&dir).map_err(|e| StartError::Replicas(format!("[replicas] network = \"job\": {e}")))?;
+        tracing::info!(
+            "replicas' network: one namespace per job with only a loopback interface (its replicas reach each other, \
+             nothing else), bound in {}",
+            dir.display()
+        );
+    } else {
+        tracing::info!("replicas' network: the host's ([replicas] network = \"host\")");
+    }
     // Agents are `<this program> node-agent` (the shim may be a program of its own).
     let node_agent = cfg
         .node_agents

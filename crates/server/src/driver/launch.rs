@@ -173,6 +173,17 @@ fi
 exec "$PY" -m "$@""#;
 
 /// The program, environment (L8) and memory limit (L14) of one run.
+/// Where a job's network namespace is bound (`[replicas] network = "job"`), made by the
+/// executor before the job's first launch and removed once the job has ended.
+pub(super) fn job_netns(svc: &Services, job: u64) -> Option<PathBuf> {
+    (svc.cfg.replicas.network == crate::config::Network::Job).then(|| netns_dir(&svc.cfg.data_dir).join(job.to_string()))
+}
+
+/// The directory of the jobs' network namespaces.
+pub fn netns_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("netns")
+}
+
 /// With `run_as`, the program runs as its project's user (see `identity`): in
 /// `<run_dir>/work`, with `HOME` and `TMPDIR` `<run_dir>/home` and a minimal environment;
 /// the grants make those, the project's namespace, the output and metric directories and
@@ -335,6 +346,7 @@ pub(super) fn launch_plan(
     };
     shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
     shim.log_max_bytes = Some(svc.cfg.settings.log_max_bytes_per_run).filter(|m| *m > 0);
+    shim.netns = job_netns(svc, job.id);
     if let Some(ce) = ce {
         let project = job.project.as_str();
         let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
@@ -365,6 +377,7 @@ pub(super) fn launch_plan(
             // The NVIDIA container toolkit's CDI names (`nvidia-ctk cdi generate`).
             devices: replica.devices.iter().map(|u| format!("nvidia.com/gpu={u}")).collect(),
             workdir: ce.workdir.clone(),
+            netns: job_netns(svc, job.id),
         };
         match (&pool.container_spec, &pool.python_package_spec) {
             (Some(c), _) => {

@@ -7,6 +7,7 @@ mod fleet;
 mod gpus;
 mod jobs;
 mod launch;
+pub use launch::netns_dir;
 mod pipelines;
 mod stops;
 mod studies;
@@ -174,6 +175,8 @@ pub struct Driver {
     gpus_missing: BTreeMap<String, BTreeSet<String>>,
     /// L22 retention: when the logs of ended jobs are next looked at.
     next_log_sweep: Micros,
+    /// When the network namespaces of ended jobs are next looked for.
+    next_netns_sweep: Micros,
     clock: Arc<dyn Clock>,
     /// Liveness for `/healthz` and the API.
     health: Arc<Health>,
@@ -368,6 +371,7 @@ impl Driver {
             stops: HashMap::new(),
             gpus_missing: BTreeMap::new(),
             next_log_sweep: 0,
+            next_netns_sweep: 0,
             clock,
             health: Arc::new(Health::default()),
             watched_nodes: HashSet::new(),
@@ -618,6 +622,7 @@ impl Driver {
         self.drain_study_events(now)?;
         self.drain_pipeline_events(now)?;
         self.sweep_logs(now)?;
+        self.sweep_netns(now);
         self.retry_later_launches(now);
         self.stop_timers(now);
         self.poll_backend_reasons(now)?;
@@ -806,11 +811,31 @@ pub(crate) fn served_region(region: &str, served: &str) -> Result<(), ApiError> 
 
 /// The store's key of the end time up to which ended jobs' logs were removed.
 const LOGS_SWEPT: &str = "logs_swept_through";
+const NETNS_SWEEP_EVERY: Micros = 10_000_000;
 
 impl Driver {
     /// L22 retention (`[lifecycle] log_retention_secs`): the output logs of CustomJobs that
     /// ended longer ago than that are removed, off this thread; their records and
     /// lifecycle events stay. Looked at every half retention period, at most hourly.
+    /// The network namespaces of jobs that have ended (`[replicas] network = "job"`, a
+    /// job's replicas are all gone once it is terminal, L20), also of those that ended
+    /// while the server was down, are removed every `NETNS_SWEEP_EVERY`.
+    fn sweep_netns(&mut self, now: Micros) {
+        if self.svc.cfg.replicas.network != crate::config::Network::Job || now < self.next_netns_sweep {
+            return;
+        }
+        self.next_netns_sweep = now + NETNS_SWEEP_EVERY;
+        let dir = launch::netns_dir(&self.svc.cfg.data_dir);
+        let ended: Vec<PathBuf> = trainyard_backend::netns::list(&dir)
+            .into_iter()
+            .filter(|id| !self.jobs.contains_key(id))
+            .map(|id| dir.join(id.to_string()))
+            .collect();
+        if !ended.is_empty() {
+            self.exec.submit(crate::executor::Work::RemoveNetns { paths: ended });
+        }
+    }
+
     fn sweep_logs(&mut self, now: Micros) -> Result<(), StoreError> {
         let keep = self.svc.cfg.settings.log_retention_secs;
         if keep == 0 || now < self.next_log_sweep {
