@@ -7,7 +7,7 @@
 //! [`router`]. This module holds what they share (the state, read connections, errors,
 //! `$alt`, request bodies, the driver's replies) and the routes that are not a kind's:
 //! a CustomJob's logs, operations, administration, health, the console and the OpenAPI
-//! document.
+//! document. The Vizier API's studies and trials have their own handlers ([`vizier`]).
 
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
@@ -31,6 +31,7 @@ use crate::logs;
 pub mod kinds;
 mod list;
 pub mod resources;
+pub mod vizier;
 
 use kinds::{CustomJobs, TrainingPipelines, TuningJobs};
 
@@ -409,9 +410,12 @@ fn allowed_methods(path: &str) -> &'static str {
     let last = path.rsplit('/').next().unwrap_or("");
     if last.contains(':') {
         "POST"
-    } else if path.ends_with("/customJobs") || path.ends_with("/hyperparameterTuningJobs") {
+    } else if path.ends_with("/customJobs") || path.ends_with("/hyperparameterTuningJobs") || path.ends_with("/studies") || path.ends_with("/trials") {
         "GET, POST"
-    } else if (path.contains("/customJobs/") || path.contains("/hyperparameterTuningJobs/")) && !path.ends_with("/logs") {
+    } else if (path.contains("/customJobs/") || path.contains("/hyperparameterTuningJobs/") || path.contains("/studies/"))
+        && !path.ends_with("/logs")
+        && !path.contains("/operations/")
+    {
         "GET, DELETE"
     } else {
         "GET"
@@ -449,6 +453,7 @@ pub fn router(state: AppState) -> Router {
         .merge(resources::routes::<CustomJobs>())
         .merge(resources::routes::<TuningJobs>())
         .merge(resources::routes::<TrainingPipelines>())
+        .merge(vizier::routes())
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
         .route("/v1/admin/nodes", get(list_nodes))

@@ -11,10 +11,12 @@ pub use launch::netns_dir;
 mod pipelines;
 mod stops;
 mod studies;
+mod vizier;
 mod waiting;
 
 pub use pipelines::{pipeline_name, render_pipeline, KIND_PIPELINE};
 pub use studies::{render_study, study_name, trial_resource};
+pub use vizier::{read_vizier_study, render_vizier_study, VizierAnswer, VizierCall, VizierOp, KIND_VIZIER};
 pub use waiting::{Waiting, WaitingView};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -65,6 +67,10 @@ pub enum Msg {
     CreatePipeline { project: String, region: String, resource: Box<trainyard_api::TrainingPipeline>, reply: Reply<trainyard_api::TrainingPipeline> },
     /// Cancel a TrainingPipeline (and its CustomJob).
     CancelPipeline { project: String, region: String, id: u64, reply: Reply<()> },
+    /// A write of the Vizier API (a study or its trials).
+    Vizier { call: Box<VizierCall>, reply: Reply<VizierAnswer> },
+    /// The optimiser's answer to a Vizier study's pending suggest request.
+    VizierSuggested { study: u64, op: u64, result: vizier::Suggested },
     /// Delete an ended resource of a kind (`KIND_CUSTOM`, `KIND_STUDY`): answered with the
     /// done Operation; its files are purged through the outbox.
     Delete { kind: &'static str, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
@@ -191,6 +197,11 @@ pub struct Driver {
     fault: std::cell::RefCell<Option<StoreError>>,
     /// What `/metrics` shows, kept up to date on each change.
     metrics: Arc<crate::metrics::Metrics>,
+    /// Vizier studies whose suggestions are being computed: project, region and the
+    /// pending request's operation.
+    vizier_running: HashMap<u64, (String, String, u64)>,
+    /// Requests waiting for a suggest Operation to be done, by operation.
+    vizier_waiters: HashMap<u64, Vec<tokio::sync::oneshot::Sender<serde_json::Value>>>,
 }
 
 /// Where the driver reads the time: the system clock, or a virtual one in tests.
@@ -313,8 +324,10 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } | Msg::CancelPipeline { reply, .. } => drop(reply.send(Err(no()))),
         Msg::CreatePipeline { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
-        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) => {}
+        // A suggestion that cannot be stored now is computed again by the resync.
+        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) | Msg::VizierSuggested { .. } => {}
     }
     Flow::Continue
 }
@@ -383,6 +396,8 @@ impl Driver {
             } else {
                 crate::metrics::Metrics::disabled()
             }),
+            vizier_running: HashMap::new(),
+            vizier_waiters: HashMap::new(),
         };
         (d, tx)
     }
@@ -521,6 +536,7 @@ impl Driver {
         }
         self.recover_studies()?;
         self.recover_pipelines()?;
+        self.recover_vizier()?;
         Ok(())
     }
 
@@ -772,6 +788,11 @@ impl Driver {
                 let r = self.cancel_pipeline(&project, &region, id, now);
                 let _ = reply.send(r);
             }
+            Msg::Vizier { call, reply } => {
+                let r = self.vizier(*call, now);
+                let _ = reply.send(r);
+            }
+            Msg::VizierSuggested { study, op, result } => self.vizier_suggested(study, op, result, now),
             Msg::CreateStudy { project, region, resource, reply } => {
                 let r = self.create_study(project, region, *resource, now);
                 let _ = reply.send(r);

@@ -70,7 +70,7 @@ pub(super) async fn page<K: ResourceKind>(state: &AppState, project: &str, regio
 }
 
 /// `pageSize`: 0 or absent for 100, at most 1000 (larger values are lowered).
-fn page_size(text: Option<&str>) -> Result<usize, ApiError> {
+pub(super) fn page_size(text: Option<&str>) -> Result<usize, ApiError> {
     match text {
         None | Some("") => Ok(DEFAULT_PAGE),
         Some(s) => match s.parse::<i32>() {
@@ -86,7 +86,7 @@ fn page_size(text: Option<&str>) -> Result<usize, ApiError> {
 /// query it belongs to (kind, project, region, filter) with the server's key, so a token
 /// that was altered or comes from another query is refused. Ids only grow, so jobs created
 /// between pages do not move the position.
-fn make_token(key: &[u8], scope: &str, last_id: u64) -> String {
+pub(super) fn make_token(key: &[u8], scope: &str, last_id: u64) -> String {
     format!("{last_id:x}.{}", hex(&token_mac(key, scope, last_id)))
 }
 
@@ -105,7 +105,7 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn read_token(key: &[u8], scope: &str, token: &str) -> Result<u64, ApiError> {
+pub(super) fn read_token(key: &[u8], scope: &str, token: &str) -> Result<u64, ApiError> {
     let bad = || ApiError::invalid_argument("Invalid pageToken: it was altered or belongs to another query.");
     let (pos, mac) = token.split_once('.').ok_or_else(bad)?;
     let last = u64::from_str_radix(pos, 16).map_err(|_| bad())?;
