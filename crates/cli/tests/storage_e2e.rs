@@ -157,6 +157,53 @@ fn b64(bytes: &[u8]) -> String {
     out
 }
 
+/// MD5 (RFC 1321) in base64: the tests' own reference.
+fn md5_b64(data: &[u8]) -> String {
+    const S: [u32; 16] = [7, 12, 17, 22, 5, 9, 14, 20, 4, 11, 16, 23, 6, 10, 15, 21];
+    let k: Vec<u32> = (0..64).map(|i| ((i as f64 + 1.0).sin().abs() * 4_294_967_296.0) as u32).collect();
+    let mut h: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+    let mut tail = data[data.len() / 64 * 64..].to_vec();
+    tail.push(0x80);
+    while tail.len() % 64 != 56 {
+        tail.push(0);
+    }
+    tail.extend_from_slice(&(data.len() as u64).wrapping_mul(8).to_le_bytes());
+    for block in data.chunks_exact(64).chain(tail.chunks_exact(64)) {
+        let m: Vec<u32> = block.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+        let [mut a, mut b, mut c, mut d] = h;
+        for i in 0..64 {
+            let (f, g) = match i / 16 {
+                0 => ((b & c) | (!b & d), i),
+                1 => ((d & b) | (!d & c), (5 * i + 1) % 16),
+                2 => (b ^ c ^ d, (3 * i + 5) % 16),
+                _ => (c ^ (b | !d), (7 * i) % 16),
+            };
+            let f = f.wrapping_add(a).wrapping_add(k[i]).wrapping_add(m[g]);
+            a = d;
+            d = c;
+            c = b;
+            b = b.wrapping_add(f.rotate_left(S[i / 16 * 4 + i % 4]));
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    b64(&h.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+/// The object's metadata once it has its MD5 (computed after the commit of an upload
+/// that sent none).
+fn wait_md5(s: &Server, bucket: &str, name: &str) -> Value {
+    let mut m = Value::Null;
+    wait_until(30, &format!("{bucket}/{name} has its md5Hash"), || {
+        let r = req(s, "GET", &format!("/storage/v1/b/{bucket}/o/{}", enc(name)), &[], None);
+        assert_eq!(r.status, 200, "{}", r.json());
+        m = r.json();
+        m["md5Hash"].is_string()
+    });
+    m
+}
+
 fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..n)
@@ -188,7 +235,8 @@ fn buckets_uploads_downloads_listings_and_deletes() {
     assert_eq!(o["kind"], "storage#object");
     assert_eq!((o["name"].as_str(), o["bucket"].as_str(), o["size"].as_str()), (Some("dir/hello.txt"), Some("bkt"), Some("11")));
     assert_eq!(o["crc32c"], "yZRlqg==");
-    assert_eq!(o["md5Hash"], "XrY7u+Ae7tCTyyK7j1rNww==");
+    // No MD5 was sent: it is computed after the commit, as `md5_after_the_commit` checks.
+    assert_eq!(wait_md5(&s, "bkt", "dir/hello.txt")["md5Hash"], "XrY7u+Ae7tCTyyK7j1rNww==");
     assert!(o["generation"].as_str().unwrap().parse::<i64>().unwrap() > 0);
     assert_eq!(o["metageneration"], "1");
     assert_eq!(o["id"], format!("bkt/dir/hello.txt/{}", o["generation"].as_str().unwrap()));
@@ -291,6 +339,193 @@ fn buckets_uploads_downloads_listings_and_deletes() {
     r.assert_error(400, "invalid");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("demo, other"), "{}", r.json());
     assert!(upload_files(&s, "demo").is_empty(), "{:?}", upload_files(&s, "demo"));
+}
+
+/// A multipart upload body: the metadata `meta`, then `data`.
+fn multipart_body(meta: &Value, data: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "===============5551212==";
+    let mut body = format!("--{boundary}\r\ncontent-type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n--{boundary}\r\ncontent-type: application/octet-stream\r\n\r\n").into_bytes();
+    body.extend_from_slice(data);
+    body.extend_from_slice(format!("\r\n--{boundary}--").as_bytes());
+    (format!("multipart/related; boundary=\"{boundary}\""), body)
+}
+
+fn multipart(s: &Server, meta: &Value, data: &[u8]) -> Resp {
+    let (ct, body) = multipart_body(meta, data);
+    req(s, "POST", "/upload/storage/v1/b/bkt/o?uploadType=multipart", &[("Content-Type", &ct)], Some(body))
+}
+
+/// A resumable upload of `data` in two requests: its start (with `meta`), the first
+/// 256 KiB, then the rest with `last_headers`. The last answer.
+fn resumable(s: &Server, meta: &Value, data: &[u8], last_headers: &[(&str, &str)]) -> Resp {
+    let r = req(s, "POST", "/upload/storage/v1/b/bkt/o?uploadType=resumable", &[("Content-Type", "application/json")], Some(meta.to_string().into_bytes()));
+    assert_eq!(r.status, 200, "{}", r.json());
+    let loc = r.header("location").expect("a Location").to_string();
+    let c = 262_144;
+    assert!(data.len() > c);
+    let r = req(s, "PUT", &loc, &[("Content-Range", &format!("bytes 0-{}/*", c - 1))], Some(data[..c].to_vec()));
+    assert_eq!(r.status, 308);
+    let range = format!("bytes {c}-{}/{}", data.len() - 1, data.len());
+    let mut h = vec![("Content-Range", range.as_str())];
+    h.extend_from_slice(last_headers);
+    req(s, "PUT", &loc, &h, Some(data[c..].to_vec()))
+}
+
+/// Uploads without a client MD5 are answered once committed, with their CRC32C only; the
+/// MD5 is computed after, and a newer write or a delete of the name wins over it.
+#[test]
+fn md5_after_the_commit() {
+    let s = Server::start("");
+    create_bucket(&s, "demo", "bkt");
+    assert_eq!(md5_b64(b""), "1B2M2Y8AsgTpgAmY7PhCfg==");
+    assert_eq!(md5_b64(b"hello world"), "XrY7u+Ae7tCTyyK7j1rNww==");
+    let data = pseudo_random(3_000_000, 21);
+    let (crc, want) = (crc32c_b64(&data), md5_b64(&data));
+    let answers = [
+        ("media.bin", media(&s, "bkt", "media.bin", &data)),
+        ("multi.bin", multipart(&s, &json!({"name": "multi.bin"}), &data)),
+        ("res.bin", resumable(&s, &json!({"name": "res.bin"}), &data, &[])),
+    ];
+    for (name, r) in &answers {
+        let o = r.json();
+        assert_eq!((r.status, o["crc32c"].as_str()), (200, Some(crc.as_str())), "{name}: {o}");
+        assert!(o.get("md5Hash").is_none(), "{name} is answered before its MD5 is computed: {o}");
+        let m = wait_md5(&s, "bkt", name);
+        assert_eq!((m["md5Hash"].as_str(), m["generation"].as_str()), (Some(want.as_str()), o["generation"].as_str()), "{name}: {m}");
+        let d = get_media(&s, "bkt", name, &[]);
+        assert_eq!(d.header("x-goog-hash"), Some(format!("crc32c={crc},md5={want}").as_str()), "{name}");
+        assert!(d.body == data);
+    }
+    let listed = req(&s, "GET", "/storage/v1/b/bkt/o", &[], None).json();
+    for item in listed["items"].as_array().unwrap() {
+        assert_eq!(item["md5Hash"].as_str(), Some(want.as_str()), "{item}");
+    }
+
+    // The name written again while the MD5 of its big first object is being computed:
+    // the answer comes at once, the computation takes a while; the MD5 kept is the new
+    // object's, never the old one's.
+    for round in 0..3u64 {
+        let big = pseudo_random(48 << 20, 100 + round);
+        assert_eq!(media(&s, "bkt", "race.bin", &big).status, 200);
+        let small = format!("round {round}").into_bytes();
+        let r = media(&s, "bkt", "race.bin", &small);
+        let o = r.json();
+        assert_eq!(r.status, 200, "{o}");
+        let want = (Some(md5_b64(&small)), o["generation"].as_str().map(str::to_string), Some(small.len().to_string()));
+        let got = |m: &Value| (m["md5Hash"].as_str().map(str::to_string), m["generation"].as_str().map(str::to_string), m["size"].as_str().map(str::to_string));
+        assert_eq!(got(&wait_md5(&s, "bkt", "race.bin")), want, "round {round}");
+        // Still so once the big object's computation is surely over.
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(got(&req(&s, "GET", "/storage/v1/b/bkt/o/race.bin", &[], None).json()), want, "round {round}");
+        assert_eq!(get_media(&s, "bkt", "race.bin", &[]).body, small);
+    }
+    // Deleted while its MD5 is being computed: it stays deleted.
+    let big = pseudo_random(48 << 20, 7);
+    assert_eq!(media(&s, "bkt", "gone.bin", &big).status, 200);
+    assert_eq!(req(&s, "DELETE", "/storage/v1/b/bkt/o/gone.bin", &[], None).status, 204);
+    std::thread::sleep(Duration::from_millis(700));
+    req(&s, "GET", "/storage/v1/b/bkt/o/gone.bin", &[], None).assert_error(404, "notFound");
+    assert!(!root(&s).join("demo/bkt/gone.bin").exists());
+}
+
+/// An MD5 the client sends is checked before the commit, whichever way it comes: a
+/// mismatch is 400 and nothing is stored; a match is answered with the MD5.
+#[test]
+fn a_client_md5_is_checked_before_the_commit() {
+    let s = Server::start("");
+    create_bucket(&s, "demo", "bkt");
+    let data = pseudo_random(2_000_000, 31);
+    let (good, bad) = (md5_b64(&data), md5_b64(b"other bytes"));
+    let refused = |name: &str, r: Resp| {
+        r.assert_error(400, "invalid");
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("MD5"), "{name}: {}", r.json());
+        get_media(&s, "bkt", name, &[]).assert_error(404, "notFound");
+        assert!(!root(&s).join("demo/bkt").join(name).exists(), "{name}");
+    };
+    let accepted = |name: &str, r: Resp| {
+        let o = r.json();
+        assert_eq!((r.status, o["md5Hash"].as_str()), (200, Some(good.as_str())), "{name}: {o}");
+        assert!(get_media(&s, "bkt", name, &[]).body == data, "{name}");
+    };
+    let media_with = |name: &str, md5: &str| {
+        let path = format!("/upload/storage/v1/b/bkt/o?uploadType=media&name={name}");
+        req(&s, "POST", &path, &[("X-Goog-Hash", &format!("md5={md5}"))], Some(data.clone()))
+    };
+    // X-Goog-Hash of a media upload.
+    refused("media-bad.bin", media_with("media-bad.bin", &bad));
+    accepted("media.bin", media_with("media.bin", &good));
+    // md5Hash of a multipart upload's metadata.
+    refused("multi-bad.bin", multipart(&s, &json!({"name": "multi-bad.bin", "md5Hash": bad}), &data));
+    accepted("multi.bin", multipart(&s, &json!({"name": "multi.bin", "md5Hash": good}), &data));
+    // md5Hash of a resumable upload's start.
+    refused("start-bad.bin", resumable(&s, &json!({"name": "start-bad.bin", "md5Hash": bad}), &data, &[]));
+    accepted("start.bin", resumable(&s, &json!({"name": "start.bin", "md5Hash": good}), &data, &[]));
+    // X-Goog-Hash with a resumable upload's last chunk only, as the Python client sends it.
+    let last = |md5: &str| format!("md5={md5}");
+    refused("last-bad.bin", resumable(&s, &json!({"name": "last-bad.bin"}), &data, &[("X-Goog-Hash", &last(&bad))]));
+    accepted("last.bin", resumable(&s, &json!({"name": "last.bin"}), &data, &[("X-Goog-Hash", &last(&good))]));
+    let (names, _, _) = list_all(&s, "bkt", "");
+    assert_eq!(names, ["last.bin", "media.bin", "multi.bin", "start.bin"]);
+    wait_until(10, "no temporary file is left", || !upload_files(&s, "demo").iter().any(|f| f.starts_with("tmp-") || f.ends_with(".part")));
+}
+
+/// Set the server's metadata attribute of a file as if its MD5 had never been computed.
+fn forget_md5(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let attr = c"user.trainyard.gcs";
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let n = unsafe { libc::getxattr(p.as_ptr(), attr.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n > 0, "{} has the server's metadata", path.display());
+    let mut meta: Value = serde_json::from_slice(&buf[..n as usize]).unwrap();
+    assert!(meta.as_object_mut().unwrap().remove("md5Hash").is_some(), "{meta}");
+    let text = meta.to_string();
+    // SAFETY: as above.
+    let r = unsafe { libc::setxattr(p.as_ptr(), attr.as_ptr(), text.as_ptr().cast(), text.len(), 0) };
+    assert_eq!(r, 0, "setxattr {}", path.display());
+}
+
+/// Nothing of the MD5s to compute is lost with the server: an object committed without
+/// its MD5 gets it when it is next read (its metadata, a listing, its bytes).
+#[test]
+fn an_md5_never_computed_before_a_restart_is_computed_when_the_object_is_read() {
+    let mut s = Server::start("");
+    create_bucket(&s, "demo", "bkt");
+    let objects: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("o{i}.bin"), pseudo_random(1_000_000 + i, 50 + i as u64))).collect();
+    for (name, data) in &objects {
+        assert_eq!(media(&s, "bkt", name, data).status, 200);
+        wait_md5(&s, "bkt", name);
+    }
+    // Killed right after an answer: its MD5 may not have been computed yet.
+    let late = pseudo_random(16 << 20, 59);
+    assert_eq!(media(&s, "bkt", "late.bin", &late).status, 200);
+    s.kill9();
+    // And as if the others' had not been either.
+    for (name, _) in &objects {
+        forget_md5(&root(&s).join("demo/bkt").join(name));
+    }
+    s.spawn();
+    let no_md5 = |v: &Value| v.get("md5Hash").is_none();
+    // Its metadata.
+    let m = req(&s, "GET", "/storage/v1/b/bkt/o/o0.bin", &[], None).json();
+    assert!(no_md5(&m), "{m}");
+    assert_eq!(wait_md5(&s, "bkt", "o0.bin")["md5Hash"].as_str(), Some(md5_b64(&objects[0].1).as_str()));
+    // A listing.
+    let item = |name: &str| {
+        let v = req(&s, "GET", &format!("/storage/v1/b/bkt/o?prefix={name}"), &[], None).json();
+        v["items"][0].clone()
+    };
+    assert!(no_md5(&item("o1.bin")), "{}", item("o1.bin"));
+    wait_until(30, "the listing shows o1.bin's MD5", || item("o1.bin")["md5Hash"].is_string());
+    assert_eq!(item("o1.bin")["md5Hash"].as_str(), Some(md5_b64(&objects[1].1).as_str()));
+    // Its bytes.
+    let hash = || get_media(&s, "bkt", "o2.bin", &[]).header("x-goog-hash").map(str::to_string);
+    assert_eq!(hash(), Some(format!("crc32c={}", crc32c_b64(&objects[2].1))));
+    wait_until(30, "a download of o2.bin has its MD5", || hash().is_some_and(|h| h.contains("md5=")));
+    assert_eq!(hash(), Some(format!("crc32c={},md5={}", crc32c_b64(&objects[2].1), md5_b64(&objects[2].1))));
+    // The object whose server was killed right after its answer.
+    assert_eq!(wait_md5(&s, "bkt", "late.bin")["md5Hash"].as_str(), Some(md5_b64(&late).as_str()));
 }
 
 #[test]

@@ -9,17 +9,23 @@
 //!
 //! - `cp SRC DST`, then `sync DST` (an fsync): the baselines `cp` and `cp + fsync`;
 //! - upload: `curl -T SRC -X POST .../upload/storage/v1/b/bench/o?uploadType=media&name=big`
-//!   (curl streams the file; the server streams it to a temporary file, computes CRC32C
-//!   and MD5, fsyncs and renames it into place);
+//!   (curl streams the file; the server streams it to a temporary file, computes its
+//!   CRC32C, fsyncs and renames it into place, and answers; no MD5 was sent, so the
+//!   server computes it after, in the background), and then the time until the object's
+//!   metadata shows that MD5 (polled every 10 ms);
+//! - upload with an MD5 (`X-Goog-Hash: md5=...`, as a client that wants it checked sends
+//!   it): the server computes the MD5 as the bytes come and checks it before the commit;
 //! - download: `curl -o DL .../download/storage/v1/b/bench/o/big?alt=media` (to a file on
 //!   the same disk, not synced: compared with `cp`);
-//! - for reference: `md5sum SRC` (the MD5 the server computes of every upload, alone),
-//!   and the download to /dev/null (the server's side without curl's writes).
+//! - for reference: `md5sum SRC` (MD5 alone), and the download to /dev/null (the
+//!   server's side without curl's writes).
 //!
-//! The medians are printed, with the ratios `cp time / endpoint time` (1.0: as fast as
-//! cp). The server's resident memory is sampled from `/proc/<pid>/status` (VmRSS) every
-//! 5 ms during each transfer; VmHWM is the high-water mark of the server's life. The
-//! downloaded bytes are compared with the source at the end.
+//! Each measurement starts once the server has nothing left to do from the one before
+//! (the background MD5 is waited for). The medians are printed, with the ratios
+//! `cp time / endpoint time` (1.0: as fast as cp). The server's resident memory is
+//! sampled from `/proc/<pid>/status` (VmRSS) every 5 ms during each transfer (and the
+//! background MD5); VmHWM is the high-water mark of the server's life. The MD5 the server
+//! computed is compared with md5sum's, the downloaded bytes with the source.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -243,6 +249,47 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
     }
 }
 
+/// The object's `md5Hash`, if its metadata has one.
+fn md5_of_object(url: &str) -> Result<Option<String>> {
+    let mut r = agent().get(url).call().with_context(|| format!("GET {url}"))?;
+    if r.status() != 200 {
+        bail!("GET {url}: {}", r.status());
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.body_mut().read_to_string()?).context("the object's metadata")?;
+    Ok(v["md5Hash"].as_str().map(str::to_string))
+}
+
+/// Poll the object's metadata every 10 ms until it has its `md5Hash` (60 s at most).
+fn wait_md5(url: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(m) = md5_of_object(url)? {
+            return Ok(m);
+        }
+        if Instant::now() > deadline {
+            bail!("the object has no md5Hash 60 s after its upload");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Base64 of `md5sum`'s hex digest, as the API writes MD5s.
+fn md5sum_b64(path: &Path) -> Result<String> {
+    let out = Command::new("md5sum").arg(path).output().context("running md5sum")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = text.split_whitespace().next().filter(|h| h.len() == 32).ok_or_else(|| anyhow!("md5sum said {text:?}"))?;
+    let bytes: Vec<u8> = (0..16).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect::<Result<_, _>>()?;
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            out.push(if i <= c.len() { A[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    Ok(out)
+}
+
 fn run(o: &Opts) -> Result<()> {
     let exe = match &o.server_bin {
         Some(p) => p.clone(),
@@ -271,10 +318,13 @@ fn run(o: &Opts) -> Result<()> {
     let idle_rss = server.status_kib("VmRSS:");
     let upload_url = format!("{}/upload/storage/v1/b/bench/o?uploadType=media&name=big", server.base);
     let download_url = format!("{}/download/storage/v1/b/bench/o/big?alt=media", server.base);
+    let meta_url = format!("{}/storage/v1/b/bench/o/big", server.base);
+    let want_md5 = md5sum_b64(&src)?;
     let (dst, dl) = (dir.join("cp.bin"), dir.join("dl.bin"));
     let (mut cp, mut cp_sync, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut up_md5_ready, mut up_client_md5) = (Vec::new(), Vec::new());
     let (mut md5, mut null) = (Vec::new(), Vec::new());
-    let (mut up_rss, mut down_rss) = (0u64, 0u64);
+    let (mut up_rss, mut up_md5_rss, mut down_rss) = (0u64, 0u64, 0u64);
     for rep in 0..o.reps {
         let _ = std::fs::remove_file(&dst);
         let _ = std::fs::remove_file(&dl);
@@ -285,14 +335,36 @@ fn run(o: &Opts) -> Result<()> {
         cp_sync.push((c + s).as_secs_f64());
         sync_all();
         let sampler = RssSampler::start(server.child.id());
+        let t0 = Instant::now();
         let u = timed(
             Command::new("curl")
                 .args(["-sS", "-f", "-X", "POST", "-H", "Content-Type: application/octet-stream", "-o", "/dev/null", "-T"])
                 .arg(&src)
                 .arg(&upload_url),
         )?;
+        let got = wait_md5(&meta_url)?;
+        let ready = t0.elapsed();
         up_rss = up_rss.max(sampler.finish());
+        if got != want_md5 {
+            bail!("the server's MD5 of the upload is {got}, md5sum's {want_md5}");
+        }
         up.push(u.as_secs_f64());
+        up_md5_ready.push(ready.as_secs_f64());
+        sync_all();
+        let sampler = RssSampler::start(server.child.id());
+        let um = timed(
+            Command::new("curl")
+                .args(["-sS", "-f", "-X", "POST", "-H", "Content-Type: application/octet-stream", "-H"])
+                .arg(format!("X-Goog-Hash: md5={want_md5}"))
+                .args(["-o", "/dev/null", "-T"])
+                .arg(&src)
+                .arg(&upload_url),
+        )?;
+        up_md5_rss = up_md5_rss.max(sampler.finish());
+        if md5_of_object(&meta_url)?.as_deref() != Some(want_md5.as_str()) {
+            bail!("the upload with an MD5 is not answered with it");
+        }
+        up_client_md5.push(um.as_secs_f64());
         sync_all();
         let sampler = RssSampler::start(server.child.id());
         let d = timed(Command::new("curl").args(["-sS", "-f", "-o"]).arg(&dl).arg(&download_url))?;
@@ -303,11 +375,13 @@ fn run(o: &Opts) -> Result<()> {
         let m = timed(Command::new("md5sum").arg(&src))?;
         md5.push(m.as_secs_f64());
         println!(
-            "rep {}: cp {:.2} s, cp + fsync {:.2} s, upload {:.2} s, download {:.2} s ({:.2} s to /dev/null), md5sum {:.2} s",
+            "rep {}: cp {:.2} s, cp + fsync {:.2} s, upload {:.2} s (MD5 kept after {:.2} s), upload with an MD5 {:.2} s, download {:.2} s ({:.2} s to /dev/null), md5sum {:.2} s",
             rep + 1,
             c.as_secs_f64(),
             (c + s).as_secs_f64(),
             u.as_secs_f64(),
+            ready.as_secs_f64(),
+            um.as_secs_f64(),
             d.as_secs_f64(),
             n.as_secs_f64(),
             m.as_secs_f64()
@@ -322,6 +396,7 @@ fn run(o: &Opts) -> Result<()> {
     }
     let hwm = server.status_kib("VmHWM:");
     let (cp, cp_sync, up, down) = (median(&mut cp), median(&mut cp_sync), median(&mut up), median(&mut down));
+    let (up_ready, up_md5) = (median(&mut up_md5_ready), median(&mut up_client_md5));
     let (md5, null) = (median(&mut md5), median(&mut null));
     let mibs = |secs: f64| bytes as f64 / (1 << 20) as f64 / secs;
     println!();
@@ -329,15 +404,18 @@ fn run(o: &Opts) -> Result<()> {
     println!("|---|---|---|---|");
     println!("| [base] cp | {cp:.2} | {:.0} | 1.00 |", mibs(cp));
     println!("| [base] cp + fsync | {cp_sync:.2} | {:.0} | {:.2} |", mibs(cp_sync), cp / cp_sync);
-    println!("| upload (media, fsync + rename) | {up:.2} | {:.0} | {:.2} (vs cp + fsync: {:.2}) |", mibs(up), cp / up, cp_sync / up);
+    println!("| upload (media, no MD5 sent: CRC32C, fsync + rename, answered) | {up:.2} | {:.0} | {:.2} (vs cp + fsync: {:.2}) |", mibs(up), cp / up, cp_sync / up);
+    println!("| [ref] upload until its background MD5 is kept | {up_ready:.2} | {:.0} | {:.2} |", mibs(up_ready), cp / up_ready);
+    println!("| upload with a client MD5 (checked before the commit) | {up_md5:.2} | {:.0} | {:.2} (vs cp + fsync: {:.2}) |", mibs(up_md5), cp / up_md5, cp_sync / up_md5);
     println!("| download (to a file) | {down:.2} | {:.0} | {:.2} |", mibs(down), cp / down);
     println!("| [ref] download to /dev/null | {null:.2} | {:.0} | {:.2} |", mibs(null), cp / null);
     println!("| [ref] md5sum of the file | {md5:.2} | {:.0} | {:.2} |", mibs(md5), cp / md5);
     println!();
     println!(
-        "server memory: idle VmRSS {:.1} MiB; max VmRSS during upload {:.1} MiB, during download {:.1} MiB; VmHWM {:.1} MiB",
+        "server memory: idle VmRSS {:.1} MiB; max VmRSS during upload and its background MD5 {:.1} MiB, during the upload with an MD5 {:.1} MiB, during download {:.1} MiB; VmHWM {:.1} MiB",
         idle_rss as f64 / 1024.0,
         up_rss as f64 / 1024.0,
+        up_md5_rss as f64 / 1024.0,
         down_rss as f64 / 1024.0,
         hwm as f64 / 1024.0
     );

@@ -274,6 +274,49 @@ pub fn delete_object(bucket: BorrowedFd<'_>, name: &str, check: impl FnOnce(&Obj
     }
 }
 
+/// What became of an MD5 computed after its object was committed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// Kept in the object's metadata.
+    Yes,
+    /// Not kept: the name is now another object (a newer write), or none (a delete), or
+    /// the file changed since it was committed (a job wrote it in place), or another
+    /// computation got there first.
+    Superseded,
+}
+
+/// Keep `md5` in the metadata of the object `name` of the bucket, if it still is the file
+/// `file` that was hashed, of generation `generation`, unchanged since it was committed
+/// and still without an MD5. Checked and written under the name's lock, the lock of
+/// commits and deletes: a newer write or a delete of the name wins. The attribute is
+/// replaced whole (`fsetxattr` is atomic); it is not synced: an MD5 lost in a crash is
+/// computed again when the object is next read.
+pub fn record_md5(bucket: BorrowedFd<'_>, name: &str, file: &File, generation: i64, md5: &str) -> GcsResult<Recorded> {
+    let (parent_rel, last) = split(Path::new(name));
+    let parent = match open_beneath(bucket, parent_rel, dir_flags()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => return Ok(Recorded::Superseded),
+        Err(e) => return Err(GcsError::errno("cannot open the object's directory", e)),
+    };
+    let _lock = super::commit_lock(name);
+    let hashed = nix::sys::stat::fstat(file.as_fd()).map_err(|e| GcsError::errno("cannot stat the object", e))?;
+    match nix::sys::stat::fstatat(parent.as_fd(), last, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        // The same inode: the descriptor held since the hashing keeps its number from
+        // being given to another file meanwhile.
+        Ok(st) if kind(&st) == SFlag::S_IFREG && st.st_dev == hashed.st_dev && st.st_ino == hashed.st_ino => {}
+        Ok(_) | Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(Recorded::Superseded),
+        Err(e) => return Err(GcsError::errno("cannot look at the object", e)),
+    }
+    let Some(mut kept) = meta::read_xattr(file.as_fd()) else { return Ok(Recorded::Superseded) };
+    let unchanged = kept.size == hashed.st_size.max(0) as u64 && kept.mtime_ns == meta::mtime_ns(&hashed);
+    if kept.generation != generation || !unchanged || kept.md5_hash.is_some() || kept.crc32c.is_none() {
+        return Ok(Recorded::Superseded);
+    }
+    kept.md5_hash = Some(md5.to_string());
+    meta::write_xattr(file.as_fd(), &kept).map_err(|e| GcsError::io("cannot keep the object's MD5", &e))?;
+    Ok(Recorded::Yes)
+}
+
 fn split(path: &Path) -> (&Path, &OsStr) {
     let last = path.file_name().unwrap_or(OsStr::new(""));
     let parent = path.parent().unwrap_or(Path::new(""));

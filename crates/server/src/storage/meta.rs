@@ -102,38 +102,47 @@ impl UploadMeta {
     }
 }
 
-/// The CRC32C and MD5 of bytes, computed as they pass.
-#[derive(Clone)]
+/// The CRC32C of bytes, computed as they pass, and their MD5 when it is wanted then: an
+/// upload whose client sent an MD5 has it checked before the object is committed; any
+/// other upload gets its MD5 after the commit, from the committed file ([`super::md5bg`]),
+/// because MD5 costs several times what writing the bytes does.
+#[derive(Clone, Default)]
 pub struct Hashes {
     pub crc: u32,
-    pub md5: md5::Md5,
+    pub md5: Option<md5::Md5>,
     pub len: u64,
 }
 
-impl Default for Hashes {
-    fn default() -> Self {
-        Hashes { crc: 0, md5: md5::Md5::new(), len: 0 }
-    }
-}
-
 impl Hashes {
+    /// CRC32C, and MD5 too when `md5`.
+    pub fn new(md5: bool) -> Hashes {
+        Hashes { crc: 0, md5: md5.then(md5::Md5::new), len: 0 }
+    }
+
     pub fn update(&mut self, data: &[u8]) {
         self.crc = crc32c::crc32c_append(self.crc, data);
-        self.md5.update(data);
+        if let Some(m) = &mut self.md5 {
+            m.update(data);
+        }
         self.len += data.len() as u64;
     }
 
-    /// The CRC32C and the length only (the MD5 is computed elsewhere).
+    /// The CRC32C and the length only (the MD5, if any, is computed elsewhere).
     pub fn update_crc(&mut self, data: &[u8]) {
         self.crc = crc32c::crc32c_append(self.crc, data);
         self.len += data.len() as u64;
     }
 
-    /// (base64 CRC32C, base64 MD5), as the API writes them.
-    pub fn finish(&self) -> (String, String) {
+    /// (base64 CRC32C, base64 MD5 if computed), as the API writes them.
+    pub fn finish(&self) -> (String, Option<String>) {
         let b64 = base64::engine::general_purpose::STANDARD;
-        (b64.encode(self.crc.to_be_bytes()), b64.encode(self.md5.clone().finalize()))
+        (b64.encode(self.crc.to_be_bytes()), self.md5.as_ref().map(|m| md5_b64(m.clone())))
     }
+}
+
+/// Base64 of a finished MD5, as the API writes it.
+pub fn md5_b64(m: md5::Md5) -> String {
+    base64::engine::general_purpose::STANDARD.encode(m.finalize())
 }
 
 /// Checksums a client sent (`X-Goog-Hash: crc32c=...,md5=...`, or the metadata's
@@ -183,8 +192,14 @@ impl Expected {
         Ok(())
     }
 
-    /// Compare with the computed (crc32c, md5); the mismatch's message.
-    pub fn verify(&self, crc: &str, md5: &str) -> Result<(), String> {
+    /// Must the upload's MD5 be known before it is committed?
+    pub fn wants_md5(&self) -> bool {
+        self.md5.is_some()
+    }
+
+    /// Compare with the computed crc32c and md5 (None: not computed, which the callers
+    /// avoid when an MD5 was sent: see [`Expected::wants_md5`]); the mismatch's message.
+    pub fn verify(&self, crc: &str, md5: Option<&str>) -> Result<(), String> {
         if let Some(c) = &self.crc32c {
             if c != crc {
                 return Err(format!(
@@ -192,12 +207,13 @@ impl Expected {
                 ));
             }
         }
-        if let Some(m) = &self.md5 {
-            if m != md5 {
-                return Err(format!("Provided MD5 hash \"{m}\" doesn't match calculated MD5 hash \"{md5}\"; nothing was stored."));
+        match (&self.md5, md5) {
+            (Some(m), Some(md5)) if m != md5 => {
+                Err(format!("Provided MD5 hash \"{m}\" doesn't match calculated MD5 hash \"{md5}\"; nothing was stored."))
             }
+            (Some(m), None) => Err(format!("Provided MD5 hash \"{m}\" could not be checked; nothing was stored.")),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -317,6 +333,12 @@ impl ObjectInfo {
         }
     }
 
+    /// Was the object committed by an upload whose MD5 is still to be computed? (Its kept
+    /// metadata describes the file, so it has a CRC32C, but no MD5 yet.)
+    pub fn md5_pending(&self) -> bool {
+        self.crc32c.is_some() && self.md5.is_none()
+    }
+
     /// `X-Goog-Hash` of a download, when the hashes are known.
     pub fn hash_header(&self) -> Option<String> {
         let parts: Vec<String> = [("crc32c", &self.crc32c), ("md5", &self.md5)]
@@ -375,20 +397,50 @@ mod tests {
 
     #[test]
     fn hashes_as_the_api_writes_them() {
-        let mut h = Hashes::default();
+        let mut h = Hashes::new(true);
         h.update(b"hello ");
         h.update(b"world");
         let (crc, md5) = h.finish();
         // From the google-crc32c and hashlib reference values.
         assert_eq!(crc, "yZRlqg==");
-        assert_eq!(md5, "XrY7u+Ae7tCTyyK7j1rNww==");
+        assert_eq!(md5.as_deref(), Some("XrY7u+Ae7tCTyyK7j1rNww=="));
         let mut e = Expected::default();
         e.add_header("crc32c=yZRlqg==, md5=XrY7u+Ae7tCTyyK7j1rNww==").unwrap();
         e.check_form().unwrap();
-        e.verify(&crc, &md5).unwrap();
+        assert!(e.wants_md5());
+        e.verify(&crc, md5.as_deref()).unwrap();
         e.crc32c = Some("AAAAAA==".into());
-        assert!(e.verify(&crc, &md5).unwrap_err().contains("CRC32C"));
+        assert!(e.verify(&crc, md5.as_deref()).unwrap_err().contains("CRC32C"));
         assert!(Expected { crc32c: Some("abc".into()), md5: None }.check_form().is_err());
+    }
+
+    #[test]
+    fn the_md5_is_computed_only_when_wanted() {
+        let mut h = Hashes::new(false);
+        h.update(b"hello world");
+        assert_eq!(h.finish(), ("yZRlqg==".to_string(), None));
+        assert_eq!(h.len, 11);
+        // A client-sent MD5 is never taken as checked when none was computed.
+        let e = Expected { crc32c: None, md5: Some("XrY7u+Ae7tCTyyK7j1rNww==".into()) };
+        assert!(e.verify("yZRlqg==", None).unwrap_err().contains("could not be checked"));
+        assert!(e.verify("yZRlqg==", Some("AAAAAAAAAAAAAAAAAAAAAA==")).unwrap_err().contains("doesn't match"));
+        assert!(!Expected::default().wants_md5());
+        Expected::default().verify("yZRlqg==", None).unwrap();
+    }
+
+    #[test]
+    fn an_md5_is_pending_only_for_fresh_metadata_without_one() {
+        // SAFETY: `stat` is plain integers, for which all zeros is a value.
+        let st: FileStat = unsafe { std::mem::zeroed() };
+        let kept = StoredMeta { generation: 5, crc32c: Some("yZRlqg==".into()), ..Default::default() };
+        assert!(ObjectInfo::of(&st, Some(kept.clone())).md5_pending());
+        let done = StoredMeta { md5_hash: Some("XrY7u+Ae7tCTyyK7j1rNww==".into()), ..kept.clone() };
+        assert!(!ObjectInfo::of(&st, Some(done)).md5_pending());
+        // A file changed since (a job wrote it in place) has no hashes: nothing to compute.
+        let stale = StoredMeta { size: 3, ..kept };
+        assert!(!ObjectInfo::of(&st, Some(stale)).md5_pending());
+        // Nor has a file without the server's metadata.
+        assert!(!ObjectInfo::of(&st, None).md5_pending());
     }
 
     #[test]

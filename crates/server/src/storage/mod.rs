@@ -15,6 +15,8 @@
 //! `.trainyard-uploads/` (constant memory), is checked against the checksums the client
 //! sent, gets its metadata (extended attribute `user.trainyard.gcs`), is synced and then
 //! renamed into place. Nothing is read or written through a symbolic link ([`fsops`]).
+//! The CRC32C is computed as the bytes come; the MD5 too when the client sent one, else
+//! after the commit, in the background ([`md5bg`]).
 //!
 //! Which project a bucket is: `[storage.buckets]` of the config; else, with a token, the
 //! token's project whose namespace has the bucket; in open mode `[storage]
@@ -23,6 +25,7 @@
 pub mod error;
 mod fsops;
 mod list;
+mod md5bg;
 mod meta;
 mod multipart;
 mod names;
@@ -152,6 +155,8 @@ pub struct Storage {
     /// Uploads and downloads streaming at once (each has a thread or two and a few
     /// buffers); more wait for a slot.
     transfers: Arc<tokio::sync::Semaphore>,
+    /// MD5s of objects committed without one.
+    md5: md5bg::Md5Worker,
 }
 
 /// Transfers streaming at once, at most.
@@ -171,6 +176,7 @@ impl Storage {
             sessions: Default::default(),
             sweeps: Default::default(),
             transfers: Arc::new(tokio::sync::Semaphore::new(MAX_TRANSFERS)),
+            md5: md5bg::Md5Worker::new(cfg.storage_root.clone()),
         }
     }
 
@@ -599,9 +605,15 @@ async fn list_objects(State(s): St, req: Request) -> Response {
         let project = s.project_for(&parts.headers, &bucket, false).await?;
         let root = s.root.clone();
         let base = base_url(&parts.headers);
+        let me = Arc::clone(&s);
         let v = blocking(move || {
             let (_ns, fd) = open_bucket(&root, &project, &bucket)?;
             let page = list::page(fd, &lq)?;
+            for (n, info) in &page.items {
+                if info.md5_pending() {
+                    me.md5.request(&project, &bucket, n);
+                }
+            }
             let mut v = json!({"kind": "storage#objects"});
             if !page.items.is_empty() {
                 v["items"] = page.items.iter().map(|(n, info)| info.resource(&base, &bucket, n)).collect();
@@ -642,6 +654,7 @@ async fn read_object(s: &Storage, req: Request, prefix: &str) -> GcsResult<Respo
     let project = s.project_for(&parts.headers, &p.bucket, false).await?;
     let root = s.root.clone();
     let (bucket, name) = (p.bucket.clone(), p.object.clone());
+    let proj = project.clone();
     let opened = blocking(move || {
         let (_ns, fd) = open_bucket(&root, &project, &bucket)?;
         let o = fsops::open_object(std::os::fd::AsFd::as_fd(&fd), &name)?.ok_or_else(|| no_object(&bucket, &name))?;
@@ -652,6 +665,11 @@ async fn read_object(s: &Storage, req: Request, prefix: &str) -> GcsResult<Respo
         Ok(o)
     })
     .await?;
+    if opened.info.md5_pending() {
+        // Committed without its MD5, which is still to be computed (or was lost with a
+        // restart): ask for it; this read answers without.
+        s.md5.request(&proj, &p.bucket, &p.object);
+    }
     if !media {
         return Ok(json_ok(opened.info.resource(&base_url(&parts.headers), &p.bucket, &p.object)));
     }
@@ -754,26 +772,29 @@ fn download(o: fsops::Opened, headers: &HeaderMap, method: &Method, slot: tokio:
     Ok(r)
 }
 
+/// Bytes read from the file at a time: large, so that the reader, the connection's task
+/// and their hand-over cost little per byte; a download holds a few of them at most.
+const DOWNLOAD_CHUNK: usize = 2 << 20;
+
+/// Chunks read ahead of the connection.
+const DOWNLOAD_AHEAD: usize = 2;
+
 /// `len` bytes of `file` from `first`, read by a thread of its own a few chunks ahead
 /// (it holds `slot` until it ends: the response was sent, or dropped).
 fn stream_file(file: std::fs::File, first: u64, len: u64, slot: tokio::sync::OwnedSemaphorePermit) -> GcsResult<Body> {
-    use std::os::unix::fs::FileExt;
-    const CHUNK: usize = 512 * 1024;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(DOWNLOAD_AHEAD);
     let _ = nix::fcntl::posix_fadvise(&file, first as i64, len as i64, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
     let reader = move || {
         let _slot = slot;
         let mut at = first;
         let end = first + len;
         while at < end {
-            let n = (end - at).min(CHUNK as u64) as usize;
-            let mut buf = vec![0u8; n];
-            let r = match file.read_at(&mut buf, at) {
-                Ok(0) => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the object's file became shorter")),
-                Ok(k) => {
-                    buf.truncate(k);
-                    at += k as u64;
-                    Ok(Bytes::from(buf))
+            let n = (end - at).min(DOWNLOAD_CHUNK as u64) as usize;
+            let r = match read_chunk(&file, at, n) {
+                Ok(b) if b.is_empty() => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the object's file became shorter")),
+                Ok(b) => {
+                    at += b.len() as u64;
+                    Ok(b)
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => Err(e),
@@ -789,6 +810,22 @@ fn stream_file(file: std::fs::File, first: u64, len: u64, slot: tokio::sync::Own
         .spawn(reader)
         .map_err(|e| GcsError::new(503, "backendError", format!("Cannot start the download's reader now: {e}.")))?;
     Ok(Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))))
+}
+
+/// Up to `n` bytes of `file` at `at`, in a new buffer handed to the connection as it is
+/// (no copy). The buffer is not zeroed first: `pread` fills it, and only what it filled
+/// is kept (zeroing would cost as much as the read).
+fn read_chunk(file: &std::fs::File, at: u64, n: usize) -> std::io::Result<Bytes> {
+    let mut buf: Vec<u8> = Vec::with_capacity(n);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+    // SAFETY: the buffer has room for `n` bytes, of which pread(2) writes at most `n`.
+    let k = unsafe { nix::libc::pread(fd, buf.as_mut_ptr().cast(), n, at as nix::libc::off_t) };
+    if k < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pread(2) initialized the first `k` (<= n) bytes.
+    unsafe { buf.set_len(k as usize) };
+    Ok(Bytes::from(buf))
 }
 
 async fn delete_object(State(s): St, req: Request) -> Response {
@@ -928,20 +965,31 @@ async fn drain(r: GcsResult<Response>, stream: &mut BodyDataStream, headers: &He
     respond(r)
 }
 
-/// Publish a finished upload after checking its checksums.
+/// Publish a finished upload after checking its checksums; without its MD5 (the client
+/// sent none), which is then computed in the background.
 #[allow(clippy::too_many_arguments)]
-async fn publish(t: Target, tmp: TempFile, hashes: &Hashes, expected: &Expected, mut meta: StoredMeta, name: String, pre: Preconditions, base: String) -> GcsResult<Response> {
+async fn publish(
+    s: &Storage,
+    t: Target,
+    tmp: TempFile,
+    hashes: &Hashes,
+    expected: &Expected,
+    mut meta: StoredMeta,
+    name: String,
+    pre: Preconditions,
+    base: String,
+) -> GcsResult<Response> {
     let (crc, md5) = hashes.finish();
-    expected.verify(&crc, &md5).map_err(GcsError::invalid)?;
+    expected.verify(&crc, md5.as_deref()).map_err(GcsError::invalid)?;
     meta.crc32c = Some(crc);
-    meta.md5_hash = Some(md5);
-    let Target { bucket, bucket_fd, owner, .. } = t;
-    let info = blocking(move || {
-        let info = tmp.publish(std::os::fd::AsFd::as_fd(&bucket_fd), &name, owner, meta, &pre)?;
-        Ok(info.resource(&base, &bucket, &name))
-    })
-    .await?;
-    Ok(json_ok(info))
+    meta.md5_hash = md5;
+    let Target { project, bucket, bucket_fd, owner, .. } = t;
+    let (b, n) = (bucket.clone(), name.clone());
+    let info = blocking(move || tmp.publish(std::os::fd::AsFd::as_fd(&bucket_fd), &name, owner, meta, &pre)).await?;
+    if info.md5_pending() {
+        s.md5.request(&project, &b, &n);
+    }
+    Ok(json_ok(info.resource(&base, &b, &n)))
 }
 
 async fn upload_media(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStream, bucket: String, q: HashMap<String, String>) -> GcsResult<Response> {
@@ -957,7 +1005,8 @@ async fn upload_media(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStre
     let ct = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
     let meta = stored_meta(&UploadMeta::default(), ct)?;
     let t = target(s, &parts.headers, &bucket).await?;
-    let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(Hashes::default()), s.transfer_slot().await?)?;
+    let hashes = Hashes::new(expected.wants_md5());
+    let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(hashes), s.transfer_slot().await?)?;
     while let Some(chunk) = next_chunk(stream).await? {
         if w.written + chunk.len() as u64 > max {
             return Err(too_large(max));
@@ -966,7 +1015,7 @@ async fn upload_media(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStre
     }
     let (tmp, mut sink) = w.finish().await?;
     let hashes = sink.hashes().clone();
-    publish(t, tmp, &hashes, &expected, meta, name, pre, base_url(&parts.headers)).await
+    publish(s, t, tmp, &hashes, &expected, meta, name, pre, base_url(&parts.headers)).await
 }
 
 async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStream, bucket: String, q: HashMap<String, String>) -> GcsResult<Response> {
@@ -981,7 +1030,9 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
     header_hashes(&parts.headers, &mut expected)?;
     let pre = Preconditions::from_query(&q)?;
     let t = target(s, &parts.headers, &bucket).await?;
-    let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(Hashes::default()), s.transfer_slot().await?)?;
+    // Started once the metadata part is read: whether the MD5 is computed as the bytes
+    // come depends on its `md5Hash`.
+    let mut w: Option<Writer> = None;
     let mut mp = multipart::Multipart::new(&boundary);
     let mut upload_meta: Option<UploadMeta> = None;
     let mut media_type: Option<String> = None;
@@ -1001,9 +1052,13 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
                     expected.crc32c = expected.crc32c.take().or(e.crc32c);
                     expected.md5 = expected.md5.take().or(e.md5);
                     upload_meta = Some(UploadMeta { name: Some(name), ..m });
+                    let hashes = HashSink::Own(Hashes::new(expected.wants_md5()));
+                    w = Some(Writer::start(new_temp(&t.uploads)?, hashes, s.transfer_slot().await?)?);
                 }
                 multipart::Piece::MediaType(t) => media_type = t,
                 multipart::Piece::Data(d) => {
+                    // The parser gives the metadata part first, so the writer runs.
+                    let Some(w) = w.as_mut() else { return Err(GcsError::invalid("The multipart body has no metadata part.")) };
                     if w.written + d.len() as u64 > max {
                         return Err(too_large(max));
                     }
@@ -1016,9 +1071,10 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
     let m = upload_meta.ok_or_else(|| GcsError::invalid("The multipart body has no metadata part."))?;
     let name = m.name.clone().unwrap_or_default();
     let meta = stored_meta(&m, media_type)?;
+    let w = w.ok_or_else(|| GcsError::invalid("The multipart body has no metadata part."))?;
     let (tmp, mut sink) = w.finish().await?;
     let hashes = sink.hashes().clone();
-    publish(t, tmp, &hashes, &expected, meta, name, pre, base_url(&parts.headers)).await
+    publish(s, t, tmp, &hashes, &expected, meta, name, pre, base_url(&parts.headers)).await
 }
 
 // --- Resumable uploads -----------------------------------------------------------------
@@ -1125,7 +1181,8 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
         }
         let mut part = TempFile::open_existing(uploads, format!("{sid}.part"))?.ok_or_else(|| GcsError::not_found("No such upload session."))?;
         let len = part.file.metadata().map_err(|e| GcsError::io("cannot stat the upload's data", &e))?.len();
-        upload::catch_up(&mut guard, &mut part.file, len).map_err(|e| GcsError::io("cannot read the upload's data", &e))?;
+        let md5 = session.expected.wants_md5();
+        upload::catch_up(&mut guard, &mut part.file, len, md5).map_err(|e| GcsError::io("cannot read the upload's data", &e))?;
         Ok((session, Some(part), len, guard))
     })
     .await?;
@@ -1247,11 +1304,35 @@ async fn finish_session(
     if extra.md5.is_some() {
         expected.md5 = extra.md5.clone();
     }
-    let (crc, md5) = hashes.finish();
+    let (crc, mut md5) = hashes.finish();
     // From here on the data file is the object to be, or goes.
     part.remove_on_drop(true);
     let sid = id.to_string();
-    if let Err(why) = expected.verify(&crc, &md5) {
+    if md5.is_none() && expected.wants_md5() {
+        // The MD5 came with the last chunk only (as clients send it): the session did
+        // not compute it, so the data file is read once now to check it.
+        let (p, len) = (part, hashes.len);
+        let (p, computed) = blocking(move || {
+            let m = upload::md5_of_file(&p.file, len).map_err(|e| GcsError::io("cannot read the upload's data", &e));
+            Ok((p, m))
+        })
+        .await?;
+        part = p;
+        match computed {
+            Ok(m) => md5 = Some(m),
+            Err(e) => {
+                let up = uploads;
+                blocking(move || {
+                    upload::remove_session(&up, &sid);
+                    Ok(())
+                })
+                .await?;
+                s.sessions.forget(key);
+                return Err(e);
+            }
+        }
+    }
+    if let Err(why) = expected.verify(&crc, md5.as_deref()) {
         let up = uploads;
         blocking(move || {
             upload::remove_session(&up, &sid);
@@ -1263,9 +1344,9 @@ async fn finish_session(
     }
     let mut meta = session.meta.clone();
     meta.crc32c = Some(crc);
-    meta.md5_hash = Some(md5);
+    meta.md5_hash = md5;
     let base = base_url(headers);
-    let Target { bucket, bucket_fd, owner, .. } = t;
+    let Target { project, bucket, bucket_fd, owner, .. } = t;
     let name = session.name.clone();
     let pre = session.pre.clone();
     let r = blocking(move || {
@@ -1277,7 +1358,7 @@ async fn finish_session(
                 // The bytes are gone from the data file's name; keep the answer for status
                 // queries (removed with the session when it expires).
                 let _ = upload::save_session(&uploads, &sid, &session);
-                Ok(v)
+                Ok((v, info.md5_pending(), bucket, name))
             }
             Err(e) => {
                 upload::remove_session(&uploads, &sid);
@@ -1287,7 +1368,11 @@ async fn finish_session(
     })
     .await;
     s.sessions.forget(key);
-    Ok(json_ok(r?))
+    let (v, pending, bucket, name) = r?;
+    if pending {
+        s.md5.request(&project, &bucket, &name);
+    }
+    Ok(json_ok(v))
 }
 
 /// `DELETE` on a session URI: the upload is cancelled and its bytes removed; answered 499

@@ -258,7 +258,10 @@ mod tests {
         b
     }
 
-    fn parse(body: &[u8], boundary: &str, step: usize) -> Result<(Vec<u8>, Option<String>, Vec<u8>), String> {
+    /// (metadata, media type, data)
+    type Parsed = (Vec<u8>, Option<String>, Vec<u8>);
+
+    fn parse(body: &[u8], boundary: &str, step: usize) -> Result<Parsed, String> {
         let mut p = Multipart::new(boundary);
         let mut out = Vec::new();
         for c in body.chunks(step.max(1)) {

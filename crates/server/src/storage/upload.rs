@@ -42,10 +42,10 @@ impl HashSink {
 }
 
 /// A blocking writer of one request's bytes, at the file's current position. The CRC32C
-/// is computed by the writer; the MD5 (several times slower) by a helper thread fed the
-/// same buffers, so that it runs beside the writes. Written data is handed to the disk
-/// every [`WRITEBACK`] bytes (`sync_file_range`), so that the fsync before the object is
-/// published has little left to wait for.
+/// is computed by the writer; the MD5, when one is wanted before the commit (the client
+/// sent one), by a helper thread fed the same buffers, so that it runs beside the writes.
+/// Written data is handed to the disk every [`WRITEBACK`] bytes (`sync_file_range`), so
+/// that the fsync before the object is published has little left to wait for.
 pub struct Writer {
     tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
     done: tokio::sync::oneshot::Receiver<Written>,
@@ -57,6 +57,14 @@ type Written = (TempFile, HashSink, std::io::Result<()>);
 /// Bytes written between two starts of writeback.
 const WRITEBACK: u64 = 8 << 20;
 
+/// Where the MD5 of a writer's bytes is computed, if it is wanted.
+enum Md5Side {
+    None,
+    Helper(std::thread::JoinHandle<md5::Md5>, std::sync::mpsc::SyncSender<Bytes>),
+    /// No helper thread could be started: computed by the writer itself.
+    Inline(md5::Md5),
+}
+
 impl Writer {
     /// Start the writer's thread (its own, not the runtime's blocking pool: it lives as
     /// long as the upload). `permit` is one of the server's transfer slots, held until the
@@ -66,20 +74,23 @@ impl Writer {
         let (done_tx, done) = tokio::sync::oneshot::channel::<Written>();
         let body = move || {
             let _permit = permit;
-            let md5 = std::mem::take(&mut sink.hashes().md5);
-            let backup = md5.clone();
-            let (mtx, mrx) = std::sync::mpsc::sync_channel::<Bytes>(IN_FLIGHT);
-            let helper = std::thread::Builder::new().name("storage-md5".into()).spawn(move || {
-                let mut m = md5;
-                for b in mrx {
-                    m.update(&b);
+            let mut side = match sink.hashes().md5.take() {
+                None => Md5Side::None,
+                Some(md5) => {
+                    let backup = md5.clone();
+                    let (mtx, mrx) = std::sync::mpsc::sync_channel::<Bytes>(IN_FLIGHT);
+                    let helper = std::thread::Builder::new().name("storage-md5".into()).spawn(move || {
+                        let mut m = md5;
+                        for b in mrx {
+                            m.update(&b);
+                        }
+                        m
+                    });
+                    match helper {
+                        Ok(h) => Md5Side::Helper(h, mtx),
+                        Err(_) => Md5Side::Inline(backup),
+                    }
                 }
-                m
-            });
-            // Without a helper thread, the MD5 is computed here.
-            let (mut inline, mut helper) = match helper {
-                Ok(h) => (None, Some((h, mtx))),
-                Err(_) => (Some(backup), None),
             };
             let fd = std::os::fd::AsRawFd::as_raw_fd(&tmp.file);
             let mut pos = tmp.file.stream_position().unwrap_or(0);
@@ -92,15 +103,15 @@ impl Writer {
                 }
                 pos += b.len() as u64;
                 sink.hashes().update_crc(&b);
-                match (&mut helper, &mut inline) {
-                    (Some((_, mtx)), _) => {
+                match &mut side {
+                    Md5Side::Helper(_, mtx) => {
                         if mtx.send(b).is_err() {
                             r = Err(std::io::Error::other("the MD5 thread stopped"));
                             break;
                         }
                     }
-                    (None, Some(m)) => m.update(&b),
-                    (None, None) => {}
+                    Md5Side::Inline(m) => m.update(&b),
+                    Md5Side::None => {}
                 }
                 if pos - flushed >= WRITEBACK {
                     // SAFETY: a plain system call on an open descriptor; failure is harmless.
@@ -108,21 +119,17 @@ impl Writer {
                     flushed = pos;
                 }
             }
-            let md5 = match helper.take() {
-                Some((h, mtx)) => {
+            let md5 = match side {
+                Md5Side::None => Ok(None),
+                Md5Side::Inline(m) => Ok(Some(m)),
+                Md5Side::Helper(h, mtx) => {
                     drop(mtx);
-                    h.join().ok()
+                    h.join().map(Some)
                 }
-                None => inline,
             };
             match md5 {
-                Some(m) => sink.hashes().md5 = m,
-                None => {
-                    if let HashSink::Session(g) = &mut sink {
-                        g.valid = false;
-                    }
-                    r = r.and(Err(std::io::Error::other("the MD5 thread failed")));
-                }
+                Ok(m) => sink.hashes().md5 = m,
+                Err(_) => r = r.and(Err(std::io::Error::other("the MD5 thread failed"))),
             }
             if r.is_err() {
                 if let HashSink::Session(g) = &mut sink {
@@ -205,7 +212,8 @@ pub struct SessionFile {
 }
 
 /// What the server holds in memory of a session: the checksums of the bytes in its data
-/// file so far (computed again from the file after a restart).
+/// file so far (computed again from the file after a restart). The MD5 is among them only
+/// when the session's start named one (see [`catch_up`]).
 #[derive(Default)]
 pub struct SessionMem {
     pub hashes: Hashes,
@@ -272,14 +280,16 @@ pub fn remove_session(uploads: &OwnedFd, id: &str) {
 }
 
 /// Make the session's checksums cover its data file's `len` bytes, reading what they do
-/// not cover yet (after a restart: all of it).
-pub fn catch_up(mem: &mut SessionMem, file: &mut std::fs::File, len: u64) -> std::io::Result<()> {
-    if !mem.valid || mem.hashes.len > len {
-        mem.hashes = Hashes::default();
+/// not cover yet (after a restart: all of it). `md5`: the session computes the MD5 as the
+/// bytes come (its start named one); else only the CRC32C, and an MD5 that comes with the
+/// last chunk is checked by reading the data file once then (see `finish_session`).
+pub fn catch_up(mem: &mut SessionMem, file: &mut std::fs::File, len: u64, md5: bool) -> std::io::Result<()> {
+    if !mem.valid || mem.hashes.len > len || mem.hashes.md5.is_some() != md5 {
+        mem.hashes = Hashes::new(md5);
     }
     if mem.hashes.len < len {
         file.seek(SeekFrom::Start(mem.hashes.len))?;
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; READ_CHUNK];
         let mut left = len - mem.hashes.len;
         while left > 0 {
             let want = left.min(buf.len() as u64) as usize;
@@ -293,6 +303,32 @@ pub fn catch_up(mem: &mut SessionMem, file: &mut std::fs::File, len: u64) -> std
     }
     mem.valid = true;
     Ok(())
+}
+
+/// Reads of a file to hash it: large enough that the system calls cost nothing next to
+/// the hashing.
+pub const READ_CHUNK: usize = 4 << 20;
+
+/// The MD5 (base64) of a file's first `len` bytes, read from `file` (its position is
+/// not used). An error when it is shorter.
+pub fn md5_of_file(file: &std::fs::File, len: u64) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let _ = nix::fcntl::posix_fadvise(file, 0, len as i64, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
+    let mut m = md5::Md5::new();
+    let mut buf = vec![0u8; READ_CHUNK.min(len.max(1) as usize)];
+    let mut at = 0u64;
+    while at < len {
+        let want = (len - at).min(buf.len() as u64) as usize;
+        let n = match file.read_at(&mut buf[..want], at) {
+            Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than expected")),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        m.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(super::meta::md5_b64(m))
 }
 
 /// `Content-Range` of a resumable PUT.
