@@ -151,6 +151,7 @@ pub fn document() -> Value {
             ),
         }),
     );
+    vizier_paths(&mut paths);
     paths.insert(
         "/healthz".into(),
         json!({
@@ -210,6 +211,7 @@ pub fn document() -> Value {
         "tags": [
             {"name": "customJobs", "description": "CustomJob resources."},
             {"name": "operations", "description": "Long-running operations."},
+            {"name": "studies", "description": "Vizier studies and their trials (`google.cloud.aiplatform.v1.VizierService`)."},
             {"name": "service", "description": "The server itself."},
         ],
         "paths": paths,
@@ -226,6 +228,98 @@ pub fn document() -> Value {
             },
         },
     })
+}
+
+/// The Vizier API's paths (`projects.locations.studies` and `.studies.trials`), as
+/// `crate::http::vizier` routes them.
+fn vizier_paths(paths: &mut Map<String, Value>) {
+    let studies = "/v1/projects/{project}/locations/{location}/studies";
+    let study = format!("{studies}/{{study}}");
+    let trials = format!("{study}/trials");
+    let trial = format!("{trials}/{{trial}}");
+    let body = |schema: &str, description: &str| {
+        Some(json!({
+            "required": true,
+            "description": description,
+            "content": {"application/json": {"schema": schema_ref(schema)}},
+        }))
+    };
+    let at = |extra: &[&str]| {
+        let mut v = vec![param_ref("project"), param_ref("location")];
+        v.extend(extra.iter().map(|p| param_ref(p)));
+        Value::Array(v)
+    };
+    let alt = || vec![param_ref("alt")];
+    let page = || vec![param_ref("alt"), param_ref("studyPageSize"), param_ref("pageToken")];
+    paths.insert(studies.to_string(), json!({
+        "parameters": at(&[]),
+        "get": operation("projects.locations.studies.list", "Lists Studies", "Lists the Vizier studies of a location, newest first.", page(), None,
+            ok_json("ListStudiesResponse", "A page of Studies; `nextPageToken` is absent on the last page.")),
+        "post": operation("projects.locations.studies.create", "Creates a Study",
+            "Creates a Vizier study. Its `studySpec` is checked as a HyperparameterTuningJob's (400 naming the field); `displayName` is unique in the location (409 ALREADY_EXISTS). `studySpec.studyStoppingConfig.maxNumTrials` bounds the trials it suggests.",
+            alt(), body("Study", "The Study to create."), ok_json("Study", "The created Study (ACTIVE).")),
+    }));
+    paths.insert(format!("{studies}:lookup"), json!({
+        "parameters": at(&[]),
+        "post": operation("projects.locations.studies.lookup", "Looks a Study up by its display name", "The study of the location with `displayName`, or 404.",
+            alt(), body("LookupStudyRequest", "`displayName` (required)."), ok_json("Study", "The Study.")),
+    }));
+    paths.insert(study.clone(), json!({
+        "parameters": at(&["study"]),
+        "get": operation("projects.locations.studies.get", "Gets a Study", "Gets a Study.", alt(), None, ok_json("Study", "The Study.")),
+        "delete": operation("projects.locations.studies.delete", "Deletes a Study", "Deletes a Study with its trials, whatever its state; a suggestion being computed is answered with an ABORTED error.",
+            alt(), None, ok_json("Empty", "Empty.")),
+    }));
+    paths.insert(format!("{study}/operations/{{operation}}"), json!({
+        "parameters": at(&["study", "operation"]),
+        "get": operation("projects.locations.studies.operations.get", "Gets a suggest operation", "A `trials:suggest` Operation of the study.", alt(), None, ok_json("Operation", "The Operation.")),
+    }));
+    paths.insert(trials.clone(), json!({
+        "parameters": at(&["study"]),
+        "get": operation("projects.locations.studies.trials.list", "Lists Trials", "The study's trials by id.", page(), None,
+            ok_json("ListTrialsResponse", "A page of Trials; `nextPageToken` is absent on the last page.")),
+        "post": operation("projects.locations.studies.trials.create", "Creates a Trial",
+            "Adds a trial with the client's `parameters` (a whole point of the search space, 400 naming the parameter otherwise). With a `finalMeasurement` it is SUCCEEDED at once; else it is REQUESTED and the next suggestion hands it out.",
+            alt(), body("Trial", "The Trial: `parameters`, and optionally `measurements` and `finalMeasurement`."), ok_json("Trial", "The created Trial.")),
+    }));
+    paths.insert(format!("{trials}:suggest"), json!({
+        "parameters": at(&["study"]),
+        "post": operation("projects.locations.studies.trials.suggest", "Suggests Trials",
+            "Asks the study's optimiser for `suggestionCount` trials (1 to 100) for `clientId`. A client that has trials it has not completed gets them again. Answered with a long-running Operation (`SuggestTrialsMetadata`), done with a `SuggestTrialsResponse` once the trials exist: the answer waits up to 10 s for that, else the client polls `operations/{operation}`.",
+            alt(), body("SuggestTrialsRequest", "`suggestionCount`, `clientId`, optional `contexts`."), ok_json("Operation", "The suggest Operation.")),
+    }));
+    paths.insert(format!("{trials}:listOptimalTrials"), json!({
+        "parameters": at(&["study"]),
+        "post": operation("projects.locations.studies.trials.listOptimalTrials", "Lists the optimal Trials",
+            "The SUCCEEDED trials no other trial beats: the trials tied for the best value with one objective, the Pareto front with several.",
+            alt(), body("NameOnlyRequest", "An empty object (or `parent`)."), ok_json("ListOptimalTrialsResponse", "The optimal Trials.")),
+    }));
+    paths.insert(trial.clone(), json!({
+        "parameters": at(&["study", "trial"]),
+        "get": operation("projects.locations.studies.trials.get", "Gets a Trial", "Gets a Trial.", alt(), None, ok_json("Trial", "The Trial.")),
+        "delete": operation("projects.locations.studies.trials.delete", "Deletes a Trial", "Deletes a Trial; its id is not given again.", alt(), None, ok_json("Empty", "Empty.")),
+    }));
+    let verb = |name: &str, summary: &str, description: &str, request: &str, ok: Value| {
+        json!({
+            "parameters": at(&["study", "trial"]),
+            "post": operation(&format!("projects.locations.studies.trials.{name}"), summary, description, alt(), body(request, "The request."), ok),
+        })
+    };
+    paths.insert(format!("{trial}:addTrialMeasurement"), verb("addTrialMeasurement", "Adds a measurement to a Trial",
+        "Adds an intermediate measurement to a trial that has not ended (400 FAILED_PRECONDITION otherwise); metric values must be finite.",
+        "AddTrialMeasurementRequest", ok_json("Trial", "The Trial.")));
+    paths.insert(format!("{trial}:complete"), verb("complete", "Completes a Trial",
+        "Ends a trial: SUCCEEDED with `finalMeasurement` (which must hold every objective metric) or with one of its measurements chosen by the study's `measurementSelectionType`, INFEASIBLE with `trialInfeasible` or when no measurement has the objectives. A trial that has ended: 400 FAILED_PRECONDITION.",
+        "CompleteTrialRequest", ok_json("Trial", "The Trial.")));
+    paths.insert(format!("{trial}:stop"), verb("stop", "Stops a Trial", "Marks a trial that has not ended STOPPING: its client should complete it.",
+        "NameOnlyRequest", ok_json("Trial", "The Trial.")));
+    paths.insert(format!("{trial}:checkTrialEarlyStoppingState"), verb("checkTrialEarlyStoppingState", "Checks whether a Trial should stop",
+        "Applies the study's automated stopping rule (median or decay curve) to the trial's measurements; a trial it stops becomes STOPPING. Answered with a done Operation whose `CheckTrialEarlyStoppingStateResponse` says `shouldStop`.",
+        "NameOnlyRequest", ok_json("Operation", "The done Operation.")));
+    paths.insert(format!("{trial}/operations/{{operation}}"), json!({
+        "parameters": at(&["study", "trial", "operation"]),
+        "get": operation("projects.locations.studies.trials.operations.get", "Gets an early-stopping operation", "A `:checkTrialEarlyStoppingState` Operation of the trial.", alt(), None, ok_json("Operation", "The Operation.")),
+    }));
 }
 
 fn schema_ref(name: &str) -> Value {
@@ -265,6 +359,8 @@ fn operation(
     }
     let tag = if id.contains(".operations.") {
         "operations"
+    } else if id.contains(".studies.") {
+        "studies"
     } else {
         "customJobs"
     };
@@ -298,6 +394,15 @@ fn parameters() -> Value {
         "location": path("location", "The location (region), e.g. `us-central1`.", None),
         "customJob": path("customJob", "The CustomJob id: a decimal number.", Some("^[0-9]{1,18}$")),
         "operation": path("operation", "The operation id: a decimal number.", Some("^[0-9]{1,18}$")),
+        "study": path("study", "The Study id: a decimal number.", Some("^[0-9]{1,18}$")),
+        "trial": path("trial", "The Trial id within its study: a decimal number.", Some("^[0-9]{1,18}$")),
+        "studyPageSize": {
+            "name": "pageSize",
+            "in": "query",
+            "required": false,
+            "description": "Items per page: 0 or absent for 100, at most 1000 (larger values are lowered). Negative values are refused.",
+            "schema": {"type": "integer", "format": "int32", "minimum": 0},
+        },
         "alt": {
             "name": "$alt",
             "in": "query",
@@ -823,6 +928,23 @@ mod tests {
             ("/healthz".to_string(), vec!["get"]),
             ("/metrics".to_string(), vec!["get"]),
         ];
+        let studies = "/v1/projects/{project}/locations/{location}/studies";
+        let vizier = [
+            (studies.to_string(), vec!["get", "post"]),
+            (format!("{studies}:lookup"), vec!["post"]),
+            (format!("{studies}/{{study}}"), vec!["get", "delete"]),
+            (format!("{studies}/{{study}}/operations/{{operation}}"), vec!["get"]),
+            (format!("{studies}/{{study}}/trials"), vec!["get", "post"]),
+            (format!("{studies}/{{study}}/trials:suggest"), vec!["post"]),
+            (format!("{studies}/{{study}}/trials:listOptimalTrials"), vec!["post"]),
+            (format!("{studies}/{{study}}/trials/{{trial}}"), vec!["get", "delete"]),
+            (format!("{studies}/{{study}}/trials/{{trial}}:addTrialMeasurement"), vec!["post"]),
+            (format!("{studies}/{{study}}/trials/{{trial}}:complete"), vec!["post"]),
+            (format!("{studies}/{{study}}/trials/{{trial}}:stop"), vec!["post"]),
+            (format!("{studies}/{{study}}/trials/{{trial}}:checkTrialEarlyStoppingState"), vec!["post"]),
+            (format!("{studies}/{{study}}/trials/{{trial}}/operations/{{operation}}"), vec!["get"]),
+        ];
+        let expect: Vec<(String, Vec<&str>)> = expect.into_iter().chain(vizier).collect();
         for (path, methods) in &expect {
             for m in methods {
                 assert!(paths[path.as_str()].get(*m).is_some(), "{m} {path}");

@@ -492,7 +492,10 @@ impl VizierStudy {
         }
         let Some(rule) = rule else { return Ok(false) };
         let running = tuner::Trial { params: assignment(&t.params), value: None, intermediate: curve(t, metric, use_elapsed) };
-        let stop = tuner::should_stop(&rule, goal, &running, &completed);
+        // On the driver thread: a panic of the rule must not take the server down.
+        let stop = std::panic::catch_unwind(|| tuner::should_stop(&rule, goal, &running, &completed)).map_err(|_| {
+            ApiError::internal("The early-stopping rule failed on this trial's measurements; see the server log.")
+        })?;
         if stop {
             t.state = TrialState::Stopping;
         }

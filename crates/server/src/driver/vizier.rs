@@ -338,7 +338,10 @@ impl Driver {
         let tx = self.tx.clone();
         self.vizier_running.insert(id, (project.to_string(), region.to_string(), op));
         let spawned = std::thread::Builder::new().name(format!("suggest-{id}")).spawn(move || {
-            let result = tuner::suggest(&cfg.space, cfg.algorithm, cfg.goal, &completed, &handed_out, count, seed);
+            // A panic of the optimiser answers the request with an error instead of
+            // leaving it pending for ever.
+            let result = std::panic::catch_unwind(|| tuner::suggest(&cfg.space, cfg.algorithm, cfg.goal, &completed, &handed_out, count, seed))
+                .unwrap_or_else(|_| Err(tuner::TunerError::Unsupported("the optimiser panicked; see the server log".into())));
             let _ = tx.send(Msg::VizierSuggested { study: id, op, result });
         });
         if let Err(e) = spawned {

@@ -269,6 +269,10 @@ async fn get_trial(
     Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
+    if trial.contains(':') {
+        // `{trial}:verb` is served by POST only.
+        return Ok(super::method_not_allowed_response("POST"));
+    }
     let id = parse_id(&id, "Study")?;
     let trial = trial_id(&trial)?;
     let (_, _, st) = study(&state, &project, &region, id).await?;
@@ -281,6 +285,10 @@ async fn delete_trial(
     Alt(common): Alt,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
+    if trial.contains(':') {
+        // `{trial}:verb` is served by POST only.
+        return Ok(super::method_not_allowed_response("POST"));
+    }
     let id = parse_id(&id, "Study")?;
     let trial = trial_id(&trial)?;
     let answer = write(&state, project, region, VizierOp::DeleteTrial { study: id, trial }).await?;
