@@ -437,7 +437,7 @@ impl VizierStudy {
         let chosen = given.or_else(|| {
             // As for a tuning job's trial: the last measurement, or the best one by the
             // first objective; only measurements that have every objective count.
-            let full = t.measurements.iter().filter(|m| engine.objectives.iter().all(|(id, _)| m.value(id).is_some()));
+            let mut full = t.measurements.iter().filter(|m| engine.objectives.iter().all(|(id, _)| m.value(id).is_some()));
             let (metric, goal) = engine.primary();
             if engine.cfg.best_measurement {
                 full.cloned().reduce(|a, b| match (a.value(metric), b.value(metric)) {
@@ -445,7 +445,7 @@ impl VizierStudy {
                     _ => a,
                 })
             } else {
-                full.last().cloned()
+                full.next_back().cloned()
             }
         });
         match chosen {

@@ -7,7 +7,7 @@
 
 use trainyard_api::hptuning::{Measurement, Trial as ApiTrial};
 use trainyard_api::operation::GenericOperationMetadata;
-use trainyard_api::vizier::{self as wire, Study as ApiStudy, TrialContext};
+use trainyard_api::vizier::{self as wire, Study as ApiStudy};
 use trainyard_store::OtherState;
 use trainyard_tuner as tuner;
 
@@ -28,7 +28,7 @@ pub struct VizierCall {
 pub enum VizierOp {
     CreateStudy(Box<ApiStudy>),
     DeleteStudy(u64),
-    Suggest { study: u64, count: i32, client_id: String, contexts: Vec<TrialContext> },
+    Suggest { study: u64, request: Box<wire::SuggestTrialsRequest> },
     CreateTrial { study: u64, trial: Box<ApiTrial> },
     Measure { study: u64, trial: u64, measurement: Box<Measurement> },
     Complete { study: u64, trial: u64, request: Box<wire::CompleteTrialRequest> },
@@ -117,7 +117,7 @@ impl Driver {
         match op {
             VizierOp::CreateStudy(study) => self.vizier_create(p, r, *study, now).map(VizierAnswer::now),
             VizierOp::DeleteStudy(id) => self.vizier_delete(p, r, id).map(VizierAnswer::now),
-            VizierOp::Suggest { study, count, client_id, contexts } => self.vizier_suggest(p, r, study, count, client_id, &contexts, now),
+            VizierOp::Suggest { study, request } => self.vizier_suggest(p, r, study, *request, now),
             VizierOp::CreateTrial { study, trial } => self
                 .vizier_change(p, r, study, now, 0, |l, _| {
                     let id = l.study.create_trial(&l.engine, &trial, now)?;
@@ -283,22 +283,14 @@ impl Driver {
         Ok(serde_json::json!({}))
     }
 
-    fn vizier_suggest(
-        &mut self,
-        project: &str,
-        region: &str,
-        id: u64,
-        count: i32,
-        client: String,
-        contexts: &[TrialContext],
-        now: Micros,
-    ) -> Result<VizierAnswer, ApiError> {
+    fn vizier_suggest(&mut self, project: &str, region: &str, id: u64, request: wire::SuggestTrialsRequest, now: Micros) -> Result<VizierAnswer, ApiError> {
+        let wire::SuggestTrialsRequest { suggestion_count: count, client_id: client, contexts, .. } = request;
         if !(1..=MAX_SUGGESTIONS).contains(&count) {
             return Err(ApiError::invalid_argument(format!("suggestionCount must be between 1 and {MAX_SUGGESTIONS}, got {count}.")));
         }
         let mut computing = false;
         let body = self.vizier_change(project, region, id, now, 1, |l, ops| {
-            let contexts = parse_contexts(&l.engine, contexts)?;
+            let contexts = parse_contexts(&l.engine, &contexts)?;
             let op = ops[0];
             let begin = l.study.suggest_begin(&l.engine, op, &client, count as usize, contexts, now);
             let body = match &begin {

@@ -195,7 +195,7 @@ async fn suggest(
     let ints = int_enums(&common)?;
     let id = parse_id(&id, "Study")?;
     let req: wire::SuggestTrialsRequest = body(&headers, raw, "suggest_trials_request")?;
-    let op = VizierOp::Suggest { study: id, count: req.suggestion_count, client_id: req.client_id, contexts: req.contexts };
+    let op = VizierOp::Suggest { study: id, request: Box::new(req) };
     let answer = write(&state, project, region, op).await?;
     let body = match answer.done {
         // Done within the wait (the usual case): the done Operation, which saves the
