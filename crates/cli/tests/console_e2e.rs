@@ -5,7 +5,9 @@
 //! and streams its log (one request, the reader's scroll position kept), the cancel button
 //! asks first and then cancels (real mouse clicks), the study page plots its trials, the
 //! pipeline page links its CustomJob, the nodes page shows GPUs and the queue, and errors
-//! (API, JavaScript, unhandled rejections) reach the banner. Screenshots go to
+//! (API, JavaScript, unhandled rejections) reach the banner. Hangs (L22) show as a badge
+//! on the jobs list and on the job page with their time and text; a job page opens on its
+//! log's newest lines and loads earlier ones on demand. Screenshots go to
 //! `target/console-screenshots/`; the first paint of a job page with a 10,000-line log is
 //! measured and printed (not asserted).
 //!
@@ -471,18 +473,29 @@ fn median(v: &mut [f64]) -> f64 {
 
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn console_in_headless_chromium() {
+/// One browser at a time: the tests of this file share the machine's cores with their
+/// servers and replicas, and some of them follow live logs against deadlines.
+static ONE_BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Chromium and the turn to use it, or None when the test is to be skipped (said why).
+fn browser_turn() -> Option<(PathBuf, std::sync::MutexGuard<'static, ()>)> {
     let Some(chromium) = find_chromium() else {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("chromium is not installed, and CI needs it for the console tests: apt-get install chromium (.ci/run installs it), or set CHROMIUM=/path/to/chromium");
         }
         eprintln!("SKIP console_e2e: chromium is not installed (Debian: apt-get install chromium; or set CHROMIUM=/path/to/chromium)");
-        return;
+        return None;
     };
     if skip_on_slurm("the console test uses a fake nvidia-smi on the local backend") || skip_in_containers("the console test runs host processes") {
-        return;
+        return None;
     }
+    // A test that failed while holding the turn does not stop the others.
+    Some((chromium, ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner())))
+}
+
+#[test]
+fn console_in_headless_chromium() {
+    let Some((chromium, _turn)) = browser_turn() else { return };
     let s = server_with_gpus();
     let dir = s.dir.path().to_path_buf();
 
@@ -572,7 +585,7 @@ fn console_in_headless_chromium() {
     // -- A job with restarts: fields, timeline, transitions, log, replica filter. ----------
     let rid = job_id(&restarts);
     c.open(&format!("{root}#/jobs/{rid}"));
-    c.wait_for("the whole log", "document.getElementById('log-status').textContent.startsWith('ended')", 30);
+    c.wait_for("the whole log", "((document.getElementById('log-status') || {}).textContent || '').startsWith('ended')", 30);
     c.wait_for("the timeline's bars", "document.querySelectorAll('#timeline svg rect.seg').length >= 7", 10);
     assert!(c.count("#timeline svg rect.seg-restarted") >= 4, "two restarts of each of two replicas");
     assert!(c.count("#timeline svg rect.seg-ok") >= 3, "every replica's last run succeeded");
@@ -606,40 +619,59 @@ fn console_in_headless_chromium() {
     c.assert_clean("failed job page");
     c.screenshot("04-job-failed");
 
-    // -- First paint of a job page with a 10,000-line log (printed, not asserted). ---------
+    // -- First paint of a job page with a 10,000-line log (printed, not asserted): the
+    //    page opens on the newest 1,000 lines (tail=1000); the whole log, as the console
+    //    read it before, once for comparison. ---------------------------------------------
     let bid = job_id(&big);
     // Times after navigation start: first paint and first contentful paint (the browser's
     // paint timing), the job's fields on the page, its first log lines, the logs
-    // response's end, and all lines in the page (the console's own performance marks).
-    let keys = ["fp", "fcp", "job", "first", "response", "complete"];
+    // response's end, the log's lines in the page (the console's own performance marks),
+    // and the timeline's read of the whole log.
+    let keys = ["fp", "fcp", "job", "first", "response", "complete", "history"];
+    let measure = "(() => { const p = {}; for (const e of performance.getEntriesByType('paint')) p[e.name] = e.startTime; \
+         const mark = (n) => (performance.getEntriesByName(n)[0] || {}).startTime; \
+         const logs = performance.getEntriesByType('resource').find(e => e.name.includes('/logs?follow=true')); \
+         return {fp: p['first-paint'], fcp: p['first-contentful-paint'], job: mark('trainyard:job-shown'), first: mark('trainyard:log-first'), \
+         response: logs && logs.responseEnd, complete: mark('trainyard:log-complete'), history: mark('trainyard:history-complete'), \
+         out: document.querySelectorAll('#log .l.out').length, lines: document.querySelectorAll('#log .l').length, \
+         last: ([...document.querySelectorAll('#log .l.out')].pop() || {}).textContent}; })()";
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); keys.len()];
     for run in 0..3 {
         c.open(&format!("{root}#/jobs/{bid}"));
-        c.wait_for("all 10,000 lines", "performance.getEntriesByName('trainyard:log-complete').length > 0", 60);
-        let m = c.eval(
-            "(() => { const p = {}; for (const e of performance.getEntriesByType('paint')) p[e.name] = e.startTime; \
-             const mark = (n) => (performance.getEntriesByName(n)[0] || {}).startTime; \
-             const logs = performance.getEntriesByType('resource').find(e => e.name.includes('/logs?')); \
-             return {fp: p['first-paint'], fcp: p['first-contentful-paint'], job: mark('trainyard:job-shown'), first: mark('trainyard:log-first'), \
-             response: logs && logs.responseEnd, complete: mark('trainyard:log-complete'), \
-             out: document.querySelectorAll('#log .l.out').length, lines: document.querySelectorAll('#log .l').length}; })()",
-        );
-        assert_eq!(m["out"], json!(10000), "every stdout line is shown: {m}");
+        c.wait_for("the log's tail and the timeline's whole log", "performance.getEntriesByName('trainyard:log-complete').length > 0 && performance.getEntriesByName('trainyard:history-complete').length > 0", 60);
+        let m = c.eval(measure);
+        assert_eq!(m["lines"], json!(1000), "the newest 1,000 entries are shown: {m}");
+        assert!(m["last"].as_str().unwrap_or("").ends_with("log line 10000 of 10000: the quick brown fox jumps over the lazy dog"), "{m}");
         for (i, k) in keys.iter().enumerate() {
             runs[i].push(m[k].as_f64().unwrap_or(f64::NAN));
         }
         println!(
-            "console: job page with a 10,000-line log, load {}: first paint {:.0} ms, first contentful paint {:.0} ms, job fields {:.0} ms, first log lines {:.0} ms, logs response ended {:.0} ms, all {} lines in the page {:.0} ms",
-            run + 1, runs[0][run], runs[1][run], runs[2][run], runs[3][run], runs[4][run], m["lines"], runs[5][run]
+            "console: job page with a 10,000-line log opening on its last 1,000, load {}: first paint {:.0} ms, first contentful paint {:.0} ms, job fields {:.0} ms, first log lines {:.0} ms, logs response ended {:.0} ms, {} lines in the page {:.0} ms, timeline's whole log read {:.0} ms",
+            run + 1, runs[0][run], runs[1][run], runs[2][run], runs[3][run], runs[4][run], m["lines"], runs[5][run], runs[6][run]
         );
     }
     let med: Vec<f64> = runs.iter_mut().map(|v| median(v)).collect();
     println!(
-        "console: 10,000-line job page, median of 3 loads: first paint {:.0} ms (goal < 500 ms), first contentful paint {:.0} ms, job fields {:.0} ms, first log lines {:.0} ms, whole log {:.0} ms",
-        med[0], med[1], med[2], med[3], med[5]
+        "console: 10,000-line job page opening on its last 1,000 lines, median of 3 loads: first paint {:.0} ms (goal < 500 ms), first contentful paint {:.0} ms, job fields {:.0} ms, first log lines {:.0} ms, the 1,000 lines in the page {:.0} ms, timeline's whole log {:.0} ms",
+        med[0], med[1], med[2], med[3], med[5], med[6]
     );
+    // The timeline counts every line, also those the pane did not load.
+    c.wait_for("the timeline's count of every line", "((document.querySelector('#timeline rect.seg title') || {}).textContent || '').includes('10000 log lines')", 10);
     c.assert_clean("10,000-line job page");
     c.screenshot("05-job-10000-lines");
+    // The whole log, as before tails.
+    c.eval("localStorage.setItem('trainyard.logTail', 'all')");
+    c.open(&format!("{root}#/jobs/{bid}"));
+    c.wait_for("all 10,000 lines", "performance.getEntriesByName('trainyard:log-complete').length > 0", 60);
+    let m = c.eval(measure);
+    assert_eq!(m["out"], json!(10000), "every stdout line is shown: {m}");
+    assert_eq!(c.eval("window.__fetches.filter(u => u.includes('/logs')).join(' ')"), json!(format!("/v1/{}/logs?follow=true", name_of(&big))), "one request, no tail");
+    println!(
+        "console: the same page reading the whole log: first paint {:.0} ms, first log lines {:.0} ms, all {} lines in the page {:.0} ms",
+        m["fp"].as_f64().unwrap_or(f64::NAN), m["first"].as_f64().unwrap_or(f64::NAN), m["lines"], m["complete"].as_f64().unwrap_or(f64::NAN)
+    );
+    c.eval("localStorage.removeItem('trainyard.logTail')");
+    c.assert_clean("10,000-line job page, whole log");
 
     // -- A live job: the log follows by streaming (one request), the reader's position is
     //    kept unless at the bottom; cancel asks first, then cancels. -----------------------
@@ -658,11 +690,15 @@ fn console_in_headless_chromium() {
     let n = c.count("#log .l.out");
     c.wait_for("more lines at the bottom", &format!("document.querySelectorAll('#log .l.out').length >= {}", n + 50), 20);
     c.wait_for("the pane to follow again", at_bottom, 5);
-    let streams = c.eval(&format!("window.__fetches.filter(u => u.includes('/customJobs/{lid}/logs')).length"));
+    // One followed stream (besides, once the log is longer than the pane's 1,000 lines, one
+    // read of the whole log for the timeline, not followed).
+    let streams = c.eval(&format!("window.__fetches.filter(u => u.includes('/customJobs/{lid}/logs?follow=true')).length"));
     assert_eq!(streams, json!(1), "the log is one followed stream, never downloaded again");
+    let reads = c.eval(&format!("window.__fetches.filter(u => u.includes('/customJobs/{lid}/logs') && !u.includes('follow=true')).length"));
+    assert!(reads.as_u64().unwrap_or(9) <= 1, "at most one more read, for the timeline: {reads}");
     let shown = c.eval("[...document.querySelectorAll('#log .l.out')].map(l => +l.lastChild.textContent.replace('tick ', ''))");
     let ticks: Vec<u64> = shown.as_array().unwrap().iter().filter_map(Value::as_u64).collect();
-    assert!(ticks.windows(2).all(|w| w[1] == w[0] + 1) && ticks[0] == 1, "every line once, in order");
+    assert!(ticks.windows(2).all(|w| w[1] == w[0] + 1) && !ticks.is_empty(), "every line once, in order: {ticks:?}");
     assert!(c.count("#timeline svg rect.seg-live") == 1 && c.count("#timeline svg line.now") == 1, "a running bar up to now");
     c.assert_clean("live job page");
     c.screenshot("06-job-live");
@@ -779,4 +815,172 @@ const TOKEN: &str = "con-5b7d9f1e3a6c8042";
 
 fn lastseg(name: &str) -> String {
     name.rsplit('/').next().unwrap_or("").to_string()
+}
+
+/// The text of the `#log` pane's stdout lines (without their time and replica).
+const OUT_LINES: &str = "[...document.querySelectorAll('#log .l.out')].map(l => l.lastChild.textContent)";
+
+/// Hangs (label `trainyard-hang-after-secs`): two replicas that print once and then go
+/// silent are reported (L22); the jobs list shows a "hang" badge on their RUNNING jobs and
+/// not on a job that keeps printing; one of the two prints again and loses its badge while
+/// the list is shown; the other's page (reached by a click) says which replica is hung,
+/// since when and the L22 text, and marks it on the timeline (a marker with the time on
+/// the replica's row, a band up to now).
+#[test]
+fn console_shows_hangs_on_the_list_and_the_job_page() {
+    let Some((chromium, _turn)) = browser_turn() else { return };
+    let s = Server::start("");
+    let dir = s.dir.path().to_path_buf();
+    let wake = dir.join("wake-up");
+    let hang = json!({"trainyard-hang-after-secs": "2"});
+    let mut hung = sh_job("stays-hung", "echo started; sleep 600");
+    hung["labels"] = hang.clone();
+    let mut waking = sh_job("wakes-up", &format!("echo started; while [ ! -e {w} ]; do sleep 0.2; done; while true; do echo awake again; sleep 0.3; done", w = wake.display()));
+    waking["labels"] = hang.clone();
+    let mut steady = sh_job("steady", "while true; do echo tick; sleep 0.3; done");
+    steady["labels"] = hang;
+    let (hung, waking, steady) = (s.create("hangs", &hung), s.create("hangs", &waking), s.create("hangs", &steady));
+    let reported = |j: &Value| s.logs(&name_of(j)).into_iter().find(|e| e["stream"] == "event" && e["text"].as_str().unwrap_or("").contains("may be hung"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while reported(&hung).is_none() || reported(&waking).is_none() {
+        assert!(Instant::now() < deadline, "no hang reported:\n{}\n{}\n{}", s.logs_text(&name_of(&hung)), s.logs_text(&name_of(&waking)), s.server_log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = reported(&hung).unwrap();
+    assert_eq!(report["rule"], "L22", "{report}");
+    assert!(reported(&steady).is_none(), "a job that prints is not hung: {}", s.logs_text(&name_of(&steady)));
+    for j in [&hung, &waking, &steady] {
+        assert_eq!(s.get(&name_of(j))["state"], "JOB_STATE_RUNNING");
+    }
+
+    let mut c = Chrome::launch(&chromium, dir.as_path());
+    let root = s.url("/?project=hangs&region=us-central1");
+    let badge = |j: &Value| format!("document.querySelector('table.list tr.row[data-name=\"{}\"] .hang-badge')", name_of(j));
+
+    // -- The list: badges on the two hung jobs, none on the steady one. ---------------------
+    c.open(&format!("{root}#/jobs"));
+    c.wait_for("the hang badges", &format!("{} && {}", badge(&hung), badge(&waking)), 30);
+    // The steady job is looked at alongside (four at a time): give it time to be wrong.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.eval(&format!("{} === null", badge(&steady))), json!(true), "no badge on a job that prints");
+    let tip = c.eval(&format!("{}.title", badge(&hung)));
+    assert!(tip.as_str().unwrap_or("").contains("workerpool0-0: reported hung at") && tip.as_str().unwrap_or("").contains("L22: Replica workerpool0-0 has written nothing"), "{tip}");
+    assert_eq!(c.eval(&format!("{}.closest('td').querySelector('.st').textContent", badge(&hung))), json!("running"));
+    c.assert_clean("jobs list with hangs");
+    c.screenshot("15-jobs-hang-badge");
+
+    // -- One wakes up: its badge goes, the other's stays. ------------------------------------
+    std::fs::write(&wake, "").unwrap();
+    c.wait_for("the woken job's badge to go", &format!("{} === null", badge(&waking)), 30);
+    assert_eq!(c.eval(&format!("{} !== null", badge(&hung))), json!(true), "the hung job keeps its badge");
+    c.assert_clean("jobs list after a wake-up");
+
+    // -- The hung job's page, by a click: who, since when, the L22 text, the timeline. -------
+    c.click(&format!("table.list tr.row[data-name=\"{}\"] td.id a", name_of(&hung)));
+    c.wait_for("the job page", &format!("location.hash === '#/jobs/{}'", job_id(&hung)), 10);
+    let item = c.wait_for("the hang notice", "(document.querySelector('#job-hang .hang-item[data-replica=\"workerpool0-0\"]') || {}).textContent", 20);
+    let item = item.as_str().unwrap_or("").to_string();
+    // The report's time, as the page writes local times.
+    let when = c.eval(&format!("dateTime(micros({}) / 1000)", serde_json::to_string(&report["time"]).unwrap()));
+    let when = when.as_str().unwrap_or("?");
+    assert!(item.contains(&format!("reported hung at {when}")), "{item} (report at {when})");
+    assert!(item.contains(report["text"].as_str().unwrap()), "the L22 text: {item}");
+    assert_eq!(c.count("#hang-slot .hang-badge"), 1, "the badge by the job's state");
+    c.wait_for("the hang on the timeline", "document.querySelectorAll('#timeline svg g.mk-hang[data-rule~=L22]').length === 1 && document.querySelectorAll('#timeline svg rect.hang-span[data-replica=\"workerpool0-0\"]').length === 1", 10);
+    // The marker is on the replica's row (row 1, under the job's), labelled with the time.
+    let label = c.eval("document.querySelector('#timeline svg g.mk-hang text.hang-label').textContent");
+    let clock = c.eval(&format!("'hung ' + clock(micros({}) / 1000)", serde_json::to_string(&report["time"]).unwrap()));
+    assert_eq!(label, clock, "the marker says when");
+    let row = c.eval(
+        "(() => { const m = document.querySelector('#timeline svg g.mk-hang path').getBBox(); \
+         const bands = [...document.querySelectorAll('#timeline svg rect.band')]; \
+         const i = bands.findIndex(b => m.y >= +b.getAttribute('y') && m.y + m.height <= +b.getAttribute('y') + +b.getAttribute('height')); \
+         return document.querySelectorAll('#timeline svg text.label')[i].textContent; })()",
+    );
+    assert_eq!(row, json!("workerpool0-0"), "the hang is marked on the replica's row");
+    let mark_tip = c.eval("document.querySelector('#timeline svg g.mk-hang > title').textContent");
+    assert!(mark_tip.as_str().unwrap_or("").contains("may be hung"), "{mark_tip}");
+    c.eval("document.querySelector('details.transitions').open = true");
+    let transitions = c.eval("document.querySelector('details.transitions').textContent");
+    assert!(transitions.as_str().unwrap_or("").contains("L22"), "{transitions}");
+    c.assert_clean("hung job page");
+    c.screenshot("16-job-hang");
+
+    // -- The woken job's page: its report stays on the timeline, it is not hung now. --------
+    c.open(&format!("{root}#/jobs/{}", job_id(&waking)));
+    c.wait_for("the L22 marker", "document.querySelectorAll('#timeline svg g.mk-hang').length === 1 && ((document.getElementById('log') || {}).textContent || '').includes('awake again')", 20);
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(c.count("#job-hang .hang-item"), 0, "not hung after printing again");
+    assert_eq!(c.count("#hang-slot .hang-badge") + c.count("#timeline svg rect.hang-span"), 0);
+    c.assert_clean("woken job page");
+}
+
+/// A 20,000-line log: the job page opens on its newest 1,000 lines (one request with
+/// tail=1000, lines counted in the page), "Load earlier" (a click) puts the 1,000 before
+/// them above, in order, the line in view staying where it was; opened on the last 20,000
+/// lines, one more "Load earlier" reaches the start of the log.
+#[test]
+fn console_log_opens_on_its_tail_and_loads_earlier_lines() {
+    let Some((chromium, _turn)) = browser_turn() else { return };
+    let s = Server::start("");
+    let job = s.create("tails", &sh_job("twenty-thousand", "seq -f 'line %g' 1 20000"));
+    s.wait_terminal(&name_of(&job), 90);
+    let total = s.logs(&name_of(&job)).len();
+    assert!(total > 20000, "20,000 lines and the job's events: {total}");
+    let mut c = Chrome::launch(&chromium, s.dir.path());
+    let root = s.url("/?project=tails&region=us-central1");
+    let id = job_id(&job);
+    // The stdout lines shown, as numbers: one run, ascending by one, ending where it ends.
+    let numbers = |c: &mut Chrome| -> Vec<u64> {
+        let v = c.eval(&format!("{OUT_LINES}.map(t => +t.replace('line ', ''))"));
+        v.as_array().unwrap().iter().filter_map(Value::as_u64).collect()
+    };
+    let in_order = |n: &[u64]| n.windows(2).all(|w| w[1] == w[0] + 1);
+
+    c.open(&format!("{root}#/jobs/{id}"));
+    c.wait_for("the log's tail", "((document.getElementById('log-status') || {}).textContent || '').startsWith('ended')", 30);
+    assert_eq!(c.count("#log .l"), 1000, "the newest 1,000 entries, no more");
+    let first = numbers(&mut c);
+    assert!(in_order(&first) && first.last() == Some(&20000), "the newest lines, in order: {:?}..{:?}", first.first(), first.last());
+    let fetched = c.eval("window.__fetches.filter(u => u.includes('/logs')).join(' ')");
+    assert!(fetched.as_str().unwrap_or("").contains(&format!("/customJobs/{id}/logs?follow=true&tail=1000")), "{fetched}");
+    assert_eq!(c.eval("document.getElementById('log-tail').value"), json!("1000"));
+    // The timeline has read the whole log by itself.
+    c.wait_for("the timeline's count of every line", "((document.querySelector('#timeline rect.seg title') || {}).textContent || '').includes('20000 log lines')", 30);
+    c.assert_clean("job page on a tail");
+
+    // "Load earlier", clicked: 1,000 more lines above, in order, the first line shown before
+    // kept where the reader had it.
+    let oldest = first[0];
+    let offset_of = format!(
+        "(() => {{ const l = [...document.querySelectorAll('#log .l.out')].find(l => l.lastChild.textContent === 'line {oldest}'); \
+         return l.getBoundingClientRect().top - document.getElementById('log').getBoundingClientRect().top; }})()"
+    );
+    c.eval("document.getElementById('log-earlier').scrollIntoView({block: 'center'})");
+    c.screenshot("17-job-log-tail");
+    let before = c.eval(&offset_of).as_f64().unwrap();
+    c.click("#log-earlier");
+    c.wait_for("1,000 earlier lines", "document.querySelectorAll('#log .l').length === 2000", 20);
+    let after = c.eval(&offset_of).as_f64().unwrap();
+    assert!((after - before).abs() <= 2.0, "the line in view stays put: {before} -> {after}");
+    assert!(c.eval("document.getElementById('log').scrollTop").as_f64().unwrap_or(0.0) > 1000.0, "the new lines are above");
+    let two = numbers(&mut c);
+    assert!(in_order(&two) && two.len() == 2000 - (1000 - first.len()) && two.last() == Some(&20000) && two[0] == oldest - 1000, "2,000 lines in order: {:?}..{:?}", two.first(), two.last());
+    assert!(c.eval("window.__fetches.some(u => /\\/logs\\?tail=\\d+$/.test(u))").as_bool().unwrap_or(false), "asked by tail");
+    assert_eq!(c.eval("document.getElementById('log-status').textContent"), json!(format!("ended · {} lines", 2000)));
+    assert_eq!(c.eval("window.__fetches.filter(u => u.includes('follow=true')).length"), json!(1), "the followed stream is not read again");
+    c.assert_clean("job page, earlier lines");
+    c.screenshot("18-job-log-earlier");
+
+    // Opened on the last 20,000 lines (the setting), one more load reaches the start.
+    c.eval("(() => { const s = document.getElementById('log-tail'); s.value = '20000'; s.dispatchEvent(new Event('change')); })()");
+    c.wait_for("the last 20,000", "((document.getElementById('log-status') || {}).textContent || '').startsWith('ended') && document.querySelectorAll('#log .l').length === 20000", 60);
+    c.click("#log-earlier");
+    c.wait_for("the start of the log", "(document.getElementById('log-top') || {}).textContent === 'Start of the log.'", 20);
+    assert_eq!(c.count("#log .l"), total as u64, "the whole log");
+    let all = numbers(&mut c);
+    assert!(in_order(&all) && all.len() == 20000 && all[0] == 1, "every line once, in order");
+    assert_eq!(c.count("#log-earlier"), 0, "nothing more to load");
+    assert_eq!(c.eval("localStorage.getItem('trainyard.logTail')"), json!("20000"), "the setting is kept");
+    c.assert_clean("job page, whole log by loads");
 }

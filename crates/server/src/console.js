@@ -209,8 +209,13 @@ class ApiError extends Error {
     this.status = status;
   }
 }
-async function errorOf(r, method, path) {
+/** An abort (the page was left) as fetch() itself says it. */
+const aborted = () => new DOMException("The page was left.", "AbortError");
+async function errorOf(r, method, path, signal) {
   const body = await r.json().catch(() => ({}));
+  // An error answer whose page was left while its body came is no error of this page
+  // (its reading was cut short: the body above is empty, not the API's words).
+  if (signal && signal.aborted) return aborted();
   const e = body && body.error;
   let msg = e ? `${e.status || r.status}: ${e.message}` : `${r.status} ${r.statusText}`;
   if (r.status === 401 || r.status === 403) msg += " (check the token in the header)";
@@ -225,7 +230,7 @@ async function api(path, opts = {}) {
     init.body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
   }
   const r = await fetch(path, init);
-  if (!r.ok) throw await errorOf(r, method, path);
+  if (!r.ok) throw await errorOf(r, method, path, opts.signal);
   return r.json();
 }
 
@@ -236,7 +241,7 @@ async function api(path, opts = {}) {
  */
 async function streamNdjson(path, signal, onEntries) {
   const r = await fetch(path, { headers: headers(), signal });
-  if (!r.ok) throw await errorOf(r, "GET", path);
+  if (!r.ok) throw await errorOf(r, "GET", path, signal);
   const reader = r.body.getReader();
   const decoder = new TextDecoder();
   let rest = "";
@@ -260,6 +265,66 @@ async function streamNdjson(path, signal, onEntries) {
   }
   rest += decoder.decode();
   parse(rest.split("\n"));
+}
+/** Every entry of a log request that ends by itself (no follow). */
+async function readNdjson(path, signal) {
+  const out = [];
+  await streamNdjson(path, signal, (entries) => { for (const e of entries) out.push(e); });
+  return out;
+}
+
+/**
+ * Microseconds since the epoch of the logs API's RFC 3339 times (up to six fraction
+ * digits). Finer than Date.parse, so that an event and a line of the same millisecond
+ * are still put in order, and exact in a double (below 2^53).
+ */
+function micros(iso) {
+  const m = /^(.+?)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$/.exec(iso || "");
+  if (!m) return NaN;
+  const ms = Date.parse(m[1] + m[3]);
+  return ms * 1000 + (m[2] ? Number((m[2] + "00000").slice(0, 6)) : 0);
+}
+/** One log entry as text, to find it again in another answer of the logs API. */
+const entryKey = (e) => `${e.time}|${e.attempt}|${e.replica}|${e.restart}|${e.stream}|${e.text}`;
+
+// ---------------------------------------------------------------------------------------
+// Hangs. The server watches the replicas of a job that asks for it ([lifecycle]
+// hang_after_secs, label trainyard-hang-after-secs): one silent that long (no log line,
+// checkpoint or metric file) is reported once, as an L22 event of that replica in the
+// job's log ("... it may be hung"). The CustomJob resource says nothing of it, so the
+// console reads hangs from the log, by one rule for the jobs list and the job page:
+//   a replica is hung while its L22 report is the newest thing of it in the log (no line
+//   of its own and no lifecycle event of it, such as a restart or an exit, came after)
+//   and no later attempt of the job has begun.
+// Metric-file and checkpoint writes end a hang for the server but are not in the log, so
+// a replica that only writes those stays "hung" here until it prints or is restarted.
+
+const HANG_LABEL = "trainyard-hang-after-secs";
+const isHangReport = (e) => e.stream === "event" && (e.rule === "L22" || /^L22: /.test(e.text || "")) && /may be hung/.test(e.text || "");
+
+/**
+ * The replica's current hang from entries of its log (its lines and events, in any order;
+ * the job's own events may be there too): {us, time, text, attempt} of its L22 report, or
+ * null.
+ */
+function currentHang(entries, replica) {
+  let hang = null, last = -Infinity, attempt = -Infinity;
+  for (const e of entries) {
+    const a = Number(e.attempt) || 0;
+    if (a > attempt) attempt = a;
+    if (e.replica !== replica) continue;
+    const us = micros(e.time);
+    if (isHangReport(e)) {
+      if (!hang || us > hang.us) hang = { us, time: e.time, text: String(e.text || ""), attempt: a };
+    } else if (us > last) last = us;
+  }
+  return hang && hang.us > last && attempt <= hang.attempt ? hang : null;
+}
+/** A "hang" badge for replicas hung now ([{replica, hang}]); null when none is. */
+function hangBadge(hung, extra) {
+  if (!hung || !hung.length) return null;
+  const tip = hung.map(({ replica, hang }) => `${replica}: reported hung at ${dateTime(hang.us / 1000)}, nothing from it since\n${hang.text}`).join("\n\n");
+  return h("span", { class: "hang-badge" + (extra ? " " + extra : ""), title: tip, "data-replicas": hung.map((x) => x.replica).join(" ") }, "hang");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -369,10 +434,11 @@ window.addEventListener("hashchange", route);
 
 /**
  * A paged table of one collection. `path()` is the list URL without pageToken; rows are
- * made by `columns`. Returns {el, load}: `load()` reads the current page again (for the
- * periodic refresh), `load(true)` goes back to the first page.
+ * made by `columns`; `after(items)`, when given, sees each page shown. Returns {el, load}:
+ * `load()` reads the current page again (for the periodic refresh), `load(true)` goes
+ * back to the first page.
  */
-function pagedTable(pg, { path, collection, columns, href, empty }) {
+function pagedTable(pg, { path, collection, columns, href, empty, after }) {
   const tbody = h("tbody");
   const info = h("span", { class: "muted" });
   const prev = h("button", { type: "button", class: "prev", disabled: true }, "‹ Newer");
@@ -412,6 +478,7 @@ function pagedTable(pg, { path, collection, columns, href, empty }) {
     next.disabled = !nextToken;
     info.textContent = `page ${at + 1} · ${items.length} shown${nextToken ? " · more on the next pages" : ""}`;
     clearError("list");
+    if (after) after(items);
   }
   prev.addEventListener("click", () => { if (at > 0) { at--; load().catch((e) => report(e, "list")); } });
   next.addEventListener("click", () => {
@@ -451,15 +518,17 @@ async function jobsList(pg, q) {
   const stateFilter = state ? `state="JOB_STATE_${state}"` : "";
   const filter = stateFilter && userFilter ? `${stateFilter} AND (${userFilter})` : stateFilter || userFilter;
   const chips = h("div", { class: "chips", id: "state-chips" }, h("span", { class: "muted" }, "counting…"));
+  const hangs = jobHangs(pg);
   const table = pagedTable(pg, {
     path: () => base() + "/customJobs?pageSize=100" + (filter ? "&filter=" + enc(filter) : ""),
     collection: "customJobs",
     href: (j) => hashWith(["jobs", lastSegment(j.name)]),
     empty: filter ? "No job matches this filter." : `No jobs in project ${project()} (${region()}).`,
+    after: (items) => hangs.check(items),
     columns: [
       { h: "Name", cls: "id", cell: (j) => h("a", { href: hashWith(["jobs", lastSegment(j.name)]), title: j.name }, lastSegment(j.name)) },
       { h: "Display name", cell: (j) => j.displayName || "" },
-      { h: "State", cell: (j) => [chip(j.state), j.trainyardWaitingReason ? h("div", { class: "why", title: j.trainyardWaitingReason }, j.trainyardWaitingReason) : null] },
+      { h: "State", cell: (j) => [chip(j.state), hangs.slot(j), j.trainyardWaitingReason ? h("div", { class: "why", title: j.trainyardWaitingReason }, j.trainyardWaitingReason) : null] },
       { h: "Created", cls: "time", cell: (j) => timeCell(j.createTime) },
       { h: "Started", cls: "time", cell: (j) => timeCell(j.startTime) },
       { h: "Ended", cls: "time", cell: (j) => timeCell(j.endTime) },
@@ -503,6 +572,59 @@ async function jobsList(pg, q) {
   count().catch((e) => { put(chips, h("span", { class: "muted" }, "counts unavailable")); report(e); });
   every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
   every(pg, 10000, count);
+}
+
+/**
+ * The jobs list's "hang" badges: RUNNING jobs of the page shown are looked at, each
+ * replica by the end of its own log (`logs?replica=R&tail=20`), under the rule above.
+ * A job is looked at again only when its updateTime moved (a hang report, a restart, an
+ * exit all change the job, L2), or while it is shown hung, at most every HANG_RECHECK_MS
+ * (a hung replica that prints again does not change the job: once it has reported a
+ * replica, the server no longer looks at its writes until another deadline of the job).
+ * A list of quiet jobs costs no log reads after the first look. Four requests at a time.
+ */
+const HANG_RECHECK_MS = 8000;
+const HANG_TAIL = 20;
+function jobHangs(pg) {
+  const known = new Map(); // job name -> {updateTime, at (ms), hung: [{replica, hang}]}
+  const busy = new Set();
+  let queue = [], running = 0;
+  const slot = (j) => {
+    const k = known.get(j.name);
+    return h("span", { class: "hang-slot" }, shortState(j.state) === "RUNNING" && k ? hangBadge(k.hung) : null);
+  };
+  function show(j) {
+    const tr = [...document.querySelectorAll("table.list tr.row")].find((r) => r.dataset.name === j.name);
+    const old = tr && tr.querySelector(".hang-slot");
+    if (old) old.replaceWith(slot(j));
+  }
+  async function look(j) {
+    const path = `/v1/${j.name}/logs?tail=${HANG_TAIL}&replica=`;
+    const hung = [];
+    for (const replica of replicasOf(j.jobSpec)) {
+      const hang = currentHang(await readNdjson(path + enc(replica), pg.signal), replica);
+      if (hang) hung.push({ replica, hang });
+    }
+    known.set(j.name, { updateTime: j.updateTime, at: Date.now(), hung });
+    show(j);
+  }
+  function pump() {
+    while (running < 4 && queue.length) {
+      const j = queue.shift();
+      running++;
+      look(j).catch((e) => report(e, "hangs")).finally(() => { running--; busy.delete(j.name); pump(); });
+    }
+  }
+  function check(items) {
+    for (const j of items) {
+      if (shortState(j.state) !== "RUNNING") { known.delete(j.name); continue; }
+      const k = known.get(j.name);
+      const stale = !k || k.updateTime !== j.updateTime || (k.hung.length && Date.now() - k.at >= HANG_RECHECK_MS);
+      if (stale && !busy.has(j.name)) { busy.add(j.name); queue.push(j); }
+    }
+    pump();
+  }
+  return { check, slot };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -577,6 +699,37 @@ function replicaOrder(a, b) {
   return a < b ? -1 : 1;
 }
 
+/** How many of the newest log lines the job page opens on (0: the whole log). */
+const LOG_TAILS = [200, 1000, 5000, 20000, 0];
+const LOG_TAIL_DEFAULT = 1000;
+function logTail() {
+  const v = localStorage.getItem("trainyard.logTail");
+  if (v === "all") return 0;
+  const n = Number(v);
+  return n > 0 && LOG_TAILS.includes(n) ? n : LOG_TAIL_DEFAULT;
+}
+/** The most entries one `tail` of the logs API gives (the server's limit). */
+const MAX_TAIL = 100000;
+const fmtCount = (n) => Number(n).toLocaleString("en-US");
+
+/**
+ * Where the run of entries `head` begins in `list`, at index `maxAt` or before: the latest
+ * such place, or -1. Its first 8 entries must match; failing that, its first one (two
+ * answers of the logs API may interleave replicas' lines of the same moment differently).
+ */
+function findRun(list, head, maxAt) {
+  if (!head.length) return -1;
+  const keys = head.map(entryKey);
+  for (const k of [Math.min(8, keys.length), 1]) {
+    for (let i = Math.min(maxAt, list.length - k); i >= 0; i--) {
+      let ok = true;
+      for (let j = 0; j < k && ok; j++) ok = entryKey(list[i + j]) === keys[j];
+      if (ok) return i;
+    }
+  }
+  return -1;
+}
+
 async function jobPage(pg, id) {
   const name = `projects/${project()}/locations/${region()}/customJobs/${id}`;
   const path = `/v1/${name}`;
@@ -584,6 +737,8 @@ async function jobPage(pg, id) {
   let job = await api(path, { signal: pg.signal });
 
   const heading = h("h2", {});
+  const hangSlot = h("span", { id: "hang-slot" });
+  const hangBox = h("div", { id: "job-hang" });
   const summary = h("div", {});
   const cancel = cancelControl(pg, { path: name, what: "job", isDone: isTerminal(job.state) || shortState(job.state) === "CANCELLING", after: () => refresh() });
   const timelineBox = h("div", { class: "timeline-box", id: "timeline" });
@@ -600,17 +755,23 @@ async function jobPage(pg, id) {
   });
   const bottom = h("button", { type: "button", title: "Scroll to the newest line and follow it" }, "Follow ↓");
   bottom.addEventListener("click", () => { logEl.scrollTop = logEl.scrollHeight; });
+  // How many of the newest lines the pane opens on; a change opens the page again.
+  const tailN = logTail();
+  const tailSelect = h("select", { id: "log-tail", title: "How many of the newest lines the log opens on (earlier ones: \"Load earlier\" at its top)" },
+    LOG_TAILS.map((n) => h("option", { value: n ? String(n) : "all", selected: n === tailN }, n ? `last ${fmtCount(n)} lines` : "whole log")));
+  tailSelect.addEventListener("change", () => { localStorage.setItem("trainyard.logTail", tailSelect.value); route(); });
 
   view.append(
     h("div", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
-    h("section", { class: "card" }, h("div", { class: "head" }, heading, cancel.el), summary),
+    h("section", { class: "card" }, h("div", { class: "head" }, heading, cancel.el), hangBox, summary),
     h("section", { class: "card" }, h("h3", {}, "Timeline"), timelineBox, legend,
       h("details", { class: "transitions" }, h("summary", {}, "Transitions ", transitionsCount),
         h("div", { class: "scroll" }, h("table", { class: "list" }, h("thead", {}, h("tr", {}, ["Time", "After create", "Attempt", "Replica", "Rule", "What happened"].map((x) => h("th", {}, x)))), transitions)))),
-    h("section", { class: "card" }, h("div", { class: "head" }, h("h3", {}, "Logs"), h("div", { class: "logbar" }, h("label", {}, "Replica ", replicaSelect), toggles, bottom, status)), logEl));
+    h("section", { class: "card" }, h("div", { class: "head" }, h("h3", {}, "Logs"),
+      h("div", { class: "logbar" }, h("label", {}, "Replica ", replicaSelect), h("label", {}, "Open on ", tailSelect), toggles, bottom, status)), logEl));
 
   function showJob() {
-    put(heading, job.displayName || `Job ${id}`, " ", chip(job.state, "big"));
+    put(heading, job.displayName || `Job ${id}`, " ", chip(job.state, "big"), " ", hangSlot);
     const spec = job.jobSpec || {};
     const sched = spec.scheduling || {};
     put(summary, 
@@ -630,6 +791,18 @@ async function jobPage(pg, id) {
       poolsTable(spec));
     cancel.sync(isTerminal(job.state) || shortState(job.state) === "CANCELLING");
   }
+  /** Replicas hung now (the rule at currentHang), under the heading and as its badge. */
+  function showHangs() {
+    const hung = shortState(job.state) === "RUNNING" ? model.hangs() : [];
+    put(hangSlot, hangBadge(hung, "big"));
+    const after = job.labels && job.labels[HANG_LABEL];
+    put(hangBox, hung.length ? h("div", { class: "hang-block" },
+      h("b", {}, hung.length === 1 ? "A replica may be hung" : `${hung.length} replicas may be hung`),
+      after ? h("span", { class: "small" }, ` (reported after ${after} s of silence, label ${HANG_LABEL})`) : null,
+      hung.map(({ replica, hang }) => h("div", { class: "hang-item", "data-replica": replica },
+        h("b", {}, replica), ` reported hung at ${dateTime(hang.us / 1000)} (${duration(Date.now() - hang.us / 1000)} ago); nothing from it since. `,
+        h("span", { class: "hang-text" }, hang.text)))) : null);
+  }
   async function refresh() {
     job = await api(path, { signal: pg.signal });
     showJob();
@@ -646,6 +819,7 @@ async function jobPage(pg, id) {
       drawTimeline(timelineBox, legend, model, job);
       transitionsCount.textContent = `(${model.events.length})`;
       showTransitions(transitions, model, job);
+      showHangs();
     },
     soon() {
       if (this.pending) return;
@@ -658,9 +832,16 @@ async function jobPage(pg, id) {
   window.addEventListener("resize", onResize);
   pg.cleanups.push(() => window.removeEventListener("resize", onResize));
 
-  // Logs: one followed stream of the whole log feeds the timeline and, unless a replica
-  // is chosen, the log pane; a chosen replica has its own stream (?replica=).
-  const pane = new LogPane(logEl);
+  // Logs: one followed stream of the whole log's newest tailN entries (tail=N: the server
+  // reads the log, the page gets its end, then what comes) feeds the timeline and, unless
+  // a replica is chosen, the log pane; a chosen replica has its own stream (?replica=).
+  const tailQ = tailN ? `&tail=${tailN}` : "";
+  const pane = new LogPane(logEl, {
+    step: tailN,
+    earlier: (n) => loadEarlier(n),
+    // An ended log's count includes the lines loaded since.
+    loaded: () => { if (status.classList.contains("ended")) setStatus(`ended · ${pane.count} lines`, "ended"); },
+  });
   const seen = new Set(replicasOf(job.jobSpec));
   const addReplicaOptions = () => {
     const have = new Set([...replicaSelect.options].map((o) => o.value));
@@ -672,8 +853,8 @@ async function jobPage(pg, id) {
   let replica = q.get("replica") || "";
   if (replica) { seen.add(replica); addReplicaOptions(); replicaSelect.value = replica; }
   let paneStream = null;
-  // A stream that broke (the network, a server restart) is read again from the start by
-  // reloading the page: the logs API has no offset to resume from.
+  // A stream that broke (the network, a server restart) is read again by reloading the
+  // page: the logs API has no offset to resume from.
   const setStatus = (text, cls) => {
     put(status, text, cls === "broken" ? [" ", h("button", { type: "button", onclick: () => route() }, "Reconnect")] : null);
     status.className = "stream-status " + (cls || "");
@@ -692,7 +873,7 @@ async function jobPage(pg, id) {
     paneStream = ac;
     pg.cleanups.push(() => ac.abort());
     setStatus("streaming…", "live");
-    streamNdjson(`${path}/logs?follow=true&replica=${enc(replica)}`, ac.signal, (entries) => pane.push(entries))
+    streamNdjson(`${path}/logs?follow=true&replica=${enc(replica)}${tailQ}`, ac.signal, (entries) => pane.push(entries))
       .then(() => { if (paneStream === ac) { pane.done(); setStatus(`ended · ${pane.count} lines`, "ended"); } })
       .catch((e) => { if (e.name !== "AbortError") { setStatus("interrupted", "broken"); report(e, "log"); } });
   }
@@ -704,24 +885,84 @@ async function jobPage(pg, id) {
     startPaneStream();
   });
 
-  // The entries of the whole log are kept (for the pane when the replica filter is
+  // "Load earlier": the logs API reads a log's end (tail) or from a time on (since), not
+  // up to a point. So the pane asks for the newest (shown + n + slack) entries of what it
+  // shows (all replicas, or the chosen one) and takes the n before its oldest line, found
+  // in the answer by its first lines (time to the microsecond, replica, run, stream,
+  // text). The slack covers lines written meanwhile; when more came, it asks again.
+  async function loadEarlier(n) {
+    const sel = replica ? "&replica=" + enc(replica) : "";
+    const have = pane.count + pane.queue.length;
+    let slack = 200;
+    for (let tries = 0; tries < 4; tries++) {
+      const want = Math.min(MAX_TAIL, have + n + slack);
+      const got = await readNdjson(`${path}/logs?tail=${want}${sel}`, pg.signal);
+      const at = findRun(got, pane.head, got.length - have);
+      if (at < 0) {
+        if (want === MAX_TAIL) break;
+        slack *= 8;
+        continue;
+      }
+      const from = Math.max(0, at - n);
+      // All of the log came (fewer entries than asked): nothing is before the first.
+      const whole = got.length < want;
+      return { entries: got.slice(from, at), start: from === 0 && whole, capped: from === 0 && !whole && want === MAX_TAIL };
+    }
+    throw new Error("The earlier lines could not be matched with the lines shown (the log grows fast, or is past the logs API's last 100,000 entries); reload the page.");
+  }
+
+  // The entries of the followed stream are kept (for the pane when the replica filter is
   // cleared); their number is capped like the pane's.
   let mainEntries = [];
   let mainDone = false;
+  let mainCount = 0, mainOldest = Infinity;
   function onMain(entries) {
     for (const e of entries) {
       model.add(e);
+      const us = micros(e.time);
+      if (us < mainOldest) mainOldest = us;
       if (!seen.has(e.replica)) { seen.add(e.replica); addReplicaOptions(); }
     }
     for (const e of entries) mainEntries.push(e);
     if (mainEntries.length > LOG_KEEP * 1.25) mainEntries.splice(0, mainEntries.length - LOG_KEEP);
+    mainCount += entries.length;
     if (!replica) pane.push(entries);
     timeline.soon();
+    readHistory();
+  }
+  // The timeline needs the whole log (a run's bar starts at its first line, and lifecycle
+  // events may be older than the tail), the pane only its end. Once the followed stream
+  // has brought tailN entries (the log may be longer than its tail), the log is read once
+  // more, whole and not followed, for the timeline only, after the pane's first lines:
+  // of it the model takes the lines older than the stream's oldest entry (of the lines of
+  // that very microsecond, those the stream did not bring), and the events it has not
+  // seen (it takes each event once). Nothing of it goes to the pane.
+  let historyAsked = false;
+  function readHistory() {
+    if (historyAsked || !tailN || mainCount < tailN) return;
+    historyAsked = true;
+    const cut = mainOldest;
+    const atCut = new Map();
+    for (const e of mainEntries) {
+      if (e.stream !== "event" && micros(e.time) === cut) atCut.set(entryKey(e), (atCut.get(entryKey(e)) || 0) + 1);
+    }
+    const older = (e) => {
+      const us = micros(e.time);
+      if (us !== cut) return us < cut;
+      const k = entryKey(e), n = atCut.get(k) || 0;
+      if (n) atCut.set(k, n - 1);
+      return !n;
+    };
+    streamNdjson(`${path}/logs`, mainAc.signal, (entries) => {
+      for (const e of entries) if (e.stream === "event" || older(e)) model.add(e);
+      timeline.soon();
+    }).then(() => performance.mark("trainyard:history-complete"))
+      .catch((e) => report(e, "log-history"));
   }
   const mainAc = new AbortController();
   pg.cleanups.push(() => mainAc.abort());
   setStatus(isTerminal(job.state) ? "loading…" : "streaming…", "live");
-  streamNdjson(`${path}/logs?follow=true`, mainAc.signal, onMain).then(() => {
+  streamNdjson(`${path}/logs?follow=true${tailQ}`, mainAc.signal, onMain).then(() => {
     mainDone = true;
     if (!replica) { pane.done(); setStatus(`ended · ${pane.count} lines`, "ended"); }
     // The log ends when the job is terminal: show its final fields.
@@ -743,7 +984,9 @@ async function jobPage(pg, id) {
 // ---------------------------------------------------------------------------------------
 // The log pane: lines are appended in batches (one per animation frame), never reloaded.
 // It follows the newest line until the reader scrolls up (then their position is kept),
-// and follows again once they are back at the bottom.
+// and follows again once they are back at the bottom. It opens on the newest lines of
+// the log (the stream's tail); "Load earlier" at its top puts the lines before them above,
+// the line the reader sees staying where it is.
 // Lines live in chunks of LOG_CHUNK with `content-visibility: auto`, so that the browser
 // lays out and paints only the chunks in view: a 10,000-line log costs about as much to
 // show as a screenful. Past LOG_KEEP lines the oldest chunks leave the page.
@@ -751,9 +994,18 @@ async function jobPage(pg, id) {
 const LOG_KEEP = 50000;
 const LOG_CHUNK = 500;
 const LINE_PX = 17.4; // 12px text, line-height 1.45: the size of a chunk not yet laid out
+const HEAD_KEEP = 8; // the oldest lines shown, kept to find them in a later answer
 class LogPane {
-  constructor(el) {
+  /**
+   * `step`: lines the pane opens on and loads at a time (0: all); `earlier(n)`: the n
+   * entries before the oldest shown ({entries, start, capped}); `loaded()`: after a load.
+   */
+  constructor(el, opts) {
     this.el = el;
+    this.step = (opts && opts.step) || 0;
+    this.earlier = opts && opts.earlier;
+    this.loaded = (opts && opts.loaded) || (() => {});
+    this.gen = 0;
     this.clear();
     el.addEventListener("scroll", () => {
       if (el.scrollHeight - el.scrollTop - el.clientHeight < 24) this.follow = true;
@@ -761,15 +1013,23 @@ class LogPane {
     }, { passive: true });
   }
   clear() {
+    this.gen++;
     this.queue = [];
     this.count = 0;
     this.dropped = 0;
     this.scheduled = false;
-    this.note = null;
     this.chunks = [];
     this.follow = true;
     this.autoTop = 0;
-    put(this.el);
+    this.head = [];
+    this.loading = false;
+    this.atStart = false;
+    this.capped = false;
+    this.loadError = "";
+    this.topKey = "";
+    // The bar above the lines: "Load earlier", or why there is none.
+    this.top = h("div", { class: "log-top", id: "log-top", hidden: true });
+    put(this.el, this.top);
   }
   push(entries) {
     for (const e of entries) this.queue.push(e);
@@ -793,27 +1053,37 @@ class LogPane {
     d.append(ts, who, String(e.text ?? ""));
     return d;
   }
+  /** A chunk of lines for `entries` (at most LOG_CHUNK), not yet in the page. */
+  chunk(entries) {
+    const c = { el: document.createElement("div"), n: 0 };
+    c.el.className = "chunk";
+    this.fillChunk(c, entries);
+    return c;
+  }
+  fillChunk(c, entries) {
+    const frag = document.createDocumentFragment();
+    for (const e of entries) frag.append(this.line(e));
+    c.el.append(frag);
+    c.n += entries.length;
+    c.el.style.containIntrinsicSize = `auto ${Math.round(c.n * LINE_PX)}px`;
+  }
   flush() {
     if (!this.queue.length) return;
     const el = this.el;
     let batch = this.queue;
     this.queue = [];
     if (batch.length > LOG_KEEP) { this.dropped += batch.length - LOG_KEEP; batch = batch.slice(batch.length - LOG_KEEP); }
+    for (let i = 0; i < batch.length && this.head.length < HEAD_KEEP; i++) this.head.push(batch[i]);
     for (let i = 0; i < batch.length;) {
       let c = this.chunks[this.chunks.length - 1];
       if (!c || c.n >= LOG_CHUNK) {
-        c = { el: document.createElement("div"), n: 0 };
-        c.el.className = "chunk";
+        c = this.chunk([]);
         this.chunks.push(c);
         el.append(c.el);
       }
       const take = Math.min(LOG_CHUNK - c.n, batch.length - i);
-      const frag = document.createDocumentFragment();
-      for (let k = 0; k < take; k++) frag.append(this.line(batch[i + k]));
-      c.el.append(frag);
-      c.n += take;
+      this.fillChunk(c, batch.slice(i, i + take));
       i += take;
-      c.el.style.containIntrinsicSize = `auto ${Math.round(c.n * LINE_PX)}px`;
     }
     if (!this.count) performance.mark("trainyard:log-first");
     this.count += batch.length;
@@ -829,14 +1099,96 @@ class LogPane {
       }
       if (!this.follow) el.scrollTop -= before - el.scrollHeight;
     }
-    if (this.dropped) {
-      if (!this.note) { this.note = h("div", { class: "l note" }); el.prepend(this.note); }
-      this.note.textContent = `${this.dropped} earlier lines are not shown (the newest ${kept} are kept here; the logs API has them all).`;
-    }
+    this.syncTop();
     if (this.follow) {
       el.scrollTop = el.scrollHeight;
       this.autoTop = el.scrollTop;
     }
+  }
+  /**
+   * The bar at the top, made again only when what it says changes (a live log flushes
+   * every frame, and a button made again under the pointer would lose its click).
+   */
+  syncTop() {
+    const kept = this.count - this.dropped;
+    const room = LOG_KEEP - kept;
+    const more = this.step && this.earlier && this.count >= this.step;
+    let key, kids;
+    if (this.dropped) {
+      key = "dropped" + this.dropped;
+      kids = `${fmtCount(this.dropped)} earlier lines are not shown (the newest ${fmtCount(kept)} are kept here; the logs API has them all).`;
+    } else if (this.atStart) {
+      key = "start";
+      kids = "Start of the log.";
+    } else if (this.capped) {
+      key = "capped";
+      kids = `The logs API gives the last ${fmtCount(MAX_TAIL)} entries; trainyard custom-jobs stream-logs reads the whole log.`;
+    } else if (more && room <= 0) {
+      key = "full";
+      kids = `The page keeps at most ${fmtCount(LOG_KEEP)} lines; trainyard custom-jobs stream-logs reads the whole log.`;
+    } else if (more) {
+      const n = Math.min(this.step, room);
+      key = `more ${n} ${this.loading} ${this.loadError}`;
+      kids = [h("button", { type: "button", id: "log-earlier", disabled: this.loading, onclick: () => this.loadEarlier() }, this.loading ? "Loading…" : `Load ${fmtCount(n)} earlier lines`),
+        " ", h("span", { class: this.loadError ? "errtext" : "muted" }, this.loadError || "Earlier lines are not loaded.")];
+    } else {
+      key = "";
+      kids = null;
+    }
+    if (key === this.topKey) return;
+    this.topKey = key;
+    put(this.top, kids);
+    this.top.hidden = !kids;
+  }
+  async loadEarlier() {
+    if (this.loading || !this.earlier) return;
+    const gen = this.gen;
+    this.loading = true;
+    this.loadError = "";
+    this.syncTop();
+    try {
+      const r = await this.earlier(Math.min(this.step, LOG_KEEP - this.count));
+      if (gen !== this.gen) return;
+      this.prepend(r.entries);
+      this.atStart = r.start;
+      this.capped = r.capped;
+      this.loaded();
+    } catch (e) {
+      if (gen !== this.gen || e.name === "AbortError") return;
+      this.loadError = e.message || String(e);
+      report(e, "log-earlier");
+    } finally {
+      if (gen === this.gen) { this.loading = false; this.syncTop(); }
+    }
+  }
+  /** The first line in view and its distance from the pane's top. */
+  lineInView() {
+    const top = this.el.getBoundingClientRect().top;
+    for (const c of this.chunks) {
+      if (c.el.getBoundingClientRect().bottom <= top) continue;
+      for (const l of c.el.children) {
+        const r = l.getBoundingClientRect();
+        if (r.bottom > top) return { l, y: r.top - top };
+      }
+    }
+    return null;
+  }
+  /** Earlier lines above the oldest shown; the line in view stays where it is. */
+  prepend(entries) {
+    if (!entries.length) return;
+    const el = this.el;
+    const anchor = this.follow ? null : this.lineInView();
+    const first = this.chunks.length ? this.chunks[0].el : null;
+    const made = [];
+    for (let i = 0; i < entries.length; i += LOG_CHUNK) made.push(this.chunk(entries.slice(i, i + LOG_CHUNK)));
+    for (const c of made) el.insertBefore(c.el, first);
+    this.chunks.unshift(...made);
+    this.head = entries.slice(0, HEAD_KEEP).concat(this.head).slice(0, HEAD_KEEP);
+    this.count += entries.length;
+    // Measured after the change, so that it holds whether or not the browser's own scroll
+    // anchoring already moved the pane.
+    if (anchor) el.scrollTop += anchor.l.getBoundingClientRect().top - el.getBoundingClientRect().top - anchor.y;
+    else if (this.follow) { el.scrollTop = el.scrollHeight; this.autoTop = el.scrollTop; }
   }
   done() {
     this.flush();
@@ -861,9 +1213,13 @@ function phaseOf(text) {
 
 class TimelineModel {
   constructor() {
-    this.rows = new Map(); // replica -> {segs: Map "a/r" -> seg, events: []}
+    // replica -> {segs: Map "a/r" -> seg, events: [], hang: its newest L22 report,
+    // lastUs: its newest other entry (µs)}
+    this.rows = new Map();
     this.service = [];
     this.events = [];
+    this.eventKeys = new Set(); // each event once (the log may be read twice, see readHistory)
+    this.lastAttempt = 0;
     this.attempts = new Map(); // attempt -> first time
     this.running = new Map(); // attempt -> time of "Job is running"
     this.minT = Infinity;
@@ -871,7 +1227,7 @@ class TimelineModel {
   }
   row(name) {
     let r = this.rows.get(name);
-    if (!r) { r = { segs: new Map(), events: [] }; this.rows.set(name, r); }
+    if (!r) { r = { segs: new Map(), events: [], hang: null, lastUs: -Infinity }; this.rows.set(name, r); }
     return r;
   }
   seg(row, attempt, restart) {
@@ -883,12 +1239,26 @@ class TimelineModel {
   add(e) {
     const t = Date.parse(e.time);
     if (!Number.isFinite(t)) return;
+    if (e.stream === "event") {
+      const key = entryKey(e);
+      if (this.eventKeys.has(key)) return;
+      this.eventKeys.add(key);
+    }
     const a = Number(e.attempt) || 0;
+    if (a > this.lastAttempt) this.lastAttempt = a;
+    // Hangs, by the rule at currentHang.
+    if (e.replica && e.replica !== "service") {
+      const row = this.row(e.replica);
+      const us = micros(e.time);
+      if (isHangReport(e)) {
+        if (!row.hang || us > row.hang.us) row.hang = { us, time: e.time, text: String(e.text || ""), attempt: a };
+      } else if (us > row.lastUs) row.lastUs = us;
+    }
     if (t < this.minT) this.minT = t;
     if (t > this.maxT) this.maxT = t;
     if (!this.attempts.has(a) || t < this.attempts.get(a)) this.attempts.set(a, t);
     if (e.stream === "event") {
-      const ev = { t, attempt: a, replica: e.replica, rule: e.rule || (/^(L\d+[a-z]?):/.exec(e.text || "") || [])[1] || "", text: String(e.text || ""), time: e.time };
+      const ev = { t, attempt: a, replica: e.replica, rule: e.rule || (/^(L\d+[a-z]?):/.exec(e.text || "") || [])[1] || "", text: String(e.text || ""), time: e.time, hang: isHangReport(e) };
       this.events.push(ev);
       if (e.replica === "service" || !e.replica) {
         this.service.push(ev);
@@ -907,6 +1277,14 @@ class TimelineModel {
       if (t > sg.last) sg.last = t;
       sg.lines++;
     }
+  }
+  /** Replicas hung now: [{replica, hang}] (whether the job still runs is the caller's). */
+  hangs() {
+    const out = [];
+    for (const [replica, r] of this.rows) {
+      if (r.hang && r.hang.us > r.lastUs && r.hang.attempt >= this.lastAttempt) out.push({ replica, hang: r.hang });
+    }
+    return out.sort((a, b) => replicaOrder(a.replica, b.replica));
   }
 }
 
@@ -1031,6 +1409,20 @@ function drawTimeline(box, legend, model, job) {
   });
   svg.append(segsG);
 
+  // Hangs: a band from the L22 report to now on a replica hung now (the rule at
+  // currentHang); every report also gets its own marker below.
+  if (state === "RUNNING") {
+    const hangsG = s("g", { class: "hangs" });
+    for (const { replica, hang } of model.hangs()) {
+      const i = names.indexOf(replica) + 1;
+      if (i <= 0) continue;
+      const x0 = x(hang.us / 1000);
+      hangsG.append(s("rect", { x: x0, y: rowY(i) + 3, width: Math.max(3, x(now) - x0), height: ROW - 6, class: "hang-span", "data-replica": replica },
+        title(`${replica} · hung since ${clock(hang.us / 1000, true)} (${duration(now - hang.us / 1000)}), nothing from it since\n${hang.text}`)));
+    }
+    svg.append(hangsG);
+  }
+
   // Markers: every lifecycle event with its rule; events closer than a few pixels in a
   // row share one marker (its label lists their rules, its tooltip their reasons).
   const marks = s("g", { class: "marks" });
@@ -1050,13 +1442,19 @@ function drawTimeline(box, legend, model, job) {
     const texts = c.evs.map((ev) => ev.text).join(" ");
     const kind = /fail|error|OOM|out of memory|could not|killed by signal (?!15\b)/i.test(texts) ? "bad" : /retry|restart/i.test(texts) ? "warn" : "info";
     const rules = [...new Set(c.evs.map((ev) => ev.rule).filter(Boolean))];
-    const g = s("g", { class: `mk mk-${kind}`, "data-rule": rules.join(" ") },
+    const hang = c.evs.find((ev) => ev.hang);
+    const g = s("g", { class: `mk mk-${hang ? "hang" : kind}`, "data-rule": rules.join(" "), "data-hang": hang ? hang.time : null },
       s("path", { d: `M${xx} ${cy - 5}L${xx + 4} ${cy}L${xx} ${cy + 5}L${xx - 4} ${cy}Z` }),
       title(c.evs.map((ev) => `${clock(ev.t, true)} · attempt ${ev.attempt} · ${ev.replica}\n${ev.text}`).join("\n\n")));
     const label = rules.join("·");
     if (label && (lastLabel.get(c.row) === undefined || xx - lastLabel.get(c.row) > 8)) {
       g.append(s("text", { x: xx + 5, y: rowY(c.row) + 9, class: "rule" }, label));
       lastLabel.set(c.row, xx + 5 + label.length * 6);
+    }
+    // A hang report says when, in the row itself (its text is the marker's tooltip).
+    if (hang) {
+      const right = xx + 80 < W - 4;
+      g.append(s("text", { x: right ? xx + 7 : xx - 7, y: rowY(c.row) + ROW - 4, "text-anchor": right ? "start" : "end", class: "hang-label" }, `hung ${clock(hang.t)}`));
     }
     marks.append(g);
   }
@@ -1069,7 +1467,7 @@ function drawTimeline(box, legend, model, job) {
     const key = (cls, text) => h("span", { class: "key" }, s("svg", { width: 14, height: 10 }, s("rect", { x: 0, y: 0, width: 14, height: 10, rx: 2, class: cls })), " ", text);
     legend.append(key("ph ph-queued", "queued / waiting"), key("ph ph-provisioning", "provisioning"), key("ph ph-running", "job running"),
       key("seg seg-live", "replica running"), key("seg seg-ok", "succeeded"), key("seg seg-restarted", "restarted"), key("seg seg-retried", "attempt retried"),
-      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"),
+      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"), key("hang-span", "hung (L22, nothing since)"),
       h("span", { class: "muted small" }, " ◆ lifecycle event with its rule (hover for the reason); times are local"));
   }
 }
