@@ -420,3 +420,59 @@ fn kill9_in_the_middle_keeps_the_study_and_its_trials() {
     let (_, next) = suggest(&s, &study, "w", 1);
     assert_eq!(next[0]["id"], "9", "{next:?}");
 }
+
+/// Tokens guard studies as they guard jobs: 401 without a token, 403 for another
+/// project's or for a write with a read-only token; lookup and listOptimalTrials are
+/// POSTs that only read, which a read-only token may call.
+#[test]
+fn tokens_guard_studies() {
+    const RW: &str = "vizier-rw-token-0123456789";
+    const RO: &str = "vizier-ro-token-0123456789";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[tokens]]\ntoken = \"{RW}\"\nprojects = [\"{PROJECT}\"]\n\n\
+             [[tokens]]\ntoken = \"{RO}\"\nprojects = [\"{PROJECT}\"]\naccess = \"read-only\"\n"
+        ),
+    )
+    .expect("tokens");
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let s = Server::start(&format!("tokens_file = \"{}\"\n", tokens.display()));
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
+    let call = |method: &str, url: &str, token: Option<&str>, body: Option<Value>| -> (u16, Value) {
+        let mut req = ureq::http::Request::builder().method(method).uri(url).header("Content-Type", "application/json");
+        if let Some(t) = token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let text = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut resp = agent.run(req.body(text).expect("request")).expect("answer");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    };
+    let studies = format!("{}/studies", base(&s));
+    let body = json!({"displayName": "guarded", "studySpec": spec(json!({}))});
+    assert_eq!(call("POST", &studies, None, Some(body.clone())).0, 401);
+    assert_eq!(call("POST", &studies, Some(RO), Some(body.clone())).0, 403, "a read-only token cannot create");
+    let (st, study) = call("POST", &studies, Some(RW), Some(body));
+    assert_eq!(st, 200, "{study}");
+    let name = study["name"].as_str().expect("name").to_string();
+    let url = |path: &str| s.url(&format!("/v1/{name}{path}"));
+    let suggest = json!({"suggestionCount": 1, "clientId": "w"});
+    assert_eq!(call("POST", &url("/trials:suggest"), Some(RO), Some(suggest.clone())).0, 403, "nor suggest");
+    let (st, op) = call("POST", &url("/trials:suggest"), Some(RW), Some(suggest));
+    assert_eq!(st, 200, "{op}");
+    assert_eq!(call("GET", &url(""), Some(RO), None).0, 200);
+    assert_eq!(call("GET", &url("/trials"), Some(RO), None).0, 200);
+    assert_eq!(call("POST", &format!("{studies}:lookup"), Some(RO), Some(json!({"displayName": "guarded"}))).0, 200);
+    assert_eq!(call("POST", &url("/trials:listOptimalTrials"), Some(RO), Some(json!({}))).0, 200);
+    assert_eq!(call("GET", &s.url(&format!("/v1/{}", op["name"].as_str().unwrap_or(""))), Some(RO), None).0, 200);
+    assert_eq!(call("POST", &url("/trials/1:complete"), Some(RO), Some(json!({}))).0, 403);
+    assert_eq!(call("DELETE", &url(""), Some(RO), None).0, 403);
+    // Another project: 403 for the token, and the study is not found there.
+    let other = s.url("/v1/projects/elsewhere/locations/us-central1/studies:lookup");
+    assert_eq!(call("POST", &other, Some(RW), Some(json!({"displayName": "guarded"}))).0, 403);
+    assert_eq!(call("DELETE", &url(""), Some(RW), None).0, 200);
+}

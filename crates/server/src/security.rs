@@ -143,8 +143,15 @@ impl WriteLimiter {
     }
 }
 
-fn is_mutating(method: &Method) -> bool {
-    matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE)
+fn is_mutating(method: &Method, path: &str) -> bool {
+    matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) && !reads_by_post(method, path)
+}
+
+/// The Vizier methods that are POSTs but only read (`studies:lookup`,
+/// `trials:listOptimalTrials`): a read-only token may call them, and they are neither
+/// throttled nor audited as writes.
+fn reads_by_post(method: &Method, path: &str) -> bool {
+    *method == Method::POST && (path.ends_with("/studies:lookup") || path.ends_with("/trials:listOptimalTrials"))
 }
 
 /// The guard of every request: the open-mode `Host` check, authentication, the audit line
@@ -169,7 +176,7 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         Some(t) => authenticate(t, &req).err(),
     };
     let project = path.strip_prefix("/v1/projects/").and_then(|rest| rest.split('/').next()).unwrap_or("").to_string();
-    let throttled = match (&refused, is_mutating(&method) && !project.is_empty()) {
+    let throttled = match (&refused, is_mutating(&method, &path) && !project.is_empty()) {
         (None, true) => state.writes.take(&project, std::time::Instant::now()).err(),
         _ => None,
     };
@@ -178,7 +185,7 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         (None, Some(wait)) => state.writes.refuse(&project, wait),
         (None, None) => next.run(req).await,
     };
-    if is_mutating(&method) {
+    if is_mutating(&method, &path) {
         tracing::info!(
             target: "audit",
             holder = holder.as_str(),
@@ -206,7 +213,7 @@ fn authenticate(tokens: &crate::auth::Tokens, req: &axum::extract::Request) -> R
         path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or(""))
     };
     let Some(project) = project else { return Ok(()) };
-    let write = !matches!(*req.method(), Method::GET | Method::HEAD);
+    let write = !matches!(*req.method(), Method::GET | Method::HEAD) && !reads_by_post(req.method(), path);
     let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     tokens.check(auth, project, write).map(|_| ())
 }
