@@ -204,20 +204,30 @@ impl Chrome {
     /// Evaluate `expr` in the page (promises awaited); its value, or a panic with the
     /// exception.
     fn eval(&mut self, expr: &str) -> Value {
-        let r = self.call("Runtime.evaluate", json!({"expression": expr, "returnByValue": true, "awaitPromise": true}));
-        if let Some(e) = r.get("exceptionDetails") {
-            panic!("evaluating {expr}: {e}");
-        }
-        r["result"]["value"].clone()
+        self.try_eval(expr).unwrap_or_else(|e| panic!("evaluating {expr}: {e}"))
     }
 
-    /// Poll `expr` until it is truthy; its value. Panics naming `what`, with the page's
-    /// banner and errors, after `secs`.
+    /// Evaluate `expr`: its value, or the exception it threw.
+    fn try_eval(&mut self, expr: &str) -> Result<Value, Value> {
+        let r = self.call("Runtime.evaluate", json!({"expression": expr, "returnByValue": true, "awaitPromise": true}));
+        match r.get("exceptionDetails") {
+            Some(e) => Err(e.clone()),
+            None => Ok(r["result"]["value"].clone()),
+        }
+    }
+
+    /// Poll `expr` until it is truthy; its value. An exception counts as not yet (the
+    /// page renders after its fetches: an element may not be there at the first look).
+    /// Panics naming `what`, with the page's banner and errors, after `secs`.
     fn wait_for(&mut self, what: &str, expr: &str, secs: u64) -> Value {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let v = self.eval(expr);
+            let (v, threw) = match self.try_eval(expr) {
+                Ok(v) => (v, false),
+                Err(e) => (json!({ "exception": e }), true),
+            };
             let truthy = match &v {
+                _ if threw => false,
                 Value::Null => false,
                 Value::Bool(b) => *b,
                 Value::Number(n) => n.as_f64() != Some(0.0),
