@@ -476,3 +476,47 @@ fn tokens_guard_studies() {
     assert_eq!(call("POST", &other, Some(RW), Some(json!({"displayName": "guarded"}))).0, 403);
     assert_eq!(call("DELETE", &url(""), Some(RW), None).0, 200);
 }
+
+/// Clients that ask at the same time: each gets trials of its own, never another's, and a
+/// client that asks twice at once gets the same trials twice (its second request is
+/// answered with the trials of its first).
+#[test]
+fn concurrent_clients() {
+    let s = Server::start("");
+    let study = create_study(&s, "crowd", json!({}));
+    let url = format!("{}/studies/{study}/trials:suggest", base(&s));
+    let clients = ["a", "b", "c", "d", "same", "same"];
+    let answers: Vec<(String, Vec<String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = clients
+            .iter()
+            .map(|client| {
+                let (api, url) = (s.api(), url.clone());
+                scope.spawn(move || {
+                    let body = json!({"suggestionCount": 2, "clientId": client}).to_string();
+                    let (st, mut op) = api.try_call("POST", &url, Some(&body)).expect("suggest");
+                    assert_eq!(st, 200, "{op}");
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while op["done"] != true {
+                        assert!(Instant::now() < deadline, "{op}");
+                        std::thread::sleep(Duration::from_millis(20));
+                        op = api.try_call("GET", &api.url(&format!("/v1/{}", op["name"].as_str().unwrap_or(""))), None).expect("poll").1;
+                    }
+                    let ids = op["response"]["trials"].as_array().map(|ts| ts.iter().filter_map(|t| t["id"].as_str().map(String::from)).collect()).unwrap_or_default();
+                    (client.to_string(), ids)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+    });
+    let mut seen = std::collections::BTreeMap::new();
+    for (client, ids) in &answers {
+        assert_eq!(ids.len(), 2, "{client}: {answers:?}");
+        for id in ids {
+            let owner = seen.entry(id.clone()).or_insert_with(|| client.clone());
+            assert_eq!(owner, client, "trial {id} went to two clients: {answers:?}");
+        }
+    }
+    let same: Vec<&Vec<String>> = answers.iter().filter(|(c, _)| c == "same").map(|(_, ids)| ids).collect();
+    assert_eq!(same[0], same[1], "{answers:?}");
+    assert_eq!(seen.len(), 10, "five clients, two trials each: {answers:?}");
+}

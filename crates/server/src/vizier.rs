@@ -242,8 +242,7 @@ impl VizierStudy {
     ) -> Begin {
         // A client that has trials it has not finished gets them again (the reference:
         // "the service will return the identical suggested Trial if the Trial is pending").
-        let own: Vec<u64> =
-            self.trials.iter().filter(|t| t.client_id == client && !t.state.is_terminal() && t.state != TrialState::Requested).map(|t| t.id).collect();
+        let own = self.unfinished(client);
         if !own.is_empty() {
             return Begin::Done { trials: own };
         }
@@ -277,6 +276,23 @@ impl VizierStudy {
         }
         self.pending.push(Pending { op, client_id: client.to_string(), count: wanted, assigned, contexts, start: now });
         Begin::Compute
+    }
+
+    /// The client's trials that have been handed out and have not ended.
+    fn unfinished(&self, client: &str) -> Vec<u64> {
+        self.trials.iter().filter(|t| t.client_id == client && !t.state.is_terminal() && t.state != TrialState::Requested).map(|t| t.id).collect()
+    }
+
+    /// A pending request `op` whose client got trials meanwhile (from an earlier request
+    /// of its own that was computed first) is answered with them, as a new request would
+    /// be: it is removed and its client's unfinished trials returned, with the request.
+    pub fn settle(&mut self, op: u64) -> Option<(Vec<u64>, Pending)> {
+        let at = self.pending.iter().position(|p| p.op == op)?;
+        let own = self.unfinished(&self.pending[at].client_id);
+        if own.is_empty() {
+            return None;
+        }
+        Some((own, self.pending.remove(at)))
     }
 
     /// The optimiser's inputs for the next computation: the ended trials (with their
@@ -855,6 +871,21 @@ mod tests {
             s.complete(&e, *id, None, false, "", 4).expect("completed");
         }
         assert_eq!(suggest(&mut s, &e, 4, "w1", 1), vec![4], "a new trial once the old ones ended");
+    }
+
+    #[test]
+    fn a_second_pending_request_of_a_client_is_settled_with_the_first_ones_trials() {
+        let mut s = VizierStudy::new(3, "p".into(), "r".into(), 0);
+        let e = engine(json!({}));
+        assert_eq!(s.suggest_begin(&e, 1, "w", 2, Vec::new(), 1), Begin::Compute);
+        assert_eq!(s.suggest_begin(&e, 2, "w", 2, Vec::new(), 1), Begin::Compute, "the first is not computed yet");
+        assert_eq!(s.settle(2), None, "nothing to settle with yet");
+        let (done, pending) = s.tuner_inputs(&e);
+        let r = tuner::suggest(&e.cfg.space, e.cfg.algorithm, e.cfg.goal, &done, &pending, 2, s.seed);
+        let (first, _) = s.suggest_finish(1, r, 2).expect("first");
+        let (again, p) = s.settle(2).expect("settled");
+        assert_eq!((again, p.op), (first, 2));
+        assert!(s.pending.is_empty());
     }
 
     #[test]

@@ -316,11 +316,35 @@ impl Driver {
         if self.vizier_running.contains_key(&id) {
             return;
         }
-        let loaded = match self.vizier_load(project, region, id) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!("study {id}: cannot compute its suggestions: {}", e.message);
-                return;
+        let loaded = loop {
+            let loaded = match self.vizier_load(project, region, id) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!("study {id}: cannot compute its suggestions: {}", e.message);
+                    return;
+                }
+            };
+            let Some(op) = loaded.study.pending.first().map(|p| p.op) else { return };
+            if loaded.study.clone().settle(op).is_none() {
+                break loaded;
+            }
+            // A request whose client got trials meanwhile is answered with them.
+            let now = self.now();
+            let mut answer = None;
+            let settled = self.vizier_change(project, region, id, now, 0, |l, _| {
+                let (trials, p) = l.study.settle(op).ok_or_else(|| ApiError::not_found("not settled"))?;
+                let body = suggest_op(&l.study, op, &p.client_id, p.start, now, Some(Ok(&trials)));
+                answer = Some(body.clone());
+                Ok(((), vec![(op, body.to_string())]))
+            });
+            match (settled, answer) {
+                (Ok(()), Some(body)) => self.vizier_notify(op, body),
+                (Err(e), _) if e.code == trainyard_api::Code::NotFound => break loaded,
+                (Err(e), _) => {
+                    tracing::error!("study {id}: suggest operation {op}: {}", e.message);
+                    return;
+                }
+                (Ok(()), None) => return,
             }
         };
         let Some(pending) = loaded.study.pending.first() else { return };
