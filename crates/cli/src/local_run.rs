@@ -127,12 +127,14 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
         let done = current.as_ref().filter(|j| j.job.is_terminal()).cloned();
         // Drain everything written so far (after the job ended too).
         loop {
-            let entries = logs::read_new(&store, &engine.services.cfg.data_dir, id, &sel, &mut cursor)?;
-            if entries.is_empty() {
+            let batch = logs::read_new(&store, &engine.services.cfg.data_dir, id, &sel, &mut cursor)?;
+            if !batch.entries.is_empty() {
+                progress.clear();
+                print_entries(&batch.entries);
+            }
+            if batch.caught_up {
                 break;
             }
-            progress.clear();
-            print_entries(&entries);
         }
         if let Some(j) = done {
             progress.clear();

@@ -278,9 +278,9 @@ async fn job_logs(
                     Ok((e, terminal, cur))
                 })
                 .await;
-            let Ok((mut entries, terminal, cur)) = batch else { break };
+            let Ok((batch, terminal, cur)) = batch else { break };
             cursor = cur;
-            let caught_up = entries.is_empty();
+            let (mut entries, caught_up) = (batch.entries, batch.caught_up);
             if let Some(t) = since {
                 entries.retain(|e| e.micros >= t);
             }

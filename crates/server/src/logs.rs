@@ -41,11 +41,24 @@ pub struct Selector {
     pub attempt: Option<u32>,
 }
 
-/// Where a reader is in the job's log.
+/// Where a reader is in a job's log.
 #[derive(Clone, Debug, Default)]
 pub struct Cursor {
     event_seq: i64,
     offsets: BTreeMap<PathBuf, trainyard_backend::LogPos>,
+    /// Entries read but not given out yet: later than what a source that may have more
+    /// has given so far (see `read_new`).
+    held: Vec<Entry>,
+}
+
+/// What one `read_new` gives.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// In time order, and never earlier than anything given before.
+    pub entries: Vec<Entry>,
+    /// Nothing new was read: the reader has everything there is now (what was held is in
+    /// `entries`).
+    pub caught_up: bool,
 }
 
 /// `<runs>/<job>/<attempt>/<replica>/<restart>` directories of a job.
@@ -67,11 +80,23 @@ fn run_dirs(job_dir: &Path) -> Vec<(u32, String, u32, PathBuf)> {
     out
 }
 
-/// Entries that arrived since `cursor`, ordered by time.
-pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor: &mut Cursor) -> Result<Vec<Entry>, StoreError> {
-    let mut out = Vec::new();
+/// Entries that arrived since `cursor`, ordered by time across every source.
+///
+/// Each run's log is read a bounded batch at a time, so one call may have read a long
+/// log's first part only, while a short log and the events (read whole) already gave
+/// entries from later on. Those are held back: an entry is given out once every source
+/// that may have more (one that gave entries in this call) has given entries up to its
+/// time. The next call reads on; a call that reads nothing new gives out what was held.
+/// So the stream is in time order however long each run's log is, and `tail` takes the
+/// true last entries.
+pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor: &mut Cursor) -> Result<Batch, StoreError> {
+    let mut out = std::mem::take(&mut cursor.held);
+    let mut read_any = false;
+    // The earliest "latest entry" of the sources that may have more.
+    let mut watermark: Option<i64> = None;
     for e in store.events(job, cursor.event_seq)? {
         cursor.event_seq = e.seq;
+        read_any = true;
         if sel.attempt.is_some_and(|a| a != e.attempt) {
             continue;
         }
@@ -98,18 +123,71 @@ pub fn read_new(store: &Store, data_dir: &Path, job: u64, sel: &Selector, cursor
         let pos = cursor.offsets.get(&dir).copied().unwrap_or_default();
         let Ok((entries, next)) = trainyard_backend::read_log_from(&dir, pos) else { continue };
         cursor.offsets.insert(dir, next);
+        let mut latest: Option<i64> = None;
         for e in entries {
             let micros = Timestamp::parse_rfc3339(&e.time).map(|t| t.micros()).unwrap_or(0);
+            latest = Some(latest.map_or(micros, |l| l.max(micros)));
             out.push(Entry { time: e.time, attempt, replica: replica.clone(), restart, stream: e.stream, text: e.text, rule: None, micros });
+        }
+        if let Some(l) = latest {
+            read_any = true;
+            watermark = Some(watermark.map_or(l, |w| w.min(l)));
         }
     }
     out.sort_by_key(|e| e.micros);
-    Ok(out)
+    if let Some(w) = watermark {
+        let at = out.partition_point(|e| e.micros <= w);
+        cursor.held = out.split_off(at);
+    }
+    Ok(Batch { entries: out, caught_up: !read_any })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::cited_rule;
+    use super::*;
+
+    fn write_log(dir: &Path, lines: impl Iterator<Item = (i64, String)>) {
+        use std::io::Write;
+        std::fs::create_dir_all(dir).unwrap();
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join(trainyard_backend::log::LOG_FILE)).unwrap());
+        for (micros, text) in lines {
+            let e = serde_json::json!({"time": Timestamp::from_micros(micros).to_rfc3339(), "stream": "stdout", "text": text});
+            writeln!(f, "{e}").unwrap();
+        }
+    }
+
+    /// L22: a long run log read batch by batch and a short one (and the events) come out
+    /// as one stream in time order: the short log's late line is held until the long one
+    /// has been read up to its time, and is not lost.
+    #[test]
+    fn l22_logs_of_very_different_lengths_merge_in_time_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("t.db")).unwrap();
+        let runs = tmp.path().join("runs/5/0");
+        let t0 = 1_800_000_000_000_000i64;
+        // 60,000 lines of 100 bytes: well over one read batch.
+        let long = 60_000i64;
+        write_log(&runs.join("workerpool0-0/0"), (0..long).map(|i| (t0 + i * 10, format!("{i:0>90}"))));
+        write_log(&runs.join("workerpool0-1/0"), [(t0 + long * 5, "middle".to_string()), (t0 + long * 20, "last".to_string())].into_iter());
+        let mut cursor = Cursor::default();
+        let mut all = Vec::new();
+        let mut calls = 0;
+        loop {
+            let b = read_new(&store, tmp.path(), 5, &Selector::default(), &mut cursor).unwrap();
+            calls += 1;
+            all.extend(b.entries);
+            if b.caught_up {
+                break;
+            }
+            assert!(calls < 1000);
+        }
+        assert!(calls > 2, "the long log took several batches ({calls})");
+        assert_eq!(all.len(), long as usize + 2);
+        assert!(all.windows(2).all(|w| w[0].micros <= w[1].micros), "not in time order");
+        let middle = all.iter().position(|e| e.text == "middle").unwrap();
+        assert_eq!(middle, long as usize / 2, "the short log's line sits among the long log's");
+        assert_eq!(all.last().map(|e| e.text.as_str()), Some("last"));
+    }
 
     #[test]
     fn events_name_the_rule_they_cite() {
