@@ -6,6 +6,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// How often a replica reported hung is looked at again for new writes: its allowed
+/// silence, within these bounds.
+const HANG_RECHECK_MIN: Micros = 1_000_000;
+const HANG_RECHECK_MAX: Micros = 60_000_000;
+
+
 /// Microseconds since the Unix epoch. The core never reads a clock: `now` is passed in.
 pub type Micros = i64;
 
@@ -594,6 +600,11 @@ impl Job {
                 for i in 0..self.replicas.len() {
                     if let Some(t) = self.hang_due(i) {
                         consider(t)
+                    }
+                    // A replica reported hung is looked at again now and then: the tick
+                    // that comes reads its writes (Event::Activity), which end the hang.
+                    if self.replicas[i].hung_since.is_some() && self.replicas[i].state.is_live() {
+                        consider(now.saturating_add(self.policy.hang_after.clamp(HANG_RECHECK_MIN, HANG_RECHECK_MAX)))
                     }
                 }
             }

@@ -786,10 +786,14 @@ fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
     assert_eq!(h.job.hang_due(0), None, "reported once");
     assert_eq!(h.stops(), 0, "no restart unless asked");
     assert_eq!(h.state(), State::Running);
-    // Writing again ends the hang.
+    // While hung, the replica is looked at again (its allowed silence later, at most a
+    // minute): the tick then reads its writes, so a hang does not outlive its silence.
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(h.now + 60 * SECOND), "a recheck while hung");
+    // Writing again ends the hang, and the next report is due an allowed silence later.
     let now = h.now;
     h.at(SECOND).ev(Event::Activity { replica: "workerpool0-0".into(), at: now + SECOND });
     assert_eq!(h.job.replicas[0].hung_since, None);
+    assert_eq!(h.job.hang_due(0), Some(now + 61 * SECOND));
 
     let mut h = H::new(job_with(&[1], |p| {
         p.hang_after = 60 * SECOND;
