@@ -520,3 +520,34 @@ fn concurrent_clients() {
     assert_eq!(same[0], same[1], "{answers:?}");
     assert_eq!(seen.len(), 10, "five clients, two trials each: {answers:?}");
 }
+
+/// `$alt=json;enum-encoding=int` (what the SDK's REST transport asks for): a Study's state
+/// as a `Study.State` number, a Trial's as a `Trial.State` number (ACTIVE is 1 in one and 2
+/// in the other), in every answer that holds them; parameter values stay as they are.
+#[test]
+fn enum_encoding_int() {
+    let s = Server::start("");
+    let study = create_study(&s, "ints", json!({}));
+    let alt = "%24alt=json%3Benum-encoding%3Dint";
+    let (_, st) = get(&s, &format!("studies/{study}?{alt}"));
+    assert_eq!((st["state"].clone(), st["studySpec"]["metrics"][0]["goal"].clone()), (json!(1), json!(2)), "{st}");
+    let (_, op) = post(&s, &format!("studies/{study}/trials:suggest?{alt}"), json!({"suggestionCount": 1, "clientId": "w"}));
+    assert_eq!(op["done"], true, "{op}");
+    assert_eq!(op["response"]["studyState"], 1, "{op}");
+    let t = &op["response"]["trials"][0];
+    assert_eq!(t["state"], 2, "{op}");
+    assert!(t["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["value"] == "adam" || p["value"] == "sgd")), "{op}");
+    let id = t["id"].as_str().unwrap_or("").to_string();
+    let (_, trial) = get(&s, &format!("studies/{study}/trials/{id}?{alt}"));
+    assert_eq!(trial["state"], 2, "{trial}");
+    let (_, done) = post(&s, &format!("studies/{study}/trials/{id}:complete?{alt}"), json!({"finalMeasurement": {"metrics": [{"metricId": "loss", "value": 1}]}}));
+    assert_eq!(done["state"], 4, "{done}");
+    let (_, list) = get(&s, &format!("studies?{alt}"));
+    assert_eq!(list["studies"][0]["state"], 1, "{list}");
+    let (_, trials) = get(&s, &format!("studies/{study}/trials?{alt}"));
+    assert_eq!(trials["trials"][0]["state"], 4, "{trials}");
+    let (_, optimal) = post(&s, &format!("studies/{study}/trials:listOptimalTrials?{alt}"), json!({}));
+    assert_eq!(optimal["optimalTrials"][0]["state"], 4, "{optimal}");
+    // Without the option: names.
+    assert_eq!(get(&s, &format!("studies/{study}")).1["state"], "ACTIVE");
+}

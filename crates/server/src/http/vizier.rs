@@ -100,7 +100,7 @@ async fn create_study(
     check_content_type(&headers)?;
     let study = trainyard_api::parse_study(&bytes)?;
     let answer = write(&state, project, region, VizierOp::CreateStudy(Box::new(study))).await?;
-    json_response(answer.body, ints)
+    vizier_json(answer.body, ints)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -144,7 +144,7 @@ async fn list_studies(
     if let (true, Some(last)) = (more, last) {
         resp.insert("nextPageToken".into(), Value::String(make_token(&state.token_key, &scope, last)));
     }
-    json_response(Value::Object(resp), ints)
+    vizier_json(Value::Object(resp), ints)
 }
 
 async fn lookup_study(
@@ -168,21 +168,21 @@ async fn lookup_study(
         ))
         .into());
     };
-    json_response(render_vizier_study(id, &resource, &core).map_err(damaged)?, ints)
+    vizier_json(render_vizier_study(id, &resource, &core).map_err(damaged)?, ints)
 }
 
 async fn get_study(State(state): State<AppState>, Path((project, region, id)): Path<(String, String, String)>, Alt(common): Alt) -> ApiResult {
     let ints = int_enums(&common)?;
     let id = parse_id(&id, "Study")?;
     let (resource, core) = row(&state, &project, &region, id).await?;
-    json_response(render_vizier_study(id, &resource, &core).map_err(damaged)?, ints)
+    vizier_json(render_vizier_study(id, &resource, &core).map_err(damaged)?, ints)
 }
 
 async fn delete_study(State(state): State<AppState>, Path((project, region, id)): Path<(String, String, String)>, Alt(common): Alt) -> ApiResult {
     let ints = int_enums(&common)?;
     let id = parse_id(&id, "Study")?;
     let answer = write(&state, project, region, VizierOp::DeleteStudy(id)).await?;
-    json_response(answer.body, ints)
+    vizier_json(answer.body, ints)
 }
 
 async fn suggest(
@@ -206,7 +206,7 @@ async fn suggest(
         },
         None => answer.body,
     };
-    json_response(body, ints)
+    vizier_json(body, ints)
 }
 
 async fn list_trials(
@@ -231,7 +231,7 @@ async fn list_trials(
         (true, Some(last)) => make_token(&state.token_key, &scope, last.id),
         _ => String::new(),
     };
-    json_response(wire::ListTrialsResponse { trials: page, next_page_token: next }, ints)
+    vizier_json(wire::ListTrialsResponse { trials: page, next_page_token: next }, ints)
 }
 
 async fn create_trial(
@@ -245,7 +245,7 @@ async fn create_trial(
     let id = parse_id(&id, "Study")?;
     let trial: trainyard_api::Trial = body(&headers, raw, "trial")?;
     let answer = write(&state, project, region, VizierOp::CreateTrial { study: id, trial: Box::new(trial) }).await?;
-    json_response(answer.body, ints)
+    vizier_json(answer.body, ints)
 }
 
 async fn optimal_trials(
@@ -260,7 +260,7 @@ async fn optimal_trials(
     let _: wire::NameOnlyRequest = body(&headers, raw, "list_optimal_trials_request")?;
     let (_, engine, st) = study(&state, &project, &region, id).await?;
     let optimal = st.render_trials(&st.optimal(&engine));
-    json_response(wire::ListOptimalTrialsResponse { optimal_trials: optimal }, ints)
+    vizier_json(wire::ListOptimalTrialsResponse { optimal_trials: optimal }, ints)
 }
 
 async fn get_trial(
@@ -276,7 +276,7 @@ async fn get_trial(
     let id = parse_id(&id, "Study")?;
     let trial = trial_id(&trial)?;
     let (_, _, st) = study(&state, &project, &region, id).await?;
-    json_response(st.render_trial(st.trial(trial)?), ints)
+    vizier_json(st.render_trial(st.trial(trial)?), ints)
 }
 
 async fn delete_trial(
@@ -292,7 +292,7 @@ async fn delete_trial(
     let id = parse_id(&id, "Study")?;
     let trial = trial_id(&trial)?;
     let answer = write(&state, project, region, VizierOp::DeleteTrial { study: id, trial }).await?;
-    json_response(answer.body, ints)
+    vizier_json(answer.body, ints)
 }
 
 /// `POST .../trials/{trial}:verb` (the id and the verb are one path segment).
@@ -335,7 +335,7 @@ async fn trial_verb(
         }
     };
     let answer = write(&state, project, region, op).await?;
-    json_response(answer.body, ints)
+    vizier_json(answer.body, ints)
 }
 
 /// An Operation of the study (or of one of its trials) by its full name.
@@ -346,7 +346,7 @@ async fn operation(state: &AppState, project: String, region: String, op: &str, 
     let v: Option<Value> = body.map(|b| serde_json::from_str(&b)).transpose().map_err(internal)?;
     // The operation must be the one of this study or trial, not another with the same id.
     match v.filter(|v| v["name"] == name.as_str()) {
-        Some(v) => json_response(v, ints),
+        Some(v) => vizier_json(v, ints),
         None => Err(ApiError::not_found(format!("The operation \"{name}\" does not exist.")).into()),
     }
 }
@@ -369,4 +369,45 @@ async fn trial_operation(
     let ints = int_enums(&common)?;
     let name = format!("projects/{project}/locations/{region}/studies/{id}/trials/{trial}/operations/{op}");
     operation(&state, project, region, &op, name, ints).await
+}
+
+/// A Vizier answer as JSON. With `$alt=json;enum-encoding=int` its enums are numbers: the
+/// API's own rules (`trainyard_api::encode_enums_as_int`) cover the study spec and the
+/// `trials` of a list, and [`vizier_enums`] what only this API has.
+fn vizier_json(value: impl serde::Serialize, ints: bool) -> ApiResult {
+    let mut v = serde_json::to_value(value).map_err(internal)?;
+    if ints {
+        trainyard_api::encode_enums_as_int(&mut v);
+        vizier_enums(&mut v);
+    }
+    json_response(v, false)
+}
+
+/// `state` of a Study (`Study.State`, whose ACTIVE is 1) and of a Trial (`Trial.State`,
+/// whose ACTIVE is 2), told apart by the object (a study has a `studySpec`, a trial's name
+/// has `/trials/`), and a suggest response's `studyState`, anywhere in an answer
+/// (operations' responses included). Parameter values and metadata are left alone.
+fn vizier_enums(value: &mut Value) {
+    fn number<E: trainyard_api::ProtoEnum>(v: &mut Value) {
+        if let Some(e) = v.as_str().and_then(|name| E::from_name(name).ok()) {
+            *v = Value::from(e.number());
+        }
+    }
+    match value {
+        Value::Object(m) => {
+            let study = m.contains_key("studySpec");
+            let trial = m.get("name").and_then(Value::as_str).is_some_and(|n| n.contains("/trials/") && !n.contains("/operations/"));
+            for (key, child) in m.iter_mut() {
+                match key.as_str() {
+                    "state" if study => number::<wire::StudyState>(child),
+                    "state" if trial => number::<trainyard_api::TrialState>(child),
+                    "studyState" => number::<wire::StudyState>(child),
+                    "studySpec" | "parameters" | "metadata" | "measurements" | "finalMeasurement" => {}
+                    _ => vizier_enums(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(vizier_enums),
+        _ => {}
+    }
 }
