@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use trainyard_core::job::SECOND;
-use trainyard_sim::{default_policies, parse_trace, simulate, synthetic, table, verdict, GPUS_PER_NODE};
+use trainyard_sim::{default_policies, hms, parse_trace, simulate, synthetic, table, verdict, wait_table, worst_excess, GPUS_PER_NODE};
 
 const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--load F] [--interval SECS] [--trace FILE.csv] [--quick]
   --nodes     nodes of 8 GPUs (default 10000)
@@ -98,6 +98,22 @@ fn main() -> ExitCode {
         reports.push(r);
     }
     println!("{}", table(&reports));
+    println!("{}", wait_table(&reports, &workload, 6));
+    let find = |n: &str| reports.iter().find(|r| r.policy == n);
+    if let (Some(o), Some(e)) = (find("trainyard"), find("easy backfill")) {
+        if let Some((d, i)) = worst_excess(o, e) {
+            let j = &workload[i];
+            println!(
+                "largest excess of trainyard's wait over EASY's, job by job: {} (job {}, project {}, {} GPUs: {} vs {})\n",
+                if d < 0.0 { format!("-{}", hms(-d)) } else { hms(d) },
+                j.id,
+                j.project,
+                j.gpus(),
+                hms(o.job_wait_s[i].unwrap_or(0.0)),
+                hms(e.job_wait_s[i].unwrap_or(0.0))
+            );
+        }
+    }
     println!("targets (trainyard vs the baselines of this run):\n{}", verdict(&reports, "trainyard"));
     ExitCode::SUCCESS
 }
