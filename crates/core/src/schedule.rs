@@ -14,6 +14,21 @@
 //! fleet, capacity held by other jobs makes a job wait (QUEUED, not a stockout), capacity
 //! missing for other reasons (nodes down or drained) is a stockout (L15). The default
 //! fleet overcommits: placement always succeeds.
+//!
+//! Starvation. A job that has waited `starvation_secs` goes ahead of the fair order
+//! (oldest first) and holds a reservation of its own, as EASY's head does: the oldest
+//! `max_reservations` such jobs each get one, made in that order, each counting the
+//! capacity of the ones before it as held until their expected end. A later job may
+//! start only if it ends before every reservation it overlaps is due, or takes no more
+//! than what those reservations leave on their nodes (a SPOT preemption's claim too).
+//! What is guaranteed, with running jobs ending by their time limits (L19): a reservation
+//! is never made later by any job after it in the order, so a starving job starts no
+//! later than its reservation of the round. The first reservation (the oldest starving
+//! job, as EASY's head) can only move earlier from round to round; a later one is made
+//! around the ones before it and is not proven to. What is not guaranteed: a bound
+//! relative to EASY backfill on the same workload. The two policies leave different jobs
+//! running, so a job may meet a fuller fleet under ours; the simulator's
+//! `tests/guarantee.rs` keeps a counterexample.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -212,9 +227,15 @@ pub struct SchedulerConfig {
     /// Fair-share weight per project (default `default_weight`).
     pub weights: BTreeMap<String, f64>,
     pub default_weight: f64,
-    /// A job that has waited this long goes ahead of the fair order, oldest first (so
-    /// that a heavy project's big job cannot starve). None: never.
+    /// A job that has waited this long goes ahead of the fair order, oldest first, and
+    /// holds a reservation that no later job can delay (so that a heavy project's big job
+    /// cannot starve; see the module docs for what this guarantees). None: never.
     pub starvation_secs: Option<u64>,
+    /// At most this many jobs hold a reservation at once (the oldest starving jobs; EASY's
+    /// head when none starves). Each reservation costs a pass over the running jobs per
+    /// round; the jobs past this many keep their place in the order and get a reservation
+    /// as the ones ahead start.
+    pub max_reservations: usize,
     /// At most this many blocked jobs per round look for SPOT jobs to preempt.
     pub max_preemption_tries: usize,
     /// A SPOT job is preempted only after it has run this long (so that it makes some
@@ -234,6 +255,7 @@ impl Default for SchedulerConfig {
             weights: BTreeMap::new(),
             default_weight: 1.0,
             starvation_secs: Some(2 * 3600),
+            max_reservations: 64,
             max_preemption_tries: 8,
             spot_min_runtime_secs: 1800,
             explain: true,
@@ -674,7 +696,8 @@ fn quota_text(short: &[(&str, u64, u64, u64)]) -> String {
     parts.join("; ")
 }
 
-/// A reservation for the head of the order (EASY backfill).
+/// A reservation: for the head of the order (EASY backfill) and for every job past the
+/// starvation bound.
 #[derive(Clone, Debug)]
 struct Resv {
     /// When enough capacity is expected to be free (from expected ends).
@@ -682,6 +705,43 @@ struct Resv {
     nodes: Vec<(NodeIx, i64)>,
     /// What a job that runs past `time` may still take on each reserved node.
     slack: HashMap<NodeIx, [i64; 3]>,
+    /// The reserved job's replica need and expected end if it starts at `time`: a later
+    /// reservation counts this capacity as held until then.
+    need: Need,
+    end: Micros,
+}
+
+/// What a job that would still run at `end` may take on reserved nodes: per node, the
+/// least slack of the reservations due before `end` (the ones it could delay). None when
+/// it could delay none of them.
+fn limit_for(resvs: &[Resv], end: Micros) -> Option<std::borrow::Cow<'_, HashMap<NodeIx, [i64; 3]>>> {
+    let mut due = resvs.iter().filter(|v| end > v.time);
+    let first = due.next()?;
+    let mut rest = due.peekable();
+    if rest.peek().is_none() {
+        return Some(std::borrow::Cow::Borrowed(&first.slack));
+    }
+    let mut m = first.slack.clone();
+    for v in rest {
+        for (n, s) in &v.slack {
+            m.entry(*n).and_modify(|e| (0..3).for_each(|x| e[x] = e[x].min(s[x]))).or_insert(*s);
+        }
+    }
+    Some(std::borrow::Cow::Owned(m))
+}
+
+/// A job ending at `end` took `held`: the reservations due before `end` have that much
+/// less slack on those nodes, so no later job can take it again.
+fn use_slack(resvs: &mut [Resv], end: Micros, held: &[(NodeIx, Need)]) {
+    for v in resvs.iter_mut().filter(|v| end > v.time) {
+        for (n, d) in held {
+            if let Some(s) = v.slack.get_mut(n) {
+                s[0] -= d.cpus;
+                s[1] -= d.mem;
+                s[2] -= if d.acc_type == NO_ACC { 0 } else { d.acc };
+            }
+        }
+    }
 }
 
 struct Proj<'a> {
@@ -741,18 +801,20 @@ struct Round<'a, 'r> {
     now: Micros,
     w: Work,
     out: Vec<Decision>,
-    resv: Option<Resv>,
+    /// Reservations in the order they were made (the order of the jobs).
+    resvs: Vec<Resv>,
     /// This round's placements: expected end and what they hold (for the timeline).
     placed: Vec<(Micros, Vec<(NodeIx, Need)>)>,
     /// Uniform shapes that did not fit (anything at least as big does not fit either).
     failed: Vec<(Need, usize)>,
-    /// The same, for jobs that would run past the reservation.
-    failed_long: Vec<(Need, usize)>,
+    /// The same, for jobs that would run past a reservation, with their expected end: a
+    /// job that ends no earlier is bound by at least the same reservations.
+    failed_long: Vec<(Need, usize, Micros)>,
     empty_fit: HashMap<(Need, usize), bool>,
     empty_fit_mixed: HashMap<Vec<Need>, bool>,
-    /// Mixed gangs that did not fit this round: [as a job that ends before the
-    /// reservation, as one that runs past it].
-    failed_mixed: HashMap<Vec<Need>, [bool; 2]>,
+    /// Mixed gangs that did not fit this round: as a job that ends before every
+    /// reservation, and the earliest end of one that failed running past some.
+    failed_mixed: HashMap<Vec<Need>, (bool, Option<Micros>)>,
     /// Shapes that can never fit the fleet (see `Cluster::never_fits`), by shape.
     never_uniform: HashMap<(Need, usize), Option<NeverFit>>,
     never_mixed: HashMap<Vec<Need>, Option<NeverFit>>,
@@ -788,6 +850,20 @@ impl Round<'_, '_> {
 
 fn dominated(list: &[(Need, usize)], need: &Need, count: usize) -> bool {
     list.iter().any(|(n, k)| need.covers(n) && count >= *k)
+}
+
+/// A job ending at `end` is bound by every reservation an earlier failure ending no later
+/// was bound by (reservations are only added within a round, and slack only shrinks).
+fn dominated_long(list: &[(Need, usize, Micros)], need: &Need, count: usize, end: Micros) -> bool {
+    list.iter().any(|(n, k, e)| need.covers(n) && count >= *k && end >= *e)
+}
+
+fn remember_long(list: &mut Vec<(Need, usize, Micros)>, need: Need, count: usize, end: Micros) {
+    if dominated_long(list, &need, count, end) {
+        return;
+    }
+    list.retain(|(n, k, e)| !(n.covers(&need) && *k >= count && *e >= end));
+    list.push((need, count, end));
 }
 
 fn remember(list: &mut Vec<(Need, usize)>, need: Need, count: usize) {
@@ -967,6 +1043,24 @@ impl<'a, 'r> Round<'a, 'r> {
         let mut pc = self.w.cpus.clone();
         let mut pm = self.w.mem.clone();
         let mut pa = self.w.acc.clone();
+        // Earlier reservations hold their capacity from now until their expected end:
+        // this one is then placed around them and cannot delay them. Counting it as held
+        // from now (not from their start) can only make this reservation later, never
+        // conflict with theirs.
+        let mut held: Vec<(Micros, Vec<(NodeIx, Need)>)> = Vec::new();
+        for v in &self.resvs {
+            let mut hold = Vec::new();
+            for &(n, k) in &v.nodes {
+                let i = n as usize;
+                pc[i] -= k * v.need.cpus;
+                pm[i] -= k * v.need.mem;
+                if v.need.acc_type != NO_ACC {
+                    pa[i] -= k * v.need.acc;
+                }
+                hold.extend(std::iter::repeat_n((n, v.need), k.max(0) as usize));
+            }
+            held.push((v.end, hold));
+        }
         let mut total = 0i64;
         for i in 0..t.len() {
             if t.usable[i] {
@@ -1004,7 +1098,7 @@ impl<'a, 'r> Round<'a, 'r> {
             if total >= count {
                 done = true;
             }
-            let mut mine: Vec<&(Micros, Vec<(NodeIx, Need)>)> = self.placed.iter().collect();
+            let mut mine: Vec<&(Micros, Vec<(NodeIx, Need)>)> = self.placed.iter().chain(held.iter()).collect();
             mine.sort_by_key(|p| p.0);
             let mut mine = mine.into_iter().peekable();
             let mut theirs = c.by_end.iter().filter(|(_, id)| !early.contains(id) && !self.chosen.contains(id)).peekable();
@@ -1054,7 +1148,12 @@ impl<'a, 'r> Round<'a, 'r> {
                 slack.insert(n, [pc[i] - k * need.cpus, pm[i] - k * need.mem, pa[i] - k * acc]);
             }
         }
-        Some(Resv { time, nodes, slack })
+        if left > 0 {
+            // The slots counted above are not all usable at once (earlier reservations'
+            // holds were released into the count): no reservation this round.
+            return None;
+        }
+        Some(Resv { time, nodes, slack, need, end: time.saturating_add(r.duration) })
     }
 
     /// Free `r`'s room by preempting the cheapest set of SPOT jobs (or by claiming the
@@ -1231,7 +1330,7 @@ pub fn plan(
         now,
         w: c.free.clone(),
         out: Vec::new(),
-        resv: None,
+        resvs: Vec::new(),
         placed: Vec::new(),
         failed: Vec::new(),
         failed_long: Vec::new(),
@@ -1293,48 +1392,52 @@ pub fn plan(
         // Backfill must not delay the reservation: a job that could run past it takes only
         // what the reservation does not need. SPOT jobs too (else they would be placed
         // on the reserved room only to be preempted when it is due).
-        let long = rd.resv.as_ref().is_some_and(|v| now.saturating_add(r.duration) > v.time);
+        // Backfill must not delay any reservation: a job that would still run when one is
+        // due takes only what that reservation leaves on its nodes.
+        let end = now.saturating_add(r.duration);
+        let long = rd.resvs.iter().any(|v| end > v.time);
         let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len()));
         let skip = uniform.is_some_and(|(d, k)| {
             dominated(&rd.failed, &d, k)
-                || (long && dominated(&rd.failed_long, &d, k))
+                || (long && dominated_long(&rd.failed_long, &d, k, end))
                 || rd.w.slot_bound(t, &d) < k as i64
         });
         // A mixed gang that found no room earlier in the round finds none now either:
         // free capacity only shrinks within a round.
-        let failed_before = rd.failed_mixed.get(r.shape.needs.as_slice()).is_some_and(|f| f[0] || (long && f[1]));
+        let failed_before = rd
+            .failed_mixed
+            .get(r.shape.needs.as_slice())
+            .is_some_and(|f| f.0 || (long && f.1.is_some_and(|e| end >= e)));
         let skip = skip || (!r.shape.uniform && failed_before);
-        let limit = if long { rd.resv.as_ref().map(|v| &v.slack) } else { None };
-        let mut placed = if skip {
-            None
-        } else {
-            match rd.resv.as_ref().filter(|_| !long) {
-                Some(v) => {
-                    let prefer: Vec<NodeIx> = v.nodes.iter().map(|(n, _)| *n).collect();
-                    rd.w.place_gang_prefer(t, r.shape, None, &prefer)
-                }
-                None => rd.w.place_gang(t, r.shape, limit),
+        let mut placed = {
+            let limit = if long { limit_for(&rd.resvs, end) } else { None };
+            let mut placed = if skip {
+                None
+            } else if !long && !rd.resvs.is_empty() {
+                // It ends before every reservation is due: it goes on reserved nodes
+                // first, so that nodes nobody waits for stay open to longer jobs.
+                let prefer: Vec<NodeIx> = rd.resvs.iter().flat_map(|v| v.nodes.iter().map(|(n, _)| *n)).collect();
+                rd.w.place_gang_prefer(t, r.shape, None, &prefer)
+            } else {
+                rd.w.place_gang(t, r.shape, limit.as_deref())
+            };
+            if placed.is_none() && !skip && !r.shape.uniform {
+                // The greedy passes can miss a packing of a mixed gang: search for one.
+                placed = rd.w.place_gang_exact(t, r.shape, limit.as_deref(), PLACE_SEARCH_BUDGET);
             }
+            placed
         };
         if placed.is_none() && !skip && !r.shape.uniform {
-            // The greedy passes can miss a packing of a mixed gang: search for one.
-            placed = rd.w.place_gang_exact(t, r.shape, limit, PLACE_SEARCH_BUDGET);
-            if placed.is_none() {
-                rd.failed_mixed.entry(r.shape.needs.clone()).or_default()[usize::from(long)] = true;
+            let f = rd.failed_mixed.entry(r.shape.needs.clone()).or_default();
+            if long {
+                f.1 = Some(f.1.map_or(end, |e| e.min(end)));
+            } else {
+                f.0 = true;
             }
         }
-        if let Some(nodes) = placed {
-            if long {
-                let v = rd.resv.as_mut().expect("long implies a reservation");
-                for (n, d) in nodes.iter().zip(&r.shape.needs) {
-                    if let Some(s) = v.slack.get_mut(n) {
-                        s[0] -= d.cpus;
-                        s[1] -= d.mem;
-                        s[2] -= if d.acc_type == NO_ACC { 0 } else { d.acc };
-                    }
-                }
-            }
+        if let Some(nodes) = placed.take() {
             let held: Vec<(NodeIx, Need)> = nodes.iter().copied().zip(r.shape.needs.iter().copied()).collect();
+            use_slack(&mut rd.resvs, end, &held);
             charge(&mut q, r, &held, c);
             rd.placed.push((now.saturating_add(r.duration), held));
             if !r.admitted {
@@ -1354,7 +1457,7 @@ pub fn plan(
         if let Some((d, k)) = uniform {
             if !skip {
                 if long {
-                    remember(&mut rd.failed_long, d, k);
+                    remember_long(&mut rd.failed_long, d, k, end);
                 } else {
                     remember(&mut rd.failed, d, k);
                 }
@@ -1374,10 +1477,12 @@ pub fn plan(
         }
         if cfg.preemption && rd.preempt_tries < cfg.max_preemption_tries && !(c.spot.is_empty() && c.stopping.is_empty()) {
             rd.preempt_tries += 1;
-            let slack = if long { rd.resv.as_ref().map(|v| v.slack.clone()) } else { None };
+            let slack = if long { limit_for(&rd.resvs, end).map(std::borrow::Cow::into_owned) } else { None };
             if let Some((victims, stopping)) = rd.preempt_for(r, slack.as_ref()) {
                 rd.memo.clear();
                 let held = rd.placed.last().map(|p| p.1.clone()).unwrap_or_default();
+                // What it claims on reserved nodes is slack no later job may take again.
+                use_slack(&mut rd.resvs, end, &held);
                 charge(&mut q, r, &held, c);
                 if !r.admitted {
                     for (m, v) in r.metrics {
@@ -1409,7 +1514,11 @@ pub fn plan(
             continue;
         }
         // Capacity held by other Trainyard jobs: wait (QUEUED), never a stockout (L15).
-        if rd.resv.is_none() && !rd.blocked {
+        // EASY's head (the first job that does not fit) holds a reservation, and so does
+        // every job past the starvation bound (up to `max_reservations`), each placed
+        // around the ones before it.
+        let protect = r.admitted || starving(r);
+        if !rd.blocked && (rd.resvs.is_empty() || (protect && cfg.backfill && rd.resvs.len() < cfg.max_reservations)) {
             if !cfg.backfill {
                 rd.blocked = true;
                 rd.memo.clear();
@@ -1419,10 +1528,14 @@ pub fn plan(
                 }
                 continue;
             }
-            rd.resv = rd.reserve(r);
+            let made = rd.reserve(r);
+            let reserved = made.is_some();
+            if let Some(v) = made {
+                rd.resvs.push(v);
+            }
             rd.memo.clear();
             if explain {
-                let mut reason = match &rd.resv {
+                let mut reason = match rd.resvs.last().filter(|_| reserved) {
                     Some(v) => format!(
                         "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (by {}) on {} ({}); smaller jobs may start first only if they cannot delay it",
                         describe(t, r.shape),
@@ -1436,7 +1549,7 @@ pub fn plan(
                 if starving(r) {
                     reason.push_str(&starving_note(cfg));
                 }
-                let kind = if rd.resv.is_some() { KIND_RESERVED } else { KIND_CAPACITY };
+                let kind = if reserved { KIND_RESERVED } else { KIND_CAPACITY };
                 rd.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position });
             }
             continue;
@@ -1451,7 +1564,9 @@ pub fn plan(
                 if uniform.is_some() {
                     reason.push_str(&format!(", at most {fit_now} fit now"));
                 }
-                if let Some(v) = &rd.resv {
+                // The reservation it could delay first (else the first one made).
+                let ahead = rd.resvs.iter().filter(|v| !long || end > v.time).min_by_key(|v| v.time).cloned();
+                if let Some(v) = &ahead {
                     let m = rd.w.mark();
                     let fits_unconstrained = long && rd.w.place_gang(t, r.shape, None).is_some();
                     rd.w.rollback(t, m);
@@ -1473,7 +1588,7 @@ pub fn plan(
                 }
                 reason
             });
-            let kind = if rd.resv.is_some() { KIND_BEHIND_RESERVATION } else { KIND_CAPACITY };
+            let kind = if rd.resvs.is_empty() { KIND_CAPACITY } else { KIND_BEHIND_RESERVATION };
             rd.out.push(Decision::Wait { job: r.id, kind, reason, position });
         }
     }
