@@ -17,8 +17,10 @@
 //!   it): the server computes the MD5 as the bytes come and checks it before the commit;
 //! - download: `curl -o DL .../download/storage/v1/b/bench/o/big?alt=media` (to a file on
 //!   the same disk, not synced: compared with `cp`);
-//! - for reference: `md5sum SRC` (MD5 alone), and the download to /dev/null (the
-//!   server's side without curl's writes).
+//! - for reference: `md5sum SRC` (MD5 alone), the download to /dev/null (the server's
+//!   side without curl's writes), and the same curl upload to a sink of this program that
+//!   reads the body and throws it away (what curl itself allows: no server can answer an
+//!   upload faster than curl sends it).
 //!
 //! Each measurement starts once the server has nothing left to do from the one before
 //! (the background MD5 is waited for). The medians are printed, with the ratios
@@ -249,6 +251,54 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
     }
 }
 
+/// An HTTP server on 127.0.0.1 that reads each request's body (Content-Length) and throws
+/// it away, then answers 200: the ceiling of an upload with this client. Its URL.
+fn start_sink() -> Result<String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding the sink")?;
+    let url = format!("http://{}/sink", l.local_addr()?);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4 << 20];
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let _ = sink_one(&mut c, &mut buf);
+        }
+    });
+    Ok(url)
+}
+
+fn sink_one(c: &mut std::net::TcpStream, buf: &mut [u8]) -> Result<()> {
+    let mut head = Vec::new();
+    let end = loop {
+        let n = c.read(buf)?;
+        if n == 0 {
+            bail!("the client went away");
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..end]).to_ascii_lowercase();
+    if text.contains("100-continue") {
+        c.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+    }
+    let len: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow!("no Content-Length"))?;
+    let mut got = (head.len() - end) as u64;
+    while got < len {
+        let n = c.read(buf)?;
+        if n == 0 {
+            bail!("the body ended early");
+        }
+        got += n as u64;
+    }
+    c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+    Ok(())
+}
+
 /// The object's `md5Hash`, if its metadata has one.
 fn md5_of_object(url: &str) -> Result<Option<String>> {
     let mut r = agent().get(url).call().with_context(|| format!("GET {url}"))?;
@@ -319,11 +369,12 @@ fn run(o: &Opts) -> Result<()> {
     let upload_url = format!("{}/upload/storage/v1/b/bench/o?uploadType=media&name=big", server.base);
     let download_url = format!("{}/download/storage/v1/b/bench/o/big?alt=media", server.base);
     let meta_url = format!("{}/storage/v1/b/bench/o/big", server.base);
+    let sink_url = start_sink()?;
     let want_md5 = md5sum_b64(&src)?;
     let (dst, dl) = (dir.join("cp.bin"), dir.join("dl.bin"));
     let (mut cp, mut cp_sync, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut up_md5_ready, mut up_client_md5) = (Vec::new(), Vec::new());
-    let (mut md5, mut null) = (Vec::new(), Vec::new());
+    let (mut md5, mut null, mut sink) = (Vec::new(), Vec::new(), Vec::new());
     let (mut up_rss, mut up_md5_rss, mut down_rss) = (0u64, 0u64, 0u64);
     for rep in 0..o.reps {
         let _ = std::fs::remove_file(&dst);
@@ -374,8 +425,15 @@ fn run(o: &Opts) -> Result<()> {
         null.push(n.as_secs_f64());
         let m = timed(Command::new("md5sum").arg(&src))?;
         md5.push(m.as_secs_f64());
+        let k = timed(
+            Command::new("curl")
+                .args(["-sS", "-f", "-X", "POST", "-H", "Content-Type: application/octet-stream", "-o", "/dev/null", "-T"])
+                .arg(&src)
+                .arg(&sink_url),
+        )?;
+        sink.push(k.as_secs_f64());
         println!(
-            "rep {}: cp {:.2} s, cp + fsync {:.2} s, upload {:.2} s (MD5 kept after {:.2} s), upload with an MD5 {:.2} s, download {:.2} s ({:.2} s to /dev/null), md5sum {:.2} s",
+            "rep {}: cp {:.2} s, cp + fsync {:.2} s, upload {:.2} s (MD5 kept after {:.2} s), upload with an MD5 {:.2} s, download {:.2} s ({:.2} s to /dev/null), md5sum {:.2} s, curl to a sink {:.2} s",
             rep + 1,
             c.as_secs_f64(),
             (c + s).as_secs_f64(),
@@ -384,7 +442,8 @@ fn run(o: &Opts) -> Result<()> {
             um.as_secs_f64(),
             d.as_secs_f64(),
             n.as_secs_f64(),
-            m.as_secs_f64()
+            m.as_secs_f64(),
+            k.as_secs_f64()
         );
     }
     if !same_bytes(&src, &dl)? {
@@ -397,7 +456,7 @@ fn run(o: &Opts) -> Result<()> {
     let hwm = server.status_kib("VmHWM:");
     let (cp, cp_sync, up, down) = (median(&mut cp), median(&mut cp_sync), median(&mut up), median(&mut down));
     let (up_ready, up_md5) = (median(&mut up_md5_ready), median(&mut up_client_md5));
-    let (md5, null) = (median(&mut md5), median(&mut null));
+    let (md5, null, sink) = (median(&mut md5), median(&mut null), median(&mut sink));
     let mibs = |secs: f64| bytes as f64 / (1 << 20) as f64 / secs;
     println!();
     println!("| {} MiB, median of {} | seconds | MiB/s | cp time / this |", o.size_mib, o.reps);
@@ -410,6 +469,7 @@ fn run(o: &Opts) -> Result<()> {
     println!("| download (to a file) | {down:.2} | {:.0} | {:.2} |", mibs(down), cp / down);
     println!("| [ref] download to /dev/null | {null:.2} | {:.0} | {:.2} |", mibs(null), cp / null);
     println!("| [ref] md5sum of the file | {md5:.2} | {:.0} | {:.2} |", mibs(md5), cp / md5);
+    println!("| [ref] curl upload to a sink that throws the bytes away | {sink:.2} | {:.0} | {:.2} |", mibs(sink), cp / sink);
     println!();
     println!(
         "server memory: idle VmRSS {:.1} MiB; max VmRSS during upload and its background MD5 {:.1} MiB, during the upload with an MD5 {:.1} MiB, during download {:.1} MiB; VmHWM {:.1} MiB",

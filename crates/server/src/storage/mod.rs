@@ -773,8 +773,9 @@ fn download(o: fsops::Opened, headers: &HeaderMap, method: &Method, slot: tokio:
 }
 
 /// Bytes read from the file at a time: large, so that the reader, the connection's task
-/// and their hand-over cost little per byte; a download holds a few of them at most.
-const DOWNLOAD_CHUNK: usize = 2 << 20;
+/// and their hand-over cost little per byte; a download holds a few of them at most
+/// ([`DOWNLOAD_AHEAD`] queued, one being read, one being sent: 4 MiB).
+const DOWNLOAD_CHUNK: usize = 1 << 20;
 
 /// Chunks read ahead of the connection.
 const DOWNLOAD_AHEAD: usize = 2;
