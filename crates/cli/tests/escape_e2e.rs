@@ -559,17 +559,6 @@ fn a_jobs_network_reaches_its_replicas_and_nothing_else() {
 /// several hosts), naming the key.
 #[test]
 fn a_job_network_with_slurm_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("t.toml");
-    std::fs::write(&cfg, "backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nnetwork = \"job\"\n").unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--config"])
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nnetwork = \"job\"\n");
     assert!(err.contains("replicas.network") && err.contains("Slurm"), "{err}");
 }

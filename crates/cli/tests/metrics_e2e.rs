@@ -252,17 +252,6 @@ fn metrics_can_be_turned_off() {
 /// A `[metrics]` key that does not exist is refused at start, naming it.
 #[test]
 fn a_wrong_metrics_key_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("trainyard.toml");
-    std::fs::write(&cfg, "[metrics]\nenable = false\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused("[metrics]\nenable = false\n");
     assert!(err.contains("metrics") && err.contains("enable"), "{err}");
 }

@@ -40,18 +40,7 @@ fn unknown_partition_is_refused_naming_the_key() {
     if !ready() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("t.toml");
-    std::fs::write(&cfg, "backend = \"slurm\"\n[slurm]\npartition = \"nosuchpartition\"\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--config"])
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused("backend = \"slurm\"\n[slurm]\npartition = \"nosuchpartition\"\n");
     assert!(err.contains("slurm.partition") && err.contains("nosuchpartition"), "{err}");
 }
 

@@ -74,6 +74,25 @@ pub fn in_test_image(mut job: Value) -> Value {
     job
 }
 
+/// `trainyard serve` with `config` (a TOML text) in a fresh directory, which must refuse to
+/// start: its stderr.
+#[allow(dead_code)]
+pub fn serve_refused(config: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("trainyard.toml");
+    std::fs::write(&cfg, config).expect("config");
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .expect("running trainyard serve");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "serve started with {config:?}: {err}");
+    err
+}
+
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
