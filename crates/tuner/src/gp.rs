@@ -64,10 +64,7 @@ fn cholesky(a: &mut [f64], n: usize) -> bool {
     for i in 0..n {
         for j in 0..=i {
             let (ri, rj) = (i * n, j * n);
-            let mut s = a[ri + j];
-            for k in 0..j {
-                s -= a[ri + k] * a[rj + k];
-            }
+            let s = a[ri + j] - dot(&a[ri..ri + j], &a[rj..rj + j]);
             if i == j {
                 if s <= 0.0 || !s.is_finite() {
                     return false;
@@ -129,6 +126,31 @@ impl PairDiffs {
     }
 }
 
+/// `L⁻¹` of a lower-triangular row-major `n×n` matrix, built row by row:
+/// row i = (e_i − Σ_{k<i} L_ik row_k) / L_ii.
+fn lower_inverse(l: &[f64], n: usize) -> Vec<f64> {
+    let mut linv = vec![0.0; n * n];
+    let mut row = vec![0.0; n];
+    for i in 0..n {
+        let lii = l[i * n + i];
+        row[..=i].fill(0.0);
+        row[i] = 1.0;
+        for kk in 0..i {
+            let c = l[i * n + kk];
+            if c != 0.0 {
+                let rk = &linv[kk * n..kk * n + kk + 1];
+                for (t, v) in rk.iter().enumerate() {
+                    row[t] -= c * v;
+                }
+            }
+        }
+        for (t, v) in row[..=i].iter().enumerate() {
+            linv[i * n + t] = v / lii;
+        }
+    }
+    linv
+}
+
 /// Negative log posterior (−LML − log prior) and, when asked, its gradient.
 fn objective(
     p: &PairDiffs,
@@ -184,25 +206,7 @@ fn objective(
         return Some((nll, Vec::new()));
     }
     // K⁻¹ = L⁻ᵀ L⁻¹, built from the rows of L⁻¹.
-    let mut linv = vec![0.0; n * n];
-    for i in 0..n {
-        let lii = l[i * n + i];
-        // row_i = (e_i - Σ_{k<i} L_ik row_k) / L_ii
-        let mut row = vec![0.0; i + 1];
-        row[i] = 1.0;
-        for kk in 0..i {
-            let c = l[i * n + kk];
-            if c != 0.0 {
-                let rk = &linv[kk * n..kk * n + kk + 1];
-                for (t, v) in rk.iter().enumerate() {
-                    row[t] -= c * v;
-                }
-            }
-        }
-        for (t, v) in row.iter().enumerate() {
-            linv[i * n + t] = v / lii;
-        }
-    }
+    let linv = lower_inverse(&l, n);
     let mut kinv = vec![0.0; n * n]; // lower triangle
     for kk in 0..n {
         let rk = &linv[kk * n..kk * n + kk + 1];
@@ -354,8 +358,27 @@ fn lbfgs(
     Some((x, fx))
 }
 
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// Dot product with four independent accumulators: the compiler may not
+/// reorder a floating-point sum, so a single accumulator is one long chain
+/// of dependent additions; four let the CPU (and SIMD) work in parallel.
+pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f64; 4];
+    let ca = a.chunks_exact(4);
+    let cb = b.chunks_exact(4);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        acc[0] += x[0] * y[0];
+        acc[1] += x[1] * y[1];
+        acc[2] += x[2] * y[2];
+        acc[3] += x[3] * y[3];
+    }
+    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
 }
 
 /// Fits hyperparameters to standardised targets `y` at inputs `x` (in the
@@ -415,7 +438,11 @@ pub(crate) struct Gp {
     d: usize,
     inv_l2: Vec<f64>,
     sf2: f64,
-    l: Vec<f64>,
+    /// `L⁻¹` (row-major, lower triangle) of the Cholesky factor `L` of the
+    /// kernel matrix: each prediction's variance is then row-by-row dot
+    /// products instead of a triangular solve, whose every step waits for
+    /// the one before.
+    linv: Vec<f64>,
     alpha: Vec<f64>,
 }
 
@@ -449,7 +476,7 @@ impl Gp {
                     d,
                     inv_l2,
                     sf2,
-                    l: k,
+                    linv: lower_inverse(&k, n),
                     alpha,
                 };
             }
@@ -471,8 +498,12 @@ impl Gp {
             kv[i] = matern(r2, self.sf2);
         }
         let mean = dot(&kv, &self.alpha);
-        solve_lower(&self.l, n, &mut kv);
-        let var = (self.sf2 - dot(&kv, &kv)).max(1e-12);
+        let mut q = 0.0;
+        for i in 0..n {
+            let w = dot(&self.linv[i * n..i * n + i + 1], &kv[..i + 1]);
+            q += w * w;
+        }
+        let var = (self.sf2 - q).max(1e-12);
         (mean, var)
     }
 }
