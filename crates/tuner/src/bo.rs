@@ -67,11 +67,20 @@ struct Acq<'a, 'e> {
     enc: &'a Encoder<'e>,
     gp: &'a Gp,
     best: f64,
+    /// A ball in search coordinates (centre, radius) that the search must
+    /// leave: set after a stagnation, around the best trial.
+    exclude: Option<(Vec<f64>, f64)>,
 }
 
 impl Acq<'_, '_> {
     fn eval(&self, z: &[f64]) -> (f64, Assignment) {
         let a = self.enc.decode(z, &|_| None);
+        if let Some((c, r)) = &self.exclude {
+            let d2: f64 = z.iter().zip(c).map(|(a, b)| (a - b) * (a - b)).sum();
+            if d2 < r * r {
+                return (f64::NEG_INFINITY, a);
+            }
+        }
         let v = match self.enc.features(&a) {
             Ok(x) => {
                 let (m, var) = self.gp.predict(&x);
@@ -129,8 +138,20 @@ pub(crate) fn suggest(
         if model.is_none() {
             let worst = feasible.iter().copied().fold(f64::INFINITY, f64::min);
             let mut y: Vec<f64> = raw.iter().map(|v| v.unwrap_or(worst)).collect();
+            warp_outputs(&mut y);
             standardise(&mut y);
-            let h = gp::fit(&xs, &y, &mut rng);
+            // The GP's prior mean (zero) becomes the worst value seen, so
+            // that where there are no data the model expects a bad trial,
+            // not an average one: exploration is then driven by the data
+            // and not by the mere distance from them, which otherwise draws
+            // the search to the corners and faces of the cube, and the
+            // benchmark's regret drops on most functions (see the crate's
+            // bench/ for the numbers).
+            let lowest = y.iter().copied().fold(f64::INFINITY, f64::min);
+            for v in y.iter_mut() {
+                *v -= lowest;
+            }
+            let h = fit_hyper(&xs, &y, &mut rng);
             // Pending trials become fantasies at the posterior mean (kriging
             // believer); conditioning on the mean leaves the mean unchanged,
             // so all of them can be added at once.
@@ -160,7 +181,18 @@ pub(crate) fn suggest(
             .take(3)
             .map(|&i| enc.coords(&completed[i].params, 0.5))
             .collect();
-        let acq = Acq { enc, gp: &gp, best };
+        let exclude = match incumbents.first() {
+            Some(inc) if k == 0 && stalled(&raw, n_init, p) => {
+                Some((inc.clone(), 0.05 * (p as f64).sqrt()))
+            }
+            _ => None,
+        };
+        let acq = Acq {
+            enc,
+            gp: &gp,
+            best,
+            exclude,
+        };
         let a = optimise_acquisition(&acq, &incumbents, &mut rng, &used)
             .unwrap_or_else(|| design_point(enc, &halton, &mut rng, index, &used));
         used.insert(canonical_key(&enc.flat, &a));
@@ -172,6 +204,185 @@ pub(crate) fn suggest(
         out.push(a);
     }
     Ok(out)
+}
+
+/// Most points the hyperparameters are fitted to.
+const FIT_POINTS: usize = 64;
+
+/// Fits the GP's hyperparameters. Beyond [`FIT_POINTS`] trials they are
+/// fitted to a subset (the best quarter, the rest drawn at random): every
+/// likelihood evaluation costs O(n³), length scales and noise hardly change
+/// between 100 and 200 points, and the GP is still conditioned on all of
+/// them. This keeps a suggestion at 200 trials well under 50 ms.
+fn fit_hyper(xs: &[Vec<f64>], y: &[f64], rng: &mut Rng) -> gp::Hyper {
+    if xs.len() <= FIT_POINTS {
+        return gp::fit(xs, y, rng);
+    }
+    let mut order: Vec<usize> = (0..xs.len()).collect();
+    order.sort_by(|&a, &b| y[b].total_cmp(&y[a]));
+    let keep = FIT_POINTS / 4;
+    let mut rest: Vec<usize> = order[keep..].to_vec();
+    // Partial Fisher-Yates: the first FIT_POINTS - keep of `rest` at random.
+    for i in 0..FIT_POINTS - keep {
+        let j = i + rng.below(rest.len() - i);
+        rest.swap(i, j);
+    }
+    let mut pick: Vec<usize> = order[..keep]
+        .iter()
+        .chain(&rest[..FIT_POINTS - keep])
+        .copied()
+        .collect();
+    pick.sort_unstable();
+    let sx: Vec<Vec<f64>> = pick.iter().map(|&i| xs[i].clone()).collect();
+    let sy: Vec<f64> = pick.iter().map(|&i| y[i]).collect();
+    gp::fit(&sx, &sy, rng)
+}
+
+/// Whether this suggestion should escape a stagnation: the trials after the
+/// initial design (in the order given) have gone without a significant
+/// improvement of the best value for a multiple of `k = max(5, p)` trials,
+/// significant meaning more than 1e-3 of the gap between the best value and
+/// the median of the initial design. Every k-th trial of such a run is then kept out of a ball
+/// around the best trial (see `Acq::exclude`), so that a search creeping
+/// along in tiny steps next to its incumbent, or held at one edge, is made
+/// to look elsewhere, while the k − 1 trials in between still refine the
+/// incumbent (on the benchmark, escaping more often than that cost more
+/// regret than it saved).
+fn stalled(raw: &[Option<f64>], n_init: usize, p: usize) -> bool {
+    // The scale of "significant" comes from the initial design, which
+    // samples the whole space: the median of all trials would rise towards
+    // the best value as a creeping search piles up trials next to it, and
+    // then each tiny step would count as progress.
+    let mut design: Vec<f64> = raw.iter().take(n_init).flatten().copied().collect();
+    if design.len() < 2 {
+        design = raw.iter().flatten().copied().collect();
+    }
+    if design.len() < 2 {
+        return false;
+    }
+    design.sort_by(f64::total_cmp);
+    let top = raw
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let tol = 1e-3 * (top - design[design.len() / 2]);
+    let k = p.max(5);
+    let mut best = f64::NEG_INFINITY;
+    let mut since = 0usize;
+    for (i, v) in raw.iter().enumerate() {
+        // Values are finite; an infeasible trial is no progress.
+        let progress = v.is_some_and(|v| v > best + tol);
+        if i >= n_init {
+            since = if progress { 0 } else { since + 1 };
+        }
+        if let Some(v) = v {
+            best = best.max(*v);
+        }
+    }
+    since >= k && since % k == 0
+}
+
+/// Inverse of the standard normal CDF (Acklam's rational approximation,
+/// relative error below 1.2e-9), for `p` in (0, 1).
+fn norm_ppf(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    let p = p.clamp(1e-300, 1.0 - 1e-16);
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < 0.024_25 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.024_25 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+/// Output warping of the values (to maximise) before standardisation, in
+/// two steps.
+///
+/// * Half-rank: the values below the median are replaced by normal
+///   quantiles of their ranks, scaled by the spread of the values above it.
+///   Order is kept, and a few very bad trials (heavy-tailed objectives, a
+///   narrow valley like Rosenbrock's, a diverged training run) no longer
+///   dominate the GP's variance and flatten everything near the optimum.
+/// * Log: `0.5 − ln(1 + (hi − v)/(hi − lo)·(c − 1)) / ln c` with `c = 1.5`,
+///   a mild concave map that stretches the differences near the best value.
+///
+/// Measured on the benchmark at 50 trials against standardisation alone
+/// (with the other changes of this version in place), each step lowered
+/// the summed regret over the twelve functions; the largest gains were on
+/// Rosenbrock, the mixed space, Styblinski-Tang and the integer-heavy space,
+/// the only notable loss on Branin (whose regret is near 1e-4 either way).
+fn warp_outputs(v: &mut [f64]) {
+    let n = v.len();
+    if n < 3 {
+        return;
+    }
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let med = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        0.5 * (sorted[n / 2 - 1] + sorted[n / 2])
+    };
+    let good: Vec<f64> = v.iter().copied().filter(|x| *x >= med).collect();
+    let sd = (good.iter().map(|g| (g - med) * (g - med)).sum::<f64>() / good.len() as f64).sqrt();
+    if sd > 0.0 {
+        // Half-rank.
+        for x in v.iter_mut() {
+            if *x < med {
+                // Mid-rank of the value among all (ties share one rank).
+                let below = sorted.partition_point(|s| *s < *x);
+                let upto = sorted.partition_point(|s| *s <= *x);
+                let rank = 0.5 * (below + upto) as f64;
+                *x = med + sd * norm_ppf(rank / n as f64);
+            }
+        }
+    }
+    // Log.
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if hi > lo {
+        let c: f64 = 1.5;
+        for x in v.iter_mut() {
+            *x = 0.5 - ((hi - *x) / (hi - lo) * (c - 1.0) + 1.0).ln() / c.ln();
+        }
+    }
 }
 
 fn standardise(y: &mut [f64]) {
@@ -245,7 +456,7 @@ fn optimise_acquisition(
             for _ in 0..15 {
                 let z: Vec<f64> = inc
                     .iter()
-                    .map(|v| (v + s * rng.normal()).clamp(0.0, 1.0))
+                    .map(|v| into_cube(v + s * rng.normal()))
                     .collect();
                 push(z, &mut cands);
             }
@@ -270,6 +481,26 @@ fn optimise_acquisition(
         }
     }
     best.map(|(_, z)| acq.enc.decode(&z, &|_| None))
+}
+
+/// Brings a coordinate back into [0, 1] by reflection at the bounds.
+///
+/// Clamping put every step that overshot exactly on the bound: the bounds
+/// collected a finite share of the search's probability mass, and 17% of
+/// all proposed DOUBLE coordinates on the benchmark sat exactly on a bound
+/// although no optimum does. Reflected steps have a smooth density, so a
+/// bound itself is never proposed; an optimum on a bound is still
+/// approached as closely as the search resolves (the tests check both).
+fn into_cube(z: f64) -> f64 {
+    if (0.0..=1.0).contains(&z) {
+        return z;
+    }
+    let t = z.rem_euclid(2.0);
+    if t > 1.0 {
+        2.0 - t
+    } else {
+        t
+    }
 }
 
 fn hill_climb(
@@ -306,13 +537,13 @@ fn hill_climb(
                 } else {
                     step
                 };
-                zn[j] = (zn[j] + step).clamp(0.0, 1.0);
+                zn[j] = into_cube(zn[j] + step);
                 moved = true;
             }
         }
         if !moved {
             let j = rng.below(p);
-            zn[j] = (zn[j] + sigma.max(cell[j]) * rng.normal()).clamp(0.0, 1.0);
+            zn[j] = into_cube(zn[j] + sigma.max(cell[j]) * rng.normal());
         }
         let (vn, a) = acq.eval(&zn);
         if vn > v && !used.contains(&canonical_key(&acq.enc.flat, &a)) {
@@ -345,5 +576,80 @@ mod tests {
         }
         // EI(0, 1, 0) = φ(0).
         assert!((log_ei(0.0, 1.0, 0.0) - (0.398_942_280_4f64).ln()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn reflection_stays_inside_and_off_the_bounds() {
+        for (z, want) in [
+            (0.3, 0.3),
+            (1.2, 0.8),
+            (-0.3, 0.3),
+            (2.5, 0.5),
+            (-1.75, 0.25),
+        ] {
+            assert!((into_cube(z) - want).abs() < 1e-12, "{z}: {}", into_cube(z));
+        }
+        // Overshooting steps land inside, not on the bound as a clamp would.
+        let mut rng = Rng::new(11);
+        for _ in 0..10_000 {
+            let z = into_cube(0.98 + 0.3 * rng.normal());
+            assert!(z > 0.0 && z < 1.0, "{z}");
+        }
+    }
+
+    #[test]
+    fn norm_ppf_inverts_the_cdf() {
+        assert!(norm_ppf(0.5).abs() < 1e-9);
+        assert!((norm_ppf(0.975) - 1.959_963_985).abs() < 1e-6);
+        assert!((norm_ppf(0.01) + 2.326_347_874).abs() < 1e-6);
+        for i in 1..100 {
+            let p = i as f64 / 100.0;
+            assert!((norm_cdf(norm_ppf(p)) - p).abs() < 1e-6, "{p}");
+        }
+    }
+
+    #[test]
+    fn output_warping_keeps_order_and_tames_a_heavy_tail() {
+        // Maximised values: one disastrous trial, the rest close together.
+        let raw = [-1e6, -9.0, -5.0, -3.0, -2.0, -1.5, -1.0, -0.5];
+        let mut w = raw.to_vec();
+        warp_outputs(&mut w);
+        standardise(&mut w);
+        for i in 1..w.len() {
+            assert!(w[i] > w[i - 1], "order lost: {w:?}");
+        }
+        // Standardised raw values put everything but the outlier within
+        // 1e-5 of each other; warped, the good trials stay distinguishable.
+        assert!(w[7] - w[6] > 0.1, "{w:?}");
+        assert!(w[0] > -4.0, "{w:?}");
+    }
+
+    #[test]
+    fn stagnation_is_detected_every_k_trials() {
+        // p = 2: k = 5, design of 5. A big improvement at trial 5, then
+        // only improvements far below 1e-3 of the best-to-median gap.
+        let mut raw: Vec<Option<f64>> =
+            vec![Some(-10.0), Some(-8.0), Some(-9.0), Some(-7.0), Some(-6.0)];
+        raw.push(Some(-1.0));
+        let mut flags = Vec::new();
+        for t in 0..12 {
+            flags.push(stalled(&raw, 5, 2));
+            raw.push(Some(-1.0 + 1e-6 * (t + 1) as f64));
+        }
+        // Trials without progress so far: 0, 1, ..., 11.
+        let at: Vec<usize> = flags
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(at, vec![5, 10]);
+        // A real improvement resets the count.
+        raw.push(Some(5.0));
+        assert!(!stalled(&raw, 5, 2));
+        // Infeasible trials count as trials without progress.
+        let mut bad = raw.clone();
+        bad.extend(std::iter::repeat_n(None, 5));
+        assert!(stalled(&bad, 5, 2));
     }
 }

@@ -127,17 +127,27 @@ impl std::error::Error for TunerError {}
 ///   taking the parameters' defaults where given. After that a GP with a
 ///   Matérn 5/2 ARD kernel is fitted to the completed trials — inputs mapped
 ///   to `[0,1]` through each scale (categoricals one-hot, inactive
-///   conditional parameters at a fixed value), outputs standardised,
-///   infeasible trials given the worst feasible value, length scales, signal
-///   variance and noise fitted by maximising the log marginal likelihood
-///   (with weak log-normal priors) using L-BFGS from two starts — and the
-///   suggestion maximises log expected improvement, searched over 1,000
-///   random points and perturbations of the best trials, refined by hill
-///   climbing. Integer, discrete and categorical values are snapped to their
-///   domain inside the search, so the acquisition is evaluated at points that
-///   can actually be run. Pending trials, and suggestions already made in
-///   the same batch, are added as fantasy observations at the posterior mean
-///   (kriging believer), so a batch spreads out.
+///   conditional parameters at a fixed value), infeasible trials given the
+///   worst feasible value, outputs warped (the worse half by the normal
+///   quantiles of their ranks, then a mild log warp near the best) and
+///   standardised with the prior mean at the worst value seen, length
+///   scales, signal variance and noise fitted by maximising the log marginal
+///   likelihood (with weak log-normal priors) using L-BFGS from two starts
+///   (beyond 64 trials on a subset of 64: the best quarter and a random
+///   rest) — and the suggestion maximises log expected improvement,
+///   searched over 1,000 random points and perturbations of the best trials,
+///   refined by hill climbing; steps that leave the unit cube are reflected
+///   back into it (not clamped), so a DOUBLE value is not proposed exactly
+///   on a bound. When the best value has not improved significantly (by
+///   more than 1e-3 of the gap between the best value and the median of the
+///   initial design) for `k = max(5, parameters)` trials, every k-th trial
+///   of that run is kept out of a ball around the best trial, so that a
+///   search stuck creeping next to its incumbent moves on. Integer, discrete and categorical values are
+///   snapped to their domain inside the search, so the acquisition is
+///   evaluated at points that can actually be run. Pending trials, and
+///   suggestions already made in the same batch, are added as fantasy
+///   observations at the posterior mean (kriging believer), so a batch
+///   spreads out.
 pub fn suggest(
     space: &Space,
     algorithm: Algorithm,

@@ -855,3 +855,83 @@ fn decay_curve_stopping_rule() {
         &[]
     ));
 }
+
+fn rosenbrock4(a: &Assignment) -> f64 {
+    let v: Vec<f64> = (0..4)
+        .map(|i| a[&format!("x{i}")].as_f64().unwrap())
+        .collect();
+    (0..3)
+        .map(|i| 100.0 * (v[i + 1] - v[i] * v[i]).powi(2) + (1.0 - v[i]).powi(2))
+        .sum()
+}
+
+fn rosenbrock_space() -> Space {
+    Space::new(
+        (0..4)
+            .map(|i| ParamSpec::double(format!("x{i}"), -2.0, 2.0, Scale::Linear))
+            .collect(),
+    )
+}
+
+/// Share of the DOUBLE values of the trials that lie exactly on a bound of
+/// `[lo, hi]`.
+fn on_bound_share(trials: &[Trial], lo: &[f64], hi: &[f64]) -> f64 {
+    let mut n = 0;
+    let mut on = 0;
+    for t in trials {
+        for (i, (l, h)) in lo.iter().zip(hi).enumerate() {
+            let v = t.params[&format!("x{i}")].as_f64().unwrap();
+            n += 1;
+            on += (v == *l || v == *h) as usize;
+        }
+    }
+    on as f64 / n as f64
+}
+
+#[test]
+fn bo_does_not_collapse_onto_bounds() {
+    // Both problems have every optimum in the interior. Clamping the
+    // acquisition search put 10-20% of the proposed values exactly on a
+    // bound here; random search puts none there.
+    for seed in [1, 2, 3] {
+        let t = run(&branin_space(), Algorithm::Unspecified, branin, 30, seed);
+        let share = on_bound_share(&t, &[-5.0, 0.0], &[10.0, 15.0]);
+        assert_eq!(share, 0.0, "branin seed {seed}: {share}");
+        let t = run(
+            &rosenbrock_space(),
+            Algorithm::Unspecified,
+            rosenbrock4,
+            30,
+            seed,
+        );
+        let share = on_bound_share(&t, &[-2.0; 4], &[2.0; 4]);
+        assert_eq!(share, 0.0, "rosenbrock seed {seed}: {share}");
+    }
+}
+
+#[test]
+fn bo_still_reaches_an_optimum_on_a_bound() {
+    // Optimum at x0 = 0 (lower bound, linear slope) and x2 = 1 (upper bound),
+    // x1 = 0.4 inside: the data push towards the bounds, and the search
+    // follows them there.
+    let space = Space::new(vec![
+        ParamSpec::double("x0", 0.0, 1.0, Scale::Linear),
+        ParamSpec::double("x1", 0.0, 1.0, Scale::Linear),
+        ParamSpec::double("x2", -1.0, 1.0, Scale::Linear),
+    ]);
+    fn f(a: &Assignment) -> f64 {
+        let g = |k: &str| a[k].as_f64().unwrap();
+        g("x0") + (g("x1") - 0.4).powi(2) + (1.0 - g("x2"))
+    }
+    for seed in [1, 2, 3] {
+        let t = run(&space, Algorithm::Unspecified, f, 30, seed);
+        let best = t
+            .iter()
+            .min_by(|a, b| a.value.unwrap().total_cmp(&b.value.unwrap()))
+            .unwrap();
+        let v = best.value.unwrap();
+        assert!(v < 1e-3, "seed {seed}: best {v} at {}", show(&best.params));
+        assert!(best.params["x0"].as_f64().unwrap() < 1e-3);
+        assert!(best.params["x2"].as_f64().unwrap() > 1.0 - 2e-3);
+    }
+}

@@ -24,13 +24,16 @@
 //! Prints the median over seeds of log10 simple regret (best value so far −
 //! known optimum, floored at 1e-12) after 10, 25, 35 and 50 trials; for the
 //! noisy problem the best trial is the one with the best *observed* value
-//! and its regret is measured on the noise-free function. Then the share of
-//! proposed DOUBLE coordinates that lie exactly on a bound, for BO and for
-//! random search, and the mean time per BO suggestion at 50 and at 200
-//! trials.
+//! and its regret is measured on the noise-free function. Beside each row,
+//! the share of proposed DOUBLE coordinates that lie exactly on a bound, and
+//! within 0.1% of the range of one (0.2% for uniform draws); then the mean
+//! time per BO suggestion at 50 and at 200 trials.
 //!
-//! Usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME]
-//!        [--no-timing]
+//! Usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME,..]
+//!        [--no-timing] [--per-seed]
+//!
+//! `--per-seed` adds each seed's final log10 regret to the TSV rows, for
+//! paired comparisons of two versions.
 
 use std::time::Instant;
 
@@ -312,15 +315,18 @@ struct Study {
     /// Noise-free value of the best trial so far (by observed value).
     curve: Vec<f64>,
     times: Vec<f64>,
-    /// DOUBLE coordinates proposed, and how many lay exactly on a bound.
+    /// DOUBLE coordinates proposed, how many lay exactly on a bound, and
+    /// how many within 0.1% of the range of one, on the parameter's scale
+    /// (random search: 0.2%).
     coords: usize,
     on_bound: usize,
+    near_bound: usize,
 }
 
-fn double_bounds(space: &Space) -> Vec<(String, f64, f64)> {
-    fn walk(p: &ParamSpec, out: &mut Vec<(String, f64, f64)>) {
-        if let ParamKind::Double { min, max, .. } = p.kind {
-            out.push((p.id.clone(), min, max));
+fn double_bounds(space: &Space) -> Vec<(String, f64, f64, Scale)> {
+    fn walk(p: &ParamSpec, out: &mut Vec<(String, f64, f64, Scale)>) {
+        if let ParamKind::Double { min, max, scale } = p.kind {
+            out.push((p.id.clone(), min, max, scale));
         }
         for c in &p.children {
             walk(&c.spec, out);
@@ -342,6 +348,7 @@ fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64) -> Study {
         times: Vec::with_capacity(trials),
         coords: 0,
         on_bound: 0,
+        near_bound: 0,
     };
     let mut best_obs = f64::INFINITY;
     let mut best_true = f64::INFINITY;
@@ -350,10 +357,18 @@ fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64) -> Study {
         let s = suggest(&p.space, alg, Goal::Minimize, &done, &[], 1, seed).expect("suggest");
         st.times.push(t0.elapsed().as_secs_f64());
         let a = s.into_iter().next().expect("one suggestion");
-        for (id, lo, hi) in &bounds {
+        for (id, lo, hi, scale) in &bounds {
             if let Some(v) = a.get(id).and_then(|v| v.as_f64()) {
                 st.coords += 1;
                 st.on_bound += (v == *lo || v == *hi) as usize;
+                // "Near" is measured on the parameter's scale, where the
+                // search moves.
+                let u = match scale {
+                    Scale::Linear => (v - lo) / (hi - lo),
+                    Scale::Log => (v / lo).ln() / (hi / lo).ln(),
+                    Scale::ReverseLog => 1.0 - ((hi + lo - v) / lo).ln() / (hi / lo).ln(),
+                };
+                st.near_bound += (u <= 1e-3 || u >= 1.0 - 1e-3) as usize;
             }
         }
         let truth = (p.f)(&a);
@@ -399,11 +414,12 @@ fn main() {
     let mut trials = 50usize;
     let mut tsv: Option<String> = None;
     let mut timing = true;
+    let mut per_seed = false;
     let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     let usage = || -> ! {
         eprintln!(
-            "usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME[,NAME..]] [--no-timing]"
+            "usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME[,NAME..]] [--no-timing] [--per-seed]"
         );
         std::process::exit(2);
     };
@@ -424,6 +440,7 @@ fn main() {
             "--tsv" => tsv = args.next(),
             "--only" => only = args.next(),
             "--no-timing" => timing = false,
+            "--per-seed" => per_seed = true,
             _ => usage(),
         }
     }
@@ -438,17 +455,18 @@ fn main() {
     let mut rows = Vec::new();
     println!("median log10 simple regret over {seeds} seeds ({trials} trials, count=1)");
     println!(
-        "{:<13} {:<7} {}  {:>8}",
+        "{:<13} {:<7} {}  {:>8} {:>8}",
         "function",
         "method",
         checkpoints
             .iter()
             .map(|c| format!("{:>8}", format!("@{c}")))
             .collect::<String>(),
-        "on bound"
+        "on bound",
+        "near"
     );
     let mut t50 = Vec::new();
-    let mut bound_totals = [(0usize, 0usize); 2];
+    let mut bound_totals = [(0usize, 0usize, 0usize); 2];
     for p in problems() {
         if !selected(p.name) {
             continue;
@@ -461,35 +479,43 @@ fn main() {
         .enumerate()
         {
             let mut at: Vec<Vec<f64>> = vec![Vec::new(); checkpoints.len()];
-            let (mut coords, mut on_bound) = (0, 0);
+            let mut last = Vec::new();
+            let (mut coords, mut on_bound, mut near_bound) = (0, 0, 0);
             for s in 0..seeds {
                 let st = run(&p, alg, trials, 1000 + s);
                 for (i, c) in checkpoints.iter().enumerate() {
                     at[i].push(log_regret(st.curve[c - 1], p.optimum));
                 }
+                last.push(log_regret(st.curve[trials - 1], p.optimum));
                 if alg == Algorithm::Unspecified && trials >= 50 {
                     t50.push(st.times[49]);
                 }
                 coords += st.coords;
                 on_bound += st.on_bound;
+                near_bound += st.near_bound;
             }
             bound_totals[ai].0 += coords;
             bound_totals[ai].1 += on_bound;
-            let share = if coords > 0 {
-                100.0 * on_bound as f64 / coords as f64
-            } else {
-                f64::NAN
+            bound_totals[ai].2 += near_bound;
+            let pct = |k: usize| {
+                if coords > 0 {
+                    100.0 * k as f64 / coords as f64
+                } else {
+                    f64::NAN
+                }
             };
+            let (share, near) = (pct(on_bound), pct(near_bound));
             let meds: Vec<f64> = at.into_iter().map(median).collect();
             println!(
-                "{:<13} {:<7} {}  {:>7.1}%",
+                "{:<13} {:<7} {}  {:>7.1}% {:>7.1}%",
                 p.name,
                 label,
                 meds.iter().map(|m| format!("{m:>8.2}")).collect::<String>(),
-                share
+                share,
+                near
             );
             rows.push(format!(
-                "{}\t{}\t{}\tbound={share:.3}",
+                "{}\t{}\t{}\tbound={share:.3}\tnear={near:.3}{}",
                 p.name,
                 label,
                 checkpoints
@@ -497,16 +523,26 @@ fn main() {
                     .zip(&meds)
                     .map(|(c, m)| format!("{c}={m:.4}"))
                     .collect::<Vec<_>>()
-                    .join("\t")
+                    .join("\t"),
+                if per_seed {
+                    last.iter()
+                        .enumerate()
+                        .map(|(s, v)| format!("\tseed{}={v:.4}", 1000 + s))
+                        .collect::<String>()
+                } else {
+                    String::new()
+                }
             ));
         }
     }
     for (ai, label) in ["bo", "random"].iter().enumerate() {
-        let (c, b) = bound_totals[ai];
+        let (c, b, nb) = bound_totals[ai];
         if c > 0 {
             println!(
-                "{label}: {b} of {c} proposed DOUBLE coordinates on a bound ({:.2}%)",
-                100.0 * b as f64 / c as f64
+                "{label}: {b} of {c} proposed DOUBLE coordinates on a bound ({:.2}%), \
+                 {nb} within 0.1% of the range of one ({:.2}%)",
+                100.0 * b as f64 / c as f64,
+                100.0 * nb as f64 / c as f64
             );
         }
     }
