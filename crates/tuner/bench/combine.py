@@ -6,7 +6,7 @@ import math
 import sys
 
 FUNCS = [
-    "branin", "hartmann6", "ackley5", "rosenbrock4", "mixed", "levy10",
+    "branin", "hartmann6", "ackley5", "rosenbrock4", "rosenbrock4w", "mixed", "levy10",
     "styblinski4", "michalewicz5", "griewank6", "rastrigin4", "hartmann6n", "intheavy6",
 ]
 METHODS = [("bo", "BO (tuner)"), ("random", "random (tuner)"), ("tpe", "Optuna TPE"), ("gp", "Optuna GP")]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Optuna peers for tuner-bench: TPESampler and GPSampler on the same twelve
+"""Optuna peers for tuner-bench: TPESampler and GPSampler on the same thirteen
 problems (see tuner-bench.rs for the list), same objectives, same noise,
 same regret definition (median over seeds of log10 of the noise-free value
 of the best observed trial minus the known optimum, floored at 1e-12), 50
@@ -183,6 +183,7 @@ PROBLEMS = [
     ("hartmann6", box(6, 0.0, 1.0), hartmann6, -3.32236801141551, 0.0),
     ("ackley5", box(5, -5.0, 5.0), ackley5, 0.0, 0.0),
     ("rosenbrock4", box(4, -2.0, 2.0), rosenbrock4, 0.0, 0.0),
+    ("rosenbrock4w", box(4, -5.0, 10.0), rosenbrock4, 0.0, 0.0),
     ("mixed", mixed_sample, mixed, 0.0, 0.0),
     ("levy10", box(10, -10.0, 10.0), levy10, 0.0, 0.0),
     ("styblinski4", box(4, -5.0, 5.0), styblinski4, -39.16616570377142 * 4, 0.0),

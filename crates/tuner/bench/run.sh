@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tuner-bench (BO and random search) and Optuna's TPE (and, with --gp,
-# Optuna's GPSampler) on the same twelve problems and prints one combined
+# Optuna's GPSampler) on the same thirteen problems and prints one combined
 # table plus the targets.
 #
 # The Optuna virtualenv lives outside the work tree (default

@@ -9,6 +9,7 @@
 //! | hartmann6     | 6    | smooth, multimodal                                |
 //! | ackley5       | 5    | shifted; many shallow local optima, one funnel    |
 //! | rosenbrock4   | 4    | narrow curved valley, heavy-tailed values         |
+//! | rosenbrock4w  | 4    | the same on its usual domain [-5, 10]^4           |
 //! | mixed         | 4    | log-scale double, integer, categorical, child     |
 //! | levy10        | 10   | multimodal, high dimension                        |
 //! | styblinski4   | 4    | separable, 2^d local optima, optimum off-centre   |
@@ -264,6 +265,7 @@ fn problems() -> Vec<Problem> {
         ),
         p("ackley5", box_space(5, -5.0, 5.0), ackley5, 0.0),
         p("rosenbrock4", box_space(4, -2.0, 2.0), rosenbrock4, 0.0),
+        p("rosenbrock4w", box_space(4, -5.0, 10.0), rosenbrock4, 0.0),
         p("mixed", mixed_space(), mixed, 0.0),
         p("levy10", box_space(10, -10.0, 10.0), levy10, 0.0),
         p(
