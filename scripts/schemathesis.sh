@@ -29,7 +29,7 @@ done
 set +e
 "$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" \
   --checks all --exclude-checks positive_data_acceptance \
-  --max-examples "${SCHEMATHESIS_EXAMPLES:-50}" --request-timeout 10 --no-color 2>&1 | tee "$work/out.txt" | sed -n '/SUMMARY/,$p'
+  --max-examples "${SCHEMATHESIS_EXAMPLES:-50}" --request-timeout 10 --no-color 2>&1 | tee "$work/out.txt" | sed -n '/FAILURES\|SUMMARY/,$p'
 code=${PIPESTATUS[0]}
 echo "schemathesis: $(grep -E "[0-9]+ generated" "$work/out.txt" | tr -s " ")"
 if grep -q "Server error" "$work/out.txt"; then echo "schemathesis: a 5xx response was seen"; code=1; fi
