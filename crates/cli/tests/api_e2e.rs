@@ -169,6 +169,11 @@ fn list_pages_newest_first_and_tokens_are_checked() {
     assert_error(st, &b, 400, "INVALID_ARGUMENT", "pageToken");
     let (st, b) = s.call("GET", &format!("{}?pageToken={token}", s.jobs_url("q")), None);
     assert_error(st, &b, 400, "INVALID_ARGUMENT", "pageToken");
+    // A pageSize that is not an int32 (also an empty one) is refused, naming it.
+    for bad in ["", "abc", "-1", "2147483648"] {
+        let (st, b) = s.call("GET", &format!("{}?pageSize={bad}", s.jobs_url("p")), None);
+        assert_error(st, &b, 400, "INVALID_ARGUMENT", "pageSize");
+    }
     // The last page has no token.
     let (_, last) = s.call("GET", &format!("{}?pageSize=100", s.jobs_url("p")), None);
     assert_eq!(last["customJobs"].as_array().unwrap().len(), 6);

@@ -72,7 +72,8 @@ pub(super) async fn page<K: ResourceKind>(state: &AppState, project: &str, regio
 /// `pageSize`: 0 or absent for 100, at most 1000 (larger values are lowered).
 pub(super) fn page_size(text: Option<&str>) -> Result<usize, ApiError> {
     match text {
-        None | Some("") => Ok(DEFAULT_PAGE),
+        None => Ok(DEFAULT_PAGE),
+        // `pageSize=` with no value is not an int32 (as the managed service answers it).
         Some(s) => match s.parse::<i32>() {
             Ok(n) if n < 0 => Err(ApiError::invalid_argument("pageSize must not be negative.")),
             Ok(0) => Ok(DEFAULT_PAGE),
