@@ -269,6 +269,30 @@ impl Chrome {
         }
     }
 
+    /// A real click on `selector` until `expr` holds: clicked again (while the element is
+    /// there) when nothing came of a click within 5 s, for a page still laying itself out
+    /// (a pane that scrolls as lines arrive can move the element between the measure and
+    /// the press). Panics like `wait_for` after `secs`.
+    fn click_until(&mut self, selector: &str, what: &str, expr: &str, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let sel = serde_json::to_string(selector).unwrap();
+        loop {
+            self.click(selector);
+            let retry_at = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < retry_at.min(deadline) {
+                if self.try_eval(expr).is_ok_and(|v| v == json!(true)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let there = self.eval(&format!("!!document.querySelector({sel})")) == json!(true);
+            if Instant::now() >= deadline || !there {
+                self.wait_for(what, expr, 1);
+                return;
+            }
+        }
+    }
+
     /// A PNG of the whole page (up to 4000 px tall) in target/console-screenshots: the
     /// window is made as tall as the page for the shot (captureBeyondViewport would not
     /// keep the log pane's scroll position), then set back.
@@ -985,8 +1009,7 @@ fn console_log_opens_on_its_tail_and_loads_earlier_lines() {
     // Opened on the last 20,000 lines (the setting), one more load reaches the start.
     c.eval("(() => { const s = document.getElementById('log-tail'); s.value = '20000'; s.dispatchEvent(new Event('change')); })()");
     c.wait_for("the last 20,000", "((document.getElementById('log-status') || {}).textContent || '').startsWith('ended') && document.querySelectorAll('#log .l').length === 20000", 60);
-    c.click("#log-earlier");
-    c.wait_for("the start of the log", "(document.getElementById('log-top') || {}).textContent === 'Start of the log.'", 20);
+    c.click_until("#log-earlier", "the start of the log", "(document.getElementById('log-top') || {}).textContent === 'Start of the log.'", 30);
     assert_eq!(c.count("#log .l"), total as u64, "the whole log");
     let all = numbers(&mut c);
     assert!(in_order(&all) && all.len() == 20000 && all[0] == 1, "every line once, in order");
