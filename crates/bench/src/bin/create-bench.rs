@@ -12,7 +12,7 @@
 //! /proc), lifecycle log lines per queued job, and the ratios against the baselines.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,46 +106,19 @@ fn job_body(name: &str) -> serde_json::Value {
     })
 }
 
-/// A running `trainyard serve`, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
+#[path = "../shared/server.rs"]
+mod server;
+use server::{agent, Server};
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `trainyard serve` on `dir` (its `trainyard.toml` and `data/`); its warnings on stderr.
+/// Up to 600 s for `/healthz`: a server recovers a long queue first.
+fn start_server(exe: &Path, dir: &Path) -> Result<Server> {
+    Server::start(exe, &dir.join("trainyard.toml"), &dir.join("data"), Duration::from_secs(600), |c| {
+        c.env("TRAINYARD_LOG", "warn").stderr(Stdio::inherit());
+    })
 }
 
 impl Server {
-    fn start(exe: &Path, dir: &Path) -> Result<Server> {
-        let port = free_port()?;
-        let child = Command::new(exe)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .env("TRAINYARD_CONTAINER_ENGINE", "none")
-            .arg(dir.join("trainyard.toml"))
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("TRAINYARD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let server = Server { child, base: format!("http://127.0.0.1:{port}") };
-        let agent = agent();
-        let deadline = Instant::now() + Duration::from_secs(600);
-        while Instant::now() < deadline {
-            if agent.get(&format!("{}/healthz", server.base)).call().is_ok() {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        bail!("the server did not answer within 600 s")
-    }
-
     /// The server's user + system CPU time so far, in seconds.
     fn cpu_secs(&self) -> Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).context("reading the server's /proc stat")?;
@@ -157,15 +130,6 @@ impl Server {
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         Ok((ticks(11) + ticks(12)) / hz.max(1.0))
     }
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
 
 struct Measured {
@@ -351,7 +315,7 @@ fn run(o: &Opts) -> Result<()> {
             println!("{label}: {queued} queued jobs written in {:.1} s", t.elapsed().as_secs_f64());
         }
         let t = Instant::now();
-        let server = Server::start(&exe, &dir)?;
+        let server = start_server(&exe, &dir)?;
         println!("{label}: server up in {:.1} s", t.elapsed().as_secs_f64());
         // Warm up (connections, first rounds), then measure.
         measure(&server, o.clients, (o.creates / 10).max(o.clients), "warmup")?;
@@ -416,7 +380,7 @@ fn metrics_cost(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
             std::fs::create_dir_all(&dir)?;
             let config = if enabled { CONFIG.to_string() } else { format!("{CONFIG}[metrics]\nenabled = false\n") };
             std::fs::write(dir.join("trainyard.toml"), config)?;
-            let server = Server::start(exe, &dir)?;
+            let server = start_server(exe, &dir)?;
             measure(&server, o.clients, (o.creates / 10).max(o.clients), "warmup")?;
             let m = measure(&server, o.clients, o.creates, "bench")?;
             println!(
@@ -469,7 +433,7 @@ fn cancels_in_flight(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
          [quotas.projects.bench]\ncustom_model_training_cpus = 4\n\
          [limits]\nwrites_per_second_per_project = 1000000.0\nwrite_burst_per_project = 1000000\n",
     )?;
-    let server = Server::start(exe, &dir)?;
+    let server = start_server(exe, &dir)?;
     let n = (o.creates / 4).max(o.clients);
     let idle = measure(&server, o.clients, n, "idle")?;
     let agent = agent();

@@ -31,7 +31,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,55 +94,20 @@ fn main() -> ExitCode {
     entry::main_of("storage-bench", USAGE, Opts::parse, run)
 }
 
-/// A running `trainyard serve`, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
+#[path = "../shared/server.rs"]
+mod server;
+use server::{agent, Server};
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+/// `trainyard serve` on `dir` with its config and data directory there.
+fn start_server(exe: &Path, dir: &Path) -> Result<Server> {
+    let config = dir.join("trainyard.toml");
+    std::fs::write(&config, "[containers]\nengine = \"none\"\n")?;
+    Server::start(exe, &config, &dir.join("data"), Duration::from_secs(60), |c| {
+        c.current_dir(dir);
+    })
 }
 
 impl Server {
-    fn start(exe: &Path, dir: &Path) -> Result<Server> {
-        std::fs::write(dir.join("trainyard.toml"), "[containers]\nengine = \"none\"\n")?;
-        let port = free_port()?;
-        let child = Command::new(exe)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(dir.join("trainyard.toml"))
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("TRAINYARD_CONTAINER_ENGINE", "none")
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let server = Server { child, base: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if agent().get(&format!("{}/healthz", server.base)).call().is_ok_and(|r| r.status() == 200) {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        bail!("the server did not answer within 60 s")
-    }
-
     fn status_kib(&self, key: &str) -> u64 {
         let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         text.lines()
@@ -360,7 +325,7 @@ fn run(o: &Opts) -> Result<()> {
     let bytes = o.size_mib << 20;
     println!("storage-bench: {} MiB, {} repetitions, in {}", o.size_mib, o.reps, dir.display());
     write_source(&src, o.size_mib)?;
-    let server = Server::start(&exe, &dir)?;
+    let server = start_server(&exe, &dir)?;
     let r = agent().post(&format!("{}/storage/v1/b?project=bench", server.base)).send(r#"{"name": "bench"}"#)?;
     if r.status() != 200 {
         bail!("cannot create the bucket: {}", r.status());

@@ -10,9 +10,8 @@
 //! the times of the suggestions around each checkpoint (the 10 suggestions up to trial
 //! 50, 100, ...), so the cost of the model's fit over a growing history shows.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -60,61 +59,22 @@ fn parse(args: &[String]) -> Result<Option<Opts>> {
     Ok(Some(o))
 }
 
-struct Server {
-    child: Child,
-    base: String,
-}
+#[path = "../shared/server.rs"]
+mod server;
+use server::{agent, Server};
 
-impl Server {
-    fn start(bin: &Path, dir: &Path) -> Result<Server> {
-        let port = TcpListener::bind("127.0.0.1:0").context("finding a free port")?.local_addr()?.port();
-        let log = std::fs::File::create(dir.join("server.log")).context("creating the server log")?;
-        // Enough writes per second for a client that does nothing but suggest and complete.
-        let config = dir.join("trainyard.toml");
-        std::fs::write(&config, "[limits]\nwrites_per_second_per_project = 100000.0\nwrite_burst_per_project = 100000\n")
-            .context("writing the config")?;
-        let child = Command::new(bin)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("TRAINYARD_CONTAINER_ENGINE", "none")
-            .env_remove("TRAINYARD_CONFIG")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {} (build it: cargo build --release -p trainyard)", bin.display()))?;
-        let mut s = Server { child, base: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Some(status) = s.child.try_wait()? {
-                bail!("the server exited ({status}); its log is in {}", dir.display());
-            }
-            if agent().get(&format!("{}/healthz", s.base)).call().is_ok_and(|r| r.status().is_success()) {
-                return Ok(s);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s.stop();
-        bail!("the server did not answer /healthz within 60 s")
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+/// `trainyard serve` on `dir`, its output in `dir/server.log`, with enough writes per
+/// second for a client that does nothing but suggest and complete.
+fn start_server(bin: &Path, dir: &Path) -> Result<Server> {
+    let log = std::fs::File::create(dir.join("server.log")).context("creating the server log")?;
+    let config = dir.join("trainyard.toml");
+    std::fs::write(&config, "[limits]\nwrites_per_second_per_project = 100000.0\nwrite_burst_per_project = 100000\n")
+        .context("writing the config")?;
+    let out = log.try_clone()?;
+    Server::start(bin, &config, &dir.join("data"), Duration::from_secs(60), |c| {
+        c.env_remove("TRAINYARD_CONFIG").env("RUST_LOG", "warn").stdout(out).stderr(log);
+    })
+    .with_context(|| format!("its log is in {}", dir.display()))
 }
 
 fn call(agent: &ureq::Agent, method: &str, url: &str, body: Option<Value>) -> Result<Value> {
@@ -142,7 +102,7 @@ fn loss(trial: &Value) -> Result<f64> {
 
 fn run(o: &Opts) -> Result<()> {
     let dir = tempfile::Builder::new().prefix("vizier-bench-").tempdir().context("a temporary directory")?;
-    let server = Server::start(&o.bin, dir.path())?;
+    let server = start_server(&o.bin, dir.path())?;
     let agent = agent();
     let base = format!("{}/v1/projects/{PROJECT}/locations/{REGION}", server.base);
     let study = call(

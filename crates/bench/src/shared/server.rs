@@ -1,0 +1,71 @@
+//! A `trainyard serve` for a bench: the real binary on a free loopback port with a config
+//! file and a data directory, images run on the host (`TRAINYARD_CONTAINER_ENGINE=none`),
+//! waited for until `/healthz` answers, killed when dropped.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+pub struct Server {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+}
+
+impl Server {
+    /// Starts `exe serve` with `config` and `data_dir`; `configure` adds what the bench
+    /// wants of the process (environment, working directory, where its output goes:
+    /// nowhere unless it says). Waits up to `wait` for `/healthz` (a server recovering a
+    /// long queue takes a while); a server that exits meanwhile is an error at once.
+    pub fn start(exe: &Path, config: &Path, data_dir: &Path, wait: Duration, configure: impl FnOnce(&mut Command)) -> Result<Server> {
+        let port = free_port()?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(config)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("TRAINYARD_CONTAINER_ENGINE", "none")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        configure(&mut cmd);
+        let child = cmd.spawn().with_context(|| format!("starting {} (build it: cargo build --release -p trainyard)", exe.display()))?;
+        let mut server = Server { child, base: format!("http://127.0.0.1:{port}") };
+        let agent = agent();
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Some(status) = server.child.try_wait()? {
+                bail!("the server exited ({status}) before it answered");
+            }
+            if agent.get(&format!("{}/healthz", server.base)).call().is_ok_and(|r| r.status().is_success()) {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.stop();
+        bail!("the server did not answer /healthz within {} s", wait.as_secs())
+    }
+
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A client that gives error statuses back as answers, not as errors.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
