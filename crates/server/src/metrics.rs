@@ -314,10 +314,6 @@ impl Metrics {
         Metrics { enabled: false, ..Metrics::new() }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-
     /// The exposition in the OpenMetrics text format.
     pub fn render_openmetrics(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);
