@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 fn good() -> Value {
     sh_job("good", "exit 0")
@@ -464,4 +465,31 @@ fn log_retention_removes_old_output_and_keeps_the_record() {
     let text = s.logs_text(&name);
     assert!(!text.contains("old output") && text.contains("L17: Job completed successfully."), "{text}");
     assert_eq!(s.get(&name)["state"], "JOB_STATE_SUCCEEDED");
+}
+
+/// A server whose port is taken exits at start naming the address, instead of half
+/// starting; the test harness then starts it on another port, and the restart has every job.
+#[test]
+fn a_taken_port_is_a_clear_error_at_start() {
+    let mut s = Server::start("");
+    let (code, job) = s.call("POST", &s.jobs_url("p"), Some(&good().to_string()));
+    assert_eq!(code, 200, "{job}");
+    s.kill9();
+    let old = s.port;
+    // The killed server's sockets may keep the port busy for a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let holder = loop {
+        match std::net::TcpListener::bind(("127.0.0.1", old)) {
+            Ok(l) => break l,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("cannot take port {old}: {e}"),
+        }
+    };
+    s.spawn();
+    assert_ne!(s.port, old);
+    let log = s.server_log();
+    assert!(log.contains(&format!("cannot listen on 127.0.0.1:{old}")), "{log}");
+    let (code, again) = s.call("GET", &s.url(&format!("/v1/{}", job["name"].as_str().unwrap_or_default())), None);
+    assert_eq!(code, 200, "{again}");
+    drop(holder);
 }

@@ -241,8 +241,8 @@ impl Server {
         t0.elapsed()
     }
 
-    /// A client of this server for other threads: it outlives restarts (same port) and
-    /// never panics on a transport error.
+    /// A client of this server for other threads: it outlives restarts (same port, unless
+    /// another server took it meanwhile) and never panics on a transport error.
     pub fn api(&self) -> Api {
         Api::new(self.port)
     }
@@ -270,6 +270,23 @@ impl Server {
     /// As `spawn`, but a server that exits at start or does not answer within 30 s is an
     /// error (with the server log), not a panic. The process is reaped in both cases.
     pub fn try_spawn(&mut self) -> Result<(), String> {
+        // A restarted server binds the port its first run had, which another test's server
+        // may have taken meanwhile (a port is free only while nobody holds it): then this
+        // one cannot listen, and the other one's /healthz must not pass for it. A start
+        // counts once this server logged that it serves; one that could not bind is
+        // started again on a new port.
+        for _ in 0..5 {
+            match self.spawn_once() {
+                Err(e) if e.contains("cannot listen on") => self.port = free_port(),
+                other => return other,
+            }
+        }
+        Err(format!("no free port to listen on:\n{}", self.server_log()))
+    }
+
+    fn spawn_once(&mut self) -> Result<(), String> {
+        const SERVING: &str = "Trainyard serving region";
+        let served_before = self.server_log().matches(SERVING).count();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -293,8 +310,10 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = self.agent.get(&format!("http://127.0.0.1:{}/healthz", self.port)).call() {
-                if r.status() == 200 {
+            // Bounded: whoever holds the port may never answer.
+            let probe = self.agent.get(&format!("http://127.0.0.1:{}/healthz", self.port));
+            if let Ok(r) = probe.config().timeout_global(Some(Duration::from_secs(2))).build().call() {
+                if r.status() == 200 && self.server_log().matches(SERVING).count() > served_before {
                     return Ok(());
                 }
             }
@@ -405,6 +424,15 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A failing test shows what the server said (why it exited, what it refused).
+        if std::thread::panicking() {
+            let log = self.server_log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- server log (last {} lines) ---", tail.len());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
         self.kill9();
         // Slurm: cancel every job of this data directory (a no-op for ended ones).
         let ids = slurm_job_ids(&self.data_dir());
