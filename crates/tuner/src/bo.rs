@@ -7,7 +7,7 @@ use crate::encode::Encoder;
 use crate::gp::{self, Gp};
 use crate::rng::{mix, Halton, Rng};
 use crate::space::{canonical_key, Assignment, Goal, ParamKind};
-use crate::{Trial, TunerError};
+use crate::{Noise, Trial, TunerError};
 
 /// Size of the quasi-random initial design: `max(5, 2 × parameters)`,
 /// counting conditional parameters.
@@ -99,6 +99,7 @@ pub(crate) fn suggest(
     pending: &[Assignment],
     count: usize,
     seed: u64,
+    noise: Noise,
 ) -> Result<Vec<Assignment>, TunerError> {
     let p = enc.n_params();
     let n_init = initial_design_size(p);
@@ -151,7 +152,7 @@ pub(crate) fn suggest(
             for v in y.iter_mut() {
                 *v -= lowest;
             }
-            let h = fit_hyper(&xs, &y, &mut rng);
+            let h = fit_hyper(&xs, &y, &mut rng, noise);
             // Pending trials become fantasies at the posterior mean (kriging
             // believer); conditioning on the mean leaves the mean unchanged,
             // so all of them can be added at once.
@@ -168,7 +169,13 @@ pub(crate) fn suggest(
         }
         let (fx, fy, h) = model.as_mut().expect("model was just built");
         let gp = Gp::new(fx, fy, h);
-        let best = fy.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        // Noisy trials: improvement over the best posterior mean at the tried
+        // points, not over a value that may have been lucky.
+        let best = if noise == Noise::High {
+            xs.iter().map(|x| gp.predict(x).0).fold(f64::NEG_INFINITY, f64::max)
+        } else {
+            fy.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        };
         // Best observed points seed the local search.
         let mut order: Vec<usize> = (0..completed.len()).filter(|&i| raw[i].is_some()).collect();
         order.sort_by(|&a, &b| {
@@ -214,9 +221,9 @@ const FIT_POINTS: usize = 64;
 /// likelihood evaluation costs O(n³), length scales and noise hardly change
 /// between 100 and 200 points, and the GP is still conditioned on all of
 /// them. This keeps a suggestion at 200 trials well under 50 ms.
-fn fit_hyper(xs: &[Vec<f64>], y: &[f64], rng: &mut Rng) -> gp::Hyper {
+fn fit_hyper(xs: &[Vec<f64>], y: &[f64], rng: &mut Rng, noise: Noise) -> gp::Hyper {
     if xs.len() <= FIT_POINTS {
-        return gp::fit(xs, y, rng);
+        return gp::fit(xs, y, rng, noise);
     }
     let mut order: Vec<usize> = (0..xs.len()).collect();
     order.sort_by(|&a, &b| y[b].total_cmp(&y[a]));
@@ -235,7 +242,7 @@ fn fit_hyper(xs: &[Vec<f64>], y: &[f64], rng: &mut Rng) -> gp::Hyper {
     pick.sort_unstable();
     let sx: Vec<Vec<f64>> = pick.iter().map(|&i| xs[i].clone()).collect();
     let sy: Vec<f64> = pick.iter().map(|&i| y[i]).collect();
-    gp::fit(&sx, &sy, rng)
+    gp::fit(&sx, &sy, rng, noise)
 }
 
 /// Whether this suggestion should escape a stagnation: the trials after the

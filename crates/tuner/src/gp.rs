@@ -3,6 +3,7 @@
 //! priors (a MAP estimate), with analytic gradients and a projected L-BFGS.
 
 use crate::rng::Rng;
+use crate::Noise;
 
 const SQRT5: f64 = 2.236_067_977_499_79;
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
@@ -34,7 +35,7 @@ struct Prior {
     sd: Vec<f64>,
 }
 
-fn prior(d: usize) -> Prior {
+fn prior(d: usize, noise: Noise) -> Prior {
     let mut lo = vec![(0.01f64).ln(); d];
     let mut hi = vec![(20.0f64).ln(); d];
     // Length scales grow with the dimension (the typical distance between
@@ -45,10 +46,19 @@ fn prior(d: usize) -> Prior {
     hi.push((50.0f64).ln());
     mean.push(0.0);
     sd.push(1.2);
-    lo.push((1e-6f64).ln());
-    hi.push((1.0f64).ln());
-    mean.push((1e-3f64).ln());
-    sd.push(3.0);
+    // The noise variance, as the study's observationNoise says: unknown (the
+    // data decide, from 1e-6 to all of the variance), LOW (deterministic
+    // trials: the model interpolates) or HIGH (at least 1% of the variance is
+    // noise, 10% expected: the model smooths).
+    let (nlo, nhi, nmean, nsd) = match noise {
+        Noise::Unspecified => (1e-6, 1.0, 1e-3, 3.0),
+        Noise::Low => (1e-8, 1e-4, 1e-6, 1.0),
+        Noise::High => (1e-2, 1.0, 1e-1, 1.5),
+    };
+    lo.push(f64::ln(nlo));
+    hi.push(f64::ln(nhi));
+    mean.push(f64::ln(nmean));
+    sd.push(nsd);
     Prior { lo, hi, mean, sd }
 }
 
@@ -384,9 +394,9 @@ pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// Fits hyperparameters to standardised targets `y` at inputs `x` (in the
 /// unit cube): L-BFGS from the prior mode and from the best of a few random
 /// draws from the prior.
-pub(crate) fn fit(x: &[Vec<f64>], y: &[f64], rng: &mut Rng) -> Hyper {
+pub(crate) fn fit(x: &[Vec<f64>], y: &[f64], rng: &mut Rng, noise: Noise) -> Hyper {
     let d = x.first().map_or(0, |r| r.len());
-    let pr = prior(d);
+    let pr = prior(d, noise);
     let pd = PairDiffs::new(x);
     let n = x.len();
     let mut f = |t: &[f64]| objective(&pd, y, t, &pr, true);
@@ -523,7 +533,7 @@ mod tests {
             .map(|r| (3.0 * r[0]).sin() + r[1] * r[1] - 0.5)
             .collect();
         let pd = PairDiffs::new(&x);
-        let pr = prior(3);
+        let pr = prior(3, Noise::Unspecified);
         let theta = vec![-0.7, -0.2, 0.3, 0.1, (1e-2f64).ln()];
         let (_, g) = objective(&pd, &y, &theta, &pr, true).unwrap();
         for i in 0..theta.len() {
@@ -549,12 +559,28 @@ mod tests {
         let x: Vec<Vec<f64>> = (0..25).map(|_| vec![rng.f64(), rng.f64()]).collect();
         let f = |r: &[f64]| (4.0 * r[0]).sin() + (3.0 * r[1]).cos();
         let y: Vec<f64> = x.iter().map(|r| f(r)).collect();
-        let h = fit(&x, &y, &mut rng);
+        let h = fit(&x, &y, &mut rng, Noise::Unspecified);
         let gp = Gp::new(&x, &y, &h);
         let (m, v) = gp.predict(&x[3]);
         assert!((m - y[3]).abs() < 1e-2 && v < 1e-2);
         let p = [0.37, 0.61];
         let (m, _) = gp.predict(&p);
         assert!((m - f(&p)).abs() < 0.1, "prediction {m} vs {}", f(&p));
+    }
+
+    /// observationNoise: LOW keeps the noise variance at most 1e-4 even on noisy data
+    /// (the model interpolates), HIGH at least 1e-2 even on exact data (it smooths).
+    #[test]
+    fn observation_noise_bounds_the_fitted_noise() {
+        let mut rng = Rng::new(9);
+        let x: Vec<Vec<f64>> = (0..30).map(|_| vec![rng.f64(), rng.f64()]).collect();
+        let f = |r: &[f64]| (4.0 * r[0]).sin() + (3.0 * r[1]).cos();
+        let exact: Vec<f64> = x.iter().map(|r| f(r)).collect();
+        let noisy: Vec<f64> = exact.iter().map(|v| v + 0.5 * rng.normal()).collect();
+        let fitted = |y: &[f64], noise: Noise, rng: &mut Rng| fit(&x, y, rng, noise).sn2();
+        let free_noisy = fitted(&noisy, Noise::Unspecified, &mut rng);
+        assert!(free_noisy > 1e-2, "the data decide: {free_noisy}");
+        assert!(fitted(&noisy, Noise::Low, &mut rng) <= 1e-4 * (1.0 + 1e-9));
+        assert!(fitted(&exact, Noise::High, &mut rng) >= 1e-2 * (1.0 - 1e-9));
     }
 }

@@ -30,7 +30,7 @@ pub use bo::initial_design_size;
 pub use space::{
     Assignment, Conditional, Goal, ParamKind, ParamSpec, ParentValues, Scale, Space, Value,
 };
-pub use stopping::{should_stop, StoppingRule};
+pub use stopping::{predicted_final, should_stop, StoppingRule};
 
 /// A study's search algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -99,6 +99,34 @@ impl fmt::Display for TunerError {
 
 impl std::error::Error for TunerError {}
 
+/// How noisy the trials' values are (the study spec's `observationNoise`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Noise {
+    /// Unknown: the GP's noise variance is fitted freely (1e-6 to all of the variance).
+    #[default]
+    Unspecified,
+    /// Deterministic trials: the noise variance stays at most 1e-4 of the variance, so
+    /// the model interpolates the values.
+    Low,
+    /// Noisy trials: at least 1% of the variance is noise (10% expected), so the model
+    /// smooths, and expected improvement is measured from the best posterior mean at the
+    /// tried points rather than from the best (possibly lucky) value.
+    High,
+}
+
+/// [`suggest_with`] for trials of unknown noise.
+pub fn suggest(
+    space: &Space,
+    algorithm: Algorithm,
+    goal: Goal,
+    completed: &[Trial],
+    pending: &[Assignment],
+    count: usize,
+    seed: u64,
+) -> Result<Vec<Assignment>, TunerError> {
+    suggest_with(space, algorithm, goal, completed, pending, count, seed, Noise::Unspecified)
+}
+
 /// Proposes up to `count` new assignments.
 ///
 /// * `completed`: finished trials (their `value` is the final objective,
@@ -147,8 +175,10 @@ impl std::error::Error for TunerError {}
 ///   evaluated at points that can actually be run. Pending trials, and
 ///   suggestions already made in the same batch, are added as fantasy
 ///   observations at the posterior mean (kriging believer), so a batch
-///   spreads out.
-pub fn suggest(
+///   spreads out. `noise` bounds the GP's noise variance (see [`Noise`]); the
+///   other algorithms ignore it.
+#[allow(clippy::too_many_arguments)]
+pub fn suggest_with(
     space: &Space,
     algorithm: Algorithm,
     goal: Goal,
@@ -156,6 +186,7 @@ pub fn suggest(
     pending: &[Assignment],
     count: usize,
     seed: u64,
+    noise: Noise,
 ) -> Result<Vec<Assignment>, TunerError> {
     space.validate()?;
     if count == 0 {
@@ -204,7 +235,7 @@ pub fn suggest(
         }
         Algorithm::Unspecified => {
             let enc = encode::Encoder::new(flat.clone());
-            bo::suggest(&enc, goal, completed, pending, count, seed)
+            bo::suggest(&enc, goal, completed, pending, count, seed, noise)
         }
     }
 }

@@ -36,6 +36,27 @@ pub enum StoppingRule {
         min_measurements: usize,
         margin: f64,
     },
+    /// Convex stopping (the reference's `convexAutomatedStoppingSpec`).
+    ///
+    /// Considered only with at least `min_measurements + 1` completed feasible
+    /// trials, when the running trial has at least `min_measurements` values
+    /// (at least 2) and one of them at a step beyond `min_step` (default: a
+    /// tenth of the horizon). The horizon `H` is `max_step`, or, when unset,
+    /// the largest step any completed trial reported (the trial's own last
+    /// step if larger); a trial at or past `H` is never stopped. The rule
+    /// takes the slope of a least-squares line through the trial's last three
+    /// values and extends it to `H`: for a learning curve that improves ever
+    /// more slowly (convex in the direction of the goal) this overestimates
+    /// the final value. A curve that is completely flat gives no estimate (the
+    /// trial is not stopped); one that gets worse is estimated at its best
+    /// value so far. The trial is stopped when that overestimate is strictly
+    /// worse than the best final value of the completed trials; its final
+    /// value is then predicted by [`predicted_final`].
+    Convex {
+        max_step: Option<u64>,
+        min_step: Option<u64>,
+        min_measurements: usize,
+    },
 }
 
 impl StoppingRule {
@@ -130,7 +151,57 @@ pub fn should_stop(rule: &StoppingRule, goal: Goal, trial: &Trial, completed: &[
             };
             goal.better(threshold, optimistic)
         }
+        StoppingRule::Convex { .. } => convex(rule, goal, &mine, &done).is_some(),
     }
+}
+
+/// The value a trial stopped by `rule` is expected to reach at the end, and that end's
+/// step: for [`StoppingRule::Convex`], the better-fitting of a power law and an
+/// exponential decay at the horizon, never better than the rule's overestimate (the
+/// reference adds it to the stopped trial as its last measurement). `None` for the other
+/// rules, or when the rule would not stop the trial.
+pub fn predicted_final(rule: &StoppingRule, goal: Goal, trial: &Trial, completed: &[Trial]) -> Option<(u64, f64)> {
+    let mine = clean(&trial.intermediate);
+    let done: Vec<&Trial> = completed.iter().filter(|t| t.value.is_some_and(f64::is_finite)).collect();
+    let (horizon, over) = convex(rule, goal, &mine, &done)?;
+    let fitted = predict_final(&mine, horizon).unwrap_or(over);
+    Some((horizon, if goal.better(fitted, over) { over } else { fitted }))
+}
+
+/// The convex rule: `Some((horizon, overestimate))` when the trial should stop.
+fn convex(rule: &StoppingRule, goal: Goal, mine: &[(u64, f64)], done: &[&Trial]) -> Option<(u64, f64)> {
+    let StoppingRule::Convex { max_step, min_step, min_measurements } = rule else { return None };
+    if mine.len() < (*min_measurements).max(2) || done.len() < min_measurements + 1 {
+        return None;
+    }
+    let own_last = mine.last().map(|m| m.0)?;
+    let horizon = max_step.filter(|h| *h > 0).unwrap_or_else(|| {
+        done.iter().flat_map(|t| t.intermediate.iter().map(|m| m.0)).max().unwrap_or(own_last).max(own_last)
+    });
+    let min_step = min_step.unwrap_or(horizon / 10);
+    if own_last >= horizon || !mine.iter().any(|m| m.0 > min_step) {
+        return None;
+    }
+    let tail = &mine[mine.len().saturating_sub(3)..];
+    if mine.iter().all(|m| m.1 == mine[0].1) {
+        return None;
+    }
+    let so_far = best_of(goal, mine.iter().map(|m| m.1));
+    let pts: Vec<(f64, f64)> = tail.iter().map(|&(s, v)| (s as f64, v)).collect();
+    let over = match fit_linear(&pts, &|t| t) {
+        Some((a, b, _)) => {
+            let extended = a + b * horizon as f64;
+            if extended.is_finite() && goal.better(extended, so_far) {
+                extended
+            } else {
+                so_far
+            }
+        }
+        // Every value at one step: no slope.
+        None => so_far,
+    };
+    let best = best_of(goal, done.iter().filter_map(|t| t.value));
+    goal.better(best, over).then_some((horizon, over))
 }
 
 fn clean(ms: &[(u64, f64)]) -> Vec<(u64, f64)> {
@@ -228,4 +299,74 @@ mod tests {
         let p = super::predict_final(&ms, 2000).unwrap();
         assert!((p - 0.9).abs() < 1e-3, "{p}");
     }
+
+    use super::{predicted_final, should_stop, StoppingRule};
+    use crate::space::Goal;
+    use crate::Trial;
+
+    fn trial(curve: &[(u64, f64)], value: Option<f64>) -> Trial {
+        Trial { params: Default::default(), value, intermediate: curve.to_vec() }
+    }
+
+    /// Completed trials that reached 0.9 by step 100.
+    fn done(n: usize) -> Vec<Trial> {
+        (0..n).map(|i| trial(&[(10, 0.5), (50, 0.8), (100, 0.85 + 0.01 * i as f64)], Some(0.85 + 0.01 * i as f64))).collect()
+    }
+
+    fn convex() -> StoppingRule {
+        StoppingRule::Convex { max_step: None, min_step: None, min_measurements: 3 }
+    }
+
+    #[test]
+    fn convex_stops_a_curve_whose_straight_extension_stays_below_the_best() {
+        // Accuracy creeping up by 0.005 per 10 steps from 0.4: extended to step 100 it
+        // reaches 0.44, below the completed trials' 0.88.
+        let slow = trial(&[(10, 0.4), (20, 0.405), (30, 0.41), (40, 0.415)], None);
+        assert!(should_stop(&convex(), Goal::Maximize, &slow, &done(4)));
+        let (step, value) = predicted_final(&convex(), Goal::Maximize, &slow, &done(4)).expect("a prediction");
+        assert_eq!(step, 100, "the horizon learnt from the completed trials");
+        assert!((0.415..=0.4 + 0.005 * 9.0 + 1e-9).contains(&value), "{value}");
+        // The same curve when minimising a loss that falls slowly from 2.0 (best 0.5).
+        let loss = trial(&[(10, 2.0), (20, 1.99), (30, 1.98)], None);
+        let done_loss: Vec<Trial> = (0..4).map(|_| trial(&[(100, 0.5)], Some(0.5))).collect();
+        assert!(should_stop(&convex(), Goal::Minimize, &loss, &done_loss));
+    }
+
+    #[test]
+    fn convex_keeps_a_curve_that_may_still_win() {
+        // Rising by 0.1 per 10 steps: a straight line reaches 0.9+ at step 100.
+        let steep = trial(&[(10, 0.3), (20, 0.4), (30, 0.5)], None);
+        assert!(!should_stop(&convex(), Goal::Maximize, &steep, &done(4)));
+        assert_eq!(predicted_final(&convex(), Goal::Maximize, &steep, &done(4)), None);
+    }
+
+    #[test]
+    fn convex_waits_for_enough_trials_measurements_and_steps() {
+        let slow = trial(&[(10, 0.4), (20, 0.405), (30, 0.41)], None);
+        // min_measurements + 1 = 4 completed trials are needed.
+        assert!(!should_stop(&convex(), Goal::Maximize, &slow, &done(3)));
+        assert!(should_stop(&convex(), Goal::Maximize, &slow, &done(4)));
+        // Three measurements are needed.
+        let short = trial(&[(10, 0.4), (20, 0.405)], None);
+        assert!(!should_stop(&convex(), Goal::Maximize, &short, &done(4)));
+        // No measurement beyond min_step.
+        let early = StoppingRule::Convex { max_step: Some(100), min_step: Some(30), min_measurements: 3 };
+        assert!(!should_stop(&early, Goal::Maximize, &slow, &done(4)));
+        // At the horizon: nothing left to save.
+        let ends = StoppingRule::Convex { max_step: Some(30), min_step: Some(0), min_measurements: 3 };
+        assert!(!should_stop(&ends, Goal::Maximize, &slow, &done(4)));
+    }
+
+    #[test]
+    fn convex_makes_no_estimate_from_a_flat_curve_and_none_from_a_worsening_one_above_the_best() {
+        let flat = trial(&[(10, 0.2), (20, 0.2), (30, 0.2)], None);
+        assert!(!should_stop(&convex(), Goal::Maximize, &flat, &done(4)));
+        // Getting worse: estimated at its best so far (0.95), above the best completed.
+        let falling = trial(&[(10, 0.95), (20, 0.9), (30, 0.85)], None);
+        assert!(!should_stop(&convex(), Goal::Maximize, &falling, &done(4)));
+        // Getting worse from below the best: stopped.
+        let bad = trial(&[(10, 0.5), (20, 0.45), (30, 0.4)], None);
+        assert!(should_stop(&convex(), Goal::Maximize, &bad, &done(4)));
+    }
 }
+
