@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use trainyard_api::hptuning::{
-    Algorithm as ApiAlgorithm, GoalType, HyperparameterTuningJob, MeasurementSelectionType, ParameterSpec, ScaleType, StudySpec,
+    Algorithm as ApiAlgorithm, ConvexAutomatedStoppingSpec, GoalType, HyperparameterTuningJob, MeasurementSelectionType, ObservationNoise, ParameterSpec, ScaleType, StudySpec,
 };
 use trainyard_api::ApiError;
 use trainyard_core::Micros;
@@ -90,6 +90,10 @@ pub struct StudyTrial {
     pub infeasible_reason: String,
     /// The trial's job failed (counted against maxFailedTrialCount).
     pub failed: bool,
+    /// (step, value) the convex stopping rule predicted for the end of a trial it
+    /// stopped: added as the trial's last measurement when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_final: Option<(i64, f64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -160,6 +164,8 @@ pub struct StudyConfig {
     pub max_failed: usize,
     pub best_measurement: bool,
     pub stopping: Option<tuner::StoppingRule>,
+    /// `observationNoise`.
+    pub noise: tuner::Noise,
 }
 
 fn param(p: &ParameterSpec, path: &str) -> Result<tuner::ParamSpec, ApiError> {
@@ -253,7 +259,7 @@ impl StudyConfig {
         } else if s.decay_curve_stopping_spec.is_some() {
             Some(tuner::StoppingRule::decay_curve())
         } else {
-            None
+            s.convex_automated_stopping_spec.as_ref().map(convex_rule)
         };
         Ok(StudyConfig {
             space,
@@ -265,7 +271,26 @@ impl StudyConfig {
             max_failed: max_trials,
             best_measurement: s.measurement_selection_type == MeasurementSelectionType::BestMeasurement,
             stopping,
+            noise: match s.observation_noise {
+                ObservationNoise::Low => tuner::Noise::Low,
+                ObservationNoise::High => tuner::Noise::High,
+                _ => tuner::Noise::Unspecified,
+            },
         })
+    }
+}
+
+/// `convexAutomatedStoppingSpec` for the tuner. With `useElapsedDuration` the counts are
+/// seconds and a learning curve's x axis is in milliseconds (see the Vizier engine's
+/// `curve`); a count of 0 (proto3 cannot tell it from unset) takes the reference's
+/// default: the horizon learnt from the completed trials, a tenth of it, 5 measurements.
+fn convex_rule(c: &ConvexAutomatedStoppingSpec) -> tuner::StoppingRule {
+    let unit: u64 = if c.use_elapsed_duration { 1000 } else { 1 };
+    let count = |v: i64| (v > 0).then(|| (v as u64).saturating_mul(unit));
+    tuner::StoppingRule::Convex {
+        max_step: count(c.max_step_count),
+        min_step: count(c.min_step_count),
+        min_measurements: if c.min_measurement_count > 0 { c.min_measurement_count as usize } else { 5 },
     }
 }
 
@@ -342,6 +367,7 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                 };
                 if tuner::should_stop(rule, goal, &running, &completed) {
                     t.state = TrialState::Stopping;
+                    t.predicted_final = tuner::predicted_final(rule, goal, &running, &completed).map(|(st, v)| (st as i64, v));
                     actions.push(Action::Log(format!("Trial {} stopped early: it is clearly worse than the trials so far.", t.id)));
                     if let Some(j) = t.custom_job {
                         actions.push(Action::StopTrialJob { custom_job: j });
@@ -356,6 +382,11 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                 if !t.state.is_terminal() {
                     if !measurements.is_empty() {
                         t.measurements = measurements;
+                    }
+                    // The convex rule's prediction for a trial it stopped is its last
+                    // measurement (as the reference does).
+                    if let Some(p) = t.predicted_final.filter(|p| t.measurements.last().is_none_or(|l| l.0 < p.0)) {
+                        t.measurements.push(p);
                     }
                     t.end_time = Some(now);
                     let stopped = t.state == TrialState::Stopping;
@@ -446,7 +477,7 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
     }
     let completed = completed_trials(s);
     let pending: Vec<tuner::Assignment> = active.iter().map(|t| assignment(&t.params)).collect();
-    let suggestions = match tuner::suggest(&cfg.space, cfg.algorithm, cfg.goal, &completed, &pending, room, s.seed) {
+    let suggestions = match tuner::suggest_with(&cfg.space, cfg.algorithm, cfg.goal, &completed, &pending, room, s.seed, cfg.noise) {
         Ok(v) => v,
         Err(tuner::TunerError::Exhausted) => Vec::new(),
         Err(e) => return Err(ApiError::internal(format!("the tuner failed: {e}"))),
@@ -476,6 +507,7 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
             end_time: None,
             infeasible_reason: String::new(),
             failed: false,
+            predicted_final: None,
         });
     }
     Ok(())
@@ -574,6 +606,7 @@ mod tests {
             max_failed,
             best_measurement: false,
             stopping: None,
+            noise: tuner::Noise::Unspecified,
         }
     }
 
@@ -612,6 +645,39 @@ mod tests {
         let (s, a) = ended(&s, &c, "2", false, &[], 3);
         assert!(matches!(&s.phase, StudyPhase::Failed { message, .. } if message.contains("maxFailedTrialCount")));
         assert!(a.iter().any(|x| matches!(x, Action::StopTrialJob { custom_job: 102 })));
+    }
+
+    /// convexAutomatedStoppingSpec in a tuning job: the spec becomes the convex rule; a
+    /// trial it stops ends with the rule's prediction as its last (and final) measurement.
+    #[test]
+    fn convex_stopping_in_a_tuning_job() {
+        let spec: StudySpec = serde_json::from_value(serde_json::json!({
+            "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}],
+            "convexAutomatedStoppingSpec": {"maxStepCount": "100", "minMeasurementCount": "2", "useElapsedDuration": false}
+        }))
+        .expect("spec");
+        let mut c = StudyConfig::from_spec(&spec, 4).expect("config");
+        assert_eq!(c.stopping, Some(tuner::StoppingRule::Convex { max_step: Some(100), min_step: None, min_measurements: 2 }));
+        c.parallel = 4;
+        c.algorithm = tuner::Algorithm::RandomSearch;
+        let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        for (i, t) in s.trials.iter_mut().enumerate() {
+            t.custom_job = Some(100 + i as u64);
+            t.state = TrialState::Active;
+        }
+        for (i, trial) in ["1", "2", "3"].iter().enumerate() {
+            s = ended(&s, &c, trial, true, &[(10, 0.5), (50, 0.8), (100, 0.9 + 0.01 * i as f64)], 2 + i as Micros).0;
+        }
+        let slow = vec![(10, 0.4), (20, 0.405), (30, 0.41)];
+        let (s, a) = step(&s, &c, Event::Measurements { trial: "4".into(), measurements: slow.clone() }, 10).unwrap();
+        assert_eq!(s.trials[3].state, TrialState::Stopping);
+        assert!(a.iter().any(|x| matches!(x, Action::StopTrialJob { custom_job: 103 })));
+        let (s, _) = ended(&s, &c, "4", true, &slow, 11);
+        let (step_count, value) = s.trials[3].final_measurement.expect("final");
+        assert_eq!(step_count, 100);
+        assert!((0.41..=0.445).contains(&value), "{value}");
+        assert_eq!(s.trials[3].measurements.len(), 4, "the three reported and the prediction");
     }
 
     #[test]
@@ -666,6 +732,7 @@ mod replay {
             max_failed: 40,
             best_measurement: false,
             stopping: Some(tuner::StoppingRule::median()),
+            noise: tuner::Noise::Unspecified,
         }
     }
 
@@ -701,6 +768,7 @@ mod replay {
             end_time: done.then_some(id as Micros + 1),
             infeasible_reason: String::new(),
             failed: false,
+            predicted_final: None,
         }
     }
 

@@ -7,6 +7,9 @@
 //! `trainyard_tuner::suggest` (pure and seeded: a study read back from the store makes the
 //! same suggestions), early stopping from `trainyard_tuner::should_stop`, and the final
 //! measurement is chosen by the study's `measurementSelectionType` as for tuning jobs.
+//! Several objectives are optimised together (ParEGO, see [`VizierStudy::suggest_inputs`])
+//! and listed as a Pareto front; a safety metric (`safetyConfig`) makes a trial that
+//! crosses its threshold infeasible to the optimiser and keeps it out of the optimal trials.
 //!
 //! A suggestion is computed off the driver thread, so the study records the request
 //! ([`Pending`], with the id of the Operation that answers it) before the computation
@@ -124,6 +127,9 @@ pub struct Engine {
     pub cfg: StudyConfig,
     /// The objectives: every metric without a safety config, with its goal.
     pub objectives: Vec<(String, tuner::Goal)>,
+    /// The safety metrics: (metric, goal, threshold). A trial is unsafe when its final
+    /// value of one of them is worse than the threshold.
+    pub safety: Vec<(String, tuner::Goal, f64)>,
     /// Early stopping measures progress by elapsed time rather than by steps.
     pub use_elapsed: bool,
     /// `studyStoppingConfig.maxNumTrials`.
@@ -155,9 +161,8 @@ impl Engine {
         }
         let max_trials = (stopping.max_num_trials > 0).then_some(stopping.max_num_trials as usize);
         let mut cfg = StudyConfig::from_spec(spec, max_trials.unwrap_or(usize::MAX))?;
-        let goal = |g: GoalType| if g == GoalType::Minimize { tuner::Goal::Minimize } else { tuner::Goal::Maximize };
         let objectives: Vec<(String, tuner::Goal)> =
-            spec.metrics.iter().filter(|m| m.safety_config.is_none()).map(|m| (m.metric_id.clone(), goal(m.goal))).collect();
+            spec.metrics.iter().filter(|m| m.safety_config.is_none()).map(|m| (m.metric_id.clone(), goal_of(m.goal))).collect();
         // The optimiser and early stopping follow the first objective (a safety metric is
         // a constraint, not an objective).
         let Some((metric, goal)) = objectives.first().cloned() else {
@@ -165,9 +170,21 @@ impl Engine {
         };
         cfg.metric_id = metric;
         cfg.goal = goal;
+        let safety = spec
+            .metrics
+            .iter()
+            .filter_map(|m| m.safety_config.as_ref().map(|c| (m.metric_id.clone(), goal_of(m.goal), c.safety_threshold)))
+            .collect();
         let use_elapsed = spec.median_automated_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration)
-            || spec.decay_curve_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration);
-        Ok(Engine { cfg, objectives, use_elapsed, max_trials, params: spec.parameters.clone() })
+            || spec.decay_curve_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration)
+            || spec.convex_automated_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration);
+        Ok(Engine { cfg, objectives, safety, use_elapsed, max_trials, params: spec.parameters.clone() })
+    }
+
+    /// Is a measurement safe: no safety metric in it worse than its threshold (a safety
+    /// metric the measurement lacks is not held against it).
+    pub fn is_safe(&self, m: &Measured) -> bool {
+        self.safety.iter().all(|(id, goal, threshold)| m.value(id).is_none_or(|v| !goal.better(*threshold, v)))
     }
 
     /// The metric the optimiser and early stopping follow.
@@ -311,6 +328,61 @@ impl VizierStudy {
             .collect();
         let pending = self.trials.iter().filter(|t| !t.state.is_terminal()).map(|t| assignment(&t.params)).collect();
         (completed, pending)
+    }
+
+    /// What the optimiser is given for a suggestion: the ended trials each with one value
+    /// to optimise and the goal for it, and the trials handed out.
+    ///
+    /// * One objective: its value, with its goal.
+    /// * Several objectives (ParEGO, Knowles 2006): each objective scaled to [0, 1] over
+    ///   the ended trials (1 the best), and the augmented Chebyshev scalarisation
+    ///   `min_i(w_i f_i) + 0.05 Σ w_i f_i` maximised, with weights `w` drawn uniformly from
+    ///   the simplex afresh for every suggestion (seeded by the study and its number of
+    ///   trials), so that successive trials spread along the Pareto front.
+    /// * A trial that is unsafe by a safety metric (`safetyConfig`) counts as infeasible:
+    ///   the optimiser gives it the worst value and moves away from it.
+    pub fn suggest_inputs(&self, engine: &Engine) -> (Vec<tuner::Trial>, Vec<tuner::Assignment>, tuner::Goal) {
+        let (mut completed, pending) = self.tuner_inputs(engine);
+        let ended: Vec<&VTrial> = self.trials.iter().filter(|t| t.state.is_terminal()).collect();
+        let usable = |t: &VTrial| -> Option<Vec<f64>> {
+            let m = t.final_measurement.as_ref().filter(|_| t.state == TrialState::Succeeded)?;
+            if !engine.is_safe(m) {
+                return None;
+            }
+            engine.objectives.iter().map(|(id, _)| m.value(id)).collect()
+        };
+        let values: Vec<Option<Vec<f64>>> = ended.iter().map(|t| usable(t)).collect();
+        if engine.objectives.len() < 2 {
+            for (c, v) in completed.iter_mut().zip(&values) {
+                c.value = v.as_ref().and_then(|v| v.first().copied());
+            }
+            return (completed, pending, engine.cfg.goal);
+        }
+        let k = engine.objectives.len();
+        let (mut lo, mut hi) = (vec![f64::INFINITY; k], vec![f64::NEG_INFINITY; k]);
+        for v in values.iter().flatten() {
+            for i in 0..k {
+                lo[i] = lo[i].min(v[i]);
+                hi[i] = hi[i].max(v[i]);
+            }
+        }
+        let weights = simplex_weights(k, self.seed ^ (self.trials.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        for (c, v) in completed.iter_mut().zip(&values) {
+            c.value = v.as_ref().map(|v| {
+                let scaled = (0..k).map(|i| {
+                    let span = hi[i] - lo[i];
+                    let f = if span > 0.0 { (v[i] - lo[i]) / span } else { 0.5 };
+                    if engine.objectives[i].1 == tuner::Goal::Minimize {
+                        1.0 - f
+                    } else {
+                        f
+                    }
+                });
+                let weighted: Vec<f64> = scaled.zip(&weights).map(|(f, w)| f * w).collect();
+                weighted.iter().copied().fold(f64::INFINITY, f64::min) + 0.05 * weighted.iter().sum::<f64>()
+            });
+        }
+        (completed, pending, tuner::Goal::Maximize)
     }
 
     /// The optimiser's answer for Operation `op`: the trials it made are added, ACTIVE and
@@ -514,6 +586,19 @@ impl VizierStudy {
         })?;
         if stop {
             t.state = TrialState::Stopping;
+            // The convex rule adds its prediction for the end of the trial as the trial's
+            // last measurement (as the reference does): at the horizon's step, or after
+            // the horizon's elapsed time.
+            if let Some((x, value)) = tuner::predicted_final(&rule, goal, &running, &completed) {
+                let x = i64::try_from(x).unwrap_or(i64::MAX);
+                let (step, elapsed) = if use_elapsed {
+                    let last_step = t.measurements.last().map_or(0, |m| m.step);
+                    (last_step, Some(Duration { seconds: x / 1000, nanos: ((x % 1000) * 1_000_000) as i32 }))
+                } else {
+                    (x, None)
+                };
+                t.measurements.push(Measured { elapsed, step, metrics: vec![(metric.to_string(), value)] });
+            }
         }
         Ok(stop)
     }
@@ -527,7 +612,7 @@ impl VizierStudy {
             .iter()
             .filter(|t| t.state == TrialState::Succeeded)
             .filter_map(|t| {
-                let m = t.final_measurement.as_ref()?;
+                let m = t.final_measurement.as_ref().filter(|m| engine.is_safe(m))?;
                 let v: Option<Vec<f64>> = engine.objectives.iter().map(|(id, _)| m.value(id)).collect();
                 Some((t.id, v?))
             })
@@ -593,6 +678,31 @@ pub fn study_name(project: &str, region: &str, id: u64) -> String {
 
 fn assignment(params: &[(String, ParamValue)]) -> tuner::Assignment {
     params.iter().map(|(k, v)| (k.clone(), v.to_tuner())).collect()
+}
+
+fn goal_of(g: GoalType) -> tuner::Goal {
+    if g == GoalType::Minimize {
+        tuner::Goal::Minimize
+    } else {
+        tuner::Goal::Maximize
+    }
+}
+
+/// `k` weights drawn uniformly from the simplex (normalised exponentials), from `seed`.
+fn simplex_weights(k: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed;
+    let mut next = || {
+        // splitmix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let e: Vec<f64> = (0..k).map(|_| -next().ln()).collect();
+    let sum: f64 = e.iter().sum();
+    e.iter().map(|x| x / sum).collect()
 }
 
 /// A trial's measurements of `metric` as a learning curve: by step, or by elapsed
@@ -817,8 +927,8 @@ mod tests {
             Begin::Done { trials } => trials,
             Begin::Compute => {
                 let p = s.pending.last().expect("pending").clone();
-                let (done, pending) = s.tuner_inputs(e);
-                let r = tuner::suggest(&e.cfg.space, e.cfg.algorithm, e.cfg.goal, &done, &pending, p.count, s.seed);
+                let (done, pending, goal) = s.suggest_inputs(e);
+                let r = tuner::suggest(&e.cfg.space, e.cfg.algorithm, goal, &done, &pending, p.count, s.seed);
                 s.suggest_finish(op, r, 2).expect("finished").0
             }
         }
@@ -926,6 +1036,89 @@ mod tests {
             p.complete(&two, *id, Some(&m(1, &[("loss", loss), ("acc", acc)])), false, "", 2).expect("c");
         }
         assert_eq!(p.optimal(&two), vec![ids[1], ids[3]], "the Pareto front");
+    }
+
+    /// `safetyConfig`: an unsafe trial (its safety metric worse than the threshold) is
+    /// infeasible to the optimiser and never among the optimal trials, even when its
+    /// objective is the best.
+    #[test]
+    fn unsafe_trials_are_infeasible_and_not_optimal() {
+        let e = engine(json!({"metrics": [
+            {"metricId": "loss", "goal": "MINIMIZE"},
+            {"metricId": "memory_gb", "goal": "MINIMIZE", "safetyConfig": {"safetyThreshold": 16}}
+        ]}));
+        assert_eq!(e.objectives.len(), 1, "a safety metric is not an objective");
+        let mut s = VizierStudy::new(3, "p".into(), "r".into(), 0);
+        let ids = suggest(&mut s, &e, 1, "w", 3);
+        for (id, (loss, mem)) in ids.iter().zip([(0.05, 40.0), (0.2, 8.0), (0.3, 16.0)]) {
+            s.complete(&e, *id, Some(&m(1, &[("loss", loss), ("memory_gb", mem)])), false, "", 2).expect("c");
+        }
+        assert_eq!(s.optimal(&e), vec![ids[1]], "the best loss is unsafe (40 GB > 16 GB); 16 GB is at the threshold, safe");
+        let (done, _, goal) = s.suggest_inputs(&e);
+        assert_eq!(goal, tuner::Goal::Minimize);
+        let values: Vec<Option<f64>> = done.iter().map(|t| t.value).collect();
+        assert_eq!(values, vec![None, Some(0.2), Some(0.3)]);
+    }
+
+    /// Several objectives: the optimiser maximises a ParEGO scalarisation in [0, 1.05]
+    /// whose weights change from suggestion to suggestion; a dominated trial scores below
+    /// the trial that dominates it whatever the weights.
+    #[test]
+    fn several_objectives_are_scalarised_for_the_optimiser() {
+        let e = engine(json!({"metrics": [{"metricId": "loss", "goal": "MINIMIZE"}, {"metricId": "acc", "goal": "MAXIMIZE"}]}));
+        let mut s = VizierStudy::new(4, "p".into(), "r".into(), 0);
+        let ids = suggest(&mut s, &e, 1, "w", 4);
+        for (id, (loss, acc)) in ids.iter().zip([(0.1, 0.5), (0.2, 0.9), (0.3, 0.4), (0.1, 0.6)]) {
+            s.complete(&e, *id, Some(&m(1, &[("loss", loss), ("acc", acc)])), false, "", 2).expect("c");
+        }
+        let mut seen = Vec::new();
+        for extra in 0..6 {
+            let (done, _, goal) = s.suggest_inputs(&e);
+            assert_eq!(goal, tuner::Goal::Maximize);
+            let v: Vec<f64> = done.iter().map(|t| t.value.expect("every trial has both")).collect();
+            assert!(v.iter().all(|x| (0.0..=1.05).contains(x)), "{v:?}");
+            // Trial 4 (0.1, 0.6) dominates trials 1 (0.1, 0.5) and 3 (0.3, 0.4).
+            assert!(v[3] >= v[0] && v[3] > v[2], "{v:?}");
+            seen.push(v);
+            // One more (unfinished) trial: the next suggestion draws other weights.
+            let more = suggest(&mut s, &e, 10 + extra, &format!("c{extra}"), 1);
+            assert_eq!(more.len(), 1);
+        }
+        seen.dedup();
+        assert!(seen.len() > 1, "the weights change between suggestions");
+    }
+
+    /// `convexAutomatedStoppingSpec`: a trial whose learning curve, extended in a straight
+    /// line, stays below the best completed trial is stopped, and the rule's prediction
+    /// for its end is added as its last measurement (at the horizon's step).
+    #[test]
+    fn early_stopping_by_the_convex_rule_adds_its_prediction() {
+        let e = engine(json!({
+            "metrics": [{"metricId": "acc", "goal": "MAXIMIZE"}],
+            "convexAutomatedStoppingSpec": {"maxStepCount": "100", "minMeasurementCount": "3"}
+        }));
+        let mut s = VizierStudy::new(3, "p".into(), "r".into(), 0);
+        let ids = suggest(&mut s, &e, 1, "w", 5);
+        for id in &ids[..4] {
+            for (step, acc) in [(10, 0.5), (50, 0.8), (100, 0.9)] {
+                s.add_measurement(*id, &m(step, &[("acc", acc)])).expect("m");
+            }
+            s.complete(&e, *id, None, false, "", 2).expect("c");
+        }
+        let slow = ids[4];
+        for (step, acc) in [(10, 0.4), (20, 0.405), (30, 0.41)] {
+            s.add_measurement(slow, &m(step, &[("acc", acc)])).expect("m");
+        }
+        assert!(s.check_early_stopping(&e, slow).expect("check"));
+        let t = s.trials.iter().find(|t| t.id == slow).expect("trial");
+        let last = t.measurements.last().expect("a prediction");
+        assert_eq!(last.step, 100);
+        let v = last.value("acc").expect("acc");
+        assert!((0.41..=0.445).contains(&v), "{v}");
+        // Completed without a final measurement: the prediction is its final one.
+        s.complete(&e, slow, None, false, "", 3).expect("c");
+        let t = s.trials.iter().find(|t| t.id == slow).expect("trial");
+        assert_eq!(t.final_measurement.as_ref().map(|m| m.step), Some(100));
     }
 
     #[test]

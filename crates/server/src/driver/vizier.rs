@@ -348,7 +348,7 @@ impl Driver {
             }
         };
         let Some(pending) = loaded.study.pending.first() else { return };
-        let (completed, handed_out) = loaded.study.tuner_inputs(&loaded.engine);
+        let (completed, handed_out, goal) = loaded.study.suggest_inputs(&loaded.engine);
         let (op, count, seed) = (pending.op, pending.count, loaded.study.seed);
         let cfg = loaded.engine.cfg.clone();
         let tx = self.tx.clone();
@@ -356,7 +356,7 @@ impl Driver {
         let spawned = std::thread::Builder::new().name(format!("suggest-{id}")).spawn(move || {
             // A panic of the optimiser answers the request with an error instead of
             // leaving it pending for ever.
-            let result = std::panic::catch_unwind(|| tuner::suggest(&cfg.space, cfg.algorithm, cfg.goal, &completed, &handed_out, count, seed))
+            let result = std::panic::catch_unwind(|| tuner::suggest_with(&cfg.space, cfg.algorithm, goal, &completed, &handed_out, count, seed, cfg.noise))
                 .unwrap_or_else(|_| Err(tuner::TunerError::Unsupported("the optimiser panicked; see the server log".into())));
             let _ = tx.send(Msg::VizierSuggested { study: id, op, result });
         });
