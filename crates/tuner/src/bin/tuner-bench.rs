@@ -1,7 +1,8 @@
 //! Benchmark of the study algorithms on standard test functions.
 //!
 //! Runs Bayesian optimisation (`ALGORITHM_UNSPECIFIED`) and random search,
-//! all minimised, with sequential suggestions (count = 1), on:
+//! all minimised, with sequential suggestions (count = 1) unless asked for
+//! parallel ones, on:
 //!
 //! | name          | dims | shape                                             |
 //! |---------------|------|---------------------------------------------------|
@@ -31,11 +32,16 @@
 //! time per BO suggestion at 50 and at 200 trials.
 //!
 //! Usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME,..]
-//!        [--no-timing] [--per-seed]
+//!        [--no-timing] [--per-seed] [--parallel N[,N..]]
+//!
+//! `--parallel 3,5` adds BO with 3 and with 5 trials in flight (rows
+//! `bo-p3`, `bo-p5`), for the regret lost against sequential BO at the same
+//! number of trials.
 //!
 //! `--per-seed` adds each seed's final log10 regret to the TSV rows, for
 //! paired comparisons of two versions.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use trainyard_tuner::{
@@ -341,8 +347,11 @@ fn double_bounds(space: &Space) -> Vec<(String, f64, f64, Scale)> {
     out
 }
 
-/// Runs one study.
-fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64) -> Study {
+/// Runs one study with `parallel` trials in flight: it starts with that many
+/// suggestions at once, and each time the oldest one ends asks for one more
+/// with the others still pending (as a tuning job with `parallelTrialCount`
+/// does); `parallel = 1` is sequential.
+fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64, parallel: usize) -> Study {
     let bounds = double_bounds(&p.space);
     let mut done: Vec<Trial> = Vec::new();
     let mut st = Study {
@@ -354,11 +363,18 @@ fn run(p: &Problem, alg: Algorithm, trials: usize, seed: u64) -> Study {
     };
     let mut best_obs = f64::INFINITY;
     let mut best_true = f64::INFINITY;
+    let mut pending: VecDeque<Assignment> = VecDeque::new();
     for t in 0..trials {
-        let t0 = Instant::now();
-        let s = suggest(&p.space, alg, Goal::Minimize, &done, &[], 1, seed).expect("suggest");
-        st.times.push(t0.elapsed().as_secs_f64());
-        let a = s.into_iter().next().expect("one suggestion");
+        let want = parallel.max(1).min(trials - t).saturating_sub(pending.len());
+        if want > 0 {
+            let t0 = Instant::now();
+            let flying: Vec<Assignment> = pending.iter().cloned().collect();
+            let s = suggest(&p.space, alg, Goal::Minimize, &done, &flying, want, seed).expect("suggest");
+            st.times.push(t0.elapsed().as_secs_f64());
+            assert_eq!(s.len(), want, "{}: a suggestion per trial asked for", p.name);
+            pending.extend(s);
+        }
+        let a = pending.pop_front().expect("a trial in flight");
         for (id, lo, hi, scale) in &bounds {
             if let Some(v) = a.get(id).and_then(|v| v.as_f64()) {
                 st.coords += 1;
@@ -418,10 +434,11 @@ fn main() {
     let mut timing = true;
     let mut per_seed = false;
     let mut only: Option<String> = None;
+    let mut parallel: Vec<usize> = Vec::new();
     let mut args = std::env::args().skip(1);
     let usage = || -> ! {
         eprintln!(
-            "usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME[,NAME..]] [--no-timing] [--per-seed]"
+            "usage: tuner-bench [--seeds N] [--trials N] [--tsv PATH] [--only NAME[,NAME..]] [--no-timing] [--per-seed] [--parallel N[,N..]]"
         );
         std::process::exit(2);
     };
@@ -443,6 +460,12 @@ fn main() {
             "--only" => only = args.next(),
             "--no-timing" => timing = false,
             "--per-seed" => per_seed = true,
+            "--parallel" => {
+                parallel = args
+                    .next()
+                    .and_then(|v| v.split(',').map(|n| n.parse().ok().filter(|n: &usize| *n >= 2)).collect())
+                    .unwrap_or_else(|| usage())
+            }
             _ => usage(),
         }
     }
@@ -468,28 +491,28 @@ fn main() {
         "near"
     );
     let mut t50 = Vec::new();
-    let mut bound_totals = [(0usize, 0usize, 0usize); 2];
+    let mut methods: Vec<(String, Algorithm, usize)> = vec![
+        ("bo".into(), Algorithm::Unspecified, 1),
+        ("random".into(), Algorithm::RandomSearch, 1),
+    ];
+    methods.extend(parallel.iter().map(|&n| (format!("bo-p{n}"), Algorithm::Unspecified, n)));
+    let mut bound_totals = vec![(0usize, 0usize, 0usize); methods.len()];
     for p in problems() {
         if !selected(p.name) {
             continue;
         }
-        for (ai, (label, alg)) in [
-            ("bo", Algorithm::Unspecified),
-            ("random", Algorithm::RandomSearch),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (ai, (label, alg, par)) in methods.iter().enumerate() {
+            let (alg, par) = (*alg, *par);
             let mut at: Vec<Vec<f64>> = vec![Vec::new(); checkpoints.len()];
             let mut last = Vec::new();
             let (mut coords, mut on_bound, mut near_bound) = (0, 0, 0);
             for s in 0..seeds {
-                let st = run(&p, alg, trials, 1000 + s);
+                let st = run(&p, alg, trials, 1000 + s, par);
                 for (i, c) in checkpoints.iter().enumerate() {
                     at[i].push(log_regret(st.curve[c - 1], p.optimum));
                 }
                 last.push(log_regret(st.curve[trials - 1], p.optimum));
-                if alg == Algorithm::Unspecified && trials >= 50 {
+                if alg == Algorithm::Unspecified && par == 1 && trials >= 50 {
                     t50.push(st.times[49]);
                 }
                 coords += st.coords;
@@ -537,7 +560,7 @@ fn main() {
             ));
         }
     }
-    for (ai, label) in ["bo", "random"].iter().enumerate() {
+    for (ai, (label, _, _)) in methods.iter().enumerate() {
         let (c, b, nb) = bound_totals[ai];
         if c > 0 {
             println!(
@@ -557,7 +580,7 @@ fn main() {
             if !selected(p.name) {
                 continue;
             }
-            let st = run(&p, Algorithm::Unspecified, 200, 7);
+            let st = run(&p, Algorithm::Unspecified, 200, 7, 1);
             t200.extend_from_slice(&st.times[190..200]);
         }
         let ms200 = mean_ms(&t200);
