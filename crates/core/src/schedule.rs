@@ -25,7 +25,10 @@
 //! is never made later by any job after it in the order, so a starving job starts no
 //! later than its reservation of the round. The first reservation (the oldest starving
 //! job, as EASY's head) can only move earlier from round to round; a later one is made
-//! around the ones before it and is not proven to. What is not guaranteed: a bound
+//! around the ones before it and is not proven to. `Decision::Wait` carries a reservation's
+//! time, and the simulator's `tests/guarantee.rs` checks both on generated workloads: the
+//! first reservation never moves later, and its job starts by it (within a round
+//! interval). What is not guaranteed: a bound
 //! relative to EASY backfill on the same workload. The two policies leave different jobs
 //! running, so a job may meet a fuller fleet under ours; the simulator's
 //! `tests/guarantee.rs` keeps a counterexample.
@@ -155,7 +158,9 @@ pub enum Decision {
     /// [`waiting_text`]. Jobs in the same situation share one `reason`. `kind` names the
     /// reason without its numbers: the server logs and stores a reason when its kind
     /// changes, not when a number moves.
-    Wait { job: u64, kind: &'static str, reason: Arc<str>, position: Option<Position> },
+    /// `reserved_at`: the job holds a reservation this round, and that is its expected
+    /// start (the time no later job may delay).
+    Wait { job: u64, kind: &'static str, reason: Arc<str>, position: Option<Position>, reserved_at: Option<Micros> },
     /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`.
     Preempt { job: u64, reason: String },
 }
@@ -601,6 +606,7 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
                     kind: KIND_QUOTA,
                     reason: format!("Waiting for quota: {}", quota_text(&short)).into(),
                     position: None,
+                    reserved_at: None,
                 });
                 continue;
             }
@@ -633,6 +639,7 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
                 kind: KIND_CAPACITY,
                 reason: format!("Waiting for GPUs: {}", short.join("; ")).into(),
                 position: None,
+                reserved_at: None,
             });
             continue;
         }
@@ -1365,7 +1372,7 @@ pub fn plan(
                 }
                 if explain {
                     let reason = rd.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| format!("Waiting for quota: {}", quota_text(&short)));
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position });
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position, reserved_at: None });
                 }
                 continue;
             }
@@ -1386,7 +1393,7 @@ pub fn plan(
             let reason = rd.memo(Memo::Blocked, |_| {
                 "Waiting for capacity held by other jobs: a job ahead of it does not fit yet, and nothing passes it (no backfill)".to_string()
             });
-            rd.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position });
+            rd.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position, reserved_at: None });
             continue;
         }
         // Backfill must not delay the reservation: a job that could run past it takes only
@@ -1471,7 +1478,7 @@ pub fn plan(
                     format!("SPOT job waiting: the usable fleet cannot hold it ({})", rd.stockout_detail())
                 };
                 let reason = format!("{why}: needs {}", describe(t, r.shape)).into();
-                rd.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason, position });
+                rd.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason, position, reserved_at: None });
             }
             continue;
         }
@@ -1497,7 +1504,7 @@ pub fn plan(
                         "Waiting for capacity held by other jobs: {} being preempted for it; it starts when they have stopped",
                         counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are"),
                     );
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position });
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position, reserved_at: None });
                 }
                 continue;
             }
@@ -1524,7 +1531,7 @@ pub fn plan(
                 rd.memo.clear();
                 if explain {
                     let reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)).into();
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_CAPACITY, reason, position });
+                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_CAPACITY, reason, position, reserved_at: None });
                 }
                 continue;
             }
@@ -1550,7 +1557,8 @@ pub fn plan(
                     reason.push_str(&starving_note(cfg));
                 }
                 let kind = if reserved { KIND_RESERVED } else { KIND_CAPACITY };
-                rd.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position });
+                let reserved_at = rd.resvs.last().filter(|_| reserved).map(|v| v.time);
+                rd.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position, reserved_at });
             }
             continue;
         }
@@ -1589,7 +1597,7 @@ pub fn plan(
                 reason
             });
             let kind = if rd.resvs.is_empty() { KIND_CAPACITY } else { KIND_BEHIND_RESERVATION };
-            rd.out.push(Decision::Wait { job: r.id, kind, reason, position });
+            rd.out.push(Decision::Wait { job: r.id, kind, reason, position, reserved_at: None });
         }
     }
     rd.out

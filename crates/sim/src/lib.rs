@@ -352,6 +352,18 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// Run one policy over the workload. `interval` is the least simulated time between two
 /// scheduling rounds (rounds run when something changed).
 pub fn simulate(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros) -> Report {
+    simulate_observed(jobs, nodes, policy, interval, &mut |_, _| {})
+}
+
+/// [`simulate`], showing `observe` every round's time and decisions (for checks of what
+/// the scheduler promises from round to round).
+pub fn simulate_observed(
+    jobs: &[SimJob],
+    nodes: usize,
+    policy: &Policy,
+    interval: Micros,
+    observe: &mut dyn FnMut(Micros, &[Decision]),
+) -> Report {
     let wall = Instant::now();
     let fleet = fleet(nodes);
     let mut cluster = Cluster::new(&fleet);
@@ -490,6 +502,7 @@ pub fn simulate(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros
         round_us.push(el * 1e6);
         rep.rounds += 1;
         drop(reqs);
+        observe(now, &decisions);
         let mut changed = false;
         for d in decisions {
             match d {

@@ -460,7 +460,7 @@ impl Driver {
                 Decision::Impossible { job, reason } => {
                     self.apply(job, Event::Impossible { reason }, now)?.ok();
                 }
-                Decision::Wait { job, kind, reason, position } => {
+                Decision::Wait { job, kind, reason, position, .. } => {
                     let Some(live) = self.jobs.get_mut(&job) else { continue };
                     let waiting = Waiting { reason, position };
                     // The reason with its moving numbers is shown; it is written (state and
