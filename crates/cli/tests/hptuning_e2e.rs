@@ -245,3 +245,45 @@ fn cancel_stops_running_trials() {
     assert_eq!(st, 400, "{b}");
     assert_eq!(b["error"]["status"], "FAILED_PRECONDITION");
 }
+
+/// A trial program reporting two metrics, one per line as cloudml-hypertune writes them:
+/// `accuracy` (peaks at x = 0.3) and `memory_gb` (16 * x + 4, so x > 0.75 crosses 16 GB).
+const TWO_METRICS: &str = r#"
+import json, os, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+x = float(args["x"])
+lines = [
+    json.dumps({"global_step": "1", "accuracy": str(1 - (x - 0.3) ** 2), "trial": os.environ["CLOUD_ML_TRIAL_ID"]}),
+    json.dumps({"global_step": "1", "memory_gb": str(16 * x + 4), "trial": os.environ["CLOUD_ML_TRIAL_ID"]}),
+]
+with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
+    f.write("\n".join(lines) + "\n")
+"#;
+
+/// A study with a safety metric: every trial's final measurement holds both metrics,
+/// and the safety metric is not the one optimised (the first objective is).
+#[test]
+fn a_safety_metric_is_read_and_shown_with_the_objective() {
+    let s = Server::start("");
+    let mut body = study("RANDOM_SEARCH", 3, 3);
+    body["studySpec"]["metrics"] = json!([
+        {"metricId": "memory_gb", "goal": "MINIMIZE", "safetyConfig": {"safetyThreshold": 16}},
+        {"metricId": "accuracy", "goal": "MAXIMIZE"}
+    ]);
+    body["studySpec"]["parameters"] = json!([{"parameterId": "x", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0}}]);
+    body["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] = json!(["python3", "-c", TWO_METRICS]);
+    let (st, created) = s.call("POST", &studies_url(&s, "p"), Some(&body.to_string()));
+    assert_eq!(st, 200, "{created}");
+    let done = wait_study(&s, created["name"].as_str().unwrap_or_default(), 90);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    for t in done["trials"].as_array().expect("trials") {
+        assert_eq!(t["state"], "SUCCEEDED", "{t:#}");
+        let x = t["parameters"][0]["value"].as_f64().expect("x");
+        let metrics = t["finalMeasurement"]["metrics"].as_array().expect("metrics");
+        let value = |id: &str| metrics.iter().find(|m| m["metricId"] == id).and_then(|m| m["value"].as_f64());
+        assert_eq!(metrics[0]["metricId"], "accuracy", "the objective first: {t:#}");
+        assert!((value("accuracy").expect("accuracy") - (1.0 - (x - 0.3f64).powi(2))).abs() < 1e-9, "{t:#}");
+        assert!((value("memory_gb").expect("memory_gb") - (16.0 * x + 4.0)).abs() < 1e-9, "{t:#}");
+    }
+    assert!(!s.server_log().contains("skipped"), "no metric line is malformed:\n{}", s.server_log());
+}

@@ -94,6 +94,11 @@ pub struct StudyTrial {
     /// stopped: added as the trial's last measurement when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_final: Option<(i64, f64)>,
+    /// The study's other metrics (objectives after the first, safety metrics) in the final
+    /// measurement: each one's value reported at the final measurement's step, or the
+    /// last one before it, or its last one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub final_others: Vec<(String, f64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -166,6 +171,9 @@ pub struct StudyConfig {
     pub stopping: Option<tuner::StoppingRule>,
     /// `observationNoise`.
     pub noise: tuner::Noise,
+    /// The study's other metrics, after the first objective (`metric_id`): more
+    /// objectives (threshold `None`) and safety metrics (their `safetyThreshold`).
+    pub others: Vec<(String, tuner::Goal, Option<f64>)>,
 }
 
 fn param(p: &ParameterSpec, path: &str) -> Result<tuner::ParamSpec, ApiError> {
@@ -249,11 +257,18 @@ impl StudyConfig {
         if algorithm == tuner::Algorithm::GridSearch {
             tuner::grid_size(&space).map_err(|e| ApiError::invalid_argument(format!("studySpec.algorithm: {e}")))?;
         }
-        let metric = s.metrics.first().ok_or_else(|| ApiError::invalid_argument("studySpec.metrics: at least one metric is required."))?;
-        let goal = match metric.goal {
-            GoalType::Minimize => tuner::Goal::Minimize,
-            _ => tuner::Goal::Maximize,
-        };
+        if s.metrics.is_empty() {
+            return Err(ApiError::invalid_argument("studySpec.metrics: at least one metric is required."));
+        }
+        let metric = primary_metric(s)
+            .ok_or_else(|| ApiError::invalid_argument("studySpec.metrics: at least one metric must be an objective (without safetyConfig)."))?;
+        let goal = goal_of(metric.goal);
+        let others = s
+            .metrics
+            .iter()
+            .filter(|m| m.metric_id != metric.metric_id)
+            .map(|m| (m.metric_id.clone(), goal_of(m.goal), m.safety_config.as_ref().map(|c| c.safety_threshold)))
+            .collect();
         let stopping = if s.median_automated_stopping_spec.is_some() {
             Some(tuner::StoppingRule::median())
         } else if s.decay_curve_stopping_spec.is_some() {
@@ -276,8 +291,83 @@ impl StudyConfig {
                 ObservationNoise::High => tuner::Noise::High,
                 _ => tuner::Noise::Unspecified,
             },
+            others,
         })
     }
+}
+
+/// The metric a study optimises first (and its early stopping follows): its first metric
+/// without `safetyConfig`.
+pub fn primary_metric(s: &StudySpec) -> Option<&trainyard_api::hptuning::MetricSpec> {
+    s.metrics.iter().find(|m| m.safety_config.is_none())
+}
+
+pub(crate) fn goal_of(g: GoalType) -> tuner::Goal {
+    if g == GoalType::Minimize {
+        tuner::Goal::Minimize
+    } else {
+        tuner::Goal::Maximize
+    }
+}
+
+/// Is a trial safe by the study's safety metrics: none of its final values worse than the
+/// metric's threshold (a value it did not report is not held against it).
+pub(crate) fn is_safe(safety: impl IntoIterator<Item = (tuner::Goal, f64, Option<f64>)>) -> bool {
+    safety.into_iter().all(|(goal, threshold, value)| value.is_none_or(|v| !goal.better(threshold, v)))
+}
+
+/// One value per ended trial for the optimiser, and the goal for it, from each trial's
+/// objective values (`None`: infeasible, unsafe, or an objective missing).
+///
+/// * One objective: its values, with its goal.
+/// * Several (ParEGO, Knowles 2006): each objective scaled to [0, 1] over the trials
+///   (1 the best), and the augmented Chebyshev scalarisation `min_i(w_i f_i) + 0.05 Σ
+///   w_i f_i` maximised, with weights `w` drawn uniformly from the simplex by `seed` (a
+///   study passes a seed that changes with every suggestion, so that successive trials
+///   spread along the Pareto front).
+pub(crate) fn scalarise(goals: &[tuner::Goal], values: &[Option<Vec<f64>>], seed: u64) -> (Vec<Option<f64>>, tuner::Goal) {
+    if goals.len() < 2 {
+        let goal = goals.first().copied().unwrap_or(tuner::Goal::Maximize);
+        return (values.iter().map(|v| v.as_ref().and_then(|v| v.first().copied())).collect(), goal);
+    }
+    let k = goals.len();
+    let (mut lo, mut hi) = (vec![f64::INFINITY; k], vec![f64::NEG_INFINITY; k]);
+    for v in values.iter().flatten() {
+        for i in 0..k {
+            lo[i] = lo[i].min(v[i]);
+            hi[i] = hi[i].max(v[i]);
+        }
+    }
+    let weights = simplex_weights(k, seed);
+    let scalar = |v: &Vec<f64>| {
+        let weighted: Vec<f64> = (0..k)
+            .map(|i| {
+                let span = hi[i] - lo[i];
+                let f = if span > 0.0 { (v[i] - lo[i]) / span } else { 0.5 };
+                let f = if goals[i] == tuner::Goal::Minimize { 1.0 - f } else { f };
+                f * weights[i]
+            })
+            .collect();
+        weighted.iter().copied().fold(f64::INFINITY, f64::min) + 0.05 * weighted.iter().sum::<f64>()
+    };
+    (values.iter().map(|v| v.as_ref().map(scalar)).collect(), tuner::Goal::Maximize)
+}
+
+/// `k` weights drawn uniformly from the simplex (normalised exponentials), from `seed`.
+fn simplex_weights(k: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed;
+    let mut next = || {
+        // splitmix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let e: Vec<f64> = (0..k).map(|_| -next().ln()).collect();
+    let sum: f64 = e.iter().sum();
+    e.iter().map(|x| x / sum).collect()
 }
 
 /// `convexAutomatedStoppingSpec` for the tuner. With `useElapsedDuration` the counts are
@@ -305,7 +395,8 @@ pub enum Event {
     Measurements { trial: String, measurements: Vec<(i64, f64)> },
     /// A trial's CustomJob ended. `succeeded`: it ended SUCCEEDED (or was stopped by the
     /// study); `error`: its error message otherwise.
-    TrialEnded { trial: String, succeeded: bool, error: Option<String>, measurements: Vec<(i64, f64)> },
+    /// `others`: what the trial reported of the study's other metrics, by metric.
+    TrialEnded { trial: String, succeeded: bool, error: Option<String>, measurements: Vec<(i64, f64)>, others: Vec<(String, Vec<(i64, f64)>)> },
     Cancel,
 }
 
@@ -375,7 +466,7 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                 }
             }
         }
-        Event::TrialEnded { trial, succeeded, error, measurements } => {
+        Event::TrialEnded { trial, succeeded, error, measurements, others } => {
             let best = cfg.best_measurement;
             let goal = cfg.goal;
             if let Some(t) = s.trial_mut(&trial) {
@@ -400,6 +491,13 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                         match chosen {
                             Some(m) => {
                                 t.final_measurement = Some(m);
+                                t.final_others = others
+                                    .iter()
+                                    .filter_map(|(id, series)| {
+                                        let at = series.iter().rev().find(|(st, _)| *st <= m.0).or(series.last())?;
+                                        Some((id.clone(), at.1))
+                                    })
+                                    .collect();
                                 t.state = TrialState::Succeeded;
                             }
                             None => {
@@ -441,6 +539,38 @@ fn completed_trials(s: &Study) -> Vec<tuner::Trial> {
         .collect()
 }
 
+/// The ended trials for a suggestion: each with the one value the optimiser sees (see
+/// [`scalarise`]; an unsafe trial is infeasible), and the goal for that value.
+fn suggest_trials(s: &Study, cfg: &StudyConfig) -> (Vec<tuner::Trial>, tuner::Goal) {
+    let mut completed = completed_trials(s);
+    let objectives: Vec<&(String, tuner::Goal, Option<f64>)> = cfg.others.iter().filter(|o| o.2.is_none()).collect();
+    if cfg.others.is_empty() {
+        return (completed, cfg.goal);
+    }
+    let mut goals = vec![cfg.goal];
+    goals.extend(objectives.iter().map(|o| o.1));
+    let values: Vec<Option<Vec<f64>>> = s
+        .trials
+        .iter()
+        .filter(|t| t.state.is_terminal())
+        .map(|t| {
+            let first = t.final_measurement.filter(|_| t.state == TrialState::Succeeded)?.1;
+            let other = |id: &str| t.final_others.iter().find(|(o, _)| o == id).map(|o| o.1);
+            let safety = cfg.others.iter().filter_map(|(id, goal, th)| th.map(|th| (*goal, th, other(id))));
+            if !is_safe(safety) {
+                return None;
+            }
+            std::iter::once(Some(first)).chain(objectives.iter().map(|o| other(&o.0))).collect()
+        })
+        .collect();
+    let seed = s.seed ^ (s.trials.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let (scalar, goal) = scalarise(&goals, &values, seed);
+    for (c, v) in completed.iter_mut().zip(scalar) {
+        c.value = v;
+    }
+    (completed, goal)
+}
+
 /// Ask for trials while there is room; end the study when it is done.
 fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Action>) -> Result<(), ApiError> {
     let failed = s.trials.iter().filter(|t| t.failed).count();
@@ -475,9 +605,9 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
     if room == 0 {
         return Ok(());
     }
-    let completed = completed_trials(s);
+    let (completed, goal) = suggest_trials(s, cfg);
     let pending: Vec<tuner::Assignment> = active.iter().map(|t| assignment(&t.params)).collect();
-    let suggestions = match tuner::suggest_with(&cfg.space, cfg.algorithm, cfg.goal, &completed, &pending, room, s.seed, cfg.noise) {
+    let suggestions = match tuner::suggest_with(&cfg.space, cfg.algorithm, goal, &completed, &pending, room, s.seed, cfg.noise) {
         Ok(v) => v,
         Err(tuner::TunerError::Exhausted) => Vec::new(),
         Err(e) => return Err(ApiError::internal(format!("the tuner failed: {e}"))),
@@ -508,6 +638,7 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
             infeasible_reason: String::new(),
             failed: false,
             predicted_final: None,
+            final_others: Vec::new(),
         });
     }
     Ok(())
@@ -515,11 +646,19 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
 
 /// Read a cloudml-hypertune metric file: JSON lines of string values, e.g.
 /// `{"global_step": "1000", "accuracy": "0.98", "timestamp": 1525851440.1, "trial": "0"}`.
-/// Returns (step, value) of `metric_id` (or of the library's default tag when the study
-/// has one metric), and the malformed lines (line number, why) to log.
+/// Returns (step, value) of `metric_id` (or of the library's default tag), and the
+/// malformed lines (line number, why) to log.
 pub fn read_metrics(text: &str, metric_id: &str) -> (Vec<(i64, f64)>, Vec<(usize, String)>) {
+    let (mut series, bad) = read_metric_file(text, &[metric_id]);
+    (series.pop().unwrap_or_default(), bad)
+}
+
+/// [`read_metrics`] for several metrics at once (the library writes one metric per line):
+/// (step, value) of each of `ids`, in their order; the library's default tag counts as the
+/// first. A line with none of them is malformed.
+pub fn read_metric_file(text: &str, ids: &[&str]) -> (Vec<Vec<(i64, f64)>>, Vec<(usize, String)>) {
     const DEFAULT_TAG: &str = "training/hptuning/metric";
-    let mut out = Vec::new();
+    let mut out: Vec<Vec<(i64, f64)>> = vec![Vec::new(); ids.len()];
     let mut bad = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -533,19 +672,25 @@ pub fn read_metrics(text: &str, metric_id: &str) -> (Vec<(i64, f64)>, Vec<(usize
             }
         };
         let num = |x: &serde_json::Value| x.as_f64().or_else(|| x.as_str().and_then(|s| s.trim().parse::<f64>().ok()));
-        let value = v.get(metric_id).or_else(|| v.get(DEFAULT_TAG)).and_then(num);
-        let Some(value) = value.filter(|x| x.is_finite()) else {
-            bad.push((i + 1, format!("no numeric value for metric \"{metric_id}\"")));
-            continue;
-        };
-        let step = v.get("global_step").and_then(num).map(|s| s as i64).unwrap_or(out.len() as i64 + 1);
-        out.push((step, value));
+        let mut found = false;
+        for (k, id) in ids.iter().enumerate() {
+            let raw = v.get(*id).or_else(|| if k == 0 { v.get(DEFAULT_TAG) } else { None });
+            let Some(value) = raw.and_then(num).filter(|x| x.is_finite()) else { continue };
+            let step = v.get("global_step").and_then(num).map(|s| s as i64).unwrap_or(out[k].len() as i64 + 1);
+            out[k].push((step, value));
+            found = true;
+        }
+        if !found {
+            let names: Vec<String> = ids.iter().map(|id| format!("\"{id}\"")).collect();
+            bad.push((i + 1, format!("no numeric value for metric {}", names.join(" or "))));
+        }
     }
     (out, bad)
 }
 
 /// The trials as the API shows them.
 pub fn render_trials(s: &Study, metric_id: &str, job_name: impl Fn(u64) -> String) -> Vec<serde_json::Value> {
+    let metric = |id: &str, v: f64| serde_json::json!({"metricId": id, "value": v});
     let ts = |t: Micros| trainyard_api::Timestamp::from_micros(t).to_rfc3339();
     s.trials
         .iter()
@@ -557,9 +702,7 @@ pub fn render_trials(s: &Study, metric_id: &str, job_name: impl Fn(u64) -> Strin
                 TrialState::Succeeded => "SUCCEEDED",
                 TrialState::Infeasible => "INFEASIBLE",
             };
-            let measurement = |(step, v): (i64, f64)| {
-                serde_json::json!({"stepCount": step.to_string(), "metrics": [{"metricId": metric_id, "value": v}]})
-            };
+            let measurement = |(step, v): (i64, f64)| serde_json::json!({"stepCount": step.to_string(), "metrics": [metric(metric_id, v)]});
             let mut o = serde_json::json!({
                 "id": t.id,
                 "state": state,
@@ -570,7 +713,11 @@ pub fn render_trials(s: &Study, metric_id: &str, job_name: impl Fn(u64) -> Strin
                 o["measurements"] = serde_json::Value::Array(t.measurements.iter().map(|m| measurement(*m)).collect());
             }
             if let Some(m) = t.final_measurement {
-                o["finalMeasurement"] = measurement(m);
+                let mut f = measurement(m);
+                if let Some(metrics) = f["metrics"].as_array_mut() {
+                    metrics.extend(t.final_others.iter().map(|(id, v)| metric(id, *v)));
+                }
+                o["finalMeasurement"] = f;
             }
             if let Some(e) = t.end_time {
                 o["endTime"] = serde_json::json!(ts(e));
@@ -607,11 +754,13 @@ mod tests {
             best_measurement: false,
             stopping: None,
             noise: tuner::Noise::Unspecified,
+            others: Vec::new(),
         }
     }
 
     fn ended(s: &Study, c: &StudyConfig, trial: &str, ok: bool, m: &[(i64, f64)], now: Micros) -> (Study, Vec<Action>) {
-        step(s, c, Event::TrialEnded { trial: trial.into(), succeeded: ok, error: (!ok).then(|| "boom".into()), measurements: m.to_vec() }, now).unwrap()
+        let ev = Event::TrialEnded { trial: trial.into(), succeeded: ok, error: (!ok).then(|| "boom".into()), measurements: m.to_vec(), others: Vec::new() };
+        step(s, c, ev, now).unwrap()
     }
 
     #[test]
@@ -700,6 +849,61 @@ mod tests {
         assert!(step(&s, &c, Event::Cancel, 3).is_err());
     }
 
+    /// Several metrics in a tuning job: the first objective is followed, the others are
+    /// read from the same file (one metric per line, as cloudml-hypertune writes them) and
+    /// kept in the final measurement at its step; a trial that crosses a safety threshold
+    /// is infeasible to the optimiser, and two objectives are scalarised for it.
+    #[test]
+    fn several_metrics_in_a_tuning_job() {
+        let spec: StudySpec = serde_json::from_value(serde_json::json!({
+            "metrics": [
+                {"metricId": "memory_gb", "goal": "MINIMIZE", "safetyConfig": {"safetyThreshold": 16}},
+                {"metricId": "accuracy", "goal": "MAXIMIZE"},
+                {"metricId": "latency_ms", "goal": "MINIMIZE"}
+            ],
+            "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}],
+            "algorithm": "RANDOM_SEARCH"
+        }))
+        .expect("spec");
+        let mut c = StudyConfig::from_spec(&spec, 3).expect("config");
+        assert_eq!(c.metric_id, "accuracy", "the first metric without safetyConfig");
+        assert_eq!(c.goal, tuner::Goal::Maximize);
+        assert_eq!(
+            c.others,
+            vec![("memory_gb".to_string(), tuner::Goal::Minimize, Some(16.0)), ("latency_ms".to_string(), tuner::Goal::Minimize, None)]
+        );
+        c.parallel = 3;
+        let text = "{\"global_step\": \"1\", \"accuracy\": \"0.5\"}\n{\"global_step\": \"1\", \"latency_ms\": \"30\"}\n\
+                    {\"global_step\": \"2\", \"accuracy\": \"0.7\"}\n{\"global_step\": \"2\", \"memory_gb\": \"12\"}\n{\"global_step\": \"3\", \"other\": \"1\"}\n";
+        let (series, bad) = read_metric_file(text, &["accuracy", "memory_gb", "latency_ms"]);
+        assert_eq!(series, vec![vec![(1, 0.5), (2, 0.7)], vec![(2, 12.0)], vec![(1, 30.0)]]);
+        assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![5], "only the line with none of the metrics");
+        let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        assert_eq!(s.trials.len(), 3);
+        for (trial, acc, mem, lat) in [("1", 0.7, 12.0, 30.0), ("2", 0.9, 40.0, 10.0), ("3", 0.8, 16.0, 20.0)] {
+            let others = vec![("memory_gb".to_string(), vec![(2, mem)]), ("latency_ms".to_string(), vec![(1, lat + 5.0), (2, lat), (3, 99.0)])];
+            let ev = Event::TrialEnded { trial: trial.into(), succeeded: true, error: None, measurements: vec![(1, 0.5), (2, acc)], others };
+            s = step(&s, &c, ev, 2).unwrap().0;
+        }
+        assert_eq!(s.trials[0].final_others, vec![("memory_gb".to_string(), 12.0), ("latency_ms".to_string(), 30.0)], "the values at step 2");
+        let rendered = render_trials(&s, "accuracy", |j| j.to_string());
+        let ids: Vec<&str> = rendered[0]["finalMeasurement"]["metrics"].as_array().expect("metrics").iter().filter_map(|m| m["metricId"].as_str()).collect();
+        assert_eq!(ids, vec!["accuracy", "memory_gb", "latency_ms"]);
+        let (done, goal) = suggest_trials(&s, &c);
+        assert_eq!(goal, tuner::Goal::Maximize, "two objectives: a scalarisation to maximise");
+        assert_eq!(done[1].value, None, "trial 2 uses 40 GB, over the 16 GB threshold");
+        let (a, b) = (done[0].value.expect("safe"), done[2].value.expect("at the threshold: safe"));
+        assert!((0.0..=1.05).contains(&a) && (0.0..=1.05).contains(&b), "{a} {b}");
+        // Only safety metrics: nothing to optimise.
+        let only_safety: StudySpec = serde_json::from_value(serde_json::json!({
+            "metrics": [{"metricId": "m", "goal": "MINIMIZE", "safetyConfig": {"safetyThreshold": 1}}],
+            "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}]
+        }))
+        .expect("spec");
+        let e = StudyConfig::from_spec(&only_safety, 3).expect_err("no objective");
+        assert!(e.message.contains("at least one metric must be an objective"), "{}", e.message);
+    }
+
     #[test]
     fn metric_file_lines() {
         let text = "{\"global_step\": \"1\", \"accuracy\": \"0.5\", \"timestamp\": 1.0, \"trial\": \"1\"}\nnot json\n{\"global_step\": \"2\", \"loss\": \"3\"}\n{\"global_step\": \"3\", \"accuracy\": 0.75}\n";
@@ -733,6 +937,7 @@ mod replay {
             best_measurement: false,
             stopping: Some(tuner::StoppingRule::median()),
             noise: tuner::Noise::Unspecified,
+            others: Vec::new(),
         }
     }
 
@@ -769,6 +974,7 @@ mod replay {
             infeasible_reason: String::new(),
             failed: false,
             predicted_final: None,
+            final_others: Vec::new(),
         }
     }
 
@@ -848,7 +1054,7 @@ mod replay {
             let events = [
                 Event::Advance,
                 Event::Measurements { trial: active.clone(), measurements: more.clone() },
-                Event::TrialEnded { trial: active, succeeded: true, error: None, measurements: more },
+                Event::TrialEnded { trial: active, succeeded: true, error: None, measurements: more, others: Vec::new() },
             ];
             let (mut a, mut b) = (s, back);
             for (k, e) in events.into_iter().enumerate() {

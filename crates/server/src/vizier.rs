@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trainyard_api::hptuning::{
-    GoalType, Measurement, MeasurementMetric, ParameterSpec, Trial as ApiTrial, TrialParameter,
+    Measurement, MeasurementMetric, ParameterSpec, Trial as ApiTrial, TrialParameter,
     TrialState as ApiTrialState,
 };
 use trainyard_api::vizier::{Study as ApiStudy, StudyState, TrialContext};
@@ -162,7 +162,7 @@ impl Engine {
         let max_trials = (stopping.max_num_trials > 0).then_some(stopping.max_num_trials as usize);
         let mut cfg = StudyConfig::from_spec(spec, max_trials.unwrap_or(usize::MAX))?;
         let objectives: Vec<(String, tuner::Goal)> =
-            spec.metrics.iter().filter(|m| m.safety_config.is_none()).map(|m| (m.metric_id.clone(), goal_of(m.goal))).collect();
+            spec.metrics.iter().filter(|m| m.safety_config.is_none()).map(|m| (m.metric_id.clone(), crate::study::goal_of(m.goal))).collect();
         // The optimiser and early stopping follow the first objective (a safety metric is
         // a constraint, not an objective).
         let Some((metric, goal)) = objectives.first().cloned() else {
@@ -173,7 +173,7 @@ impl Engine {
         let safety = spec
             .metrics
             .iter()
-            .filter_map(|m| m.safety_config.as_ref().map(|c| (m.metric_id.clone(), goal_of(m.goal), c.safety_threshold)))
+            .filter_map(|m| m.safety_config.as_ref().map(|c| (m.metric_id.clone(), crate::study::goal_of(m.goal), c.safety_threshold)))
             .collect();
         let use_elapsed = spec.median_automated_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration)
             || spec.decay_curve_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration)
@@ -184,7 +184,7 @@ impl Engine {
     /// Is a measurement safe: no safety metric in it worse than its threshold (a safety
     /// metric the measurement lacks is not held against it).
     pub fn is_safe(&self, m: &Measured) -> bool {
-        self.safety.iter().all(|(id, goal, threshold)| m.value(id).is_none_or(|v| !goal.better(*threshold, v)))
+        crate::study::is_safe(self.safety.iter().map(|(id, goal, threshold)| (*goal, *threshold, m.value(id))))
     }
 
     /// The metric the optimiser and early stopping follow.
@@ -331,58 +331,31 @@ impl VizierStudy {
     }
 
     /// What the optimiser is given for a suggestion: the ended trials each with one value
-    /// to optimise and the goal for it, and the trials handed out.
-    ///
-    /// * One objective: its value, with its goal.
-    /// * Several objectives (ParEGO, Knowles 2006): each objective scaled to [0, 1] over
-    ///   the ended trials (1 the best), and the augmented Chebyshev scalarisation
-    ///   `min_i(w_i f_i) + 0.05 Σ w_i f_i` maximised, with weights `w` drawn uniformly from
-    ///   the simplex afresh for every suggestion (seeded by the study and its number of
-    ///   trials), so that successive trials spread along the Pareto front.
-    /// * A trial that is unsafe by a safety metric (`safetyConfig`) counts as infeasible:
-    ///   the optimiser gives it the worst value and moves away from it.
+    /// to optimise and the goal for it (see [`crate::study::scalarise`]: with several
+    /// objectives a ParEGO scalarisation whose weights change with every suggestion), and
+    /// the trials handed out. A trial that is unsafe by a safety metric (`safetyConfig`)
+    /// counts as infeasible: the optimiser gives it the worst value and moves away from it.
     pub fn suggest_inputs(&self, engine: &Engine) -> (Vec<tuner::Trial>, Vec<tuner::Assignment>, tuner::Goal) {
         let (mut completed, pending) = self.tuner_inputs(engine);
-        let ended: Vec<&VTrial> = self.trials.iter().filter(|t| t.state.is_terminal()).collect();
-        let usable = |t: &VTrial| -> Option<Vec<f64>> {
-            let m = t.final_measurement.as_ref().filter(|_| t.state == TrialState::Succeeded)?;
-            if !engine.is_safe(m) {
-                return None;
-            }
-            engine.objectives.iter().map(|(id, _)| m.value(id)).collect()
-        };
-        let values: Vec<Option<Vec<f64>>> = ended.iter().map(|t| usable(t)).collect();
-        if engine.objectives.len() < 2 {
-            for (c, v) in completed.iter_mut().zip(&values) {
-                c.value = v.as_ref().and_then(|v| v.first().copied());
-            }
-            return (completed, pending, engine.cfg.goal);
+        let values: Vec<Option<Vec<f64>>> = self
+            .trials
+            .iter()
+            .filter(|t| t.state.is_terminal())
+            .map(|t| {
+                let m = t.final_measurement.as_ref().filter(|_| t.state == TrialState::Succeeded)?;
+                if !engine.is_safe(m) {
+                    return None;
+                }
+                engine.objectives.iter().map(|(id, _)| m.value(id)).collect()
+            })
+            .collect();
+        let goals: Vec<tuner::Goal> = engine.objectives.iter().map(|o| o.1).collect();
+        let seed = self.seed ^ (self.trials.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let (scalar, goal) = crate::study::scalarise(&goals, &values, seed);
+        for (c, v) in completed.iter_mut().zip(scalar) {
+            c.value = v;
         }
-        let k = engine.objectives.len();
-        let (mut lo, mut hi) = (vec![f64::INFINITY; k], vec![f64::NEG_INFINITY; k]);
-        for v in values.iter().flatten() {
-            for i in 0..k {
-                lo[i] = lo[i].min(v[i]);
-                hi[i] = hi[i].max(v[i]);
-            }
-        }
-        let weights = simplex_weights(k, self.seed ^ (self.trials.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        for (c, v) in completed.iter_mut().zip(&values) {
-            c.value = v.as_ref().map(|v| {
-                let scaled = (0..k).map(|i| {
-                    let span = hi[i] - lo[i];
-                    let f = if span > 0.0 { (v[i] - lo[i]) / span } else { 0.5 };
-                    if engine.objectives[i].1 == tuner::Goal::Minimize {
-                        1.0 - f
-                    } else {
-                        f
-                    }
-                });
-                let weighted: Vec<f64> = scaled.zip(&weights).map(|(f, w)| f * w).collect();
-                weighted.iter().copied().fold(f64::INFINITY, f64::min) + 0.05 * weighted.iter().sum::<f64>()
-            });
-        }
-        (completed, pending, tuner::Goal::Maximize)
+        (completed, pending, goal)
     }
 
     /// The optimiser's answer for Operation `op`: the trials it made are added, ACTIVE and
@@ -678,31 +651,6 @@ pub fn study_name(project: &str, region: &str, id: u64) -> String {
 
 fn assignment(params: &[(String, ParamValue)]) -> tuner::Assignment {
     params.iter().map(|(k, v)| (k.clone(), v.to_tuner())).collect()
-}
-
-fn goal_of(g: GoalType) -> tuner::Goal {
-    if g == GoalType::Minimize {
-        tuner::Goal::Minimize
-    } else {
-        tuner::Goal::Maximize
-    }
-}
-
-/// `k` weights drawn uniformly from the simplex (normalised exponentials), from `seed`.
-fn simplex_weights(k: usize, seed: u64) -> Vec<f64> {
-    let mut state = seed;
-    let mut next = || {
-        // splitmix64
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    let e: Vec<f64> = (0..k).map(|_| -next().ln()).collect();
-    let sum: f64 = e.iter().sum();
-    e.iter().map(|x| x / sum).collect()
 }
 
 /// A trial's measurements of `metric` as a learning curve: by step, or by elapsed

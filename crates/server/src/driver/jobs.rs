@@ -266,16 +266,8 @@ impl Driver {
                 self.study_events.push((link.study, study::Event::TrialRunning { trial: link.trial.clone() }));
             }
             if after.is_terminal() {
-                let measurements = self.trial_measurements(&job);
-                self.study_events.push((
-                    link.study,
-                    study::Event::TrialEnded {
-                        trial: link.trial,
-                        succeeded: after == trainyard_core::State::Succeeded,
-                        error: job.error().map(|e| e.message.clone()),
-                        measurements,
-                    },
-                ));
+                let ended = self.trial_ended(link.trial, &job);
+                self.study_events.push((link.study, ended));
             }
         }
         if let Some(live) = self.jobs.get_mut(&id) {

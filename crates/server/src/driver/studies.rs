@@ -94,16 +94,8 @@ impl Driver {
                 .unwrap_or_default();
             for (trial, j) in ended {
                 if let Some(stored) = self.store.get_job_by_id(j)? {
-                    let measurements = self.trial_measurements(&stored.job);
-                    self.study_events.push((
-                        id,
-                        study::Event::TrialEnded {
-                            trial,
-                            succeeded: stored.job.state() == trainyard_core::State::Succeeded,
-                            error: stored.job.error().map(|e| e.message.clone()),
-                            measurements,
-                        },
-                    ));
+                    let ended = self.trial_ended(trial, &stored.job);
+                    self.study_events.push((id, ended));
                 }
             }
             self.study_events.push((id, study::Event::Advance));
@@ -209,7 +201,13 @@ impl Driver {
                 // The trial cannot run at all (e.g. its quota is above the limit).
                 self.study_events.push((
                     id,
-                    study::Event::TrialEnded { trial: trial.to_string(), succeeded: false, error: Some(e.message), measurements: Vec::new() },
+                    study::Event::TrialEnded {
+                        trial: trial.to_string(),
+                        succeeded: false,
+                        error: Some(e.message),
+                        measurements: Vec::new(),
+                        others: Vec::new(),
+                    },
                 ));
             }
         }
@@ -238,17 +236,38 @@ impl Driver {
         self.metric_file_of(job, "workerpool0-0")
     }
 
-    pub(super) fn trial_measurements(&self, job: &Job) -> Vec<(i64, f64)> {
-        let Some(link) = &job.trial else { return Vec::new() };
-        let Some(metric) = self.studies.get(&link.study).map(|l| l.cfg.metric_id.clone()) else { return Vec::new() };
+    /// What a trial job reported (its primary replica's metric file): (step, value) of the
+    /// study's first objective, and of each of its other metrics.
+    pub(super) fn trial_metrics(&self, job: &Job) -> TrialMetrics {
+        let Some(link) = &job.trial else { return TrialMetrics::default() };
+        let Some(cfg) = self.studies.get(&link.study).map(|l| &l.cfg) else { return TrialMetrics::default() };
+        let mut ids: Vec<&str> = vec![cfg.metric_id.as_str()];
+        ids.extend(cfg.others.iter().map(|o| o.0.as_str()));
         let path = self.metric_file(job.id);
         // The trial's directory is its project's user's: no link, FIFO or endless file.
-        let Ok(text) = crate::identity::read_tenant_file(&path, METRIC_FILE_MAX) else { return Vec::new() };
-        let (m, bad) = study::read_metrics(&text, &metric);
+        let Ok(text) = crate::identity::read_tenant_file(&path, METRIC_FILE_MAX) else { return TrialMetrics::default() };
+        let (mut series, bad) = study::read_metric_file(&text, &ids);
         for (line, why) in bad {
             tracing::warn!("{}: line {line} skipped: {why}", path.display());
         }
-        m
+        let others = ids.iter().skip(1).map(|id| id.to_string()).zip(series.drain(1..)).collect();
+        TrialMetrics { primary: series.pop().unwrap_or_default(), others }
+    }
+
+    pub(super) fn trial_measurements(&self, job: &Job) -> Vec<(i64, f64)> {
+        self.trial_metrics(job).primary
+    }
+
+    /// The event of a trial job that ended.
+    pub(super) fn trial_ended(&self, trial: String, job: &Job) -> study::Event {
+        let m = self.trial_metrics(job);
+        study::Event::TrialEnded {
+            trial,
+            succeeded: job.state() == trainyard_core::State::Succeeded,
+            error: job.error().map(|e| e.message.clone()),
+            measurements: m.primary,
+            others: m.others,
+        }
     }
 
     /// Intermediate measurements of running trials (early stopping).
@@ -269,6 +288,13 @@ impl Driver {
         }
         self.study_events.extend(events);
     }
+}
+
+/// What a trial job reported: see [`Driver::trial_metrics`].
+#[derive(Default)]
+pub(super) struct TrialMetrics {
+    pub primary: Vec<(i64, f64)>,
+    pub others: Vec<(String, Vec<(i64, f64)>)>,
 }
 
 pub fn study_name(project: &str, region: &str, id: u64) -> String {
@@ -320,7 +346,7 @@ pub fn render_study(resource: &HyperparameterTuningJob, st: &Study, with_trials:
         _ => {}
     }
     if with_trials && !st.trials.is_empty() {
-        let metric = resource.study_spec.metrics.first().map(|m| m.metric_id.clone()).unwrap_or_default();
+        let metric = study::primary_metric(&resource.study_spec).map(|m| m.metric_id.clone()).unwrap_or_default();
         let trials = study::render_trials(st, &metric, |j| job_name(&st.project, &st.region, j));
         v["trials"] = serde_json::Value::Array(trials);
     } else if let Some(o) = v.as_object_mut() {
