@@ -99,6 +99,11 @@ pub struct StudyTrial {
     /// last one before it, or its last one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub final_others: Vec<(String, f64)>,
+    /// Milliseconds from the trial job's start to each measurement (aligned with
+    /// `measurements`; `None` where the line had no `timestamp`), for early stopping with
+    /// `useElapsedDuration`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elapsed_ms: Vec<Option<u64>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,6 +179,9 @@ pub struct StudyConfig {
     /// The study's other metrics, after the first objective (`metric_id`): more
     /// objectives (threshold `None`) and safety metrics (their `safetyThreshold`).
     pub others: Vec<(String, tuner::Goal, Option<f64>)>,
+    /// Early stopping measures progress by elapsed time rather than by steps
+    /// (`useElapsedDuration` of the stopping spec).
+    pub use_elapsed: bool,
 }
 
 fn param(p: &ParameterSpec, path: &str) -> Result<tuner::ParamSpec, ApiError> {
@@ -292,6 +300,9 @@ impl StudyConfig {
                 _ => tuner::Noise::Unspecified,
             },
             others,
+            use_elapsed: s.median_automated_stopping_spec.as_ref().is_some_and(|c| c.use_elapsed_duration)
+                || s.decay_curve_stopping_spec.as_ref().is_some_and(|c| c.use_elapsed_duration)
+                || s.convex_automated_stopping_spec.as_ref().is_some_and(|c| c.use_elapsed_duration),
         })
     }
 }
@@ -392,11 +403,19 @@ pub enum Event {
     /// A trial's CustomJob started running.
     TrialRunning { trial: String },
     /// New measurements of a running trial (the whole list read from its metric file).
-    Measurements { trial: String, measurements: Vec<(i64, f64)> },
+    /// `elapsed_ms`: see [`StudyTrial::elapsed_ms`].
+    Measurements { trial: String, measurements: Vec<(i64, f64)>, elapsed_ms: Vec<Option<u64>> },
     /// A trial's CustomJob ended. `succeeded`: it ended SUCCEEDED (or was stopped by the
     /// study); `error`: its error message otherwise.
     /// `others`: what the trial reported of the study's other metrics, by metric.
-    TrialEnded { trial: String, succeeded: bool, error: Option<String>, measurements: Vec<(i64, f64)>, others: Vec<(String, Vec<(i64, f64)>)> },
+    TrialEnded {
+        trial: String,
+        succeeded: bool,
+        error: Option<String>,
+        measurements: Vec<(i64, f64)>,
+        elapsed_ms: Vec<Option<u64>>,
+        others: Vec<(String, Vec<(i64, f64)>)>,
+    },
     Cancel,
 }
 
@@ -445,20 +464,21 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                 s.start_time.get_or_insert(now);
             }
         }
-        Event::Measurements { trial, measurements } => {
+        Event::Measurements { trial, measurements, elapsed_ms } => {
             let goal = cfg.goal;
-            let completed = completed_trials(&s);
+            let completed = completed_trials(&s, cfg);
             let Some(t) = s.trial_mut(&trial) else { return Ok((s, actions)) };
             t.measurements = measurements;
+            t.elapsed_ms = elapsed_ms;
             if let (Some(rule), TrialState::Active) = (&cfg.stopping, t.state) {
-                let running = tuner::Trial {
-                    params: assignment(&t.params),
-                    value: None,
-                    intermediate: t.measurements.iter().map(|(st, v)| (*st as u64, *v)).collect(),
-                };
+                let running = tuner::Trial { params: assignment(&t.params), value: None, intermediate: curve(t, cfg.use_elapsed) };
                 if tuner::should_stop(rule, goal, &running, &completed) {
                     t.state = TrialState::Stopping;
-                    t.predicted_final = tuner::predicted_final(rule, goal, &running, &completed).map(|(st, v)| (st as i64, v));
+                    t.predicted_final = tuner::predicted_final(rule, goal, &running, &completed).map(|(x, v)| {
+                        // By elapsed time, the prediction is for the trial's last step.
+                        let last_step = t.measurements.last().map_or(0, |m| m.0);
+                        (if cfg.use_elapsed { last_step } else { x as i64 }, v)
+                    });
                     actions.push(Action::Log(format!("Trial {} stopped early: it is clearly worse than the trials so far.", t.id)));
                     if let Some(j) = t.custom_job {
                         actions.push(Action::StopTrialJob { custom_job: j });
@@ -466,18 +486,23 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                 }
             }
         }
-        Event::TrialEnded { trial, succeeded, error, measurements, others } => {
+        Event::TrialEnded { trial, succeeded, error, measurements, elapsed_ms, others } => {
             let best = cfg.best_measurement;
             let goal = cfg.goal;
             if let Some(t) = s.trial_mut(&trial) {
                 if !t.state.is_terminal() {
                     if !measurements.is_empty() {
                         t.measurements = measurements;
+                        t.elapsed_ms = elapsed_ms;
                     }
                     // The convex rule's prediction for a trial it stopped is its last
-                    // measurement (as the reference does).
-                    if let Some(p) = t.predicted_final.filter(|p| t.measurements.last().is_none_or(|l| l.0 < p.0)) {
+                    // measurement (as the reference does), unless the trial got there.
+                    let reached = |l: &(i64, f64), p: &(i64, f64)| if cfg.use_elapsed { false } else { l.0 >= p.0 };
+                    if let Some(p) = t.predicted_final.filter(|p| t.measurements.last().is_none_or(|l| !reached(l, p))) {
                         t.measurements.push(p);
+                        if !t.elapsed_ms.is_empty() {
+                            t.elapsed_ms.push(None);
+                        }
                     }
                     t.end_time = Some(now);
                     let stopped = t.state == TrialState::Stopping;
@@ -527,22 +552,28 @@ fn assignment(params: &[(String, ParamValue)]) -> tuner::Assignment {
     params.iter().map(|(k, v)| (k.clone(), v.to_tuner())).collect()
 }
 
-fn completed_trials(s: &Study) -> Vec<tuner::Trial> {
+fn completed_trials(s: &Study, cfg: &StudyConfig) -> Vec<tuner::Trial> {
     s.trials
         .iter()
         .filter(|t| t.state.is_terminal())
-        .map(|t| tuner::Trial {
-            params: assignment(&t.params),
-            value: t.final_measurement.map(|m| m.1),
-            intermediate: t.measurements.iter().map(|(st, v)| (*st as u64, *v)).collect(),
-        })
+        .map(|t| tuner::Trial { params: assignment(&t.params), value: t.final_measurement.map(|m| m.1), intermediate: curve(t, cfg.use_elapsed) })
         .collect()
+}
+
+/// A trial's measurements as a learning curve: by step, or by the milliseconds since its
+/// job started (measurements without a time are left out).
+fn curve(t: &StudyTrial, use_elapsed: bool) -> Vec<(u64, f64)> {
+    if use_elapsed {
+        t.measurements.iter().zip(&t.elapsed_ms).filter_map(|((_, v), ms)| Some(((*ms)?, *v))).collect()
+    } else {
+        t.measurements.iter().map(|(st, v)| ((*st).max(0) as u64, *v)).collect()
+    }
 }
 
 /// The ended trials for a suggestion: each with the one value the optimiser sees (see
 /// [`scalarise`]; an unsafe trial is infeasible), and the goal for that value.
 fn suggest_trials(s: &Study, cfg: &StudyConfig) -> (Vec<tuner::Trial>, tuner::Goal) {
-    let mut completed = completed_trials(s);
+    let mut completed = completed_trials(s, cfg);
     let objectives: Vec<&(String, tuner::Goal, Option<f64>)> = cfg.others.iter().filter(|o| o.2.is_none()).collect();
     if cfg.others.is_empty() {
         return (completed, cfg.goal);
@@ -639,26 +670,32 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
             failed: false,
             predicted_final: None,
             final_others: Vec::new(),
+            elapsed_ms: Vec::new(),
         });
     }
     Ok(())
 }
 
-/// Read a cloudml-hypertune metric file: JSON lines of string values, e.g.
-/// `{"global_step": "1000", "accuracy": "0.98", "timestamp": 1525851440.1, "trial": "0"}`.
-/// Returns (step, value) of `metric_id` (or of the library's default tag), and the
-/// malformed lines (line number, why) to log.
-pub fn read_metrics(text: &str, metric_id: &str) -> (Vec<(i64, f64)>, Vec<(usize, String)>) {
-    let (mut series, bad) = read_metric_file(text, &[metric_id]);
-    (series.pop().unwrap_or_default(), bad)
+/// What [`read_metric_file`] read.
+#[derive(Debug, Default)]
+pub struct MetricFile {
+    /// (step, value) of each metric asked for, in order.
+    pub series: Vec<Vec<(i64, f64)>>,
+    /// Each value's `timestamp` (seconds since the epoch), aligned with `series`.
+    pub times: Vec<Vec<Option<f64>>>,
+    /// Malformed lines: (line number, why).
+    pub bad: Vec<(usize, String)>,
 }
 
-/// [`read_metrics`] for several metrics at once (the library writes one metric per line):
-/// (step, value) of each of `ids`, in their order; the library's default tag counts as the
-/// first. A line with none of them is malformed.
-pub fn read_metric_file(text: &str, ids: &[&str]) -> (Vec<Vec<(i64, f64)>>, Vec<(usize, String)>) {
+/// Read a cloudml-hypertune metric file: JSON lines of string values, one metric per line,
+/// e.g. `{"global_step": "1000", "accuracy": "0.98", "timestamp": 1525851440.1, "trial": "0"}`.
+/// Gives (step, value) of each of `ids`, in their order (the library's default tag
+/// `training/hptuning/metric` counts as the first), and the malformed lines, to log: a
+/// line that is not JSON or has none of them.
+pub fn read_metric_file(text: &str, ids: &[&str]) -> MetricFile {
     const DEFAULT_TAG: &str = "training/hptuning/metric";
     let mut out: Vec<Vec<(i64, f64)>> = vec![Vec::new(); ids.len()];
+    let mut times: Vec<Vec<Option<f64>>> = vec![Vec::new(); ids.len()];
     let mut bad = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -678,6 +715,7 @@ pub fn read_metric_file(text: &str, ids: &[&str]) -> (Vec<Vec<(i64, f64)>>, Vec<
             let Some(value) = raw.and_then(num).filter(|x| x.is_finite()) else { continue };
             let step = v.get("global_step").and_then(num).map(|s| s as i64).unwrap_or(out[k].len() as i64 + 1);
             out[k].push((step, value));
+            times[k].push(v.get("timestamp").and_then(num).filter(|t| t.is_finite()));
             found = true;
         }
         if !found {
@@ -685,7 +723,7 @@ pub fn read_metric_file(text: &str, ids: &[&str]) -> (Vec<Vec<(i64, f64)>>, Vec<
             bad.push((i + 1, format!("no numeric value for metric {}", names.join(" or "))));
         }
     }
-    (out, bad)
+    MetricFile { series: out, times, bad }
 }
 
 /// The trials as the API shows them.
@@ -755,11 +793,19 @@ mod tests {
             stopping: None,
             noise: tuner::Noise::Unspecified,
             others: Vec::new(),
+            use_elapsed: false,
         }
     }
 
     fn ended(s: &Study, c: &StudyConfig, trial: &str, ok: bool, m: &[(i64, f64)], now: Micros) -> (Study, Vec<Action>) {
-        let ev = Event::TrialEnded { trial: trial.into(), succeeded: ok, error: (!ok).then(|| "boom".into()), measurements: m.to_vec(), others: Vec::new() };
+        let ev = Event::TrialEnded {
+            trial: trial.into(),
+            succeeded: ok,
+            error: (!ok).then(|| "boom".into()),
+            measurements: m.to_vec(),
+            elapsed_ms: Vec::new(),
+            others: Vec::new(),
+        };
         step(s, c, ev, now).unwrap()
     }
 
@@ -819,7 +865,7 @@ mod tests {
             s = ended(&s, &c, trial, true, &[(10, 0.5), (50, 0.8), (100, 0.9 + 0.01 * i as f64)], 2 + i as Micros).0;
         }
         let slow = vec![(10, 0.4), (20, 0.405), (30, 0.41)];
-        let (s, a) = step(&s, &c, Event::Measurements { trial: "4".into(), measurements: slow.clone() }, 10).unwrap();
+        let (s, a) = step(&s, &c, Event::Measurements { trial: "4".into(), measurements: slow.clone(), elapsed_ms: Vec::new() }, 10).unwrap();
         assert_eq!(s.trials[3].state, TrialState::Stopping);
         assert!(a.iter().any(|x| matches!(x, Action::StopTrialJob { custom_job: 103 })));
         let (s, _) = ended(&s, &c, "4", true, &slow, 11);
@@ -827,6 +873,51 @@ mod tests {
         assert_eq!(step_count, 100);
         assert!((0.41..=0.445).contains(&value), "{value}");
         assert_eq!(s.trials[3].measurements.len(), 4, "the three reported and the prediction");
+    }
+
+    /// useElapsedDuration in a tuning job: the stopping rule reads the learning curve by
+    /// the milliseconds since the trial's job started (from the metric file's timestamps),
+    /// not by steps: here the steps (1-3) are all below the convex rule's minimum (a tenth
+    /// of 100), the times (10-30 s of 100 s) are not.
+    #[test]
+    fn elapsed_duration_in_a_tuning_job() {
+        let spec: StudySpec = serde_json::from_value(serde_json::json!({
+            "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}],
+            "convexAutomatedStoppingSpec": {"maxStepCount": "100", "minMeasurementCount": "2", "useElapsedDuration": true}
+        }))
+        .expect("spec");
+        let mut c = StudyConfig::from_spec(&spec, 4).expect("config");
+        assert!(c.use_elapsed);
+        assert_eq!(c.stopping, Some(tuner::StoppingRule::Convex { max_step: Some(100_000), min_step: None, min_measurements: 2 }));
+        c.parallel = 4;
+        c.algorithm = tuner::Algorithm::RandomSearch;
+        let run = |c: &StudyConfig| {
+            let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), c, Event::Advance, 1).unwrap();
+            for (i, t) in s.trials.iter_mut().enumerate() {
+                t.custom_job = Some(100 + i as u64);
+                t.state = TrialState::Active;
+            }
+            for trial in ["1", "2", "3"] {
+                let ev = Event::TrialEnded {
+                    trial: trial.into(),
+                    succeeded: true,
+                    error: None,
+                    measurements: vec![(1, 0.5), (2, 0.8), (3, 0.9)],
+                    elapsed_ms: vec![Some(10_000), Some(50_000), Some(100_000)],
+                    others: Vec::new(),
+                };
+                s = step(&s, c, ev, 2).unwrap().0;
+            }
+            let ev = Event::Measurements { trial: "4".into(), measurements: vec![(1, 0.4), (2, 0.405), (3, 0.41)], elapsed_ms: vec![Some(10_000), Some(20_000), Some(30_000)] };
+            step(&s, c, ev, 10).unwrap().0
+        };
+        let s = run(&c);
+        assert_eq!(s.trials[3].state, TrialState::Stopping, "by time: 30 s of 100 s, far too slow");
+        assert_eq!(s.trials[3].predicted_final.map(|p| p.0), Some(3), "the prediction is for the last step");
+        c.use_elapsed = false;
+        c.stopping = Some(tuner::StoppingRule::Convex { max_step: Some(100), min_step: None, min_measurements: 2 });
+        assert_eq!(run(&c).trials[3].state, TrialState::Active, "by steps: no step past the minimum yet");
     }
 
     #[test]
@@ -875,14 +966,14 @@ mod tests {
         c.parallel = 3;
         let text = "{\"global_step\": \"1\", \"accuracy\": \"0.5\"}\n{\"global_step\": \"1\", \"latency_ms\": \"30\"}\n\
                     {\"global_step\": \"2\", \"accuracy\": \"0.7\"}\n{\"global_step\": \"2\", \"memory_gb\": \"12\"}\n{\"global_step\": \"3\", \"other\": \"1\"}\n";
-        let (series, bad) = read_metric_file(text, &["accuracy", "memory_gb", "latency_ms"]);
-        assert_eq!(series, vec![vec![(1, 0.5), (2, 0.7)], vec![(2, 12.0)], vec![(1, 30.0)]]);
-        assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![5], "only the line with none of the metrics");
+        let f = read_metric_file(text, &["accuracy", "memory_gb", "latency_ms"]);
+        assert_eq!(f.series, vec![vec![(1, 0.5), (2, 0.7)], vec![(2, 12.0)], vec![(1, 30.0)]]);
+        assert_eq!(f.bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![5], "only the line with none of the metrics");
         let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         assert_eq!(s.trials.len(), 3);
         for (trial, acc, mem, lat) in [("1", 0.7, 12.0, 30.0), ("2", 0.9, 40.0, 10.0), ("3", 0.8, 16.0, 20.0)] {
             let others = vec![("memory_gb".to_string(), vec![(2, mem)]), ("latency_ms".to_string(), vec![(1, lat + 5.0), (2, lat), (3, 99.0)])];
-            let ev = Event::TrialEnded { trial: trial.into(), succeeded: true, error: None, measurements: vec![(1, 0.5), (2, acc)], others };
+            let ev = Event::TrialEnded { trial: trial.into(), succeeded: true, error: None, measurements: vec![(1, 0.5), (2, acc)], elapsed_ms: Vec::new(), others };
             s = step(&s, &c, ev, 2).unwrap().0;
         }
         assert_eq!(s.trials[0].final_others, vec![("memory_gb".to_string(), 12.0), ("latency_ms".to_string(), 30.0)], "the values at step 2");
@@ -907,11 +998,12 @@ mod tests {
     #[test]
     fn metric_file_lines() {
         let text = "{\"global_step\": \"1\", \"accuracy\": \"0.5\", \"timestamp\": 1.0, \"trial\": \"1\"}\nnot json\n{\"global_step\": \"2\", \"loss\": \"3\"}\n{\"global_step\": \"3\", \"accuracy\": 0.75}\n";
-        let (m, bad) = read_metrics(text, "accuracy");
-        assert_eq!(m, vec![(1, 0.5), (3, 0.75)]);
-        assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![2, 3]);
-        let (m, _) = read_metrics("{\"training/hptuning/metric\": \"0.25\", \"global_step\": \"5\"}\n", "accuracy");
-        assert_eq!(m, vec![(5, 0.25)]);
+        let f = read_metric_file(text, &["accuracy"]);
+        assert_eq!(f.series, vec![vec![(1, 0.5), (3, 0.75)]]);
+        assert_eq!(f.times, vec![vec![Some(1.0), None]]);
+        assert_eq!(f.bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![2, 3]);
+        let f = read_metric_file("{\"training/hptuning/metric\": \"0.25\", \"global_step\": \"5\"}\n", &["accuracy"]);
+        assert_eq!(f.series, vec![vec![(5, 0.25)]]);
     }
 }
 
@@ -938,6 +1030,7 @@ mod replay {
             stopping: Some(tuner::StoppingRule::median()),
             noise: tuner::Noise::Unspecified,
             others: Vec::new(),
+            use_elapsed: false,
         }
     }
 
@@ -975,6 +1068,7 @@ mod replay {
             failed: false,
             predicted_final: None,
             final_others: Vec::new(),
+            elapsed_ms: Vec::new(),
         }
     }
 
@@ -1053,8 +1147,8 @@ mod replay {
             let active = s.trials.last().map(|t| t.id.clone()).unwrap_or_default();
             let events = [
                 Event::Advance,
-                Event::Measurements { trial: active.clone(), measurements: more.clone() },
-                Event::TrialEnded { trial: active, succeeded: true, error: None, measurements: more, others: Vec::new() },
+                Event::Measurements { trial: active.clone(), measurements: more.clone(), elapsed_ms: Vec::new() },
+                Event::TrialEnded { trial: active, succeeded: true, error: None, measurements: more, elapsed_ms: Vec::new(), others: Vec::new() },
             ];
             let (mut a, mut b) = (s, back);
             for (k, e) in events.into_iter().enumerate() {

@@ -175,9 +175,7 @@ impl Engine {
             .iter()
             .filter_map(|m| m.safety_config.as_ref().map(|c| (m.metric_id.clone(), crate::study::goal_of(m.goal), c.safety_threshold)))
             .collect();
-        let use_elapsed = spec.median_automated_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration)
-            || spec.decay_curve_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration)
-            || spec.convex_automated_stopping_spec.as_ref().is_some_and(|s| s.use_elapsed_duration);
+        let use_elapsed = cfg.use_elapsed;
         Ok(Engine { cfg, objectives, safety, use_elapsed, max_trials, params: spec.parameters.clone() })
     }
 

@@ -206,6 +206,7 @@ impl Driver {
                         succeeded: false,
                         error: Some(e.message),
                         measurements: Vec::new(),
+                        elapsed_ms: Vec::new(),
                         others: Vec::new(),
                     },
                 ));
@@ -246,16 +247,23 @@ impl Driver {
         let path = self.metric_file(job.id);
         // The trial's directory is its project's user's: no link, FIFO or endless file.
         let Ok(text) = crate::identity::read_tenant_file(&path, METRIC_FILE_MAX) else { return TrialMetrics::default() };
-        let (mut series, bad) = study::read_metric_file(&text, &ids);
-        for (line, why) in bad {
+        let mut f = study::read_metric_file(&text, &ids);
+        for (line, why) in f.bad {
             tracing::warn!("{}: line {line} skipped: {why}", path.display());
         }
-        let others = ids.iter().skip(1).map(|id| id.to_string()).zip(series.drain(1..)).collect();
-        TrialMetrics { primary: series.pop().unwrap_or_default(), others }
-    }
-
-    pub(super) fn trial_measurements(&self, job: &Job) -> Vec<(i64, f64)> {
-        self.trial_metrics(job).primary
+        // Milliseconds from the job's start (RUNNING) to each report.
+        let elapsed_ms = f.times.first().map_or_else(Vec::new, |times| {
+            times
+                .iter()
+                .map(|t| {
+                    let (t, start) = ((*t)?, job.start_time?);
+                    let ms = (t * 1e3 - start as f64 / 1e3).round();
+                    (ms.is_finite() && ms >= 0.0).then_some(ms as u64)
+                })
+                .collect()
+        });
+        let others = ids.iter().skip(1).map(|id| id.to_string()).zip(f.series.drain(1..)).collect();
+        TrialMetrics { primary: f.series.pop().unwrap_or_default(), elapsed_ms, others }
     }
 
     /// The event of a trial job that ended.
@@ -266,6 +274,7 @@ impl Driver {
             succeeded: job.state() == trainyard_core::State::Succeeded,
             error: job.error().map(|e| e.message.clone()),
             measurements: m.primary,
+            elapsed_ms: m.elapsed_ms,
             others: m.others,
         }
     }
@@ -280,9 +289,9 @@ impl Driver {
         for (id, ls) in &self.studies {
             for t in ls.study.trials.iter().filter(|t| t.state == study::TrialState::Active) {
                 let Some(j) = t.custom_job.and_then(|j| self.jobs.get(&j)) else { continue };
-                let m = self.trial_measurements(&j.job);
-                if m != t.measurements {
-                    events.push((*id, study::Event::Measurements { trial: t.id.clone(), measurements: m }));
+                let m = self.trial_metrics(&j.job);
+                if m.primary != t.measurements {
+                    events.push((*id, study::Event::Measurements { trial: t.id.clone(), measurements: m.primary, elapsed_ms: m.elapsed_ms }));
                 }
             }
         }
@@ -294,6 +303,7 @@ impl Driver {
 #[derive(Default)]
 pub(super) struct TrialMetrics {
     pub primary: Vec<(i64, f64)>,
+    pub elapsed_ms: Vec<Option<u64>>,
     pub others: Vec<(String, Vec<(i64, f64)>)>,
 }
 
