@@ -127,6 +127,61 @@ pub fn locate_memory_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<(Cgrou
     Err("this process is in no memory cgroup (/proc/self/cgroup lists neither a v1 memory controller nor a v2 hierarchy)".into())
 }
 
+/// The OOM kills in the memory cgroup that another engine put this process in (a Slurm
+/// job step): the `oom_kill` counters of that cgroup and of its parent, read at start and
+/// compared at the end. Slurm's cgroup plugin limits memory at the job and the step level
+/// and puts tasks in `.../job_J/step_S[/task_T]`, so the leaf and its parent cover the
+/// step's limit; a kill at the job level by another step of the same job would be counted
+/// too (a gang's replicas each have a step limit of their own, which is reached first).
+#[derive(Debug)]
+pub struct EngineCgroupOom {
+    /// (counter file, its value at start).
+    counters: Vec<(PathBuf, u64)>,
+}
+
+impl EngineCgroupOom {
+    /// This process's memory cgroup from `/proc/self`; `None` when there is none or its
+    /// counters cannot be read (then OOM kills stay unknown).
+    pub fn find() -> Option<EngineCgroupOom> {
+        let proc_cgroup = fs::read_to_string("/proc/self/cgroup").ok()?;
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let (version, leaf) = locate_memory_cgroup(&proc_cgroup, &mountinfo).ok()?;
+        EngineCgroupOom::at(version, &leaf)
+    }
+
+    /// The counters of `leaf` and its parent.
+    pub fn at(version: CgroupVersion, leaf: &Path) -> Option<EngineCgroupOom> {
+        let file = match version {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        };
+        let counters: Vec<(PathBuf, u64)> = [Some(leaf), leaf.parent()]
+            .into_iter()
+            .flatten()
+            .filter_map(|dir| {
+                let path = dir.join(file);
+                let n = flat_keyed_value(&fs::read_to_string(&path).ok()?, "oom_kill")?;
+                Some((path, n))
+            })
+            .collect();
+        (!counters.is_empty()).then_some(EngineCgroupOom { counters })
+    }
+
+    /// OOM kills since [`EngineCgroupOom::at`]: the largest increase of one counter (a kill
+    /// in the leaf counts in the leaf, one at the parent's limit in the parent).
+    pub fn kills_since_start(&self) -> Option<u64> {
+        let now: Vec<u64> = self
+            .counters
+            .iter()
+            .filter_map(|(path, start)| {
+                let n = flat_keyed_value(&fs::read_to_string(path).ok()?, "oom_kill")?;
+                Some(n.saturating_sub(*start))
+            })
+            .collect();
+        now.into_iter().max()
+    }
+}
+
 /// Finds the directory of this process's own cgroup in the cgroup v1 pids hierarchy from
 /// the texts of `/proc/self/cgroup` and `/proc/self/mountinfo`. For hosts whose replica
 /// cgroups are v1 ones (memory hierarchy): there a replica's task limit needs a cgroup of
@@ -965,5 +1020,27 @@ mod tests {
     #[test]
     fn mountinfo_octal_escapes() {
         assert_eq!(unescape_mountinfo(r"/a\040b"), "/a b");
+    }
+
+    /// A supervisor in an engine's cgroup (a Slurm step) sees the OOM kills of its own
+    /// cgroup and of the parent's limit that happen after it started, not earlier ones.
+    #[test]
+    fn engine_cgroup_oom_counts_kills_after_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let step = dir.path().join("job_5").join("step_0");
+        let task = step.join("task_0");
+        std::fs::create_dir_all(&task).unwrap();
+        let write = |d: &Path, n: u64| std::fs::write(d.join("memory.oom_control"), format!("oom_kill_disable 0\nunder_oom 0\noom_kill {n}\n")).unwrap();
+        write(&task, 0);
+        write(&step, 2);
+        let oom = EngineCgroupOom::at(CgroupVersion::V1, &task).expect("counters");
+        assert_eq!(oom.kills_since_start(), Some(0), "the step's 2 earlier kills are not this run's");
+        write(&step, 3);
+        assert_eq!(oom.kills_since_start(), Some(1), "a kill at the step's limit");
+        write(&task, 1);
+        assert_eq!(oom.kills_since_start(), Some(1));
+        let none = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&none).unwrap();
+        assert!(EngineCgroupOom::at(CgroupVersion::V1, &none).is_none(), "no counters: unknown");
     }
 }

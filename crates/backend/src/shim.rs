@@ -145,6 +145,12 @@ pub struct ShimSpec {
     /// (`ContainerSpec::netns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<PathBuf>,
+    /// Without a cgroup of its own (`cgroup_base: None`), read the OOM kills of the memory
+    /// cgroup the engine started the shim in (a Slurm job step, see
+    /// [`crate::cgroup::EngineCgroupOom`]), so that an OOM-killed program is told from one
+    /// killed by SIGKILL from outside (L14).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub engine_cgroup_oom: bool,
 }
 
 /// Where the project's buckets appear for a host program with `gcs_mount`.
@@ -215,6 +221,7 @@ impl ShimSpec {
             gcs_mount: None,
             log_max_bytes: None,
             netns: None,
+            engine_cgroup_oom: false,
         }
     }
 }
@@ -441,6 +448,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         run_as: spec.run_as,
     };
     let cgroup = cgroups.memory.as_ref();
+    let engine_oom = (cgroup.is_none() && spec.engine_cgroup_oom).then(crate::cgroup::EngineCgroupOom::find).flatten();
     // The job's network: entered by this thread, which starts the program (the shim's
     // other threads and the engine's client, for a container, keep the host's).
     if let (Some(ns), None) = (&spec.netns, &spec.container) {
@@ -573,7 +581,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     let mut status = ShimStatus {
         exit_code,
         signal,
-        oom_kills: cgroup.and_then(|cg| cg.oom_kills()),
+        oom_kills: cgroup.and_then(|cg| cg.oom_kills()).or_else(|| engine_oom.as_ref().and_then(|o| o.kills_since_start())),
         start_error: None,
         launch_error: None,
         ended_micros: fsutil::now_micros(),

@@ -766,9 +766,12 @@ impl SlurmBackend {
             return Ok(());
         }
         let mut spec = l.spec;
-        // Slurm's cgroup limits the memory (--mem) and reports OOM kills.
+        // Slurm's cgroup limits the memory (--mem) and reports OOM kills; the shim reads
+        // them from the cgroup Slurm put it in, which for a gang's step is the only place
+        // they show (L14).
         spec.cgroup_base = None;
         spec.cgroup_version = None;
+        spec.engine_cgroup_oom = true;
         if let Some(f) = read_job_file(&run_dir)? {
             if f.job_id.is_some() || run_dir.join(shim::STATUS_FILE).exists() {
                 return self.adopt_dir(run, run_dir, sink);
