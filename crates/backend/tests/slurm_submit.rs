@@ -58,7 +58,7 @@ echo squeue >> {d}/squeue.log
 if [ "$(cat {d}/mode)" = down ]; then
   echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1
 fi
-echo '{{"jobs":[]}}'
+if [ -f {d}/squeue.json ]; then cat {d}/squeue.json; else echo '{{"jobs":[]}}'; fi
 "#
         ),
     );
@@ -196,5 +196,55 @@ fn submission_is_asynchronous_and_waits_out_an_unreachable_controller() {
     }
     assert_eq!(lines(&bin, "sbatch.log").len(), before + 1, "only the try that found the controller down");
     assert!(read_job_file(&runs.join("workerpool3-0")).unwrap().is_none());
+
+    // 5. A gang: the first runs of an attempt's two replicas are one allocation
+    //    (--ntasks=2; its batch script starts one step per replica); a replica's stop
+    //    signals its step only; a replica ends with its step while the allocation goes on;
+    //    the allocation is released once every replica ended.
+    set(&bin, "mode", "up");
+    set(&bin, "next_id", "5000\n");
+    set(&bin, "squeue.json", r#"{"jobs":[{"job_id":5000,"job_state":"RUNNING","state_reason":"None","nodes":"n1","name":"ty-9-1-gang"}]}"#);
+    let attempt = tmp.path().join("data").join("runs").join("9").join("1");
+    let member = |replica: &str| {
+        let mut l = launch_of(&attempt, replica);
+        l.run = RunId { job: 9, attempt: 1, replica: replica.into(), restart: 0 };
+        l.run_dir = attempt.join(replica).join("0");
+        l
+    };
+    let (sink_e, rx_e) = sink();
+    let before = lines(&bin, "sbatch.log").len();
+    let out = backend.launch(vec![member("workerpool0-0"), member("workerpool1-0")], sink_e);
+    assert!(out.iter().all(|(_, r)| r.is_ok()), "{out:?}");
+    let (a, b) = (attempt.join("workerpool0-0").join("0"), attempt.join("workerpool1-0").join("0"));
+    wait_until("both replicas have the allocation's id", 10, || job_id(&a) == Some(5000) && job_id(&b) == Some(5000));
+    let args = lines(&bin, "sbatch.log");
+    assert_eq!(args.len(), before + 1, "one sbatch for the gang: {args:?}");
+    let last = args.last().unwrap();
+    assert!(last.contains("--ntasks=2") && last.contains("--cpus-per-task=2") && last.ends_with(".gang/gang.sh"), "{last}");
+    let script = fs::read_to_string(attempt.join(".gang").join("gang.sh")).unwrap();
+    assert_eq!(script.matches("srun ").count(), 2, "{script}");
+    fs::write(b.join("slurm-step"), "5000.1\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1200)); // squeue has seen the allocation run
+    backend.stop(&RunId { job: 9, attempt: 1, replica: "workerpool1-0".into(), restart: 0 }, b.clone()).unwrap();
+    assert_eq!(lines(&bin, "scancel.log").last().map(String::as_str), Some("--signal=TERM 5000.1"), "the step only");
+    let status = |code: &str, signal: &str| format!(r#"{{"exit_code":{code},"signal":{signal},"oom_kills":0,"start_error":null,"ended_micros":1}}"#);
+    fs::write(b.join("status.json"), status("null", "15")).unwrap();
+    match rx_e.recv_timeout(Duration::from_secs(5)).expect("b ends") {
+        BackendEvent::Exited { run, outcome, .. } => {
+            assert_eq!(run.replica, "workerpool1-0");
+            assert_eq!(outcome, Outcome::Signaled { signal: 15 });
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(!attempt.join(".gang").join("release").exists(), "a replica still runs");
+    fs::write(a.join("status.json"), status("0", "null")).unwrap();
+    match rx_e.recv_timeout(Duration::from_secs(5)).expect("a ends") {
+        BackendEvent::Exited { run, outcome, .. } => {
+            assert_eq!(run.replica, "workerpool0-0");
+            assert_eq!(outcome, Outcome::Exited { code: 0 });
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    wait_until("the allocation is released", 10, || attempt.join(".gang").join("release").exists());
     drop(rx_b);
 }

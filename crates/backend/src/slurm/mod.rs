@@ -98,6 +98,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use trainyard_core::{Outcome, RunId};
 
+mod gang;
+
 use crate::fsutil;
 use crate::local::{outcome_from_status, STDERR_TAIL_LINES};
 use crate::log;
@@ -167,6 +169,9 @@ pub struct SlurmJobFile {
     pub job_name: String,
     #[serde(default)]
     pub submitted_micros: i64,
+    /// The run is a replica of a gang (see [`gang`]): its gang's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<PathBuf>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -487,6 +492,11 @@ struct Watch {
     stopped: bool,
     /// The node this run was moved off because it was drained (L9).
     drained: Option<String>,
+    /// The run is a step of a gang's allocation: the gang's directory.
+    gang: Option<PathBuf>,
+    /// Stopped (`Some(false)`) or killed (`Some(true)`) before its step was known: the
+    /// watcher signals the step once its wrapper recorded it.
+    at_step: Option<bool>,
 }
 
 /// A run that `launch` recorded (spec and `slurm.json` written) and that the submitter
@@ -508,6 +518,8 @@ struct Submit {
     stopped: bool,
     /// The submitter is working on it.
     in_flight: bool,
+    /// A gang (keyed by its directory): its runs. Empty for a single run.
+    members: Vec<(RunId, PathBuf)>,
 }
 
 /// What the submitter needs of a [`Submit`] for one try.
@@ -519,6 +531,41 @@ struct Try {
     look_first: bool,
     maybe_submitted: bool,
     stopped: bool,
+    members: Vec<(RunId, PathBuf)>,
+}
+
+impl Try {
+    /// The runs this try submits: the gang's, or the one run (in `dir`).
+    fn runs(&self, dir: &Path) -> Vec<(RunId, PathBuf)> {
+        if self.members.is_empty() {
+            vec![(self.run.clone(), dir.to_path_buf())]
+        } else {
+            self.members.clone()
+        }
+    }
+
+    /// Removes the markers of a submission that did not happen.
+    fn forget(&self, dir: &Path) {
+        for (_, d) in self.runs(dir) {
+            let _ = std::fs::remove_file(d.join(SLURM_FILE));
+        }
+        if !self.members.is_empty() {
+            let _ = std::fs::remove_file(dir.join(gang::GANG_FILE));
+        }
+    }
+
+    fn shim_ran(&self, dir: &Path) -> bool {
+        self.runs(dir).iter().any(|(_, d)| shim_ran(d))
+    }
+}
+
+/// A gang the backend knows of (see [`gang`]).
+#[derive(Debug)]
+struct GangLive {
+    job_id: Option<u64>,
+    step_args: Vec<String>,
+    /// When its last watched run ended; `None` while one runs (or none was seen yet).
+    last_end: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -533,8 +580,10 @@ struct State {
     ctld_retry_at: Option<Instant>,
     /// Since when the submitter's current Slurm command runs (to say that it hangs).
     in_flight_since: Option<Instant>,
-    /// Backstop cancels: (when, job id).
-    kills: Vec<(Instant, u64)>,
+    /// Backstop cancels: (when, job id or `<job id>.<step id>`).
+    kills: Vec<(Instant, String)>,
+    /// Gangs, by directory.
+    gangs: HashMap<PathBuf, GangLive>,
     /// The last `squeue` view of the watched jobs.
     last: HashMap<u64, SqJob>,
     unparseable_since: Option<Instant>,
@@ -670,7 +719,20 @@ impl SlurmBackend {
     /// Slurm, else once it could look the job up and cancel it).
     fn unless_unsubmitted(&self, run_dir: PathBuf) -> Result<Option<PathBuf>, BackendError> {
         let run_dir = std::path::absolute(&run_dir).map_err(|e| slurm_err("resolve run directory", e.to_string()))?;
+        let gang = if lock(&self.shared.state).watches.contains_key(&run_dir) { None } else { read_job_file(&run_dir).ok().flatten().and_then(|f| f.gang) };
         let mut st = lock(&self.shared.state);
+        if let Some(g) = gang.filter(|g| st.submits.contains_key(g)) {
+            // A gang not submitted yet stops as a whole (see `gang`).
+            if gang::read_file(&g).ok().flatten().and_then(|f| f.job_id).is_some() {
+                return Ok(Some(run_dir));
+            }
+            if let Some(s) = st.submits.get_mut(&g) {
+                s.stopped = true;
+            }
+            drop(st);
+            self.shared.submit_wake.notify_all();
+            return Ok(None);
+        }
         if let Some(s) = st.submits.get_mut(&run_dir) {
             // Its job id already written: the submitter is handing it to its watcher, and
             // the job itself is stopped (else the stop could fall between the two).
@@ -754,6 +816,7 @@ impl SlurmBackend {
             maybe_submitted: resumed,
             stopped: false,
             in_flight: false,
+            members: Vec::new(),
         });
     }
 
@@ -773,7 +836,7 @@ impl SlurmBackend {
         spec.cgroup_version = None;
         spec.engine_cgroup_oom = true;
         if let Some(f) = read_job_file(&run_dir)? {
-            if f.job_id.is_some() || run_dir.join(shim::STATUS_FILE).exists() {
+            if f.job_id.is_some() || f.gang.is_some() || run_dir.join(shim::STATUS_FILE).exists() {
                 return self.adopt_dir(run, run_dir, sink);
             }
             // Recorded by an earlier server that did not learn the job id: the submitter
@@ -785,11 +848,169 @@ impl SlurmBackend {
             return self.adopt_dir(run, run_dir, sink);
         }
         std::fs::create_dir_all(&run_dir).map_err(|e| slurm_err("create run directory", format!("{}: {e}", run_dir.display())))?;
+        if run.restart > 0 && self.restart_in_gang(&run, &run_dir, &spec, &sink)? {
+            return Ok(());
+        }
         let args = self.sbatch_args(&run, &run_dir, &spec);
         shim::write_spec(&run_dir, &spec)?;
         let name = job_name(&run);
-        write_job_file(&run_dir, &SlurmJobFile { job_id: None, job_name: name.clone(), submitted_micros: fsutil::now_micros() })?;
+        write_job_file(&run_dir, &SlurmJobFile { job_id: None, job_name: name.clone(), submitted_micros: fsutil::now_micros(), gang: None })?;
         self.enqueue(run, run_dir, sink, args, name, false);
+        Ok(())
+    }
+
+    /// `launch` of the first runs of every replica of an attempt: one allocation for the
+    /// gang (see [`gang`]). Runs recorded before (a launch repeated after a restart) are
+    /// adopted one by one instead.
+    fn record_gang(&self, launches: Vec<Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+        let mut runs = Vec::with_capacity(launches.len());
+        for l in &launches {
+            match std::path::absolute(&l.run_dir) {
+                Ok(d) => runs.push(d),
+                Err(e) => return launches.into_iter().map(|l| (l.run, Err(slurm_err("resolve run directory", e.to_string())))).collect(),
+            }
+        }
+        let seen = runs.iter().any(|d| self.known(d) || d.join(SLURM_FILE).exists() || d.join(shim::STATUS_FILE).exists());
+        let gang = gang::dir_of(&runs[0]);
+        let gang = match gang {
+            Some(g) if !seen && runs.iter().all(|d| gang::dir_of(d).as_ref() == Some(&g)) => g,
+            _ => return launches.into_iter().map(|l| (l.run.clone(), self.record(l, sink.clone()))).collect(),
+        };
+        let ids: Vec<RunId> = launches.iter().map(|l| l.run.clone()).collect();
+        let fail = |e: BackendError| -> Vec<(RunId, Result<(), BackendError>)> {
+            let m = e.to_string();
+            ids.iter().map(|r| (r.clone(), Err(slurm_err("record the gang", m.clone())))).collect()
+        };
+        let mut members = Vec::with_capacity(launches.len());
+        for (l, dir) in launches.into_iter().zip(runs) {
+            let mut spec = l.spec;
+            spec.cgroup_base = None;
+            spec.cgroup_version = None;
+            spec.engine_cgroup_oom = true;
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                return fail(slurm_err("create run directory", format!("{}: {e}", dir.display())));
+            }
+            if let Err(e) = shim::write_spec(&dir, &spec) {
+                return fail(e.into());
+            }
+            members.push((l.run, dir, spec));
+        }
+        if let Err(e) = std::fs::create_dir_all(&gang) {
+            return fail(slurm_err("create the gang's directory", format!("{}: {e}", gang.display())));
+        }
+        let plan = gang::plan(&self.shared.opts, &self.shared.sizes, &gang, &members);
+        let file = gang::GangFile {
+            job_id: None,
+            job_name: plan.name.clone(),
+            step_args: plan.step_args.clone(),
+            runs: members.iter().map(|m| m.1.clone()).collect(),
+        };
+        let written = fsutil::write_atomic(&gang.join(gang::SCRIPT_FILE), plan.script.as_bytes())
+            .map_err(BackendError::from)
+            .and_then(|()| gang::write_file(&gang, &file))
+            .and_then(|()| {
+                members.iter().try_for_each(|(_, d, _)| {
+                    let f = SlurmJobFile { job_id: None, job_name: plan.name.clone(), submitted_micros: fsutil::now_micros(), gang: Some(gang.clone()) };
+                    write_job_file(d, &f)
+                })
+            });
+        if let Err(e) = written {
+            return fail(e);
+        }
+        let member_ids: Vec<(RunId, PathBuf)> = members.iter().map(|(r, d, _)| (r.clone(), d.clone())).collect();
+        {
+            let mut st = lock(&self.shared.state);
+            st.gangs.insert(gang.clone(), GangLive { job_id: None, step_args: plan.step_args.clone(), last_end: None });
+            st.submits.entry(gang).or_insert(Submit {
+                run: member_ids[0].0.clone(),
+                sink,
+                args: plan.sbatch_args,
+                name: plan.name,
+                queued: Instant::now(),
+                look_first: false,
+                maybe_submitted: false,
+                stopped: false,
+                in_flight: false,
+                members: member_ids,
+            });
+        }
+        ids.into_iter().map(|r| (r, Ok(()))).collect()
+    }
+
+    /// A restarted replica of a gang (L10) whose allocation runs: a new step in it, by an
+    /// `srun` of the server's (see [`gang::start_step`]). `Ok(false)`: the allocation is
+    /// not known to run (ended, released, or never seen by this server), and the run is
+    /// submitted as a job of its own.
+    fn restart_in_gang(&self, run: &RunId, run_dir: &Path, spec: &ShimSpec, sink: &EventSink) -> Result<bool, BackendError> {
+        let Some(g) = gang::dir_of(run_dir) else { return Ok(false) };
+        let (id, step_args) = {
+            let st = lock(&self.shared.state);
+            let Some(live) = st.gangs.get(&g) else { return Ok(false) };
+            let Some(id) = live.job_id else { return Ok(false) };
+            if st.last.get(&id).is_none_or(|j| j.job_state != "RUNNING") || g.join(gang::RELEASE_FILE).exists() {
+                return Ok(false);
+            }
+            (id, live.step_args.clone())
+        };
+        shim::write_spec(run_dir, spec)?;
+        let f = SlurmJobFile { job_id: Some(id), job_name: gang::job_name(run), submitted_micros: fsutil::now_micros(), gang: Some(g.clone()) };
+        write_job_file(run_dir, &f)?;
+        if let Err(m) = gang::start_step(&self.shared.opts, id, &step_args, run_dir) {
+            tracing::warn!(%run, "cannot start a step in allocation {id} ({m}); submitting the replica as a job of its own");
+            let _ = std::fs::remove_file(run_dir.join(SLURM_FILE));
+            return Ok(false);
+        }
+        tracing::info!(%run, "restarted in place: a new step in allocation {id}");
+        watch(&self.shared, run.clone(), run_dir.to_path_buf(), id, sink.clone(), false, Some(g));
+        Ok(true)
+    }
+
+    /// A run of a gang recorded by an earlier server: watched if its allocation's id is
+    /// known; else its gang's submission is resumed (the submitter looks the allocation up
+    /// by its output path first), with every run the gang recorded.
+    fn adopt_gang_run(&self, run: RunId, run_dir: PathBuf, sink: EventSink, g: &Path, job_id: Option<u64>) -> Result<(), BackendError> {
+        let file = gang::read_file(g)?;
+        let id = job_id.or(file.as_ref().and_then(|f| f.job_id));
+        {
+            let mut st = lock(&self.shared.state);
+            if !st.gangs.contains_key(g) {
+                let step_args = file.as_ref().map(|f| f.step_args.clone()).unwrap_or_default();
+                st.gangs.insert(g.to_path_buf(), GangLive { job_id: id, step_args, last_end: None });
+            }
+        }
+        if let Some(id) = id {
+            watch(&self.shared, run, run_dir, id, sink, false, Some(g.to_path_buf()));
+            return Ok(());
+        }
+        let Some(file) = file else {
+            report_from_dir(&run, &run_dir, &sink, true);
+            return Ok(());
+        };
+        let specs: Option<Vec<(RunId, PathBuf, ShimSpec)>> = file
+            .runs
+            .iter()
+            .map(|d| Some((run_id_of(d)?, d.clone(), shim::read_spec(d).ok().flatten()?)))
+            .collect();
+        let Some(specs) = specs else {
+            report_from_dir(&run, &run_dir, &sink, true);
+            return Ok(());
+        };
+        let plan = gang::plan(&self.shared.opts, &self.shared.sizes, g, &specs);
+        let mut st = lock(&self.shared.state);
+        st.submits.entry(g.to_path_buf()).or_insert(Submit {
+            run,
+            sink,
+            args: plan.sbatch_args,
+            name: file.job_name,
+            queued: Instant::now(),
+            look_first: true,
+            maybe_submitted: true,
+            stopped: false,
+            in_flight: false,
+            members: specs.into_iter().map(|(r, d, _)| (r, d)).collect(),
+        });
+        drop(st);
+        self.shared.submit_wake.notify_all();
         Ok(())
     }
 
@@ -802,8 +1023,11 @@ impl SlurmBackend {
             report_from_dir(&run, &run_dir, &sink, false);
             return Ok(());
         };
+        if let Some(g) = &file.gang {
+            return self.adopt_gang_run(run, run_dir, sink, g, file.job_id);
+        }
         if let Some(id) = file.job_id {
-            watch(&self.shared, run, run_dir, id, sink, false);
+            watch(&self.shared, run, run_dir, id, sink, false, None);
             return Ok(());
         }
         // Recorded, but the job id was never written (the server died during sbatch, or
@@ -821,11 +1045,25 @@ impl SlurmBackend {
     }
 }
 
+/// The run of a run directory (`.../<job>/<attempt>/<replica>/<restart>`).
+fn run_id_of(run_dir: &Path) -> Option<RunId> {
+    let restart = run_dir.file_name()?.to_str()?.parse().ok()?;
+    let replica_dir = run_dir.parent()?;
+    let replica = replica_dir.file_name()?.to_str()?.to_string();
+    let attempt_dir = replica_dir.parent()?;
+    let attempt = attempt_dir.file_name()?.to_str()?.parse().ok()?;
+    let job = attempt_dir.parent()?.file_name()?.to_str()?.parse().ok()?;
+    Some(RunId { job, attempt, replica, restart })
+}
+
 /// Starts watching a submitted run.
-fn watch(shared: &Shared, run: RunId, run_dir: PathBuf, job_id: u64, sink: EventSink, stopped: bool) {
+fn watch(shared: &Shared, run: RunId, run_dir: PathBuf, job_id: u64, sink: EventSink, stopped: bool, gang: Option<PathBuf>) {
     let mut st = lock(&shared.state);
     if st.submits.remove(&run_dir).is_some_and(|s| s.in_flight) {
         st.in_flight_since = None;
+    }
+    if let Some(g) = st.gangs.get_mut(gang.as_deref().unwrap_or(Path::new(""))) {
+        g.last_end = None;
     }
     st.watches.entry(run_dir).or_insert(Watch {
         run,
@@ -836,6 +1074,8 @@ fn watch(shared: &Shared, run: RunId, run_dir: PathBuf, job_id: u64, sink: Event
         missing_since: None,
         stopped,
         drained: None,
+        gang,
+        at_step: None,
     });
     drop(st);
     shared.wake.notify_all();
@@ -852,6 +1092,9 @@ fn job_of(shared: &Shared, run_dir: &Path) -> Option<u64> {
 fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendError> {
     let opts = &shared.opts;
     let Some(id) = job_of(shared, run_dir) else { return Ok(()) };
+    if gang_of(shared, run_dir).is_some() {
+        return stop_step(shared, run_dir, id, false);
+    }
     let (known, pending) = {
         let mut st = lock(&shared.state);
         if let Some(w) = st.watches.get_mut(run_dir) {
@@ -874,7 +1117,7 @@ fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendE
     }
     let grace = shim::read_spec(run_dir).ok().flatten().map(|s| s.grace_seconds).unwrap_or(30.0);
     let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
-    lock(&shared.state).kills.push((at, id));
+    lock(&shared.state).kills.push((at, id.to_string()));
     shared.wake.notify_all();
     Ok(())
 }
@@ -883,6 +1126,9 @@ fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendE
 fn kill_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendError> {
     let opts = &shared.opts;
     let Some(id) = job_of(shared, run_dir) else { return Ok(()) };
+    if gang_of(shared, run_dir).is_some() {
+        return stop_step(shared, run_dir, id, true);
+    }
     let known = {
         let mut st = lock(&shared.state);
         if let Some(w) = st.watches.get_mut(run_dir) {
@@ -902,6 +1148,125 @@ fn kill_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendE
         Ok(()) => Ok(()),
         Err(m) if job_is_over(&m) => Ok(()),
         Err(m) => Err(slurm_err("scancel", m)),
+    }
+}
+
+/// The gang of a run, from its watch or its `slurm.json`.
+fn gang_of(shared: &Shared, run_dir: &Path) -> Option<PathBuf> {
+    if let Some(w) = lock(&shared.state).watches.get(run_dir) {
+        return w.gang.clone();
+    }
+    read_job_file(run_dir).ok().flatten().and_then(|f| f.gang)
+}
+
+/// Stops (or, `kill`, kills) one replica of a gang: see [`gang`]. Its step gets the
+/// signal once its wrapper recorded it; while the allocation is pending the allocation is
+/// cancelled, and every replica of it ends as stopped.
+fn stop_step(shared: &Shared, run_dir: &Path, id: u64, kill: bool) -> Result<(), BackendError> {
+    let opts = &shared.opts;
+    let (pending, over) = {
+        let mut st = lock(&shared.state);
+        let j = st.last.get(&id).cloned();
+        let pending = j.as_ref().is_none_or(|j| j.job_state == "PENDING");
+        let over = j.as_ref().is_some_and(|j| !is_live_state(&j.job_state));
+        if let Some(w) = st.watches.get_mut(run_dir) {
+            w.stopped = true;
+        }
+        (pending, over)
+    };
+    if over || run_dir.join(shim::STATUS_FILE).exists() {
+        return Ok(());
+    }
+    if let Some(step) = gang::step_of(run_dir) {
+        return signal_step(shared, run_dir, &step, kill);
+    }
+    if pending {
+        // Nothing of the gang runs yet: the whole allocation goes.
+        let gang = gang_of(shared, run_dir);
+        {
+            let mut st = lock(&shared.state);
+            for w in st.watches.values_mut().filter(|w| w.gang.is_some() && w.gang == gang) {
+                w.stopped = true;
+            }
+        }
+        return match scancel(opts, &[&id.to_string()]) {
+            Err(m) if !job_is_over(&m) => Err(slurm_err("scancel", m)),
+            _ => Ok(()),
+        };
+    }
+    // Running, but this replica's step has not recorded itself yet: the watcher signals
+    // it when it does.
+    if let Some(w) = lock(&shared.state).watches.get_mut(run_dir) {
+        w.at_step = Some(kill || w.at_step == Some(true));
+    }
+    shared.wake.notify_all();
+    Ok(())
+}
+
+/// SIGTERM to a step (its shim stops the program with the grace period), with a backstop
+/// cancel of the step after the grace period; or, `kill`, SIGKILL and the cancel at once.
+fn signal_step(shared: &Shared, run_dir: &Path, step: &str, kill: bool) -> Result<(), BackendError> {
+    let opts = &shared.opts;
+    if kill {
+        if let Err(m) = scancel(opts, &["--signal=KILL", step]) {
+            tracing::debug!("scancel --signal=KILL {step}: {m}");
+        }
+        return match scancel(opts, &[step]) {
+            Err(m) if !job_is_over(&m) => Err(slurm_err("scancel", m)),
+            _ => Ok(()),
+        };
+    }
+    if let Err(m) = scancel(opts, &["--signal=TERM", step]) {
+        if job_is_over(&m) {
+            return Ok(());
+        }
+        return scancel(opts, &[step]).map_err(|m| slurm_err("scancel", m));
+    }
+    let grace = shim::read_spec(run_dir).ok().flatten().map(|s| s.grace_seconds).unwrap_or(30.0);
+    let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
+    lock(&shared.state).kills.push((at, step.to_string()));
+    shared.wake.notify_all();
+    Ok(())
+}
+
+/// The watcher's gang work, every tick: signals the steps of replicas stopped before their
+/// step was known, and releases the allocations of gangs whose runs all ended [`gang::LINGER`]
+/// ago with no new one.
+fn gang_ticks(shared: &Shared) {
+    let (signal, release): (Vec<(PathBuf, String, bool)>, Vec<PathBuf>) = {
+        let mut st = lock(&shared.state);
+        let signal = st
+            .watches
+            .iter_mut()
+            .filter_map(|(d, w)| {
+                let kill = w.at_step?;
+                let step = gang::step_of(d)?;
+                w.at_step = None;
+                Some((d.clone(), step, kill))
+            })
+            .collect();
+        let live: std::collections::HashSet<PathBuf> = st.watches.values().filter_map(|w| w.gang.clone()).collect();
+        let submitting: std::collections::HashSet<PathBuf> = st.submits.keys().cloned().collect();
+        let release: Vec<PathBuf> = st
+            .gangs
+            .iter()
+            .filter(|(g, v)| !live.contains(*g) && !submitting.contains(*g) && v.last_end.is_some_and(|t| t.elapsed() >= gang::LINGER))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for g in &release {
+            st.gangs.remove(g);
+        }
+        (signal, release)
+    };
+    for (dir, step, kill) in signal {
+        if let Err(e) = signal_step(shared, &dir, &step, kill) {
+            tracing::warn!("{}: {e}", dir.display());
+        }
+    }
+    for g in release {
+        if let Err(e) = fsutil::write_atomic(&g.join(gang::RELEASE_FILE), b"") {
+            tracing::warn!("cannot release the gang's allocation ({}): {e}", g.display());
+        }
     }
 }
 
@@ -947,6 +1312,7 @@ fn next_submission(shared: &Shared) -> (PathBuf, Try) {
                 look_first: s.look_first,
                 maybe_submitted: s.maybe_submitted,
                 stopped: s.stopped,
+                members: s.members.clone(),
             };
             return (dir, t);
         }
@@ -974,7 +1340,7 @@ fn submit(shared: &Shared, dir: &Path, t: Try) {
     let opts = &shared.opts;
     if t.stopped && !t.maybe_submitted {
         // Stopped before anything reached Slurm: nothing to cancel.
-        let _ = std::fs::remove_file(dir.join(SLURM_FILE));
+        t.forget(dir);
         end_submit(shared, dir, &t, outcome_for(None, None, false, true));
         return;
     }
@@ -985,19 +1351,21 @@ fn submit(shared: &Shared, dir: &Path, t: Try) {
         }
         match found {
             Ok(Some(id)) => return submitted(shared, dir, &t, id),
-            Ok(None) if t.stopped || shim_ran(dir) => {
+            Ok(None) if t.stopped || t.shim_ran(dir) => {
                 // Not in Slurm: stopped, or the shim ran and its job is gone. Never submit
                 // it (again).
-                let _ = std::fs::remove_file(dir.join(SLURM_FILE));
+                t.forget(dir);
                 {
                     let mut st = lock(&shared.state);
                     st.submits.remove(dir);
                     st.in_flight_since = None;
                 }
-                if t.stopped && !shim_ran(dir) {
-                    report_end(&t.run, dir, &t.sink, false, false, outcome_for(None, None, false, true));
-                } else {
-                    report_from_dir(&t.run, dir, &t.sink, true);
+                for (run, d) in t.runs(dir) {
+                    if t.stopped && !shim_ran(&d) {
+                        report_end(&run, &d, &t.sink, false, false, outcome_for(None, None, false, true));
+                    } else {
+                        report_from_dir(&run, &d, &t.sink, true);
+                    }
                 }
                 return;
             }
@@ -1033,7 +1401,7 @@ fn submit(shared: &Shared, dir: &Path, t: Try) {
         }
         Err(m) => {
             // Refused: nothing was submitted (L16 for the driver).
-            let _ = std::fs::remove_file(dir.join(SLURM_FILE));
+            t.forget(dir);
             end_submit(shared, dir, &t, Outcome::LaunchFailed { message: slurm_err("sbatch", m).to_string() });
         }
     }
@@ -1067,26 +1435,61 @@ fn end_submit(shared: &Shared, dir: &Path, t: &Try, outcome: Outcome) {
         st.submits.remove(dir);
         st.in_flight_since = None;
     }
+    if !t.members.is_empty() {
+        lock(&shared.state).gangs.remove(dir);
+    }
     if let Outcome::LaunchFailed { message } = &outcome {
         tracing::error!(run = %t.run, "launch failed: {message}");
     }
-    report_end(&t.run, dir, &t.sink, false, false, outcome);
+    for (run, d) in t.runs(dir) {
+        report_end(&run, &d, &t.sink, false, false, outcome.clone());
+    }
 }
 
 /// The run has a job: records its id durably, then watches it (and stops it at once if
 /// it was stopped meanwhile).
 fn submitted(shared: &Shared, dir: &Path, t: &Try, id: u64) {
-    let f = SlurmJobFile { job_id: Some(id), job_name: t.name.clone(), submitted_micros: fsutil::now_micros() };
-    if let Err(e) = write_job_file(dir, &f) {
+    let gang = (!t.members.is_empty()).then(|| dir.to_path_buf());
+    let recorded = (|| -> Result<(), BackendError> {
+        if let Some(g) = &gang {
+            let mut f = gang::read_file(g)?.ok_or_else(|| slurm_err("read gang.json", format!("{} is gone", g.display())))?;
+            f.job_id = Some(id);
+            gang::write_file(g, &f)?;
+        }
+        for (_, d) in t.runs(dir) {
+            let f = SlurmJobFile { job_id: Some(id), job_name: t.name.clone(), submitted_micros: fsutil::now_micros(), gang: gang.clone() };
+            write_job_file(&d, &f)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = recorded {
         // Without a durable id a restarted server could not find the job: cancel it.
         let _ = scancel(&shared.opts, &[&id.to_string()]);
         return end_submit(shared, dir, t, Outcome::LaunchFailed { message: e.to_string() });
     }
-    let stopped = lock(&shared.state).submits.get(dir).is_some_and(|s| s.stopped);
-    watch(shared, t.run.clone(), dir.to_path_buf(), id, t.sink.clone(), stopped);
+    let stopped = {
+        let mut st = lock(&shared.state);
+        if let Some(g) = gang.as_ref().and_then(|g| st.gangs.get_mut(g)) {
+            g.job_id = Some(id);
+        }
+        st.submits.get(dir).is_some_and(|s| s.stopped)
+    };
+    for (run, d) in t.runs(dir) {
+        watch(shared, run, d, id, t.sink.clone(), stopped, gang.clone());
+    }
+    {
+        // The gang's own entry (its directory) is done with.
+        let mut st = lock(&shared.state);
+        if st.submits.remove(dir).is_some_and(|s| s.in_flight) {
+            st.in_flight_since = None;
+        }
+    }
     if stopped {
-        if let Err(e) = stop_job(shared, &t.run, dir) {
-            tracing::warn!(run = %t.run, "stop: {e}");
+        let first = t.runs(dir).into_iter().next();
+        if let Some((run, d)) = first {
+            if let Err(e) = stop_job(shared, &run, &d) {
+                tracing::warn!(run = %run, "stop: {e}");
+            }
         }
     }
 }
@@ -1114,23 +1517,26 @@ fn watcher(shared: Arc<Shared>) {
     let mut last_sinfo: Option<Instant> = None;
     loop {
         // Wait for work.
-        let (dirs, due): (Vec<(PathBuf, bool, bool)>, Vec<u64>) = {
+        let (dirs, due): (Vec<(PathBuf, bool, bool)>, Vec<String>) = {
             let mut st = lock(&shared.state);
-            while st.watches.is_empty() && st.kills.is_empty() {
+            while st.watches.is_empty() && st.kills.is_empty() && st.gangs.values().all(|g| g.last_end.is_none()) {
                 st.last.clear();
                 st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner());
             }
             let now = Instant::now();
-            let due: Vec<u64> = st.kills.iter().filter(|(at, _)| *at <= now).map(|(_, id)| *id).collect();
+            let due: Vec<String> = st.kills.iter().filter(|(at, _)| *at <= now).map(|(_, id)| id.clone()).collect();
             st.kills.retain(|(at, _)| *at > now);
             let dirs = st.watches.iter().map(|(d, w)| (d.clone(), w.started_sent, w.status_seen.is_some())).collect();
             (dirs, due)
         };
         for id in due {
-            if let Err(m) = scancel(opts, &[&id.to_string()]) {
-                tracing::warn!("scancel {id}: {m}");
+            if let Err(m) = scancel(opts, &[&id]) {
+                if !job_is_over(&m) {
+                    tracing::warn!("scancel {id}: {m}");
+                }
             }
         }
+        gang_ticks(&shared);
         // Files: started.json and status.json.
         let mut events = Vec::new();
         let mut new_status = false;
@@ -1225,7 +1631,9 @@ fn check_drained(shared: &Shared) {
         let st = lock(&shared.state);
         st.watches
             .iter()
-            .filter(|(_, w)| w.drained.is_none() && !w.stopped)
+            // A gang's replicas share one allocation: Slurm lets it finish on a draining
+            // node (moving one replica would take the whole allocation down).
+            .filter(|(_, w)| w.drained.is_none() && !w.stopped && w.gang.is_none())
             .filter_map(|(d, w)| {
                 let j = st.last.get(&w.job_id)?;
                 (j.job_state == "RUNNING" && !j.nodes.is_empty()).then(|| (d.clone(), w.job_id, j.nodes.clone()))
@@ -1248,7 +1656,7 @@ fn check_drained(shared: &Shared) {
             let Some(w) = st.watches.get_mut(&dir) else { continue };
             w.drained = Some(node.clone());
             let at = Instant::now() + Duration::try_from_secs_f64(grace.max(0.0) + 1.0).unwrap_or(Duration::from_secs(31));
-            st.kills.push((at, id));
+            st.kills.push((at, id.to_string()));
         }
         if scancel(&shared.opts, &["--signal=TERM", "--full", &id.to_string()]).is_err() {
             let _ = scancel(&shared.opts, &[&id.to_string()]);
@@ -1272,7 +1680,8 @@ fn settle(shared: &Shared, jobs: HashMap<u64, SqJob>) {
             let job = jobs.get(&w.job_id);
             let done = match job {
                 Some(j) if !is_live_state(&j.job_state) => true,
-                Some(_) => w.status_seen.is_some_and(|t| now.duration_since(t) >= STATUS_WITHOUT_END),
+                // A gang's replica ends with its step, while the allocation goes on.
+                Some(_) => w.status_seen.is_some_and(|t| w.gang.is_some() || now.duration_since(t) >= STATUS_WITHOUT_END),
                 None => {
                     w.missing_since.get_or_insert(now);
                     if w.status_seen.is_some() {
@@ -1290,6 +1699,9 @@ fn settle(shared: &Shared, jobs: HashMap<u64, SqJob>) {
             }
             if done {
                 let w = st.watches.remove(&dir).expect("present");
+                if let Some(g) = w.gang.as_ref().and_then(|g| st.gangs.get_mut(g)) {
+                    g.last_end = Some(now);
+                }
                 ended.push((dir, w, job.cloned()));
             }
         }
@@ -1333,13 +1745,32 @@ impl Backend for SlurmBackend {
     /// Records every run (spec and `slurm.json`, durably) and returns; the submitter
     /// thread submits them in order and reports refusals as `Exited` (L16).
     fn launch(&self, runs: Vec<Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
-        let out = runs
-            .into_iter()
-            .map(|l| {
-                let run = l.run.clone();
-                (run, self.record(l, sink.clone()))
-            })
-            .collect();
+        // The first runs of an attempt's replicas (L6) go as one gang.
+        let mut gangs: Vec<((u64, u32), Vec<Launch>)> = Vec::new();
+        let mut single = Vec::new();
+        for l in runs {
+            if l.run.restart == 0 {
+                let key = (l.run.job, l.run.attempt);
+                match gangs.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, g)) => g.push(l),
+                    None => gangs.push((key, vec![l])),
+                }
+            } else {
+                single.push(l);
+            }
+        }
+        let mut out = Vec::new();
+        for (_, g) in gangs {
+            if g.len() >= 2 {
+                out.extend(self.record_gang(g, sink.clone()));
+            } else {
+                single.extend(g);
+            }
+        }
+        for l in single {
+            let run = l.run.clone();
+            out.push((run, self.record(l, sink.clone())));
+        }
         self.shared.submit_wake.notify_all();
         out
     }
@@ -1367,7 +1798,7 @@ impl Backend for SlurmBackend {
 
     fn waiting_reason(&self, run: &RunId) -> Option<String> {
         let st = lock(&self.shared.state);
-        if !st.submits.values().any(|s| s.run == *run) {
+        if !st.submits.values().any(|s| s.run == *run || s.members.iter().any(|(r, _)| r == run)) {
             return None;
         }
         if let Some((m, d)) = &st.ctld_error {
@@ -1393,7 +1824,7 @@ impl Backend for SlurmBackend {
 mod tests {
     use super::*;
 
-    const FIXTURE: &str = include_str!("../tests/fixtures/squeue-22.05.json");
+    const FIXTURE: &str = include_str!("../../tests/fixtures/squeue-22.05.json");
 
     fn job(id: u64) -> SqJob {
         let (jobs, bad) = parse_squeue(FIXTURE.as_bytes()).unwrap();
