@@ -193,3 +193,99 @@ fn slurmctld_down_keeps_the_job_pending() {
     assert!(!run_dir(&s.data_dir(), id_of(&j), 1, "workerpool0-0", 0).exists(), "no job retry (L16 not spent)");
     assert!(!run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 1).exists(), "no restart");
 }
+
+/// A job of `pools` (machine type, replicas) whose replicas all run `script`.
+fn gang_job(name: &str, pools: &[(&str, u32)], script: &str) -> Value {
+    let specs: Vec<Value> = pools
+        .iter()
+        .map(|(machine, n)| {
+            serde_json::json!({
+                "machineSpec": {"machineType": machine}, "replicaCount": n.to_string(),
+                "containerSpec": {"imageUri": "i", "command": ["sh", "-c", script]}
+            })
+        })
+        .collect();
+    serde_json::json!({"displayName": name, "jobSpec": {"workerPoolSpecs": specs}})
+}
+
+fn micros(t: &Value) -> i64 {
+    t.as_str().and_then(|s| trainyard_api::Timestamp::parse_rfc3339(s).ok()).map(|t| t.micros()).unwrap_or(0)
+}
+
+/// Gang start: every replica of an attempt is a step of one Slurm allocation. Two jobs of
+/// three whole-node replicas on the 4-node cluster cannot run at once; their replicas
+/// wait for each other (a rendezvous, as distributed training does), so with one Slurm
+/// job per replica they could each hold part of the cluster and wait for the rest for
+/// ever. Both finish, one after the other, each replica in a step of its job's allocation.
+#[test]
+fn gangs_start_whole_and_two_that_fit_one_at_a_time_both_finish() {
+    if !ready() {
+        return;
+    }
+    let s = Server::start("");
+    let marks = s.dir.path().join("rendezvous");
+    std::fs::create_dir_all(&marks).expect("dir");
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).expect("chmod");
+    let script = format!(
+        "d={m}/$CLOUD_ML_JOB_ID; mkdir -p $d; touch $d/$RANK; n=0; \
+         while [ $(ls $d | wc -l) -lt 3 ]; do sleep 0.2; n=$((n+1)); [ $n -gt 600 ] && exit 1; done; sleep 2; echo together",
+        m = marks.display()
+    );
+    let a = s.create("p", &gang_job("gang-a", &[("n1-standard-4", 1), ("n1-standard-4", 2)], &script));
+    let b = s.create("p", &gang_job("gang-b", &[("n1-standard-4", 1), ("n1-standard-4", 2)], &script));
+    let done_a = s.wait_terminal(&name_of(&a), 240);
+    let done_b = s.wait_terminal(&name_of(&b), 240);
+    assert_eq!(state(&done_a), "JOB_STATE_SUCCEEDED", "{done_a:#}\n{}", s.logs_text(&name_of(&a)));
+    assert_eq!(state(&done_b), "JOB_STATE_SUCCEEDED", "{done_b:#}\n{}", s.logs_text(&name_of(&b)));
+    let (first, second) = if micros(&done_a["startTime"]) <= micros(&done_b["startTime"]) { (&done_a, &done_b) } else { (&done_b, &done_a) };
+    assert!(micros(&second["startTime"]) >= micros(&first["endTime"]) - 1_000_000, "one after the other:\n{first:#}\n{second:#}");
+    for j in [&a, &b] {
+        let runs = ["workerpool0-0", "workerpool1-0", "workerpool1-1"].map(|r| run_dir(&s.data_dir(), id_of(j), 0, r, 0));
+        let ids: Vec<Option<u64>> = runs.iter().map(|d| slurm_job_of(d)).collect();
+        assert!(ids[0].is_some() && ids.iter().all(|i| *i == ids[0]), "one allocation: {ids:?}");
+        for d in &runs {
+            let step = std::fs::read_to_string(d.join("slurm-step")).unwrap_or_default();
+            assert!(step.trim().starts_with(&format!("{}.", ids[0].unwrap_or(0))), "{}: step {step:?}", d.display());
+        }
+    }
+}
+
+/// L10 in a gang: a replica killed by a signal is restarted in place as a new step of the
+/// same allocation, and the job goes on to succeed.
+#[test]
+fn l10_a_gangs_replica_restarts_as_a_new_step_of_its_allocation() {
+    if !ready() {
+        return;
+    }
+    let s = Server::start("");
+    let marker = s.dir.path().join("killed-once");
+    let script = format!("if [ \"$RANK\" = 1 ] && [ ! -e {m} ]; then touch {m}; kill -9 $$; fi; sleep 2; echo ok", m = marker.display());
+    let j = s.create("p", &gang_job("gang-restart", &[("n1-standard-4", 1), ("n1-standard-4", 1)], &script));
+    let done = s.wait_terminal(&name_of(&j), 180);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&name_of(&j)));
+    let first = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool1-0", 0);
+    let again = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool1-0", 1);
+    assert!(again.exists(), "restart 1 of the worker ran");
+    assert_eq!(slurm_job_of(&again), slurm_job_of(&first), "the same allocation");
+    let step = |d: &std::path::Path| std::fs::read_to_string(d.join("slurm-step")).unwrap_or_default();
+    assert!(!step(&again).trim().is_empty() && step(&again) != step(&first), "a new step: {:?} then {:?}", step(&first), step(&again));
+    assert!(!run_dir(&s.data_dir(), id_of(&j), 1, "workerpool1-0", 0).exists(), "no job retry");
+}
+
+/// L14 in a gang: a replica over its step's memory limit is OOM-killed by the step's
+/// cgroup; the shim reads the kill from it (no OUT_OF_MEMORY state shows for a step) and
+/// the job fails as out of memory.
+#[test]
+fn l14_a_gangs_replica_out_of_memory() {
+    if !ready() {
+        return;
+    }
+    let s = Server::start("");
+    let script = "if [ \"$RANK\" = 1 ]; then exec python3 -c 'chunks = []\nwhile True:\n    chunks.append(bytearray(64 * 1024 * 1024))\n'; fi; sleep 60";
+    let j = s.create("p", &gang_job("gang-oom", &[("n1-standard-4", 1), ("n1-standard-4", 1)], script));
+    let done = s.wait_terminal(&name_of(&j), 180);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done:#}");
+    assert_eq!(done["error"]["code"], 8, "{done:#}");
+    let m = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(m.contains("workerpool1-0 ran out of memory"), "{m}");
+}
