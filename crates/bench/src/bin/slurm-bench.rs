@@ -5,6 +5,11 @@
 //!    first GET that shows `JOB_STATE_RUNNING`; the baseline is `sbatch --wrap 'touch
 //!    started; sleep 1'` to the marker file appearing. Both sides polled every 10 ms;
 //!    samples alternate between the two.
+//! 1b. gang create-to-RUNNING: a four-replica job (one allocation, a step per replica),
+//!    from the create request to `JOB_STATE_RUNNING` (every replica started, L7); the
+//!    baseline is `sbatch --ntasks=4` of the same shape whose script starts the same four
+//!    steps (`srun --ntasks=1 --nodes=1 --exact`, each touching a marker) until all four
+//!    markers exist. Alternating, as 1.
 //! 2. throughput: N (default 200) one-second jobs, all submitted at once, until every one
 //!    has ended, through Trainyard and through bare `sbatch` with the same request
 //!    (`--cpus-per-task=1 --mem=2000M`, what an n1-standard-1 replica gets on the
@@ -105,9 +110,18 @@ impl Server {
     }
 
     fn create(&self, script: &str) -> Result<String> {
-        let job = json!({"displayName": "bench", "jobSpec": {"workerPoolSpecs": [{
-            "machineSpec": {"machineType": "n1-standard-1"}, "replicaCount": "1",
-            "containerSpec": {"imageUri": "i", "command": ["sh", "-c", script]}}]}});
+        self.create_replicas(script, 1)
+    }
+
+    /// A job of `replicas` n1-standard-1 replicas (one primary, the rest in pool 1).
+    fn create_replicas(&self, script: &str, replicas: u32) -> Result<String> {
+        let pool = |n: u32| json!({"machineSpec": {"machineType": "n1-standard-1"}, "replicaCount": n.to_string(),
+            "containerSpec": {"imageUri": "i", "command": ["sh", "-c", script]}});
+        let mut pools = vec![pool(1)];
+        if replicas > 1 {
+            pools.push(pool(replicas - 1));
+        }
+        let job = json!({"displayName": "bench", "jobSpec": {"workerPoolSpecs": pools}});
         let mut r = self
             .agent
             .post(&self.url("/v1/projects/bench/locations/us-central1/customJobs"))
@@ -201,6 +215,39 @@ fn run(o: &Opts) -> Result<()> {
     }
     let (ty_lat, bare_lat) = (median(&mut ty), median(&mut bare));
 
+    // 1b. gang create-to-RUNNING, alternating.
+    let (mut ty_gang, mut bare_gang) = (Vec::new(), Vec::new());
+    for i in 0..o.samples {
+        let t0 = Instant::now();
+        let name = server.create_replicas("sleep 1", 4)?;
+        wait_until(Duration::from_secs(120), || Ok(server.state(&name)? == "JOB_STATE_RUNNING" || terminal(&server.state(&name)?)))?;
+        ty_gang.push(t0.elapsed().as_secs_f64() * 1000.0);
+        wait_until(Duration::from_secs(120), || Ok(terminal(&server.state(&name)?)))?;
+
+        let marks = bare_dir.join(format!("gang-{i}"));
+        std::fs::create_dir_all(&marks)?;
+        let script = bare_dir.join(format!("gang-{i}.sh"));
+        let step = format!(
+            "srun --ntasks=1 --nodes=1 --exact --cpus-per-task=1 --mem-per-cpu=2000M sh -c 'touch {}/$SLURM_STEP_ID; sleep 1' &\n",
+            marks.display()
+        );
+        std::fs::write(&script, format!("#!/bin/sh\n{}wait\n", step.repeat(4)))?;
+        let t0 = Instant::now();
+        let o2 = Command::new("sbatch")
+            .args(["--parsable", "--no-requeue", &format!("--partition={}", o.partition), "--ntasks=4", "--cpus-per-task=1", "--mem-per-cpu=2000M"])
+            .arg(format!("--output={}", bare_dir.join(format!("gang-{i}.out")).display()))
+            .arg(&script)
+            .output()?;
+        if !o2.status.success() {
+            bail!("sbatch: {}", String::from_utf8_lossy(&o2.stderr));
+        }
+        let id: u64 = String::from_utf8_lossy(&o2.stdout).trim().split(';').next().unwrap_or("").parse()?;
+        wait_until(Duration::from_secs(120), || Ok(std::fs::read_dir(&marks)?.count() >= 4))?;
+        bare_gang.push(t0.elapsed().as_secs_f64() * 1000.0);
+        wait_until(Duration::from_secs(120), || Ok(squeue_states()?.get(&id).is_some_and(|s| s != "RUNNING" && s != "PENDING" && s != "COMPLETING")))?;
+    }
+    let (ty_gang_lat, bare_gang_lat) = (median(&mut ty_gang), median(&mut bare_gang));
+
     // 2. throughput: bare first, then Trainyard.
     let t0 = Instant::now();
     let mut ids = Vec::new();
@@ -240,6 +287,13 @@ fn run(o: &Opts) -> Result<()> {
     println!("slurm-bench: {} samples, {} jobs, partition {}", o.samples, o.jobs, o.partition);
     println!("{:<40} {:>12} {:>12} {:>8}", "measure", "bare sbatch", "trainyard", "ratio");
     println!("{:<40} {:>10.0}ms {:>10.0}ms {:>8.2}", "create-to-RUNNING (median)", bare_lat, ty_lat, ty_lat / bare_lat);
+    println!(
+        "{:<40} {:>10.0}ms {:>10.0}ms {:>8.2}",
+        "4-replica gang create-to-RUNNING (median)",
+        bare_gang_lat,
+        ty_gang_lat,
+        ty_gang_lat / bare_gang_lat
+    );
     println!("{:<40} {:>11.1}s {:>11.1}s {:>8.2}", format!("submit {} jobs", o.jobs), bare_submit, ty_submit, ty_submit / bare_submit);
     println!("{:<40} {:>11.1}s {:>11.1}s {:>8.2}", format!("{} one-second jobs, submit to all ended", o.jobs), bare_total, ty_total, ty_total / bare_total);
     println!("trainyard jobs not SUCCEEDED: {failed}");
