@@ -15,22 +15,16 @@
 //! its own (`cgroup_base: None`) and the OOM verdict comes from Slurm's `OUT_OF_MEMORY`
 //! state (L14).
 //!
-//! **One Slurm job per run.** A `launch` of several runs (every replica of an attempt, L6)
-//! submits one job per run, not a heterogeneous job: each replica's program starts as
-//! soon as Slurm placed it (L6 says exactly that), a single replica can be restarted,
-//! stopped and accounted on its own (L9, L10), and its job id is its own. A hetjob
-//! (`sbatch [comp 0] : [comp 1] ...`, one `srun --het-group=i` per replica) would add gang
-//! start, but was measured on Slurm 22.05.8 (scripts/slurm/up.sh) not to fit:
-//! - hetjobs are only scheduled by the backfill scheduler: a 3 x 1-CPU hetjob on idle
-//!   nodes started after 16-17 s (bf_interval, 30 s by default), a plain job after 0.7 s;
-//! - a signal reaches every component: `scancel --signal=TERM [--full] <id>+<i>` (and
-//!   `--signal=TERM <id>`) terminated every replica's step, so one replica cannot get
-//!   SIGTERM and its grace period (L9, L20) except through its step (`<jobid>.<step>`),
-//!   whose number is only known once the racing `srun`s got theirs (component 1 got step
-//!   2). A plain `scancel <id>+<i>` does end one component alone (KillWait only);
-//! - the components share the batch script's fate: a replica's component stays RUNNING
-//!   until every replica ended, and all end with one state; an OOM-killed step leaves its
-//!   component COMPLETED with only `derived_exit_code` 253 (no OUT_OF_MEMORY, L14).
+//! **Gangs.** A `launch` of the first runs of two or more replicas of one attempt (L6) is
+//! one allocation holding them all, a job step per replica: see [`gang`]. A job of one
+//! replica, and a replica restarted when its gang's allocation is gone, is one Slurm job of
+//! its own as above. A heterogeneous job (`sbatch [comp 0] : [comp 1] ...`) would fit each
+//! pool's shape, but was measured on Slurm 22.05.8 not to fit: only the backfill scheduler
+//! starts hetjobs (a 3 x 1-CPU hetjob on idle nodes started after 16-17 s, a plain job after
+//! 0.7 s); a signal to one component reached every component; and an OOM-killed step left
+//! its component COMPLETED with only `derived_exit_code` 253. A gang is therefore one
+//! homogeneous allocation of the largest replica's shape, its steps signalled one by one,
+//! and a step's OOM read by the shim from the step's cgroup.
 //!
 //! **Submission.** `launch` does only file-system work on the caller's thread: it writes
 //! the spec and, durably, `slurm.json` with the job's name and no id ("recorded"), queues
