@@ -289,3 +289,33 @@ fn l14_a_gangs_replica_out_of_memory() {
     let m = done["error"]["message"].as_str().unwrap_or_default();
     assert!(m.contains("workerpool1-0 ran out of memory"), "{m}");
 }
+
+/// L23 with a gang: the server is killed while a gang runs; the restarted server adopts
+/// every replica's step in the same allocation (nothing submitted again, nothing
+/// restarted), and the job succeeds; the allocation is released after its replicas ended.
+#[test]
+fn l23_a_gang_survives_a_server_kill() {
+    if !ready() {
+        return;
+    }
+    let mut s = Server::start("");
+    let j = s.create("p", &gang_job("gang-kill", &[("n1-standard-4", 1), ("n1-standard-4", 1)], "sleep 6; echo done"));
+    let name = name_of(&j);
+    s.wait_for(&name, 60, |j| state(j) == "JOB_STATE_RUNNING");
+    let runs = ["workerpool0-0", "workerpool1-0"].map(|r| run_dir(&s.data_dir(), id_of(&j), 0, r, 0));
+    let before: Vec<Option<u64>> = runs.iter().map(|d| slurm_job_of(d)).collect();
+    s.restart();
+    let done = s.wait_terminal(&name, 120);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&name));
+    let after: Vec<Option<u64>> = runs.iter().map(|d| slurm_job_of(d)).collect();
+    assert_eq!(before, after, "the same allocation");
+    for r in ["workerpool0-0", "workerpool1-0"] {
+        assert!(!run_dir(&s.data_dir(), id_of(&j), 0, r, 1).exists(), "{r} was not restarted");
+    }
+    let gang = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0).parent().and_then(|p| p.parent()).map(|a| a.join(".gang")).expect("gang dir");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !gang.join("release").exists() {
+        assert!(Instant::now() < deadline, "the allocation was not released");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
