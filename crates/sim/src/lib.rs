@@ -6,6 +6,10 @@
 //! exit, or killed at its time limit, L19); a preempted SPOT job stops after the grace
 //! period and waits to be placed again, resuming from its last checkpoint. The capacity
 //! state is kept incrementally (`Cluster::start`/`finish`), as a long-lived server would.
+//!
+//! [`engine`] runs the same rounds with the real lifecycle instead of this model: every
+//! job a `trainyard_core::Job` driven by `step`, with faults (restarts, retries, OOM
+//! kills), timeouts and preemptions by the rules.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -15,6 +19,8 @@ use std::time::Instant;
 use trainyard_core::capacity::{Need, NodeIx, Shape};
 use trainyard_core::job::{ReplicaDemand, Micros, HOUR, MINUTE, SECOND};
 use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, Node, Quotas, Request, SchedulerConfig};
+
+pub mod engine;
 
 pub const ACCEL: &str = "NVIDIA_H100_80GB";
 pub const GPUS_PER_NODE: u32 = 8;

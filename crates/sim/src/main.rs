@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use trainyard_core::job::SECOND;
+use trainyard_sim::engine::{simulate_engine, Faults};
 use trainyard_sim::{default_policies, hms, parse_trace, simulate, synthetic, table, verdict, wait_table, worst_excess, GPUS_PER_NODE};
 
 const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--load F] [--interval SECS] [--trace FILE.csv] [--quick]
@@ -14,7 +15,9 @@ const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--l
   --interval  least simulated seconds between scheduling rounds (default 10)
   --starvation  seconds after which a waiting job goes ahead of the fair order (our policy)
   --trace     CSV: submit_time_s,duration_s,replicas,gpus_per_replica,project
-  --quick     500 nodes, 5000 jobs";
+  --quick     500 nodes, 5000 jobs
+  --engine    run our policy with the real lifecycle (trainyard_core::step) and faults,
+              against the plan-only model of the same run";
 
 fn main() -> ExitCode {
     let mut nodes = 10_000usize;
@@ -24,6 +27,7 @@ fn main() -> ExitCode {
     let mut interval = 10u64;
     let mut trace: Option<String> = None;
     let mut starvation: Option<u64> = None;
+    let mut engine = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
                 "--interval" => interval = val("--interval")?.parse().map_err(|e| format!("--interval: {e}"))?,
                 "--trace" => trace = Some(val("--trace")?),
                 "--starvation" => starvation = Some(val("--starvation")?.parse().map_err(|e| format!("--starvation: {e}"))?),
+                "--engine" => engine = true,
                 "--quick" => {
                     nodes = 500;
                     jobs = 5_000;
@@ -91,6 +96,49 @@ fn main() -> ExitCode {
         for p in policies.iter_mut().filter(|p| p.name == "trainyard") {
             p.cfg.starvation_secs = Some(s);
         }
+    }
+    if engine {
+        let Some(ours) = policies.iter().find(|p| p.name == "trainyard") else { return ExitCode::FAILURE };
+        let model = simulate(&workload, nodes, ours, interval as i64 * SECOND);
+        let faults = Faults::default();
+        let r = simulate_engine(&workload, nodes, ours, interval as i64 * SECOND, &faults, seed);
+        println!(
+            "real engine ({:.1}% of runs killed by a signal, {:.1}% transient exits, {:.1}% OOM kills; launch {} s):",
+            faults.signal * 100.0,
+            faults.transient * 100.0,
+            faults.oom * 100.0,
+            faults.launch / SECOND
+        );
+        println!("  jobs by state: {:?}", r.by_state);
+        println!(
+            "  {} steps, {} placements, {} rounds, {} replica restarts, {} job retries, {} preemptions, {} log lines ({:.1} per job)",
+            r.steps,
+            r.placements,
+            r.rounds,
+            r.restarts,
+            r.retries,
+            r.preemptions,
+            r.log_lines,
+            r.log_lines as f64 / r.jobs.max(1) as f64
+        );
+        println!(
+            "  wait to RUNNING: p50 {}, p99 {}, max {}; makespan {}",
+            hms(r.wait.0),
+            hms(r.wait.1),
+            hms(r.wait.2),
+            hms(r.makespan_s)
+        );
+        println!(
+            "  wall {:.1} s ({:.1} s in plan): {:.0} admissions/s, {:.0} steps/s; the plan-only model of the same run: {:.1} s, {:.0} admissions/s (ratio {:.2})",
+            r.wall_secs,
+            r.plan_secs,
+            r.admissions_per_sec(),
+            r.steps_per_sec(),
+            model.wall_secs,
+            model.admissions_per_sec(),
+            r.wall_secs / model.wall_secs.max(1e-9)
+        );
+        return ExitCode::SUCCESS;
     }
     for p in policies {
         let r = simulate(&workload, nodes, &p, interval as i64 * SECOND);

@@ -1,0 +1,438 @@
+//! The simulator running the real engine: every job of the workload is a
+//! `trainyard_core::Job` driven by the lifecycle's `step` (L1-L23), and every scheduling
+//! round is the scheduler's `plan` on the incrementally kept `Cluster`, both in virtual
+//! time, as the server's driver runs them. What the server's backend would report comes
+//! from a model of the replicas instead of processes:
+//!
+//! - a `Launch` effect starts the run after `Faults::launch` (the `Started` report);
+//! - a job's work goes on while all its replicas run (a gang: distributed training needs
+//!   every replica), checkpointed every 30 minutes; when it is done every replica exits 0;
+//! - a run may fail first, at a uniformly drawn point of the work it has left: killed by a
+//!   signal from outside (L10: restarted in place, at most `max_worker_restarts` times,
+//!   L11), a transient exit code (L13: the job is retried, L12), or an OOM kill (L14:
+//!   the job fails); a restarted replica sets the job's work back to its last checkpoint;
+//! - a `Stop` effect ends the run after the grace period or 5 s, whichever is shorter;
+//! - timers (`Job::next_deadline`: L19 timeouts, L15 backoffs) are `Tick`s at their time.
+//!
+//! SPOT jobs are preempted by the scheduler's decisions and come back by the rules. The
+//! report counts every `step` applied, the jobs by terminal state, restarts, retries,
+//! preemptions and log lines, next to the waits and the admissions per second.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::time::Instant;
+
+use trainyard_core::capacity::{Need, NodeIx, Shape};
+use trainyard_core::job::{Demand, Micros, Phase, Policy as JobPolicy, Settings, SECOND};
+use trainyard_core::schedule::{plan, Cluster, Decision, Quotas, Request};
+use trainyard_core::step::{step, Effect, Event};
+use trainyard_core::{Job, Outcome, RunId};
+
+use crate::{demand, fleet, quantile, Policy, Rng, SimJob, CHECKPOINT};
+
+/// What goes wrong with runs, per run launched.
+#[derive(Clone, Debug)]
+pub struct Faults {
+    /// Killed by a signal from outside before its work is done (L10).
+    pub signal: f64,
+    /// Ends with a transient exit code (L13).
+    pub transient: f64,
+    /// Killed by the kernel's OOM killer (L14).
+    pub oom: f64,
+    /// From `Launch` to `Started`.
+    pub launch: Micros,
+}
+
+impl Default for Faults {
+    fn default() -> Faults {
+        Faults { signal: 0.02, transient: 0.005, oom: 0.001, launch: 2 * SECOND }
+    }
+}
+
+impl Faults {
+    pub fn none() -> Faults {
+        Faults { signal: 0.0, transient: 0.0, oom: 0.0, launch: 2 * SECOND }
+    }
+}
+
+/// What one run of the engine measured.
+#[derive(Clone, Debug, Default)]
+pub struct EngineReport {
+    pub policy: String,
+    pub jobs: usize,
+    pub nodes: usize,
+    /// Jobs by terminal state (`JOB_STATE_...`); a job left live is counted under its state.
+    pub by_state: BTreeMap<&'static str, usize>,
+    /// `step` calls that changed a job.
+    pub steps: u64,
+    pub placements: u64,
+    pub rounds: u64,
+    /// Replica restarts (L9-L11) and job retries (L12: the counted ones; a SPOT job's
+    /// fresh attempt after a preemption is not one), summed over the jobs.
+    pub restarts: u64,
+    pub retries: u64,
+    pub preemptions: u64,
+    /// Lifecycle lines for the jobs' logs (L22).
+    pub log_lines: u64,
+    pub wall_secs: f64,
+    pub plan_secs: f64,
+    /// Wait from creation to the first RUNNING (L2), seconds: p50, p99, max.
+    pub wait: (f64, f64, f64),
+    /// Virtual time from the first submission to the last job's end, seconds.
+    pub makespan_s: f64,
+}
+
+impl EngineReport {
+    pub fn admissions_per_sec(&self) -> f64 {
+        self.placements as f64 / self.wall_secs.max(1e-9)
+    }
+
+    pub fn steps_per_sec(&self) -> f64 {
+        self.steps as f64 / self.wall_secs.max(1e-9)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Ev {
+    Arrive(usize),
+    Started(usize, RunId),
+    Exited(usize, RunId, OutcomeKey),
+    /// The gang's work is done (generation: stale once the gang was broken).
+    Complete(usize, u64),
+    /// A job's timer (its deadline when it was set).
+    Tick(usize, Micros),
+    Round,
+}
+
+/// An `Outcome` that orders (for the event queue).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum OutcomeKey {
+    Exited(i32),
+    Signaled(i32),
+    Oom,
+}
+
+impl OutcomeKey {
+    fn outcome(self) -> Outcome {
+        match self {
+            OutcomeKey::Exited(code) => Outcome::Exited { code },
+            OutcomeKey::Signaled(signal) => Outcome::Signaled { signal },
+            OutcomeKey::Oom => Outcome::OomKilled { status: 137 },
+        }
+    }
+}
+
+struct Sim<'a> {
+    jobs: &'a [SimJob],
+    faults: &'a Faults,
+    settings: Settings,
+    live: Vec<Option<Job>>,
+    /// Work done (checkpointed), per job.
+    progress: Vec<Micros>,
+    /// Since when the whole gang runs, per job.
+    gang_since: Vec<Option<Micros>>,
+    generation: Vec<u64>,
+    deadline: Vec<Option<Micros>>,
+    holds: Vec<bool>,
+    cluster: Cluster,
+    shape_of: Vec<usize>,
+    shapes: Vec<Shape>,
+    needs: Vec<Need>,
+    heap: BinaryHeap<Reverse<(Micros, u64, Ev)>>,
+    seq: u64,
+    rng: Rng,
+    waiting: Vec<usize>,
+    dirty: bool,
+    rep: EngineReport,
+    end_t: Micros,
+}
+
+impl Sim<'_> {
+    fn push(&mut self, t: Micros, e: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, e)));
+    }
+
+    /// One event into one job's lifecycle, and its effects.
+    fn apply(&mut self, i: usize, event: Event, now: Micros) {
+        let Some(job) = self.live[i].as_ref() else { return };
+        let Ok(t) = step(job, event, now, &self.settings) else { return };
+        if !t.changed {
+            return;
+        }
+        self.rep.steps += 1;
+        let job = t.job;
+        for e in t.effects {
+            match e {
+                Effect::Launch { run, .. } => self.launch(i, run, now),
+                Effect::Stop { run, grace } => {
+                    let at = now + grace.min(5 * SECOND);
+                    self.push(at, Ev::Exited(i, run, OutcomeKey::Signaled(15)));
+                }
+                Effect::Log(_) => self.rep.log_lines += 1,
+                Effect::Purge { .. } => {}
+            }
+        }
+        // The gang's work: it goes on while every replica runs.
+        let running = matches!(job.phase, Phase::Running { .. });
+        let all_up = running && job.replicas.iter().all(|r| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. }));
+        if self.gang_since[i].is_some() && !all_up {
+            let since = self.gang_since[i].take().unwrap_or(now);
+            self.progress[i] += (now - since).max(0) / CHECKPOINT * CHECKPOINT;
+            self.generation[i] += 1;
+        }
+        if all_up && self.gang_since[i].is_none() {
+            self.gang_since[i] = Some(now);
+            self.generation[i] += 1;
+            let left = (self.jobs[i].duration - self.progress[i]).max(SECOND);
+            let g = self.generation[i];
+            self.push(now + left, Ev::Complete(i, g));
+        }
+        // Capacity: held from placement until the job lets go of it.
+        let holds = job.holds_capacity();
+        if holds && !self.holds[i] {
+            let need = self.needs[self.shape_of[i]];
+            let placed: Vec<(NodeIx, Need)> =
+                job.replicas.iter().filter_map(|r| Some((self.cluster.node(r.node.as_deref()?)?, need))).collect();
+            let limit = self.jobs[i].limit;
+            self.cluster.start(job.id, &job.project, job.policy.spot, now, now + limit, placed);
+            self.holds[i] = true;
+        } else if !holds && self.holds[i] {
+            self.cluster.finish(job.id);
+            self.holds[i] = false;
+            self.dirty = true;
+        }
+        if job.wants_placement(now) {
+            self.waiting.push(i);
+            self.dirty = true;
+        }
+        // Timers.
+        let next = job.next_deadline(&self.settings, now);
+        if next != self.deadline[i] {
+            self.deadline[i] = next;
+            if let Some(at) = next {
+                self.push(at.max(now), Ev::Tick(i, at));
+            }
+        }
+        if job.is_terminal() {
+            self.end_t = self.end_t.max(now);
+            self.rep.restarts += job.replicas.iter().map(|r| r.restart as u64).sum::<u64>();
+            let r = &job.retries;
+            self.rep.retries += u64::from(r.worker_restarts + r.transient_exit + r.stockout + r.internal);
+            if self.holds[i] {
+                self.cluster.finish(job.id);
+                self.holds[i] = false;
+                self.dirty = true;
+            }
+        }
+        self.live[i] = Some(job);
+    }
+
+    /// A run launched: it starts after the launch delay, and may fail before its work is
+    /// done.
+    fn launch(&mut self, i: usize, run: RunId, now: Micros) {
+        let start = now + self.faults.launch;
+        self.push(start, Ev::Started(i, run.clone()));
+        let f = self.faults;
+        let x = self.rng.f64();
+        let kind = if x < f.signal {
+            Some(OutcomeKey::Signaled(9))
+        } else if x < f.signal + f.transient {
+            Some(OutcomeKey::Exited(self.settings.transient_exit_codes.first().copied().unwrap_or(75)))
+        } else if x < f.signal + f.transient + f.oom {
+            Some(OutcomeKey::Oom)
+        } else {
+            None
+        };
+        if let Some(k) = kind {
+            let left = (self.jobs[i].duration - self.progress[i]).max(SECOND);
+            let at = start + SECOND + (self.rng.f64() * left as f64) as Micros;
+            self.push(at, Ev::Exited(i, run, k));
+        }
+    }
+
+    /// The gang's work is done: every replica's run exits 0.
+    fn complete(&mut self, i: usize, g: u64, now: Micros) {
+        if self.generation[i] != g {
+            return;
+        }
+        let Some(job) = self.live[i].as_ref() else { return };
+        let runs: Vec<RunId> = job
+            .replicas
+            .iter()
+            .filter(|r| r.state.is_live())
+            .map(|r| RunId { job: job.id, attempt: job.attempt, replica: r.name.clone(), restart: r.restart })
+            .collect();
+        for run in runs {
+            self.apply(i, Event::Exited { run, outcome: Outcome::Exited { code: 0 }, stderr_tail: Vec::new() }, now);
+        }
+    }
+
+    fn round(&mut self, now: Micros, policy: &Policy) {
+        let no_metrics: BTreeMap<String, u64> = BTreeMap::new();
+        let quotas = Quotas::default();
+        let used = BTreeMap::new();
+        self.waiting.sort_unstable();
+        self.waiting.dedup();
+        let live = &self.live;
+        self.waiting.retain(|&i| live[i].as_ref().is_some_and(|j| j.wants_placement(now)));
+        let reqs: Vec<Request> = self
+            .waiting
+            .iter()
+            .filter_map(|&i| {
+                let j = self.live[i].as_ref()?;
+                Some(Request {
+                    id: j.id,
+                    project: &j.project,
+                    submitted: j.create_time,
+                    admitted: !matches!(j.phase, Phase::Queued),
+                    spot: j.policy.spot,
+                    shape: &self.shapes[self.shape_of[i]],
+                    metrics: &no_metrics,
+                    duration: self.jobs[i].limit,
+                })
+            })
+            .collect();
+        let t0 = Instant::now();
+        let decisions = plan(&self.cluster, &reqs, &quotas, &used, now, &policy.cfg);
+        self.rep.plan_secs += t0.elapsed().as_secs_f64();
+        self.rep.rounds += 1;
+        drop(reqs);
+        for d in decisions {
+            match d {
+                Decision::Place { job, nodes, warnings } => {
+                    let i = (job - 1) as usize;
+                    let addresses = if self.live[i].as_ref().is_some_and(|j| j.replicas.iter().all(|r| r.address.is_some())) {
+                        Vec::new()
+                    } else {
+                        nodes.iter().enumerate().map(|(k, n)| format!("{n}:{}", 20_000 + k)).collect()
+                    };
+                    self.rep.placements += 1;
+                    self.apply(i, Event::Place { nodes, addresses, notes: warnings }, now);
+                }
+                Decision::Preempt { job, reason } => {
+                    self.cluster.mark_stopping(job);
+                    self.rep.preemptions += 1;
+                    self.apply((job - 1) as usize, Event::Preempt { reason }, now);
+                }
+                Decision::Stockout { job, detail } => self.apply((job - 1) as usize, Event::Stockout { detail }, now),
+                Decision::Impossible { job, reason } => self.apply((job - 1) as usize, Event::Impossible { reason }, now),
+                Decision::Wait { .. } => {}
+            }
+        }
+    }
+}
+
+/// Runs `policy` over the workload with the real lifecycle. Job ids must be 1..=n in
+/// order (as every workload of this crate makes them).
+pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros, faults: &Faults, seed: u64) -> EngineReport {
+    let wall = Instant::now();
+    let fleet = fleet(nodes);
+    let cluster = Cluster::new(&fleet);
+    let mut shape_ix: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut shapes = Vec::new();
+    let mut needs = Vec::new();
+    let shape_of: Vec<usize> = jobs
+        .iter()
+        .map(|j| {
+            *shape_ix.entry((j.replicas, j.gpus_per_replica)).or_insert_with(|| {
+                let d = vec![demand(j.gpus_per_replica); j.replicas as usize];
+                let s = cluster.shape(&d);
+                needs.push(s.needs[0]);
+                shapes.push(s);
+                shapes.len() - 1
+            })
+        })
+        .collect();
+    let n = jobs.len();
+    let mut sim = Sim {
+        jobs,
+        faults,
+        settings: Settings::default(),
+        live: vec![None; n],
+        progress: vec![0; n],
+        gang_since: vec![None; n],
+        generation: vec![0; n],
+        deadline: vec![None; n],
+        holds: vec![false; n],
+        cluster,
+        shape_of,
+        shapes,
+        needs,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        rng: Rng::new(seed),
+        waiting: Vec::new(),
+        dirty: false,
+        rep: EngineReport { policy: policy.name.clone(), jobs: n, nodes, ..EngineReport::default() },
+        end_t: 0,
+    };
+    for (i, j) in jobs.iter().enumerate() {
+        assert_eq!(j.id, i as u64 + 1, "job ids must be 1..=n in order");
+        sim.push(j.submit, Ev::Arrive(i));
+    }
+    let first = jobs.iter().map(|j| j.submit).min().unwrap_or(0);
+    sim.end_t = first;
+    let mut next_round = Micros::MIN;
+    let mut round_pending = false;
+    while let Some(Reverse((now, _, ev))) = sim.heap.pop() {
+        match ev {
+            Ev::Arrive(i) => {
+                let j = &jobs[i];
+                let pools: Vec<u32> = if j.replicas > 1 { vec![1, j.replicas - 1] } else { vec![1] };
+                let mut policy = JobPolicy::defaults(&sim.settings);
+                policy.timeout = j.limit;
+                policy.spot = j.spot;
+                // The model writes no output: hang detection would see only silence.
+                policy.hang_after = 0;
+                let d = Demand { metrics: BTreeMap::new(), replicas: vec![demand(j.gpus_per_replica); j.replicas as usize] };
+                sim.live[i] = Some(Job::new(j.id, j.project.clone(), "sim".into(), &pools, d, policy, true, now));
+                sim.waiting.push(i);
+                sim.dirty = true;
+            }
+            Ev::Started(i, run) => sim.apply(i, Event::Started { run }, now),
+            Ev::Exited(i, run, k) => sim.apply(i, Event::Exited { run, outcome: k.outcome(), stderr_tail: Vec::new() }, now),
+            Ev::Complete(i, g) => sim.complete(i, g, now),
+            Ev::Tick(i, at) => {
+                if sim.deadline[i] == Some(at) {
+                    sim.deadline[i] = None;
+                    sim.apply(i, Event::Tick, now);
+                    if sim.live[i].as_ref().is_some_and(|j| j.wants_placement(now)) {
+                        sim.waiting.push(i);
+                        sim.dirty = true;
+                    }
+                }
+            }
+            Ev::Round => round_pending = false,
+        }
+        // A round when something changed, at most one per interval, after every event of
+        // this instant.
+        let same_instant = sim.heap.peek().is_some_and(|Reverse((t, _, _))| *t == now);
+        if !sim.dirty || same_instant {
+            continue;
+        }
+        if now < next_round {
+            if !round_pending {
+                round_pending = true;
+                sim.push(next_round, Ev::Round);
+            }
+            continue;
+        }
+        sim.dirty = false;
+        next_round = now + interval;
+        sim.round(now, policy);
+    }
+    let mut rep = sim.rep;
+    let mut waits = Vec::with_capacity(n);
+    for job in sim.live.iter().flatten() {
+        *rep.by_state.entry(job.state().wire_name()).or_insert(0) += 1;
+        if let Some(s) = job.start_time {
+            waits.push((s - job.create_time) as f64 / SECOND as f64);
+        }
+    }
+    waits.sort_by(f64::total_cmp);
+    rep.wait = (quantile(&waits, 0.5), quantile(&waits, 0.99), waits.last().copied().unwrap_or(0.0));
+    rep.makespan_s = (sim.end_t - first) as f64 / SECOND as f64;
+    rep.wall_secs = wall.elapsed().as_secs_f64();
+    rep
+}
