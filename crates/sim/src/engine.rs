@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::Instant;
 
 use trainyard_core::capacity::{Need, NodeIx, Shape};
-use trainyard_core::job::{Demand, Micros, Phase, Policy as JobPolicy, Settings, SECOND};
-use trainyard_core::schedule::{plan, Cluster, Decision, Quotas, Request};
+use trainyard_core::job::{Demand, Micros, Phase, Policy as JobPolicy, Settings, HOUR, SECOND};
+use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, Quotas, Request};
 use trainyard_core::step::{step, Effect, Event};
 use trainyard_core::{Job, Outcome, RunId};
 
@@ -41,17 +41,22 @@ pub struct Faults {
     pub oom: f64,
     /// From `Launch` to `Started`.
     pub launch: Micros,
+    /// Node losses per node and day (L9: its replicas restart elsewhere; while it is
+    /// down, the capacity it took is missing: L15 stockouts by the rules).
+    pub node_loss_per_day: f64,
+    /// How long a lost node stays down.
+    pub node_repair: Micros,
 }
 
 impl Default for Faults {
     fn default() -> Faults {
-        Faults { signal: 0.02, transient: 0.005, oom: 0.001, launch: 2 * SECOND }
+        Faults { signal: 0.02, transient: 0.005, oom: 0.001, launch: 2 * SECOND, node_loss_per_day: 0.001, node_repair: 4 * HOUR }
     }
 }
 
 impl Faults {
     pub fn none() -> Faults {
-        Faults { signal: 0.0, transient: 0.0, oom: 0.0, launch: 2 * SECOND }
+        Faults { signal: 0.0, transient: 0.0, oom: 0.0, launch: 2 * SECOND, node_loss_per_day: 0.0, node_repair: 4 * HOUR }
     }
 }
 
@@ -72,6 +77,11 @@ pub struct EngineReport {
     pub restarts: u64,
     pub retries: u64,
     pub preemptions: u64,
+    /// Nodes lost; stockouts the scheduler decided, and stockout retries of the jobs (L15:
+    /// also a replica on a lost node that no other node can take).
+    pub node_losses: u64,
+    pub stockouts: u64,
+    pub stockout_retries: u64,
     /// Lifecycle lines for the jobs' logs (L22).
     pub log_lines: u64,
     pub wall_secs: f64,
@@ -102,6 +112,8 @@ enum Ev {
     /// A job's timer (its deadline when it was set).
     Tick(usize, Micros),
     Round,
+    NodeDown,
+    NodeUp(usize),
 }
 
 /// An `Outcome` that orders (for the event queue).
@@ -134,7 +146,10 @@ struct Sim<'a> {
     generation: Vec<u64>,
     deadline: Vec<Option<Micros>>,
     holds: Vec<bool>,
+    fleet: Fleet,
     cluster: Cluster,
+    /// Jobs not ended yet (arrived or not): node losses stop when none is left.
+    remaining: usize,
     shape_of: Vec<usize>,
     shapes: Vec<Shape>,
     needs: Vec<Need>,
@@ -160,6 +175,7 @@ impl Sim<'_> {
         if !t.changed {
             return;
         }
+        let moved = job.replicas.iter().zip(&t.job.replicas).any(|(a, b)| a.node != b.node);
         self.rep.steps += 1;
         let job = t.job;
         for e in t.effects {
@@ -190,13 +206,13 @@ impl Sim<'_> {
         }
         // Capacity: held from placement until the job lets go of it.
         let holds = job.holds_capacity();
+        if holds && self.holds[i] && moved {
+            // A replica moved (L9): its capacity goes with it.
+            self.cluster.finish(job.id);
+            self.holds[i] = false;
+        }
         if holds && !self.holds[i] {
-            let need = self.needs[self.shape_of[i]];
-            let placed: Vec<(NodeIx, Need)> =
-                job.replicas.iter().filter_map(|r| Some((self.cluster.node(r.node.as_deref()?)?, need))).collect();
-            let limit = self.jobs[i].limit;
-            self.cluster.start(job.id, &job.project, job.policy.spot, now, now + limit, placed);
-            self.holds[i] = true;
+            self.hold(i, &job, now);
         } else if !holds && self.holds[i] {
             self.cluster.finish(job.id);
             self.holds[i] = false;
@@ -215,10 +231,12 @@ impl Sim<'_> {
             }
         }
         if job.is_terminal() {
+            self.remaining -= 1;
             self.end_t = self.end_t.max(now);
             self.rep.restarts += job.replicas.iter().map(|r| r.restart as u64).sum::<u64>();
             let r = &job.retries;
             self.rep.retries += u64::from(r.worker_restarts + r.transient_exit + r.stockout + r.internal);
+            self.rep.stockout_retries += u64::from(r.stockout);
             if self.holds[i] {
                 self.cluster.finish(job.id);
                 self.holds[i] = false;
@@ -226,6 +244,86 @@ impl Sim<'_> {
             }
         }
         self.live[i] = Some(job);
+    }
+
+    /// The capacity job `i` holds on its replicas' nodes, until its time limit.
+    fn hold(&mut self, i: usize, job: &Job, now: Micros) {
+        let need = self.needs[self.shape_of[i]];
+        let placed: Vec<(NodeIx, Need)> = job
+            .replicas
+            .iter()
+            .filter(|r| r.state.is_live())
+            .filter_map(|r| Some((self.cluster.node(r.node.as_deref()?)?, need)))
+            .collect();
+        let start = job.admitted_at().unwrap_or(now);
+        self.cluster.start(job.id, &job.project, job.policy.spot, start, start + self.jobs[i].limit, placed);
+        self.holds[i] = true;
+    }
+
+    /// The capacity state again from the fleet (a node went down or came back) and the
+    /// jobs that hold capacity.
+    fn rebuild(&mut self, now: Micros) {
+        self.cluster = Cluster::new(&self.fleet);
+        for i in 0..self.live.len() {
+            if !self.holds[i] {
+                continue;
+            }
+            if let Some(job) = self.live[i].take() {
+                self.hold(i, &job, now);
+                if matches!(job.phase, Phase::Stopping { .. }) && job.policy.spot {
+                    self.cluster.mark_stopping(job.id);
+                }
+                self.live[i] = Some(job);
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// The time of the next node loss anywhere in the fleet.
+    fn next_loss(&mut self, now: Micros) {
+        let rate = self.faults.node_loss_per_day * self.fleet.nodes.len() as f64;
+        if rate <= 0.0 || self.remaining == 0 {
+            return;
+        }
+        let gap = -(1.0 - self.rng.f64()).ln() / rate * 24.0 * HOUR as f64;
+        self.push(now + gap as Micros, Ev::NodeDown);
+    }
+
+    /// L9: a node is lost: its replicas restart elsewhere (the scheduler's placement of
+    /// each on what the others leave, `place_replacement`), or wait as a stockout (L15).
+    fn node_down(&mut self, now: Micros) {
+        let n = (self.rng.f64() * self.fleet.nodes.len() as f64) as usize % self.fleet.nodes.len().max(1);
+        self.next_loss(now);
+        if !self.fleet.nodes[n].up {
+            return;
+        }
+        self.rep.node_losses += 1;
+        self.fleet.nodes[n].up = false;
+        let name = self.fleet.nodes[n].name.clone();
+        self.rebuild(now);
+        let hit: Vec<(usize, usize, String)> = self
+            .live
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| Some((i, j.as_ref()?)))
+            .filter(|(_, j)| !j.is_terminal())
+            .flat_map(|(i, j)| {
+                j.replicas
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.state.is_live() && r.node.as_deref() == Some(name.as_str()))
+                    .map(move |(k, r)| (i, k, r.name.clone()))
+            })
+            .collect();
+        for (i, k, replica) in hit {
+            let replacement = {
+                let live: Vec<&Job> = self.live.iter().flatten().filter(|j| !j.is_terminal()).collect();
+                let id = self.jobs[i].id;
+                trainyard_core::replace::place_replacement(&live, &self.fleet, id, k, &name, now)
+            };
+            self.apply(i, Event::NodeLost { replica, replacement }, now);
+        }
+        self.push(now + self.faults.node_repair, Ev::NodeUp(n));
     }
 
     /// A run launched: it starts after the launch delay, and may fail before its work is
@@ -315,7 +413,10 @@ impl Sim<'_> {
                     self.rep.preemptions += 1;
                     self.apply((job - 1) as usize, Event::Preempt { reason }, now);
                 }
-                Decision::Stockout { job, detail } => self.apply((job - 1) as usize, Event::Stockout { detail }, now),
+                Decision::Stockout { job, detail } => {
+                    self.rep.stockouts += 1;
+                    self.apply((job - 1) as usize, Event::Stockout { detail }, now)
+                }
                 Decision::Impossible { job, reason } => self.apply((job - 1) as usize, Event::Impossible { reason }, now),
                 Decision::Wait { .. } => {}
             }
@@ -329,6 +430,7 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
     let wall = Instant::now();
     let fleet = fleet(nodes);
     let cluster = Cluster::new(&fleet);
+    let first = jobs.iter().map(|j| j.submit).min().unwrap_or(0);
     let mut shape_ix: HashMap<(u32, u32), usize> = HashMap::new();
     let mut shapes = Vec::new();
     let mut needs = Vec::new();
@@ -355,7 +457,9 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
         generation: vec![0; n],
         deadline: vec![None; n],
         holds: vec![false; n],
+        fleet,
         cluster,
+        remaining: n,
         shape_of,
         shapes,
         needs,
@@ -371,8 +475,8 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
         assert_eq!(j.id, i as u64 + 1, "job ids must be 1..=n in order");
         sim.push(j.submit, Ev::Arrive(i));
     }
-    let first = jobs.iter().map(|j| j.submit).min().unwrap_or(0);
     sim.end_t = first;
+    sim.next_loss(first);
     let mut next_round = Micros::MIN;
     let mut round_pending = false;
     while let Some(Reverse((now, _, ev))) = sim.heap.pop() {
@@ -404,6 +508,11 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
                 }
             }
             Ev::Round => round_pending = false,
+            Ev::NodeDown => sim.node_down(now),
+            Ev::NodeUp(k) => {
+                sim.fleet.nodes[k].up = true;
+                sim.rebuild(now);
+            }
         }
         // A round when something changed, at most one per interval, after every event of
         // this instant.

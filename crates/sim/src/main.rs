@@ -103,11 +103,13 @@ fn main() -> ExitCode {
         let faults = Faults::default();
         let r = simulate_engine(&workload, nodes, ours, interval as i64 * SECOND, &faults, seed);
         println!(
-            "real engine ({:.1}% of runs killed by a signal, {:.1}% transient exits, {:.1}% OOM kills; launch {} s):",
+            "real engine ({:.1}% of runs killed by a signal, {:.1}% transient exits, {:.1}% OOM kills; launch {} s; {} node losses per node and day, down {} h):",
             faults.signal * 100.0,
             faults.transient * 100.0,
             faults.oom * 100.0,
-            faults.launch / SECOND
+            faults.launch / SECOND,
+            faults.node_loss_per_day,
+            faults.node_repair / (3600 * SECOND)
         );
         println!("  jobs by state: {:?}", r.by_state);
         println!(
@@ -121,6 +123,7 @@ fn main() -> ExitCode {
             r.log_lines,
             r.log_lines as f64 / r.jobs.max(1) as f64
         );
+        println!("  {} nodes lost, {} stockout decisions, {} stockout retries", r.node_losses, r.stockouts, r.stockout_retries);
         println!(
             "  wait to RUNNING: p50 {}, p99 {}, max {}; makespan {}",
             hms(r.wait.0),

@@ -1,7 +1,7 @@
 //! The simulator running the real engine (`trainyard_sim::engine`): every job goes through
 //! the lifecycle's `step` (L1-L23) with the scheduler's rounds, in virtual time.
 
-use trainyard_core::job::SECOND;
+use trainyard_core::job::{HOUR, SECOND};
 use trainyard_sim::engine::{simulate_engine, Faults};
 use trainyard_sim::{default_policies, synthetic, Policy, GPUS_PER_NODE};
 
@@ -38,7 +38,7 @@ fn l19_without_faults_every_job_ends_by_its_work_and_its_limit() {
 fn l10_l14_faults_restart_retry_and_fail_by_the_rules() {
     let nodes = 16;
     let jobs = synthetic(11, 400, nodes as u64 * GPUS_PER_NODE as u64, 0.8);
-    let faults = Faults { signal: 0.2, transient: 0.05, oom: 0.03, launch: 2 * SECOND };
+    let faults = Faults { signal: 0.2, transient: 0.05, oom: 0.03, ..Faults::none() };
     let r = simulate_engine(&jobs, nodes, &ours(), 10 * SECOND, &faults, 3);
     assert_eq!(ended(&r), jobs.len(), "{:?}", r.by_state);
     assert!(r.restarts > 0, "signals restart replicas in place (L10)");
@@ -48,4 +48,20 @@ fn l10_l14_faults_restart_retry_and_fail_by_the_rules() {
     // The same seed makes the same run.
     let again = simulate_engine(&jobs, nodes, &ours(), 10 * SECOND, &faults, 3);
     assert_eq!((again.by_state.clone(), again.steps, again.restarts), (r.by_state.clone(), r.steps, r.restarts));
+}
+
+/// L9, L15: nodes lost under running jobs: their replicas restart on other nodes (not
+/// counted against L11), and while a node is down the capacity it took is missing, which
+/// the scheduler reports as stockouts that the lifecycle retries with backoff; every job
+/// still ends.
+#[test]
+fn l9_l15_node_losses_move_replicas_and_make_stockouts() {
+    let nodes = 16;
+    let jobs = synthetic(5, 300, nodes as u64 * GPUS_PER_NODE as u64, 0.9);
+    let faults = Faults { node_loss_per_day: 1.0, node_repair: 2 * HOUR, ..Faults::none() };
+    let r = simulate_engine(&jobs, nodes, &ours(), 10 * SECOND, &faults, 9);
+    assert_eq!(ended(&r), jobs.len(), "{:?}", r.by_state);
+    assert!(r.node_losses > 0);
+    assert!(r.restarts > 0, "replicas on lost nodes restarted elsewhere (L9)");
+    assert!(r.stockouts + r.stockout_retries > 0, "capacity missing while nodes are down (L15): {r:?}");
 }
