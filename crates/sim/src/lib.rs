@@ -21,6 +21,7 @@ use trainyard_core::job::{ReplicaDemand, Micros, HOUR, MINUTE, SECOND};
 use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, Node, Quotas, Request, SchedulerConfig};
 
 pub mod engine;
+pub mod guarantee;
 
 pub const ACCEL: &str = "NVIDIA_H100_80GB";
 pub const GPUS_PER_NODE: u32 = 8;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use trainyard_core::job::SECOND;
 use trainyard_sim::engine::{simulate_engine, Faults};
+use trainyard_sim::guarantee::check_reservations;
 use trainyard_sim::{default_policies, hms, parse_trace, simulate, synthetic, table, verdict, wait_table, worst_excess, GPUS_PER_NODE};
 
 const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--load F] [--interval SECS] [--trace FILE.csv] [--quick]
@@ -16,6 +17,9 @@ const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--l
   --starvation  seconds after which a waiting job goes ahead of the fair order (our policy)
   --trace     CSV: submit_time_s,duration_s,replicas,gpus_per_replica,project
   --quick     500 nodes, 5000 jobs
+  --check-guarantee  check the starvation guarantee on this workload (our policy, the
+              --starvation bound or 7200 s): the oldest starving job's reservation never
+              moves later and the job starts by it
   --engine    run our policy with the real lifecycle (trainyard_core::step) and faults,
               against the plan-only model of the same run";
 
@@ -28,6 +32,7 @@ fn main() -> ExitCode {
     let mut trace: Option<String> = None;
     let mut starvation: Option<u64> = None;
     let mut engine = false;
+    let mut check = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -41,6 +46,7 @@ fn main() -> ExitCode {
                 "--trace" => trace = Some(val("--trace")?),
                 "--starvation" => starvation = Some(val("--starvation")?.parse().map_err(|e| format!("--starvation: {e}"))?),
                 "--engine" => engine = true,
+                "--check-guarantee" => check = true,
                 "--quick" => {
                     nodes = 500;
                     jobs = 5_000;
@@ -96,6 +102,23 @@ fn main() -> ExitCode {
         for p in policies.iter_mut().filter(|p| p.name == "trainyard") {
             p.cfg.starvation_secs = Some(s);
         }
+    }
+    if check {
+        let Some(ours) = policies.iter().find(|p| p.name == "trainyard") else { return ExitCode::FAILURE };
+        let bound = starvation.unwrap_or(7200);
+        return match check_reservations(&workload, nodes, ours, interval as i64 * SECOND, bound) {
+            Ok(c) => {
+                println!(
+                    "starvation guarantee (bound {bound} s): held in {} rounds with a starving job's reservation; {} starving jobs started by it",
+                    c.rounds, c.jobs
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("starvation guarantee (bound {bound} s) BROKEN: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if engine {
         let Some(ours) = policies.iter().find(|p| p.name == "trainyard") else { return ExitCode::FAILURE };
