@@ -19,7 +19,7 @@
 //! preemptions and log lines, next to the waits and the admissions per second.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
 use trainyard_core::capacity::{Need, NodeIx, Shape};
@@ -28,7 +28,7 @@ use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, Quotas, Request};
 use trainyard_core::step::{step, Effect, Event};
 use trainyard_core::{Job, Outcome, RunId};
 
-use crate::{demand, fleet, quantile, Policy, Rng, SimJob, CHECKPOINT};
+use crate::{demand, fleet, quantile, Policy, Rng, Shapes, SimJob, CHECKPOINT};
 
 /// What goes wrong with runs, per run launched.
 #[derive(Clone, Debug)]
@@ -431,21 +431,7 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
     let fleet = fleet(nodes);
     let cluster = Cluster::new(&fleet);
     let first = jobs.iter().map(|j| j.submit).min().unwrap_or(0);
-    let mut shape_ix: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut shapes = Vec::new();
-    let mut needs = Vec::new();
-    let shape_of: Vec<usize> = jobs
-        .iter()
-        .map(|j| {
-            *shape_ix.entry((j.replicas, j.gpus_per_replica)).or_insert_with(|| {
-                let d = vec![demand(j.gpus_per_replica); j.replicas as usize];
-                let s = cluster.shape(&d);
-                needs.push(s.needs[0]);
-                shapes.push(s);
-                shapes.len() - 1
-            })
-        })
-        .collect();
+    let Shapes { of: shape_of, shapes, needs } = Shapes::intern(&cluster, jobs);
     let n = jobs.len();
     let mut sim = Sim {
         jobs,

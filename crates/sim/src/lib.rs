@@ -255,6 +255,34 @@ fn demand(per: u32) -> ReplicaDemand {
     ReplicaDemand { cpus: 12 * per, memory_bytes: (120u64 << 30) * per as u64, accelerator: Some((ACCEL.to_string(), per)) }
 }
 
+/// The jobs' shapes, interned: one per (replicas, GPUs per replica).
+pub(crate) struct Shapes {
+    /// Per job, the index of its shape.
+    pub of: Vec<usize>,
+    pub shapes: Vec<Shape>,
+    /// Per shape, what one replica needs.
+    pub needs: Vec<Need>,
+}
+
+impl Shapes {
+    pub(crate) fn intern(cluster: &Cluster, jobs: &[SimJob]) -> Shapes {
+        let mut index: HashMap<(u32, u32), usize> = HashMap::new();
+        let (mut shapes, mut needs) = (Vec::new(), Vec::new());
+        let of = jobs
+            .iter()
+            .map(|j| {
+                *index.entry((j.replicas, j.gpus_per_replica)).or_insert_with(|| {
+                    let s = cluster.shape(&vec![demand(j.gpus_per_replica); j.replicas as usize]);
+                    needs.push(s.needs[0]);
+                    shapes.push(s);
+                    shapes.len() - 1
+                })
+            })
+            .collect();
+        Shapes { of, shapes, needs }
+    }
+}
+
 /// A named scheduler configuration to run.
 #[derive(Clone, Debug)]
 pub struct Policy {
@@ -375,22 +403,7 @@ pub fn simulate_observed(
     let fleet = fleet(nodes);
     let mut cluster = Cluster::new(&fleet);
     let total_gpus = nodes as u64 * GPUS_PER_NODE as u64;
-    // Interned shapes, one per (replicas, gpus per replica).
-    let mut shape_of: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut shapes: Vec<Shape> = Vec::new();
-    let mut needs: Vec<Need> = Vec::new();
-    let job_shape: Vec<usize> = jobs
-        .iter()
-        .map(|j| {
-            *shape_of.entry((j.replicas, j.gpus_per_replica)).or_insert_with(|| {
-                let d = vec![demand(j.gpus_per_replica); j.replicas as usize];
-                let s = cluster.shape(&d);
-                needs.push(s.needs[0]);
-                shapes.push(s);
-                shapes.len() - 1
-            })
-        })
-        .collect();
+    let Shapes { of: job_shape, shapes, needs } = Shapes::intern(&cluster, jobs);
     let no_metrics: BTreeMap<String, u64> = BTreeMap::new();
     let quotas = Quotas::default();
     let quota_used = BTreeMap::new();

@@ -190,15 +190,7 @@ pub fn plan(opts: &SlurmOptions, sizes: &std::collections::HashMap<String, NodeS
     a.push(format!("--partition={partition}").into());
     a.push(format!("--ntasks={}", runs.len()).into());
     a.extend(task_options(&req).into_iter().map(OsString::from));
-    if let Some(m) = req.time_minutes {
-        a.push(format!("--time={m}").into());
-    }
-    let mut chdir = OsString::from("--chdir=");
-    chdir.push(gang);
-    a.push(chdir);
-    let mut out = OsString::from("--output=");
-    out.push(gang.join(SLURM_OUT_FILE));
-    a.push(out);
+    super::push_time_and_dirs(&mut a, req.time_minutes, gang);
     a.push(gang.join(SCRIPT_FILE).into_os_string());
     let step_args = step_options(&req);
     let quote = |s: &OsString| sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(s.as_os_str()));

@@ -662,15 +662,7 @@ fn sbatch_args(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, run: &Run
     if req.gpus > 0 {
         a.push(format!("--gres=gpu:{}", req.gpus).into());
     }
-    if let Some(m) = req.time_minutes {
-        a.push(format!("--time={m}").into());
-    }
-    let mut chdir = OsString::from("--chdir=");
-    chdir.push(run_dir);
-    a.push(chdir);
-    let mut out = OsString::from("--output=");
-    out.push(run_dir.join(SLURM_OUT_FILE));
-    a.push(out);
+    push_time_and_dirs(&mut a, req.time_minutes, run_dir);
     let mut wrap = String::from("exec");
     for part in opts.shim_command.iter().map(|s| s.as_bytes()).chain([run_dir.as_os_str().as_bytes()]) {
         wrap.push(' ');
@@ -679,6 +671,19 @@ fn sbatch_args(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, run: &Run
     a.push("--wrap".into());
     a.push(wrap.into());
     a
+}
+
+/// `--time`, `--chdir=<dir>` and `--output=<dir>/slurm.out` of a batch job.
+fn push_time_and_dirs(a: &mut Vec<OsString>, time_minutes: Option<u64>, dir: &Path) {
+    if let Some(m) = time_minutes {
+        a.push(format!("--time={m}").into());
+    }
+    let mut chdir = OsString::from("--chdir=");
+    chdir.push(dir);
+    a.push(chdir);
+    let mut out = OsString::from("--output=");
+    out.push(dir.join(SLURM_OUT_FILE));
+    a.push(out);
 }
 
 /// Looks a run's job up by its output path (unique per run, unlike the job name across
