@@ -132,17 +132,7 @@ fn task_request(opts: &SlurmOptions, sizes: &std::collections::HashMap<String, N
         req.time_minutes = req.time_minutes.max(r.time_minutes);
     }
     req.cpus = req.cpus.max(1);
-    let partition = match (&opts.gpu_partition, req.gpus) {
-        (Some(g), n) if n > 0 => g.clone(),
-        _ => opts.partition.clone(),
-    };
-    if opts.fit_to_nodes {
-        if let Some(size) = sizes.get(&partition) {
-            req.cpus = req.cpus.min(size.cpus.max(1));
-            req.memory_mb = req.memory_mb.map(|m| m.min(size.memory_mb.max(1)));
-        }
-    }
-    (partition, req)
+    super::partition_for(opts, sizes, req)
 }
 
 /// The per-task resource options, shared by the allocation and its steps.

@@ -639,9 +639,9 @@ fn unreachable_reason(message: &str, delay: Duration) -> String {
     format!("the Slurm controller is unreachable ({message}); trying again in {}s", delay.as_secs())
 }
 
-/// The `sbatch` arguments of a run (see the module docs).
-fn sbatch_args(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, run: &RunId, run_dir: &Path, spec: &ShimSpec) -> Vec<OsString> {
-    let mut req = request_for(run, spec);
+/// The partition of a request (`gpu_partition` for one with GPUs), and the request reduced
+/// to the partition's largest node with `fit_to_nodes`.
+fn partition_for(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, mut req: Request) -> (String, Request) {
     let partition = match (&opts.gpu_partition, req.gpus) {
         (Some(g), n) if n > 0 => g.clone(),
         _ => opts.partition.clone(),
@@ -652,6 +652,12 @@ fn sbatch_args(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, run: &Run
             req.memory_mb = req.memory_mb.map(|m| m.min(size.memory_mb.max(1)));
         }
     }
+    (partition, req)
+}
+
+/// The `sbatch` arguments of a run (see the module docs).
+fn sbatch_args(opts: &SlurmOptions, sizes: &HashMap<String, NodeSize>, run: &RunId, run_dir: &Path, spec: &ShimSpec) -> Vec<OsString> {
+    let (partition, req) = partition_for(opts, sizes, request_for(run, spec));
     let mut a: Vec<OsString> = os(&["--parsable", "--no-requeue", "--open-mode=append"]);
     a.push(format!("--job-name={}", job_name(run)).into());
     a.push(format!("--partition={partition}").into());
