@@ -43,7 +43,6 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use super::{os, request_for, sh_quote, NodeSize, Request, SlurmOptions, SLURM_OUT_FILE};
-use crate::fsutil;
 use crate::seam::BackendError;
 use crate::shim::ShimSpec;
 use trainyard_core::RunId;
@@ -83,19 +82,11 @@ pub fn dir_of(run_dir: &Path) -> Option<PathBuf> {
 }
 
 pub fn read_file(gang: &Path) -> Result<Option<GangFile>, BackendError> {
-    let path = gang.join(GANG_FILE);
-    match fsutil::read_optional(&path)? {
-        None => Ok(None),
-        Some(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| super::slurm_err("read gang.json", format!("{}: {e}", path.display()))),
-    }
+    super::read_record(gang, GANG_FILE)
 }
 
 pub fn write_file(gang: &Path, f: &GangFile) -> Result<(), BackendError> {
-    let mut bytes = serde_json::to_vec(f).map_err(|e| super::slurm_err("write gang.json", e.to_string()))?;
-    bytes.push(b'\n');
-    Ok(fsutil::write_atomic(&gang.join(GANG_FILE), &bytes)?)
+    super::write_record(gang, GANG_FILE, f)
 }
 
 /// The step a run's shim runs in (`<job id>.<step id>`), once its wrapper wrote it.

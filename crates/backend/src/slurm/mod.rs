@@ -370,25 +370,37 @@ fn sh_quote(s: &[u8]) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// The partitions' largest node, from `sinfo --json`.
-pub fn partition_sizes(text: &[u8]) -> Result<HashMap<String, NodeSize>, String> {
+/// One node of `sinfo --json`: only the fields used, unknown ones ignored.
+#[derive(Deserialize)]
+struct SinfoNode {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    cpus: u32,
+    #[serde(default)]
+    real_memory: u64,
+    #[serde(default)]
+    partitions: Vec<String>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    state_flags: Vec<String>,
+}
+
+fn sinfo_nodes(text: &[u8]) -> Result<Vec<SinfoNode>, String> {
     #[derive(Deserialize)]
     struct Doc {
         #[serde(default)]
-        nodes: Vec<Node>,
-    }
-    #[derive(Deserialize)]
-    struct Node {
-        #[serde(default)]
-        cpus: u32,
-        #[serde(default)]
-        real_memory: u64,
-        #[serde(default)]
-        partitions: Vec<String>,
+        nodes: Vec<SinfoNode>,
     }
     let doc: Doc = serde_json::from_slice(text).map_err(|e| format!("sinfo --json output does not parse: {e}"))?;
+    Ok(doc.nodes)
+}
+
+/// The partitions' largest node, from `sinfo --json`.
+pub fn partition_sizes(text: &[u8]) -> Result<HashMap<String, NodeSize>, String> {
     let mut out: HashMap<String, NodeSize> = HashMap::new();
-    for n in doc.nodes {
+    for n in sinfo_nodes(text)? {
         for p in n.partitions {
             let e = out.entry(p).or_default();
             e.cpus = e.cpus.max(n.cpus);
@@ -606,20 +618,28 @@ fn slurm_err(command: &str, message: impl Into<String>) -> BackendError {
     BackendError::Slurm { command: command.into(), message: message.into() }
 }
 
-pub fn read_job_file(run_dir: &Path) -> Result<Option<SlurmJobFile>, BackendError> {
-    let path = run_dir.join(SLURM_FILE);
+/// A JSON record of the backend's (`slurm.json`, `gang.json`): `None` when there is none.
+pub(super) fn read_record<T: serde::de::DeserializeOwned>(dir: &Path, file: &str) -> Result<Option<T>, BackendError> {
+    let path = dir.join(file);
     match fsutil::read_optional(&path)? {
         None => Ok(None),
-        Some(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| slurm_err("read slurm.json", format!("{}: {e}", path.display()))),
+        Some(b) => serde_json::from_slice(&b).map(Some).map_err(|e| slurm_err(&format!("read {file}"), format!("{}: {e}", path.display()))),
     }
 }
 
-fn write_job_file(run_dir: &Path, f: &SlurmJobFile) -> Result<(), BackendError> {
-    let mut bytes = serde_json::to_vec(f).map_err(|e| slurm_err("write slurm.json", e.to_string()))?;
+/// Writes a JSON record of the backend's durably (write, fsync, rename).
+pub(super) fn write_record<T: Serialize>(dir: &Path, file: &str, record: &T) -> Result<(), BackendError> {
+    let mut bytes = serde_json::to_vec(record).map_err(|e| slurm_err(&format!("write {file}"), e.to_string()))?;
     bytes.push(b'\n');
-    Ok(fsutil::write_atomic(&run_dir.join(SLURM_FILE), &bytes)?)
+    Ok(fsutil::write_atomic(&dir.join(file), &bytes)?)
+}
+
+pub fn read_job_file(run_dir: &Path) -> Result<Option<SlurmJobFile>, BackendError> {
+    read_record(run_dir, SLURM_FILE)
+}
+
+fn write_job_file(run_dir: &Path, f: &SlurmJobFile) -> Result<(), BackendError> {
+    write_record(run_dir, SLURM_FILE, f)
 }
 
 pub fn job_name(run: &RunId) -> String {
@@ -952,11 +972,14 @@ impl SlurmBackend {
             let st = lock(&self.shared.state);
             let Some(live) = st.gangs.get(&g) else { return Ok(false) };
             let Some(id) = live.job_id else { return Ok(false) };
-            if st.last.get(&id).is_none_or(|j| j.job_state != "RUNNING") || g.join(gang::RELEASE_FILE).exists() {
+            if st.last.get(&id).is_none_or(|j| j.job_state != "RUNNING") {
                 return Ok(false);
             }
             (id, live.step_args.clone())
         };
+        if g.join(gang::RELEASE_FILE).exists() {
+            return Ok(false);
+        }
         shim::write_spec(run_dir, spec)?;
         let f = SlurmJobFile { job_id: Some(id), job_name: gang::job_name(run), submitted_micros: fsutil::now_micros(), gang: Some(g.clone()) };
         write_job_file(run_dir, &f)?;
@@ -1097,8 +1120,8 @@ fn job_of(shared: &Shared, run_dir: &Path) -> Option<u64> {
 fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendError> {
     let opts = &shared.opts;
     let Some(id) = job_of(shared, run_dir) else { return Ok(()) };
-    if gang_of(shared, run_dir).is_some() {
-        return stop_step(shared, run_dir, id, false);
+    if let Some(gang) = gang_of(shared, run_dir) {
+        return stop_step(shared, run_dir, &gang, id, false);
     }
     let (known, pending) = {
         let mut st = lock(&shared.state);
@@ -1131,8 +1154,8 @@ fn stop_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendE
 fn kill_job(shared: &Shared, run: &RunId, run_dir: &Path) -> Result<(), BackendError> {
     let opts = &shared.opts;
     let Some(id) = job_of(shared, run_dir) else { return Ok(()) };
-    if gang_of(shared, run_dir).is_some() {
-        return stop_step(shared, run_dir, id, true);
+    if let Some(gang) = gang_of(shared, run_dir) {
+        return stop_step(shared, run_dir, &gang, id, true);
     }
     let known = {
         let mut st = lock(&shared.state);
@@ -1167,7 +1190,7 @@ fn gang_of(shared: &Shared, run_dir: &Path) -> Option<PathBuf> {
 /// Stops (or, `kill`, kills) one replica of a gang: see [`gang`]. Its step gets the
 /// signal once its wrapper recorded it; while the allocation is pending the allocation is
 /// cancelled, and every replica of it ends as stopped.
-fn stop_step(shared: &Shared, run_dir: &Path, id: u64, kill: bool) -> Result<(), BackendError> {
+fn stop_step(shared: &Shared, run_dir: &Path, gang: &Path, id: u64, kill: bool) -> Result<(), BackendError> {
     let opts = &shared.opts;
     let (pending, over) = {
         let mut st = lock(&shared.state);
@@ -1187,10 +1210,9 @@ fn stop_step(shared: &Shared, run_dir: &Path, id: u64, kill: bool) -> Result<(),
     }
     if pending {
         // Nothing of the gang runs yet: the whole allocation goes.
-        let gang = gang_of(shared, run_dir);
         {
             let mut st = lock(&shared.state);
-            for w in st.watches.values_mut().filter(|w| w.gang.is_some() && w.gang == gang) {
+            for w in st.watches.values_mut().filter(|w| w.gang.as_deref() == Some(gang)) {
                 w.stopped = true;
             }
         }
@@ -1604,23 +1626,7 @@ fn watcher(shared: Arc<Shared>) {
 
 /// The nodes that are drained, draining or down, from `sinfo --json`.
 pub fn unavailable_nodes(text: &[u8]) -> Result<Vec<String>, String> {
-    #[derive(Deserialize)]
-    struct Doc {
-        #[serde(default)]
-        nodes: Vec<Node>,
-    }
-    #[derive(Deserialize)]
-    struct Node {
-        #[serde(default)]
-        name: String,
-        #[serde(default)]
-        state: String,
-        #[serde(default)]
-        state_flags: Vec<String>,
-    }
-    let doc: Doc = serde_json::from_slice(text).map_err(|e| format!("sinfo --json output does not parse: {e}"))?;
-    Ok(doc
-        .nodes
+    Ok(sinfo_nodes(text)?
         .into_iter()
         .filter(|n| n.state_flags.iter().any(|f| f.starts_with("DRAIN")) || n.state.eq_ignore_ascii_case("down"))
         .map(|n| n.name)
