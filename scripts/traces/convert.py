@@ -26,19 +26,28 @@ def num(s):
     return v if math.isfinite(v) else None
 
 
+def gpu_count(value, dropped, no_gpu):
+    """Whole GPUs of one replica (a fraction takes a whole one), or None, counted in
+    `dropped` under `no_gpu` or as more than a node has."""
+    gpus = num(value)
+    if gpus is None or gpus <= 0:
+        dropped[no_gpu] += 1
+        return None
+    gpus = int(math.ceil(gpus))
+    if gpus > GPUS_PER_NODE:
+        dropped["more GPUs than a node"] += 1
+        return None
+    return gpus
+
+
 def openb(rows, dropped):
     """cluster-trace-gpu-v2023 openb_pod_list_*.csv: one pod is one job of one replica."""
     out = []
     for r in rows:
-        gpus = num(r.get("num_gpu"))
-        if gpus is None or gpus <= 0:
-            dropped["no GPU (CPU-only pod)"] += 1
-            continue
         # A GPU-sharing pod (num_gpu 1, gpu_milli < 1000) takes a whole GPU here: the
         # scheduler allocates whole accelerators.
-        gpus = int(math.ceil(gpus))
-        if gpus > GPUS_PER_NODE:
-            dropped["more GPUs than a node"] += 1
+        gpus = gpu_count(r.get("num_gpu"), dropped, "no GPU (CPU-only pod)")
+        if gpus is None:
             continue
         created, sched, deleted = num(r.get("creation_time")), num(r.get("scheduled_time")), num(r.get("deletion_time"))
         if created is None or deleted is None:
@@ -66,13 +75,8 @@ def dlrm(rows, dropped):
     end = max(times)
     out = []
     for r in rows:
-        gpus = num(r.get("gpu_request"))
-        if gpus is None or gpus <= 0:
-            dropped["no GPU (CPU node instance)"] += 1
-            continue
-        gpus = int(math.ceil(gpus))
-        if gpus > GPUS_PER_NODE:
-            dropped["more GPUs than a node"] += 1
+        gpus = gpu_count(r.get("gpu_request"), dropped, "no GPU (CPU node instance)")
+        if gpus is None:
             continue
         created, sched, deleted = num(r.get("creation_time")), num(r.get("scheduled_time")), num(r.get("deletion_time"))
         # Existed before the trace began: submitted at its start (time 0).
