@@ -1283,6 +1283,17 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     }
 }
 
+/// Ends a session whose upload failed a check: its files are removed and it is forgotten.
+async fn drop_session(s: &Storage, uploads: OwnedFd, sid: String, key: &str) -> GcsResult<()> {
+    blocking(move || {
+        upload::remove_session(&uploads, &sid);
+        Ok(())
+    })
+    .await?;
+    s.sessions.forget(key);
+    Ok(())
+}
+
 /// The upload's bytes are all there: check, publish, and remember the answer. A check
 /// that fails ends the session with nothing stored.
 #[allow(clippy::too_many_arguments)]
@@ -1322,25 +1333,13 @@ async fn finish_session(
         match computed {
             Ok(m) => md5 = Some(m),
             Err(e) => {
-                let up = uploads;
-                blocking(move || {
-                    upload::remove_session(&up, &sid);
-                    Ok(())
-                })
-                .await?;
-                s.sessions.forget(key);
+                drop_session(s, uploads, sid, key).await?;
                 return Err(e);
             }
         }
     }
     if let Err(why) = expected.verify(&crc, md5.as_deref()) {
-        let up = uploads;
-        blocking(move || {
-            upload::remove_session(&up, &sid);
-            Ok(())
-        })
-        .await?;
-        s.sessions.forget(key);
+        drop_session(s, uploads, sid, key).await?;
         return Err(GcsError::invalid(why));
     }
     let mut meta = session.meta.clone();
