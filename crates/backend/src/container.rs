@@ -71,7 +71,22 @@ pub struct Engine {
     pub env: Vec<(String, String)>,
     #[serde(default)]
     pub pull: Pull,
+    /// How long a pull may go on failing (a registry that cannot be reached) before the
+    /// run fails with a StartError (`[containers] pull_timeout_secs`).
+    #[serde(default = "default_pull_timeout_secs")]
+    pub pull_timeout_secs: u64,
 }
+
+/// `[containers] pull_timeout_secs` when not set: ten minutes.
+pub const DEFAULT_PULL_TIMEOUT_SECS: u64 = 600;
+
+fn default_pull_timeout_secs() -> u64 {
+    DEFAULT_PULL_TIMEOUT_SECS
+}
+
+/// What a user can do about an image that is not on the host and cannot be pulled.
+pub const IMAGE_FIXES: &str = "load it with `podman load -i IMAGE.tar`, build the stand-in images with \
+                               `scripts/images/build.sh`, or run replicas as host processes with [containers] engine = \"none\"";
 
 impl Engine {
     /// A command for `podman <global args> <args>`, in the engine's environment.
@@ -117,16 +132,50 @@ impl Engine {
         Ok(status.success())
     }
 
-    /// `podman pull IMAGE`: `Err((message, the user's))`: `true` when the registry said
-    /// the image does not exist or may not be had (a StartError), `false` when the
-    /// registry could not be reached (retried).
-    pub fn pull(&self, image: &str) -> Result<(), (String, bool)> {
-        match self.output(["pull", "--quiet", image]) {
-            Ok(_) => Ok(()),
-            Err(message) => {
+    /// `podman pull IMAGE`, ended after `bound`: `Err((message, the user's))`: `true` when
+    /// the registry said the image does not exist or may not be had, or the reference can
+    /// never resolve (a StartError), `false` when the registry could not be reached or the
+    /// pull took too long (tried again until `pull_timeout_secs`).
+    pub fn pull(&self, image: &str, bound: std::time::Duration) -> Result<(), (String, bool)> {
+        let mut child = self
+            .command(["pull", "--quiet", image])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| (format!("cannot run {}: {e}", self.program.display()), false))?;
+        // stderr is read on a thread so that a chatty engine never blocks on a full pipe.
+        let stderr = child.stderr.take();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut e) = stderr {
+                let _ = std::io::Read::read_to_string(&mut e, &mut s);
+            }
+            s
+        });
+        let deadline = std::time::Instant::now() + bound;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if std::time::Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                Err(e) => return Err((format!("cannot wait for {} pull: {e}", self.program.display()), false)),
+            }
+        };
+        let err = reader.join().unwrap_or_default();
+        match status {
+            Some(s) if s.success() => Ok(()),
+            Some(s) => {
+                let message =
+                    last_error_line(&err).unwrap_or_else(|| format!("{} pull exited with {s}", self.program.display()));
                 let users = pull_refused(&message);
                 Err((message, users))
             }
+            None => Err((format!("`{} pull {image}` did not finish within {}s", self.program.display(), bound.as_secs()), false)),
         }
     }
 
@@ -292,7 +341,18 @@ pub fn last_error_line(stderr: &str) -> Option<String> {
 /// registry that cannot be reached, a timeout) is not.
 pub fn pull_refused(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
-    ["manifest unknown", "not found", "unauthorized", "denied", "name unknown", "invalid reference format"]
+    [
+        "manifest unknown",
+        "not found",
+        "unauthorized",
+        "denied",
+        "name unknown",
+        "invalid reference format",
+        // A short name with no alias and no search registry, a name the engine rejects:
+        // no later try can resolve them.
+        "did not resolve to an alias",
+        "invalid image name",
+    ]
         .iter()
         .any(|s| m.contains(s))
 }
@@ -322,7 +382,11 @@ pub fn classify(c: &ContainerSpec, code: i32, existed: bool, tail: &[String]) ->
                 c.engine.pull.as_str(),
                 c.image
             ))
-        } else if message.contains("pull") || message.contains("initializing source") || message.contains("registry") {
+        } else if message.contains("pull")
+            || message.contains("initializing source")
+            || message.contains("registry")
+            || pull_refused(&message)
+        {
             if pull_refused(&message) {
                 Failure::Start(format!("the image {:?} cannot be pulled: {message}", c.image))
             } else {
@@ -371,7 +435,13 @@ mod tests {
 
     fn spec() -> ContainerSpec {
         ContainerSpec {
-            engine: Engine { program: "podman".into(), global_args: vec![], env: vec![], pull: Pull::Never },
+            engine: Engine {
+                program: "podman".into(),
+                global_args: vec![],
+                env: vec![],
+                pull: Pull::Never,
+                pull_timeout_secs: DEFAULT_PULL_TIMEOUT_SECS,
+            },
             image: "localhost/img:1".into(),
             name: "trainyard-1-0-workerpool0-0-0-00000000".into(),
             entrypoint: Some(vec!["python3".into(), "-c".into(), "print(1)".into()]),

@@ -7,7 +7,7 @@
 //! only ever takes that lock shared (`LOCK_SH`): it can then wait for a shim's exclusive
 //! lock to go without ever looking like a shim itself.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader};
@@ -51,6 +51,9 @@ pub struct LocalBackend {
     /// Images seen on the host, not checked again (a run whose image has gone since says
     /// so in its own outcome).
     images: Arc<Mutex<HashSet<String>>>,
+    /// Runs whose image could not be pulled yet: when the first pull failed
+    /// (`[containers] pull_timeout_secs` counts from there).
+    pulls: Arc<Mutex<HashMap<PathBuf, Instant>>>,
 }
 
 /// Marks a run directory as watched until dropped.
@@ -63,6 +66,10 @@ impl Drop for Claim {
     fn drop(&mut self) {
         lock_set(&self.watched).remove(&self.run_dir);
     }
+}
+
+fn lock_map<K, V>(map: &Mutex<HashMap<K, V>>) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
+    map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn lock_set(set: &Mutex<HashSet<PathBuf>>) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
@@ -166,7 +173,12 @@ impl LocalBackend {
     /// backoff, the engine's message as the waiting reason) instead of failing the job.
     /// A registry that refuses the image (no such image, no access) is left to the run,
     /// which ends in a StartError naming it.
-    fn ensure_image(&self, c: &crate::container::ContainerSpec) -> Result<(), BackendError> {
+    ///
+    /// A pull that has not succeeded `pull_timeout_secs` after the run's first try, or
+    /// one that can never succeed (the registry refused the image, a short name that does
+    /// not resolve, a name the engine rejects), is [`BackendError::StartRefused`]: the
+    /// run ends with a StartError naming the image, the engine's message and the fixes.
+    fn ensure_image(&self, run_dir: &Path, c: &crate::container::ContainerSpec) -> Result<(), BackendError> {
         if c.engine.pull != crate::container::Pull::Missing {
             return Ok(());
         }
@@ -177,13 +189,36 @@ impl LocalBackend {
         let engine = || c.engine.program.display().to_string();
         let present = c.engine.image_exists(&c.image).map_err(|message| BackendError::Unavailable { engine: engine(), message })?;
         if !present {
-            match c.engine.pull(&c.image) {
-                Ok(()) => {}
-                Err((_, true)) => return Ok(()),
+            let limit = Duration::from_secs(c.engine.pull_timeout_secs);
+            let first = *lock_map(&self.pulls).entry(run_dir.to_path_buf()).or_insert_with(Instant::now);
+            let left = limit.saturating_sub(first.elapsed()).max(Duration::from_secs(1));
+            let refused = |message: String, why: String| {
+                lock_map(&self.pulls).remove(run_dir);
+                BackendError::StartRefused {
+                    message: format!("the image {:?} {why} ({message}); {}", c.image, crate::container::IMAGE_FIXES),
+                }
+            };
+            match c.engine.pull(&c.image, left) {
+                Ok(()) => {
+                    lock_map(&self.pulls).remove(run_dir);
+                }
+                Err((message, true)) => return Err(refused(message, "cannot be pulled".into())),
+                Err((message, false)) if first.elapsed() >= limit => {
+                    let why = format!(
+                        "could not be pulled within {}s ([containers] pull_timeout_secs)",
+                        c.engine.pull_timeout_secs
+                    );
+                    return Err(refused(message, why));
+                }
                 Err((message, false)) => {
                     return Err(BackendError::Unavailable {
                         engine: format!("the registry of {}", c.image),
-                        message: format!("pulling {}: {message}", c.image),
+                        message: format!(
+                            "pulling {}: {message} (the run fails after {}s of this, [containers] pull_timeout_secs; {})",
+                            c.image,
+                            c.engine.pull_timeout_secs,
+                            crate::container::IMAGE_FIXES
+                        ),
                     })
                 }
             }
@@ -205,6 +240,7 @@ impl LocalBackend {
             pids,
             watched: Arc::new(Mutex::new(HashSet::new())),
             images: Arc::new(Mutex::new(HashSet::new())),
+            pulls: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -254,7 +290,7 @@ impl LocalBackend {
             }
         }
         if let Some(c) = &spec.container {
-            self.ensure_image(c)?;
+            self.ensure_image(&run_dir, c)?;
         }
         fs::create_dir_all(&run_dir).at("create run directory", &run_dir)?;
         let mut spec = spec;

@@ -202,8 +202,7 @@ mod tests {
     /// made again idempotently, and removed.
     #[test]
     fn a_job_namespace_is_made_entered_and_removed() {
-        if !is_root() {
-            eprintln!("skipped: network namespaces need root");
+        if !is_root() && crate::skip_test("network namespaces need root") {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -54,6 +54,11 @@ pub enum BackendError {
     /// attempts.
     #[error("out of {resource}: {message}")]
     Exhausted { resource: String, message: String },
+    /// The run cannot start for a reason of the user's (an image that cannot be had):
+    /// nothing was started, and the run ends with a StartError carrying `message`, never
+    /// retried.
+    #[error("{message}")]
+    StartRefused { message: String },
 }
 
 impl BackendError {

@@ -693,8 +693,7 @@ fn is_root() -> bool {
 /// supplementary groups and no new privileges; the shim's files stay the shim's.
 #[test]
 fn run_as_switches_the_program_to_an_unprivileged_identity() {
-    if !is_root() {
-        eprintln!("skipped: needs root to switch users");
+    if !is_root() && trainyard_backend::skip_test("needs root to switch users") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -721,8 +720,7 @@ fn run_as_switches_the_program_to_an_unprivileged_identity() {
 /// replica's processes are all gone when it ends.
 #[test]
 fn pids_max_bounds_a_fork_bomb() {
-    if !is_root() {
-        eprintln!("skipped: needs root to switch users");
+    if !is_root() && trainyard_backend::skip_test("needs root to switch users") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

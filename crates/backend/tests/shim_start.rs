@@ -110,7 +110,7 @@ fn v2_base(name: &str) -> Option<(std::path::PathBuf, String)> {
 fn on_cgroup_v2_the_program_runs_in_the_replica_cgroup() {
     let name = format!("trainyard-test-{}", std::process::id());
     let Some((base, rel)) = v2_base(&name) else {
-        eprintln!("SKIP: no cgroup2 hierarchy that this process may create cgroups in");
+        trainyard_backend::skip_test("no cgroup2 hierarchy that this process may create cgroups in");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

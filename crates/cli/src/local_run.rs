@@ -16,6 +16,9 @@ use trainyard_server::logs::{self, Cursor, Selector};
 use trainyard_server::{Config, Msg};
 use trainyard_store::Store;
 
+/// `[containers] pull_timeout_secs` at most, for `local-run`.
+const LOCAL_RUN_PULL_TIMEOUT_SECS: u64 = 30;
+
 #[derive(Args)]
 pub struct LocalRunArgs {
     /// The job file: a CustomJobSpec in YAML (workerPoolSpecs, scheduling, ...) or a whole CustomJob.
@@ -66,6 +69,9 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     // config's output roots.
     let mut roots = vec![job_dir.clone(), crate::cwd(), PathBuf::from("/tmp"), data_dir.clone()];
     roots.extend(cfg.output_roots.iter().cloned());
+    // A foreground tool: an image that cannot be pulled fails the job within 30 s
+    // instead of keeping the user waiting for the server's default.
+    cfg.containers.pull_timeout_secs = cfg.containers.pull_timeout_secs.min(LOCAL_RUN_PULL_TIMEOUT_SECS);
     // One user's own job in the foreground: it runs as that user.
     cfg.replicas.uid_range = None;
     cfg.replicas.insecure_shared_user = true;

@@ -85,8 +85,14 @@ fn main() -> ExitCode {
         // SAFETY: no other thread exists yet; SIG_DFL installs no handler.
         let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
     }
-    let verbose = matches!(cli.command, Command::Serve(_));
-    init_tracing(verbose);
+    // The server logs what it does; `local-run` shows the job's own events (`[trainyard]`
+    // lines) and only errors of its own; the client commands warnings too.
+    let level = match cli.command {
+        Command::Serve(_) => "info",
+        Command::LocalRun(_) => "error",
+        _ => "warn",
+    };
+    init_tracing(level);
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::LocalRun(a) => local_run::run(a),
@@ -105,8 +111,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: bool) {
-    let default = if verbose { "info" } else { "warn" };
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TRAINYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;

@@ -205,7 +205,7 @@ fn create_wait_reports_progress_and_exits_with_the_job() {
 #[test]
 fn progress_line_is_redrawn_in_place_on_a_terminal() {
     if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("SKIP: no `script` (util-linux) to give the command a terminal");
+        trainyard_backend::skip_test("no `script` (util-linux) to give the command a terminal");
         return;
     }
     let s = Server::start("");

@@ -254,3 +254,89 @@ fn local_run_runs_the_job_in_its_image() {
     let want = format!("in the image {}", dir.path().display());
     assert!(stdout.contains(&want) || stderr.contains(&want), "{want:?} in {stdout}\n{stderr}");
 }
+
+/// A podman whose `image exists` says no and whose `pull` fails with `message` (as
+/// podman prints it); everything else is the real podman.
+fn podman_failing_pulls(dir: &std::path::Path, message: &str) -> std::path::PathBuf {
+    let real = String::from_utf8(Command::new("sh").args(["-c", "command -v podman"]).output().expect("sh").stdout)
+        .expect("utf-8")
+        .trim()
+        .to_string();
+    let path = dir.join("podman-failing-pulls");
+    let script = format!(
+        "#!/bin/sh\n\
+         for a in \"$@\"; do\n\
+           case \"$a\" in\n\
+             pull) echo 'Error: {message}' >&2; exit 125;;\n\
+             exists) exit 1;;\n\
+             run|info|ps|rm|stop|kill|inspect|version) break;;\n\
+           esac\n\
+         done\n\
+         exec {real} \"$@\"\n"
+    );
+    std::fs::write(&path, script).expect("write the fake podman");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// A registry that cannot be reached keeps the job PENDING with podman's message and the
+/// fixes, until `[containers] pull_timeout_secs`; then the replica fails with a StartError
+/// naming the image, podman's last message and the fixes, and the job is not retried.
+#[test]
+fn an_unreachable_registry_fails_the_job_after_pull_timeout_secs() {
+    if !enabled() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = podman_failing_pulls(
+        dir.path(),
+        "initializing source docker://python:3.12: pinging container registry registry-1.docker.io: dial tcp: \
+         lookup registry-1.docker.io: no such host",
+    );
+    let s = Server::start(&format!(
+        "[containers]\nengine = \"podman\"\nprogram = \"{}\"\npull_timeout_secs = 4\n",
+        fake.display()
+    ));
+    let job = create_as_is(&s, "p", &image_job("offline", "python:3.12", &["python3", "-c", "print(1)"], &[]));
+    let name = name_of(&job);
+    let pending = s.wait_for(&name, 30, |j| {
+        j["trainyardWaitingReason"].as_str().is_some_and(|r| r.contains("pull_timeout_secs"))
+    });
+    let reason = pending["trainyardWaitingReason"].as_str().unwrap_or("").to_string();
+    assert!(reason.contains("no such host") && reason.contains("scripts/images/build.sh"), "{reason}");
+    let started = Instant::now();
+    let done = s.wait_terminal(&name, 60);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done}");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    for want in ["python:3.12", "within 4s", "no such host", "podman load", "scripts/images/build.sh", "engine = \"none\""] {
+        assert!(message.contains(want), "error lacks {want:?}: {message}");
+    }
+    assert_eq!(done["error"]["code"], 3, "a StartError is the user's (INVALID_ARGUMENT): {done}");
+    assert!(started.elapsed() < Duration::from_secs(30), "failed after {:?}", started.elapsed());
+    let log = s.logs_text(&name);
+    assert!(!log.contains("attempt 1"), "a StartError is never retried (L12): {log}");
+}
+
+/// A short name that resolves to nothing can never be pulled: the replica fails at once
+/// with a StartError, without waiting for the pull timeout.
+#[test]
+fn a_short_name_that_does_not_resolve_fails_at_once() {
+    if !enabled() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = podman_failing_pulls(
+        dir.path(),
+        "short-name \"nosuch/image:1\" did not resolve to an alias and no unqualified-search registries are defined",
+    );
+    let s = Server::start(&format!(
+        "[containers]\nengine = \"podman\"\nprogram = \"{}\"\npull_timeout_secs = 600\n",
+        fake.display()
+    ));
+    let job = create_as_is(&s, "p", &image_job("short", "nosuch/image:1", &["true"], &[]));
+    let done = s.wait_terminal(&name_of(&job), 30);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done}");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("nosuch/image:1") && message.contains("did not resolve"), "{message}");
+}

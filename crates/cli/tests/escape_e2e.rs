@@ -183,8 +183,7 @@ echo END
 /// and the server go on.
 #[test]
 fn a_tenant_cannot_reach_the_server_or_another_tenant() {
-    if !is_root() {
-        eprintln!("skipped: per-project users need a root server");
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
         return;
     }
     let (s, tokens) = tenant_server(4096);
@@ -249,8 +248,7 @@ fn a_tenant_cannot_reach_the_server_or_another_tenant() {
 /// quickly meanwhile, and nothing of A's is left once its job ended.
 #[test]
 fn a_fork_bomb_stays_within_pids_max() {
-    if !is_root() {
-        eprintln!("skipped: per-project users need a root server");
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
         return;
     }
     let (s, _tokens) = tenant_server(64);
@@ -353,8 +351,7 @@ fn tokens_with_a_shared_user_are_refused_unless_allowed() {
 /// answered, and the study ends.
 #[test]
 fn a_trial_metric_file_cannot_stall_or_feed_the_server() {
-    if !is_root() {
-        eprintln!("skipped: per-project users need a root server");
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
         return;
     }
     let (s, tokens) = tenant_server(4096);
@@ -408,8 +405,7 @@ fn a_trial_metric_file_cannot_stall_or_feed_the_server() {
 /// the fix.
 #[test]
 fn a_data_directory_the_replicas_cannot_reach_is_refused() {
-    if !is_root() {
-        eprintln!("skipped: per-project users need a root server");
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
         return;
     }
     let mut s = Server::prepare("");
@@ -522,7 +518,7 @@ fn network_probe(mode: &str) -> (String, Server, u64) {
 #[test]
 fn a_jobs_network_reaches_its_replicas_and_nothing_else() {
     if !is_root() {
-        eprintln!("skipped: network namespaces need a root server");
+        trainyard_backend::skip_test("network namespaces need a root server");
         return;
     }
     if skip_on_slurm("a job's network namespace is one host's (refused with Slurm: see the next test)") {

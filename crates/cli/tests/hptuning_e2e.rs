@@ -96,10 +96,25 @@ fn random_search_study_runs_trials() {
     assert_eq!(ints["state"], 4);
     assert_eq!(ints["trials"][0]["state"], 4);
     assert_eq!(ints["studySpec"]["metrics"][0]["goal"], 1);
-    // Delete.
+    // Delete: the tuning job's trials' CustomJobs go with it, their logs and run
+    // directories too, as a pipeline's CustomJob goes with the pipeline.
+    let jobs: Vec<String> = trials.iter().map(|t| t["customJob"].as_str().unwrap().to_string()).collect();
     let (st, op) = s.call("DELETE", &s.url(&format!("/v1/{name}")), None);
     assert_eq!(st, 200, "{op}");
     assert_eq!(op["done"], true);
+    for job in &jobs {
+        let (st, body) = s.call("GET", &s.url(&format!("/v1/{job}")), None);
+        assert_eq!(st, 404, "the trial's CustomJob {job} outlived its tuning job: {body}");
+        let id: u64 = job.rsplit('/').next().unwrap().parse().unwrap();
+        let runs = s.data_dir().join("runs").join(id.to_string());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while runs.exists() {
+            assert!(std::time::Instant::now() < deadline, "{} is still there", runs.display());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    let (_, list) = s.call("GET", &s.jobs_url("p"), None);
+    assert!(list.get("customJobs").is_none(), "trial jobs are still listed: {list}");
 }
 
 #[test]

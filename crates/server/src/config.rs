@@ -82,6 +82,8 @@ struct MetricsFile {
 struct ContainersFile {
     engine: Option<EngineSetting>,
     pull: Option<trainyard_backend::container::Pull>,
+    /// How long a pull may go on failing before the run fails (seconds).
+    pull_timeout_secs: Option<u64>,
     /// A containers.conf for the engine (`CONTAINERS_CONF`).
     containers_conf: Option<PathBuf>,
     /// The OCI runtime (`podman --runtime`), e.g. "runc".
@@ -107,10 +109,13 @@ pub enum EngineSetting {
 }
 
 /// `[containers]`, resolved (the engine itself is probed at start).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Containers {
     pub engine: EngineSetting,
     pub pull: trainyard_backend::container::Pull,
+    /// `[containers] pull_timeout_secs` (default 600): a pull that has not succeeded by
+    /// then fails the replica with a StartError.
+    pub pull_timeout_secs: u64,
     pub containers_conf: Option<PathBuf>,
     pub runtime: Option<String>,
     pub program: Option<PathBuf>,
@@ -118,6 +123,21 @@ pub struct Containers {
     /// The containers' working directory (`local-run`: the job file's directory, mounted);
     /// `None`: the image's WORKDIR.
     pub workdir: Option<String>,
+}
+
+impl Default for Containers {
+    fn default() -> Containers {
+        Containers {
+            engine: EngineSetting::default(),
+            pull: trainyard_backend::container::Pull::default(),
+            pull_timeout_secs: trainyard_backend::container::DEFAULT_PULL_TIMEOUT_SECS,
+            containers_conf: None,
+            runtime: None,
+            program: None,
+            mounts: Vec::new(),
+            workdir: None,
+        }
+    }
 }
 
 /// `[replicas]`: the identity of replicas' programs.
@@ -760,6 +780,7 @@ impl Config {
             Some(c) => Containers {
                 engine: c.engine.unwrap_or_default(),
                 pull: c.pull.unwrap_or_default(),
+                pull_timeout_secs: c.pull_timeout_secs.unwrap_or(trainyard_backend::container::DEFAULT_PULL_TIMEOUT_SECS),
                 containers_conf: c.containers_conf.clone(),
                 runtime: c.runtime.clone(),
                 program: c.program.clone(),

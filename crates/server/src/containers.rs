@@ -73,6 +73,7 @@ pub fn resolve(cfg: &Config) -> Result<Option<ContainerEngine>, String> {
         global_args: c.runtime.iter().flat_map(|r| ["--runtime".to_string(), r.clone()]).collect(),
         env,
         pull: c.pull,
+        pull_timeout_secs: c.pull_timeout_secs,
     };
     let mut info = match probe(&engine) {
         Ok(info) => info,

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use trainyard_backend::{Backend, BackendEvent, EventSink, Launch};
+use trainyard_backend::{Backend, BackendError, BackendEvent, EventSink, Launch};
 use trainyard_core::{Micros, Outcome, RunId};
 
 use crate::paths::{BeneathError, Confined};
@@ -370,6 +370,10 @@ fn launch_ready(runs: Vec<Launch>, backend: &dyn Backend, sink: &EventSink) -> V
             Err(e) if e.is_retryable() => {
                 tracing::warn!("{run}: {e}; the launch is tried again later");
                 later.push((run, e.to_string()));
+            }
+            Err(BackendError::StartRefused { message }) => {
+                tracing::info!("{run}: cannot start: {message}");
+                sink(BackendEvent::Exited { run, outcome: Outcome::StartError { message }, stderr_tail: Vec::new() });
             }
             Err(e) => {
                 tracing::error!("{run}: launch failed: {e}");

@@ -184,15 +184,24 @@ impl Driver {
                 "The {what} {id} in projects/{project}/locations/{region} has not ended and cannot be deleted; cancel it first."
             )));
         }
-        // A pipeline's CustomJob goes with it.
-        let backing = match kind {
+        // A pipeline's CustomJob, and a tuning job's trials' CustomJobs, go with it.
+        let backing: Vec<u64> = match kind {
             pipelines::KIND_PIPELINE => self
                 .store
                 .get_other(kind, project, region, id)
                 .map_err(|e| self.store_err(e))?
                 .and_then(|(_, _, core)| serde_json::from_str::<crate::pipeline::Pipeline>(&core).ok())
-                .and_then(|p| p.custom_job),
-            _ => None,
+                .and_then(|p| p.custom_job)
+                .into_iter()
+                .collect(),
+            KIND_STUDY => self
+                .store
+                .get_other(kind, project, region, id)
+                .map_err(|e| self.store_err(e))?
+                .and_then(|(_, _, core)| serde_json::from_str::<crate::study::Study>(&core).ok())
+                .map(|s| s.trials.iter().filter_map(|t| t.custom_job).collect())
+                .unwrap_or_default(),
+            _ => Vec::new(),
         };
         // The ended job's state, for `/metrics`.
         let ended = match kind {
@@ -216,11 +225,11 @@ impl Driver {
             self.metrics.deleted(project, state);
         }
         self.execute(id, vec![purge]);
-        if let Some(job) = backing {
+        for job in backing {
             match self.delete(KIND_CUSTOM, project, region, job, now) {
                 Ok(_) => {}
                 Err(e) if e.code == trainyard_api::Code::NotFound => {}
-                Err(e) => tracing::warn!("deleting pipeline {id}'s CustomJob {job}: {}", e.message),
+                Err(e) => tracing::warn!("deleting {what} {id}'s CustomJob {job}: {}", e.message),
             }
         }
         serde_json::from_str(&body).map_err(|e| ApiError::internal(format!("the delete operation: {e}")))
