@@ -146,6 +146,29 @@ fn gpus_are_exclusive_topology_aware_and_waited_for() {
     }
 }
 
+/// The replicas of one job hold disjoint GPUs: a job of a primary and three workers of
+/// one GPU each on the 4-GPU node gets four different devices (a job's own siblings count as
+/// holders, not only other jobs' replicas).
+#[test]
+fn gpus_the_replicas_of_one_job_never_share_a_gpu() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let mut job = gpu_job("siblings", 1, SHOW);
+    let mut workers = job["jobSpec"]["workerPoolSpecs"][0].clone();
+    workers["replicaCount"] = json!("3");
+    job["jobSpec"]["workerPoolSpecs"].as_array_mut().unwrap().push(workers);
+    let name = name_of(&s.create("p", &job));
+    let mut all: Vec<String> = wait_seen(&s, &name, 4).into_iter().flatten().collect();
+    assert_eq!(all.len(), 4, "{all:?}");
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 4, "two replicas of one job got the same GPU:\n{}", s.logs_text(&name));
+    cancel(&s, &name);
+}
+
 /// A replica that asks for no GPU on a node with GPUs sees none.
 #[test]
 fn gpus_a_cpu_replica_sees_none() {

@@ -805,6 +805,14 @@ fn tokens_confine_buckets_to_their_projects() {
     up(&rw_a, "mapped", "m.txt", b"m").assert_error(403, "forbidden");
     assert_eq!(up(&rw_b, "mapped", "m.txt", b"m").status, 200);
     assert!(root(&s).join("beta/mapped/m.txt").exists() && !root(&s).join("alpha/mapped/m.txt").exists());
+    // ... and alpha's token can neither read it nor list it, whatever alpha's namespace holds.
+    std::fs::write(root(&s).join("alpha/mapped/m.txt"), b"alpha's own").unwrap();
+    call("GET", "/storage/v1/b/mapped/o/m.txt?alt=media", Some(&rw_a), None).assert_error(403, "forbidden");
+    call("GET", "/download/storage/v1/b/mapped/o/m.txt?alt=media", Some(&ro_a), None).assert_error(403, "forbidden");
+    call("GET", "/storage/v1/b/mapped/o/m.txt", Some(&rw_a), None).assert_error(403, "forbidden");
+    call("GET", "/storage/v1/b/mapped/o", Some(&rw_a), None).assert_error(403, "forbidden");
+    assert_eq!(call("GET", "/storage/v1/b/mapped/o/m.txt?alt=media", Some(&rw_b), None).body, b"m");
+    std::fs::remove_file(root(&s).join("alpha/mapped/m.txt")).unwrap();
     // Listing buckets: one's own project only.
     let listed = call("GET", "/storage/v1/b?project=alpha", Some(&rw_a), None).json();
     let names: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();

@@ -462,6 +462,25 @@ fn l13_transient_codes_setting() {
     assert_eq!(h.state(), State::Failed);
 }
 
+/// L13: a death by signal N is matched as its status 128+N against a custom
+/// `transient_exit_codes`, never as N: with [143] a SIGTERM death retries the job, with
+/// [15] it does not (it is a signal death, restarted in place by L10).
+#[test]
+fn l13_a_signal_is_matched_as_128_plus_its_number() {
+    let mut h = H::new(job(&[1]));
+    h.s.transient_exit_codes = vec![143];
+    h.place().start_all().exit("workerpool0-0", Outcome::Signaled { signal: 15 });
+    assert_eq!(h.job.retries.transient_exit, 1, "SIGTERM is status 143: transient");
+    assert_eq!(h.job.attempt, 1);
+
+    let mut h = H::new(job(&[1]));
+    h.s.transient_exit_codes = vec![15];
+    h.place().start_all().exit("workerpool0-0", Outcome::Signaled { signal: 15 });
+    assert_eq!(h.job.retries.transient_exit, 0, "15 names exit status 15, not SIGTERM");
+    assert_eq!(h.job.attempt, 0);
+    assert_eq!(h.job.replica("workerpool0-0").map(|r| r.restart), Some(1), "a signal death restarts the replica (L10)");
+}
+
 /// L14: an OOM kill is permanent, code 8, with the service's message.
 #[test]
 fn l14_out_of_memory() {
@@ -640,6 +659,31 @@ fn l19_timeout() {
     assert_eq!(h.state(), State::Running);
     h.at(SECOND).ev(Event::Tick);
     assert_eq!(h.stops(), 1);
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.error().0, code::DEADLINE_EXCEEDED);
+}
+
+/// L19: the timeout runs from admission, not from the replicas' start: a job whose
+/// replicas never start (stuck launching) still times out, and one whose replicas start
+/// late is given no more time for it.
+#[test]
+fn l19_timeout_counts_from_admission_not_from_the_start() {
+    // Admitted at +5 s, its replica never reported started.
+    let mut h = H::new(job_with(&[1], |p| p.timeout = 10 * SECOND));
+    h.at(5 * SECOND).place();
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(T0 + 15 * SECOND));
+    h.at(10 * SECOND).ev(Event::Tick);
+    assert_eq!(h.stops(), 1, "a job stuck before its start times out 10 s after admission");
+    h.stopped_exit();
+    assert_eq!(h.error().0, code::DEADLINE_EXCEEDED);
+
+    // Admitted at +5 s, started at +12 s: the deadline is still +15 s, not +22 s.
+    let mut h = H::new(job_with(&[1], |p| p.timeout = 10 * SECOND));
+    h.at(5 * SECOND).place();
+    h.at(7 * SECOND).start_all();
+    h.at(3 * SECOND).ev(Event::Tick);
+    assert_eq!(h.stops(), 1, "timed out 10 s after admission although it started 3 s ago");
     h.stopped_exit();
     assert_eq!(h.state(), State::Failed);
     assert_eq!(h.error().0, code::DEADLINE_EXCEEDED);
