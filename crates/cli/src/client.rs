@@ -141,6 +141,10 @@ pub enum JobCommand {
         /// Most jobs to show.
         #[arg(long)]
         limit: Option<usize>,
+        /// Jobs asked for per request (the API's pageSize, at most 1000); every page is
+        /// fetched up to --limit.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        page_size: Option<u32>,
         /// Filter expression, as the API takes it (e.g. 'state="JOB_STATE_RUNNING"').
         #[arg(long)]
         filter: Option<String>,
@@ -404,12 +408,20 @@ fn id_cell(j: &Value) -> String {
 }
 
 /// `list`: newest first, page after page until there are no more or `limit` are shown.
-fn list(kind: &Kind, target: Target, limit: Option<usize>, filter: Option<String>, format: Format) -> anyhow::Result<ExitCode> {
+fn list(
+    kind: &Kind,
+    target: Target,
+    limit: Option<usize>,
+    page_size: Option<u32>,
+    filter: Option<String>,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
     let api = Api::new(target)?;
     let mut items = Vec::new();
     let mut token = String::new();
     loop {
-        let mut url = format!("{}/{}?pageSize={}", api.base(), kind.collection, limit.unwrap_or(1000).min(1000));
+        let size = page_size.map_or(limit.unwrap_or(1000).min(1000), |s| s as usize);
+        let mut url = format!("{}/{}?pageSize={size}", api.base(), kind.collection);
         if let Some(f) = &filter {
             url.push_str(&format!("&filter={}", encode(f)));
         }
@@ -715,7 +727,9 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             let job = api.send("POST", &format!("{}/{}", api.base(), CUSTOM_JOBS.collection), Some(&body))?;
             created(&CUSTOM_JOBS, &api, job, wait.wait, format.format)
         }
-        JobCommand::List { target, limit, filter, format } => list(&CUSTOM_JOBS, target, limit, filter, format.format),
+        JobCommand::List { target, limit, page_size, filter, format } => {
+            list(&CUSTOM_JOBS, target, limit, page_size, filter, format.format)
+        }
         JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format.format),
         JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
         JobCommand::Delete { target, job } => delete(&CUSTOM_JOBS, target, &job),
@@ -867,6 +881,13 @@ fn build_job(
         let specs: Vec<Value> = pools.iter().map(|p| parse_pool(p)).collect::<anyhow::Result<_>>()?;
         job["jobSpec"]["workerPoolSpecs"] = Value::Array(specs);
     }
+    if job["jobSpec"]["workerPoolSpecs"].as_array().is_none_or(Vec::is_empty) {
+        bail!(
+            "a job needs at least one worker pool: give --worker-pool-spec=machine-type=n1-standard-4,replica-count=1,\
+             container-image-uri=IMAGE (once per pool), or --config=job.yaml{}",
+            config.as_ref().map(|p| format!(" with workerPoolSpecs ({} has none)", p.display())).unwrap_or_default()
+        );
+    }
     // The flags' relative paths are this directory's.
     let mut flags = json!({"jobSpec": {"workerPoolSpecs": [{"containerSpec": {"command": command, "args": args}}]}});
     paths.apply(&mut flags, &crate::cwd(), "--command/--args")?;
@@ -908,6 +929,12 @@ mod tests {
         assert_eq!(p["containerSpec"]["imageUri"], "img");
         assert!(parse_pool("machine-type=x,replica-count=1").is_err());
         assert!(parse_pool("machine-type=x,colour=blue,container-image-uri=i").unwrap_err().to_string().contains("colour"));
+    }
+
+    #[test]
+    fn build_job_without_a_pool_says_how_to_give_one() {
+        let e = build_job(Some("x".into()), &[], None, &[], &[], &[], &PathPolicy::Keep).unwrap_err().to_string();
+        assert!(e.contains("at least one worker pool") && e.contains("--worker-pool-spec=") && e.contains("--config"), "{e}");
     }
 
     #[test]
@@ -1212,7 +1239,7 @@ pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
             created(&TUNING_JOBS, &api, resource, wait.wait, format.format)
         }
         // One page of at most 1000, as this command (which has no --limit) has always listed.
-        StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), filter, format.format),
+        StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), None, filter, format.format),
         StudyCommand::Describe { target, job, format } => describe(&TUNING_JOBS, target, &job, format.format),
         StudyCommand::Cancel { target, job } => cancel(&TUNING_JOBS, target, &job),
         StudyCommand::Delete { target, job } => delete(&TUNING_JOBS, target, &job),

@@ -541,3 +541,24 @@ fn help_parser_finds_what_lacks_a_description() {
     let found: Vec<String> = undocumented(help).into_iter().map(|(_, s)| s).collect();
     assert_eq!(found, ["<JOB>", "--b <B>", "--d <D>"]);
 }
+
+/// `list --page-size N` asks for N jobs a request and still shows every page; `create`
+/// with no pool says how to give one, and creates nothing.
+#[test]
+fn list_pages_and_create_without_a_pool() {
+    let s = Server::start("");
+    for i in 0..3 {
+        s.create("cli", &sh_job(&format!("paged-{i}"), "true"));
+    }
+    let o = trainyard(&s, &["custom-jobs", "list", "--page-size=1", "--format=json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+    let o = trainyard(&s, &["custom-jobs", "list", "--page-size=0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = trainyard(&s, &["custom-jobs", "create", "--display-name=x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("at least one worker pool") && !stderr(&o).contains("invalid type"), "{}", stderr(&o));
+    let (_, list) = s.call("GET", &s.jobs_url("cli"), None);
+    assert_eq!(list["customJobs"].as_array().map(Vec::len), Some(3), "nothing created: {list}");
+}

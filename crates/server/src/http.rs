@@ -422,8 +422,28 @@ fn allowed_methods(path: &str) -> &'static str {
     }
 }
 
-async fn not_found() -> AppError {
-    AppError(ApiError::not_found("The requested URL was not found on this server."))
+/// The collections of `projects.locations` this server serves.
+const SERVED: [&str; 5] = ["customJobs", "hyperparameterTuningJobs", "trainingPipelines", "studies", "operations"];
+
+/// A URL no route matched: a collection of the managed service that Trainyard does not
+/// offer (`metadataStores`, `datasets`, `models`, `endpoints`, ...) is 501 UNIMPLEMENTED
+/// naming it; anything else is 404.
+async fn not_found(uri: axum::http::Uri) -> AppError {
+    AppError(unrouted(uri.path()))
+}
+
+fn unrouted(path: &str) -> ApiError {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if let [version, "projects", _, "locations", _, collection, ..] = parts.as_slice() {
+        let collection = collection.split(':').next().unwrap_or(collection);
+        if version.starts_with("v1") && !collection.is_empty() && !SERVED.contains(&collection) {
+            return ApiError::unimplemented(format!(
+                "Trainyard does not offer the managed service's {collection:?} resources; it serves {}.",
+                SERVED[..4].join(", ")
+            ));
+        }
+    }
+    ApiError::not_found("The requested URL was not found on this server.")
 }
 
 async fn method_not_allowed(uri: axum::http::Uri) -> Response {
@@ -488,4 +508,27 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     crate::listen::serve(listener, router(state), limits, shutdown).await
+}
+
+#[cfg(test)]
+mod unrouted_tests {
+    use super::unrouted;
+    use trainyard_api::Code;
+
+    #[test]
+    fn services_that_are_not_offered_are_unimplemented_and_named() {
+        for (path, name) in [
+            ("/v1/projects/p/locations/us-central1/metadataStores/default/contexts", "metadataStores"),
+            ("/v1/projects/p/locations/us-central1/datasets", "datasets"),
+            ("/v1beta1/projects/p/locations/us-central1/models:upload", "models"),
+            ("/v1/projects/p/locations/us-central1/endpoints/1:predict", "endpoints"),
+        ] {
+            let e = unrouted(path);
+            assert_eq!(e.code, Code::Unimplemented, "{path}");
+            assert!(e.message.contains(name), "{path}: {}", e.message);
+        }
+        for path in ["/v1/projects/p/locations/us-central1/customJobs/1/nothing", "/nothing", "/v1/projects/p"] {
+            assert_eq!(unrouted(path).code, Code::NotFound, "{path}");
+        }
+    }
 }
