@@ -200,7 +200,7 @@ def job_state(project, id_):
 # a failure message or None.
 
 
-def expect(rc=0, out=(), err=(), json_has=None, sdk=False):
+def expect(rc=0, out=(), err=(), json_has=None, sdk=False, err_count=None):
     """`sdk`: the command runs in a shell where the SDK's venv is activated."""
 
     def f(code, stdout, stderr):
@@ -212,6 +212,9 @@ def expect(rc=0, out=(), err=(), json_has=None, sdk=False):
         for pat in err:
             if not re.search(pat, stderr, re.M):
                 return f"stderr lacks {pat!r}:\n{stderr[-3000:]}"
+        for text, n in (err_count or {}).items():
+            if stderr.count(text) != n:
+                return f"stderr has {text!r} {stderr.count(text)} times, the text says {n}:\n{stderr[-3000:]}"
         if json_has:
             try:
                 doc = json.loads(stdout)
@@ -284,8 +287,12 @@ EXPECT = {
     'rm -rf "${TRAINYARD_DATA_DIR:-$HOME/.local/share/trainyard}/storage/local/examples/checkpoint"': expect(0),
     "kill -9 $(pgrep -f 'python3 train.py --steps 50 --every 5')": "concurrent",
     "trainyard local-run examples/multi-replica/job.yaml": expect(0, out=[r"primary: ranks \[1, 2\], sum 3"], err=[SUCCEEDED]),
-    "trainyard local-run examples/failing/job.yaml": expect(1, err=[r"JOB_STATE_FAILED", r"ValueError: bad record at line 1337"]),
-    "trainyard local-run examples/oom/job.yaml": expect(1, err=[r"JOB_STATE_FAILED", r"ran out of memory"]),
+    "trainyard local-run examples/failing/job.yaml": expect(
+        1,
+        err=[r"JOB_STATE_FAILED", r"^\[workerpool0-0\] ValueError: bad record at line 1337$", r"error \(code 3 \(INVALID_ARGUMENT\)\): .*\(its stderr is above\)$"],
+        err_count={"ValueError: bad record": 1},
+    ),
+    "trainyard local-run examples/oom/job.yaml": expect(1, err=[r"JOB_STATE_FAILED", r"error \(code 8 \(RESOURCE_EXHAUSTED\)\): .*ran out of memory"]),
     "python3 examples/sdk/from_local_script.py": expect(0, out=[r"customJobs/\d+ JOB_STATE_SUCCEEDED"], sdk=True),
     "python3 examples/sdk/custom_training_job.py": expect(
         0, out=[r"trainingPipelines/\d+ PIPELINE_STATE_SUCCEEDED projects/local/locations/us-central1/customJobs/\d+"], sdk=True

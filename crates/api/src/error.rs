@@ -68,6 +68,14 @@ impl Code {
         Code::Unauthenticated,
     ];
 
+    /// `3 (INVALID_ARGUMENT)`: a job error's code as a user reads it.
+    pub fn describe_number(n: i64) -> String {
+        match i32::try_from(n).ok().and_then(Code::from_number) {
+            Some(c) => format!("{n} ({})", c.name()),
+            None => n.to_string(),
+        }
+    }
+
     /// The HTTP status the REST API answers with.
     pub fn http_status(self) -> u16 {
         match self {

@@ -575,7 +575,8 @@ fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8
                         progress.clear();
                         eprintln!("{} [{name}] ended: {state} after {}.", kind.title, progress::duration(progress.elapsed()));
                         if let Some(msg) = v["error"]["message"].as_str() {
-                            eprintln!("error (code {}): {msg}", v["error"]["code"]);
+                            let code = trainyard_api::Code::describe_number(v["error"]["code"].as_i64().unwrap_or(2));
+                            eprintln!("error (code {code}): {msg}");
                         }
                         return Ok((code, v));
                     }

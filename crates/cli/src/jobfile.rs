@@ -21,7 +21,7 @@ pub fn read(path: &Path, display_name: Option<&str>) -> anyhow::Result<Value> {
     };
     let is_job = map.contains_key("jobSpec") || map.contains_key("job_spec");
     let mut job = if is_job { Value::Object(map) } else { json!({ "jobSpec": Value::Object(map) }) };
-    let default_name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("job").to_string();
+    let default_name = default_display_name(path);
     if let Some(obj) = job.as_object_mut() {
         match display_name {
             Some(n) => {
@@ -35,6 +35,20 @@ pub fn read(path: &Path, display_name: Option<&str>) -> anyhow::Result<Value> {
         }
     }
     Ok(job)
+}
+
+/// A job's name when neither the file nor the command line gives one: the file's stem,
+/// or for a file named `job.yaml` its directory's name (`examples/checkpoint/job.yaml` is
+/// `checkpoint`), so that the examples' jobs are told apart.
+fn default_display_name(path: &Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("job");
+    if stem == "job" {
+        let dir = std::path::absolute(path).ok().and_then(|p| p.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()));
+        if let Some(dir) = dir.filter(|d| !d.is_empty()) {
+            return dir;
+        }
+    }
+    stem.to_string()
 }
 
 /// A relative path of a job's program (an element of a pool's `command` or `args`, or a
@@ -137,6 +151,13 @@ pub fn dir_of(path: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_job_yaml_is_named_after_its_directory() {
+        use std::path::Path;
+        assert_eq!(super::default_display_name(Path::new("examples/checkpoint/job.yaml")), "checkpoint");
+        assert_eq!(super::default_display_name(Path::new("/x/train-small.yaml")), "train-small");
+    }
+
     use super::*;
 
     #[test]

@@ -162,7 +162,11 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     let state = final_job.job.state();
     eprintln!("[trainyard] CustomJob {} ended: {} after {}.", created.name, state.wire_name(), crate::progress::duration(started.elapsed()));
     if let Some(e) = final_job.job.error() {
-        eprintln!("[trainyard] error (code {}): {}", e.code, e.message);
+        // The replica's stderr was printed as it came: the error's copy of its last lines
+        // is not printed again.
+        let (first, tail) = split_stderr_tail(&e.message);
+        let code = trainyard_api::Code::describe_number(i64::from(e.code));
+        eprintln!("[trainyard] error (code {code}): {first}{}", if tail { " (its stderr is above)" } else { "" });
     }
     if temporary {
         let _ = std::fs::remove_dir_all(&data_dir);
@@ -189,13 +193,25 @@ pub fn prefix(e: &logs::Entry) -> String {
     }
 }
 
+/// A job error's message without the `Last lines of stderr:` it ends with, and whether it
+/// had them.
+fn split_stderr_tail(message: &str) -> (&str, bool) {
+    match message.split_once("\nLast lines of stderr:") {
+        Some((first, _)) => (first, true),
+        None => (message, false),
+    }
+}
+
 fn print_entries(entries: &[logs::Entry]) {
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
     let mut out = stdout.lock();
     let mut err = stderr.lock();
     for e in entries {
-        let line = format!("{} {}", prefix(e), e.text);
+        let line = match (e.stream.as_str(), split_stderr_tail(&e.text)) {
+            ("event", (first, true)) => format!("{} {first} (its stderr is above)", prefix(e)),
+            _ => format!("{} {}", prefix(e), e.text),
+        };
         let _ = if e.stream == "stdout" { writeln!(out, "{line}") } else { writeln!(err, "{line}") };
     }
     let _ = out.flush();

@@ -33,7 +33,9 @@ fn l8_multi_replica_example_succeeds() {
     assert!(stderr.contains("JOB_STATE_SUCCEEDED"), "{stderr}");
 }
 
-/// L13: a failing job exits non-zero and shows the error with the stderr tail.
+/// L13: a failing job exits non-zero and shows the error, its code by name, and the
+/// replica's traceback once (as it printed it; the error's copy of the stderr tail is for
+/// the API, not printed again).
 #[test]
 fn l13_failing_example_exits_nonzero() {
     let storage = tempfile::tempdir().unwrap();
@@ -41,7 +43,9 @@ fn l13_failing_example_exits_nonzero() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("The replica workerpool0-0 exited with a non-zero status of 3."), "{stderr}");
-    assert!(stderr.contains("Last lines of stderr:"), "{stderr}");
+    assert!(stderr.contains("error (code 3 (INVALID_ARGUMENT))"), "{stderr}");
+    assert_eq!(stderr.matches("ValueError: bad record at line 1337").count(), 1, "{stderr}");
+    assert!(stderr.contains("[workerpool0-0] ValueError: bad record at line 1337"), "{stderr}");
 }
 
 /// L10, L21: the checkpoint example, killed with SIGKILL mid-training, is restarted and
