@@ -12,6 +12,7 @@ mod procfs;
 pub mod seam;
 pub mod shim;
 pub mod slurm;
+pub mod tree;
 
 /// For tests whose prerequisite (root, a cgroup controller, a tool) is missing: outside CI
 /// prints why and returns true (the caller returns, the test skipped); in CI (`CI=true`),

@@ -1,6 +1,6 @@
 //! Hostile and broken HTTP clients against a real server: slow request heads, trickled
 //! bodies, idle keep-alive connections, more connections than the cap, no file descriptor
-//! left, and a shutdown with a log stream open.
+//! left, a shutdown with a log stream open, and a job whose files no recursive walk survives.
 
 mod common;
 
@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use serde_json::json;
 
 fn connect(s: &Server) -> TcpStream {
     TcpStream::connect(("127.0.0.1", s.port)).expect("connect")
@@ -325,4 +326,36 @@ fn shutdown_finishes_requests_in_flight_and_does_not_wait_for_ever_on_log_stream
     // Nothing listens any more.
     assert!(TcpStream::connect(("127.0.0.1", s.port)).is_err());
     assert!(s.server_log().contains("still busy"), "{}", s.server_log());
+}
+
+/// A job's work directory holding a tree 20,000 levels deep (one line of Python): the
+/// ended job's delete removes it without recursion (`remove_dir_all` overflowed the purge
+/// thread's stack and aborted the server, and every restart again, since the purge is a
+/// pending effect), the server goes on answering, and starts again.
+#[test]
+fn a_tree_deeper_than_any_stack_is_deleted_and_the_server_lives() {
+    let mut s = Server::start("");
+    let deep = "import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(20000):\n    os.mkdir('d', dir_fd=fd)\n    \
+                nfd = os.open('d', os.O_RDONLY, dir_fd=fd)\n    os.close(fd)\n    fd = nfd\nprint('deep tree made')\n";
+    let job = json!({"displayName": "deep", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+        "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", deep]}}]}});
+    let name = name_of(&s.create("p", &in_test_image(job)));
+    let done = s.wait_terminal(&name, 120);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done}\n{}", s.logs_text(&name));
+    let runs = s.data_dir().join("runs").join(id_of(&done).to_string());
+    assert!(runs.exists());
+    let (status, body) = s.call("DELETE", &s.url(&format!("/v1/{name}")), None);
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runs.exists() {
+        assert!(Instant::now() < deadline, "the deep tree is still there\n{}", s.server_log());
+        let (status, _) = s.call("GET", &s.url("/healthz"), None);
+        assert_eq!(status, 200, "the server stopped answering:\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(s.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()), "the server exited:\n{}", s.server_log());
+    s.restart();
+    let (status, _) = s.call("GET", &s.url("/healthz"), None);
+    assert_eq!(status, 200);
 }

@@ -191,7 +191,7 @@ impl Executor for Pool {
             }
             Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
-                let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || run(work, &backend, &noop_sink(), &report));
+                let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || guarded(work, &backend, &report));
                 if let Err(e) = spawned {
                     // The entry stays in the outbox: the purge is done at the next start.
                     tracing::error!("cannot start a thread to remove a deleted job's files: {e}");
@@ -210,7 +210,7 @@ impl Executor for Pool {
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
-                    .spawn(move || run(work, &backend, &noop_sink(), &report));
+                    .spawn(move || guarded(work, &backend, &report));
                 if let Err(e) = spawned {
                     // Out of threads: the driver tries again later (L20).
                     let error = format!("cannot start a thread: {e}");
@@ -227,6 +227,30 @@ impl Executor for Pool {
 
 fn noop_sink() -> EventSink {
     Arc::new(|_| {})
+}
+
+/// [`run`] on a thread of its own, a panic caught: logged, and reported as the work's
+/// failure (a stop or kill is asked again, L20) or, for a purge, as done with its files
+/// left, so that a pending effect never takes the server down or keeps it from starting.
+fn guarded(work: Work, backend: &Arc<dyn Backend>, report: &ReportSink) {
+    let what = match &work {
+        Work::Stop { run, .. } => Some(Report::StopFailed { run: run.clone(), error: "the stop panicked".into() }),
+        Work::Kill { run, .. } => Some(Report::KillFailed { run: run.clone(), error: "the kill panicked".into() }),
+        Work::Purge { seq, .. } => Some(Report::Purged { seq: *seq }),
+        _ => None,
+    };
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(work, backend, &noop_sink(), report)));
+    if let Err(panic) = caught {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!("{} panicked: {message}", std::thread::current().name().unwrap_or("a worker"));
+        if let Some(r) = what {
+            report(r);
+        }
+    }
 }
 
 /// Carry one piece of work out and report it.
@@ -265,11 +289,11 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             Err(e) => report(Report::KillFailed { run, error: e.to_string() }),
         },
         Work::Purge { seq, dirs } => {
+            // Trees a job's program shaped (any depth, links, FIFOs): removed without
+            // recursion and without following links.
             for d in &dirs {
-                match std::fs::remove_dir_all(d) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => tracing::warn!("cannot remove {}: {e}", d.display()),
+                if let Err(e) = trainyard_backend::tree::remove_tree(d) {
+                    tracing::warn!("{e}");
                 }
             }
             report(Report::Purged { seq });

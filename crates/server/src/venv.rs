@@ -87,8 +87,11 @@ fn empty_dir(dir: &Path) -> Result<(), String> {
         let entry = entry.map_err(|e| what(dir, e))?;
         let path = entry.path();
         let is_dir = entry.file_type().map_err(|e| what(&path, e))?.is_dir();
-        let removed = if is_dir { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
-        removed.map_err(|e| what(&path, e))?;
+        if is_dir {
+            trainyard_backend::tree::remove_tree(&path).map_err(|e| format!("removing the job's old Python environment: {e}"))?;
+        } else {
+            std::fs::remove_file(&path).map_err(|e| what(&path, e))?;
+        }
     }
     Ok(())
 }
