@@ -90,3 +90,71 @@ def test_storage_round_trip_with_the_official_client(gcs, server):
         gcs.create_bucket(BUCKET)
     with pytest.raises(exceptions.BadRequest):
         bucket.blob("a/../b").upload_from_string("x")
+
+
+IN_JOB = """
+import os
+from google.cloud import storage
+# Nothing set by the program: the replica's environment points the client at the
+# server (STORAGE_EMULATOR_HOST) and names the project (GOOGLE_CLOUD_PROJECT).
+client = storage.Client()
+bucket = client.bucket("in-job")
+bucket.blob("from-the-job.txt").upload_from_string("written inside the job")
+print("read back:", bucket.blob("given.txt").download_as_text())
+print("project:", client.project, "endpoint:", os.environ["STORAGE_EMULATOR_HOST"])
+"""
+
+
+def test_a_job_uses_google_cloud_storage_unchanged(sdk, server, monkeypatch):
+    """Code inside a job finds the server's storage by itself, as on the managed service:
+    it uploads and downloads with `storage.Client()` and no settings of its own."""
+    import sys
+
+    from conftest import PROJECT
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server["url"])
+    outside = storage.Client(project=PROJECT)
+    bucket = outside.lookup_bucket("in-job") or outside.create_bucket("in-job")
+    bucket.blob("given.txt").upload_from_string("given from outside")
+    job = sdk.CustomJob(
+        display_name="storage-in-job",
+        worker_pool_specs=[
+            {
+                "machine_spec": {"machine_type": "n1-standard-4"},
+                "replica_count": 1,
+                # This suite's interpreter has google-cloud-storage.
+                "container_spec": {"image_uri": "python:3.11", "command": [sys.executable, "-c", IN_JOB]},
+            }
+        ],
+    )
+    job.run()
+    from google.cloud.aiplatform.compat.types import job_state as gca_job_state
+
+    assert job.state == gca_job_state.JobState.JOB_STATE_SUCCEEDED
+    assert bucket.blob("from-the-job.txt").download_as_text() == "written inside the job"
+    import requests
+
+    logs = requests.get(f"{server['url']}/v1/{job.resource_name}/logs", timeout=10).text
+    assert "read back: given from outside" in logs, logs
+    assert f"project: {PROJECT}" in logs, logs
+
+
+def test_bucket_iam_policy_is_served_kept_and_confined_to_the_project(gcs):
+    """GET/PUT /storage/v1/b/B/iam, as the SDK calls them when it prepares a staging
+    bucket: the default policy names the bucket's project; a policy is kept; a binding
+    for another project is refused naming it."""
+    from google.api_core import exceptions
+
+    bucket = gcs.lookup_bucket("sdk-iam") or gcs.create_bucket("sdk-iam")
+    policy = bucket.get_iam_policy()
+    assert "projectViewer:demo" in policy["roles/storage.legacyBucketReader"]
+    policy["roles/storage.objectViewer"] = {"user:someone@example.com"}
+    kept = bucket.set_iam_policy(policy)
+    assert "user:someone@example.com" in kept["roles/storage.objectViewer"]
+    assert "user:someone@example.com" in bucket.get_iam_policy()["roles/storage.objectViewer"]
+    policy = bucket.get_iam_policy()
+    policy["roles/storage.objectViewer"] = {"projectViewer:another-project"}
+    with pytest.raises(exceptions.BadRequest) as e:
+        bucket.set_iam_policy(policy)
+    assert "another-project" in str(e.value)

@@ -58,9 +58,31 @@ pub fn remove_tree(path: &Path) -> Result<Removed, RemoveError> {
         Err(Errno::ENOENT) => return Ok(Removed::default()),
         Err(e) => return Err(err(parent, e)),
     };
+    remove_at(base, name, path, Only::Everything)
+}
+
+/// Removes the directory `name` of `parent` when it holds nothing but directories (empty,
+/// or nested empty ones, as jobs leave `model/`, `checkpoints/`, `logs/`): `ENOTEMPTY`
+/// as soon as anything else is met (what was removed before stays removed: only empty
+/// directories). Never recurses, never follows a link.
+pub fn remove_empty_dirs_at(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<Removed, RemoveError> {
+    let base = parent.try_clone_to_owned().map_err(|e| RemoveError { path: shown.to_path_buf(), source: e })?;
+    remove_at(base, name, shown, Only::EmptyDirs)
+}
+
+/// What a removal may remove.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Only {
+    Everything,
+    EmptyDirs,
+}
+
+fn remove_at(base: OwnedFd, name: &OsStr, path: &Path, only: Only) -> Result<Removed, RemoveError> {
+    let err = |p: &Path, e: Errno| RemoveError { path: p.to_path_buf(), source: std::io::Error::from(e) };
     let mut removed = Removed::default();
     match kind(base.as_fd(), name) {
         Ok(Some(true)) => {}
+        Ok(Some(false)) if only == Only::EmptyDirs => return Err(err(path, Errno::ENOTDIR)),
         Ok(Some(false)) => {
             return match unlinkat(&base, name, UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => {
@@ -73,7 +95,7 @@ pub fn remove_tree(path: &Path) -> Result<Removed, RemoveError> {
         Ok(None) => return Ok(removed),
         Err(e) => return Err(err(path, e)),
     }
-    let mut walk = Walk { base, root: path.to_path_buf(), levels: vec![Level { name: name.to_os_string(), fd: None }] };
+    let mut walk = Walk { base, root: path.to_path_buf(), levels: vec![Level { name: name.to_os_string(), fd: None }], only };
     while !walk.levels.is_empty() {
         let top = walk.levels.len() - 1;
         match walk.open(top) {
@@ -87,7 +109,7 @@ pub fn remove_tree(path: &Path) -> Result<Removed, RemoveError> {
             Err(e) => return Err(err(&walk.path(), e)),
         }
         let found = match walk.fd(top) {
-            Ok(fd) => first_subdir_after_unlinking_the_rest(fd, &mut removed),
+            Ok(fd) => first_subdir_after_unlinking_the_rest(fd, &mut removed, only),
             Err(e) => Err(e),
         };
         #[cfg(test)]
@@ -119,6 +141,7 @@ struct Level {
 struct Walk {
     /// The directory that holds the root.
     base: OwnedFd,
+    only: Only,
     root: PathBuf,
     levels: Vec<Level>,
 }
@@ -180,7 +203,8 @@ impl Walk {
             Err(Errno::ENOENT) => false,
             // Something was added meanwhile: the directory is walked again.
             Err(Errno::ENOTEMPTY | Errno::EEXIST) => true,
-            // Replaced by a file or a link meanwhile: unlinked as such.
+            // Replaced by a file or a link meanwhile: unlinked as such (when files may be).
+            Err(Errno::ENOTDIR) if self.only == Only::EmptyDirs => return Err(Errno::ENOTEMPTY),
             Err(Errno::ENOTDIR) => match unlinkat(&parent, level.name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => {
                     removed.entries += 1;
@@ -220,7 +244,7 @@ fn kind(parent: BorrowedFd<'_>, name: &OsStr) -> Result<Option<bool>, Errno> {
 
 /// Unlinks every entry of `dir` that is not a directory, until it meets a directory: its
 /// name (to descend into), or `None` when `dir` holds nothing more.
-fn first_subdir_after_unlinking_the_rest(dir: BorrowedFd<'_>, removed: &mut Removed) -> Result<Option<OsString>, Errno> {
+fn first_subdir_after_unlinking_the_rest(dir: BorrowedFd<'_>, removed: &mut Removed, only: Only) -> Result<Option<OsString>, Errno> {
     // A fresh descriptor for reading, so that the walk's own stays at its position.
     let fd = openat(dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
     let mut entries = Dir::from_fd(fd)?;
@@ -237,6 +261,9 @@ fn first_subdir_after_unlinking_the_rest(dir: BorrowedFd<'_>, removed: &mut Remo
         };
         if is_dir {
             return Ok(Some(name.to_os_string()));
+        }
+        if only == Only::EmptyDirs {
+            return Err(Errno::ENOTEMPTY);
         }
         match unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) => removed.entries += 1,
@@ -306,6 +333,22 @@ mod tests {
         assert_eq!(r.depth, 5000);
         assert_eq!(r.dirs, 5001);
         assert_eq!(r.entries, 5000);
+    }
+
+    #[test]
+    fn only_empty_directories_are_removed_when_asked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = nix::fcntl::open(tmp.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        std::fs::create_dir_all(tmp.path().join("empty/model/a")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("empty/logs")).unwrap();
+        let r = remove_empty_dirs_at(dir.as_fd(), OsStr::new("empty"), &tmp.path().join("empty")).unwrap();
+        assert_eq!((r.dirs, r.entries), (4, 0));
+        assert!(!tmp.path().join("empty").exists());
+        std::fs::create_dir_all(tmp.path().join("full/model")).unwrap();
+        std::fs::write(tmp.path().join("full/model/w.bin"), b"w").unwrap();
+        let e = remove_empty_dirs_at(dir.as_fd(), OsStr::new("full"), &tmp.path().join("full")).unwrap_err();
+        assert_eq!(e.source.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+        assert!(tmp.path().join("full/model/w.bin").exists(), "a file is never removed");
     }
 
     #[test]

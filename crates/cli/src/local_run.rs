@@ -72,6 +72,8 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     // A foreground tool: an image that cannot be pulled fails the job within 30 s
     // instead of keeping the user waiting for the server's default.
     cfg.containers.pull_timeout_secs = cfg.containers.pull_timeout_secs.min(LOCAL_RUN_PULL_TIMEOUT_SECS);
+    // No API or storage endpoint is served: replicas are not pointed at one.
+    cfg.listen = String::new();
     // One user's own job in the foreground: it runs as that user.
     cfg.replicas.uid_range = None;
     cfg.replicas.insecure_shared_user = true;

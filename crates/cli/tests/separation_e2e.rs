@@ -230,6 +230,27 @@ fn package_uris_outside_the_project_storage_are_refused_at_create() {
     assert_eq!(job_count(&s, "p"), 0, "nothing stored");
 }
 
+/// A package that is not in the project's storage (uploaded to another project's bucket
+/// of the same name, or not at all) fails the job at once with a StartError naming the
+/// URI and the project it was looked up in: the user's error, never an internal one
+/// retried (L13, L16).
+#[test]
+fn a_package_missing_from_the_project_storage_is_a_start_error() {
+    let s = Server::start("");
+    // The same bucket name in another project holds the file: it is not this project's.
+    let other = s.data_dir().join("storage/other/pkgs");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("trainer-0.1.tar.gz"), b"not a package").unwrap();
+    let job = s.create("p", &in_test_image(package_job(&["gs://pkgs/trainer-0.1.tar.gz"])));
+    let done = s.wait_terminal(&name_of(&job), 60);
+    assert_eq!(done["state"], "JOB_STATE_FAILED", "{done}");
+    assert_eq!(done["error"]["code"], 3, "the user's error: {done}");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("gs://pkgs/trainer-0.1.tar.gz") && message.contains("project \"p\""), "{message}");
+    let log = s.logs_text(&name_of(&job));
+    assert!(!log.contains("L16") && !log.contains("L12"), "not retried: {log}");
+}
+
 /// The venv build runs the package's setup.py as a child process with a minimal
 /// environment: HOME is the job's venv directory, and none of the server's variables
 /// (here the test harness's CARGO_* ones, which the server inherited) reach it.
@@ -261,6 +282,60 @@ fn the_venv_build_gets_a_minimal_environment() {
     assert!(env.contains_key("PATH"));
     let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("CARGO") || k.starts_with("TRAINYARD")).collect();
     assert!(leaked.is_empty(), "server variables reached the build: {leaked:?}");
+}
+
+/// A package whose `setup.py` never ends (sleeping, having started a child that sleeps
+/// too) is killed with everything it started at `[replicas] venv_build_timeout_secs` and
+/// fails its job with a StartError naming the limit; meanwhile another project's package
+/// job builds and runs (one build per job, not one per server). A FIFO planted as the
+/// venv's ready marker is an error naming it, never an open that blocks.
+#[test]
+fn a_venv_build_is_bounded_in_time_and_never_blocks_another_project() {
+    if skip_on_slurm("the venv is built on the server's host") {
+        return;
+    }
+    let s = Server::start("[replicas]\nvenv_build_timeout_secs = 20\n");
+    let make = |project: &str, setup: &str| {
+        let pkg = s.data_dir().join(format!("storage/{project}/pkgs/trainer-src"));
+        std::fs::create_dir_all(pkg.join("trainer")).unwrap();
+        std::fs::write(pkg.join("setup.py"), setup).unwrap();
+        std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
+        std::fs::write(pkg.join("trainer/task.py"), "print('task ran')\n").unwrap();
+    };
+    make(
+        "slow",
+        "import subprocess, time\nsubprocess.Popen(['sleep', '901'])\ntime.sleep(900)\n\
+         from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n",
+    );
+    make("quick", "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n");
+    let slow = name_of(&s.create("slow", &package_job(&["gs://pkgs/trainer-src"])));
+    std::thread::sleep(Duration::from_millis(500));
+    let quick = name_of(&s.create("quick", &package_job(&["gs://pkgs/trainer-src"])));
+    let done = s.wait_terminal(&quick, 120);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&quick));
+    let meanwhile = s.get(&slow);
+    assert_eq!(state(&meanwhile), "JOB_STATE_PENDING", "the quick job waited for the slow build: {meanwhile:#}");
+    let failed = s.wait_terminal(&slow, 60);
+    assert_eq!(state(&failed), "JOB_STATE_FAILED", "{failed:#}");
+    assert_eq!(failed["error"]["code"], 3, "{failed:#}");
+    let message = failed["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("venv_build_timeout_secs"), "{message}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pids_with("sleep 901").is_empty() {
+        assert!(Instant::now() < deadline, "what setup.py started outlived its build");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A FIFO where the ready marker goes: the build says so and nothing blocks.
+    // (pip runs setup.py more than once.)
+    make("fifo", "import os\nif not os.path.exists(os.path.join(os.environ['HOME'], '.trainyard-ready')):\n    \
+                  os.mkfifo(os.path.join(os.environ['HOME'], '.trainyard-ready'))\n\
+                  from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n");
+    let fifo = name_of(&s.create("fifo", &package_job(&["gs://pkgs/trainer-src"])));
+    let failed = s.wait_terminal(&fifo, 120);
+    assert_eq!(state(&failed), "JOB_STATE_FAILED", "{failed:#}");
+    let message = failed["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains(".trainyard-ready") && message.contains("not a regular file"), "{message}");
 }
 
 /// The time of one create (a trivial job of another project).

@@ -332,12 +332,34 @@ fn buckets_uploads_downloads_listings_and_deletes() {
     req(&s, "DELETE", "/storage/v1/b/bkt", &[], None).assert_error(409, "conflict");
     create_bucket(&s, "demo", "empty-bucket");
     assert_eq!(req(&s, "DELETE", "/storage/v1/b/empty-bucket", &[], None).status, 204);
+    // A bucket holding only directories a job made (its output's model/, checkpoints/,
+    // logs/, which no listing shows) is empty to a client, and is deleted with them; a
+    // file appearing in one keeps the bucket.
+    create_bucket(&s, "demo", "job-output");
+    for d in ["run1/model", "run1/checkpoints", "run1/logs"] {
+        std::fs::create_dir_all(root(&s).join("demo/job-output").join(d)).unwrap();
+    }
+    let listed = req(&s, "GET", "/storage/v1/b/job-output/o", &[], None).json();
+    assert!(listed.get("items").is_none(), "{listed}");
+    std::fs::write(root(&s).join("demo/job-output/run1/logs/.hidden"), b"x").unwrap();
+    req(&s, "DELETE", "/storage/v1/b/job-output", &[], None).assert_error(409, "conflict");
+    assert!(root(&s).join("demo/job-output/run1/logs/.hidden").exists());
+    std::fs::remove_file(root(&s).join("demo/job-output/run1/logs/.hidden")).unwrap();
+    assert_eq!(req(&s, "DELETE", "/storage/v1/b/job-output", &[], None).status, 204);
+    assert!(!root(&s).join("demo/job-output").exists());
 
     // The same bucket name in two namespaces: open mode cannot tell which.
     create_bucket(&s, "other", "bkt");
     let r = req(&s, "GET", "/storage/v1/b/bkt/o", &[], None);
     r.assert_error(400, "invalid");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("demo, other"), "{}", r.json());
+    // The caller's project (userProject, as the clients send their user_project) says which.
+    let r = req(&s, "GET", "/storage/v1/b/bkt/o?userProject=demo", &[], None);
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert!(r.json()["items"].as_array().is_some_and(|i| !i.is_empty()), "demo's bkt: {}", r.json());
+    let r = req(&s, "GET", "/storage/v1/b/bkt/o?userProject=other", &[], None);
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert!(r.json().get("items").is_none(), "other's empty bkt: {}", r.json());
     assert!(upload_files(&s, "demo").is_empty(), "{:?}", upload_files(&s, "demo"));
 }
 

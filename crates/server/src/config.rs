@@ -155,6 +155,8 @@ struct ReplicasFile {
     insecure_shared_user: Option<bool>,
     /// `"host"` (default) or `"job"`: a network namespace of each job's own.
     network: Option<Network>,
+    /// How long a `pythonPackageSpec` job's venv build may take (seconds).
+    venv_build_timeout_secs: Option<u64>,
 }
 
 /// The network replicas run in (`[replicas] network`).
@@ -179,7 +181,13 @@ pub struct Replicas {
     pub pids_max: u64,
     pub insecure_shared_user: bool,
     pub network: Network,
+    /// `[replicas] venv_build_timeout_secs` (default 900): a venv build that has not
+    /// finished by then is killed and the replica fails with a StartError.
+    pub venv_build_timeout_secs: u64,
 }
+
+/// `[replicas] venv_build_timeout_secs` when not set: 15 minutes.
+pub const DEFAULT_VENV_BUILD_TIMEOUT_SECS: u64 = 900;
 
 /// The first and last uid of the default range: far above the ids of a host's accounts
 /// and below the 2^31 of signed interfaces.
@@ -323,6 +331,8 @@ struct QuotasFile {
 /// The resolved configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Where the API listens; empty when nothing is served (`local-run`), and then
+    /// replicas are given no storage endpoint.
     pub listen: String,
     pub data_dir: PathBuf,
     /// A project's `gs://bucket/x` maps to `<storage_root>/<project>/bucket/x`.
@@ -774,6 +784,7 @@ impl Config {
                 pids_max: r.and_then(|r| r.pids_max).unwrap_or(DEFAULT_PIDS_MAX),
                 insecure_shared_user: r.and_then(|r| r.insecure_shared_user).unwrap_or(false),
                 network: r.and_then(|r| r.network).unwrap_or_default(),
+                venv_build_timeout_secs: r.and_then(|r| r.venv_build_timeout_secs).unwrap_or(DEFAULT_VENV_BUILD_TIMEOUT_SECS),
             }
         };
         let containers = match &file.containers {

@@ -67,6 +67,8 @@ pub struct VenvPlan {
     /// Put the venv first on PATH instead of running `python -m` in it (a command that
     /// runs pip: it installs into the venv, never into the host's Python).
     pub on_path: bool,
+    /// How long the build may take (`[replicas] venv_build_timeout_secs`).
+    pub timeout: std::time::Duration,
 }
 
 /// What the executor did.
@@ -422,7 +424,7 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
             let run_as = launch.spec.run_as;
             let planned = Planned { seq, launch, dirs, venv: None, grants };
             // The venv is built by the project's user, in a directory of its own.
-            let built = planned.apply_grants().map_err(|(_, m)| m).and_then(|()| crate::venv::ensure(&venv.dir, &venv.packages, run_as));
+            let built = planned.apply_grants().map_err(|(_, m)| m).and_then(|()| crate::venv::ensure(&venv.dir, &venv.packages, run_as, venv.timeout));
             match built {
                 Ok(python) => {
                     let mut launch = match planned.launch_after_dirs() {

@@ -210,20 +210,49 @@ fn pids_note(max: u64, own_users: bool) -> String {
 /// the server's (the replica environment of L8 and the job's own are added after).
 pub fn minimal_env(base_env: &[(String, String)], home: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> =
-        base_env.iter().filter(|(k, _)| matches!(k.as_str(), "PATH" | "LANG" | "LC_ALL" | "TZ")).cloned().collect();
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
-    }
+        base_env.iter().filter(|(k, _)| matches!(k.as_str(), "LANG" | "LC_ALL" | "TZ")).cloned().collect();
+    // Only the server's PATH directories the project's user can use (a version manager
+    // under /root is not one of them).
+    let path = base_env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("");
+    let usable: Vec<&str> = path.split(':').filter(|d| usable_by_others(Path::new(d))).collect();
+    let path = if usable.is_empty() { "/usr/local/bin:/usr/bin:/bin".to_string() } else { usable.join(":") };
+    env.push(("PATH".into(), path));
     let home = home.display().to_string();
     env.push(("HOME".into(), home.clone()));
     env.push(("TMPDIR".into(), home));
     env
 }
 
+/// Can a user that is neither `dir`'s owner nor in its group search `dir` and every
+/// directory above it (absolute paths only)?
+fn usable_by_others(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    if !dir.is_absolute() {
+        return false;
+    }
+    dir.ancestors().all(|d| std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_replica_path_holds_only_directories_others_can_search() {
+        let t = tempfile::tempdir().unwrap();
+        let closed = t.path().join("closed");
+        let open = t.path().join("open/bin");
+        std::fs::create_dir_all(closed.join("bin")).unwrap();
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let path = format!("{}:{}:relative:/usr/bin", closed.join("bin").display(), open.display());
+        let env = minimal_env(&[("PATH".into(), path), ("SECRET".into(), "x".into())], Path::new("/h"));
+        let got = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap();
+        assert_eq!(got, format!("{}:/usr/bin", open.display()));
+        assert!(!env.iter().any(|(k, _)| k == "SECRET"));
+    }
 
     fn root() -> bool {
         nix::unistd::geteuid().is_root()

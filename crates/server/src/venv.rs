@@ -16,8 +16,21 @@ use nix::sys::stat::SFlag;
 
 use crate::paths::{BeneathError, Confined};
 
-/// One build at a time: replicas of one job share the venv.
-static BUILD: Mutex<()> = Mutex::new(());
+/// One build at a time per venv (replicas of one job share it); builds of different jobs
+/// run side by side, so that one tenant's slow build never delays another's job.
+static BUILDS: Mutex<Vec<(PathBuf, std::sync::Weak<Mutex<()>>)>> = Mutex::new(Vec::new());
+
+/// The lock of the venv at `dir`.
+fn build_lock(dir: &Path) -> std::sync::Arc<Mutex<()>> {
+    let mut all = BUILDS.lock().unwrap_or_else(|p| p.into_inner());
+    all.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(lock) = all.iter().find(|(d, _)| d == dir).and_then(|(_, w)| w.upgrade()) {
+        return lock;
+    }
+    let lock = std::sync::Arc::new(Mutex::new(()));
+    all.push((dir.to_path_buf(), std::sync::Arc::downgrade(&lock)));
+    lock
+}
 
 const READY: &str = ".trainyard-ready";
 
@@ -42,14 +55,64 @@ fn build_command(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
     cmd
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
-    if out.status.success() {
+/// Runs a build command in a process group of its own until `deadline`; past it the
+/// whole group (whatever `setup.py` started) is killed and the build fails, naming the
+/// limit.
+fn run(cmd: &mut Command, what: &str, deadline: std::time::Instant, limit: std::time::Duration) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
+    let stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(mut e) = stderr {
+            // At most 1 MiB is kept: the tail is what is shown.
+            let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut e, 1 << 20), &mut s);
+            let _ = std::io::copy(&mut e, &mut std::io::sink());
+        }
+        s
+    });
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() >= deadline => break None,
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Err(e) => return Err(format!("{what}: cannot wait for {:?}: {e}", cmd.get_program())),
+        }
+    };
+    // Whatever the build left running in its group goes with it.
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let Some(status) = status else {
+        let _ = child.wait();
+        return Err(format!(
+            "{what} did not finish within {}s ([replicas] venv_build_timeout_secs); it was killed",
+            limit.as_secs()
+        ));
+    };
+    let stderr = reader.join().unwrap_or_default();
+    if status.success() {
         return Ok(());
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&stderr);
     let tail: Vec<&str> = stderr.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
-    Err(format!("{what} failed ({}):\n{}", out.status, tail.join("\n")))
+    Err(format!("{what} failed ({status}):\n{}", tail.join("\n")))
+}
+
+/// Whether the venv's ready marker is there: a regular file, looked at without following
+/// a link or opening it (the directory is the project's user's: a FIFO or a link planted
+/// there is an error naming it, never something the server blocks on).
+fn ready(dir: &Path) -> Result<bool, String> {
+    match std::fs::symlink_metadata(dir.join(READY)) {
+        Ok(m) if m.file_type().is_file() => Ok(true),
+        Ok(_) => Err(format!("{} is not a regular file (a link, FIFO, socket or device was put there)", dir.join(READY).display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(format!("{}: {e}", dir.join(READY).display())),
+    }
 }
 
 /// A package path as the job named it: a regular file or a directory below its root,
@@ -99,7 +162,12 @@ fn empty_dir(dir: &Path) -> Result<(), String> {
 /// Make sure the venv at `dir` exists with `packages` installed; returns its python.
 /// With `run_as`, the build's commands run as that user (the project's, see `identity`),
 /// in `dir`, which is that user's.
-pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backend::RunAs>) -> Result<PathBuf, String> {
+pub fn ensure(
+    dir: &Path,
+    packages: &[Confined],
+    run_as: Option<trainyard_backend::RunAs>,
+    limit: std::time::Duration,
+) -> Result<PathBuf, String> {
     use std::os::unix::process::CommandExt;
     let as_user = |mut cmd: Command| {
         if let Some(id) = run_as {
@@ -108,9 +176,11 @@ pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backen
         }
         cmd
     };
-    let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let lock = build_lock(dir);
+    let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+    let deadline = std::time::Instant::now() + limit;
     let python = dir.join("bin").join("python3");
-    if dir.join(READY).exists() {
+    if ready(dir)? {
         match run_as {
             Some(id) if built_by_another(dir, id.uid) => empty_dir(dir)?,
             _ => return Ok(python),
@@ -121,6 +191,8 @@ pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backen
     run(
         as_user(build_command("python3", dir)).args(["-m", "venv", "--system-site-packages"]).arg(dir),
         "creating the job's Python environment",
+        deadline,
+        limit,
     )?;
     // As the project's user, pip builds from copies of its own (a build writes into the
     // package's directory, which that user may only read).
@@ -132,9 +204,10 @@ pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backen
                 // `src/<i>/<name>`: a wheel or an archive keeps the name pip reads.
                 let into = src.join(i.to_string());
                 let name = p.file_name().ok_or_else(|| format!("packageUris[{i}]: {} has no file name", p.display()))?;
-                run(as_user(build_command("rm", dir)).arg("-rf").arg(&into), "copying packageUris")?;
-                run(as_user(build_command("mkdir", dir)).arg("-p").arg(&into), "copying packageUris")?;
-                run(as_user(build_command("cp", dir)).arg("-R").arg("--no-dereference").arg(p).arg(&into), "copying packageUris")?;
+                run(as_user(build_command("rm", dir)).arg("-rf").arg(&into), "copying packageUris", deadline, limit)?;
+                run(as_user(build_command("mkdir", dir)).arg("-p").arg(&into), "copying packageUris", deadline, limit)?;
+                let mut cp = as_user(build_command("cp", dir));
+                run(cp.arg("-R").arg("--no-dereference").arg(p).arg(&into), "copying packageUris", deadline, limit)?;
                 copies.push(into.join(name));
             }
             copies
@@ -147,18 +220,26 @@ pub fn ensure(dir: &Path, packages: &[Confined], run_as: Option<trainyard_backen
                 .args(["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet"])
                 .args(&paths),
             "installing packageUris",
+            deadline,
+            limit,
         )?;
     }
     // The directory may be the project's user's: never through a link it planted.
     {
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
+        // What the build left there is looked at first; O_NONBLOCK: a FIFO planted after
+        // that look fails the open (no reader) instead of blocking.
+        ready(dir)?;
+        let f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
-            .custom_flags(nix::libc::O_NOFOLLOW)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
             .open(dir.join(READY))
             .map_err(|e| format!("{}: {e}", dir.join(READY).display()))?;
+        if !f.metadata().is_ok_and(|m| m.file_type().is_file()) {
+            return Err(format!("{} is not a regular file (a FIFO, socket or device was put there)", dir.join(READY).display()));
+        }
     }
     Ok(python)
 }

@@ -173,6 +173,42 @@ fi
 exec "$PY" -m "$@""#;
 
 /// The program, environment (L8) and memory limit (L14) of one run.
+fn venv_timeout(svc: &Services) -> std::time::Duration {
+    std::time::Duration::from_secs(svc.cfg.replicas.venv_build_timeout_secs)
+}
+
+/// A `packageUris` entry that names no file is the user's (a StartError naming the URI and
+/// the project whose storage it was looked up in), never an internal error retried.
+fn package_exists(path: &Confined, uri: &str, project: &str, field: &str) -> Result<(), Outcome> {
+    match path.stat() {
+        Ok(_) => Ok(()),
+        Err(crate::paths::BeneathError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(Outcome::StartError {
+            message: format!(
+                "{field}: the package {uri} was not found in project {project:?}'s storage; upload it to a bucket of \
+                 project {project:?}"
+            ),
+        }),
+        // A link or another kind of file: said by the build, which checks it.
+        Err(_) => Ok(()),
+    }
+}
+
+/// The server's Cloud Storage endpoint as a replica reaches it (`http://ADDR:PORT`, a
+/// wildcard listen address as loopback); `None` where replicas cannot reach the server
+/// (a network namespace per job).
+fn storage_endpoint(svc: &Services) -> Option<String> {
+    if svc.cfg.replicas.network == crate::config::Network::Job {
+        return None;
+    }
+    let addr: std::net::SocketAddr = svc.cfg.listen.parse().ok()?;
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    Some(format!("http://{}", std::net::SocketAddr::new(ip, addr.port())))
+}
+
 /// Where a job's network namespace is bound (`[replicas] network = "job"`), made by the
 /// executor before the job's first launch and removed once the job has ended.
 pub(super) fn job_netns(svc: &Services, job: u64) -> Option<PathBuf> {
@@ -256,6 +292,15 @@ pub(super) fn launch_plan(
         env.push(("CLOUD_ML_HP_METRIC_FILE".into(), file));
         dirs.push(dir);
     }
+    // What the job's Cloud Storage and Google clients need to find this server's storage
+    // unchanged, as on the managed service (the job's own env may say otherwise): the
+    // endpoint (not reachable from a job's own network namespace) and the project.
+    if let Some(endpoint) = storage_endpoint(svc) {
+        env.retain(|(k, _)| k != "STORAGE_EMULATOR_HOST");
+        env.push(("STORAGE_EMULATOR_HOST".into(), endpoint));
+    }
+    env.retain(|(k, _)| k != "GOOGLE_CLOUD_PROJECT");
+    env.push(("GOOGLE_CLOUD_PROJECT".into(), job.project.clone()));
     let input = EnvInput {
         project: &job.project,
         region: &job.region,
@@ -394,6 +439,7 @@ pub(super) fn launch_plan(
                     let field = format!("pythonPackageSpec.packageUris[{i}]");
                     let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
                         .map_err(|e| Outcome::StartError { message: e.message })?;
+                    package_exists(&path, uri, &job.project, &field)?;
                     let name = path.rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "package".into());
                     let source = std::path::absolute(path.path()).unwrap_or_else(|_| path.path());
                     mounts.push(Mount { source, target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
@@ -455,7 +501,13 @@ pub(super) fn launch_plan(
                     shim.env.retain(|(n, _)| n != k);
                     shim.env.push((k.to_string(), v.display().to_string()));
                 }
-                let plan = VenvPlan { dir: data_dir.join(venv_rel), packages: Vec::new(), module_args: Vec::new(), on_path: true };
+                let plan = VenvPlan {
+                    dir: data_dir.join(venv_rel),
+                    packages: Vec::new(),
+                    module_args: Vec::new(),
+                    on_path: true,
+                    timeout: venv_timeout(svc),
+                };
                 return Ok((shim, dirs, Some(plan), grants));
             }
             Ok((shim, dirs, None, grants))
@@ -468,6 +520,7 @@ pub(super) fn launch_plan(
                 let field = format!("pythonPackageSpec.packageUris[{i}]");
                 let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
                     .map_err(|e| Outcome::StartError { message: e.message })?;
+                package_exists(&path, uri, &job.project, &field)?;
                 packages.push(path);
             }
             let venv_rel = Path::new("venvs").join(job.id.to_string());
@@ -475,7 +528,8 @@ pub(super) fn launch_plan(
                 grants.push(Grant::new(data_dir, &venv_rel, 1));
             }
             let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();
-            Ok((shim, dirs, Some(VenvPlan { dir: data_dir.join(venv_rel), packages, module_args, on_path: false }), grants))
+            let plan = VenvPlan { dir: data_dir.join(venv_rel), packages, module_args, on_path: false, timeout: venv_timeout(svc) };
+            Ok((shim, dirs, Some(plan), grants))
         }
         (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
     }

@@ -143,13 +143,17 @@ impl Ns {
                 }
             }
         }
-        match nix::unistd::unlinkat(self.fd.as_fd(), bucket, UnlinkatFlags::RemoveDir) {
-            Ok(()) => Ok(true),
-            Err(Errno::ENOENT) => Ok(false),
-            Err(Errno::ENOTEMPTY | Errno::EEXIST) => Err(GcsError::conflict(format!(
-                "The bucket {bucket:?} holds no object but has directories (or hidden files) that jobs made: remove them first."
-            ))),
-            Err(e) => Err(GcsError::errno("cannot remove the bucket", e)),
+        // No object: what is left are directories jobs made (`model/`, `checkpoints/`,
+        // `logs/` under an output directory), which no listing shows and no client could
+        // remove; they go with the bucket. Anything else found meanwhile keeps it (409).
+        match trainyard_backend::tree::remove_empty_dirs_at(self.fd.as_fd(), OsStr::new(bucket), Path::new(bucket)) {
+            Ok(r) => Ok(r.dirs > 0),
+            Err(e) if matches!(e.source.kind(), std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::NotADirectory) => {
+                Err(GcsError::conflict(format!(
+                    "The bucket {bucket:?} holds no object but has files that are not objects (hidden or unreadable): remove them first."
+                )))
+            }
+            Err(e) => Err(GcsError::io("cannot remove the bucket", &e.source)),
         }
     }
 

@@ -194,7 +194,7 @@ impl Storage {
     /// projects the token may not use (or only read) have it; in open mode
     /// `default_project`, else the only namespace that has it (several: 400). 404 when
     /// no namespace has it.
-    pub async fn project_for(&self, headers: &HeaderMap, bucket: &str, write: bool) -> GcsResult<String> {
+    pub async fn project_for(&self, headers: &HeaderMap, uri: &axum::http::Uri, bucket: &str, write: bool) -> GcsResult<String> {
         check_bucket(bucket)?;
         let auth = self.auth(headers);
         let tokens = self.tokens.as_ref().map(|t| t.current());
@@ -222,7 +222,10 @@ impl Storage {
             None => match have.as_slice() {
                 [] => Err(no_bucket()),
                 [p] => Ok(p.clone()),
-                several => Err(ambiguous(bucket, several)),
+                several => match caller_project(uri).filter(|c| several.contains(c)) {
+                    Some(c) => Ok(c),
+                    None => Err(ambiguous(bucket, several)),
+                },
             },
             Some(t) => {
                 let usable: Vec<&String> = have.iter().filter(|p| t.check(auth, p, write).is_ok()).collect();
@@ -240,8 +243,9 @@ impl Storage {
                             ))),
                         }
                     }
-                    several => match &self.cfg.default_project {
-                        Some(d) if several.contains(&d) => Ok(d.clone()),
+                    several => match (caller_project(uri).filter(|c| several.contains(&c)), &self.cfg.default_project) {
+                        (Some(c), _) => Ok(c),
+                        (None, Some(d)) if several.contains(&d) => Ok(d.clone()),
                         _ => Err(ambiguous(bucket, &several.iter().map(|p| (*p).clone()).collect::<Vec<_>>())),
                     },
                 }
@@ -349,10 +353,23 @@ impl Storage {
 
 fn ambiguous(bucket: &str, projects: &[String]) -> GcsError {
     GcsError::invalid(format!(
-        "Bucket {bucket:?} exists in several projects ({}): map it in the server's config ([storage.buckets] {bucket} = \"PROJECT\") \
-         or set [storage] default_project.",
+        "Bucket {bucket:?} exists in several projects ({}): name the caller's project (?userProject=PROJECT, as the \
+         client's user_project does), map it in the server's config ([storage.buckets] {bucket} = \"PROJECT\") or set \
+         [storage] default_project.",
         projects.join(", ")
     ))
+}
+
+/// The project the request names as its caller's: `userProject` (the clients' billing
+/// project) or `project`.
+fn caller_project(uri: &axum::http::Uri) -> Option<String> {
+    let query = uri.query()?;
+    ["userProject", "project"].iter().find_map(|key| {
+        query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == *key && !v.is_empty()).then(|| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
+        })
+    })
 }
 
 /// Run blocking file work off the executor.
@@ -374,6 +391,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(storage: Arc<Storage>) -> Router
     Router::new()
         .route("/storage/v1/b", get(list_buckets).post(create_bucket))
         .route("/storage/v1/b/{bucket}", get(get_bucket).delete(delete_bucket))
+        .route("/storage/v1/b/{bucket}/iam", get(get_bucket_iam).put(set_bucket_iam))
         .route("/storage/v1/b/{bucket}/o", get(list_objects))
         .route("/storage/v1/b/{bucket}/o/{*object}", get(get_object).delete(delete_object))
         .route("/download/storage/v1/b/{bucket}/o/{*object}", get(download_object))
@@ -538,7 +556,7 @@ async fn get_bucket(State(s): St, req: Request) -> Response {
     respond(async {
         let (parts, _body) = req.into_parts();
         let bucket = bucket_of(parts.uri.path(), "/storage/v1")?;
-        let project = s.project_for(&parts.headers, &bucket, false).await?;
+        let project = s.project_for(&parts.headers, &parts.uri, &bucket, false).await?;
         let root = s.root.clone();
         let base = base_url(&parts.headers);
         let region = s.region.clone();
@@ -555,11 +573,125 @@ async fn get_bucket(State(s): St, req: Request) -> Response {
     .await)
 }
 
+/// Where a bucket's IAM policy is kept: beside the namespaces, in the storage root's own
+/// directory (the server's, never a tenant's), `<root>/.trainyard-iam/<project>/<bucket>.json`.
+fn iam_file(root: &std::path::Path, project: &str, bucket: &str) -> PathBuf {
+    root.join(".trainyard-iam").join(project).join(format!("{bucket}.json"))
+}
+
+/// The policy a bucket has until one is set: its project's owners and editors own it, its
+/// viewers read it (the service's legacy bucket roles).
+fn default_policy(project: &str, bucket: &str) -> Value {
+    json!({
+        "kind": "storage#policy",
+        "resourceId": format!("projects/_/buckets/{bucket}"),
+        "version": 1,
+        "etag": "CAE=",
+        "bindings": [
+            {"role": "roles/storage.legacyBucketOwner", "members": [format!("projectEditor:{project}"), format!("projectOwner:{project}")]},
+            {"role": "roles/storage.legacyBucketReader", "members": [format!("projectViewer:{project}")]}
+        ]
+    })
+}
+
+fn read_policy(root: &std::path::Path, project: &str, bucket: &str) -> GcsResult<Value> {
+    match std::fs::read(iam_file(root, project, bucket)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| GcsError::internal("the stored IAM policy", &e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(default_policy(project, bucket)),
+        Err(e) => Err(GcsError::io("cannot read the bucket's IAM policy", &e)),
+    }
+}
+
+/// `GET /storage/v1/b/B/iam`: the bucket's policy (the default one until one is set).
+async fn get_bucket_iam(State(s): St, req: Request) -> Response {
+    respond(async {
+        let (parts, _body) = req.into_parts();
+        let bucket = bucket_of(parts.uri.path(), "/storage/v1")?;
+        let project = s.project_for(&parts.headers, &parts.uri, &bucket, false).await?;
+        let root = s.root.clone();
+        let v = blocking(move || {
+            open_bucket(&root, &project, &bucket)?;
+            let mut v = read_policy(&root, &project, &bucket)?;
+            if let Some(o) = v.as_object_mut() {
+                o.remove("version_counter");
+            }
+            Ok(v)
+        })
+        .await?;
+        Ok(json_ok(v))
+    }
+    .await)
+}
+
+/// `PUT /storage/v1/b/B/iam`: the policy is kept as given (its `etag` must be the current
+/// one when given: 412 otherwise) and answered with a new etag. A binding that names
+/// another project (`projectViewer:OTHER`, ...) is refused: access to a bucket is its
+/// project's tokens', which a policy cannot widen. Other members are kept, not enforced.
+async fn set_bucket_iam(State(s): St, req: Request) -> Response {
+    respond(async {
+        let (parts, body) = req.into_parts();
+        let bucket = bucket_of(parts.uri.path(), "/storage/v1")?;
+        let project = s.project_for(&parts.headers, &parts.uri, &bucket, true).await?;
+        let text = read_small(body, multipart::MAX_META).await?;
+        let mut policy: Value =
+            serde_json::from_slice(&text).map_err(|e| GcsError::invalid(format!("The IAM policy is not valid JSON: {e}")))?;
+        let bindings = policy.get("bindings").cloned().unwrap_or_else(|| json!([]));
+        let Some(list) = bindings.as_array() else { return Err(GcsError::invalid("bindings must be a list.")) };
+        for (i, b) in list.iter().enumerate() {
+            let role = b.get("role").and_then(Value::as_str).unwrap_or("");
+            if role.is_empty() {
+                return Err(GcsError::invalid(format!("bindings[{i}].role is required.")));
+            }
+            let members = b.get("members").and_then(Value::as_array).ok_or_else(|| GcsError::invalid(format!("bindings[{i}].members must be a list.")))?;
+            for m in members {
+                let m = m.as_str().ok_or_else(|| GcsError::invalid(format!("bindings[{i}].members holds a non-string.")))?;
+                if let Some((kind, other)) = m.split_once(':') {
+                    if matches!(kind, "projectOwner" | "projectEditor" | "projectViewer") && other != project {
+                        return Err(GcsError::invalid(format!(
+                            "bindings[{i}]: {m:?} names project {other:?}, but bucket {bucket:?} is project {project:?}'s and only \
+                             its tokens reach it; a policy cannot grant it to another project."
+                        )));
+                    }
+                }
+            }
+        }
+        let root = s.root.clone();
+        let v = blocking(move || {
+            open_bucket(&root, &project, &bucket)?;
+            let current = read_policy(&root, &project, &bucket)?;
+            let etag = |v: &Value| v.get("etag").and_then(Value::as_str).unwrap_or("").to_string();
+            if policy.get("etag").is_some() && etag(&policy) != etag(&current) {
+                return Err(GcsError::precondition(format!("The policy's etag {:?} is not the current one.", etag(&policy))));
+            }
+            let n = current.get("version_counter").and_then(Value::as_u64).unwrap_or(1) + 1;
+            policy["kind"] = json!("storage#policy");
+            policy["resourceId"] = json!(format!("projects/_/buckets/{bucket}"));
+            policy["bindings"] = bindings;
+            policy["etag"] = json!(format!("CA{n}="));
+            policy["version_counter"] = json!(n);
+            let file = iam_file(&root, &project, &bucket);
+            let dir = file.parent().ok_or_else(|| GcsError::internal("the IAM policy's directory", "none"))?;
+            std::fs::create_dir_all(dir).map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e))?;
+            let tmp = file.with_extension("json.tmp");
+            std::fs::write(&tmp, policy.to_string()).map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e))?;
+            std::fs::rename(&tmp, &file).map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e))?;
+            Ok(policy)
+        })
+        .await?;
+        let mut v = v;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("version_counter");
+        }
+        Ok(json_ok(v))
+    }
+    .await)
+}
+
 async fn delete_bucket(State(s): St, req: Request) -> Response {
     respond(async {
         let (parts, _body) = req.into_parts();
         let bucket = bucket_of(parts.uri.path(), "/storage/v1")?;
-        let project = s.project_for(&parts.headers, &bucket, true).await?;
+        let project = s.project_for(&parts.headers, &parts.uri, &bucket, true).await?;
         let root = s.root.clone();
         blocking(move || {
             let missing = || GcsError::not_found(format!("The specified bucket {bucket:?} does not exist."));
@@ -567,6 +699,8 @@ async fn delete_bucket(State(s): St, req: Request) -> Response {
             if !ns.delete_bucket(&bucket)? {
                 return Err(missing());
             }
+            // Its policy goes with it (a bucket made again starts from the default).
+            let _ = std::fs::remove_file(iam_file(&root, &project, &bucket));
             Ok(())
         })
         .await?;
@@ -602,7 +736,7 @@ async fn list_objects(State(s): St, req: Request) -> Response {
             page_token: q.get("pageToken").cloned().filter(|d| !d.is_empty()),
             max,
         };
-        let project = s.project_for(&parts.headers, &bucket, false).await?;
+        let project = s.project_for(&parts.headers, &parts.uri, &bucket, false).await?;
         let root = s.root.clone();
         let base = base_url(&parts.headers);
         let me = Arc::clone(&s);
@@ -651,7 +785,7 @@ async fn read_object(s: &Storage, req: Request, prefix: &str) -> GcsResult<Respo
     }
     let generation = int_param(&q, "generation")?;
     let pre = Preconditions::from_query(&q)?;
-    let project = s.project_for(&parts.headers, &p.bucket, false).await?;
+    let project = s.project_for(&parts.headers, &parts.uri, &p.bucket, false).await?;
     let root = s.root.clone();
     let (bucket, name) = (p.bucket.clone(), p.object.clone());
     let proj = project.clone();
@@ -836,7 +970,7 @@ async fn delete_object(State(s): St, req: Request) -> Response {
         let q = query(parts.uri.query())?;
         let generation = int_param(&q, "generation")?;
         let pre = Preconditions::from_query(&q)?;
-        let project = s.project_for(&parts.headers, &p.bucket, true).await?;
+        let project = s.project_for(&parts.headers, &parts.uri, &p.bucket, true).await?;
         let root = s.root.clone();
         blocking(move || {
             let (_ns, fd) = open_bucket(&root, &project, &p.bucket)?;
@@ -906,8 +1040,8 @@ struct Target {
     owner: Option<RunAs>,
 }
 
-async fn target(s: &Arc<Storage>, headers: &HeaderMap, bucket: &str) -> GcsResult<Target> {
-    let project = s.project_for(headers, bucket, true).await?;
+async fn target(s: &Arc<Storage>, headers: &HeaderMap, uri: &axum::http::Uri, bucket: &str) -> GcsResult<Target> {
+    let project = s.project_for(headers, uri, bucket, true).await?;
     let owner = s.owner(&project).await?;
     s.maybe_sweep(&project);
     let root = s.root.clone();
@@ -1005,7 +1139,7 @@ async fn upload_media(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStre
     let pre = Preconditions::from_query(&q)?;
     let ct = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
     let meta = stored_meta(&UploadMeta::default(), ct)?;
-    let t = target(s, &parts.headers, &bucket).await?;
+    let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
     let hashes = Hashes::new(expected.wants_md5());
     let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(hashes), s.transfer_slot().await?)?;
     while let Some(chunk) = next_chunk(stream).await? {
@@ -1030,7 +1164,7 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
     let mut expected = Expected::default();
     header_hashes(&parts.headers, &mut expected)?;
     let pre = Preconditions::from_query(&q)?;
-    let t = target(s, &parts.headers, &bucket).await?;
+    let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
     // Started once the metadata part is read: whether the MD5 is computed as the bytes
     // come depends on its `md5Hash`.
     let mut w: Option<Writer> = None;
@@ -1100,7 +1234,7 @@ async fn resumable_start(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataS
     }
     let meta = stored_meta(&m, h("x-upload-content-type"))?;
     let pre = Preconditions::from_query(&q)?;
-    let t = target(s, &parts.headers, &bucket).await?;
+    let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
     let id = upload::random_id();
     let session = SessionFile { bucket: bucket.clone(), name, meta, expected, total, pre, created_us: meta::now_us(), done: None };
     let uploads = t.uploads;
@@ -1168,7 +1302,7 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     };
     let mut extra = Expected::default();
     header_hashes(&parts.headers, &mut extra)?;
-    let t = target(s, &parts.headers, &bucket).await?;
+    let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
     let key = upload::session_key(&t.project, &id);
     let lock = s.sessions.get(&key);
     let guard = lock.lock_owned().await;
@@ -1383,7 +1517,7 @@ async fn resumable_cancel(State(s): St, req: Request) -> Response {
         let bucket = bucket_of(parts.uri.path(), "/upload/storage/v1")?;
         let q = query(parts.uri.query())?;
         let id = session_id(&q)?;
-        let t = target(&s, &parts.headers, &bucket).await?;
+        let t = target(&s, &parts.headers, &parts.uri, &bucket).await?;
         let key = upload::session_key(&t.project, &id);
         let lock = s.sessions.get(&key);
         let _guard = lock.lock().await;
