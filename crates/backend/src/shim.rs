@@ -183,6 +183,27 @@ fn hide_other_pids() -> Result<(), String> {
     .map_err(|e| format!("mounting /proc with hidepid=2: {e}"))
 }
 
+/// In the replica's mount namespace, a `/dev/shm` of its own: a tmpfs no larger than the
+/// replica's memory limit (its pages are charged to the memory cgroup of whoever writes
+/// them, so they count against the replica's limit), gone with the namespace when the
+/// replica ends, so that shared memory a job leaves behind never stays in the host's RAM
+/// and no tenant sees another's.
+fn private_dev_shm(memory_limit: Option<u64>) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    if !Path::new("/dev/shm").is_dir() {
+        return Ok(());
+    }
+    let size = memory_limit.map(|b| format!(",size={b}")).unwrap_or_default();
+    mount(
+        Some("tmpfs"),
+        "/dev/shm",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("mode=1777{size}").as_str()),
+    )
+    .map_err(|e| format!("mounting a tmpfs of the replica's own on /dev/shm: {e}"))
+}
+
 /// An unprivileged identity for the program (see `ShimSpec::run_as`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunAs {
@@ -465,6 +486,9 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         if spec.run_as.is_some() {
             if let Err(e) = hide_other_pids() {
                 return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /proc: {e}"));
+            }
+            if let Err(e) = private_dev_shm(spec.memory_limit_bytes) {
+                return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /dev/shm: {e}"));
             }
         }
     }

@@ -79,6 +79,10 @@ fn main() -> ExitCode {
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_) | Command::LocalRun(_)) {
+        // Nothing the server inherited reaches what it starts (shims, replicas, builds).
+        trainyard_server::datadir::cloexec_inherited_fds();
+    }
     if !matches!(cli.command, Command::Serve(_) | Command::LocalRun(_)) {
         // A client command whose output is cut short (`... list | head -1`) ends quietly,
         // as other command-line tools do, instead of failing on the closed pipe.

@@ -13,7 +13,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -557,4 +557,39 @@ fn a_jobs_network_reaches_its_replicas_and_nothing_else() {
 fn a_job_network_with_slurm_is_refused() {
     let err = serve_refused("backend = \"slurm\"\n[slurm]\npartition = \"debug\"\n[replicas]\nnetwork = \"job\"\n");
     assert!(err.contains("replicas.network") && err.contains("Slurm"), "{err}");
+}
+
+/// Each replica has a `/dev/shm` of its own (a tmpfs no larger than its memory limit,
+/// gone with it: what a job leaves there never stays in the host's RAM) and no file
+/// descriptor the server inherited from whatever started it.
+#[test]
+fn a_replica_has_its_own_dev_shm_and_no_inherited_descriptor() {
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
+        return;
+    }
+    if skip_on_slurm("the tmpfs is mounted by the local shim's mount namespace") {
+        return;
+    }
+    let mut s = Server::prepare("");
+    let secret = s.dir.path().join("inherited-secret");
+    std::fs::write(&secret, b"the server's inherited file").unwrap();
+    s.inherit_fd10 = Some(secret.clone());
+    s.spawn();
+    let marker = format!("trainyard-shm-{}", std::process::id());
+    let script = format!(
+        "ls /proc/self/fd | tr '\\n' ' '; echo; cat /proc/self/fd/10 2>/dev/null && echo INHERITED; \
+         df -B1 --output=fstype,size /dev/shm | tail -1; \
+         head -c 10485760 /dev/zero > /dev/shm/{marker} && echo WROTE"
+    );
+    let j = s.create("shm", &sh_job("shm", &script));
+    let done = s.wait_terminal(&name_of(&j), 60);
+    let out = s.logs_text(&name_of(&j));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+    assert!(!out.contains("INHERITED") && !out.contains("the server's inherited file"), "fd 10 reached the job:\n{out}");
+    assert!(out.contains("WROTE"), "{out}");
+    let tmpfs = out.lines().find(|l| l.contains("tmpfs")).unwrap_or_else(|| panic!("/dev/shm is no tmpfs:\n{out}"));
+    let size: u64 = tmpfs.split_whitespace().skip_while(|w| *w != "tmpfs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+    // n1-standard-4: 15 GB, less the reserved share (L14); the host's /dev/shm is half its RAM.
+    assert!(size > 0 && size < 15_000_000_000, "/dev/shm of {size} bytes is not the replica's own:\n{out}");
+    assert!(!Path::new("/dev/shm").join(&marker).exists(), "the job's shared memory stayed on the host");
 }

@@ -44,6 +44,31 @@ pub fn set_private_umask() -> nix::sys::stat::Mode {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(PRIVATE_UMASK as nix::libc::mode_t))
 }
 
+/// Marks every descriptor above 2 that the process inherited (from a shell, a supervisor,
+/// a test harness) close-on-exec, so that none reaches a shim, a replica, a build or an
+/// engine the server starts. Descriptors the server opens itself are close-on-exec
+/// already. Returns how many were marked.
+pub fn cloexec_inherited_fds() -> usize {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return 0 };
+    let fds: Vec<i32> = entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).filter(|&fd| fd > 2).collect();
+    let mut marked = 0;
+    for fd in fds {
+        // SAFETY: the descriptor is only looked at and flagged, never closed or taken.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        match fcntl(borrowed, FcntlArg::F_GETFD) {
+            Ok(flags) if flags & FdFlag::FD_CLOEXEC.bits() == 0 => {
+                if fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).is_ok() {
+                    marked += 1;
+                }
+            }
+            // Closed meanwhile (the directory's own descriptor), or already marked.
+            _ => {}
+        }
+    }
+    marked
+}
+
 /// Create `dir` (and its missing parents) with mode 0700; an existing directory that other
 /// users may enter or read is tightened to 0700. Returns the mode it had when it was
 /// tightened.

@@ -26,6 +26,9 @@ pub struct Server {
     data_tmp: Option<tempfile::TempDir>,
     /// Extra environment of the server process (e.g. a PATH with a fake nvidia-smi).
     pub env: Vec<(String, String)>,
+    /// Start the server with this file open as descriptor 10, not close-on-exec, as a
+    /// careless supervisor would leave it.
+    pub inherit_fd10: Option<PathBuf>,
 }
 
 /// Is `TRAINYARD_TEST_CONTAINERS=podman` asked for: every replica of the tests runs in
@@ -209,7 +212,7 @@ impl Server {
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
         let data = data_tmp.as_ref().map(|t| t.path().join("data"));
-        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp, env: Vec::new() }
+        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp, env: Vec::new(), inherit_fd10: None }
     }
 
     /// Before the first `spawn`: keep the data in `data` instead of `<dir>/data`.
@@ -292,7 +295,23 @@ impl Server {
             .append(true)
             .open(self.dir.path().join("server.log"))
             .expect("log");
-        let child = Command::new(self.bin.as_deref().unwrap_or(BIN))
+        let mut command = Command::new(self.bin.as_deref().unwrap_or(BIN));
+        if let Some(path) = &self.inherit_fd10 {
+            use std::os::fd::IntoRawFd;
+            use std::os::unix::process::CommandExt;
+            let fd = std::fs::File::open(path).expect("open the file to inherit").into_raw_fd();
+            // SAFETY: dup2 and fcntl are async-signal-safe; nothing else runs in the child.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::dup2(fd, 10) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::fcntl(10, libc::F_SETFD, 0);
+                    Ok(())
+                });
+            }
+        }
+        let child = command
             .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
             .args(if self.config.exists() { vec!["--config".into(), self.config.clone().into_os_string()] } else { vec![] })
             .env_remove("TRAINYARD_CONFIG")
