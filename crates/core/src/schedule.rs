@@ -165,11 +165,13 @@ pub enum Decision {
     Preempt { job: u64, reason: String },
 }
 
-/// Where a waiting job stands in the scheduling order.
+/// Where a waiting job stands in the scheduling order, among its own project's waiting
+/// jobs (never counting other projects').
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Position {
-    /// 1-based.
+    /// 1-based, among the project's waiting jobs.
     pub pos: u32,
+    /// The project's waiting jobs.
     pub total: u32,
     /// FIFO order (else fair-share).
     pub fifo: bool,
@@ -181,7 +183,7 @@ pub fn waiting_text(reason: &str, position: Option<Position>, project: &str) -> 
     match position {
         Some(p) => {
             let order = if p.fifo { "FIFO order" } else { "fair-share order" };
-            format!("{reason}; position {} of {} in the {order} (project {project}).", p.pos, p.total)
+            format!("{reason}; position {} of {} among project {project}'s waiting jobs ({order}).", p.pos, p.total)
         }
         None => format!("{reason}."),
     }
@@ -1352,13 +1354,19 @@ pub fn plan(
         quota_round: HashMap::new(),
         memo: HashMap::new(),
     };
-    let total = reqs.len() as u32;
-    let mut pos = 0usize;
+    // Positions are among the job's own project's waiting jobs: a waiting reason says
+    // nothing of other projects' queues.
+    let mut totals: HashMap<&str, u32> = HashMap::new();
+    for r in reqs.iter() {
+        *totals.entry(r.project).or_default() += 1;
+    }
+    let mut seen: HashMap<&str, u32> = HashMap::new();
     while let Some((i, _fair)) = q.next(reqs) {
-        pos += 1;
         let r = &reqs[i];
+        let pos = seen.entry(r.project).or_default();
+        *pos += 1;
         let explain = cfg.explain;
-        let position = Some(Position { pos: pos as u32, total, fifo });
+        let position = Some(Position { pos: *pos, total: totals.get(r.project).copied().unwrap_or(*pos), fifo });
         // L3: QUEUED while the quota cannot cover all replicas at once.
         if !r.admitted && !r.metrics.is_empty() {
             let short = quota_short(quotas, r.project, r.metrics, |m| {
@@ -1543,13 +1551,15 @@ pub fn plan(
             rd.memo.clear();
             if explain {
                 let mut reason = match rd.resvs.last().filter(|_| reserved) {
+                    // No time: it would rest on other jobs' time limits (another
+                    // project's among them), which a waiting reason does not tell.
                     Some(v) => format!(
-                        "Waiting for capacity held by other jobs: needs {}. Reserved: expected to start within {} (by {}) on {} ({}); smaller jobs may start first only if they cannot delay it",
+                        "Waiting for capacity held by other jobs: needs {}. Reserved: {} ({}) {} held for it as they free; \
+                         smaller jobs may start first only if they cannot delay it",
                         describe(t, r.shape),
-                        fmt_dur(v.time - now),
-                        rfc3339(v.time),
                         counted(v.nodes.len(), "node", "nodes"),
                         node_list(t, &v.nodes),
+                        if v.nodes.len() == 1 { "is" } else { "are" },
                     ),
                     None => format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)),
                 };

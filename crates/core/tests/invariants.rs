@@ -465,7 +465,8 @@ fn backfill_cannot_delay_the_reservation() {
     let cfg = SchedulerConfig { order: trainyard_core::schedule::Order::Fifo, ..SchedulerConfig::default() };
     let d = run(&c, &reqs, 0, &cfg);
     let r1 = reason(&d, 1);
-    assert!(r1.contains("held by other jobs") && r1.contains("Reserved: expected to start within 1h 0m") && r1.contains("on 4 nodes ("), "{r1}");
+    // No time in the text: it would rest on other jobs' time limits (reserved_at has it).
+    assert!(r1.contains("held by other jobs") && r1.contains("Reserved: 4 nodes (") && !r1.contains("expected to start"), "{r1}");
     // The reservation takes the nodes that free up (n0, n1), then n2, n3: n4 stays open.
     assert_eq!(placed(&d, 3), Some(vec!["n4".to_string()]), "{d:?}");
     assert!(placed(&d, 2).is_some(), "a job that ends before the reservation backfills: {d:?}");
@@ -524,7 +525,7 @@ fn fair_share_order_and_weights() {
     let d = run(&c, &reqs, 0, &SchedulerConfig::default());
     assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "{d:?}");
     let r1 = reason(&d, 1);
-    assert!(r1.contains("in the fair-share order"), "{r1}");
+    assert!(r1.contains("(fair-share order)"), "{r1}");
     // The light project's second job comes after... the light project's first job.
     let pos = |id: u64| d.iter().position(|x| matches!(x, Decision::Place { job, .. } | Decision::Wait { job, .. } if *job == id)).unwrap();
     assert!(pos(2) < pos(3));
@@ -613,7 +614,7 @@ fn wait_reasons_name_quota_shortfall_and_position() {
     let d = schedule_with(&refs, &fleet, &quotas, 10, &SchedulerConfig::default(), &Hints::default());
     let r = reason(&d, 2);
     assert!(r.contains("custom_model_training_cpus: needs 6, 8 of 8 in use (short by 6)"), "{r}");
-    assert!(r.contains("position 2 of 2 in the fair-share order (project p)"), "{r}");
+    assert!(r.contains("position 2 of 2 among project p's waiting jobs (fair-share order)"), "{r}");
 }
 
 /// The hint replaces the timeout as the expected duration: a job hinted to end soon
@@ -627,10 +628,16 @@ fn hints_shorten_reservations() {
     let waiting = Job::new(2, "p".into(), "r".into(), &[1], Demand { metrics: BTreeMap::new(), replicas: vec![gpu_demand(8)] }, Policy::defaults(&s), false, 0);
     let refs = [&running, &waiting];
     let d = schedule_with(&refs, &fleet, &Quotas::default(), 0, &SchedulerConfig::default(), &Hints::default());
-    assert!(reason(&d, 2).contains("within 7d 0h"), "{d:?}");
+    let reserved_at = |d: &[Decision]| {
+        d.iter().find_map(|x| match x {
+            Decision::Wait { job: 2, reserved_at, .. } => *reserved_at,
+            _ => None,
+        })
+    };
+    assert_eq!(reserved_at(&d), Some(7 * 24 * HOUR), "{d:?}");
     let hints = Hints { expected_duration: [(1u64, 2 * HOUR)].into() };
     let d = schedule_with(&refs, &fleet, &Quotas::default(), 0, &SchedulerConfig::default(), &hints);
-    assert!(reason(&d, 2).contains("within 2h 0m"), "{d:?}");
+    assert_eq!(reserved_at(&d), Some(2 * HOUR), "{d:?}");
 }
 
 fn gpu_job(id: u64, project: &str, replicas: usize, per: u32, spot: bool, t: Micros) -> Job {
@@ -756,7 +763,7 @@ fn same_situation_shares_one_reason_with_own_positions() {
     }
     assert_eq!(waits.iter().map(|w| w.2).collect::<Vec<_>>(), [2, 3, 4, 5, 6]);
     let text = trainyard_core::schedule::waiting_text(&waits[1].1, Some(trainyard_core::schedule::Position { pos: 3, total: 6, fifo: false }), "p");
-    assert!(text.ends_with("; position 3 of 6 in the fair-share order (project p)."), "{text}");
+    assert!(text.ends_with("; position 3 of 6 among project p's waiting jobs (fair-share order)."), "{text}");
 }
 
 /// The memo never outlives the state it was written in: after a placement, a job of the
@@ -793,8 +800,8 @@ fn reservation_times_are_rfc3339() {
     assert_eq!(trainyard_core::schedule::rfc3339(1_796_634_797 * SECOND + 5), "2026-12-07T09:13:17Z");
 }
 
-/// Waiting reasons and preemption reasons name no other job and no other project: a
-/// tenant learns of others only as counts (its position in the order).
+/// Waiting reasons and preemption reasons name no other job and no other project, and
+/// count no other project's jobs: a position is among the project's own waiting jobs.
 #[test]
 fn reasons_name_no_other_tenant() {
     let mut c = Cluster::new(&gpu_fleet(3));
@@ -814,6 +821,9 @@ fn reasons_name_no_other_tenant() {
         for x in &d {
             let text = match x {
                 Decision::Wait { job, reason, position, .. } if *job != 1 => {
+                    // Positions count the project's own waiting jobs only (2), never the
+                    // queue's length.
+                    assert!(position.is_none_or(|p| p.total == 2 && p.pos <= 2), "{position:?}");
                     trainyard_core::schedule::waiting_text(reason, *position, "mine")
                 }
                 Decision::Preempt { reason, .. } => reason.clone(),
