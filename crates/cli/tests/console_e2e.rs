@@ -649,6 +649,8 @@ fn console_in_headless_chromium() {
     c.wait_for("the error", "(document.getElementById('job-error') || {}).textContent", 20);
     let error = c.eval("document.getElementById('job-error').textContent");
     assert!(error.as_str().unwrap_or("").contains("non-zero status of 3"), "{error}");
+    // The code by name, not a number that means nothing to a user.
+    assert!(error.as_str().unwrap_or("").starts_with("INVALID_ARGUMENT (3): "), "{error}");
     c.wait_for("the failed bar", "document.querySelectorAll('#timeline svg rect.seg-failed').length === 1", 20);
     c.assert_clean("failed job page");
     c.screenshot("04-job-failed");
@@ -809,10 +811,11 @@ fn console_in_headless_chromium() {
     c.screenshot("13-node");
 
     // -- Errors reach the banner: an API error, a JavaScript error, a rejection. -----------
+    // A page that cannot be shown says why once, on its card (not again in the banner).
     c.open(&format!("{root}#/jobs/987654"));
-    let banner = c.wait_for("the banner", "!document.getElementById('banner').hidden && document.getElementById('banner').innerText", 20);
-    assert!(banner.as_str().unwrap_or("").contains("does not exist"), "{banner}");
-    assert!(c.eval("document.getElementById('view').innerText").as_str().unwrap_or("").contains("This page could not be shown"));
+    let view = c.wait_for("the page's card", "(t => t.includes('This page could not be shown') && t)(document.getElementById('view').innerText)", 20);
+    assert_eq!(view.as_str().unwrap_or("").matches("does not exist").count(), 1, "{view}");
+    assert_eq!(c.eval("document.getElementById('banner').hidden"), json!(true), "the error is shown twice");
     c.open(&format!("{root}#/jobs?filter=state%3D"));
     let banner = c.wait_for("the filter's error", "!document.getElementById('banner').hidden && document.getElementById('banner').innerText", 20);
     assert!(banner.as_str().unwrap_or("").contains("Invalid filter"), "{banner}");

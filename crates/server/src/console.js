@@ -203,6 +203,16 @@ function settingsChanged(which) {
 // ---------------------------------------------------------------------------------------
 // The REST API.
 
+/** A job error's code as a user reads it: its name and number ("INVALID_ARGUMENT (3)"). */
+const CODE_NAMES = ["OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+  "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"];
+function codeName(code) {
+  if (code === undefined || code === null) return "Error";
+  const name = CODE_NAMES[code];
+  return name ? `${name} (${code})` : `Error ${code}`;
+}
+
 class ApiError extends Error {
   constructor(message, status) {
     super(message);
@@ -380,6 +390,13 @@ function resourceHref(name) {
   if (m[2] !== region()) q.set("region", m[2]);
   return hashWith([section, m[4]], q);
 }
+/** `projects/P/locations/L/customJobs/7` as a user reads it: `customJobs/7 (P)`; the
+ *  full name stays in the link's title. */
+function shortJob(name) {
+  const m = /^projects\/([^/]+)\/locations\/[^/]+\/(.+)$/.exec(name || "");
+  return m ? `${m[2]} (${m[1]})` : name;
+}
+
 function resourceLink(name, text) {
   const href = resourceHref(name);
   return href ? h("a", { href }, text || name) : h("span", {}, text || name || "—");
@@ -420,8 +437,9 @@ async function route() {
     await show();
   } catch (e) {
     if (e && e.name === "AbortError") return;
-    report(e);
-    if (pg === page) {
+    // Said once: on the page's own card when the page is still shown, else in the banner.
+    if (pg !== page) { report(e); return; }
+    {
       view.append(h("section", { class: "card failed" }, h("h2", {}, "This page could not be shown"), h("p", { class: "errtext" }, e && e.message ? e.message : String(e)),
         h("p", {}, h("button", { type: "button", onclick: () => route() }, "Try again"))));
     }
@@ -663,7 +681,7 @@ function fields(pairs) {
 function errorBlock(err) {
   if (!err) return null;
   // Code 1 (CANCELLED) is how a cancelled job ends, not a failure.
-  return h("div", { class: err.code === 1 ? "error-block neutral" : "error-block", id: "job-error" }, h("b", {}, `Error${err.code !== undefined ? " " + err.code : ""}: `), h("pre", { class: "errtext" }, err.message || JSON.stringify(err)));
+  return h("div", { class: err.code === 1 ? "error-block neutral" : "error-block", id: "job-error" }, h("b", {}, `${codeName(err.code)}: `), h("pre", { class: "errtext" }, err.message || JSON.stringify(err)));
 }
 function poolsTable(spec) {
   const pools = (spec && spec.workerPoolSpecs) || [];
@@ -1896,7 +1914,7 @@ async function nodePage(pg, nodeName) {
       ]),
       h("h3", {}, "Replicas"),
       (n.replicas || []).length ? h("table", { class: "list" }, h("thead", {}, h("tr", {}, h("th", {}, "Job"), h("th", {}, "Replica"))),
-        h("tbody", {}, n.replicas.map((r) => h("tr", {}, h("td", {}, resourceLink(r.job)), h("td", {}, r.replica)))))
+        h("tbody", {}, n.replicas.map((r) => h("tr", {}, h("td", { title: r.job }, resourceLink(r.job, shortJob(r.job))), h("td", {}, r.replica)))))
         : h("p", { class: "muted" }, "No replica runs here."),
       h("h3", {}, "GPUs"),
       gpus.length ? h("table", { class: "list", id: "gpus" }, h("thead", {}, h("tr", {}, ["Index", "Model", "Type", "Memory", "PCI bus", "State", "Held by", "Links"].map((x) => h("th", {}, x)))),
