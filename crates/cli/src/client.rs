@@ -1282,9 +1282,18 @@ fn stream_study_logs(target: Target, job: &str, only: Option<String>, sel: LogSe
                 continue;
             }
             let job_url = api.resource_url(CUSTOM_JOBS.collection, job)?;
+            let prefix = format!("[trial {id}] ");
+            // An ended trial's log is printed whole, here, in trial order; only trials
+            // still running are followed side by side (their lines interleave as they come).
+            let ended = !matches!(t["state"].as_str().unwrap_or(""), "ACTIVE" | "STOPPING" | "REQUESTED" | "");
+            if ended {
+                if let Err(e) = follow_log(&api, &job_url, &prefix, &sel) {
+                    eprintln!("{prefix}cannot read the log of {job_url}: {e:#}");
+                }
+                continue;
+            }
             let (api, sel) = (api.clone(), sel.clone());
             followers.push(std::thread::spawn(move || {
-                let prefix = format!("[trial {id}] ");
                 if let Err(e) = follow_log(&api, &job_url, &prefix, &sel) {
                     eprintln!("{prefix}cannot follow the log of {job_url}: {e:#}");
                 }

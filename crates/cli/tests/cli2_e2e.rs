@@ -298,6 +298,11 @@ fn tuning_jobs_wait_best_trial_and_trial_logs() {
         assert!(line.starts_with(&format!("[trial {t}] ")), "{line}");
     }
     assert!(out.lines().all(|l| l.starts_with("[trial ")), "{out}");
+    // An ended tuning job's trials come one after the other, in trial order.
+    let order: Vec<&str> = out.lines().filter_map(|l| l.split(']').next()).collect();
+    let mut sorted = order.clone();
+    sorted.sort_by_key(|p| p.trim_start_matches("[trial ").parse::<u32>().unwrap_or(0));
+    assert_eq!(order, sorted, "{out}");
     let o = trainyard(&s, &["hp-tuning-jobs", "stream-logs", "1", "--trial=2"]);
     let out = stdout(&o);
     assert!(out.contains("units=2") && !out.contains("units=1") && !out.contains("units=3"), "{out}");
