@@ -465,6 +465,14 @@ pub struct CustomJob {
     #[serde(alias = "trainyard_waiting_reason", skip_serializing_if = "String::is_empty")]
     #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub trainyard_waiting_reason: String,
+    /// A Trainyard extension: directories of the server's host that this job's containers
+    /// see read-only at their own paths (`custom-jobs create --config` sends the job
+    /// file's directory, so that a container runs the same `train.py` as `local-run`).
+    /// Accepted from a server without a tokens file (local clients only), or with a token
+    /// the tokens file allows (`host_directories = true`); absolute paths of existing
+    /// directories outside the data directory and the storage root.
+    #[serde(alias = "trainyard_host_directories", skip_serializing_if = "Vec::is_empty")]
+    pub trainyard_host_directories: Vec<String>,
 }
 
 impl CustomJob {

@@ -36,7 +36,23 @@ fn bad(message: String) -> Result {
 pub fn validate_custom_job(job: &CustomJob) -> Result {
     validate_display_name(&job.display_name)?;
     validate_labels(&job.labels)?;
+    validate_host_directories(&job.trainyard_host_directories)?;
     validate_job_spec(&job.job_spec, "jobSpec")
+}
+
+/// `trainyardHostDirectories`: at most 16 absolute, normal paths (no `.` or `..`
+/// segment, no NUL), each at most 4096 bytes.
+pub fn validate_host_directories(dirs: &[String]) -> Result {
+    if dirs.len() > 16 {
+        return bad(format!("trainyardHostDirectories has {} entries; at most 16 are allowed.", dirs.len()));
+    }
+    for (i, d) in dirs.iter().enumerate() {
+        let normal = d.starts_with('/') && !d.split('/').any(|s| s == "." || s == "..") && !d.contains('\0') && d.len() <= 4096;
+        if !normal {
+            return bad(format!("trainyardHostDirectories[{i}]: {d:?} must be an absolute path without . or .. segments."));
+        }
+    }
+    Ok(())
 }
 
 /// `displayName` present and at most 128 characters.

@@ -842,7 +842,14 @@ impl PathPolicy {
         match self {
             PathPolicy::Keep => Ok(()),
             PathPolicy::Resolve => {
-                crate::jobfile::resolve_paths(job, dir);
+                // The server is on this host: the paths are made absolute, and their
+                // directory is asked for read-only in the job's containers (a server that
+                // runs images sees it at the same path; one that runs host processes
+                // needs nothing more).
+                let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+                if !crate::jobfile::resolve_paths(job, &dir).is_empty() {
+                    add_host_directory(job, Value::String(dir.display().to_string()));
+                }
                 Ok(())
             }
             PathPolicy::Refuse { server } => match crate::jobfile::local_paths(job, dir).first() {
@@ -857,6 +864,15 @@ impl PathPolicy {
                 ),
             },
         }
+    }
+}
+
+/// Adds `dir` to the job's `trainyardHostDirectories`, once.
+fn add_host_directory(job: &mut Value, dir: Value) {
+    match job.get_mut("trainyardHostDirectories").and_then(Value::as_array_mut) {
+        Some(list) if list.contains(&dir) => {}
+        Some(list) => list.push(dir),
+        None => job["trainyardHostDirectories"] = Value::Array(vec![dir]),
     }
 }
 
@@ -892,6 +908,9 @@ fn build_job(
     // The flags' relative paths are this directory's.
     let mut flags = json!({"jobSpec": {"workerPoolSpecs": [{"containerSpec": {"command": command, "args": args}}]}});
     paths.apply(&mut flags, &crate::cwd(), "--command/--args")?;
+    for d in flags["trainyardHostDirectories"].as_array().cloned().unwrap_or_default() {
+        add_host_directory(&mut job, d);
+    }
     let command = flags["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"].clone();
     let args = flags["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"].clone();
     let (has_command, has_args) = (command.as_array().is_some_and(|a| !a.is_empty()), args.as_array().is_some_and(|a| !a.is_empty()));

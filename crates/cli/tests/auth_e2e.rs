@@ -10,6 +10,7 @@ use serde_json::Value;
 
 const RW: &str = "rw-token-0123456789abcdef";
 const RO: &str = "ro-token-0123456789abcdef";
+const HOST: &str = "host-dirs-token-5f2a9c7e1b";
 
 fn server() -> Server {
     let dir = tempfile::tempdir().unwrap();
@@ -18,7 +19,8 @@ fn server() -> Server {
         &tokens,
         format!(
             "[[tokens]]\ntoken = \"{RW}\"\nprojects = [\"alpha\", \"beta\"]\nname = \"team\"\n\n\
-             [[tokens]]\ntoken = \"{RO}\"\nprojects = [\"alpha\"]\naccess = \"read-only\"\n"
+             [[tokens]]\ntoken = \"{RO}\"\nprojects = [\"alpha\"]\naccess = \"read-only\"\n\n\
+             [[tokens]]\ntoken = \"{HOST}\"\nprojects = [\"alpha\"]\nhost_directories = true\n"
         ),
     )
     .unwrap();
@@ -117,4 +119,37 @@ fn open_only_on_loopback_and_broken_tokens_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tokens.toml") && err.contains("line 3") && err.contains("projets"), "{err}");
+}
+
+/// `trainyardHostDirectories` (what `custom-jobs create --config` sends to a server on its
+/// host) need a token the tokens file allows (`host_directories = true`): another token
+/// gets 403 naming the key, and nothing is created; the allowed one creates the job; a
+/// directory inside the data directory, or one that does not exist, is 400 naming the
+/// field.
+#[test]
+fn host_directories_need_a_token_allowed_to_mount_them() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    let url = s.jobs_url("alpha");
+    let mut job = sh_job("host-dirs", "true");
+    job["trainyardHostDirectories"] = serde_json::json!([dir.path().display().to_string()]);
+    let (status, body) = call(&s, "POST", &url, Some(RW), Some(&job.to_string()));
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("host_directories = true"), "{body}");
+    let (_, list) = call(&s, "GET", &url, Some(RW), None);
+    assert!(list.get("customJobs").is_none(), "nothing created: {list}");
+    let (status, body) = call(&s, "POST", &url, Some(HOST), Some(&job.to_string()));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["trainyardHostDirectories"][0], dir.path().display().to_string());
+    for (bad, why) in [
+        (s.data_dir().join("runs").display().to_string(), "data directory"),
+        (dir.path().join("missing").display().to_string(), "cannot be used"),
+        ("relative/dir".to_string(), "absolute path"),
+    ] {
+        job["trainyardHostDirectories"] = serde_json::json!([bad]);
+        let (status, body) = call(&s, "POST", &url, Some(HOST), Some(&job.to_string()));
+        assert_eq!(status, 400, "{bad}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("trainyardHostDirectories[0]") && message.contains(why), "{bad}: {message}");
+    }
 }

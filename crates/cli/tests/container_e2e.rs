@@ -340,3 +340,50 @@ fn a_short_name_that_does_not_resolve_fails_at_once() {
     let message = done["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("nosuch/image:1") && message.contains("did not resolve"), "{message}");
 }
+
+/// `custom-jobs create --config examples/failing/job.yaml` against a server on this host
+/// that runs images: the job file's directory is in the container, read-only, at its own
+/// path, so the job runs the same `train.py` as `local-run` (its traceback, not "can't
+/// open file"), and cannot write there.
+#[test]
+fn create_config_on_this_host_runs_the_job_files_program_in_its_image() {
+    if !enabled() {
+        return;
+    }
+    let s = Server::start("");
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    // A copy of the example in a directory the replica's user can read.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    for f in ["job.yaml", "train.py"] {
+        std::fs::copy(examples.join("failing").join(f), dir.path().join(f)).expect("copy the example");
+    }
+    let yaml = std::fs::read_to_string(dir.path().join("job.yaml")).expect("job.yaml");
+    std::fs::write(dir.path().join("job.yaml"), yaml.replace("python:3.11", PYTHON)).expect("job.yaml");
+    let out = Command::new(BIN)
+        .args(["custom-jobs", "create", "--config"])
+        .arg(dir.path().join("job.yaml"))
+        .args(["--format=json"])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .env("TRAINYARD_CLI_CONFIG", dir.path().join("no-cli.toml"))
+        .output()
+        .expect("run trainyard");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let real = std::fs::canonicalize(dir.path()).expect("canonical");
+    assert_eq!(created["trainyardHostDirectories"][0], real.display().to_string(), "{created}");
+    let name = name_of(&created);
+    let done = s.wait_terminal(&name, 60);
+    let log = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done}");
+    assert!(log.contains("ValueError: bad record at line 1337"), "the job file's train.py did not run:\n{log}");
+    // Read-only: a job that writes there cannot.
+    let script = format!("touch {}/written 2>&1 && echo WROTE || echo READ-ONLY", real.display());
+    let mut job = image_job("ro", PYTHON, &["sh", "-c", &script], &[]);
+    job["trainyardHostDirectories"] = json!([real.display().to_string()]);
+    let ro = create_as_is(&s, "p", &job);
+    s.wait_terminal(&name_of(&ro), 60);
+    let log = s.logs_text(&name_of(&ro));
+    assert!(log.contains("READ-ONLY") && !real.join("written").exists(), "{log}");
+}

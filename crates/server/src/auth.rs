@@ -57,6 +57,10 @@ struct Entry {
     /// Who or what holds the token (shown in the server log, never the token).
     #[serde(default)]
     name: String,
+    /// The token may create jobs that see directories of the server's host
+    /// (`trainyardHostDirectories`, sent by `custom-jobs create --config` on this host).
+    #[serde(default)]
+    host_directories: bool,
 }
 
 fn read_write() -> String {
@@ -69,6 +73,7 @@ struct Grant {
     all_projects: bool,
     projects: Vec<String>,
     write: bool,
+    host_directories: bool,
 }
 
 /// The tokens the server accepts, keyed by the SHA-256 of the token (a lookup by hash does
@@ -158,6 +163,7 @@ impl Tokens {
                 all_projects: e.projects.iter().any(|p| p == "*"),
                 projects: e.projects,
                 write,
+                host_directories: e.host_directories && write,
                 name: name.clone(),
             };
             if grants.insert(digest(e.token.get_ref()), grant).is_some() {
@@ -187,6 +193,12 @@ impl Tokens {
     /// header carries no known token.
     pub fn holder(&self, authorization: Option<&str>) -> Option<&str> {
         Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).map(|g| g.name.as_str())
+    }
+
+    /// May the token of an `Authorization` header create jobs that see directories of the
+    /// server's host (`host_directories = true`, on a read-write token)?
+    pub fn allows_host_directories(&self, authorization: Option<&str>) -> bool {
+        Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).is_some_and(|g| g.host_directories)
     }
 
     /// The projects the token of an `Authorization` header may use (`"*"` for all), or

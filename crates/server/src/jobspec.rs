@@ -280,6 +280,37 @@ pub fn check_paths(
     Ok(())
 }
 
+/// `trainyardHostDirectories`, checked at create: each an existing directory (reached
+/// without a symbolic link), neither inside nor holding the data directory or the storage
+/// root (the server's own files and every project's storage stay out of reach).
+pub fn check_host_directories(dirs: &[String], data_dir: &Path, storage_root: &Path) -> Result<(), ApiError> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let (data, storage) = (canon(data_dir), canon(storage_root));
+    for (i, d) in dirs.iter().enumerate() {
+        let field = format!("trainyardHostDirectories[{i}]");
+        let path = Path::new(d);
+        let real = std::fs::canonicalize(path)
+            .map_err(|e| ApiError::invalid_argument(format!("{field}: {d:?} cannot be used on this server's host: {e}")))?;
+        if real != path {
+            return Err(ApiError::invalid_argument(format!(
+                "{field}: {d:?} passes through a symbolic link (it is {}), which this server does not follow",
+                real.display()
+            )));
+        }
+        if !real.is_dir() {
+            return Err(ApiError::invalid_argument(format!("{field}: {d:?} is not a directory")));
+        }
+        for (what, own) in [("data directory", &data), ("storage root", &storage)] {
+            if real.starts_with(own) || own.starts_with(&real) {
+                return Err(ApiError::invalid_argument(format!(
+                    "{field}: {d:?} is, holds or is inside the server's {what}, which jobs never see whole"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

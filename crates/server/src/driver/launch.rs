@@ -424,6 +424,11 @@ pub(super) fn launch_plan(
             workdir: ce.workdir.clone(),
             netns: job_netns(svc, job.id),
         };
+        // The host directories the job asked for (checked at create), read-only at their
+        // own paths: `create --config` on this host runs the job file's programs.
+        for d in &live.resource.trainyard_host_directories {
+            mounts.push(Mount { source: PathBuf::from(d), target: d.clone(), read_only: true });
+        }
         match (&pool.container_spec, &pool.python_package_spec) {
             (Some(c), _) => {
                 // command replaces the image's ENTRYPOINT, args its CMD.

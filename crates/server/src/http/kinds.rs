@@ -91,6 +91,12 @@ pub trait ResourceKind: Send + Sync + 'static {
     /// The row as the API shows it.
     fn render(row: &Self::Row, waiting: &WaitingView, view: View) -> Result<Value, ApiError>;
 
+    /// Does the new resource ask for directories of the server's host
+    /// (`trainyardHostDirectories`), which only some callers may?
+    fn asks_host_directories(_resource: &Self::New) -> bool {
+        false
+    }
+
     /// Its resource name: `projects/{project}/locations/{region}/{COLLECTION}/{id}`.
     fn name(project: &str, region: &str, id: u64) -> String {
         format!("projects/{project}/locations/{region}/{}/{id}", Self::COLLECTION)
@@ -123,6 +129,10 @@ impl ResourceKind for CustomJobs {
 
     fn create(project: String, region: String, resource: CustomJob, reply: Reply<CustomJob>) -> Msg {
         Msg::Create { project, region, resource: Box::new(resource), reply }
+    }
+
+    fn asks_host_directories(resource: &CustomJob) -> bool {
+        !resource.trainyard_host_directories.is_empty()
     }
 
     fn cancel(project: String, region: String, id: u64, reply: Reply<()>) -> Msg {

@@ -78,8 +78,26 @@ async fn create<K: ResourceKind>(
     };
     check_content_type(&headers)?;
     let resource = K::parse(&body)?;
+    if K::asks_host_directories(&resource) {
+        allow_host_directories(&state, &headers)?;
+    }
     let created = ask(&state, |reply| K::create(project, region, resource, reply)).await?;
     json_response(created, ints)
+}
+
+/// `trainyardHostDirectories` come from the server's own host only: a server without a
+/// tokens file answers local clients alone; with one, the token must be allowed
+/// (`host_directories = true` in the tokens file).
+fn allow_host_directories(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
+    let Some(tokens) = &state.tokens else { return Ok(()) };
+    let auth = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if tokens.current().allows_host_directories(auth) {
+        return Ok(());
+    }
+    Err(AppError(ApiError::permission_denied(
+        "trainyardHostDirectories: this token may not mount directories of the server's host into jobs; an administrator \
+         allows it with host_directories = true on the token in the tokens file (or create the job without it)",
+    )))
 }
 
 async fn list<K: ResourceKind>(
