@@ -933,6 +933,10 @@ fn build_job(
     if !labels.is_empty() {
         job["labels"] = self::labels(labels)?;
     }
+    // A job file's mistakes are told here, by file and line, before anything is sent.
+    if let Some(p) = config.as_ref().filter(|_| pools.is_empty()) {
+        crate::jobfile::check(p, &job)?;
+    }
     Ok(job)
 }
 

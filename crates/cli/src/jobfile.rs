@@ -37,6 +37,68 @@ pub fn read(path: &Path, display_name: Option<&str>) -> anyhow::Result<Value> {
     Ok(job)
 }
 
+/// The job file's CustomJob checked by the API's own rules: an error is one line that
+/// names the file, the line of the YAML it is about (where it can be found) and the field.
+pub fn check(path: &Path, job: &Value) -> anyhow::Result<trainyard_api::CustomJob> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let at = |message: &str| match locate(&text, message) {
+        Some(line) => format!("job file {}, line {line}: {message}", path.display()),
+        None => format!("job file {}: {message}", path.display()),
+    };
+    let parsed = trainyard_api::parse_custom_job(job.to_string().as_bytes()).map_err(|e| anyhow::anyhow!(at(&e.message)))?;
+    trainyard_api::validate_custom_job(&parsed).map_err(|e| anyhow::anyhow!(at(&e.message)))?;
+    Ok(parsed)
+}
+
+/// The 1-based line of `text` (a job file) that an API error `message` is about: the line
+/// of an unknown field's name, else the start of the worker pool it names
+/// (`workerPoolSpecs[N]` or `worker_pool_specs[N]`).
+fn locate(text: &str, message: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    if let Some(name) = message.split("Unknown name \"").nth(1).and_then(|r| r.split('"').next()) {
+        let key = format!("{name}:");
+        if let Some(i) = lines.iter().position(|l| l.contains(&key)) {
+            return Some(i + 1);
+        }
+    }
+    let n: usize = ["workerPoolSpecs[", "worker_pool_specs["]
+        .iter()
+        .find_map(|k| message.split(k).nth(1))
+        .and_then(|r| r.split(']').next())
+        .and_then(|n| n.parse().ok())?;
+    let start = lines.iter().position(|l| {
+        let key = l.trim_start().trim_start_matches("- ");
+        key.starts_with("workerPoolSpecs:") || key.starts_with("worker_pool_specs:")
+    })?;
+    // The list's items: lines starting with "- " at the first item's indentation.
+    let mut indent = None;
+    let mut seen = 0;
+    for (i, l) in lines.iter().enumerate().skip(start + 1) {
+        let trimmed = l.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let col = l.len() - trimmed.len();
+        if !trimmed.starts_with("- ") {
+            if indent.is_some_and(|c| col < c) || (indent.is_none() && col == 0) {
+                return None;
+            }
+            continue;
+        }
+        match indent {
+            None => indent = Some(col),
+            Some(c) if col < c => return None,
+            Some(c) if col > c => continue,
+            Some(_) => {}
+        }
+        if seen == n {
+            return Some(i + 1);
+        }
+        seen += 1;
+    }
+    None
+}
+
 /// A job's name when neither the file nor the command line gives one: the file's stem,
 /// or for a file named `job.yaml` its directory's name (`examples/checkpoint/job.yaml` is
 /// `checkpoint`), so that the examples' jobs are told apart.
@@ -151,6 +213,18 @@ pub fn dir_of(path: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_error_names_the_line_it_is_about() {
+        let text = "# a job\nworkerPoolSpecs:\n  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n  \
+                    - replicaCount: 2\n    containerSpec: {imageUri: x, command: [\"true\"]}\n";
+        assert_eq!(super::locate(text, "jobSpec.workerPoolSpecs[1].machineSpec is required."), Some(5));
+        assert_eq!(super::locate(text, "jobSpec.workerPoolSpecs[0].containerSpec is required."), Some(3));
+        let typo = "workerPoolSpecs:\n  - machineSpec: {machineTyp: n1-standard-4}\n";
+        let m = "Invalid JSON payload received. Unknown name \"machineTyp\" at 'custom_job.job_spec.worker_pool_specs[0].machine_spec': Cannot find field.";
+        assert_eq!(super::locate(typo, m), Some(2));
+        assert_eq!(super::locate(text, "displayName is required."), None);
+    }
+
     #[test]
     fn a_job_yaml_is_named_after_its_directory() {
         use std::path::Path;

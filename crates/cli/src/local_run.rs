@@ -41,9 +41,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     // Before anything is created: the run's data is for this user only.
     trainyard_server::datadir::set_private_umask();
     let body = crate::jobfile::read(&args.job_file, args.display_name.as_deref())?;
-    let job = trainyard_api::parse_custom_job(body.to_string().as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {}", args.job_file.display(), e.message))?;
-    trainyard_api::validate_custom_job(&job).map_err(|e| anyhow::anyhow!("{}: {}", args.job_file.display(), e.message))?;
+    let job = crate::jobfile::check(&args.job_file, &body)?;
 
     let temporary = args.data_dir.is_none();
     let data_dir = args.data_dir.clone().unwrap_or_else(|| {

@@ -567,3 +567,36 @@ fn list_pages_and_create_without_a_pool() {
     let (_, list) = s.call("GET", &s.jobs_url("cli"), None);
     assert_eq!(list["customJobs"].as_array().map(Vec::len), Some(3), "nothing created: {list}");
 }
+
+/// A broken job file is one line naming the file, the line and the field, for `local-run`
+/// and `create --config` alike, and nothing is created.
+#[test]
+fn a_broken_job_file_names_its_line_and_field() {
+    let s = Server::start("");
+    let dir = tempfile::tempdir().unwrap();
+    let no_machine = dir.path().join("no-machine.yaml");
+    std::fs::write(&no_machine, "# a job\nworkerPoolSpecs:\n  - replicaCount: 1\n    containerSpec: {imageUri: x, command: [\"true\"]}\n").unwrap();
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, "workerPoolSpecs:\n  - machineSpec: {machineTyp: n1-standard-4}\n    replicaCount: 1\n").unwrap();
+    let not_yaml = dir.path().join("not-yaml.yaml");
+    std::fs::write(&not_yaml, "workerPoolSpecs:\n  - machineSpec: {machineType: n1\n").unwrap();
+    for (file, want) in [
+        (&no_machine, "line 3: jobSpec.workerPoolSpecs[0].machineSpec is required"),
+        (&typo, "line 2: Invalid JSON payload received. Unknown name \"machineTyp\""),
+        (&not_yaml, "is not valid YAML"),
+    ] {
+        let f = file.display().to_string();
+        for args in [vec!["local-run", f.as_str()], vec!["custom-jobs", "create", "--config", f.as_str()]] {
+            let o = trainyard(&s, &args);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+            let err = stderr(&o);
+            assert!(err.contains(&f) && err.contains(want), "{args:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        }
+    }
+    let o = trainyard(&s, &["custom-jobs", "create", "--config", &dir.path().join("missing.yaml").display().to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("missing.yaml"), "{}", stderr(&o));
+    let (_, list) = s.call("GET", &s.jobs_url("cli"), None);
+    assert!(list.get("customJobs").is_none(), "nothing created: {list}");
+}
