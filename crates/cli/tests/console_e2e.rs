@@ -778,6 +778,14 @@ fn console_in_headless_chromium() {
     assert_eq!(c.count("#trials tr.measurements svg.spark"), 1);
     c.assert_clean("study page");
     c.screenshot("10-study");
+    // Tuning trials can be left out of the jobs list (they carry trainyard_study).
+    let trial_rows = "[...document.querySelectorAll('table.list tr.row')].filter(tr => tr.textContent.includes('-trial-')).length";
+    c.open(&format!("{root}#/jobs"));
+    c.wait_for("the trials in the list", &format!("{trial_rows} === 5"), 20);
+    c.click("#hide-trials input");
+    c.wait_for("the list without trials", &format!("location.hash.includes('trials=hide') && document.querySelectorAll('table.list tr.row').length > 0 && {trial_rows} === 0"), 20);
+    assert!(c.eval("document.getElementById('filter-sent').textContent").as_str().unwrap_or("").contains("NOT labels.trainyard_study:*"));
+    c.assert_clean("jobs list without trials");
 
     // -- A training pipeline and its CustomJob. ----------------------------------------------
     let backing = s.get(&pname)["trainingTaskMetadata"]["backingCustomJob"].as_str().unwrap().to_string();

@@ -227,9 +227,17 @@ for step in range(1, 9):
     let steps: i64 = last["finalMeasurement"]["stepCount"].as_str().unwrap().parse().unwrap();
     assert!(steps < 8, "stopped before its end: {last:#}");
     assert_eq!(s.get(last["customJob"].as_str().unwrap())["state"], "JOB_STATE_CANCELLED");
+    // The early stop is marked on the trial (its job shows CANCELLED for it), and the
+    // trials' jobs carry the tuning job's id, so that lists can leave them out.
+    assert_eq!(last["trainyardStoppedEarly"], true, "{last:#}");
+    let study_id = created["name"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
     for t in &trials[..3] {
         assert_eq!(t["finalMeasurement"]["stepCount"], "8", "{t:#}");
+        assert!(t.get("trainyardStoppedEarly").is_none(), "{t:#}");
+        assert_eq!(s.get(t["customJob"].as_str().unwrap())["labels"]["trainyard_study"], study_id.as_str());
     }
+    let (_, hidden) = s.call("GET", &format!("{}?filter=NOT%20labels.trainyard_study%3A*", s.jobs_url("p")), None);
+    assert!(hidden.get("customJobs").is_none(), "only trials here: {hidden}");
 }
 
 /// Cancel stops the running trials; the study ends CANCELLED and nothing keeps running.

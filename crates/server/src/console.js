@@ -531,10 +531,19 @@ const COUNT_PAGES = 20;
 
 async function jobsList(pg, q) {
   document.title = "Jobs · Trainyard";
-  const userFilter = (q.get("filter") || "").trim();
+  const typed = (q.get("filter") || "").trim();
+  // Tuning trials (label trainyard_study) can be left out: they crowd the list.
+  const hideTrials = q.get("trials") === "hide";
+  const noTrials = "NOT labels.trainyard_study:*";
+  const userFilter = hideTrials ? (typed ? `${noTrials} AND (${typed})` : noTrials) : typed;
   const state = (q.get("state") || "").toUpperCase().replace(/^JOB_STATE_/, "");
   const stateFilter = state ? `state="JOB_STATE_${state}"` : "";
   const filter = stateFilter && userFilter ? `${stateFilter} AND (${userFilter})` : stateFilter || userFilter;
+  const trialsToggle = h("label", { class: "muted small", id: "hide-trials" }, h("input", { type: "checkbox", checked: hideTrials ? "" : null, onchange: (ev) => {
+    const nq = new URLSearchParams(q);
+    if (ev.target.checked) nq.set("trials", "hide"); else nq.delete("trials");
+    location.hash = hashWith(["jobs"], nq);
+  } }), " hide tuning trials");
   const chips = h("div", { class: "chips", id: "state-chips" }, h("span", { class: "muted" }, "counting…"));
   const hangs = jobHangs(pg);
   const table = pagedTable(pg, {
@@ -556,6 +565,7 @@ async function jobsList(pg, q) {
   view.append(h("section", { class: "card" },
     h("h2", {}, "Custom jobs ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
     filterBox(q, "jobs", 'e.g. state="JOB_STATE_RUNNING" AND display_name:"resnet"'),
+    trialsToggle,
     chips,
     filter ? h("p", { class: "muted small" }, "Filter sent: ", h("code", { id: "filter-sent" }, filter)) : null,
     table.el));
@@ -1671,7 +1681,7 @@ async function studyPage(pg, id) {
       rows.push(h("tr", { class: `trial${best && best.id === t.id ? " best" : ""}`, "data-trial": t.id },
         h("td", {}, ms.length ? toggle : ""),
         h("td", { class: "num" }, t.id, best && best.id === t.id ? h("span", { class: "best-tag", title: "best trial so far" }, " ★") : ""),
-        h("td", {}, chip(t.state)),
+        h("td", {}, chip(t.state), t.trainyardStoppedEarly ? h("span", { class: "muted small stopped-early", title: "Stopped by the study's early-stopping rule: its CustomJob shows cancelled for it" }, " stopped early") : null),
         paramIds.map((p) => h("td", { class: "num" }, num(paramValue(t, p)))),
         metricIds.map((m) => h("td", { class: "num" }, num(metricValue(t.finalMeasurement, m)))),
         h("td", { class: "num" }, (t.finalMeasurement && t.finalMeasurement.stepCount) || (ms.length ? ms[ms.length - 1].stepCount : "—")),
@@ -1850,6 +1860,8 @@ async function nodesPage(pg) {
         h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.region), h("td", {}, h("code", {}, r.metric)),
           h("td", {}, r.limit ? usage(r.inUse, r.limit, String) : r.inUse), h("td", { class: "num" }, r.queued), h("td", { class: "num" }, r.limit ?? "no limit")))))
         : h("p", { class: "muted" }, "No quotas are set and no job holds any."));
+      if (rows.length) quotasBox.append(h("p", { class: "muted small", id: "quota-note" },
+        "In use counts what admitted jobs asked for (their machine types), not what they use. A node marked overcommit (no [node] table in the config) shares its CPUs and memory with the host, so the jobs on it may together ask for more than it has."));
       clearError("quotas");
     } catch (e) {
       if (e.name === "AbortError") return;

@@ -94,6 +94,9 @@ pub struct StudyTrial {
     /// stopped: added as the trial's last measurement when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_final: Option<(i64, f64)>,
+    /// Stopped by the study's early-stopping rule (its CustomJob was cancelled for it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_early: bool,
     /// The study's other metrics (objectives after the first, safety metrics) in the final
     /// measurement: each one's value reported at the final measurement's step, or the
     /// last one before it, or its last one.
@@ -474,6 +477,7 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
                 let running = tuner::Trial { params: assignment(&t.params), value: None, intermediate: curve(t, cfg.use_elapsed) };
                 if tuner::should_stop(rule, goal, &running, &completed) {
                     t.state = TrialState::Stopping;
+                    t.stopped_early = true;
                     t.predicted_final = tuner::predicted_final(rule, goal, &running, &completed).map(|(x, v)| {
                         // By elapsed time, the prediction is for the trial's last step.
                         let last_step = t.measurements.last().map_or(0, |m| m.0);
@@ -667,6 +671,7 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
             start_time: now,
             end_time: None,
             infeasible_reason: String::new(),
+            stopped_early: false,
             failed: false,
             predicted_final: None,
             final_others: Vec::new(),
@@ -763,6 +768,11 @@ pub fn render_trials(s: &Study, metric_id: &str, job_name: impl Fn(u64) -> Strin
             if !t.infeasible_reason.is_empty() {
                 o["infeasibleReason"] = serde_json::json!(t.infeasible_reason);
             }
+            // A Trainyard extension: the trial ended by early stopping (its CustomJob shows
+            // CANCELLED for it).
+            if t.stopped_early {
+                o["trainyardStoppedEarly"] = serde_json::json!(true);
+            }
             if let Some(j) = t.custom_job {
                 o["customJob"] = serde_json::json!(job_name(j));
             }
@@ -771,7 +781,8 @@ pub fn render_trials(s: &Study, metric_id: &str, job_name: impl Fn(u64) -> Strin
         .collect()
 }
 
-/// Job-level labels map for trials: which study they belong to.
+/// The labels a tuning job's trial CustomJobs get besides the tuning job's own: which
+/// tuning job they belong to (`trainyard_study`), so that lists can leave them out.
 pub fn trial_labels(study: u64) -> BTreeMap<String, String> {
     [("trainyard_study".to_string(), study.to_string())].into()
 }
@@ -1065,6 +1076,7 @@ mod replay {
             start_time: id as Micros,
             end_time: done.then_some(id as Micros + 1),
             infeasible_reason: String::new(),
+            stopped_early: false,
             failed: false,
             predicted_final: None,
             final_others: Vec::new(),

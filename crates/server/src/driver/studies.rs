@@ -186,7 +186,12 @@ impl Driver {
     pub(super) fn create_trial_job(&mut self, id: u64, trial: &str, now: Micros) -> Result<(), StoreError> {
         let Some(ls) = self.studies.get(&id) else { return Ok(()) };
         let Some(t) = ls.study.trials.iter().find(|t| t.id == trial) else { return Ok(()) };
-        let resource = trial_resource(&ls.resource, trial, &t.params);
+        let mut resource = trial_resource(&ls.resource, trial, &t.params);
+        // Trials are told apart from other jobs (the console hides them on request with
+        // the filter `NOT labels.trainyard_study:*`); the label limit is kept.
+        if resource.labels.len() < trainyard_api::validate::MAX_LABELS {
+            resource.labels.extend(study::trial_labels(id));
+        }
         let (project, region) = (ls.study.project.clone(), ls.study.region.clone());
         let link = trainyard_core::job::TrialLink { study: id, trial: trial.to_string() };
         let created = self.create_many(vec![NewCustomJob { project, region, resource, trial: Some(link), pipeline: None }], now).pop();
