@@ -289,7 +289,7 @@ EXPECT = {
     "trainyard local-run examples/multi-replica/job.yaml": expect(0, out=[r"primary: ranks \[1, 2\], sum 3"], err=[SUCCEEDED]),
     "trainyard local-run examples/failing/job.yaml": expect(
         1,
-        err=[r"JOB_STATE_FAILED", r"^\[workerpool0-0\] ValueError: bad record at line 1337$", r"error \(code 3 \(INVALID_ARGUMENT\)\): .*\(its stderr is above\)$"],
+        err=[r"JOB_STATE_FAILED", r"^\[workerpool0-0\] ValueError: bad record at line 1337$", r"error \(code 3 \(INVALID_ARGUMENT\)\): .*\(its last lines of stderr are above\)$"],
         err_count={"ValueError: bad record": 1},
     ),
     "trainyard local-run examples/oom/job.yaml": expect(1, err=[r"JOB_STATE_FAILED", r"error \(code 8 \(RESOURCE_EXHAUSTED\)\): .*ran out of memory"]),

@@ -123,6 +123,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
 
     let store = Store::open(&engine.store_path)?;
     let mut cursor = Cursor::default();
+    let mut printed = Printed::default();
     let sel = Selector::default();
     // Where the job is, on one line of stderr (redrawn in place on a terminal, a line per
     // change elsewhere).
@@ -136,7 +137,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
             let batch = logs::read_new(&store, &engine.services.cfg.data_dir, id, &sel, &mut cursor)?;
             if !batch.entries.is_empty() {
                 progress.clear();
-                print_entries(&batch.entries);
+                print_entries(&batch.entries, &mut printed);
             }
             if batch.caught_up {
                 break;
@@ -162,11 +163,11 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     let state = final_job.job.state();
     eprintln!("[trainyard] CustomJob {} ended: {} after {}.", created.name, state.wire_name(), crate::progress::duration(started.elapsed()));
     if let Some(e) = final_job.job.error() {
-        // The replica's stderr was printed as it came: the error's copy of its last lines
-        // is not printed again.
-        let (first, tail) = split_stderr_tail(&e.message);
+        // The replica's stderr was printed as it came (and a StartError's message with the
+        // job's failure event): the error's copy of its last lines is not printed again.
+        let (first, tail) = printed.shorten(&e.message);
         let code = trainyard_api::Code::describe_number(i64::from(e.code));
-        eprintln!("[trainyard] error (code {code}): {first}{}", if tail { " (its stderr is above)" } else { "" });
+        eprintln!("[trainyard] error (code {code}): {first}{}", if tail { format!(" {ABOVE}") } else { String::new() });
     }
     if temporary {
         let _ = std::fs::remove_dir_all(&data_dir);
@@ -193,25 +194,53 @@ pub fn prefix(e: &logs::Entry) -> String {
     }
 }
 
-/// A job error's message without the `Last lines of stderr:` it ends with, and whether it
-/// had them.
-fn split_stderr_tail(message: &str) -> (&str, bool) {
-    match message.split_once("\nLast lines of stderr:") {
-        Some((first, _)) => (first, true),
-        None => (message, false),
+/// Said in place of a job error's last lines of stderr already printed.
+const ABOVE: &str = "(its last lines of stderr are above)";
+
+/// The stderr lines printed so far (the newest few thousand): a job error's copy of its
+/// replica's last lines of stderr is not printed again when they were all printed already
+/// (a StartError's message, which no program printed, is).
+#[derive(Default)]
+struct Printed {
+    lines: std::collections::VecDeque<String>,
+}
+
+impl Printed {
+    const KEEP: usize = 4096;
+
+    fn saw(&mut self, line: &str) {
+        if self.lines.len() == Self::KEEP {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line.to_string());
+    }
+
+    /// `message` without the `Last lines of stderr:` it ends with when every one of them
+    /// was printed, and whether it was cut.
+    fn shorten<'a>(&self, message: &'a str) -> (&'a str, bool) {
+        match message.split_once("\nLast lines of stderr:") {
+            Some((first, tail)) if tail.lines().filter(|l| !l.is_empty()).all(|l| self.lines.iter().any(|p| p == l)) => (first, true),
+            _ => (message, false),
+        }
     }
 }
 
-fn print_entries(entries: &[logs::Entry]) {
+fn print_entries(entries: &[logs::Entry], printed: &mut Printed) {
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
     let mut out = stdout.lock();
     let mut err = stderr.lock();
     for e in entries {
-        let line = match (e.stream.as_str(), split_stderr_tail(&e.text)) {
-            ("event", (first, true)) => format!("{} {first} (its stderr is above)", prefix(e)),
+        let line = match (e.stream.as_str(), printed.shorten(&e.text)) {
+            ("event", (first, true)) => format!("{} {first} {ABOVE}", prefix(e)),
             _ => format!("{} {}", prefix(e), e.text),
         };
+        if e.stream == "stderr" {
+            printed.saw(&e.text);
+        } else if let Some((_, tail)) = e.text.split_once("\nLast lines of stderr:") {
+            // Printed whole here (a StartError's message): not again at the end.
+            tail.lines().for_each(|l| printed.saw(l));
+        }
         let _ = if e.stream == "stdout" { writeln!(out, "{line}") } else { writeln!(err, "{line}") };
     }
     let _ = out.flush();

@@ -387,3 +387,45 @@ fn create_config_on_this_host_runs_the_job_files_program_in_its_image() {
     let log = s.logs_text(&name_of(&ro));
     assert!(log.contains("READ-ONLY") && !real.join("written").exists(), "{log}");
 }
+
+/// `local-run` is a foreground tool: an image that cannot be pulled fails the job within
+/// 30 s (its pull timeout at most), with the image, podman's message and the fixes, and
+/// no raw log line of the server's in its output.
+#[test]
+fn local_run_gives_up_on_an_unreachable_registry_within_30_seconds() {
+    if !enabled() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = podman_failing_pulls(
+        dir.path(),
+        "initializing source docker://python:3.12: pinging container registry registry-1.docker.io: dial tcp: \
+         lookup registry-1.docker.io: no such host",
+    );
+    let config = dir.path().join("trainyard.toml");
+    std::fs::write(&config, format!("[containers]\nengine = \"podman\"\nprogram = \"{}\"\n", fake.display())).expect("config");
+    let job = dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        "workerPoolSpecs:\n  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n    \
+         containerSpec: {imageUri: \"python:3.12\", command: [python3, -c, \"print(1)\"]}\n",
+    )
+    .expect("job");
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["local-run", "--config"])
+        .arg(&config)
+        .arg(&job)
+        .env("TRAINYARD_STORAGE_ROOT", dir.path().join("storage"))
+        .env_remove("TRAINYARD_LOG")
+        .output()
+        .expect("run local-run");
+    let took = started.elapsed();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(took < Duration::from_secs(60), "took {took:?}:\n{text}");
+    for want in ["python:3.12", "within 30s", "no such host", "scripts/images/build.sh", "engine = \"none\""] {
+        assert!(text.contains(want), "no {want:?}:\n{text}");
+    }
+    assert!(!text.contains(" WARN ") && !text.contains("trainyard_server::"), "a raw log line:\n{text}");
+}
