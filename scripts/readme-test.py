@@ -412,6 +412,27 @@ def python_block(env, code, name):
     check(name, p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
 
 
+def cargo_run_targets(env):
+    """Every `cargo run ... -p PKG` of the README names a binary cargo can choose: with
+    `--bin`, one that exists; without, the package's only binary or its `default-run`
+    (the README's first command once failed for want of one)."""
+    text = (REPO / "README.md").read_text()
+    code, out, err = env.run("cargo metadata --no-deps --format-version 1 --offline", timeout=120)
+    if not check("cargo metadata", code == 0, err[-2000:]):
+        return
+    packages = {p["name"]: p for p in json.loads(out)["packages"]}
+    for m in sorted(set(re.findall(r"cargo run[^`\n]*", text))):
+        words = m.split()
+        pkg = words[words.index("-p") + 1] if "-p" in words else "trainyard"
+        bins = [t["name"] for t in packages.get(pkg, {}).get("targets", []) if "bin" in t["kind"]]
+        if "--bin" in words:
+            ok, why = words[words.index("--bin") + 1] in bins, f"no binary named so in {pkg}: {bins}"
+        else:
+            ok = len(bins) == 1 or bool(packages.get(pkg, {}).get("default_run"))
+            why = f"package {pkg} has binaries {bins} and no default-run: cargo cannot choose"
+        check(f"README: `{m.strip()}` names a binary", ok, why)
+
+
 def finish():
     passed = sum(1 for _, ok, _ in results if ok)
     failed = len(results) - passed
@@ -509,6 +530,7 @@ def main():
         for lang, lines in blocks(ex.splitlines()):
             if lang == "sh":
                 run_shell_block(env, commands(lines), "examples", seen)
+        cargo_run_targets(env)
         for k in EXPECT:
             if k not in seen:
                 check(f"expectation used: {k[:100]}", False, "no README command matches this expectation any more")

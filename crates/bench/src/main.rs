@@ -395,7 +395,8 @@ impl Bench {
         loop {
             for e in self.store.events(id, seq)? {
                 seq = e.seq;
-                if e.text == RUNNING_LINE {
+                // Events are stored with their rule first (`L7: Job is running.`).
+                if e.text.ends_with(RUNNING_LINE) {
                     return Ok(e.time);
                 }
             }
@@ -540,7 +541,10 @@ fn run(opts: &Opts) -> Result<()> {
     let data_dir = tmp.path().join("data");
     let workdir = tmp.path().join("work");
     std::fs::create_dir_all(&workdir)?;
-    let cfg = Config::builtin(Some(data_dir.clone()));
+    let mut cfg = Config::builtin(Some(data_dir.clone()));
+    // Host processes, what the baseline spawns too: on a host with podman the built-in
+    // config would run the jobs' image (`local/bench`, which no registry has).
+    cfg.containers.engine = trainyard_server::config::EngineSetting::None;
     let region = cfg.region.clone();
     let shim_command: Vec<OsString> = vec![exe.clone().into_os_string(), "shim".into()];
     // The bench's jobs write no outputs: no output root besides the storage root.
@@ -567,7 +571,7 @@ fn run(opts: &Opts) -> Result<()> {
     }
     println!("  fsync (64 B file) p50 {:.3} ms in the data dir's filesystem", fsync_probe(&data_dir, 20)?);
     println!("  load average      {} (start)", read_trimmed("/proc/loadavg").unwrap_or_default());
-    println!("  config            built-in (Config::builtin), shim = [{}, \"shim\"]", exe.display());
+    println!("  config            built-in (Config::builtin), [containers] engine = \"none\", shim = [{}, \"shim\"]", exe.display());
     println!(
         "  repetitions       baseline {} | 1-replica {} | 8-replica {} | restart {} | warm-up {} discarded each",
         opts.baseline, opts.one, opts.eight, opts.restart, opts.warmup
