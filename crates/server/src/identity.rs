@@ -214,13 +214,25 @@ pub fn minimal_env(base_env: &[(String, String)], home: &Path) -> Vec<(String, S
     // Only the server's PATH directories the project's user can use (a version manager
     // under /root is not one of them).
     let path = base_env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("");
-    let usable: Vec<&str> = path.split(':').filter(|d| usable_by_others(Path::new(d))).collect();
-    let path = if usable.is_empty() { "/usr/local/bin:/usr/bin:/bin".to_string() } else { usable.join(":") };
-    env.push(("PATH".into(), path));
+    env.push(("PATH".into(), replica_path(path)));
     let home = home.display().to_string();
     env.push(("HOME".into(), home.clone()));
     env.push(("TMPDIR".into(), home));
     env
+}
+
+/// `path` without the directories other users cannot search (looked at once per server
+/// PATH, not at every launch: a few stat calls per directory and ancestor).
+fn replica_path(path: &str) -> String {
+    static LAST: std::sync::Mutex<Option<(String, String)>> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, filtered)) = last.as_ref().filter(|(seen, _)| seen == path) {
+        return filtered.clone();
+    }
+    let usable: Vec<&str> = path.split(':').filter(|d| usable_by_others(Path::new(d))).collect();
+    let filtered = if usable.is_empty() { "/usr/local/bin:/usr/bin:/bin".to_string() } else { usable.join(":") };
+    *last = Some((path.to_string(), filtered.clone()));
+    filtered
 }
 
 /// Can a user that is neither `dir`'s owner nor in its group search `dir` and every
