@@ -255,6 +255,10 @@ fn local_run_runs_the_job_in_its_image() {
     assert!(stdout.contains(&want) || stderr.contains(&want), "{want:?} in {stdout}\n{stderr}");
 }
 
+/// What podman says when the registry cannot be reached (offline).
+const UNREACHABLE: &str = "initializing source docker://python:3.12: pinging container registry registry-1.docker.io: \
+                           dial tcp: lookup registry-1.docker.io: no such host";
+
 /// A podman whose `image exists` says no and whose `pull` fails with `message` (as
 /// podman prints it); everything else is the real podman.
 fn podman_failing_pulls(dir: &std::path::Path, message: &str) -> std::path::PathBuf {
@@ -289,11 +293,7 @@ fn an_unreachable_registry_fails_the_job_after_pull_timeout_secs() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let fake = podman_failing_pulls(
-        dir.path(),
-        "initializing source docker://python:3.12: pinging container registry registry-1.docker.io: dial tcp: \
-         lookup registry-1.docker.io: no such host",
-    );
+    let fake = podman_failing_pulls(dir.path(), UNREACHABLE);
     let s = Server::start(&format!(
         "[containers]\nengine = \"podman\"\nprogram = \"{}\"\npull_timeout_secs = 4\n",
         fake.display()
@@ -397,11 +397,7 @@ fn local_run_gives_up_on_an_unreachable_registry_within_30_seconds() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let fake = podman_failing_pulls(
-        dir.path(),
-        "initializing source docker://python:3.12: pinging container registry registry-1.docker.io: dial tcp: \
-         lookup registry-1.docker.io: no such host",
-    );
+    let fake = podman_failing_pulls(dir.path(), UNREACHABLE);
     let config = dir.path().join("trainyard.toml");
     std::fs::write(&config, format!("[containers]\nengine = \"podman\"\nprogram = \"{}\"\n", fake.display())).expect("config");
     let job = dir.path().join("job.yaml");
