@@ -218,8 +218,8 @@ impl Printed {
     /// `message` without the `Last lines of stderr:` it ends with when every one of them
     /// was printed, and whether it was cut.
     fn shorten<'a>(&self, message: &'a str) -> (&'a str, bool) {
-        match message.split_once("\nLast lines of stderr:") {
-            Some((first, tail)) if tail.lines().filter(|l| !l.is_empty()).all(|l| self.lines.iter().any(|p| p == l)) => (first, true),
+        match trainyard_core::step::split_stderr_tail(message) {
+            (first, Some(tail)) if tail.lines().filter(|l| !l.is_empty()).all(|l| self.lines.iter().any(|p| p == l)) => (first, true),
             _ => (message, false),
         }
     }
@@ -237,7 +237,7 @@ fn print_entries(entries: &[logs::Entry], printed: &mut Printed) {
         };
         if e.stream == "stderr" {
             printed.saw(&e.text);
-        } else if let Some((_, tail)) = e.text.split_once("\nLast lines of stderr:") {
+        } else if let (_, Some(tail)) = trainyard_core::step::split_stderr_tail(&e.text) {
             // Printed whole here (a StartError's message): not again at the end.
             tail.lines().for_each(|l| printed.saw(l));
         }

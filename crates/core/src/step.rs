@@ -147,14 +147,26 @@ fn failure_rule(error: &JobError) -> &'static str {
     }
 }
 
+/// What separates an exit message from the replica's last lines of stderr.
+const STDERR_TAIL: &str = "\nLast lines of stderr:\n";
+
 /// L13: the message of a user code exception.
 pub fn exit_message(replica: &str, status: i32, reason: &str, tail: &[String]) -> String {
     let mut m = format!("The replica {replica} exited with a non-zero status of {status}. Termination reason: {reason}.");
     if !tail.is_empty() {
-        m.push_str("\nLast lines of stderr:\n");
+        m.push_str(STDERR_TAIL);
         m.push_str(&tail.join("\n"));
     }
     m
+}
+
+/// An [`exit_message`] split into its first part and the last lines of stderr it carries
+/// (`None` when it carries none).
+pub fn split_stderr_tail(message: &str) -> (&str, Option<&str>) {
+    match message.split_once(STDERR_TAIL) {
+        Some((first, tail)) => (first, Some(tail)),
+        None => (message, None),
+    }
 }
 
 /// L14.

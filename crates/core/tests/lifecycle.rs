@@ -416,6 +416,11 @@ fn l13_user_error_message() {
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.\nLast lines of stderr:\nTraceback: boom"
     );
     assert_eq!(m, exit_message("workerpool0-0", 3, "Error", &["Traceback: boom".into()]));
+    // The message splits back into its first line and the stderr it carries.
+    let (first, tail) = trainyard_core::step::split_stderr_tail(&m);
+    assert_eq!(first, "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.");
+    assert_eq!(tail, Some("Traceback: boom"));
+    assert_eq!(trainyard_core::step::split_stderr_tail(first), (first, None));
 }
 
 /// L13: a program that could not be started: StartError.
