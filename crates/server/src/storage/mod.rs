@@ -363,13 +363,8 @@ fn ambiguous(bucket: &str, projects: &[String]) -> GcsError {
 /// The project the request names as its caller's: `userProject` (the clients' billing
 /// project) or `project`.
 fn caller_project(uri: &axum::http::Uri) -> Option<String> {
-    let query = uri.query()?;
-    ["userProject", "project"].iter().find_map(|key| {
-        query.split('&').find_map(|pair| {
-            let (k, v) = pair.split_once('=')?;
-            (k == *key && !v.is_empty()).then(|| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
-        })
-    })
+    let mut q = query(uri.query()).ok()?;
+    ["userProject", "project"].iter().find_map(|key| q.remove(*key).filter(|v| !v.is_empty()))
 }
 
 /// Run blocking file work off the executor.
@@ -586,7 +581,6 @@ fn default_policy(project: &str, bucket: &str) -> Value {
         "kind": "storage#policy",
         "resourceId": format!("projects/_/buckets/{bucket}"),
         "version": 1,
-        "etag": "CAE=",
         "bindings": [
             {"role": "roles/storage.legacyBucketOwner", "members": [format!("projectEditor:{project}"), format!("projectOwner:{project}")]},
             {"role": "roles/storage.legacyBucketReader", "members": [format!("projectViewer:{project}")]}
@@ -594,12 +588,24 @@ fn default_policy(project: &str, bucket: &str) -> Value {
     })
 }
 
+/// A policy with its `etag`: derived from its bindings, so that it changes exactly when
+/// they do (nothing to keep beside the policy).
+fn with_etag(mut policy: Value) -> Value {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(policy["bindings"].to_string().as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    policy["etag"] = json!(hex);
+    policy
+}
+
+/// The bucket's policy as kept (the default one until one is set), with its etag.
 fn read_policy(root: &std::path::Path, project: &str, bucket: &str) -> GcsResult<Value> {
-    match std::fs::read(iam_file(root, project, bucket)) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| GcsError::internal("the stored IAM policy", &e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(default_policy(project, bucket)),
-        Err(e) => Err(GcsError::io("cannot read the bucket's IAM policy", &e)),
-    }
+    let policy = match std::fs::read(iam_file(root, project, bucket)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| GcsError::internal("the stored IAM policy", &e.to_string()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => default_policy(project, bucket),
+        Err(e) => return Err(GcsError::io("cannot read the bucket's IAM policy", &e)),
+    };
+    Ok(with_etag(policy))
 }
 
 /// `GET /storage/v1/b/B/iam`: the bucket's policy (the default one until one is set).
@@ -611,11 +617,7 @@ async fn get_bucket_iam(State(s): St, req: Request) -> Response {
         let root = s.root.clone();
         let v = blocking(move || {
             open_bucket(&root, &project, &bucket)?;
-            let mut v = read_policy(&root, &project, &bucket)?;
-            if let Some(o) = v.as_object_mut() {
-                o.remove("version_counter");
-            }
-            Ok(v)
+            read_policy(&root, &project, &bucket)
         })
         .await?;
         Ok(json_ok(v))
@@ -623,9 +625,9 @@ async fn get_bucket_iam(State(s): St, req: Request) -> Response {
     .await)
 }
 
-/// `PUT /storage/v1/b/B/iam`: the policy is kept as given (its `etag` must be the current
-/// one when given: 412 otherwise) and answered with a new etag. A binding that names
-/// another project (`projectViewer:OTHER`, ...) is refused: access to a bucket is its
+/// `PUT /storage/v1/b/B/iam`: the policy is kept as given, durably (its `etag` must be the
+/// current one when given: 412 otherwise), and answered with its new etag. A binding that
+/// names another project (`projectViewer:OTHER`, ...) is refused: access to a bucket is its
 /// project's tokens', which a policy cannot widen. Other members are kept, not enforced.
 async fn set_bucket_iam(State(s): St, req: Request) -> Response {
     respond(async {
@@ -659,29 +661,23 @@ async fn set_bucket_iam(State(s): St, req: Request) -> Response {
         let v = blocking(move || {
             open_bucket(&root, &project, &bucket)?;
             let current = read_policy(&root, &project, &bucket)?;
-            let etag = |v: &Value| v.get("etag").and_then(Value::as_str).unwrap_or("").to_string();
-            if policy.get("etag").is_some() && etag(&policy) != etag(&current) {
-                return Err(GcsError::precondition(format!("The policy's etag {:?} is not the current one.", etag(&policy))));
+            if let Some(given) = policy.get("etag").filter(|e| **e != current["etag"]) {
+                return Err(GcsError::precondition(format!("The policy's etag {given} is not the current one.")));
             }
-            let n = current.get("version_counter").and_then(Value::as_u64).unwrap_or(1) + 1;
+            if let Some(o) = policy.as_object_mut() {
+                o.remove("etag");
+            }
             policy["kind"] = json!("storage#policy");
             policy["resourceId"] = json!(format!("projects/_/buckets/{bucket}"));
             policy["bindings"] = bindings;
-            policy["etag"] = json!(format!("CA{n}="));
-            policy["version_counter"] = json!(n);
             let file = iam_file(&root, &project, &bucket);
             let dir = file.parent().ok_or_else(|| GcsError::internal("the IAM policy's directory", "none"))?;
             std::fs::create_dir_all(dir).map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e))?;
-            let tmp = file.with_extension("json.tmp");
-            std::fs::write(&tmp, policy.to_string()).map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e))?;
-            std::fs::rename(&tmp, &file).map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e))?;
-            Ok(policy)
+            trainyard_backend::write_atomic(&file, policy.to_string().as_bytes())
+                .map_err(|e| GcsError::io("cannot keep the bucket's IAM policy", &e.source))?;
+            Ok(with_etag(policy))
         })
         .await?;
-        let mut v = v;
-        if let Some(o) = v.as_object_mut() {
-            o.remove("version_counter");
-        }
         Ok(json_ok(v))
     }
     .await)
