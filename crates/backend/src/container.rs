@@ -137,41 +137,14 @@ impl Engine {
     /// never resolve (a StartError), `false` when the registry could not be reached or the
     /// pull took too long (tried again until `pull_timeout_secs`).
     pub fn pull(&self, image: &str, bound: std::time::Duration) -> Result<(), (String, bool)> {
-        let mut child = self
-            .command(["pull", "--quiet", image])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| (format!("cannot run {}: {e}", self.program.display()), false))?;
-        // stderr is read on a thread so that a chatty engine never blocks on a full pipe.
-        let stderr = child.stderr.take();
-        let reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut e) = stderr {
-                let _ = std::io::Read::read_to_string(&mut e, &mut s);
-            }
-            s
-        });
         let deadline = std::time::Instant::now() + bound;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if std::time::Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
-                Err(e) => return Err((format!("cannot wait for {} pull: {e}", self.program.display()), false)),
-            }
-        };
-        let err = reader.join().unwrap_or_default();
-        match status {
+        let ran = crate::bounded::run_until(self.command(["pull", "--quiet", image]).stdin(Stdio::null()), deadline)
+            .map_err(|e| (format!("cannot run {} pull: {e}", self.program.display()), false))?;
+        match ran.status {
             Some(s) if s.success() => Ok(()),
             Some(s) => {
                 let message =
-                    last_error_line(&err).unwrap_or_else(|| format!("{} pull exited with {s}", self.program.display()));
+                    last_error_line(&ran.stderr).unwrap_or_else(|| format!("{} pull exited with {s}", self.program.display()));
                 let users = pull_refused(&message);
                 Err((message, users))
             }

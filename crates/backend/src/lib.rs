@@ -2,6 +2,7 @@
 //! (`trainyard shim <run_dir>`) that owns the replica's process group and memory cgroup
 //! and records its outcome in the run directory.
 
+pub mod bounded;
 pub mod cgroup;
 pub mod container;
 mod fsutil;

@@ -55,51 +55,22 @@ fn build_command(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
     cmd
 }
 
-/// Runs a build command in a process group of its own until `deadline`; past it the
-/// whole group (whatever `setup.py` started) is killed and the build fails, naming the
-/// limit.
+/// Runs a build command until `deadline` (`trainyard_backend::bounded`: in a process group
+/// of its own, killed with whatever `setup.py` started when it ends or the deadline
+/// passes); past the deadline the build fails, naming the limit.
 fn run(cmd: &mut Command, what: &str, deadline: std::time::Instant, limit: std::time::Duration) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    let mut child = cmd
-        .process_group(0)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
+    let ran = trainyard_backend::bounded::run_until(cmd, deadline)
         .map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
-    let stderr = child.stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(mut e) = stderr {
-            // At most 1 MiB is kept: the tail is what is shown.
-            let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut e, 1 << 20), &mut s);
-            let _ = std::io::copy(&mut e, &mut std::io::sink());
-        }
-        s
-    });
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if std::time::Instant::now() >= deadline => break None,
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
-            Err(e) => return Err(format!("{what}: cannot wait for {:?}: {e}", cmd.get_program())),
-        }
-    };
-    // Whatever the build left running in its group goes with it.
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let Some(status) = status else {
-        let _ = child.wait();
+    let Some(status) = ran.status else {
         return Err(format!(
             "{what} did not finish within {}s ([replicas] venv_build_timeout_secs); it was killed",
             limit.as_secs()
         ));
     };
-    let stderr = reader.join().unwrap_or_default();
     if status.success() {
         return Ok(());
     }
-    let stderr = String::from_utf8_lossy(&stderr);
-    let tail: Vec<&str> = stderr.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
+    let tail: Vec<&str> = ran.stderr.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
     Err(format!("{what} failed ({status}):\n{}", tail.join("\n")))
 }
 
