@@ -6,6 +6,7 @@ free loopback port with a temporary data directory, and points the official
 `google-cloud-aiplatform` SDK at it exactly as a user would.
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -101,9 +102,11 @@ def _kill_leftovers(root: str):
             pass
 
 
-@pytest.fixture(scope="session")
-def server():
-    """A running trainyard server; yields a dict with port, base URL and data dir."""
+@contextlib.contextmanager
+def _running_server(tokens: str | None = None, replicas: str = ""):
+    """A trainyard server on a free loopback port with a data directory of its own; with
+    `tokens`, the text of its tokens file (tokens mode); `replicas`, more lines of its
+    `[replicas]` table."""
     binary = _binary()
     tmp = tempfile.TemporaryDirectory(prefix="trainyard-sdk-tests-")
     root = Path(tmp.name)
@@ -112,21 +115,18 @@ def server():
     # Trials run this suite's own interpreter (sys.executable, with cloudml-hypertune),
     # which may live where other users cannot go (a venv of root's pyenv): replicas run
     # as the server's user here, not as per-project users.
-    config.write_text("[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n[containers]\nengine = \"none\"\n")
+    config.write_text("[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n" + replicas + "[containers]\nengine = \"none\"\n")
     log = root / "server.log"
     port = _free_port()
+    args = [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir), "--config", str(config)]
+    if tokens is not None:
+        tokens_file = root / "tokens.toml"
+        tokens_file.write_text(tokens)
+        tokens_file.chmod(0o600)
+        args += ["--tokens", str(tokens_file)]
     with open(log, "wb") as logf:
         proc = subprocess.Popen(
-            [
-                str(binary),
-                "serve",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--data-dir",
-                str(data_dir),
-                "--config",
-                str(config),
-            ],
+            args,
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -156,6 +156,34 @@ def server():
         if os.environ.get("TRAINYARD_KEEP_LOG"):
             print(log.read_text(errors="replace"))
         tmp.cleanup()
+
+
+@pytest.fixture(scope="session")
+def server():
+    """A running trainyard server (open mode); yields a dict with port, base URL and data
+    dir."""
+    with _running_server() as s:
+        yield s
+
+
+# Tokens of the tokens-mode server: one for PROJECT, one for another project.
+PROJECT_TOKEN = "sdk-7c1e94b0a2d85f36"
+OTHER_PROJECT = "sdk-other"
+OTHER_TOKEN = "oth-3b8f0d27e6a19c54"
+
+
+@pytest.fixture(scope="module")
+def tokens_server():
+    """A running trainyard server in tokens mode (PROJECT_TOKEN for PROJECT, OTHER_TOKEN
+    for OTHER_PROJECT)."""
+    tokens = (
+        f'[[tokens]]\ntoken = "{PROJECT_TOKEN}"\nprojects = ["{PROJECT}"]\nname = "sdk"\n\n'
+        f'[[tokens]]\ntoken = "{OTHER_TOKEN}"\nprojects = ["{OTHER_PROJECT}"]\nname = "other"\n'
+    )
+    # Tokens mode wants per-project users; replicas run this suite's interpreter, which
+    # they may not be able to reach (see above): one trusted user here.
+    with _running_server(tokens, replicas="insecure_shared_user = true\n") as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

@@ -158,3 +158,95 @@ def test_bucket_iam_policy_is_served_kept_and_confined_to_the_project(gcs):
     with pytest.raises(exceptions.BadRequest) as e:
         bucket.set_iam_policy(policy)
     assert "another-project" in str(e.value)
+
+
+IN_JOB_WITH_TOKENS = """
+import os
+from google.api_core import exceptions
+from google.cloud import storage
+
+client = storage.Client()
+bucket = client.bucket("in-job-tokens")
+bucket.blob("from-the-job.txt").upload_from_string("written with the job's credential")
+print("read back:", bucket.blob("given.txt").download_as_text())
+try:
+    client.bucket("other-projects").blob("secret.txt").download_as_text()
+    print("other project: read")
+except exceptions.Forbidden:
+    print("other project: forbidden")
+print("endpoint:", os.environ["API_ENDPOINT_OVERRIDE"], "emulator:", os.environ.get("STORAGE_EMULATOR_HOST"))
+"""
+
+
+def test_a_job_gets_a_credential_of_its_project_and_lifetime_in_tokens_mode(tokens_server):
+    """In tokens mode a job's clients find a credential by themselves
+    (GOOGLE_APPLICATION_CREDENTIALS) and the endpoint (API_ENDPOINT_OVERRIDE): `storage.Client()` uploads and downloads in the job's
+    project, is refused another project's bucket, and the credential is refused once the
+    job has ended."""
+    import glob
+    import json
+    import sys
+
+    import google.oauth2.credentials
+    import requests
+    from conftest import OTHER_PROJECT, OTHER_TOKEN, PROJECT, PROJECT_TOKEN
+    from google.cloud import storage
+
+    url = tokens_server["url"]
+
+    def client(project, token):
+        return storage.Client(
+            project=project,
+            credentials=google.oauth2.credentials.Credentials(token=token),
+            client_options={"api_endpoint": url},
+        )
+
+    mine = client(PROJECT, PROJECT_TOKEN).create_bucket("in-job-tokens")
+    mine.blob("given.txt").upload_from_string("given from outside")
+    client(OTHER_PROJECT, OTHER_TOKEN).create_bucket("other-projects").blob("secret.txt").upload_from_string("not yours")
+
+    headers = {"Authorization": f"Bearer {PROJECT_TOKEN}"}
+    body = {
+        "displayName": "credential-in-job",
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "n1-standard-4"},
+                    "replicaCount": 1,
+                    "containerSpec": {"imageUri": "python:3.11", "command": [sys.executable, "-c", IN_JOB_WITH_TOKENS]},
+                }
+            ]
+        },
+    }
+    base = f"{url}/v1/projects/{PROJECT}/locations/us-central1/customJobs"
+    r = requests.post(base, json=body, headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    name = r.json()["name"]
+    job_id = name.rsplit("/", 1)[1]
+    deadline = time.monotonic() + 120
+    while True:
+        job = requests.get(f"{url}/v1/{name}", headers=headers, timeout=10).json()
+        if job["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"):
+            break
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    logs = requests.get(f"{url}/v1/{name}/logs", headers=headers, timeout=10).text
+    assert job["state"] == "JOB_STATE_SUCCEEDED", (job, logs)
+    assert mine.blob("from-the-job.txt").download_as_text() == "written with the job's credential"
+    assert "read back: given from outside" in logs, logs
+    assert "other project: forbidden" in logs, logs
+    assert f"endpoint: {url} emulator: None" in logs, logs
+
+    # The job has ended: its credential is refused.
+    files = glob.glob(str(tokens_server["data_dir"] / "runs" / job_id / "*" / "*" / "*" / "credentials.json"))
+    assert len(files) == 1, files
+    assert oct(os.stat(files[0]).st_mode & 0o777) == "0o400"
+    credential = json.loads(open(files[0]).read())
+    assert credential["type"] == "authorized_user"
+    used = requests.get(
+        f"{url}/storage/v1/b/in-job-tokens/o",
+        headers={"Authorization": f"Bearer {credential['token']}"},
+        timeout=10,
+    )
+    assert used.status_code == 401, used.text
+    assert f"job {job_id}" in used.text and "has ended" in used.text, used.text

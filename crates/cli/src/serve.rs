@@ -71,6 +71,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut store = trainyard_store::Store::open(&engine.store_path)?;
     let token_key = trainyard_server::token_key(&mut store)?;
     drop(store);
+    if let (Some(t), Some(jobs)) = (&tokens, &engine.services.job_credentials) {
+        t.accept_job_credentials(std::sync::Arc::clone(jobs));
+    }
     let state = AppState {
         tx: engine.tx.clone(),
         readers: std::sync::Arc::new(ReadPool::new(engine.store_path.clone())),

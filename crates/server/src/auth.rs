@@ -11,9 +11,10 @@
 //! the file again on demand (SIGHUP, `POST /v1/admin/tokens:reload`); a file that cannot
 //! be used changes nothing.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -77,10 +78,110 @@ struct Grant {
 }
 
 /// The tokens the server accepts, keyed by the SHA-256 of the token (a lookup by hash does
-/// not compare secrets byte by byte).
+/// not compare secrets byte by byte), and the credentials of live jobs.
 #[derive(Clone, Debug, Default)]
 pub struct Tokens {
     grants: HashMap<[u8; 32], Grant>,
+    jobs: Option<Arc<JobCredentials>>,
+}
+
+/// What a request's `Authorization` header carries.
+enum Bearer<'a> {
+    None,
+    Unknown,
+    /// A job's credential whose job has ended.
+    Ended(u64),
+    Known(Cow<'a, Grant>),
+}
+
+/// Per-job credentials, in tokens mode: each replica's clients find one (a
+/// `GOOGLE_APPLICATION_CREDENTIALS` file, see `driver::launch`) and the server accepts it
+/// as a read-write token of the job's project while the job has not ended. A credential
+/// is `tyj1.<job>.<mac>`, the MAC (HMAC-SHA256, a key kept in the database) binding the
+/// job to its project: nothing is stored per job, and a restarted server accepts the
+/// credentials of the jobs it recovers.
+#[derive(Debug)]
+pub struct JobCredentials {
+    key: Vec<u8>,
+    /// Live jobs and their projects (kept by the driver).
+    live: RwLock<HashMap<u64, String>>,
+}
+
+const JOB_CREDENTIAL_PREFIX: &str = "tyj1.";
+
+impl JobCredentials {
+    pub fn new(key: &[u8]) -> JobCredentials {
+        // A key of its own, derived from the one given (the page tokens' key).
+        let key = mac(key, b"trainyard job credentials v1").to_vec();
+        JobCredentials { key, live: RwLock::new(HashMap::new()) }
+    }
+
+    fn job_mac(&self, job: u64, project: &str) -> String {
+        let mut msg = job.to_be_bytes().to_vec();
+        msg.extend_from_slice(project.as_bytes());
+        mac(&self.key, &msg).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The credential of `job` of `project`.
+    pub fn credential(&self, job: u64, project: &str) -> String {
+        format!("{JOB_CREDENTIAL_PREFIX}{job}.{}", self.job_mac(job, project))
+    }
+
+    /// The job is live (its credential is accepted).
+    pub fn live(&self, job: u64, project: &str) {
+        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
+        live.insert(job, project.to_string());
+    }
+
+    /// The job has ended (its credential is refused from now on).
+    pub fn ended(&self, job: u64) {
+        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
+        live.remove(&job);
+    }
+
+    /// What `token` is: not a job credential (None), the credential of an ended job, or
+    /// a grant of its live job's project.
+    fn grant(&self, token: &str) -> Option<Bearer<'static>> {
+        let rest = token.strip_prefix(JOB_CREDENTIAL_PREFIX)?;
+        let (job, given) = rest.split_once('.')?;
+        let job: u64 = job.parse().ok()?;
+        let project = {
+            let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+            live.get(&job).cloned()
+        };
+        let Some(project) = project else {
+            // Ended, or never made here: either way not a credential for now. The MAC
+            // cannot be checked without the project, which is gone with the job.
+            return Some(Bearer::Ended(job));
+        };
+        if !constant_time_eq(self.job_mac(job, &project).as_bytes(), given.as_bytes()) {
+            return Some(Bearer::Unknown);
+        }
+        Some(Bearer::Known(Cow::Owned(Grant {
+            name: format!("job {job}"),
+            all_projects: false,
+            projects: vec![project],
+            write: true,
+            host_directories: false,
+        })))
+    }
+}
+
+/// Comparison that takes the same time wherever the inputs differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn mac(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    use hmac::Mac;
+    // HMAC takes keys of any length: new_from_slice cannot fail.
+    match <hmac::Hmac<Sha256> as Mac>::new_from_slice(key) {
+        Ok(mut m) => {
+            m.update(msg);
+            m.finalize().into_bytes().into()
+        }
+        Err(_) => Sha256::digest([key, msg].concat()).into(),
+    }
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -170,7 +271,7 @@ impl Tokens {
                 return Err(at("the same token is listed twice"));
             }
         }
-        Ok(Tokens { grants })
+        Ok(Tokens { grants, jobs: None })
     }
 
     pub fn len(&self) -> usize {
@@ -189,36 +290,58 @@ impl Tokens {
             .filter(|t| !t.is_empty())
     }
 
-    /// Who holds the token of an `Authorization` header: its `name`, or None when the
-    /// header carries no known token.
-    pub fn holder(&self, authorization: Option<&str>) -> Option<&str> {
-        Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).map(|g| g.name.as_str())
+    /// What the `Authorization` header carries: a token of the file, a live job's
+    /// credential, or neither.
+    fn lookup(&self, authorization: Option<&str>) -> Bearer<'_> {
+        let Some(token) = Tokens::bearer(authorization) else { return Bearer::None };
+        if let Some(g) = self.grants.get(&digest(token)) {
+            return Bearer::Known(Cow::Borrowed(g));
+        }
+        self.jobs.as_ref().and_then(|j| j.grant(token)).unwrap_or(Bearer::Unknown)
+    }
+
+    fn known(&self, authorization: Option<&str>) -> Option<Cow<'_, Grant>> {
+        match self.lookup(authorization) {
+            Bearer::Known(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Who holds the token of an `Authorization` header: its `name` (`job N` for a job's
+    /// credential), or None when the header carries no known token.
+    pub fn holder(&self, authorization: Option<&str>) -> Option<String> {
+        self.known(authorization).map(|g| g.name.clone())
     }
 
     /// May the token of an `Authorization` header create jobs that see directories of the
     /// server's host (`host_directories = true`, on a read-write token)?
     pub fn allows_host_directories(&self, authorization: Option<&str>) -> bool {
-        Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).is_some_and(|g| g.host_directories)
+        self.known(authorization).is_some_and(|g| g.host_directories)
     }
 
     /// The projects the token of an `Authorization` header may use (`"*"` for all), or
     /// None when the header carries no known token.
     pub fn projects_of(&self, authorization: Option<&str>) -> Option<Vec<String>> {
-        Tokens::bearer(authorization).and_then(|t| self.grants.get(&digest(t))).map(|g| g.projects.clone())
+        self.known(authorization).map(|g| g.projects.clone())
     }
 
     /// Check a request's `Authorization` header for `project`; `write` for methods that
     /// change something. Returns the holder's name.
     pub fn check(&self, authorization: Option<&str>, project: &str, write: bool) -> Result<String, ApiError> {
-        let token = Tokens::bearer(authorization).ok_or_else(|| {
-            ApiError::unauthenticated(
-                "Request is missing required authentication credential. Expected an \"Authorization: Bearer TOKEN\" header.",
-            )
-        })?;
-        let grant = self
-            .grants
-            .get(&digest(token))
-            .ok_or_else(|| ApiError::unauthenticated("Request had invalid authentication credentials."))?;
+        let grant = match self.lookup(authorization) {
+            Bearer::None => {
+                return Err(ApiError::unauthenticated(
+                    "Request is missing required authentication credential. Expected an \"Authorization: Bearer TOKEN\" header.",
+                ))
+            }
+            Bearer::Unknown => return Err(ApiError::unauthenticated("Request had invalid authentication credentials.")),
+            Bearer::Ended(job) => {
+                return Err(ApiError::unauthenticated(format!(
+                    "Request had invalid authentication credentials: the credential of job {job} is no longer valid (the job has ended)."
+                )))
+            }
+            Bearer::Known(g) => g,
+        };
         if !grant.all_projects && !grant.projects.iter().any(|p| p == project) {
             return Err(ApiError::permission_denied(format!(
                 "Permission denied on project \"{project}\" (or it may not exist)."
@@ -248,12 +371,23 @@ pub struct Reloaded {
 pub struct TokenStore {
     path: PathBuf,
     current: RwLock<Arc<Tokens>>,
+    /// Jobs' credentials, accepted next to the file's tokens once the engine gives them.
+    jobs: OnceLock<Arc<JobCredentials>>,
 }
 
 impl TokenStore {
     pub fn open(path: &Path) -> Result<TokenStore, TokensError> {
         let tokens = Tokens::load(path)?;
-        Ok(TokenStore { path: path.to_owned(), current: RwLock::new(Arc::new(tokens)) })
+        Ok(TokenStore { path: path.to_owned(), current: RwLock::new(Arc::new(tokens)), jobs: OnceLock::new() })
+    }
+
+    /// Accept the credentials of live jobs (see [`JobCredentials`]) from now on.
+    pub fn accept_job_credentials(&self, jobs: Arc<JobCredentials>) {
+        let jobs = Arc::clone(self.jobs.get_or_init(|| jobs));
+        let mut slot = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut tokens = Tokens::clone(&slot);
+        tokens.jobs = Some(jobs);
+        *slot = Arc::new(tokens);
     }
 
     pub fn path(&self) -> &Path {
@@ -272,7 +406,9 @@ impl TokenStore {
     /// Read the file again; the new tokens replace the old ones only when the whole file
     /// is good, else nothing changes and the error says why.
     pub fn reload(&self) -> Result<Reloaded, TokensError> {
-        let new = Arc::new(Tokens::load(&self.path)?);
+        let mut new = Tokens::load(&self.path)?;
+        new.jobs = self.jobs.get().cloned();
+        let new = Arc::new(new);
         let mut slot = match self.current.write() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -317,10 +453,10 @@ mod tests {
         assert!(t.check(Some(&format!("Bearer {RO}")), "anything", false).is_ok());
         let e = t.check(Some(&format!("Bearer {RO}")), "anything", true).unwrap_err();
         assert_eq!(e.http_status(), 403);
-        assert_eq!(t.holder(Some(&format!("Bearer {CI}"))), Some("ci"));
-        assert_eq!(t.holder(Some(&format!("Bearer {RO}"))), Some("tokens[1]"));
-        assert_eq!(t.holder(Some("Bearer nope-nope-nope-nope")), None);
-        assert_eq!(t.holder(None), None);
+        assert_eq!(t.holder(Some(&format!("Bearer {CI}"))).as_deref(), Some("ci"));
+        assert_eq!(t.holder(Some(&format!("Bearer {RO}"))).as_deref(), Some("tokens[1]"));
+        assert_eq!(t.holder(Some("Bearer nope-nope-nope-nope")).as_deref(), None);
+        assert_eq!(t.holder(None).as_deref(), None);
     }
 
     #[test]
@@ -377,6 +513,52 @@ mod tests {
     }
 
     #[test]
+    fn a_jobs_credential_is_its_projects_while_the_job_is_live() {
+        let jobs = Arc::new(JobCredentials::new(b"page token key"));
+        let mut t = Tokens::parse(&file()).unwrap();
+        t.jobs = Some(Arc::clone(&jobs));
+        let cred = jobs.credential(7, "p1");
+        let bearer = format!("Bearer {cred}");
+        // Not live (yet, or any more): refused, naming the job.
+        let e = t.check(Some(&bearer), "p1", false).unwrap_err();
+        assert!(e.message.contains("job 7") && e.message.contains("has ended"), "{}", e.message);
+        jobs.live(7, "p1");
+        assert_eq!(t.check(Some(&bearer), "p1", true).unwrap(), "job 7");
+        assert_eq!(t.holder(Some(&bearer)).as_deref(), Some("job 7"));
+        assert_eq!(t.projects_of(Some(&bearer)), Some(vec!["p1".to_string()]));
+        assert!(!t.allows_host_directories(Some(&bearer)));
+        // Its project only.
+        assert_eq!(t.check(Some(&bearer), "p2", false).unwrap_err().code, trainyard_api::Code::PermissionDenied);
+        // Another job's number with this MAC, or this job under another project: refused.
+        let forged = cred.replacen("tyj1.7.", "tyj1.8.", 1);
+        jobs.live(8, "p1");
+        assert_eq!(t.check(Some(&format!("Bearer {forged}")), "p1", false).unwrap_err().code, trainyard_api::Code::Unauthenticated);
+        let elsewhere = jobs.credential(7, "p2");
+        assert_eq!(t.check(Some(&format!("Bearer {elsewhere}")), "p1", false).unwrap_err().code, trainyard_api::Code::Unauthenticated);
+        // Another server's key: refused.
+        let other = JobCredentials::new(b"another key").credential(7, "p1");
+        assert_eq!(t.check(Some(&format!("Bearer {other}")), "p1", false).unwrap_err().code, trainyard_api::Code::Unauthenticated);
+        jobs.ended(7);
+        assert!(t.check(Some(&bearer), "p1", false).unwrap_err().message.contains("has ended"));
+    }
+
+    #[test]
+    fn reload_keeps_accepting_jobs_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        std::fs::write(&path, file()).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let store = TokenStore::open(&path).unwrap();
+        let jobs = Arc::new(JobCredentials::new(b"k"));
+        store.accept_job_credentials(Arc::clone(&jobs));
+        jobs.live(3, "p1");
+        let bearer = format!("Bearer {}", jobs.credential(3, "p1"));
+        assert!(store.current().check(Some(&bearer), "p1", true).is_ok());
+        store.reload().unwrap();
+        assert!(store.current().check(Some(&bearer), "p1", true).is_ok());
+    }
+
+    #[test]
     fn reload_replaces_all_or_nothing() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
@@ -390,16 +572,16 @@ mod tests {
         let new = "nw-5c0e8d2b7a4f9136";
         write(&format!("[[tokens]]\ntoken = \"{CI}\"\nprojects = [\"p1\"]\nname = \"ci\"\n\n{}", entry(new)));
         assert_eq!(store.reload().unwrap(), Reloaded { tokens: 2, added: 1, removed: 1 });
-        assert_eq!(store.current().holder(Some(&format!("Bearer {new}"))), Some("lab"));
+        assert_eq!(store.current().holder(Some(&format!("Bearer {new}"))).as_deref(), Some("lab"));
         assert_eq!(store.current().holder(Some(&format!("Bearer {RO}"))), None);
         // A broken file changes nothing.
         write(&entry("too-short"));
         assert!(store.reload().is_err());
-        assert_eq!(store.current().holder(Some(&format!("Bearer {new}"))), Some("lab"));
+        assert_eq!(store.current().holder(Some(&format!("Bearer {new}"))).as_deref(), Some("lab"));
         write(&file());
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(store.reload(), Err(TokensError::Exposed { .. })));
         assert_eq!(store.current().len(), 2);
-        assert_eq!(store.current().holder(Some(&format!("Bearer {CI}"))), Some("ci"));
+        assert_eq!(store.current().holder(Some(&format!("Bearer {CI}"))).as_deref(), Some("ci"));
     }
 }

@@ -57,6 +57,42 @@ pub struct Planned {
     pub venv: Option<VenvPlan>,
     /// With `launch.spec.run_as`: the directories made that user's (see `identity`).
     pub grants: Vec<crate::identity::Grant>,
+    /// The job's credential file (tokens mode), written before the run starts.
+    pub credentials: Option<SecretFile>,
+}
+
+/// A file only the run's user may read, in a directory of the server's (the run
+/// directory, which no tenant can write).
+pub struct SecretFile {
+    pub path: PathBuf,
+    pub contents: String,
+}
+
+impl SecretFile {
+    /// Write it (a new file renamed into place, never through a link), mode 0400, owned
+    /// by `run_as` when given.
+    fn write(&self, run_as: Option<trainyard_backend::RunAs>) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let fail = |what: &str, e: std::io::Error| format!("cannot {what} the job's credential file {}: {e}", self.path.display());
+        let dir = self.path.parent().ok_or_else(|| format!("{} has no directory", self.path.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail("make the directory of", e))?;
+        let tmp = self.path.with_extension("json.new");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| fail("create", e))?;
+        if let Some(id) = run_as {
+            nix::unistd::fchown(&f, Some(nix::unistd::Uid::from_raw(id.uid)), Some(nix::unistd::Gid::from_raw(id.gid)))
+                .map_err(|e| fail("give its user", e.into()))?;
+        }
+        f.write_all(self.contents.as_bytes()).map_err(|e| fail("write", e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))
+    }
 }
 
 pub struct VenvPlan {
@@ -358,6 +394,12 @@ impl Planned {
             }
         }
         self.apply_grants().map_err(|(run, message)| start_error(run, message))?;
+        if let Some(c) = &self.credentials {
+            if let Err(message) = c.write(self.launch.spec.run_as) {
+                tracing::error!("{}: {message}", self.launch.run);
+                return Err((self.launch.run, Outcome::LaunchFailed { message }));
+            }
+        }
         let spec = &self.launch.spec;
         if let Some(ns) = spec.netns.as_ref().or(spec.container.as_ref().and_then(|c| c.netns.as_ref())) {
             if let Err(e) = trainyard_backend::netns::ensure(ns) {
@@ -419,10 +461,10 @@ fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, re
     let spawned = std::thread::Builder::new().name(format!("venv-{}", p.launch.run.job)).spawn({
         let report = Arc::clone(&report);
         move || {
-            let Planned { seq, launch, dirs, venv, grants } = p;
+            let Planned { seq, launch, dirs, venv, grants, credentials } = p;
             let Some(venv) = venv else { return };
             let run_as = launch.spec.run_as;
-            let planned = Planned { seq, launch, dirs, venv: None, grants };
+            let planned = Planned { seq, launch, dirs, venv: None, grants, credentials };
             // The venv is built by the project's user, in a directory of its own.
             let built = planned.apply_grants().map_err(|(_, m)| m).and_then(|()| crate::venv::ensure(&venv.dir, &venv.packages, run_as, venv.timeout));
             match built {

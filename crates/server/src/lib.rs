@@ -190,7 +190,12 @@ pub fn start(
         config::BackendChoice::Slurm(_) => Default::default(),
     };
     let store_path = cfg.data_dir.join("trainyard.db");
-    let store = Store::open(&store_path)?;
+    let mut store = Store::open(&store_path)?;
+    // Tokens mode: each job's clients get a credential of its own (see `auth`).
+    let job_credentials = match cfg.tokens_file {
+        Some(_) => Some(Arc::new(auth::JobCredentials::new(&token_key(&mut store)?))),
+        None => None,
+    };
     let base_env = PASSED_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
@@ -206,6 +211,7 @@ pub fn start(
         output_roots,
         workdir,
         base_env,
+        job_credentials,
         cfg,
     });
     let (mut driver, tx) = Driver::new(Arc::clone(&services), store);

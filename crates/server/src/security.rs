@@ -165,7 +165,7 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         Some(t) => {
             let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
             match (auth, t.holder(auth)) {
-                (_, Some(name)) => name.to_string(),
+                (_, Some(name)) => name,
                 (None, None) => "(no token)".to_string(),
                 (Some(_), None) => "(unknown token)".to_string(),
             }
@@ -322,3 +322,4 @@ mod tests {
         }
     }
 }
+

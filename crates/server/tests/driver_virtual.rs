@@ -162,6 +162,7 @@ impl Harness {
         containers: None,
         gpus: Default::default(),
         gcs_mount: false,
+        job_credentials: None,
             cfg,
         });
         let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));

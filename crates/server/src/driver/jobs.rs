@@ -92,14 +92,21 @@ impl Driver {
         results
     }
 
-    /// A live job, counted for its project's limit.
+    /// A live job, counted for its project's limit; its credential is accepted from now on.
     pub(super) fn insert_live(&mut self, id: u64, live: Live) {
         *self.live_per_project.entry(live.job.project.clone()).or_insert(0) += 1;
+        if let Some(c) = &self.svc.job_credentials {
+            c.live(id, &live.job.project);
+        }
         self.metrics.job_changed(None, &live.job);
         self.jobs.insert(id, live);
     }
 
+    /// The job has ended: no longer counted, its credential refused.
     pub(super) fn remove_live(&mut self, id: u64) {
+        if let Some(c) = &self.svc.job_credentials {
+            c.ended(id);
+        }
         if let Some(l) = self.jobs.remove(&id) {
             if let Some(n) = self.live_per_project.get_mut(&l.job.project) {
                 *n = n.saturating_sub(1);

@@ -64,8 +64,11 @@ impl Driver {
         let node = live.job.replica(&run.replica).and_then(|r| r.node.clone()).unwrap_or_default();
         match launch_plan(&self.svc, live, run, run_as) {
             Ok((spec, dirs, venv, grants)) => {
+                let credentials = credential_file(&self.svc, run)
+                    .zip(credential_json(&self.svc, id, &project))
+                    .map(|(path, contents)| crate::executor::SecretFile { path, contents });
                 let launch = Launch { run: run.clone(), run_dir: run_dir(&self.svc.cfg.data_dir, run), spec, node };
-                Some(Planned { seq, launch, dirs, venv, grants })
+                Some(Planned { seq, launch, dirs, venv, grants, credentials })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
@@ -209,6 +212,35 @@ fn storage_endpoint(svc: &Services) -> Option<String> {
     Some(format!("http://{}", std::net::SocketAddr::new(ip, addr.port())))
 }
 
+/// Where a container sees its job's credential file.
+const CREDENTIALS_IN_CONTAINER: &str = "/trainyard/credentials.json";
+
+/// The run's credential file (tokens mode, with a server endpoint the run can reach):
+/// `<run_dir>/credentials.json`, written before the run starts, its user's alone.
+pub(super) fn credential_file(svc: &Services, run: &RunId) -> Option<PathBuf> {
+    svc.job_credentials.as_ref()?;
+    storage_endpoint(svc)?;
+    Some(run_dir(&svc.cfg.data_dir, run).join("credentials.json"))
+}
+
+/// The credential file of a job: an `authorized_user` file (what `gcloud auth
+/// application-default login` writes) whose access token is the job's credential, with an
+/// expiry far ahead: google-auth sends it as it is and never refreshes it (the refresh
+/// fields are there because the format needs them). Its real lifetime is the job's: the
+/// server refuses it once the job has ended.
+pub(super) fn credential_json(svc: &Services, job: u64, project: &str) -> Option<String> {
+    let credential = svc.job_credentials.as_ref()?.credential(job, project);
+    let file = serde_json::json!({
+        "type": "authorized_user",
+        "token": credential,
+        "expiry": "9999-12-31T23:59:59Z",
+        "refresh_token": credential,
+        "client_id": format!("trainyard-job-{job}"),
+        "client_secret": "none",
+    });
+    serde_json::to_string_pretty(&file).ok()
+}
+
 /// Where a job's network namespace is bound (`[replicas] network = "job"`), made by the
 /// executor before the job's first launch and removed once the job has ended.
 pub(super) fn job_netns(svc: &Services, job: u64) -> Option<PathBuf> {
@@ -294,13 +326,32 @@ pub(super) fn launch_plan(
     }
     // What the job's Cloud Storage and Google clients need to find this server's storage
     // unchanged, as on the managed service (the job's own env may say otherwise): the
-    // endpoint (not reachable from a job's own network namespace) and the project.
-    if let Some(endpoint) = storage_endpoint(svc) {
-        env.retain(|(k, _)| k != "STORAGE_EMULATOR_HOST");
-        env.push(("STORAGE_EMULATOR_HOST".into(), endpoint));
+    // endpoint (not reachable from a job's own network namespace), the project and, in
+    // tokens mode, the job's credential.
+    let mut clients = vec![("GOOGLE_CLOUD_PROJECT".to_string(), job.project.clone())];
+    match (storage_endpoint(svc), credential_file(svc, run)) {
+        (Some(endpoint), Some(file)) => {
+            // google-auth finds the credential by itself (an `authorized_user` file whose
+            // access token is the job's credential), and
+            // google-cloud-storage sends it to the endpoint of API_ENDPOINT_OVERRIDE (with
+            // STORAGE_EMULATOR_HOST it would send none).
+            let path = match ce {
+                Some(_) => {
+                    mounts.push(Mount { source: file, target: CREDENTIALS_IN_CONTAINER.into(), read_only: true });
+                    CREDENTIALS_IN_CONTAINER.to_string()
+                }
+                None => file.display().to_string(),
+            };
+            clients.push(("API_ENDPOINT_OVERRIDE".into(), endpoint));
+            clients.push(("GOOGLE_APPLICATION_CREDENTIALS".into(), path));
+        }
+        (Some(endpoint), None) => clients.push(("STORAGE_EMULATOR_HOST".into(), endpoint)),
+        (None, _) => {}
     }
-    env.retain(|(k, _)| k != "GOOGLE_CLOUD_PROJECT");
-    env.push(("GOOGLE_CLOUD_PROJECT".into(), job.project.clone()));
+    for (k, v) in clients {
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    }
     let input = EnvInput {
         project: &job.project,
         region: &job.region,

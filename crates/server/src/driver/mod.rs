@@ -117,6 +117,8 @@ pub struct Services {
     pub gcs_mount: bool,
     /// The GPU inventory of each node that has one (discovered at start).
     pub gpus: BTreeMap<String, trainyard_core::gpu::Inventory>,
+    /// In tokens mode, the credentials given to jobs (accepted while their job is live).
+    pub job_credentials: Option<Arc<crate::auth::JobCredentials>>,
 }
 
 struct Live {
