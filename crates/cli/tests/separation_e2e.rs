@@ -251,15 +251,16 @@ fn a_package_missing_from_the_project_storage_is_a_start_error() {
     assert!(!log.contains("L16") && !log.contains("L12"), "not retried: {log}");
 }
 
-/// The venv build runs the package's setup.py as a child process with a minimal
-/// environment: HOME is the job's venv directory, and none of the server's variables
-/// (here the test harness's CARGO_* ones, which the server inherited) reach it.
+/// The venv build is the replica's first step: the package's setup.py runs with the
+/// replica's environment and HOME the job's venv directory, and none of the server's own
+/// variables (here the test harness's CARGO_* ones, which the server inherited) reach it.
+/// `[replicas] package_index = "none"` keeps pip off any index.
 #[test]
-fn the_venv_build_gets_a_minimal_environment() {
-    if skip_on_slurm("the venv is built on the server's host") {
+fn the_venv_build_gets_the_replicas_environment_and_no_servers() {
+    if skip_on_slurm("the package is read from the server's storage") {
         return;
     }
-    let s = Server::start("");
+    let s = Server::start("[replicas]\npackage_index = \"none\"\n");
     let pkg = s.data_dir().join("storage/p/pkgs/trainer-src");
     std::fs::create_dir_all(pkg.join("trainer")).unwrap();
     std::fs::write(
@@ -279,19 +280,24 @@ fn the_venv_build_gets_a_minimal_environment() {
     let env: serde_json::Map<String, Value> =
         serde_json::from_str(&std::fs::read_to_string(venv.join("build-env.json")).unwrap()).unwrap();
     assert_eq!(env["HOME"], venv.display().to_string());
-    assert!(env.contains_key("PATH"));
-    let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("CARGO") || k.starts_with("TRAINYARD")).collect();
+    assert!(env.contains_key("PATH") && env.contains_key("CLOUD_ML_JOB_ID"), "the replica's environment: {env:?}");
+    assert_eq!(env.get("PIP_NO_INDEX").and_then(Value::as_str), Some("1"), "{env:?}");
+    let leaked: Vec<&String> = env
+        .keys()
+        .filter(|k| k.starts_with("CARGO") || ["TRAINYARD_TOKENS", "TRAINYARD_CONFIG", "TRAINYARD_DATA_DIR"].contains(&k.as_str()))
+        .collect();
     assert!(leaked.is_empty(), "server variables reached the build: {leaked:?}");
 }
 
 /// A package whose `setup.py` never ends (sleeping, having started a child that sleeps
 /// too) is killed with everything it started at `[replicas] venv_build_timeout_secs` and
-/// fails its job with a StartError naming the limit; meanwhile another project's package
-/// job builds and runs (one build per job, not one per server). A FIFO planted as the
-/// venv's ready marker is an error naming it, never an open that blocks.
+/// fails its job naming the limit, not retried; meanwhile another project's package job
+/// builds and runs (a build occupies its own replica, nothing of the server's). A build in
+/// progress is stopped by its job's cancel, with what it started. A FIFO planted as the
+/// venv's ready marker blocks nothing (the server never opens it).
 #[test]
-fn a_venv_build_is_bounded_in_time_and_never_blocks_another_project() {
-    if skip_on_slurm("the venv is built on the server's host") {
+fn a_venv_build_is_bounded_in_time_stopped_by_cancel_and_never_blocks_another_project() {
+    if skip_on_slurm("the package is read from the server's storage") {
         return;
     }
     let s = Server::start("[replicas]\nvenv_build_timeout_secs = 20\n");
@@ -302,40 +308,61 @@ fn a_venv_build_is_bounded_in_time_and_never_blocks_another_project() {
         std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
         std::fs::write(pkg.join("trainer/task.py"), "print('task ran')\n").unwrap();
     };
-    make(
-        "slow",
-        "import subprocess, time\nsubprocess.Popen(['sleep', '901'])\ntime.sleep(900)\n\
-         from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n",
-    );
+    let sleeper = |seconds: u32| {
+        format!(
+            "import subprocess, time\nsubprocess.Popen(['sleep', '{seconds}'])\ntime.sleep(900)\n\
+             from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n"
+        )
+    };
+    make("slow", &sleeper(901));
+    make("cancelled", &sleeper(902));
     make("quick", "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n");
     let slow = name_of(&s.create("slow", &package_job(&["gs://pkgs/trainer-src"])));
+    let cancelled = name_of(&s.create("cancelled", &package_job(&["gs://pkgs/trainer-src"])));
     std::thread::sleep(Duration::from_millis(500));
     let quick = name_of(&s.create("quick", &package_job(&["gs://pkgs/trainer-src"])));
     let done = s.wait_terminal(&quick, 120);
     assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&quick));
     let meanwhile = s.get(&slow);
-    assert_eq!(state(&meanwhile), "JOB_STATE_PENDING", "the quick job waited for the slow build: {meanwhile:#}");
+    assert_eq!(state(&meanwhile), "JOB_STATE_RUNNING", "the slow build is its own replica's first step: {meanwhile:#}");
+
+    // Cancel during the build: the replica and what setup.py started go at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids_with("sleep 902").is_empty() {
+        assert!(Instant::now() < deadline, "the cancelled job's build never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{cancelled}:cancel")), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    let ended = s.wait_terminal(&cancelled, 30);
+    assert_eq!(state(&ended), "JOB_STATE_CANCELLED", "{ended:#}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pids_with("sleep 902").is_empty() {
+        assert!(Instant::now() < deadline, "what the cancelled build started outlived it");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     let failed = s.wait_terminal(&slow, 60);
     assert_eq!(state(&failed), "JOB_STATE_FAILED", "{failed:#}");
     assert_eq!(failed["error"]["code"], 3, "{failed:#}");
     let message = failed["error"]["message"].as_str().unwrap_or("");
-    assert!(message.contains("venv_build_timeout_secs"), "{message}");
+    assert!(message.contains("venv_build_timeout_secs") && message.contains("trainer-src"), "{message}");
+    let log = s.logs_text(&slow);
+    assert!(!log.contains("L12"), "not retried: {log}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pids_with("sleep 901").is_empty() {
         assert!(Instant::now() < deadline, "what setup.py started outlived its build");
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    // A FIFO where the ready marker goes: the build says so and nothing blocks.
+    // A FIFO where the ready marker goes: nothing opens it, the marker replaces it.
     // (pip runs setup.py more than once.)
     make("fifo", "import os\nif not os.path.exists(os.path.join(os.environ['HOME'], '.trainyard-ready')):\n    \
                   os.mkfifo(os.path.join(os.environ['HOME'], '.trainyard-ready'))\n\
                   from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n");
     let fifo = name_of(&s.create("fifo", &package_job(&["gs://pkgs/trainer-src"])));
-    let failed = s.wait_terminal(&fifo, 120);
-    assert_eq!(state(&failed), "JOB_STATE_FAILED", "{failed:#}");
-    let message = failed["error"]["message"].as_str().unwrap_or("");
-    assert!(message.contains(".trainyard-ready") && message.contains("not a regular file"), "{message}");
+    let done = s.wait_terminal(&fifo, 120);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&fifo));
 }
 
 /// The time of one create (a trivial job of another project).

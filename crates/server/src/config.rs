@@ -157,6 +157,8 @@ struct ReplicasFile {
     network: Option<Network>,
     /// How long a `pythonPackageSpec` job's venv build may take (seconds).
     venv_build_timeout_secs: Option<u64>,
+    /// The package index a job's venv build may use: a URL, or "none".
+    package_index: Option<String>,
 }
 
 /// The network replicas run in (`[replicas] network`).
@@ -182,8 +184,12 @@ pub struct Replicas {
     pub insecure_shared_user: bool,
     pub network: Network,
     /// `[replicas] venv_build_timeout_secs` (default 900): a venv build that has not
-    /// finished by then is killed and the replica fails with a StartError.
+    /// finished by then is killed and the replica fails, naming the packages and the limit.
     pub venv_build_timeout_secs: u64,
+    /// `[replicas] package_index`: the index pip may use in a job's venv build
+    /// (`PIP_INDEX_URL`); `"none"`: no index (`PIP_NO_INDEX`), only the job's packages and
+    /// what the host's Python has; unset: pip's own configuration.
+    pub package_index: Option<String>,
 }
 
 /// `[replicas] venv_build_timeout_secs` when not set: 15 minutes.
@@ -624,6 +630,15 @@ impl Config {
                     ));
                 }
             }
+            if let Some(index) = &r.package_index {
+                let url = index.strip_prefix("https://").or_else(|| index.strip_prefix("http://"));
+                if index != "none" && url.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
+                    return Err(invalid(
+                        "replicas.package_index",
+                        format!("must be the URL of a package index (http:// or https://) or \"none\", not {index:?}"),
+                    ));
+                }
+            }
             if r.network == Some(Network::Job) && file.backend.as_deref() == Some("slurm") {
                 return Err(invalid(
                     "replicas.network",
@@ -785,6 +800,7 @@ impl Config {
                 insecure_shared_user: r.and_then(|r| r.insecure_shared_user).unwrap_or(false),
                 network: r.and_then(|r| r.network).unwrap_or_default(),
                 venv_build_timeout_secs: r.and_then(|r| r.venv_build_timeout_secs).unwrap_or(DEFAULT_VENV_BUILD_TIMEOUT_SECS),
+                package_index: r.and_then(|r| r.package_index.clone()),
             }
         };
         let containers = match &file.containers {
@@ -1152,6 +1168,8 @@ mod tests {
             ("uid_range = [10, 4294967295]", "replicas.uid_range"),
             ("pids_max = 0", "replicas.pids_max"),
             ("run_as = \"nobody\"", "run_as"),
+            ("package_index = \"pypi\"", "replicas.package_index"),
+            ("package_index = \"http://\"", "replicas.package_index"),
         ] {
             let (_d, p) = write(&format!("[replicas]\n{bad}\n"));
             let e = Config::load(&p, None).unwrap_err().to_string();

@@ -1,10 +1,10 @@
 //! The executor: carries committed effects out off the driver thread and reports what
-//! happened, so that nothing an engine does (a slow `scancel`, a stuck shim, a venv build)
-//! can hold up admissions or API replies. The driver decides; the executor acts.
+//! happened, so that nothing an engine does (a slow `scancel`, a stuck shim) can hold up
+//! admissions or API replies. The driver decides; the executor acts.
 //!
 //! - Launches go to a small pool of threads; the runs of a gang are handed to the backend
-//!   together, which starts them in parallel (L6). A launch that needs a venv builds it on
-//!   a thread of its own first.
+//!   together, which starts them in parallel (L6). A job's venv is built by its replica
+//!   (see `venv`), never here.
 //! - Stops and kills each run on a thread of their own: a stop may wait for a shim that is
 //!   still coming up, and an engine's stop command may block while its controller is
 //!   unreachable.
@@ -52,9 +52,6 @@ pub struct Planned {
     /// Directories the run's environment names, made before it starts, each below its
     /// root without following a link.
     pub dirs: Vec<Confined>,
-    /// A `pythonPackageSpec` run: build the venv with these packages, then run the module
-    /// with the venv's python (`argv` = python + these arguments).
-    pub venv: Option<VenvPlan>,
     /// With `launch.spec.run_as`: the directories made that user's (see `identity`).
     pub grants: Vec<crate::identity::Grant>,
     /// The job's credential file (tokens mode), written before the run starts.
@@ -93,18 +90,6 @@ impl SecretFile {
         f.write_all(self.contents.as_bytes()).map_err(|e| fail("write", e))?;
         std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))
     }
-}
-
-pub struct VenvPlan {
-    pub dir: PathBuf,
-    /// The `packageUris`, in the project's storage or under an output root.
-    pub packages: Vec<Confined>,
-    pub module_args: Vec<String>,
-    /// Put the venv first on PATH instead of running `python -m` in it (a command that
-    /// runs pip: it installs into the venv, never into the host's Python).
-    pub on_path: bool,
-    /// How long the build may take (`[replicas] venv_build_timeout_secs`).
-    pub timeout: std::time::Duration,
 }
 
 /// What the executor did.
@@ -295,10 +280,7 @@ fn guarded(work: Work, backend: &Arc<dyn Backend>, report: &ReportSink) {
 pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
     match work {
         Work::Launch(launches) => {
-            let (ready, venvs): (Vec<Planned>, Vec<Planned>) = launches.into_iter().partition(|p| p.venv.is_none());
-            for p in venvs {
-                launch_with_venv(p, backend, sink, report);
-            }
+            let ready = launches;
             let seqs: std::collections::BTreeMap<RunId, i64> = ready.iter().map(|p| (p.launch.run.clone(), p.seq)).collect();
             let mut runs = Vec::with_capacity(ready.len());
             for p in ready {
@@ -452,56 +434,3 @@ fn launch_ready(runs: Vec<Launch>, backend: &dyn Backend, sink: &EventSink) -> V
     later
 }
 
-/// Build the venv of a `pythonPackageSpec` run (seconds to minutes) on a thread of its
-/// own, then launch it; its outbox entry is done only then (L23: a server killed during
-/// the build launches it again after its restart).
-fn launch_with_venv(p: Planned, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
-    let (run, seq) = (p.launch.run.clone(), p.seq);
-    let (backend, sink, report) = (Arc::clone(backend), sink.clone(), Arc::clone(report));
-    let spawned = std::thread::Builder::new().name(format!("venv-{}", p.launch.run.job)).spawn({
-        let report = Arc::clone(&report);
-        move || {
-            let Planned { seq, launch, dirs, venv, grants, credentials } = p;
-            let Some(venv) = venv else { return };
-            let run_as = launch.spec.run_as;
-            let planned = Planned { seq, launch, dirs, venv: None, grants, credentials };
-            // The venv is built by the project's user, in a directory of its own.
-            let built = planned.apply_grants().map_err(|(_, m)| m).and_then(|()| crate::venv::ensure(&venv.dir, &venv.packages, run_as, venv.timeout));
-            match built {
-                Ok(python) => {
-                    let mut launch = match planned.launch_after_dirs() {
-                        Ok(launch) => launch,
-                        Err((run, outcome)) => {
-                            sink(BackendEvent::Exited { run, outcome, stderr_tail: Vec::new() });
-                            report(Report::Launched { seqs: vec![seq] });
-                            return;
-                        }
-                    };
-                    if venv.on_path {
-                        let bin = venv.dir.join("bin").display().to_string();
-                        let path = launch.spec.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
-                        launch.spec.env.retain(|(k, _)| k != "PATH" && k != "VIRTUAL_ENV");
-                        launch.spec.env.push(("PATH".into(), if path.is_empty() { bin } else { format!("{bin}:{path}") }));
-                        launch.spec.env.push(("VIRTUAL_ENV".into(), venv.dir.display().to_string()));
-                    } else {
-                        launch.spec.argv = std::iter::once(python.display().to_string()).chain(venv.module_args).collect();
-                    }
-                    let run = launch.run.clone();
-                    if let Some((_, reason)) = launch_ready(vec![launch], &*backend, &sink).pop() {
-                        report(Report::LaunchLater { run, seq, reason });
-                        return;
-                    }
-                }
-                Err(message) => sink(BackendEvent::Exited {
-                    run: planned.launch.run,
-                    outcome: Outcome::StartError { message },
-                    stderr_tail: Vec::new(),
-                }),
-            }
-            report(Report::Launched { seqs: vec![seq] });
-        }
-    });
-    if let Err(e) = spawned {
-        report(Report::LaunchLater { run, seq, reason: format!("cannot start a thread to build the venv: {e}") });
-    }
-}

@@ -1,94 +1,58 @@
-//! A per-job Python virtual environment for `pythonPackageSpec` jobs: the job's
-//! `packageUris` installed into a venv that sees the host's site packages.
+//! A per-job Python virtual environment for host replicas of `pythonPackageSpec` jobs
+//! (and commands that run pip): the job's `packageUris` installed into a venv that sees the
+//! host's site packages.
 //!
-//! The build runs a job's code (a package's `setup.py`, its build backend), so it runs in
-//! child processes with a minimal environment: `PATH` (and `LANG`/`LC_ALL` when the server
-//! has them), `HOME` set to the job's venv directory, which is also their working
-//! directory. Nothing else of the server's environment (`TRAINYARD_TOKENS`, `TRAINYARD_*`,
-//! credentials) reaches them. They still run as the server's user, outside the replica's
-//! cgroup: running them as the replica's user is part of the replica identity work.
+//! The build runs a job's code (a package's `setup.py`, its build backend), so it is the
+//! replica's first step, never the server's: the replica's program is a small Python
+//! program ([`BUILD_PROGRAM`]) that builds the venv `venvs/<job>` (once per job; the job's
+//! replicas take turns with a lock in it), then execs the job's program. The build thus
+//! runs as the replica runs: as its user, in its cgroup (the machine type's memory,
+//! `pids.max`), its mount namespace (hidden pids, its own `/dev/shm`), its network
+//! namespace with `network = "job"`, with its environment, and it is stopped with it (a
+//! cancel kills it and all it started). `[replicas] venv_build_timeout_secs` bounds it:
+//! past that the build is killed and the replica exits 1 with a last line naming the
+//! packages and the limit. The server opens nothing in the venv directory, which is the
+//! project's user's.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Mutex;
 
 use nix::sys::stat::SFlag;
 
 use crate::paths::{BeneathError, Confined};
 
-/// One build at a time per venv (replicas of one job share it); builds of different jobs
-/// run side by side, so that one tenant's slow build never delays another's job.
-static BUILDS: Mutex<Vec<(PathBuf, std::sync::Weak<Mutex<()>>)>> = Mutex::new(Vec::new());
+/// The program a host replica of a package job starts with (see the module's doc).
+pub const BUILD_PROGRAM: &str = include_str!("venv_build.py");
 
-/// The lock of the venv at `dir`.
-fn build_lock(dir: &Path) -> std::sync::Arc<Mutex<()>> {
-    let mut all = BUILDS.lock().unwrap_or_else(|p| p.into_inner());
-    all.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(lock) = all.iter().find(|(d, _)| d == dir).and_then(|(_, w)| w.upgrade()) {
-        return lock;
-    }
-    let lock = std::sync::Arc::new(Mutex::new(()));
-    all.push((dir.to_path_buf(), std::sync::Arc::downgrade(&lock)));
-    lock
+/// What the replica runs after the build.
+pub enum Then {
+    /// `python -m MODULE ARGS` in the venv.
+    Module(Vec<String>),
+    /// A command with the venv first on `PATH` (a command that runs pip installs into the
+    /// venv, never into the host's Python).
+    OnPath(Vec<String>),
 }
 
-const READY: &str = ".trainyard-ready";
-
-/// Variables of the server's environment a build sees (besides `HOME`).
-const BUILD_ENV: &[&str] = &["PATH", "LANG", "LC_ALL"];
-
-/// A command of the build: minimal environment, in the venv directory.
-fn build_command(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.env_clear();
-    for k in BUILD_ENV {
-        if let Some(v) = std::env::var_os(k) {
-            cmd.env(k, v);
-        }
-    }
-    cmd.env("HOME", dir)
-        .env("PIP_NO_INPUT", "1")
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        .env("PYTHONNOUSERSITE", "1")
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null());
-    cmd
-}
-
-/// Runs a build command until `deadline` (`trainyard_backend::bounded`: in a process group
-/// of its own, killed with whatever `setup.py` started when it ends or the deadline
-/// passes); past the deadline the build fails, naming the limit.
-fn run(cmd: &mut Command, what: &str, deadline: std::time::Instant, limit: std::time::Duration) -> Result<(), String> {
-    let ran = trainyard_backend::bounded::run_until(cmd, deadline)
-        .map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
-    let Some(status) = ran.status else {
-        return Err(format!(
-            "{what} did not finish within {}s ([replicas] venv_build_timeout_secs); it was killed",
-            limit.as_secs()
-        ));
+/// The replica's argv: [`BUILD_PROGRAM`] with the venv, the limit, the package index
+/// (`[replicas] package_index`), the packages, then the program.
+pub fn replica_argv(venv: &Path, limit: std::time::Duration, index: Option<&str>, packages: &[PathBuf], then: Then) -> Vec<String> {
+    let mut argv = vec!["python3".to_string(), "-c".into(), BUILD_PROGRAM.into()];
+    argv.push(venv.display().to_string());
+    argv.push(limit.as_secs().to_string());
+    argv.push(index.unwrap_or("").to_string());
+    argv.push(packages.len().to_string());
+    argv.extend(packages.iter().map(|p| p.display().to_string()));
+    let (mode, program) = match then {
+        Then::Module(p) => ("module", p),
+        Then::OnPath(p) => ("path", p),
     };
-    if status.success() {
-        return Ok(());
-    }
-    let tail: Vec<&str> = ran.stderr.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
-    Err(format!("{what} failed ({status}):\n{}", tail.join("\n")))
-}
-
-/// Whether the venv's ready marker is there: a regular file, looked at without following
-/// a link or opening it (the directory is the project's user's: a FIFO or a link planted
-/// there is an error naming it, never something the server blocks on).
-fn ready(dir: &Path) -> Result<bool, String> {
-    match std::fs::symlink_metadata(dir.join(READY)) {
-        Ok(m) if m.file_type().is_file() => Ok(true),
-        Ok(_) => Err(format!("{} is not a regular file (a link, FIFO, socket or device was put there)", dir.join(READY).display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(format!("{}: {e}", dir.join(READY).display())),
-    }
+    argv.push(mode.into());
+    argv.extend(program);
+    argv
 }
 
 /// A package path as the job named it: a regular file or a directory below its root,
 /// reached without a symbolic link.
-fn check_package(p: &Confined, i: usize) -> Result<PathBuf, String> {
+pub fn check_package(p: &Confined, i: usize) -> Result<PathBuf, String> {
     let shown = format!("pythonPackageSpec.packageUris[{i}]");
     match p.stat() {
         Ok(st) => {
@@ -107,137 +71,9 @@ fn check_package(p: &Confined, i: usize) -> Result<PathBuf, String> {
     }
 }
 
-/// A venv built before its project had a user of its own (by the server's user): the
-/// project's user could not run it.
-fn built_by_another(dir: &Path, uid: u32) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(dir.join("bin")).is_ok_and(|m| m.uid() != uid)
-}
-
-/// Removes what `dir` holds (links as links, never followed), keeping `dir`.
-fn empty_dir(dir: &Path) -> Result<(), String> {
-    let what = |p: &Path, e: std::io::Error| format!("removing the job's old Python environment: {}: {e}", p.display());
-    for entry in std::fs::read_dir(dir).map_err(|e| what(dir, e))? {
-        let entry = entry.map_err(|e| what(dir, e))?;
-        let path = entry.path();
-        let is_dir = entry.file_type().map_err(|e| what(&path, e))?.is_dir();
-        if is_dir {
-            trainyard_backend::tree::remove_tree(&path).map_err(|e| format!("removing the job's old Python environment: {e}"))?;
-        } else {
-            std::fs::remove_file(&path).map_err(|e| what(&path, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// Make sure the venv at `dir` exists with `packages` installed; returns its python.
-/// With `run_as`, the build's commands run as that user (the project's, see `identity`),
-/// in `dir`, which is that user's.
-pub fn ensure(
-    dir: &Path,
-    packages: &[Confined],
-    run_as: Option<trainyard_backend::RunAs>,
-    limit: std::time::Duration,
-) -> Result<PathBuf, String> {
-    use std::os::unix::process::CommandExt;
-    let as_user = |mut cmd: Command| {
-        if let Some(id) = run_as {
-            // std drops the supplementary groups too when it switches a root parent's uid.
-            cmd.uid(id.uid).gid(id.gid);
-        }
-        cmd
-    };
-    let lock = build_lock(dir);
-    let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-    let deadline = std::time::Instant::now() + limit;
-    let python = dir.join("bin").join("python3");
-    if ready(dir)? {
-        match run_as {
-            Some(id) if built_by_another(dir, id.uid) => empty_dir(dir)?,
-            _ => return Ok(python),
-        }
-    }
-    let paths = packages.iter().enumerate().map(|(i, p)| check_package(p, i)).collect::<Result<Vec<_>, _>>()?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating the job's Python environment: {}: {e}", dir.display()))?;
-    run(
-        as_user(build_command("python3", dir)).args(["-m", "venv", "--system-site-packages"]).arg(dir),
-        "creating the job's Python environment",
-        deadline,
-        limit,
-    )?;
-    // As the project's user, pip builds from copies of its own (a build writes into the
-    // package's directory, which that user may only read).
-    let paths = match run_as {
-        Some(_) => {
-            let src = dir.join("src");
-            let mut copies = Vec::with_capacity(paths.len());
-            for (i, p) in paths.iter().enumerate() {
-                // `src/<i>/<name>`: a wheel or an archive keeps the name pip reads.
-                let into = src.join(i.to_string());
-                let name = p.file_name().ok_or_else(|| format!("packageUris[{i}]: {} has no file name", p.display()))?;
-                run(as_user(build_command("rm", dir)).arg("-rf").arg(&into), "copying packageUris", deadline, limit)?;
-                run(as_user(build_command("mkdir", dir)).arg("-p").arg(&into), "copying packageUris", deadline, limit)?;
-                let mut cp = as_user(build_command("cp", dir));
-                run(cp.arg("-R").arg("--no-dereference").arg(p).arg(&into), "copying packageUris", deadline, limit)?;
-                copies.push(into.join(name));
-            }
-            copies
-        }
-        None => paths,
-    };
-    if !paths.is_empty() {
-        run(
-            as_user(build_command(&python, dir))
-                .args(["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet"])
-                .args(&paths),
-            "installing packageUris",
-            deadline,
-            limit,
-        )?;
-    }
-    // The directory may be the project's user's: never through a link it planted.
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // What the build left there is looked at first; O_NONBLOCK: a FIFO planted after
-        // that look fails the open (no reader) instead of blocking.
-        ready(dir)?;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-            .open(dir.join(READY))
-            .map_err(|e| format!("{}: {e}", dir.join(READY).display()))?;
-        if !f.metadata().is_ok_and(|m| m.file_type().is_file()) {
-            return Err(format!("{} is not a regular file (a FIFO, socket or device was put there)", dir.join(READY).display()));
-        }
-    }
-    Ok(python)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The build's commands see PATH and HOME (the venv directory), run there, and see
-    /// nothing else of the server's environment.
-    #[test]
-    fn build_commands_get_a_minimal_environment() {
-        let t = tempfile::tempdir().unwrap();
-        let out = build_command("sh", t.path()).args(["-c", "env; pwd"]).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains(&format!("HOME={}", t.path().display())), "{text}");
-        assert!(text.lines().any(|l| l.starts_with("PATH=")), "{text}");
-        assert!(text.lines().any(|l| l == t.path().display().to_string()), "the venv directory is the working directory: {text}");
-        let names: Vec<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
-        for n in names {
-            assert!(
-                ["PATH", "HOME", "LANG", "LC_ALL", "PIP_NO_INPUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PYTHONNOUSERSITE", "PWD", "SHLVL", "_"]
-                    .contains(&n),
-                "{n} leaked into the build: {text}"
-            );
-        }
-    }
 
     #[test]
     fn packages_through_links_or_not_files_are_refused() {
@@ -251,23 +87,5 @@ mod tests {
         assert_eq!(check_package(&c("p/b/pkg.tar.gz"), 0).unwrap(), root.join("p/b/pkg.tar.gz"));
         assert!(check_package(&c("p/b/evil.tar.gz"), 1).unwrap_err().contains("symbolic link"));
         assert!(check_package(&c("p/b/fifo"), 2).unwrap_err().contains("not a file or a directory"));
-    }
-
-    /// A venv built before its project had a user (by root) is emptied and built again
-    /// by that user; one of that user's is kept.
-    #[test]
-    fn a_venv_of_another_user_is_built_again() {
-        if !nix::unistd::geteuid().is_root() {
-            return;
-        }
-        let t = tempfile::tempdir().unwrap();
-        std::fs::create_dir(t.path().join("bin")).unwrap();
-        std::fs::write(t.path().join("old"), "x").unwrap();
-        std::os::unix::fs::symlink("/etc", t.path().join("link")).unwrap();
-        assert!(built_by_another(t.path(), 200_400));
-        assert!(!built_by_another(t.path(), 0));
-        empty_dir(t.path()).unwrap();
-        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
-        assert!(std::path::Path::new("/etc/passwd").exists());
     }
 }

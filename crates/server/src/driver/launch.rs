@@ -2,7 +2,7 @@
 //! handing committed effects to the executor.
 
 use super::*;
-use crate::executor::{Planned, VenvPlan, Work};
+use crate::executor::{Planned, Work};
 use crate::identity::Grant;
 use trainyard_backend::container::{container_name, ContainerSpec, Mount};
 
@@ -63,12 +63,12 @@ impl Driver {
         let live = self.jobs.get(&id)?;
         let node = live.job.replica(&run.replica).and_then(|r| r.node.clone()).unwrap_or_default();
         match launch_plan(&self.svc, live, run, run_as) {
-            Ok((spec, dirs, venv, grants)) => {
+            Ok((spec, dirs, grants)) => {
                 let credentials = credential_file(&self.svc, run)
                     .zip(credential_json(&self.svc, id, &project))
                     .map(|(path, contents)| crate::executor::SecretFile { path, contents });
                 let launch = Launch { run: run.clone(), run_dir: run_dir(&self.svc.cfg.data_dir, run), spec, node };
-                Some(Planned { seq, launch, dirs, venv, grants, credentials })
+                Some(Planned { seq, launch, dirs, grants, credentials })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
@@ -180,6 +180,11 @@ fn venv_timeout(svc: &Services) -> std::time::Duration {
     std::time::Duration::from_secs(svc.cfg.replicas.venv_build_timeout_secs)
 }
 
+/// `[replicas] package_index`, for the builds of the job's venv.
+fn package_index(svc: &Services) -> Option<&str> {
+    svc.cfg.replicas.package_index.as_deref()
+}
+
 /// A `packageUris` entry that names no file is the user's (a StartError naming the URI and
 /// the project whose storage it was looked up in), never an internal error retried.
 fn package_exists(path: &Confined, uri: &str, project: &str, field: &str) -> Result<(), Outcome> {
@@ -262,7 +267,7 @@ pub(super) fn launch_plan(
     live: &Live,
     run: &RunId,
     run_as: Option<trainyard_backend::RunAs>,
-) -> Result<(ShimSpec, Vec<Confined>, Option<VenvPlan>, Vec<Grant>), Outcome> {
+) -> Result<(ShimSpec, Vec<Confined>, Vec<Grant>), Outcome> {
     let job = &live.job;
     let spec = &live.resource.job_spec;
     let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
@@ -486,7 +491,7 @@ pub(super) fn launch_plan(
                 let entrypoint = (!c.command.is_empty()).then(|| c.command.clone());
                 shim.argv = c.command.iter().chain(&c.args).cloned().collect();
                 shim.container = Some(container(&c.image_uri, entrypoint, c.args.clone(), mounts));
-                return Ok((shim, dirs, None, grants));
+                return Ok((shim, dirs, grants));
             }
             (None, Some(p)) => {
                 // python -m MODULE in executorImageUri, with packageUris installed in the
@@ -504,7 +509,7 @@ pub(super) fn launch_plan(
                 entrypoint.push(p.python_module.clone());
                 shim.argv = entrypoint.clone();
                 shim.container = Some(container(&p.executor_image_uri, Some(entrypoint), p.args.clone(), mounts));
-                return Ok((shim, dirs, None, grants));
+                return Ok((shim, dirs, grants));
             }
             (None, None) => {
                 return Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() })
@@ -557,16 +562,14 @@ pub(super) fn launch_plan(
                     shim.env.retain(|(n, _)| n != k);
                     shim.env.push((k.to_string(), v.display().to_string()));
                 }
-                let plan = VenvPlan {
-                    dir: data_dir.join(venv_rel),
-                    packages: Vec::new(),
-                    module_args: Vec::new(),
-                    on_path: true,
-                    timeout: venv_timeout(svc),
-                };
-                return Ok((shim, dirs, Some(plan), grants));
+                let venv = data_dir.join(&venv_rel);
+                if run_as.is_none() {
+                    dirs.push(Confined { root: data_dir.clone(), rel: venv_rel });
+                }
+                let program = std::mem::take(&mut shim.argv);
+                shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), package_index(svc), &[], crate::venv::Then::OnPath(program));
             }
-            Ok((shim, dirs, None, grants))
+            Ok((shim, dirs, grants))
         }
         (None, Some(p)) => {
             let mut packages = Vec::new();
@@ -577,15 +580,18 @@ pub(super) fn launch_plan(
                 let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
                     .map_err(|e| Outcome::StartError { message: e.message })?;
                 package_exists(&path, uri, &job.project, &field)?;
-                packages.push(path);
+                packages.push(crate::venv::check_package(&path, i).map_err(|message| Outcome::StartError { message })?);
             }
             let venv_rel = Path::new("venvs").join(job.id.to_string());
+            let venv = data_dir.join(&venv_rel);
             if run_as.is_some() {
                 grants.push(Grant::new(data_dir, &venv_rel, 1));
+            } else {
+                dirs.push(Confined { root: data_dir.clone(), rel: venv_rel });
             }
-            let module_args = ["-m".to_string(), p.python_module.clone()].into_iter().chain(p.args.iter().cloned()).collect();
-            let plan = VenvPlan { dir: data_dir.join(venv_rel), packages, module_args, on_path: false, timeout: venv_timeout(svc) };
-            Ok((shim, dirs, Some(plan), grants))
+            let module = std::iter::once(p.python_module.clone()).chain(p.args.iter().cloned()).collect();
+            shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), package_index(svc), &packages, crate::venv::Then::Module(module));
+            Ok((shim, dirs, grants))
         }
         (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
     }
