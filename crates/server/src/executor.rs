@@ -107,8 +107,9 @@ pub enum Report {
     StopFailed { run: RunId, error: String },
     Killed { run: RunId },
     KillFailed { run: RunId, error: String },
-    /// A deleted job's files are gone (or were never there).
-    Purged { seq: i64 },
+    /// A deleted job's files are gone (or were never there), or, with `error`, some could
+    /// not be removed (or the purge panicked): the driver tries again later.
+    Purged { seq: i64, error: Option<String> },
     /// L21: what a checkpoint scan saw: the newest modification time (None when the
     /// directory could not be opened), the entries looked at, and whether the cap cut it.
     CheckpointScanned { job: u64, newest: Option<Micros>, entries: usize, truncated: bool },
@@ -259,7 +260,7 @@ fn guarded(work: Work, backend: &Arc<dyn Backend>, report: &ReportSink) {
     let what = match &work {
         Work::Stop { run, .. } => Some(Report::StopFailed { run: run.clone(), error: "the stop panicked".into() }),
         Work::Kill { run, .. } => Some(Report::KillFailed { run: run.clone(), error: "the kill panicked".into() }),
-        Work::Purge { seq, .. } => Some(Report::Purged { seq: *seq }),
+        Work::Purge { seq, .. } => Some(Report::Purged { seq: *seq, error: Some("the purge panicked".into()) }),
         _ => None,
     };
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(work, backend, &noop_sink(), report)));
@@ -270,7 +271,10 @@ fn guarded(work: Work, backend: &Arc<dyn Backend>, report: &ReportSink) {
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         tracing::error!("{} panicked: {message}", std::thread::current().name().unwrap_or("a worker"));
-        if let Some(r) = what {
+        if let Some(mut r) = what {
+            if let Report::Purged { error: Some(e), .. } = &mut r {
+                e.push_str(&format!(": {message}"));
+            }
             report(r);
         }
     }
@@ -311,12 +315,14 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
         Work::Purge { seq, dirs } => {
             // Trees a job's program shaped (any depth, links, FIFOs): removed without
             // recursion and without following links.
+            let mut errors = Vec::new();
             for d in &dirs {
                 if let Err(e) = trainyard_backend::tree::remove_tree(d) {
                     tracing::warn!("{e}");
+                    errors.push(e.to_string());
                 }
             }
-            report(Report::Purged { seq });
+            report(Report::Purged { seq, error: (!errors.is_empty()).then(|| errors.join("; ")) });
         }
         Work::PurgeLogs { dirs } => {
             for d in &dirs {

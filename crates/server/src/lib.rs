@@ -91,6 +91,7 @@ pub fn start(
     workdir: PathBuf,
     output_roots: Vec<PathBuf>,
 ) -> Result<Engine, StartError> {
+    metrics::count_panics();
     // The data directory is for the server's user only (see `datadir`).
     // Per-project users pass through it (search bit only) to their own directories.
     let passable = if cfg.replicas.uid_range.is_some() { 0o011 } else { 0 };

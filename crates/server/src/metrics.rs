@@ -35,6 +35,27 @@ pub struct JobLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EffectLabels {
+    pub effect: String,
+}
+
+/// Panics of the process's threads, counted by the hook [`count_panics`] installs.
+static PANICS: std::sync::LazyLock<Counter> = std::sync::LazyLock::new(Counter::default);
+
+/// Count every panic of the process (`trainyard_panics_total`), after the hook in place
+/// has reported it. Installed once per process.
+pub fn count_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            PANICS.inc();
+        }));
+    });
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -185,6 +206,7 @@ pub struct Metrics {
     oom_kills: Counter,
     hangs: Counter,
     stockouts: Counter,
+    effects_failed: Family<EffectLabels, Counter>,
     node_cpus: Family<NodeLabels, Gauge>,
     node_memory: Family<NodeLabels, Gauge>,
     node_accelerators: Family<AcceleratorLabels, Gauge>,
@@ -249,6 +271,14 @@ impl Metrics {
         r.register("replica_hangs", "Replica runs reported hung: silent for the allowed time (log, checkpoints, metric file)", hangs.clone());
         let stockouts = Counter::default();
         r.register("stockouts", "Placements that found no capacity (L15)", stockouts.clone());
+        let effects_failed = Family::<EffectLabels, Counter>::default();
+        r.register(
+            "effects_failed",
+            "Committed effects given up after their tries (effect=purge: a deleted job's files)",
+            effects_failed.clone(),
+        );
+        let _ = effects_failed.get_or_create(&EffectLabels { effect: "purge".into() });
+        r.register("panics", "Panics in the server's threads (each caught where it happened, logged with its thread)", PANICS.clone());
         let node_cpus = Family::<NodeLabels, Gauge>::default();
         r.register("node_capacity_cpus", "CPUs of each node", node_cpus.clone());
         let node_memory = Family::<NodeLabels, Gauge>::default();
@@ -295,6 +325,7 @@ impl Metrics {
             oom_kills,
             hangs,
             stockouts,
+            effects_failed,
             node_cpus,
             node_memory,
             node_accelerators,
@@ -464,6 +495,14 @@ impl Metrics {
         self.oom_kills.inc();
     }
 
+    /// A committed effect was given up after its tries.
+    pub fn effect_failed(&self, effect: &str) {
+        if !self.enabled {
+            return;
+        }
+        self.effects_failed.get_or_create(&EffectLabels { effect: effect.to_string() }).inc();
+    }
+
     /// L15: a placement found no capacity.
     pub fn stockout(&self) {
         if !self.enabled {
@@ -592,6 +631,24 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use trainyard_core::job::{Demand, Policy, ReplicaDemand};
+
+    fn panics_shown(m: &Metrics) -> u64 {
+        let text = m.render_text();
+        let line = text.lines().find(|l| l.starts_with("trainyard_panics_total ")).unwrap_or_else(|| panic!("{text}"));
+        line.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    }
+
+    /// A panic of any thread is counted, once the hook is in place; the thread's panic
+    /// stays its own (the process goes on).
+    #[test]
+    fn panics_of_threads_are_counted() {
+        count_panics();
+        let m = Metrics::new();
+        let before = panics_shown(&m);
+        let joined = std::thread::Builder::new().name("doomed".into()).spawn(|| panic!("on purpose")).unwrap().join();
+        assert!(joined.is_err());
+        assert!(panics_shown(&m) > before, "{}", m.render_text());
+    }
 
     fn job(project: &str) -> Job {
         let demand = Demand {

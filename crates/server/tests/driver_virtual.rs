@@ -414,3 +414,57 @@ fn l21_checkpoint_scan_is_off_the_driver_thread_and_stays_below_its_root() {
     assert_eq!(h.state(id), "JOB_STATE_RUNNING");
     h.cancel(id);
 }
+
+/// A deleted job's files that cannot be removed (here a mount point inside its run
+/// directory: EBUSY) do not stop the server: the purge is tried again with a backoff that
+/// doubles, then given up after its tries: its outbox entry is done, and the failure is
+/// counted in `trainyard_effects_failed_total{effect="purge"}`.
+#[test]
+fn a_failing_purge_is_retried_with_backoff_then_given_up_and_counted() {
+    if !nix::unistd::geteuid().is_root() && trainyard_backend::skip_test("mounting a tmpfs needs root") {
+        return;
+    }
+    let mut h = Harness::new(Script { stop_ends_run: true, ..Script::default() });
+    let id = h.create("true");
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    let run = h.backend.any_run().unwrap();
+    h.backend.end(&run, Outcome::Exited { code: 0 });
+    h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
+    let busy = h.data_dir().join("runs").join(id.to_string()).join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    nix::mount::mount(Some("tmpfs"), &busy, Some("tmpfs"), nix::mount::MsFlags::empty(), Some("size=1m")).unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _unmount = Unmount(busy.clone());
+    let (reply, mut rx) = tokio::sync::oneshot::channel();
+    h.tx.send(Msg::Delete { kind: trainyard_server::driver::KIND_CUSTOM, project: "p".into(), region: "us-central1".into(), id, reply }).unwrap();
+    let mut answered = false;
+    h.until("the delete's reply", |_| {
+        answered |= rx.try_recv().is_ok();
+        answered
+    });
+    let failed = |h: &Harness| {
+        let text = h.driver.metrics().render_text();
+        text.lines().any(|l| l.starts_with("trainyard_effects_failed_total{effect=\"purge\"} 1"))
+    };
+    // Each failure waits longer (1, 2, 4, 8 s): five tries take at least 15 s of the
+    // driver's clock, and the purge stays pending until the last has failed.
+    for second in 0..15 {
+        for _ in 0..5 {
+            h.driver.turn(Duration::from_millis(10)).unwrap();
+        }
+        assert_eq!(h.outbox_len(), 1, "the purge is still pending after {second} s");
+        assert!(!failed(&h));
+        h.clock.advance(1);
+    }
+    h.until("the purge given up", |h| {
+        h.clock.advance(1);
+        h.outbox_len() == 0
+    });
+    assert!(failed(&h), "{}", h.driver.metrics().render_text());
+    assert!(busy.exists(), "what could not be removed is left");
+}

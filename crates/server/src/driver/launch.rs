@@ -6,6 +6,19 @@ use crate::executor::{Planned, Work};
 use crate::identity::Grant;
 use trainyard_backend::container::{container_name, ContainerSpec, Mount};
 
+/// A failed purge: its job, its failures so far, and when it is tried again (None: under
+/// way).
+pub(super) struct PurgeRetry {
+    pub(super) job: u64,
+    pub(super) tries: u32,
+    pub(super) at: Option<Micros>,
+}
+
+/// Failures after which a purge is given up.
+pub(super) const PURGE_TRIES: u32 = 5;
+/// The longest wait between two tries of a purge.
+const PURGE_BACKOFF_MAX: Micros = 60_000_000;
+
 /// A launch the engine could not take, to try again at `at`.
 pub(super) struct Later {
     pub(super) at: Micros,
@@ -33,11 +46,7 @@ impl Driver {
                     }
                 }
                 Effect::Log(_) => done.push(seq),
-                Effect::Purge { job } => {
-                    let d = &self.svc.cfg.data_dir;
-                    let dirs = ["runs", "venvs", "trials"].iter().map(|k| d.join(k).join(job.to_string())).collect();
-                    self.exec.submit(Work::Purge { seq, dirs });
-                }
+                Effect::Purge { job } => self.purge(seq, job),
             }
         }
         // L6: every replica of the attempt starts at once.
@@ -46,6 +55,46 @@ impl Driver {
         }
         if let Err(e) = self.store.outbox_done_many(&done) {
             tracing::error!("outbox: {e}");
+        }
+    }
+
+    /// Remove a deleted job's directories (off this thread).
+    fn purge(&mut self, seq: i64, job: u64) {
+        let d = &self.svc.cfg.data_dir;
+        let dirs = ["runs", "venvs", "trials"].iter().map(|k| d.join(k).join(job.to_string())).collect();
+        self.purge_tries.entry(seq).or_insert(PurgeRetry { job, tries: 0, at: None }).at = None;
+        self.exec.submit(Work::Purge { seq, dirs });
+    }
+
+    /// A purge failed (or panicked): tried again after a backoff that doubles (1 s to
+    /// PURGE_BACKOFF_MAX), and after PURGE_TRIES failures given up: its outbox entry is
+    /// done, the error logged and counted (`trainyard_effects_failed_total`). The server
+    /// goes on either way; a restart tries a pending purge again from the start.
+    pub(super) fn purge_failed(&mut self, seq: i64, error: String, now: Micros) -> Result<(), StoreError> {
+        let Some(p) = self.purge_tries.get_mut(&seq) else { return Ok(()) };
+        p.tries += 1;
+        if p.tries >= PURGE_TRIES {
+            let job = p.job;
+            self.purge_tries.remove(&seq);
+            tracing::error!(
+                "job {job}: removing the deleted job's files failed {PURGE_TRIES} times; given up (remove runs/{job}, \
+                 venvs/{job} and trials/{job} of the data directory by hand): {error}"
+            );
+            self.metrics.effect_failed("purge");
+            return self.store.outbox_done(seq);
+        }
+        let backoff = (1_000_000i64 << (p.tries - 1).min(20)).min(PURGE_BACKOFF_MAX);
+        p.at = Some(now + backoff);
+        tracing::warn!("job {}: removing the deleted job's files failed (try {} of {PURGE_TRIES}): {error}", p.job, p.tries);
+        Ok(())
+    }
+
+    /// Purges whose backoff has passed, tried again.
+    pub(super) fn retry_purges(&mut self, now: Micros) {
+        let due: Vec<(i64, u64)> =
+            self.purge_tries.iter().filter(|(_, p)| p.at.is_some_and(|at| at <= now)).map(|(s, p)| (*s, p.job)).collect();
+        for (seq, job) in due {
+            self.purge(seq, job);
         }
     }
 

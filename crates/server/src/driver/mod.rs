@@ -165,6 +165,9 @@ pub struct Driver {
     last_metric_poll: Micros,
     /// Launches put off while the engine could not take them.
     later: Vec<launch::Later>,
+    /// Purges that failed, by outbox entry: how many times, and when they are tried again
+    /// (with `Effect::Purge`'s job).
+    purge_tries: HashMap<i64, launch::PurgeRetry>,
     /// When launching runs last asked the backend why they wait.
     last_backend_poll: Micros,
     /// Scheduling rounds are coalesced: the next one runs no sooner than this (a few times
@@ -378,6 +381,7 @@ impl Driver {
             pipeline_events: Vec::new(),
             last_metric_poll: 0,
             later: Vec::new(),
+            purge_tries: HashMap::new(),
             last_backend_poll: 0,
             next_round: std::time::Instant::now(),
             waiting_view: Arc::new(WaitingView::default()),
@@ -642,11 +646,13 @@ impl Driver {
         self.sweep_logs(now)?;
         self.sweep_netns(now);
         self.retry_later_launches(now);
+        self.retry_purges(now);
         self.stop_timers(now);
         self.poll_backend_reasons(now)?;
         self.maybe_schedule(now)?;
         let mut next = self.deadlines.first().map(|&(t, _)| t);
-        for t in [self.later.iter().map(|l| l.at).min(), self.next_stop_timer()].into_iter().flatten() {
+        let purge_at = self.purge_tries.values().filter_map(|p| p.at).min();
+        for t in [self.later.iter().map(|l| l.at).min(), self.next_stop_timer(), purge_at].into_iter().flatten() {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         let mut wait = next.map_or(max_wait, |t| Duration::from_micros((t - self.now()).max(0) as u64).min(max_wait));
@@ -764,7 +770,11 @@ impl Driver {
             }
             Msg::Executed(report) => match report {
                 crate::executor::Report::Launched { seqs } => self.store.outbox_done_many(&seqs)?,
-                crate::executor::Report::Purged { seq } => self.store.outbox_done(seq)?,
+                crate::executor::Report::Purged { seq, error: None } => {
+                    self.purge_tries.remove(&seq);
+                    self.store.outbox_done(seq)?
+                }
+                crate::executor::Report::Purged { seq, error: Some(error) } => self.purge_failed(seq, error, now)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 crate::executor::Report::CheckpointScanned { job, newest, .. } => self.checkpoint_scanned(job, newest, now)?,
                 other => self.stop_report(other, now),
