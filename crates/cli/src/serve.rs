@@ -84,7 +84,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         health: engine.health.clone(),
         metrics: engine.metrics.clone(),
         writes: std::sync::Arc::new(trainyard_server::security::WriteLimiter::new(&engine.services.cfg.limits)),
-        storage: std::sync::Arc::new(trainyard_server::storage::Storage::new(&engine.services.cfg, tokens.clone())),
+        storage: std::sync::Arc::new(trainyard_server::storage::Storage::new(
+            &engine.services.cfg,
+            tokens.clone(),
+            std::sync::Arc::clone(&engine.services.storage_usage),
+        )),
     };
     let limits = engine.services.cfg.http.clone();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

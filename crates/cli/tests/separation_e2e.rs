@@ -434,3 +434,53 @@ fn l21_a_symlink_farm_in_checkpoints_does_not_slow_other_projects_creates() {
     assert_eq!(status, 200, "{body}");
     s.wait_terminal(&name, 30);
 }
+
+/// `[quotas.projects.P] storage_gb`: an upload through the API that would pass the
+/// project's limit is refused with 429 naming the size and the limit (and changes
+/// nothing); `GET /v1/admin/quotas` shows the project's size and limit; a job whose writes
+/// take the project past its limit is stopped and fails with RESOURCE_EXHAUSTED naming the
+/// limit, not retried; another project is not limited.
+#[test]
+fn a_projects_storage_limit_holds_for_uploads_and_for_jobs_writes() {
+    // 0.002 GiB: about 2 MiB.
+    let s = Server::start("[quotas.projects.small]\nstorage_gb = 0.002\n");
+    let upload = |project: &str, name: &str, bytes: usize| {
+        let url = s.url(&format!("/upload/storage/v1/b/bkt-{project}/o?uploadType=media&name={name}&project={project}"));
+        s.call_raw("POST", &url, Some(vec![7u8; bytes]), "application/octet-stream")
+    };
+    for project in ["small", "big"] {
+        let (status, body) = s.call("POST", &s.url(&format!("/storage/v1/b?project={project}")), Some(&json!({"name": format!("bkt-{project}")}).to_string()));
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = upload("small", "one", 1_500_000);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = upload("small", "two", 1_500_000);
+    assert_eq!(status, 429, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("storage_gb") && message.contains("\"small\""), "{message}");
+    assert!(!s.data_dir().join("storage/small/bkt-small/two").exists(), "a refused upload leaves nothing");
+    let (status, body) = upload("big", "two", 3_000_000);
+    assert_eq!(status, 200, "another project is not limited: {body}");
+
+    let (status, quotas) = s.call("GET", &s.url("/v1/admin/quotas"), None);
+    assert_eq!(status, 200, "{quotas}");
+    let row = quotas["quotas"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["project"] == "small" && r["metric"] == "storage_gb"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no storage row for small: {quotas:#}"));
+    let used: u64 = row["inUseBytes"].as_str().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!((1_500_000..2_000_000).contains(&used), "{row}");
+    assert_eq!(row["limitBytes"], json!(((0.002 * (1u64 << 30) as f64) as u64).to_string()), "{row}");
+
+    // A job that writes past the limit is stopped.
+    let job = with_base(sh_job("writer", "head -c 3000000 /dev/zero > $AIP_MODEL_DIR/big && echo written && sleep 600"), "gs://bkt-small/out");
+    let name = name_of(&s.create("small", &job));
+    let done = s.wait_terminal(&name, 90);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done:#}\n{}", s.logs_text(&name));
+    assert_eq!(done["error"]["code"], 8, "RESOURCE_EXHAUSTED: {done:#}");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("storage_gb"), "{message}");
+    let log = s.logs_text(&name);
+    assert!(log.contains("written") && !log.contains("L12"), "stopped after its write, not retried: {log}");
+}

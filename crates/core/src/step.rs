@@ -43,6 +43,10 @@ pub enum Event {
     Activity { replica: String, at: Micros },
     /// Time passed: timeouts (L19), FLEX_START waits (L15), checkpoint warnings (L21).
     Tick,
+    /// The job's project stores more than its storage limit: a running or waiting job is
+    /// stopped (SIGTERM and the grace period) and FAILS with RESOURCE_EXHAUSTED and
+    /// `message`, without retries.
+    StorageFull { message: String },
     /// A SPOT job's capacity is needed by other work: its replicas get SIGTERM and the grace
     /// period, then the job waits PENDING for capacity and starts a fresh attempt, counted
     /// against no retry budget.
@@ -126,6 +130,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         }
         Event::Tick => cx.tick(),
         Event::Preempt { reason } => cx.preempt(reason),
+        Event::StorageFull { message } => cx.storage_full(message),
     }
     let changed = cx.job != *job || !cx.effects.is_empty();
     if changed {
@@ -139,6 +144,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
 fn failure_rule(error: &JobError) -> &'static str {
     match error.code {
         code::INVALID_ARGUMENT => "L13",
+        code::RESOURCE_EXHAUSTED if error.message.contains("storage_gb") => "L4",
         code::RESOURCE_EXHAUSTED if error.message.contains("memory") => "L14",
         code::RESOURCE_EXHAUSTED => "L15",
         code::INTERNAL => "L16",
@@ -296,6 +302,21 @@ impl Cx<'_> {
             }
             Phase::Pending { .. } => self.end_attempt(After::Fail(error)),
             // Running or stopping: the job holds its nodes and wants no placement.
+            _ => {}
+        }
+    }
+
+    /// A quota the job cannot go on under (its project's storage): the attempt ends and
+    /// the job fails, not retried.
+    fn storage_full(&mut self, message: String) {
+        let error = JobError { code: code::RESOURCE_EXHAUSTED, message };
+        match &self.job.phase {
+            Phase::Queued => {
+                self.job.phase =
+                    Phase::Stopping { admitted_at: self.now, then: After::Fail(error), cancelling: false, was: State::Queued };
+                self.finish_if_down();
+            }
+            Phase::Pending { .. } | Phase::Running { .. } => self.end_attempt(After::Fail(error)),
             _ => {}
         }
     }

@@ -329,9 +329,66 @@ struct NodeFile {
 #[serde(deny_unknown_fields)]
 struct QuotasFile {
     #[serde(default)]
-    default: BTreeMap<String, u64>,
+    default: BTreeMap<String, QuotaValue>,
     #[serde(default)]
-    projects: BTreeMap<String, BTreeMap<String, u64>>,
+    projects: BTreeMap<String, BTreeMap<String, QuotaValue>>,
+}
+
+/// A quota's value: a count (`custom_model_training_*`), or GiB (`storage_gb`, which may
+/// have a fraction).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(untagged)]
+enum QuotaValue {
+    Count(u64),
+    Gb(f64),
+}
+
+/// The quota of a project's Cloud Storage namespace (`[quotas.default] storage_gb`,
+/// `[quotas.projects.P] storage_gb`).
+pub const STORAGE_QUOTA: &str = "storage_gb";
+
+/// Per-project limits of stored bytes (`storage_gb`, in GiB), from the quotas tables.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StorageLimits {
+    pub default: Option<u64>,
+    pub projects: BTreeMap<String, u64>,
+}
+
+impl StorageLimits {
+    /// The bytes `project` may store, if limited.
+    pub fn limit(&self, project: &str) -> Option<u64> {
+        self.projects.get(project).copied().or(self.default)
+    }
+}
+
+impl QuotasFile {
+    /// The counted quotas (for the scheduler) and the storage limits.
+    fn split(&self) -> (Quotas, StorageLimits) {
+        let counts = |m: &BTreeMap<String, QuotaValue>| -> BTreeMap<String, u64> {
+            m.iter()
+                .filter(|(k, _)| k.as_str() != STORAGE_QUOTA)
+                .filter_map(|(k, v)| match v {
+                    QuotaValue::Count(n) => Some((k.clone(), *n)),
+                    QuotaValue::Gb(_) => None,
+                })
+                .collect()
+        };
+        let bytes = |m: &BTreeMap<String, QuotaValue>| -> Option<u64> {
+            m.get(STORAGE_QUOTA).map(|v| match v {
+                QuotaValue::Count(n) => n.saturating_mul(trainyard_core::catalog::GIB),
+                QuotaValue::Gb(g) => (g * trainyard_core::catalog::GIB as f64) as u64,
+            })
+        };
+        let quotas = Quotas {
+            default: counts(&self.default),
+            projects: self.projects.iter().map(|(p, m)| (p.clone(), counts(m))).collect(),
+        };
+        let storage = StorageLimits {
+            default: bytes(&self.default),
+            projects: self.projects.iter().filter_map(|(p, m)| bytes(m).map(|b| (p.clone(), b))).collect(),
+        };
+        (quotas, storage)
+    }
 }
 
 /// The resolved configuration.
@@ -358,6 +415,8 @@ pub struct Config {
     pub scheduler: trainyard_core::schedule::SchedulerConfig,
     pub fleet: Fleet,
     pub quotas: Quotas,
+    /// `storage_gb` of the quotas tables.
+    pub storage_limits: StorageLimits,
     /// Where this configuration came from, for the start-up message.
     pub source: String,
     /// The file it was read from (quotas can be read again from it at run time).
@@ -559,12 +618,25 @@ impl Config {
         for (project, limits) in std::iter::once(("default".to_string(), &file.quotas.default))
             .chain(file.quotas.projects.iter().map(|(p, l)| (format!("projects.{p}"), l)))
         {
-            for (metric, _) in limits.iter() {
-                if !metric.starts_with("custom_model_training_") {
-                    return Err(invalid(
-                        &format!("quotas.{project}.{metric}"),
-                        "is not a quota metric (custom_model_training_cpus, custom_model_training_nvidia_t4_gpus, ...)".into(),
-                    ));
+            for (metric, value) in limits.iter() {
+                let key = format!("quotas.{project}.{metric}");
+                match (metric.as_str(), value) {
+                    (STORAGE_QUOTA, QuotaValue::Gb(g)) if !(g.is_finite() && *g >= 0.0) => {
+                        return Err(invalid(&key, format!("must be a number of GiB, 0 or more, not {g}")));
+                    }
+                    (STORAGE_QUOTA, _) => {}
+                    (m, QuotaValue::Gb(g)) if m.starts_with("custom_model_training_") => {
+                        return Err(invalid(&key, format!("must be a whole number, 0 or more, not {g}")));
+                    }
+                    (m, _) if m.starts_with("custom_model_training_") => {}
+                    _ => {
+                        return Err(invalid(
+                            &key,
+                            "is not a quota metric (custom_model_training_cpus, custom_model_training_nvidia_t4_gpus, ..., \
+                             storage_gb)"
+                                .into(),
+                        ));
+                    }
                 }
             }
         }
@@ -855,7 +927,8 @@ impl Config {
                 c
             },
             fleet: Fleet { nodes, overcommit },
-            quotas: Quotas { default: file.quotas.default, projects: file.quotas.projects },
+            quotas: file.quotas.split().0,
+            storage_limits: file.quotas.split().1,
             source,
             path: None,
             backend,
@@ -1066,7 +1139,18 @@ mod tests {
         let (_d, p) = write("[quotas.default]\ncpus = 3\n");
         assert!(Config::load(&p, None).unwrap_err().to_string().contains("quotas.default.cpus"));
         let (_d, p) = write("[quotas.default]\ncustom_model_training_cpus = -3\n");
-        assert!(Config::load(&p, None).unwrap_err().to_string().contains("line 2"));
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("quotas.default.custom_model_training_cpus") && e.contains("-3"), "{e}");
+        let (_d, p) = write("[quotas.default]\ncustom_model_training_cpus = 2.5\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("whole number"));
+        let (_d, p) = write("[quotas.projects.p]\nstorage_gb = -1\n");
+        assert!(Config::load(&p, None).unwrap_err().to_string().contains("quotas.projects.p.storage_gb"));
+        let (_d, p) = write("[quotas.default]\nstorage_gb = 2\n[quotas.projects.p]\nstorage_gb = 0.5\ncustom_model_training_cpus = 4\n");
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.storage_limits.limit("p"), Some(512 * 1024 * 1024));
+        assert_eq!(c.storage_limits.limit("q"), Some(2 * 1024 * 1024 * 1024));
+        assert_eq!(c.quotas.limit("p", "custom_model_training_cpus"), Some(4));
+        assert_eq!(c.quotas.limit("p", "storage_gb"), None, "not a scheduler quota");
     }
 
     #[test]

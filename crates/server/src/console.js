@@ -1792,6 +1792,10 @@ async function pipelinePage(pg, id) {
 // Nodes, the queue and quotas (the /v1/admin API; with tokens it needs a "*" token).
 
 /** A bar of allocated / capacity; `shared`: an overcommitted node (past 100% is normal). */
+/** GiB, as the storage_gb quota rows give them. */
+function gib(x) {
+  return `${Number(x).toFixed(2)} GiB`;
+}
 function usage(used, cap, fmt, shared) {
   const u = Number(used) || 0, c = Number(cap) || 0;
   const pct = c ? Math.min(100, (u / c) * 100) : 0;
@@ -1858,10 +1862,11 @@ async function nodesPage(pg) {
       put(quotasBox, rows.length ? h("table", { class: "list" },
         h("thead", {}, h("tr", {}, ["Project", "Region", "Metric", "In use", "Queued", "Limit"].map((x) => h("th", {}, x)))),
         h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.region), h("td", {}, h("code", {}, r.metric)),
-          h("td", {}, r.limit ? usage(r.inUse, r.limit, String) : r.inUse), h("td", { class: "num" }, r.queued), h("td", { class: "num" }, r.limit ?? "no limit")))))
+          h("td", {}, r.limit ? usage(r.inUse, r.limit, r.metric === "storage_gb" ? gib : String) : (r.metric === "storage_gb" ? gib(r.inUse) : r.inUse)),
+          h("td", { class: "num" }, r.metric === "storage_gb" ? "—" : r.queued), h("td", { class: "num" }, r.limit ? (r.metric === "storage_gb" ? gib(r.limit) : r.limit) : "no limit")))))
         : h("p", { class: "muted" }, "No quotas are set and no job holds any."));
       if (rows.length) quotasBox.append(h("p", { class: "muted small", id: "quota-note" },
-        "In use counts what admitted jobs asked for (their machine types), not what they use. A node marked overcommit (no [node] table in the config) shares its CPUs and memory with the host, so the jobs on it may together ask for more than it has."));
+        "In use counts what admitted jobs asked for (their machine types), not what they use; storage_gb is what the project's buckets hold (job outputs included), looked at every few seconds. A node marked overcommit (no [node] table in the config) shares its CPUs and memory with the host, so the jobs on it may together ask for more than it has."));
       clearError("quotas");
     } catch (e) {
       if (e.name === "AbortError") return;

@@ -360,11 +360,34 @@ async fn post_node(State(state): State<AppState>, Path(segment): Path<String>) -
 }
 
 async fn list_quotas(State(state): State<AppState>) -> ApiResult {
-    admin(&state, crate::driver::Admin::Quotas).await
+    let v = ask(&state, |reply| Msg::Admin { req: crate::driver::Admin::Quotas, reply }).await?;
+    json_response(with_storage_rows(&state, v).await, false)
 }
 
 async fn reload_quotas(State(state): State<AppState>) -> ApiResult {
-    admin(&state, crate::driver::Admin::ReloadQuotas).await
+    let v = ask(&state, |reply| Msg::Admin { req: crate::driver::Admin::ReloadQuotas, reply }).await?;
+    json_response(with_storage_rows(&state, v).await, false)
+}
+
+/// The quota rows with one `storage_gb` row per project that stores something or has a
+/// storage limit: `inUse` and `limit` in GiB, `inUseBytes` and `limitBytes` exactly (the
+/// sizes are walked off the driver, see `storage::usage`).
+async fn with_storage_rows(state: &AppState, mut v: Value) -> Value {
+    let region = state.storage.region_name();
+    let rows = state.storage.usage_report().await;
+    if let Some(list) = v.get_mut("quotas").and_then(Value::as_array_mut) {
+        let gib = |b: u64| format!("{:.3}", b as f64 / trainyard_core::catalog::GIB as f64);
+        for (project, used, limit) in rows {
+            let mut row = serde_json::json!({"project": project, "region": region, "metric": crate::config::STORAGE_QUOTA,
+                "inUse": gib(used), "inUseBytes": used.to_string(), "queued": "0"});
+            if let Some(l) = limit {
+                row["limit"] = Value::String(gib(l));
+                row["limitBytes"] = Value::String(l.to_string());
+            }
+            list.push(row);
+        }
+    }
+    v
 }
 
 /// The driver's liveness (not the HTTP layer's): "ok", or 503 with the reason in the

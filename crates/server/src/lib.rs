@@ -213,6 +213,7 @@ pub fn start(
         workdir,
         base_env,
         job_credentials,
+        storage_usage: Arc::new(storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone())),
         cfg,
     });
     let (mut driver, tx) = Driver::new(Arc::clone(&services), store);
@@ -229,6 +230,11 @@ pub fn start(
         if let Err(e) = spawned {
             tracing::warn!("GPUs: no health check: cannot start its thread: {e}");
         }
+    }
+    {
+        // A job's writes past its project's storage limit stop its running jobs.
+        let tx = tx.clone();
+        storage::usage::watch(Arc::clone(&services.storage_usage), move |full| full.is_empty() || tx.send(Msg::StorageFull(full)).is_ok());
     }
     driver.recover()?;
     let waiting = driver.waiting_view();

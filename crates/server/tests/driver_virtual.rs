@@ -163,6 +163,7 @@ impl Harness {
         gpus: Default::default(),
         gcs_mount: false,
         job_credentials: None,
+        storage_usage: Arc::new(trainyard_server::storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone())),
             cfg,
         });
         let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));

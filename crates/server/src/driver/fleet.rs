@@ -39,12 +39,35 @@ impl Driver {
                 let cfg = Config::load(&path, Some(self.svc.cfg.data_dir.clone()))
                     .map_err(|e| ApiError::invalid_argument(format!("Quotas not changed: {e}")))?;
                 self.quotas = cfg.quotas;
+                self.svc.storage_usage.set_limits(cfg.storage_limits);
                 tracing::info!("quotas read again from {}", path.display());
                 // A larger limit may admit queued jobs at once.
                 self.reschedule = true;
                 Ok(self.quota_view())
             }
         }
+    }
+
+    /// Projects over their storage limit: their running jobs are stopped and fail with
+    /// RESOURCE_EXHAUSTED naming the size and the limit (a job's writes cannot be refused
+    /// on an ordinary filesystem, so this is how the limit holds for them).
+    pub(super) fn storage_full(&mut self, full: Vec<crate::storage::usage::Full>, now: Micros) -> Result<(), StoreError> {
+        for f in full {
+            let running: Vec<u64> = self
+                .jobs
+                .iter()
+                .filter(|(_, l)| l.job.project == f.project && matches!(l.job.phase, Phase::Running { .. }))
+                .map(|(id, _)| *id)
+                .collect();
+            if !running.is_empty() {
+                tracing::warn!("project {}: storage over its limit; stopping its {} running jobs", f.project, running.len());
+            }
+            for id in running {
+                let message = format!("The job was stopped: {}", f.message(None));
+                self.apply(id, Event::StorageFull { message }, now)?.ok();
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn node(&self, name: &str) -> Result<&trainyard_core::schedule::Node, ApiError> {

@@ -59,6 +59,8 @@ pub enum Msg {
     NodeLost(String),
     /// The GPU health check: the UUIDs nvidia-smi lists now, or why it failed.
     GpusSeen(Result<Vec<String>, String>),
+    /// Projects whose storage is over their limit (`storage_gb`): their running jobs stop.
+    StorageFull(Vec<crate::storage::usage::Full>),
     /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
     CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
     /// Cancel a HyperparameterTuningJob.
@@ -119,6 +121,9 @@ pub struct Services {
     pub gpus: BTreeMap<String, trainyard_core::gpu::Inventory>,
     /// In tokens mode, the credentials given to jobs (accepted while their job is live).
     pub job_credentials: Option<Arc<crate::auth::JobCredentials>>,
+    /// Per-project storage limits and sizes (`storage_gb`), shared with the Cloud Storage
+    /// endpoint.
+    pub storage_usage: Arc<crate::storage::usage::StorageUsage>,
 }
 
 struct Live {
@@ -332,7 +337,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         // A suggestion that cannot be stored now is computed again by the resync.
-        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) | Msg::VizierSuggested { .. } => {}
+        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) | Msg::StorageFull(_) | Msg::VizierSuggested { .. } => {}
     }
     Flow::Continue
 }
@@ -784,6 +789,7 @@ impl Driver {
                 self.lose_node(&node, now)?
             }
             Msg::GpusSeen(present) => self.gpus_seen(present, now)?,
+            Msg::StorageFull(full) => self.storage_full(full, now)?,
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
                 let _ = reply.send(r);

@@ -30,6 +30,7 @@ mod meta;
 mod multipart;
 mod names;
 mod upload;
+pub mod usage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
@@ -157,13 +158,15 @@ pub struct Storage {
     transfers: Arc<tokio::sync::Semaphore>,
     /// MD5s of objects committed without one.
     md5: md5bg::Md5Worker,
+    /// Per-project storage limits and sizes (`storage_gb`).
+    usage: Arc<usage::StorageUsage>,
 }
 
 /// Transfers streaming at once, at most.
 pub const MAX_TRANSFERS: usize = 64;
 
 impl Storage {
-    pub fn new(cfg: &crate::Config, tokens: Option<Arc<crate::auth::TokenStore>>) -> Storage {
+    pub fn new(cfg: &crate::Config, tokens: Option<Arc<crate::auth::TokenStore>>, usage: Arc<usage::StorageUsage>) -> Storage {
         let per_project = cfg.replicas.uid_range.filter(|_| nix::unistd::geteuid().is_root());
         Storage {
             root: cfg.storage_root.clone(),
@@ -177,7 +180,19 @@ impl Storage {
             sweeps: Default::default(),
             transfers: Arc::new(tokio::sync::Semaphore::new(MAX_TRANSFERS)),
             md5: md5bg::Md5Worker::new(cfg.storage_root.clone()),
+            usage,
         }
+    }
+
+    /// The region, as requests name it.
+    pub fn region_name(&self) -> String {
+        self.region.to_ascii_lowercase()
+    }
+
+    /// The projects' storage sizes and limits (`GET /v1/admin/quotas`).
+    pub async fn usage_report(&self) -> Vec<(String, u64, Option<u64>)> {
+        let usage = Arc::clone(&self.usage);
+        tokio::task::spawn_blocking(move || usage.report()).await.unwrap_or_default()
     }
 
     async fn transfer_slot(&self) -> GcsResult<tokio::sync::OwnedSemaphorePermit> {
@@ -1034,6 +1049,23 @@ struct Target {
     bucket_fd: OwnedFd,
     uploads: OwnedFd,
     owner: Option<RunAs>,
+    /// The project's size and storage limit, when it has one.
+    quota: Option<usage::Full>,
+}
+
+impl Target {
+    /// 429 when `bytes` more would pass the project's storage limit.
+    fn fits(&self, bytes: u64) -> GcsResult<()> {
+        match &self.quota {
+            Some(q) if q.used.saturating_add(bytes) > q.limit => Err(storage_full(q, Some(bytes))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The answer to an upload past its project's storage limit.
+fn storage_full(q: &usage::Full, adding: Option<u64>) -> GcsError {
+    GcsError::new(429, "quotaExceeded", q.message(adding))
 }
 
 async fn target(s: &Arc<Storage>, headers: &HeaderMap, uri: &axum::http::Uri, bucket: &str) -> GcsResult<Target> {
@@ -1042,12 +1074,17 @@ async fn target(s: &Arc<Storage>, headers: &HeaderMap, uri: &axum::http::Uri, bu
     s.maybe_sweep(&project);
     let root = s.root.clone();
     let (p, b) = (project.clone(), bucket.to_string());
-    let (bucket_fd, uploads) = blocking(move || {
+    let usage = Arc::clone(&s.usage);
+    let (bucket_fd, uploads, quota) = blocking(move || {
+        let quota = usage.limit(&p).map(|limit| usage::Full { project: p.clone(), used: usage.used(&p), limit });
+        if let Some(q) = quota.as_ref().filter(|q| q.used >= q.limit) {
+            return Err(storage_full(q, None));
+        }
         let (ns, fd) = open_bucket(&root, &p, &b)?;
-        Ok((fd, ns.uploads()?))
+        Ok((fd, ns.uploads()?, quota))
     })
     .await?;
-    Ok(Target { project, bucket: bucket.to_string(), bucket_fd, uploads, owner })
+    Ok(Target { project, bucket: bucket.to_string(), bucket_fd, uploads, owner, quota })
 }
 
 fn new_temp(uploads: &OwnedFd) -> GcsResult<TempFile> {
@@ -1116,7 +1153,9 @@ async fn publish(
     meta.md5_hash = md5;
     let Target { project, bucket, bucket_fd, owner, .. } = t;
     let (b, n) = (bucket.clone(), name.clone());
+    let size = tmp.file.metadata().map(|m| m.len()).unwrap_or(0);
     let info = blocking(move || tmp.publish(std::os::fd::AsFd::as_fd(&bucket_fd), &name, owner, meta, &pre)).await?;
+    s.usage.added(&project, size);
     if info.md5_pending() {
         s.md5.request(&project, &b, &n);
     }
@@ -1136,12 +1175,14 @@ async fn upload_media(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStre
     let ct = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
     let meta = stored_meta(&UploadMeta::default(), ct)?;
     let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
+    t.fits(content_length(&parts.headers).unwrap_or(0))?;
     let hashes = Hashes::new(expected.wants_md5());
     let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(hashes), s.transfer_slot().await?)?;
     while let Some(chunk) = next_chunk(stream).await? {
         if w.written + chunk.len() as u64 > max {
             return Err(too_large(max));
         }
+        t.fits(w.written + chunk.len() as u64)?;
         w.write(chunk).await?;
     }
     let (tmp, mut sink) = w.finish().await?;
@@ -1193,6 +1234,7 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
                     if w.written + d.len() as u64 > max {
                         return Err(too_large(max));
                     }
+                    t.fits(w.written + d.len() as u64)?;
                     w.write(d).await?;
                 }
             }
@@ -1373,9 +1415,15 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     let slot = s.transfer_slot().await?;
     let mut w = Writer::start(part, HashSink::Session(guard), slot)?;
     let mut over = false;
+    let mut full = None;
     while let Some(chunk) = next_chunk(stream).await? {
         if w.written + chunk.len() as u64 > limit {
             over = true;
+            break;
+        }
+        // The bytes already received are in the namespace (its uploads directory).
+        if let Err(e) = t.fits(w.written + chunk.len() as u64) {
+            full = Some(e);
             break;
         }
         w.write(chunk).await?;
@@ -1383,6 +1431,14 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     let got = w.written;
     let (part, mut sink) = w.finish().await?;
     let short = expect_len.is_some_and(|e| got != e);
+    if let Some(full) = full {
+        // Take the chunk back: the session stays as it was, to go on once there is room.
+        if let HashSink::Session(g) = &mut sink {
+            g.hashes = before;
+        }
+        let _ = nix::unistd::ftruncate(&part.file, len as i64);
+        return Err(full);
+    }
     if over || short {
         // Take the chunk back: the session stays as it was.
         if let HashSink::Session(g) = &mut sink {

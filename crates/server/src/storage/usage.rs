@@ -1,0 +1,240 @@
+//! Per-project storage limits (`[quotas.default] storage_gb`, `[quotas.projects.P]
+//! storage_gb`): how many bytes each project's namespace of the storage root holds, and
+//! whether an upload fits.
+//!
+//! A namespace's size is the sum of the sizes of its regular files, found by a walk that
+//! follows no link and never recurses (a tenant shapes the tree). Walks are cached for
+//! [`FRESH`]; an upload through the API adds its bytes to the cached size at once, and what
+//! jobs write is seen at the next walk. The API refuses an upload that would pass the
+//! limit (429); a job's writes cannot be refused on an ordinary filesystem, so the
+//! watcher ([`watch`]) walks the limited namespaces every [`WATCH_EVERY`] and reports the
+//! projects over their limit, whose running jobs the driver then stops.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::config::StorageLimits;
+
+/// How long a walked size is used before the namespace is walked again.
+pub const FRESH: Duration = Duration::from_secs(10);
+/// How often the watcher looks at the limited namespaces.
+pub const WATCH_EVERY: Duration = Duration::from_secs(15);
+
+/// The limits in force and the sizes last seen.
+#[derive(Debug)]
+pub struct StorageUsage {
+    root: PathBuf,
+    limits: RwLock<StorageLimits>,
+    sizes: Mutex<HashMap<String, (u64, Instant)>>,
+}
+
+/// A project over (or about to pass) its limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Full {
+    pub project: String,
+    pub used: u64,
+    pub limit: u64,
+}
+
+impl Full {
+    /// What the project is told: its size, its limit and where the limit is set.
+    pub fn message(&self, adding: Option<u64>) -> String {
+        let adding = adding.map(|n| format!(" and this upload adds {}", shown(n))).unwrap_or_default();
+        format!(
+            "Project \"{}\" stores {} of its storage limit of {} (storage_gb of [quotas.default] or \
+             [quotas.projects.{}]){adding}; delete objects to make room.",
+            self.project,
+            shown(self.used),
+            shown(self.limit),
+            self.project
+        )
+    }
+}
+
+/// Bytes in GiB with two decimals (and the bytes, below 1 GiB).
+pub fn shown(bytes: u64) -> String {
+    let gib = bytes as f64 / trainyard_core::catalog::GIB as f64;
+    if bytes < trainyard_core::catalog::GIB {
+        format!("{gib:.2} GiB ({bytes} bytes)")
+    } else {
+        format!("{gib:.2} GiB")
+    }
+}
+
+impl StorageUsage {
+    pub fn new(root: PathBuf, limits: StorageLimits) -> StorageUsage {
+        StorageUsage { root, limits: RwLock::new(limits), sizes: Mutex::new(HashMap::new()) }
+    }
+
+    /// The limits read again (`POST /v1/admin/quotas:reload`).
+    pub fn set_limits(&self, limits: StorageLimits) {
+        *self.limits.write().unwrap_or_else(|p| p.into_inner()) = limits;
+    }
+
+    pub fn limit(&self, project: &str) -> Option<u64> {
+        self.limits.read().unwrap_or_else(|p| p.into_inner()).limit(project)
+    }
+
+    /// Whether any project has a limit (else nothing is walked).
+    pub fn any_limit(&self) -> bool {
+        let l = self.limits.read().unwrap_or_else(|p| p.into_inner());
+        l.default.is_some() || !l.projects.is_empty()
+    }
+
+    /// The bytes `project` stores (walked when the last walk is older than [`FRESH`]).
+    /// Blocking: call it off the async executor.
+    pub fn used(&self, project: &str) -> u64 {
+        let cached = self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(project).copied();
+        if let Some((n, at)) = cached {
+            if at.elapsed() < FRESH {
+                return n;
+            }
+        }
+        let n = namespace_size(&self.root.join(project));
+        self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(project.to_string(), (n, Instant::now()));
+        n
+    }
+
+    /// An upload of `bytes` to `project` was stored.
+    pub fn added(&self, project: &str, bytes: u64) {
+        if let Some((n, _)) = self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get_mut(project) {
+            *n = n.saturating_add(bytes);
+        }
+    }
+
+    /// The room `project` has left (None: no limit), or that it is full. Blocking.
+    pub fn room(&self, project: &str) -> Result<Option<u64>, Full> {
+        let Some(limit) = self.limit(project) else { return Ok(None) };
+        let used = self.used(project);
+        if used >= limit {
+            return Err(Full { project: project.to_string(), used, limit });
+        }
+        Ok(Some(limit - used))
+    }
+
+    /// The projects (namespaces of the storage root) and their sizes, limited ones walked
+    /// as [`used`](Self::used) does; unlimited ones are listed with the size last seen, if
+    /// any. Blocking.
+    pub fn report(&self) -> Vec<(String, u64, Option<u64>)> {
+        let mut out = Vec::new();
+        for project in self.projects() {
+            let limit = self.limit(&project);
+            let used = match limit {
+                Some(_) => self.used(&project),
+                None => self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(&project).map(|(n, _)| *n).unwrap_or(0),
+            };
+            if limit.is_some() || used > 0 {
+                out.push((project, used, limit));
+            }
+        }
+        out
+    }
+
+    /// The projects over their limit now. Blocking.
+    pub fn over(&self) -> Vec<Full> {
+        if !self.any_limit() {
+            return Vec::new();
+        }
+        self.projects()
+            .into_iter()
+            .filter_map(|p| {
+                let limit = self.limit(&p)?;
+                let used = self.used(&p);
+                (used > limit).then_some(Full { project: p, used, limit })
+            })
+            .collect()
+    }
+
+    /// The namespaces of the storage root (its directories not starting with a dot).
+    fn projects(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        let mut out: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// The sum of the sizes of the regular files below `dir`: iterative, links not followed
+/// (a link counts as nothing), one directory open at a time.
+pub fn namespace_size(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else { continue };
+            let t = m.file_type();
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file() {
+                total = total.saturating_add(m.size());
+            }
+        }
+    }
+    total
+}
+
+/// Every [`WATCH_EVERY`], the projects over their limit go to `report` (on a thread of
+/// its own; it ends when `report` says so).
+pub fn watch(usage: std::sync::Arc<StorageUsage>, report: impl Fn(Vec<Full>) -> bool + Send + 'static) {
+    let spawned = std::thread::Builder::new().name("storage-usage".into()).spawn(move || loop {
+        std::thread::sleep(WATCH_EVERY);
+        if !report(usage.over()) {
+            return;
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!("storage limits: cannot start the thread that watches them ({e}); jobs' writes are not checked");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_is_summed_without_following_links_or_recursing() {
+        let t = tempfile::tempdir().unwrap();
+        let ns = t.path().join("p");
+        std::fs::create_dir_all(ns.join("b/deep")).unwrap();
+        std::fs::write(ns.join("b/one"), vec![0u8; 1000]).unwrap();
+        std::fs::write(ns.join("b/deep/two"), vec![0u8; 24]).unwrap();
+        std::fs::write(t.path().join("outside"), vec![0u8; 5000]).unwrap();
+        std::os::unix::fs::symlink(t.path().join("outside"), ns.join("b/link")).unwrap();
+        std::os::unix::fs::symlink(t.path(), ns.join("b/loop")).unwrap();
+        let mut deep = ns.join("b/deep");
+        for _ in 0..1500 {
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("f"), b"x").unwrap();
+        assert_eq!(namespace_size(&ns), 1025);
+    }
+
+    #[test]
+    fn room_is_the_limit_minus_what_is_stored_and_uploads_count_at_once() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("p/b")).unwrap();
+        std::fs::write(t.path().join("p/b/o"), vec![0u8; 600]).unwrap();
+        let limits = StorageLimits { default: Some(1000), projects: [("free".to_string(), 5000)].into() };
+        let u = StorageUsage::new(t.path().to_path_buf(), limits);
+        assert_eq!(u.room("p"), Ok(Some(400)));
+        assert_eq!(u.room("free"), Ok(Some(5000)));
+        u.added("p", 450);
+        let full = u.room("p").unwrap_err();
+        assert_eq!((full.used, full.limit), (1050, 1000));
+        assert!(full.message(None).contains("storage_gb"), "{}", full.message(None));
+        assert_eq!(u.over(), vec![Full { project: "p".into(), used: 1050, limit: 1000 }]);
+        u.set_limits(StorageLimits::default());
+        assert_eq!(u.room("p"), Ok(None));
+        assert!(u.over().is_empty());
+    }
+}
