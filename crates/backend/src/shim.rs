@@ -467,6 +467,13 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         nproc: program_nproc(spec.pids_max, spec.run_as, &cgroups),
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
+        // Where /proc is the replica's own (below), so is /sys/fs/cgroup.
+        cgroup_view: match (&cgroups.memory, spec.run_as, &spec.gcs_mount, &spec.container) {
+            (Some(cg), Some(_), Some(_), None) => {
+                Some(CgroupView { v2: cg.version() == CgroupVersion::V2, v1_pids: cgroups.pids.is_some() })
+            }
+            _ => None,
+        },
     };
     let cgroup = cgroups.memory.as_ref();
     let engine_oom = (cgroup.is_none() && spec.engine_cgroup_oom).then(crate::cgroup::EngineCgroupOom::find).flatten();
@@ -506,7 +513,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // In a container, the program the shim runs is the engine's client.
     let (program_spec, limits) = match &spec.container {
         Some(c) => match engine_program(run_dir, &spec, c, cgroup) {
-            Ok(p) => (p, Limits { nproc: None, run_as: None, ..limits }),
+            Ok(p) => (p, Limits { nproc: None, run_as: None, cgroup_view: None, ..limits }),
             Err(msg) => return fail_before_start(run_dir, None, &cgroups, msg),
         },
         None => (spec.clone(), limits),
@@ -830,6 +837,64 @@ struct Limits {
     /// the shim raised its own (see `raise_nofile`).
     nofile_soft: Option<u64>,
     run_as: Option<RunAs>,
+    /// A program of a per-project user in a mount namespace of the replica's: what it
+    /// sees at `/sys/fs/cgroup` (see [`own_cgroup_view`]).
+    cgroup_view: Option<CgroupView>,
+}
+
+/// The replica's cgroups, for [`own_cgroup_view`].
+#[derive(Clone, Copy, Debug)]
+struct CgroupView {
+    v2: bool,
+    /// A v1 pids cgroup of the replica's own.
+    v1_pids: bool,
+}
+
+/// Between fork and exec, in the replica's cgroups: a cgroup namespace rooted at them and
+/// a mount namespace of the program's own in which `/sys/fs/cgroup` shows them and nothing
+/// else (v2: the cgroup2 filesystem as the namespace sees it; v1: a read-only tmpfs with
+/// the `memory` and `pids` hierarchies as the namespace sees them). `/proc/self/cgroup`
+/// says `/`. The program sees its own limits and processes, never the host's cgroup tree
+/// or other tenants' pids. System calls on static strings only; best effort: where the
+/// kernel refuses a step, the program starts with what the steps before gave it (the
+/// shim's own namespace, which it needs to supervise the run, is never changed).
+fn own_cgroup_view(v: CgroupView) {
+    let none = std::ptr::null::<libc::c_char>();
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: system calls on static NUL-terminated strings; no memory of the parent's.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWCGROUP | libc::CLONE_NEWNS) != 0 {
+            return;
+        }
+        if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+            return;
+        }
+        let root = c"/sys/fs/cgroup".as_ptr();
+        // The replica's cgroup directories are the server's (0700, its umask): the
+        // program may read them (never write: their files stay root's, 0644).
+        if v.v2 {
+            if libc::mount(c"cgroup2".as_ptr(), root, c"cgroup2".as_ptr(), flags, std::ptr::null()) == 0 {
+                libc::chmod(root, 0o755);
+            }
+            return;
+        }
+        if libc::mount(c"tmpfs".as_ptr(), root, c"tmpfs".as_ptr(), flags, c"mode=0755,size=64k".as_ptr().cast()) != 0 {
+            return;
+        }
+        let hierarchies: &[(&std::ffi::CStr, &std::ffi::CStr)] = if v.v1_pids {
+            &[(c"/sys/fs/cgroup/memory", c"memory"), (c"/sys/fs/cgroup/pids", c"pids")]
+        } else {
+            &[(c"/sys/fs/cgroup/memory", c"memory")]
+        };
+        for (dir, controller) in hierarchies {
+            if libc::mkdir(dir.as_ptr(), 0o755) == 0
+                && libc::mount(c"cgroup".as_ptr(), dir.as_ptr(), c"cgroup".as_ptr(), flags, controller.as_ptr().cast()) == 0
+            {
+                libc::chmod(dir.as_ptr(), 0o755);
+            }
+        }
+        libc::mount(none, root, none, libc::MS_REMOUNT | libc::MS_RDONLY | flags, std::ptr::null());
+    }
 }
 
 /// The soft `RLIMIT_NOFILE` a program gets at least (within the hard limit): the usual
@@ -862,6 +927,9 @@ fn program_nofile_soft(inherited: u64, hard: u64) -> u64 {
 /// no new privileges, no supplementary groups, the gid and the uid. System calls only.
 /// On failure, the errno is left for the caller to report.
 fn drop_identity(limits: Limits) -> Result<(), ()> {
+    if let Some(v) = limits.cgroup_view {
+        own_cgroup_view(v);
+    }
     // SAFETY: plain system calls on values, no memory shared with the parent.
     unsafe {
         if let Some(soft) = limits.nofile_soft {

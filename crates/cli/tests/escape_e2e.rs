@@ -593,3 +593,42 @@ fn a_replica_has_its_own_dev_shm_and_no_inherited_descriptor() {
     assert!(size > 0 && size < 15_000_000_000, "/dev/shm of {size} bytes is not the replica's own:\n{out}");
     assert!(!Path::new("/dev/shm").join(&marker).exists(), "the job's shared memory stayed on the host");
 }
+
+/// A replica sees its own cgroups at `/sys/fs/cgroup` and nothing else of the host's tree:
+/// no other process (the server, another project's program) is listed in any
+/// `cgroup.procs` it can read, its own memory limit is there, and `/proc/self/cgroup`
+/// names no host path.
+#[test]
+fn a_replica_sees_only_its_own_cgroup() {
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
+        return;
+    }
+    if skip_on_slurm("the view is made by the local shim") || skip_in_containers("a container has the engine's view") {
+        return;
+    }
+    let s = Server::start("");
+    let other = s.create("other", &sh_job("other", "echo other-is-running && sleep 600"));
+    s.wait_for(&name_of(&other), 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let script = "echo \"cgroup: $(cat /proc/self/cgroup | tr '\\n' ' ')\"; \
+                  find /sys/fs/cgroup -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | tr '\\n' ' ' | sed 's/^/procs: /'; echo; \
+                  for f in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do [ -r $f ] && echo \"limit: $(cat $f)\"; done; \
+                  grep cgroup /proc/self/mountinfo; echo done";
+    let j = s.create("viewer", &sh_job("viewer", script));
+    let done = s.wait_terminal(&name_of(&j), 60);
+    let out = s.logs_text(&name_of(&j));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+    let line = |p: &str| out.lines().find_map(|l| l.split_once(p).map(|(_, r)| r.trim().to_string())).unwrap_or_default();
+    let procs: Vec<i32> = line("procs: ").split_whitespace().filter_map(|p| p.parse().ok()).collect();
+    assert!(!procs.is_empty(), "the replica's own cgroup.procs is readable:\n{out}");
+    let server = s.pid().map(|p| p as i32).unwrap_or(-1);
+    let others = pids_with("other-is-running");
+    assert!(!procs.contains(&server), "the server's pid {server} is listed:\n{out}");
+    assert!(others.iter().all(|p| !procs.contains(p)), "another project's pids {others:?} are listed:\n{out}");
+    // The pids are of the replica's own namespace view: the shell itself, or its children.
+    assert!(procs.len() < 10, "{out}");
+    assert!(line("cgroup: ").split_whitespace().all(|c| c.ends_with(":/")), "/proc/self/cgroup names host paths:\n{out}");
+    let limit: u64 = line("limit: ").parse().unwrap_or(0);
+    assert!(limit > 0 && limit < 15_000_000_000, "the replica's own memory limit is shown:\n{out}");
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&other))), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+}
