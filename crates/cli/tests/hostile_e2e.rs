@@ -359,3 +359,179 @@ fn a_tree_deeper_than_any_stack_is_deleted_and_the_server_lives() {
     let (status, _) = s.call("GET", &s.url("/healthz"), None);
     assert_eq!(status, 200);
 }
+
+/// What a hostile job makes in every directory of its own the server later looks into:
+/// for each seed, a random tree of directories, links (to a canary outside, to `/`, to
+/// the data directory, to themselves), FIFOs and sockets (some at the names the server
+/// opens: `.trainyard-ready`, `output.metrics`, `log.jsonl`), 255-byte names and a chain
+/// 300 levels deep.
+const RANDOM_TREES: &str = r#"
+import os, random, socket, sys
+targets = [os.environ["CANARY"], os.path.join(os.environ["CANARY"], "canary"), "/", "..", "../../..", ".", os.environ["DATA"], "/etc/passwd"]
+names = [".trainyard-ready", "output.metrics", "log.jsonl", "checkpoint", "model.pt", "x" * 255]
+def tree(root, seed):
+    rng = random.Random(seed)
+    dirs = [root]
+    for i in range(300):
+        d = rng.choice(dirs)
+        name = rng.choice(names) if rng.random() < 0.3 else f"e{i}-{rng.randrange(10**6)}"
+        p = os.path.join(d, name)
+        if os.path.lexists(p):
+            continue
+        kind = rng.randrange(6)
+        try:
+            if kind == 0:
+                os.mkdir(p); dirs.append(p)
+            elif kind == 1:
+                os.symlink(rng.choice(targets), p)
+            elif kind == 2:
+                os.mkfifo(p)
+            elif kind == 3:
+                s = socket.socket(socket.AF_UNIX); s.bind(p); s.close()
+            else:
+                with open(p, "wb") as f:
+                    f.write(os.urandom(rng.randrange(1, 4096)))
+        except OSError as e:
+            print("skipped", p[-40:], e, file=sys.stderr)
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(300):
+        try:
+            os.mkdir("deep", dir_fd=fd)
+        except FileExistsError:
+            pass
+        nfd = os.open("deep", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = nfd
+    os.symlink(os.environ["CANARY"], "escape", dir_fd=fd)
+    os.mkfifo("output.metrics", dir_fd=fd)
+    os.close(fd)
+roots = [os.getcwd(), os.environ["HOME"], os.environ["AIP_CHECKPOINT_DIR"], os.environ["AIP_MODEL_DIR"], "/gcs/fz-bucket/junk"]
+for seed in range(int(os.environ["SEEDS"])):
+    for r in roots:
+        d = os.path.join(r, f"seed{seed}")
+        os.makedirs(d, exist_ok=True)
+        tree(d, seed)
+print("TREES DONE", flush=True)
+"#;
+
+/// A tenant's random trees of directories, links, FIFOs, sockets, long names and deep
+/// paths in every place of its own the server reads (work, home, checkpoints, model, a
+/// bucket), then every server action on them: the checkpoint scan, storage listings and
+/// reads, the storage usage walk, logs, cancel, delete and purge, a restart. The server
+/// answers throughout (another project's creates never stall), answers no 5xx, and never
+/// touches what the links point to.
+#[test]
+fn a_tenants_random_trees_cannot_stall_crash_or_lead_the_server_outside() {
+    let mut s = Server::prepare("[quotas.projects.hostile]\nstorage_gb = 100\n");
+    let text = config_text("[quotas.projects.hostile]\nstorage_gb = 100\n").replace("[lifecycle]\n", "[lifecycle]\ncheckpoint_warning_secs = 1\n");
+    std::fs::write(&s.config, text).unwrap();
+    s.spawn();
+    let canary = tempfile::tempdir().unwrap();
+    // Readable by the job (so that its links lead somewhere), writable by root only: what
+    // changes there, the server did.
+    std::fs::set_permissions(canary.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(canary.path().join("canary"), b"untouched").unwrap();
+    let (status, body) = s.call("POST", &s.url("/storage/v1/b?project=hostile"), Some(&json!({"name": "fz-bucket"}).to_string()));
+    assert_eq!(status, 200, "{body}");
+
+    // Another project's creates, timed, all along.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = {
+        let (stop, api) = (std::sync::Arc::clone(&stop), s.api());
+        std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let t0 = Instant::now();
+                match api.try_call("POST", &api.jobs_url("calm"), Some(&sh_job("calm", "true").to_string())) {
+                    Ok((200, _)) => {}
+                    other => panic!("another project's create failed: {other:?}"),
+                }
+                worst = worst.max(t0.elapsed());
+                n += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (n, worst)
+        })
+    };
+
+    let mut job = sh_job("trees", "");
+    job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"] = json!({
+        "imageUri": "python:3.11",
+        "command": ["sh", "-c", "python3 -c \"$TREES\" && sleep 600"],
+        "env": [
+            {"name": "TREES", "value": RANDOM_TREES},
+            {"name": "CANARY", "value": canary.path().display().to_string()},
+            {"name": "DATA", "value": s.data_dir().display().to_string()},
+            {"name": "SEEDS", "value": "3"},
+        ]
+    });
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://fz-bucket/out"});
+    let created = s.create("hostile", &in_test_image(job));
+    let name = name_of(&created);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !s.logs_text(&name).contains("TREES DONE") {
+        let job = s.get(&name);
+        assert!(job["state"] == "JOB_STATE_RUNNING" || job["state"] == "JOB_STATE_PENDING" || job["state"] == "JOB_STATE_QUEUED", "{job:#}\n{}", s.logs_text(&name));
+        assert!(Instant::now() < deadline, "the trees were never made:\n{}", s.logs_text(&name));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // Storage: listings (flat and by directory) and reads of what they list.
+    let mut reads = 0;
+    for delimiter in ["", "&delimiter=/"] {
+        let mut token = String::new();
+        for _ in 0..20 {
+            let url = s.url(&format!("/storage/v1/b/fz-bucket/o?maxResults=200{delimiter}{token}"));
+            let (status, body) = s.call("GET", &url, None);
+            assert!(status < 500, "{status} {body}");
+            for item in body["items"].as_array().into_iter().flatten().take(40) {
+                let object = item["name"].as_str().unwrap_or_default();
+                let enc: String = object.bytes().map(|b| format!("%{b:02X}")).collect();
+                let (status, body) = s.call("GET", &s.url(&format!("/storage/v1/b/fz-bucket/o/{enc}")), None);
+                assert!(status < 500, "{object}: {status} {body}");
+                reads += 1;
+            }
+            match body["nextPageToken"].as_str() {
+                Some(t) => token = format!("&pageToken={t}"),
+                None => break,
+            }
+        }
+    }
+    assert!(reads > 0, "the listings showed nothing");
+    // The storage usage walk (asked here; the watcher does it too) and the checkpoint
+    // scan (on its own) end, whatever the trees.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let api = s.api();
+    std::thread::spawn(move || {
+        let _ = tx.send(api.try_call("GET", &api.url("/v1/admin/quotas"), None));
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok((200, body))) => assert!(body.to_string().contains("storage_gb"), "{body}"),
+        other => panic!("the quotas (a walk of the tenant's storage) did not answer within 30 s: {other:?}"),
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&name, 60);
+    let (status, body) = s.call("DELETE", &s.url(&format!("/v1/{name}")), None);
+    assert_eq!(status, 200, "{body}");
+    let runs = s.data_dir().join("runs").join(id_of(&created).to_string());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runs.exists() {
+        assert!(Instant::now() < deadline, "the deleted job's files are still there\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (creates, worst) = probe.join().unwrap();
+    assert!(creates > 5, "{creates} creates");
+    // Not a benchmark (see trainyard-bench): a stall detector.
+    assert!(worst < Duration::from_secs(2), "another project's create took {worst:?}");
+    assert!(s.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()), "the server exited:\n{}", s.server_log());
+    s.restart();
+    let (status, _) = s.call("GET", &s.url("/healthz"), None);
+    assert_eq!(status, 200);
+    let (status, body) = s.call("GET", &s.url("/storage/v1/b/fz-bucket/o?maxResults=50"), None);
+    assert!(status < 500, "{status} {body}");
+    assert_eq!(std::fs::read(canary.path().join("canary")).unwrap(), b"untouched");
+    assert_eq!(std::fs::read_dir(canary.path()).unwrap().count(), 1, "something was made in the canary directory");
+    assert!(s.server_log().lines().all(|l| !l.contains("panicked")), "{}", s.server_log());
+}
