@@ -47,6 +47,29 @@ pub struct Removed {
 
 /// Removes `path` and everything below it. A missing `path` is fine; a `path` that is not
 /// a directory (a file, a link) is unlinked. Never recurses, never follows a link.
+/// Give the calling thread a file descriptor table of its own, holding only the standard
+/// streams (`unshare(CLONE_FILES)`, then `close_range(3, ~0)` on that private copy), for a
+/// thread that opens directories of a tenant's tree (a purge, a scan, a walk).
+///
+/// Why: a process the server forks (a shim) gets a copy of the server's descriptors until
+/// its exec closes them. A directory the purge opened, unlinked and closed meanwhile then
+/// has that copy as its last reference, and the exec of the shim frees the directory's
+/// blocks (on a filesystem mounted with `discard`, a synchronous discard per block): a
+/// tenant's 20,000-level tree made another project's replica take 12 s to start. With the
+/// purge's descriptors in a table of the purge thread's own, no fork copies them. The
+/// other threads' descriptors are not touched (the copies made by the unshare are closed
+/// in the private table only).
+pub fn private_descriptors() -> std::io::Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).map_err(std::io::Error::from)?;
+    // SAFETY: close_range on this thread's own (now private) table; no Rust object of
+    // this thread owns a descriptor above 2 at this point (the caller's contract).
+    let r = unsafe { nix::libc::syscall(nix::libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn remove_tree(path: &Path) -> Result<Removed, RemoveError> {
     let err = |p: &Path, e: Errno| RemoveError { path: p.to_path_buf(), source: std::io::Error::from(e) };
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -280,6 +303,40 @@ fn first_subdir_after_unlinking_the_rest(dir: BorrowedFd<'_>, removed: &mut Remo
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    fn is_open(fd: i32) -> bool {
+        // SAFETY: F_GETFD on a number; no memory is passed.
+        unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) >= 0 }
+    }
+
+    /// A thread with a table of its own sees none of the process's descriptors (past the
+    /// standard streams), and the process never sees what it opens; the other threads'
+    /// descriptors stay open.
+    #[test]
+    fn a_private_descriptor_table_shares_nothing_with_the_process() {
+        use std::os::fd::AsRawFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = std::fs::File::open(tmp.path()).unwrap();
+        let fd = shared.as_raw_fd();
+        let mine = tmp.path().join("mine");
+        std::fs::write(&mine, b"x").unwrap();
+        let ino = |fd: i32| nix::sys::stat::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok().map(|st| st.st_ino);
+        let path = mine.clone();
+        let (seen, opened) = std::thread::spawn(move || {
+            private_descriptors().unwrap();
+            let seen = is_open(fd);
+            let f = std::fs::File::open(&path).unwrap();
+            let n = f.as_raw_fd();
+            std::mem::forget(f);
+            (seen, n)
+        })
+        .join()
+        .unwrap();
+        assert!(!seen, "the process's descriptor {fd} is in the private table");
+        assert!(is_open(fd), "the process's own descriptor was closed");
+        let mine_ino = std::fs::metadata(&mine).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
+        assert_ne!(ino(opened), mine_ino, "what the thread opened ({opened}) is in the process's table");
+    }
 
     #[test]
     fn removes_a_tree_of_files_links_and_fifos_without_following_links() {

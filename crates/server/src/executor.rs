@@ -152,6 +152,10 @@ impl Pool {
         let (scan_tx, scan_rx) = std::sync::mpsc::channel::<Work>();
         let scanner_report = Arc::clone(&report);
         let scans = match std::thread::Builder::new().name("checkpoint-scan".into()).spawn(move || {
+            // See `tree::private_descriptors`: the tenants' directories it opens stay its own.
+            if let Err(e) = trainyard_backend::tree::private_descriptors() {
+                tracing::warn!("checkpoint scans: no descriptor table of their own: {e}");
+            }
             for work in scan_rx {
                 if let Work::ScanCheckpoints { job, dir } = work {
                     scanner_report(scan_checkpoints(job, &dir));
@@ -215,7 +219,14 @@ impl Executor for Pool {
             }
             Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
-                let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || guarded(work, &backend, &report));
+                let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || {
+                    // What it opens (a tenant's directories, unlinked as it goes) is never
+                    // copied into a process the server forks meanwhile.
+                    if let Err(e) = trainyard_backend::tree::private_descriptors() {
+                        tracing::warn!("purge: no descriptor table of its own: {e}");
+                    }
+                    guarded(work, &backend, &report)
+                });
                 if let Err(e) = spawned {
                     // The entry stays in the outbox: the purge is done at the next start.
                     tracing::error!("cannot start a thread to remove a deleted job's files: {e}");

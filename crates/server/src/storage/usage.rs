@@ -185,10 +185,16 @@ pub fn namespace_size(dir: &Path) -> u64 {
 /// Every [`WATCH_EVERY`], the projects over their limit go to `report` (on a thread of
 /// its own; it ends when `report` says so).
 pub fn watch(usage: std::sync::Arc<StorageUsage>, report: impl Fn(Vec<Full>) -> bool + Send + 'static) {
-    let spawned = std::thread::Builder::new().name("storage-usage".into()).spawn(move || loop {
-        std::thread::sleep(WATCH_EVERY);
-        if !report(usage.over()) {
-            return;
+    let spawned = std::thread::Builder::new().name("storage-usage".into()).spawn(move || {
+        // See `tree::private_descriptors`: the tenants' directories it opens stay its own.
+        if let Err(e) = trainyard_backend::tree::private_descriptors() {
+            tracing::warn!("storage limits: the watcher has no descriptor table of its own: {e}");
+        }
+        loop {
+            std::thread::sleep(WATCH_EVERY);
+            if !report(usage.over()) {
+                return;
+            }
         }
     });
     if let Err(e) = spawned {
