@@ -119,6 +119,11 @@ pub struct ShimSpec {
     /// running replicas of a project share it).
     #[serde(default)]
     pub pids_max: Option<u64>,
+    /// The program's nice value (host programs): tenants' programs yield the CPU to the
+    /// control plane (the server, the shims that start other replicas) when both want it,
+    /// and lose nothing on an otherwise idle machine.
+    #[serde(default)]
+    pub nice: Option<i32>,
     /// cgroup v1: `<own pids cgroup>/trainyard` in the v1 pids hierarchy (the memory
     /// hierarchy of `cgroup_base` has no pids controller). The shim makes the replica's
     /// cgroup `<pids_cgroup_base>/<cgroup_name>` there with `pids_max`, the program joins
@@ -237,6 +242,7 @@ impl ShimSpec {
             resources: Resources::default(),
             run_as: None,
             pids_max: None,
+            nice: None,
             pids_cgroup_base: None,
             container: None,
             gcs_mount: None,
@@ -467,6 +473,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         nproc: program_nproc(spec.pids_max, spec.run_as, &cgroups),
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
+        nice: spec.nice,
         // Where /proc is the replica's own (below), so is /sys/fs/cgroup.
         cgroup_view: match (&cgroups.memory, spec.run_as, &spec.gcs_mount, &spec.container) {
             (Some(cg), Some(_), Some(_), None) => {
@@ -513,7 +520,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // In a container, the program the shim runs is the engine's client.
     let (program_spec, limits) = match &spec.container {
         Some(c) => match engine_program(run_dir, &spec, c, cgroup) {
-            Ok(p) => (p, Limits { nproc: None, run_as: None, cgroup_view: None, ..limits }),
+            Ok(p) => (p, Limits { nproc: None, run_as: None, cgroup_view: None, nice: None, ..limits }),
             Err(msg) => return fail_before_start(run_dir, None, &cgroups, msg),
         },
         None => (spec.clone(), limits),
@@ -840,6 +847,8 @@ struct Limits {
     /// A program of a per-project user in a mount namespace of the replica's: what it
     /// sees at `/sys/fs/cgroup` (see [`own_cgroup_view`]).
     cgroup_view: Option<CgroupView>,
+    /// `ShimSpec::nice`.
+    nice: Option<i32>,
 }
 
 /// The replica's cgroups, for [`own_cgroup_view`].
@@ -947,6 +956,10 @@ fn drop_identity(limits: Limits) -> Result<(), ()> {
             if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
                 return Err(());
             }
+        }
+        if let Some(n) = limits.nice {
+            // Raising a nice value needs no privilege; a failure leaves the default.
+            libc::setpriority(libc::PRIO_PROCESS, 0, n);
         }
         if let Some(id) = limits.run_as {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0

@@ -47,7 +47,22 @@ pub struct Removed {
 
 /// Removes `path` and everything below it. A missing `path` is fine; a `path` that is not
 /// a directory (a file, a link) is unlinked. Never recurses, never follows a link.
-/// Give the calling thread a file descriptor table of its own, holding only the standard
+/// The nice value of threads that work through a tenant's files (a purge, a scan, a
+/// walk): the default of replicas' programs (`[replicas] nice`), so that a tenant who
+/// makes such work for the server slows its own work, not the control plane's.
+pub const TENANT_WORK_NICE: i32 = 10;
+
+/// Lower the calling thread's priority to [`TENANT_WORK_NICE`] (Linux nice values are
+/// per thread); best effort.
+pub fn tenant_priority() {
+    // SAFETY: gettid and setpriority on this thread; no memory is passed.
+    unsafe {
+        let tid = nix::libc::syscall(nix::libc::SYS_gettid) as nix::libc::id_t;
+        nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid, TENANT_WORK_NICE);
+    }
+}
+
+/// Give the calling thread (at [`tenant_priority`]) a file descriptor table of its own, holding only the standard
 /// streams (`unshare(CLONE_FILES)`, then `close_range(3, ~0)` on that private copy), for a
 /// thread that opens directories of a tenant's tree (a purge, a scan, a walk).
 ///
@@ -60,6 +75,7 @@ pub struct Removed {
 /// other threads' descriptors are not touched (the copies made by the unshare are closed
 /// in the private table only).
 pub fn private_descriptors() -> std::io::Result<()> {
+    tenant_priority();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).map_err(std::io::Error::from)?;
     // SAFETY: close_range on this thread's own (now private) table; no Rust object of
     // this thread owns a descriptor above 2 at this point (the caller's contract).

@@ -632,3 +632,21 @@ fn a_replica_sees_only_its_own_cgroup() {
     let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&other))), Some("{}"));
     assert_eq!(status, 200, "{body}");
 }
+
+/// Replicas' programs run at `[replicas] nice` (default 10): a tenant that wants all the
+/// CPU yields it to the server and to the shims starting other projects' replicas
+/// (measured by hostile-bench); 0 turns that off.
+#[test]
+fn replicas_yield_the_cpu_to_the_control_plane() {
+    if skip_on_slurm("the nice value is set by the local shim") || skip_in_containers("a container's processes are the engine's") {
+        return;
+    }
+    for (config, expected) in [("", "10"), ("[replicas]\nnice = 0\n", "0")] {
+        let s = Server::start(config);
+        let j = s.create("p", &sh_job("nice", "echo \"nice=$(nice)\""));
+        let done = s.wait_terminal(&name_of(&j), 60);
+        let out = s.logs_text(&name_of(&j));
+        assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+        assert!(out.contains(&format!("nice={expected}\n")), "{config:?}: {out}");
+    }
+}

@@ -159,6 +159,8 @@ struct ReplicasFile {
     venv_build_timeout_secs: Option<u64>,
     /// The package index a job's venv build may use: a URL, or "none".
     package_index: Option<String>,
+    /// The nice value of replicas' programs (0 to 19).
+    nice: Option<i32>,
 }
 
 /// The network replicas run in (`[replicas] network`).
@@ -190,7 +192,14 @@ pub struct Replicas {
     /// (`PIP_INDEX_URL`); `"none"`: no index (`PIP_NO_INDEX`), only the job's packages and
     /// what the host's Python has; unset: pip's own configuration.
     pub package_index: Option<String>,
+    /// `[replicas] nice` (default [`DEFAULT_REPLICA_NICE`]): the nice value of replicas'
+    /// host programs, so that the control plane (the server, the shims starting other
+    /// replicas) gets the CPU first when a tenant's program wants all of it.
+    pub nice: i32,
 }
+
+/// `[replicas] nice` when not set.
+pub const DEFAULT_REPLICA_NICE: i32 = 10;
 
 /// `[replicas] venv_build_timeout_secs` when not set: 15 minutes.
 pub const DEFAULT_VENV_BUILD_TIMEOUT_SECS: u64 = 900;
@@ -702,6 +711,11 @@ impl Config {
                     ));
                 }
             }
+            if let Some(n) = r.nice {
+                if !(0..=19).contains(&n) {
+                    return Err(invalid("replicas.nice", format!("must be from 0 (no lower priority) to 19, not {n}")));
+                }
+            }
             if let Some(index) = &r.package_index {
                 let url = index.strip_prefix("https://").or_else(|| index.strip_prefix("http://"));
                 if index != "none" && url.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
@@ -873,6 +887,7 @@ impl Config {
                 network: r.and_then(|r| r.network).unwrap_or_default(),
                 venv_build_timeout_secs: r.and_then(|r| r.venv_build_timeout_secs).unwrap_or(DEFAULT_VENV_BUILD_TIMEOUT_SECS),
                 package_index: r.and_then(|r| r.package_index.clone()),
+                nice: r.and_then(|r| r.nice).unwrap_or(DEFAULT_REPLICA_NICE),
             }
         };
         let containers = match &file.containers {
@@ -1253,6 +1268,8 @@ mod tests {
             ("pids_max = 0", "replicas.pids_max"),
             ("run_as = \"nobody\"", "run_as"),
             ("package_index = \"pypi\"", "replicas.package_index"),
+            ("nice = -5", "replicas.nice"),
+            ("nice = 20", "replicas.nice"),
             ("package_index = \"http://\"", "replicas.package_index"),
         ] {
             let (_d, p) = write(&format!("[replicas]\n{bad}\n"));

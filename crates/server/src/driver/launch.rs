@@ -482,6 +482,7 @@ pub(super) fn launch_plan(
     });
     shim.run_as = run_as;
     shim.pids_max = Some(svc.cfg.replicas.pids_max);
+    shim.nice = Some(svc.cfg.replicas.nice).filter(|n| *n > 0);
     shim.memory_limit_bytes = memory;
     shim.resources = trainyard_backend::Resources {
         cpus: job.demand.replicas.get(idx).map(|d| d.cpus),
