@@ -650,3 +650,49 @@ fn replicas_yield_the_cpu_to_the_control_plane() {
         assert!(out.contains(&format!("nice={expected}\n")), "{config:?}: {out}");
     }
 }
+
+/// With `network = "job"`, a package's `setup.py` runs in the job's network namespace (the
+/// build is the replica's first step): it reaches neither the server's API nor a service
+/// of the host, and it runs as the project's user, in the replica's cgroup.
+#[test]
+fn a_package_build_runs_in_the_jobs_network_and_cgroup() {
+    if !is_root() {
+        trainyard_backend::skip_test("network namespaces need a root server");
+        return;
+    }
+    if skip_on_slurm("a job's network namespace is one host's") || skip_in_containers("a container builds in the engine's sandbox") {
+        return;
+    }
+    let s = Server::start("[replicas]\nnetwork = \"job\"\n");
+    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || for c in host.incoming() { drop(c) });
+    let setup = format!(
+        "import os, socket\n\
+         out = []\n\
+         for what, port in (('server', {server}), ('host', {host})):\n    \
+             try:\n        socket.create_connection(('127.0.0.1', port), timeout=2).close(); out.append('REACHED ' + what)\n    \
+             except OSError:\n        out.append('DENIED ' + what)\n\
+         out.append('uid %d' % os.getuid())\n\
+         out.append('cgroup ' + open('/proc/self/cgroup').read().replace(chr(10), ' '))\n\
+         open(os.path.join(os.environ['HOME'], 'build-net.txt'), 'w').write(chr(10).join(out))\n\
+         from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n",
+        server = s.port,
+        host = host_port
+    );
+    let pkg = s.data_dir().join("storage/p/pkgs/trainer-src");
+    std::fs::create_dir_all(pkg.join("trainer")).unwrap();
+    std::fs::write(pkg.join("setup.py"), setup).unwrap();
+    std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
+    std::fs::write(pkg.join("trainer/task.py"), "print('task ran')\n").unwrap();
+    let j = s.create("p", &json!({"displayName": "pkg", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+        "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": ["gs://pkgs/trainer-src"], "pythonModule": "trainer.task"}}]}}));
+    let done = s.wait_terminal(&name_of(&j), 180);
+    let log = s.logs_text(&name_of(&j));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    let text = std::fs::read_to_string(s.data_dir().join("venvs").join(id_of(&j).to_string()).join("build-net.txt")).unwrap();
+    assert!(text.contains("DENIED server") && text.contains("DENIED host"), "{text}");
+    assert!(uid_of(&text) >= 200_000, "the build runs as the project's user:\n{text}");
+    assert!(text.contains(":/ ") || text.contains(":/\n") || text.ends_with(":/"), "the build is in the replica's cgroup namespace:\n{text}");
+}
