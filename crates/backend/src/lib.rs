@@ -29,7 +29,7 @@ pub fn skip_test(reason: &str) -> bool {
 }
 
 pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
-pub use fsutil::{write_atomic, FileError};
+pub use fsutil::{now_micros, write_atomic, FileError};
 pub use local::LocalBackend;
 pub use log::{read_log, read_log_from, stderr_tail, LogEntry, LogPos};
 pub use seam::{Backend, BackendError, BackendEvent, EventSink, Launch};

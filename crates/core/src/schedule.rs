@@ -894,21 +894,14 @@ fn starving_note(cfg: &SchedulerConfig) -> String {
     format!("; it has waited past the starvation bound ({bound}), so it goes ahead of the fair-share order")
 }
 
-/// RFC 3339 (UTC, seconds) of a time in µs since the epoch.
+/// RFC 3339 (UTC, seconds) of a time in µs since the epoch (the epoch itself for an
+/// instant `time` cannot hold).
 pub fn rfc3339(us: Micros) -> String {
-    let secs = us.div_euclid(SECOND);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    time::OffsetDateTime::from_unix_timestamp(us.div_euclid(SECOND))
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
 }
 
 fn fmt_dur(us: Micros) -> String {

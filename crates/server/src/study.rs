@@ -370,15 +370,7 @@ pub(crate) fn scalarise(goals: &[tuner::Goal], values: &[Option<Vec<f64>>], seed
 /// `k` weights drawn uniformly from the simplex (normalised exponentials), from `seed`.
 fn simplex_weights(k: usize, seed: u64) -> Vec<f64> {
     let mut state = seed;
-    let mut next = || {
-        // splitmix64
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
+    let mut next = || ((tuner::splitmix64(&mut state) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
     let e: Vec<f64> = (0..k).map(|_| -next().ln()).collect();
     let sum: f64 = e.iter().sum();
     e.iter().map(|x| x / sum).collect()

@@ -27,6 +27,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 pub use bo::initial_design_size;
+pub use rng::splitmix64;
 pub use space::{
     Assignment, Conditional, Goal, ParamKind, ParamSpec, ParentValues, Scale, Space, Value,
 };

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, PipelineState, Status, Timestamp};
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
@@ -243,8 +243,9 @@ struct LiveStudy {
     cfg: StudyConfig,
 }
 
+/// Microseconds since the Unix epoch, by the wall clock.
 pub fn now_micros() -> Micros {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as Micros).unwrap_or(0)
+    trainyard_backend::now_micros()
 }
 
 /// `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.

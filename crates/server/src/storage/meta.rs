@@ -222,10 +222,7 @@ pub fn mtime_ns(st: &FileStat) -> i128 {
 }
 
 pub fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
+    trainyard_backend::now_micros()
 }
 
 /// RFC 3339 with milliseconds, UTC, as the API writes times.
