@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::job::ReplicaDemand;
-use crate::schedule::{Fleet, Node};
+use crate::fleet::{Fleet, Node};
 
 /// A node's position in the fleet (`Fleet::nodes[i]`).
 pub type NodeIx = u32;

@@ -4,6 +4,7 @@
 pub mod capacity;
 pub mod catalog;
 pub mod env;
+pub mod fleet;
 pub mod gpu;
 pub mod replace;
 pub mod job;

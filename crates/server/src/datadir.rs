@@ -15,6 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use trainyard_core::RunId;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
@@ -129,6 +130,17 @@ impl DataDirLock {
         }
     }
 }
+
+/// `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
+pub fn run_dir(data_dir: &Path, run: &RunId) -> PathBuf {
+    data_dir
+        .join("runs")
+        .join(run.job.to_string())
+        .join(run.attempt.to_string())
+        .join(&run.replica)
+        .join(run.restart.to_string())
+}
+
 
 #[cfg(test)]
 mod tests {

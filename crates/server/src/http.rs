@@ -28,6 +28,7 @@ use trainyard_store::Store;
 use crate::driver::Msg;
 use crate::logs;
 
+mod guard;
 pub mod kinds;
 mod list;
 pub mod resources;
@@ -101,21 +102,7 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal("Internal error encountered.")
 }
 
-/// An API error as an HTTP response.
-pub struct AppError(pub ApiError);
-
-impl From<ApiError> for AppError {
-    fn from(e: ApiError) -> Self {
-        AppError(e)
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, [(header::CONTENT_TYPE, "application/json")], self.0.to_json().to_string()).into_response()
-    }
-}
+pub use crate::reply::AppError;
 
 type ApiResult = Result<Response, AppError>;
 
@@ -390,6 +377,25 @@ async fn with_storage_rows(state: &AppState, mut v: Value) -> Value {
     v
 }
 
+/// `GET /metrics`: OpenMetrics when asked for, else the Prometheus text format.
+/// Rendered on a blocking thread: replicas' cgroup files are read.
+async fn metrics_page(State(metrics): State<Arc<crate::metrics::Metrics>>, headers: axum::http::HeaderMap) -> Response {
+    if !metrics.enabled() {
+        let why = "Metrics are turned off on this server ([metrics] enabled = false in its config).";
+        return AppError(ApiError::not_found(why)).into_response();
+    }
+    let open = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    let rendered = tokio::task::spawn_blocking(move || if open { metrics.render_openmetrics() } else { metrics.render_text() }).await;
+    let Ok(body) = rendered else {
+        return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "rendering the metrics failed; see the server log").into_response();
+    };
+    let ctype = if open { "application/openmetrics-text; version=1.0.0; charset=utf-8" } else { "text/plain; version=0.0.4; charset=utf-8" };
+    (axum::http::StatusCode::OK, [(header::CONTENT_TYPE, ctype)], body).into_response()
+}
+
 /// The driver's liveness (not the HTTP layer's): "ok", or 503 with the reason in the
 /// API's error shape.
 async fn healthz(State(state): State<AppState>) -> Response {
@@ -503,9 +509,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
         .route("/v1/admin/quotas", get(list_quotas))
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
-        .route("/v1/admin/tokens:reload", axum::routing::post(crate::security::reload_tokens))
+        .route("/v1/admin/tokens:reload", axum::routing::post(guard::reload_tokens))
         .route("/healthz", get(healthz))
-        .route("/metrics", get(crate::metrics::handler).with_state(state.metrics.clone()))
+        .route("/metrics", get(metrics_page).with_state(state.metrics.clone()))
         .route("/", get(console))
         .route("/console", get(console))
         .route("/console.js", get(console_js))
@@ -517,7 +523,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(limit_announced_body))
         // Storage after the body limits (uploads are large), before the guard and metrics.
         .merge(crate::storage::routes(state.storage.clone()))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::security::guard))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
         .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::metrics::track_http))
         .with_state(state)
 }
@@ -527,9 +533,11 @@ pub fn router(state: AppState) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
-    limits: crate::listen::Limits,
+    mut limits: crate::listen::Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Object uploads may be long: their bodies are only cut when they stall.
+    limits.stall_only_prefixes.push(crate::storage::UPLOAD_PREFIX);
     crate::listen::serve(listener, router(state), limits, shutdown).await
 }
 

@@ -20,6 +20,7 @@ pub mod study;
 pub mod openapi;
 pub mod paths;
 pub mod pipeline;
+pub mod reply;
 pub mod security;
 pub mod storage;
 pub mod venv;

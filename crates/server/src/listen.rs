@@ -47,6 +47,9 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// Requests whose path starts with one of these (object uploads) may take longer than
+    /// `body_timeout`: their bodies are only cut when they stall that long.
+    pub stall_only_prefixes: Vec<&'static str>,
 }
 
 impl Default for Limits {
@@ -57,6 +60,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
             shutdown_grace: Duration::from_secs(5),
+            stall_only_prefixes: Vec::new(),
         }
     }
 }
@@ -163,6 +167,7 @@ async fn connection(
     let watch = Arc::new(Watch::new());
     let io = TokioIo::new(Watched { inner: stream, watch: Arc::clone(&watch) });
     let body_timeout = limits.body_timeout;
+    let stall_only_prefixes = limits.stall_only_prefixes.clone();
     let service_watch = Arc::clone(&watch);
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let app = app.clone();
@@ -170,7 +175,7 @@ async fn connection(
         watch.set(BUSY);
         let timer = (!req.body().is_end_stream()).then(|| Box::pin(tokio::time::sleep(body_timeout)));
         // Uploads of objects may take longer than the body timeout: theirs only stall.
-        let stall_only = crate::storage::is_upload_path(req.uri().path());
+        let stall_only = stall_only_prefixes.iter().any(|p| req.uri().path().starts_with(p));
         let req = req.map(|inner| axum::body::Body::new(TimedBody { inner, timer, limit: body_timeout, stall_only }));
         async move {
             let response = app.oneshot(req).await;

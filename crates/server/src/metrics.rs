@@ -13,8 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -125,7 +124,7 @@ impl Replicas {
         };
         let mut out = Vec::with_capacity(runs.len());
         for (project, run) in runs {
-            let dir = crate::driver::run_dir(data_dir, &run);
+            let dir = crate::datadir::run_dir(data_dir, &run);
             let Ok(Some(spec)) = trainyard_backend::shim::read_spec(&dir) else { continue };
             let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { continue };
             if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') {
@@ -354,6 +353,11 @@ impl Metrics {
     }
 
     /// The exposition in the Prometheus text format 0.0.4.
+    /// `[metrics] enabled`.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     pub fn render_text(&self) -> String {
         to_text_format(&self.render_openmetrics())
     }
@@ -588,24 +592,6 @@ pub fn to_text_format(open: &str) -> String {
     out
 }
 
-/// `GET /metrics`: OpenMetrics when asked for, else the Prometheus text format.
-/// Rendered on a blocking thread: replicas' cgroup files are read.
-pub async fn handler(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) -> Response {
-    if !metrics.enabled {
-        let why = "Metrics are turned off on this server ([metrics] enabled = false in its config).";
-        return crate::http::AppError(trainyard_api::ApiError::not_found(why)).into_response();
-    }
-    let open = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/openmetrics-text"));
-    let rendered = tokio::task::spawn_blocking(move || if open { metrics.render_openmetrics() } else { metrics.render_text() }).await;
-    let Ok(body) = rendered else {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "rendering the metrics failed; see the server log").into_response();
-    };
-    let ctype = if open { "application/openmetrics-text; version=1.0.0; charset=utf-8" } else { "text/plain; version=0.0.4; charset=utf-8" };
-    (StatusCode::OK, [(header::CONTENT_TYPE, ctype)], body).into_response()
-}
 
 /// Middleware: the duration of each request by method, route template (axum's
 /// `MatchedPath`; `unmatched` for a path no route has) and status code.
@@ -754,7 +740,7 @@ mod tests {
         j.replicas[0].node = Some("n1".into());
         j.replicas[0].state = ReplicaState::Running { since: 3_000_000 };
         let run = RunId { job: j.id, attempt: 0, replica: "workerpool0-0".into(), restart: 0 };
-        let dir = crate::driver::run_dir(&data, &run);
+        let dir = crate::datadir::run_dir(&data, &run);
         std::fs::create_dir_all(&dir).expect("run dir");
         std::fs::create_dir_all(cgroups.join("cg7")).expect("cgroup");
         let spec = serde_json::json!({"argv": ["true"], "env": [], "cgroup_base": cgroups, "cgroup_version": 2, "cgroup_name": "cg7"});

@@ -18,13 +18,12 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use axum::extract::State;
 use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use trainyard_api::ApiError;
 
 use crate::auth::{Reloaded, TokenStore, TokensError};
-use crate::http::{AppError, AppState};
+use crate::reply::AppError;
 
 /// The Content-Security-Policy of every response: the console's own script, style and API
 /// calls, nothing else (no inline script or style, no other origin, no framing).
@@ -66,7 +65,7 @@ fn valid_port(p: &str) -> bool {
 
 /// The loopback check of open mode: the request's `Host` (and the authority of an
 /// absolute-form request target), or the 403 that refuses it.
-fn check_open_mode_host(req: &axum::extract::Request) -> Result<(), ApiError> {
+pub(crate) fn check_open_mode_host(req: &axum::extract::Request) -> Result<(), ApiError> {
     let mut names = Vec::new();
     if let Some(h) = req.headers().get(header::HOST) {
         names.push(String::from_utf8_lossy(h.as_bytes()).into_owned());
@@ -128,7 +127,7 @@ impl WriteLimiter {
     }
 
     /// The 429 for a project over its rate.
-    fn refuse(&self, project: &str, wait: std::time::Duration) -> Response {
+    pub(crate) fn refuse(&self, project: &str, wait: std::time::Duration) -> Response {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
         let mut resp = AppError(ApiError::resource_exhausted(format!(
             "Too many requests that change state for project \"{project}\": the limit is {} per second with bursts of {} \
@@ -143,7 +142,7 @@ impl WriteLimiter {
     }
 }
 
-fn is_mutating(method: &Method, path: &str) -> bool {
+pub(crate) fn is_mutating(method: &Method, path: &str) -> bool {
     matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) && !reads_by_post(method, path)
 }
 
@@ -154,58 +153,9 @@ fn reads_by_post(method: &Method, path: &str) -> bool {
     *method == Method::POST && (path.ends_with("/studies:lookup") || path.ends_with("/trials:listOptimalTrials"))
 }
 
-/// The guard of every request: the open-mode `Host` check, authentication, the audit line
-/// of mutating requests and the security headers of every response.
-pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let tokens = state.tokens.as_ref().map(|t| t.current());
-    let holder = match &tokens {
-        None => "(open mode)".to_string(),
-        Some(t) => {
-            let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-            match (auth, t.holder(auth)) {
-                (_, Some(name)) => name,
-                (None, None) => "(no token)".to_string(),
-                (Some(_), None) => "(unknown token)".to_string(),
-            }
-        }
-    };
-    let refused = match &tokens {
-        None => check_open_mode_host(&req).err(),
-        Some(t) => authenticate(t, &req).err(),
-    };
-    let project = path.strip_prefix("/v1/projects/").and_then(|rest| rest.split('/').next()).unwrap_or("").to_string();
-    let throttled = match (&refused, is_mutating(&method, &path) && !project.is_empty()) {
-        (None, true) => state.writes.take(&project, std::time::Instant::now()).err(),
-        _ => None,
-    };
-    let mut resp = match (refused, throttled) {
-        (Some(e), _) => AppError(e).into_response(),
-        (None, Some(wait)) => state.writes.refuse(&project, wait),
-        (None, None) => next.run(req).await,
-    };
-    if is_mutating(&method, &path) {
-        tracing::info!(
-            target: "audit",
-            holder = holder.as_str(),
-            method = method.as_str(),
-            path = path.as_str(),
-            status = resp.status().as_u16(),
-            "request"
-        );
-    }
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    resp
-}
-
 /// Authentication of `/v1/projects/{project}/...` (a token for the project) and
 /// `/v1/admin/...` (a `"*"` token); other paths need none.
-fn authenticate(tokens: &crate::auth::Tokens, req: &axum::extract::Request) -> Result<(), ApiError> {
+pub(crate) fn authenticate(tokens: &crate::auth::Tokens, req: &axum::extract::Request) -> Result<(), ApiError> {
     let path = req.uri().path();
     let project = if path.starts_with("/v1/admin") {
         Some("*")
@@ -236,27 +186,6 @@ pub fn reload_tokens_logged(store: &TokenStore, via: &str) -> Result<Reloaded, T
             tracing::error!("{via}: tokens not changed: {e}");
             Err(e)
         }
-    }
-}
-
-/// `POST /v1/admin/tokens:reload` (a `"*"` token, checked by [`guard`]): read the tokens
-/// file again. A file that cannot be used changes nothing, and the answer says why (400).
-pub async fn reload_tokens(State(state): State<AppState>) -> Response {
-    let Some(store) = state.tokens.clone() else {
-        return AppError(ApiError::failed_precondition(
-            "The server runs without a tokens file (open mode, loopback only): there are no tokens to read again.",
-        ))
-        .into_response();
-    };
-    let done = tokio::task::spawn_blocking(move || reload_tokens_logged(&store, "POST /v1/admin/tokens:reload")).await;
-    let result = match done {
-        Ok(Ok(r)) => serde_json::to_string(&r).map_err(|e| ApiError::internal(format!("Cannot show the reload: {e}"))),
-        Ok(Err(e)) => Err(ApiError::invalid_argument(format!("Tokens not changed: {e}"))),
-        Err(e) => Err(ApiError::internal(format!("The reload did not finish: {e}"))),
-    };
-    match result {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => AppError(e).into_response(),
     }
 }
 

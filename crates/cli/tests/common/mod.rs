@@ -106,7 +106,25 @@ pub fn free_port() -> u16 {
 pub fn config_text(extra: &str) -> String {
     // Top-level keys of `extra` must come before any table.
     let (head, tail) = if slurm_backend() { (SLURM_HEAD, slurm_table()) } else { ("", String::new()) };
+    let extra = with_own_uids(extra);
     format!("{head}{extra}\n[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n{tail}")
+}
+
+/// Each server of a test process gets a range of project uids of its own (tests run side
+/// by side: two servers giving the same uid to their first projects would make one test
+/// count the other's processes as its own).
+fn with_own_uids(extra: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10_000;
+    let base = 300_000 + n * 100;
+    let line = format!("uid_range = [{base}, {}]\n", base + 99);
+    match extra.find("[replicas]\n") {
+        Some(i) => {
+            let at = i + "[replicas]\n".len();
+            format!("{}{line}{}", &extra[..at], &extra[at..])
+        }
+        None => format!("{extra}\n[replicas]\n{line}"),
+    }
 }
 
 const SLURM_HEAD: &str = "backend = \"slurm\"\n";

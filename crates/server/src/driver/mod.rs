@@ -248,15 +248,7 @@ pub fn now_micros() -> Micros {
     trainyard_backend::now_micros()
 }
 
-/// `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
-pub fn run_dir(data_dir: &Path, run: &RunId) -> PathBuf {
-    data_dir
-        .join("runs")
-        .join(run.job.to_string())
-        .join(run.attempt.to_string())
-        .join(&run.replica)
-        .join(run.restart.to_string())
-}
+pub use crate::datadir::run_dir;
 
 pub fn job_name(project: &str, region: &str, id: u64) -> String {
     format!("projects/{project}/locations/{region}/customJobs/{id}")

@@ -475,11 +475,31 @@ impl Preconditions {
     }
 }
 
-/// Does the directory hold a regular file anywhere below it (links not followed)?
+/// Does the directory hold a regular file anywhere below it (links not followed, the
+/// server's hidden entries left out)? Iterative, with two directories open at a time
+/// whatever the tree's depth and width.
 fn has_any_object(dir: OwnedFd) -> GcsResult<bool> {
-    let mut w = super::list::Walker::new(dir, String::new());
-    let q = super::list::Bounds::default();
-    Ok(w.next_file(&q)?.is_some())
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let fd = if rel.as_os_str().is_empty() {
+            dir.try_clone().map_err(|e| GcsError::io("cannot open the bucket", &e))?
+        } else {
+            match open_beneath(dir.as_fd(), &rel, dir_flags()) {
+                Ok(fd) => fd,
+                // Gone, or swapped for a link meanwhile: nothing to look at there.
+                Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => continue,
+                Err(e) => return Err(GcsError::errno("cannot open a directory of the bucket", e)),
+            }
+        };
+        let mut d = nix::dir::Dir::from_fd(fd).map_err(|e| GcsError::errno("cannot read a directory of the bucket", e))?;
+        for (name, is_dir) in read_dir_entries(&mut d) {
+            if !is_dir {
+                return Ok(true);
+            }
+            todo.push(rel.join(name));
+        }
+    }
+    Ok(false)
 }
 
 /// Entries of a directory: (name, is a directory), the server's hidden ones, links and

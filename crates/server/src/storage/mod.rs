@@ -135,11 +135,8 @@ impl StorageConfig {
     }
 }
 
-/// Paths whose request bodies may be large and long: the listener times their bodies
-/// out only when no byte comes for its body timeout (see `listen`).
-pub fn is_upload_path(path: &str) -> bool {
-    path.starts_with("/upload/storage/")
-}
+/// Where object uploads are (`/upload/storage/v1/b/B/o`).
+pub const UPLOAD_PREFIX: &str = "/upload/storage/";
 
 /// The endpoint's state.
 pub struct Storage {

@@ -1,0 +1,81 @@
+//! The guard of every request (the open-mode `Host` check, authentication, write limits,
+//! the audit line and the security headers: see [`crate::security`]) and the tokens'
+//! reload, as the API's middleware and handler.
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use trainyard_api::ApiError;
+
+use super::{AppError, AppState};
+use crate::security::{authenticate, check_open_mode_host, is_mutating, reload_tokens_logged, CONTENT_SECURITY_POLICY};
+
+/// The guard of every request: the open-mode `Host` check, authentication, the audit line
+/// of mutating requests and the security headers of every response.
+pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let tokens = state.tokens.as_ref().map(|t| t.current());
+    let holder = match &tokens {
+        None => "(open mode)".to_string(),
+        Some(t) => {
+            let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+            match (auth, t.holder(auth)) {
+                (_, Some(name)) => name,
+                (None, None) => "(no token)".to_string(),
+                (Some(_), None) => "(unknown token)".to_string(),
+            }
+        }
+    };
+    let refused = match &tokens {
+        None => check_open_mode_host(&req).err(),
+        Some(t) => authenticate(t, &req).err(),
+    };
+    let project = path.strip_prefix("/v1/projects/").and_then(|rest| rest.split('/').next()).unwrap_or("").to_string();
+    let throttled = match (&refused, is_mutating(&method, &path) && !project.is_empty()) {
+        (None, true) => state.writes.take(&project, std::time::Instant::now()).err(),
+        _ => None,
+    };
+    let mut resp = match (refused, throttled) {
+        (Some(e), _) => AppError(e).into_response(),
+        (None, Some(wait)) => state.writes.refuse(&project, wait),
+        (None, None) => next.run(req).await,
+    };
+    if is_mutating(&method, &path) {
+        tracing::info!(
+            target: "audit",
+            holder = holder.as_str(),
+            method = method.as_str(),
+            path = path.as_str(),
+            status = resp.status().as_u16(),
+            "request"
+        );
+    }
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    resp
+}
+
+/// `POST /v1/admin/tokens:reload` (a `"*"` token, checked by [`guard`]): read the tokens
+/// file again. A file that cannot be used changes nothing, and the answer says why (400).
+pub async fn reload_tokens(State(state): State<AppState>) -> Response {
+    let Some(store) = state.tokens.clone() else {
+        return AppError(ApiError::failed_precondition(
+            "The server runs without a tokens file (open mode, loopback only): there are no tokens to read again.",
+        ))
+        .into_response();
+    };
+    let done = tokio::task::spawn_blocking(move || reload_tokens_logged(&store, "POST /v1/admin/tokens:reload")).await;
+    let result = match done {
+        Ok(Ok(r)) => serde_json::to_string(&r).map_err(|e| ApiError::internal(format!("Cannot show the reload: {e}"))),
+        Ok(Err(e)) => Err(ApiError::invalid_argument(format!("Tokens not changed: {e}"))),
+        Err(e) => Err(ApiError::internal(format!("The reload did not finish: {e}"))),
+    };
+    match result {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => AppError(e).into_response(),
+    }
+}

@@ -1,0 +1,23 @@
+//! An API error as an HTTP response: the status of its code and its JSON body (AIP-193),
+//! for every layer that answers a request (the API, the guard, the metrics page).
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use trainyard_api::ApiError;
+
+/// An API error as an HTTP response.
+pub struct AppError(pub ApiError);
+
+impl From<ApiError> for AppError {
+    fn from(e: ApiError) -> Self {
+        AppError(e)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, [(header::CONTENT_TYPE, "application/json")], self.0.to_json().to_string()).into_response()
+    }
+}
+
