@@ -118,20 +118,6 @@ fn start_server(exe: &Path, dir: &Path) -> Result<Server> {
     })
 }
 
-impl Server {
-    /// The server's user + system CPU time so far, in seconds.
-    fn cpu_secs(&self) -> Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).context("reading the server's /proc stat")?;
-        // Fields after the command name (which ends with ')'): utime is the 12th, stime the 13th.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Ok((ticks(11) + ticks(12)) / hz.max(1.0))
-    }
-}
-
 struct Measured {
     per_sec: f64,
     p50_ms: f64,

@@ -270,16 +270,6 @@ fn stats(v: &mut [f64]) -> Stats {
     Stats { p50: pct(0.5), p99: pct(0.99) }
 }
 
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz.max(1.0)
-}
-
 /// Kills what still runs in or names `dir` (the server's shims and replicas outlive it:
 /// a restarted server would adopt them).
 struct Leftovers(PathBuf);
@@ -329,9 +319,9 @@ fn run(o: &Opts) -> Result<()> {
     let (mut calm_cpu, mut host_cpu) = (0.0, 0.0);
     let mut actions = 0;
     for round in 0..o.rounds {
-        let t = cpu_secs(server.child.id());
+        let t = server.cpu_secs()?;
         calm_round(&api(), o.jobs, &mut calm_c, &mut calm_s)?;
-        calm_cpu += cpu_secs(server.child.id()) - t;
+        calm_cpu += server.cpu_secs()? - t;
 
         let stop = Arc::new(AtomicBool::new(false));
         let tenant = {
@@ -340,9 +330,9 @@ fn run(o: &Opts) -> Result<()> {
         };
         // Let the tenant get going (its loop job running, a deep tree being made).
         std::thread::sleep(Duration::from_secs(3));
-        let t = cpu_secs(server.child.id());
+        let t = server.cpu_secs()?;
         let measured = calm_round(&api(), o.jobs, &mut host_c, &mut host_s);
-        host_cpu += cpu_secs(server.child.id()) - t;
+        host_cpu += server.cpu_secs()? - t;
         stop.store(true, Ordering::SeqCst);
         actions += tenant.join().map_err(|_| anyhow!("the hostile tenant panicked"))??;
         measured?;
