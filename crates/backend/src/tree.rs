@@ -123,7 +123,7 @@ fn remove_at(base: OwnedFd, name: &OsStr, path: &Path, only: Only) -> Result<Rem
         Ok(Some(true)) => {}
         Ok(Some(false)) if only == Only::EmptyDirs => return Err(err(path, Errno::ENOTDIR)),
         Ok(Some(false)) => {
-            return match unlinkat(&base, name, UnlinkatFlags::NoRemoveDir) {
+            return match unlink_in(base.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => {
                     removed.entries += 1;
                     Ok(removed)
@@ -234,7 +234,7 @@ impl Walk {
             Some(l) => l.fd.as_ref().map(|f| f.as_fd()).ok_or(Errno::EBADF)?,
             None => self.base.as_fd(),
         };
-        let again = match unlinkat(&parent, level.name.as_os_str(), UnlinkatFlags::RemoveDir) {
+        let again = match unlink_in(parent, level.name.as_os_str(), UnlinkatFlags::RemoveDir) {
             Ok(()) => {
                 removed.dirs += 1;
                 false
@@ -244,7 +244,7 @@ impl Walk {
             Err(Errno::ENOTEMPTY | Errno::EEXIST) => true,
             // Replaced by a file or a link meanwhile: unlinked as such (when files may be).
             Err(Errno::ENOTDIR) if self.only == Only::EmptyDirs => return Err(Errno::ENOTEMPTY),
-            Err(Errno::ENOTDIR) => match unlinkat(&parent, level.name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+            Err(Errno::ENOTDIR) => match unlink_in(parent, level.name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => {
                     removed.entries += 1;
                     false
@@ -264,6 +264,47 @@ impl Walk {
 thread_local! {
     /// Directories opened by the walk on this thread, and the most held at once.
     static OPENS: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The thread's file-system identity (`setfsuid`/`setfsgid`, per thread on Linux) set to
+/// a directory's owner until dropped, when the thread runs as root.
+struct AsOwner;
+
+impl AsOwner {
+    fn of(dir: BorrowedFd<'_>) -> Option<AsOwner> {
+        if !nix::unistd::geteuid().is_root() {
+            return None;
+        }
+        let st = nix::sys::stat::fstat(dir).ok()?;
+        if st.st_uid == 0 {
+            return None;
+        }
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(st.st_gid));
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(st.st_uid));
+        Some(AsOwner)
+    }
+}
+
+impl Drop for AsOwner {
+    fn drop(&mut self) {
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(0));
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(0));
+    }
+}
+
+/// Unlinks `name` of `dir` with the rights of `dir`'s owner: a root server removes what
+/// is in a tenant's directory as that tenant (a bug that led the walk astray could not
+/// remove anything the tenant could not). A directory its owner made unwritable
+/// (`chmod 500`) is given back its owner's write bit first, as its owner.
+fn unlink_in(dir: BorrowedFd<'_>, name: &OsStr, flags: UnlinkatFlags) -> Result<(), Errno> {
+    let _owner = AsOwner::of(dir);
+    match unlinkat(&dir, name, flags) {
+        Err(Errno::EACCES | Errno::EPERM) if _owner.is_some() => {
+            nix::sys::stat::fchmod(dir, Mode::S_IRWXU)?;
+            unlinkat(&dir, name, flags)
+        }
+        r => r,
+    }
 }
 
 fn open_dir(parent: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
@@ -304,7 +345,7 @@ fn first_subdir_after_unlinking_the_rest(dir: BorrowedFd<'_>, removed: &mut Remo
         if only == Only::EmptyDirs {
             return Err(Errno::ENOTEMPTY);
         }
-        match unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir) {
+        match unlink_in(dir, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) => removed.entries += 1,
             Err(Errno::ENOENT) => {}
             // A directory after all (d_type lied, or it was swapped in): descend.
@@ -352,6 +393,33 @@ mod tests {
         assert!(is_open(fd), "the process's own descriptor was closed");
         let mine_ino = std::fs::metadata(&mine).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
         assert_ne!(ino(opened), mine_ino, "what the thread opened ({opened}) is in the process's table");
+    }
+
+    /// A root walk empties a tenant's directory as the tenant: one its owner made
+    /// unwritable (`chmod 500`, `chmod 000` below it) is given its owner's rights back
+    /// and removed all the same.
+    #[test]
+    fn a_tenants_directories_are_emptied_as_the_tenant_even_when_locked() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().join("run");
+        std::fs::create_dir_all(top.join("work/locked/deeper")).unwrap();
+        std::fs::write(top.join("work/locked/deeper/f"), b"x").unwrap();
+        std::fs::write(top.join("work/locked/g"), b"x").unwrap();
+        let tenant = (nix::unistd::Uid::from_raw(300_777), nix::unistd::Gid::from_raw(300_777));
+        for p in ["work", "work/locked", "work/locked/deeper", "work/locked/deeper/f", "work/locked/g"] {
+            nix::unistd::chown(&top.join(p), Some(tenant.0), Some(tenant.1)).unwrap();
+        }
+        let mode = |p: &str, m: u32| std::fs::set_permissions(top.join(p), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+        mode("work/locked/deeper", 0o000);
+        mode("work/locked", 0o500);
+        let removed = remove_tree(&top).unwrap();
+        assert!(!top.exists(), "{removed:?}");
+        // The thread is root again afterwards.
+        std::fs::write(tmp.path().join("after"), b"root").unwrap();
+        assert_eq!(std::fs::metadata(tmp.path().join("after")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap(), 0);
     }
 
     #[test]
