@@ -125,6 +125,11 @@ pub trait Executor: Send + Sync {
 /// The threaded executor of a server.
 pub struct Pool {
     launches: Mutex<Sender<Work>>,
+    /// The launch queue's other end, kept here so that the queue lives whatever becomes
+    /// of the launch threads.
+    launch_queue: Arc<Mutex<Receiver<Work>>>,
+    /// Launch threads running.
+    launchers: Arc<std::sync::atomic::AtomicUsize>,
     /// The scanner thread's queue (None when it could not be started).
     scans: Option<Mutex<Sender<Work>>>,
     backend: Arc<dyn Backend>,
@@ -138,14 +143,12 @@ const LAUNCH_THREADS: usize = 2;
 impl Pool {
     pub fn new(backend: Arc<dyn Backend>, sink: EventSink, report: ReportSink) -> Pool {
         let (tx, rx) = std::sync::mpsc::channel::<Work>();
-        let rx = Arc::new(Mutex::new(rx));
+        let launch_queue = Arc::new(Mutex::new(rx));
+        let launchers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for i in 0..LAUNCH_THREADS {
-            let (rx, backend, sink, report) = (Arc::clone(&rx), Arc::clone(&backend), sink.clone(), Arc::clone(&report));
-            let spawned = std::thread::Builder::new()
-                .name(format!("launch-{i}"))
-                .spawn(move || launch_worker(&rx, &backend, &sink, &report));
-            if let Err(e) = spawned {
-                // Fewer threads only slow launches down; with none, `submit` runs them.
+            if let Err(e) = spawn_launcher(i, &launch_queue, &launchers, &backend, &sink, &report) {
+                // Fewer threads only slow launches down; with none, the next launch
+                // tries to start one (launches wait in the queue meanwhile).
                 tracing::error!("cannot start a launch thread: {e}");
             }
         }
@@ -170,7 +173,7 @@ impl Pool {
                 None
             }
         };
-        Pool { launches: Mutex::new(tx), scans, backend, sink, report }
+        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, backend, sink, report }
     }
 }
 
@@ -187,6 +190,34 @@ pub fn scan_checkpoints(job: u64, dir: &Confined) -> Report {
     }
 }
 
+/// A launch thread on `queue`, counted in `launchers` while it runs.
+fn spawn_launcher(
+    i: usize,
+    queue: &Arc<Mutex<Receiver<Work>>>,
+    launchers: &Arc<std::sync::atomic::AtomicUsize>,
+    backend: &Arc<dyn Backend>,
+    sink: &EventSink,
+    report: &ReportSink,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let (rx, count, backend, sink, report) = (Arc::clone(queue), Arc::clone(launchers), Arc::clone(backend), sink.clone(), Arc::clone(report));
+    count.fetch_add(1, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new().name(format!("launch-{i}")).spawn(move || {
+        struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let _counted = Counted(count);
+        launch_worker(&rx, &backend, &sink, &report);
+    });
+    if spawned.is_err() {
+        launchers.fetch_sub(1, Ordering::SeqCst);
+    }
+    spawned.map(|_| ())
+}
+
 fn launch_worker(rx: &Mutex<Receiver<Work>>, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
     loop {
         let work = match rx.lock() {
@@ -194,8 +225,31 @@ fn launch_worker(rx: &Mutex<Receiver<Work>>, backend: &Arc<dyn Backend>, sink: &
             Err(_) => return,
         };
         match work {
-            Ok(work) => run(work, backend, sink, report),
+            Ok(work) => launch_guarded(work, backend, sink, report),
             Err(_) => return,
+        }
+    }
+}
+
+/// The runs of a launch and their outbox entries.
+fn planned_runs(work: &Work) -> Vec<(RunId, i64)> {
+    match work {
+        Work::Launch(ps) => ps.iter().map(|p| (p.launch.run.clone(), p.seq)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A launch whose panic is its runs' launch failure (L16: Trainyard's own failure, the
+/// job retried), never the end of the launch thread: the pool keeps its threads.
+fn launch_guarded(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &ReportSink) {
+    let runs = planned_runs(&work);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(work, backend, sink, report)));
+    if caught.is_err() {
+        tracing::error!("a launch panicked; its runs are reported as launch failures (L16)");
+        for (run, seq) in runs {
+            let outcome = Outcome::LaunchFailed { message: "the launch panicked (see the server log)".into() };
+            sink(BackendEvent::Exited { run, outcome, stderr_tail: Vec::new() });
+            report(Report::Launched { seqs: vec![seq] });
         }
     }
 }
@@ -210,11 +264,21 @@ impl Executor for Pool {
                 }
             }
             Work::Launch { .. } => {
+                // Never launched on the driver's thread: the launch waits in the queue
+                // for a launch thread (one is started if none runs).
+                if self.launchers.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                    if let Err(e) = spawn_launcher(0, &self.launch_queue, &self.launchers, &self.backend, &self.sink, &self.report) {
+                        tracing::error!("no launch thread, and none can be started now ({e}); launches wait");
+                    }
+                }
+                let runs = planned_runs(&work);
                 let sent = self.launches.lock().map(|tx| tx.send(work));
-                if let Ok(Err(std::sync::mpsc::SendError(work))) = sent {
-                    // No launch thread is left: the launch still happens, here.
-                    tracing::error!("no launch thread; launching on the driver thread");
-                    run(work, &self.backend, &self.sink, &self.report);
+                if !matches!(sent, Ok(Ok(()))) {
+                    // The queue cannot close (this pool holds its other end); a poisoned
+                    // lock puts the runs off.
+                    for (run, seq) in runs {
+                        (self.report)(Report::LaunchLater { run, seq, reason: "the server's launch queue is unavailable".into() });
+                    }
                 }
             }
             Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => {

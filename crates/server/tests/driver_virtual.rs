@@ -42,6 +42,8 @@ struct Script {
     stop_reports_first: bool,
     /// Launches block until this is released.
     stall: Option<Arc<(Mutex<bool>, std::sync::Condvar)>>,
+    /// Launches that panic before one succeeds.
+    panicking_launches: u32,
 }
 
 #[derive(Default)]
@@ -86,6 +88,15 @@ impl Backend for FakeBackend {
             let mut released = lock.lock().unwrap();
             while !*released {
                 released = cv.wait(released).unwrap();
+            }
+        }
+        {
+            let mut script = self.script.lock().unwrap();
+            if script.panicking_launches > 0 {
+                script.panicking_launches -= 1;
+                drop(script);
+                self.calls.lock().unwrap().launches += 1;
+                panic!("a launch that panics (on purpose)");
             }
         }
         let mut out = Vec::new();
@@ -481,4 +492,25 @@ fn a_failing_purge_is_retried_with_backoff_then_given_up_and_counted() {
     });
     assert!(failed(&h), "{}", h.driver.metrics().render_text());
     assert!(busy.exists(), "what could not be removed is left");
+}
+
+/// L16: a launch that panics is its run's launch failure (Trainyard's own: the job is
+/// retried), never the end of a launch thread: as many panics as there are launch
+/// threads (2) leave the pool launching.
+#[test]
+fn l16_a_panicking_launch_is_a_launch_failure_and_the_pool_lives_on() {
+    let mut h = Harness::new(Script { panicking_launches: 2, ..Script::default() });
+    let id = h.create("true");
+    h.until("running after the retries", |h| {
+        h.clock.advance(1);
+        h.state(id) == "JOB_STATE_RUNNING"
+    });
+    let job = h.job(id);
+    assert_eq!(job.attempt, 2, "each panic was a launch failure that retried the job (L16)");
+    let run = h.backend.any_run().unwrap();
+    h.backend.end(&run, Outcome::Exited { code: 0 });
+    h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
+    // The pool still launches.
+    let next = h.create("true");
+    h.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
 }
