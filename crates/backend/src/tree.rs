@@ -297,11 +297,11 @@ impl Drop for AsOwner {
 /// remove anything the tenant could not). A directory its owner made unwritable
 /// (`chmod 500`) is given back its owner's write bit first, as its owner.
 fn unlink_in(dir: BorrowedFd<'_>, name: &OsStr, flags: UnlinkatFlags) -> Result<(), Errno> {
-    let _owner = AsOwner::of(dir);
-    match unlinkat(&dir, name, flags) {
-        Err(Errno::EACCES | Errno::EPERM) if _owner.is_some() => {
+    let owner = AsOwner::of(dir);
+    match unlinkat(dir, name, flags) {
+        Err(Errno::EACCES | Errno::EPERM) if owner.is_some() => {
             nix::sys::stat::fchmod(dir, Mode::S_IRWXU)?;
-            unlinkat(&dir, name, flags)
+            unlinkat(dir, name, flags)
         }
         r => r,
     }
