@@ -42,6 +42,57 @@ pub enum Work {
     /// L21: the newest modification time under a job's checkpoint directory, bounded (see
     /// `paths::newest_mtime`); answered with `Report::CheckpointScanned`.
     ScanCheckpoints { job: u64, dir: Confined },
+    /// Tuning trials' metric files, read (a tenant's files: on the observing thread, never
+    /// the driver's); answered with `Report::TrialMetrics`.
+    ReadTrialMetrics(Vec<MetricRead>),
+}
+
+/// One trial's metric file to read: its study and trial, the file, the metrics asked for
+/// (the study's objective first), and when the trial's job started.
+pub struct MetricRead {
+    pub study: u64,
+    pub trial: String,
+    pub path: PathBuf,
+    pub ids: Vec<String>,
+    pub start_time: Option<Micros>,
+}
+
+/// What a trial job reported (cloudml-hypertune's metric file): (step, value) of the
+/// study's first objective, milliseconds from the job's start to each of those reports,
+/// and the series of each of its other metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrialMetrics {
+    pub primary: Vec<(i64, f64)>,
+    pub elapsed_ms: Vec<Option<u64>>,
+    pub others: Vec<(String, Vec<(i64, f64)>)>,
+}
+
+/// The largest metric file read.
+const METRIC_FILE_MAX: u64 = 16 << 20;
+
+/// Read and parse a trial's metric file (the trial's directory is its project's user's: no
+/// link, FIFO or endless file is followed or read through; bad lines are logged and
+/// skipped). Nothing readable: no measurement.
+pub fn read_trial_metrics(path: &std::path::Path, ids: &[String], start_time: Option<Micros>) -> TrialMetrics {
+    let Ok(text) = crate::identity::read_tenant_file(path, METRIC_FILE_MAX) else { return TrialMetrics::default() };
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut f = crate::study::read_metric_file(&text, &ids);
+    for (line, why) in f.bad {
+        tracing::warn!("{}: line {line} skipped: {why}", path.display());
+    }
+    // Milliseconds from the job's start (RUNNING) to each report.
+    let elapsed_ms = f.times.first().map_or_else(Vec::new, |times| {
+        times
+            .iter()
+            .map(|t| {
+                let (t, start) = ((*t)?, start_time?);
+                let ms = (t * 1e3 - start as f64 / 1e3).round();
+                (ms.is_finite() && ms >= 0.0).then_some(ms as u64)
+            })
+            .collect()
+    });
+    let others = ids.iter().skip(1).map(|id| id.to_string()).zip(f.series.drain(1..)).collect();
+    TrialMetrics { primary: f.series.pop().unwrap_or_default(), elapsed_ms, others }
 }
 
 /// A launch as the driver planned it.
@@ -113,6 +164,8 @@ pub enum Report {
     /// L21: what a checkpoint scan saw: the newest modification time (None when the
     /// directory could not be opened), the entries looked at, and whether the cap cut it.
     CheckpointScanned { job: u64, newest: Option<Micros>, entries: usize, truncated: bool },
+    /// What `Work::ReadTrialMetrics` read: (study, trial, metrics) of each file asked for.
+    TrialMetrics(Vec<(u64, String, TrialMetrics)>),
 }
 
 pub type ReportSink = Arc<dyn Fn(Report) + Send + Sync>;
@@ -160,8 +213,10 @@ impl Pool {
                 tracing::warn!("checkpoint scans: no descriptor table of their own: {e}");
             }
             for work in scan_rx {
-                if let Work::ScanCheckpoints { job, dir } = work {
-                    scanner_report(scan_checkpoints(job, &dir));
+                match work {
+                    Work::ScanCheckpoints { job, dir } => scanner_report(scan_checkpoints(job, &dir)),
+                    Work::ReadTrialMetrics(reads) => scanner_report(read_all_trial_metrics(reads)),
+                    _ => {}
                 }
             }
         }) {
@@ -175,6 +230,10 @@ impl Pool {
         };
         Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, backend, sink, report }
     }
+}
+
+fn read_all_trial_metrics(reads: Vec<MetricRead>) -> Report {
+    Report::TrialMetrics(reads.into_iter().map(|r| (r.study, r.trial, read_trial_metrics(&r.path, &r.ids, r.start_time))).collect())
 }
 
 /// L21: one bounded scan of a job's checkpoint directory.
@@ -263,6 +322,13 @@ impl Executor for Pool {
                     (self.report)(Report::CheckpointScanned { job, newest: None, entries: 0, truncated: false });
                 }
             }
+            Work::ReadTrialMetrics(_) => {
+                let sent = self.scans.as_ref().map(|tx| tx.lock().map(|tx| tx.send(work)));
+                if !matches!(sent, Some(Ok(Ok(())))) {
+                    // No observing thread: nothing was read this time.
+                    (self.report)(Report::TrialMetrics(Vec::new()));
+                }
+            }
             Work::Launch { .. } => {
                 // Never launched on the driver's thread: the launch waits in the queue
                 // for a launch thread (one is started if none runs).
@@ -305,7 +371,8 @@ impl Executor for Pool {
                     | Work::Purge { .. }
                     | Work::PurgeLogs { .. }
                     | Work::RemoveNetns { .. }
-                    | Work::ScanCheckpoints { .. } => return,
+                    | Work::ScanCheckpoints { .. }
+                    | Work::ReadTrialMetrics(_) => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -412,6 +479,7 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             }
         }
         Work::ScanCheckpoints { job, dir } => report(scan_checkpoints(job, &dir)),
+        Work::ReadTrialMetrics(reads) => report(read_all_trial_metrics(reads)),
     }
 }
 

@@ -168,6 +168,8 @@ pub struct Driver {
     pipeline_events: Vec<(u64, crate::pipeline::Event)>,
     /// When trials' metric files were last read.
     last_metric_poll: Micros,
+    /// A read of trials' metric files is under way (off this thread).
+    metric_read_in_flight: bool,
     /// Launches put off while the engine could not take them.
     later: Vec<launch::Later>,
     /// Purges that failed, by outbox entry: how many times, and when they are tried again
@@ -378,6 +380,7 @@ impl Driver {
             pipelines: BTreeMap::new(),
             pipeline_events: Vec::new(),
             last_metric_poll: 0,
+            metric_read_in_flight: false,
             later: Vec::new(),
             purge_tries: HashMap::new(),
             last_backend_poll: 0,
@@ -624,6 +627,7 @@ impl Driver {
         self.deadline_of.clear();
         self.studies.clear();
         self.study_events.clear();
+        self.metric_read_in_flight = false;
         self.later.clear();
         self.stops.clear();
         self.engine_reasons.clear();
@@ -775,6 +779,7 @@ impl Driver {
                 crate::executor::Report::Purged { seq, error: Some(error) } => self.purge_failed(seq, error, now)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 crate::executor::Report::CheckpointScanned { job, newest, .. } => self.checkpoint_scanned(job, newest, now)?,
+                crate::executor::Report::TrialMetrics(read) => self.trial_metrics_read(read),
                 other => self.stop_report(other, now),
             },
             Msg::NodeLost(node) => {

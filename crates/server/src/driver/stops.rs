@@ -88,7 +88,11 @@ impl Driver {
             Report::Killed { run } => (run, Ok((KILL_AGAIN, Step::Kill))),
             Report::StopFailed { run, error } => (run, Err((error, Step::Stop))),
             Report::KillFailed { run, error } => (run, Err((error, Step::Kill))),
-            Report::Launched { .. } | Report::LaunchLater { .. } | Report::Purged { .. } | Report::CheckpointScanned { .. } => return,
+            Report::Launched { .. }
+            | Report::LaunchLater { .. }
+            | Report::Purged { .. }
+            | Report::CheckpointScanned { .. }
+            | Report::TrialMetrics(_) => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
         t.next = Some(match next {

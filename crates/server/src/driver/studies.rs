@@ -5,7 +5,6 @@
 use super::*;
 
 /// The most of a trial's metric file read at once (a report line is about 100 bytes).
-const METRIC_FILE_MAX: u64 = 16 << 20;
 
 impl Driver {
     /// L23 for studies: load the live ones, link trials to the jobs created for them, and
@@ -242,33 +241,21 @@ impl Driver {
         self.metric_file_of(job, "workerpool0-0")
     }
 
-    /// What a trial job reported (its primary replica's metric file): (step, value) of the
-    /// study's first objective, and of each of its other metrics.
+    /// What a trial job reported (its primary replica's metric file), read now: for the
+    /// trial's end (its final measurements).
     pub(super) fn trial_metrics(&self, job: &Job) -> TrialMetrics {
-        let Some(link) = &job.trial else { return TrialMetrics::default() };
-        let Some(cfg) = self.studies.get(&link.study).map(|l| &l.cfg) else { return TrialMetrics::default() };
-        let mut ids: Vec<&str> = vec![cfg.metric_id.as_str()];
-        ids.extend(cfg.others.iter().map(|o| o.0.as_str()));
-        let path = self.metric_file(job.id);
-        // The trial's directory is its project's user's: no link, FIFO or endless file.
-        let Ok(text) = crate::identity::read_tenant_file(&path, METRIC_FILE_MAX) else { return TrialMetrics::default() };
-        let mut f = study::read_metric_file(&text, &ids);
-        for (line, why) in f.bad {
-            tracing::warn!("{}: line {line} skipped: {why}", path.display());
+        match self.metric_read(job, String::new()) {
+            Some(r) => crate::executor::read_trial_metrics(&r.path, &r.ids, r.start_time),
+            None => TrialMetrics::default(),
         }
-        // Milliseconds from the job's start (RUNNING) to each report.
-        let elapsed_ms = f.times.first().map_or_else(Vec::new, |times| {
-            times
-                .iter()
-                .map(|t| {
-                    let (t, start) = ((*t)?, job.start_time?);
-                    let ms = (t * 1e3 - start as f64 / 1e3).round();
-                    (ms.is_finite() && ms >= 0.0).then_some(ms as u64)
-                })
-                .collect()
-        });
-        let others = ids.iter().skip(1).map(|id| id.to_string()).zip(f.series.drain(1..)).collect();
-        TrialMetrics { primary: f.series.pop().unwrap_or_default(), elapsed_ms, others }
+    }
+
+    /// The read of a trial job's metric file (None: not a trial of a live study).
+    fn metric_read(&self, job: &Job, trial: String) -> Option<crate::executor::MetricRead> {
+        let link = job.trial.as_ref()?;
+        let cfg = &self.studies.get(&link.study)?.cfg;
+        let ids = std::iter::once(cfg.metric_id.clone()).chain(cfg.others.iter().map(|o| o.0.clone())).collect();
+        Some(crate::executor::MetricRead { study: link.study, trial, path: self.metric_file(job.id), ids, start_time: job.start_time })
     }
 
     /// The event of a trial job that ended.
@@ -284,33 +271,42 @@ impl Driver {
         }
     }
 
-    /// Intermediate measurements of running trials (early stopping).
+    /// Intermediate measurements of running trials (early stopping): their metric files
+    /// are read about once a second on the executor's observing thread (a tenant's files
+    /// never stall the driver), one read at a time; see [`Driver::trial_metrics_read`].
     pub(super) fn poll_trial_metrics(&mut self, now: Micros) {
-        if self.studies.is_empty() || now - self.last_metric_poll < 1_000_000 {
+        if self.studies.is_empty() || self.metric_read_in_flight || now - self.last_metric_poll < 1_000_000 {
             return;
         }
         self.last_metric_poll = now;
-        let mut events = Vec::new();
-        for (id, ls) in &self.studies {
+        let mut reads = Vec::new();
+        for ls in self.studies.values() {
             for t in ls.study.trials.iter().filter(|t| t.state == study::TrialState::Active) {
                 let Some(j) = t.custom_job.and_then(|j| self.jobs.get(&j)) else { continue };
-                let m = self.trial_metrics(&j.job);
-                if m.primary != t.measurements {
-                    events.push((*id, study::Event::Measurements { trial: t.id.clone(), measurements: m.primary, elapsed_ms: m.elapsed_ms }));
-                }
+                reads.extend(self.metric_read(&j.job, t.id.clone()));
             }
         }
-        self.study_events.extend(events);
+        if !reads.is_empty() {
+            self.metric_read_in_flight = true;
+            self.exec.submit(crate::executor::Work::ReadTrialMetrics(reads));
+        }
+    }
+
+    /// What the observing thread read: a measurement that changed is the study's event
+    /// (for trials still active: one that ended meanwhile had its final read at its end).
+    pub(super) fn trial_metrics_read(&mut self, read: Vec<(u64, String, TrialMetrics)>) {
+        self.metric_read_in_flight = false;
+        for (id, trial, m) in read {
+            let Some(ls) = self.studies.get(&id) else { continue };
+            let Some(t) = ls.study.trials.iter().find(|t| t.id == trial && t.state == study::TrialState::Active) else { continue };
+            if m.primary != t.measurements {
+                self.study_events.push((id, study::Event::Measurements { trial, measurements: m.primary, elapsed_ms: m.elapsed_ms }));
+            }
+        }
     }
 }
 
-/// What a trial job reported: see [`Driver::trial_metrics`].
-#[derive(Default)]
-pub(super) struct TrialMetrics {
-    pub primary: Vec<(i64, f64)>,
-    pub elapsed_ms: Vec<Option<u64>>,
-    pub others: Vec<(String, Vec<(i64, f64)>)>,
-}
+pub(super) use crate::executor::TrialMetrics;
 
 pub fn study_name(project: &str, region: &str, id: u64) -> String {
     format!("projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}")
