@@ -8,7 +8,8 @@
 //! - Stops and kills each run on a thread of their own: a stop may wait for a shim that is
 //!   still coming up, and an engine's stop command may block while its controller is
 //!   unreachable.
-//! - L21 checkpoint scans go to one scanner thread: a job's checkpoint directory is its
+//! - Observations of a job's files (L21 checkpoint scans, hang detection's latest writes,
+//!   trials' metric files) go to one observing thread: a job's checkpoint directory is its
 //!   own to fill (links, deep trees, millions of entries), so the scan is bounded (no
 //!   link followed, an entry and a depth cap) and never runs on the driver thread.
 //!
@@ -39,9 +40,12 @@ pub enum Work {
     PurgeLogs { dirs: Vec<PathBuf> },
     /// Remove the network namespaces of jobs that have ended.
     RemoveNetns { paths: Vec<PathBuf> },
-    /// L21: the newest modification time under a job's checkpoint directory, bounded (see
-    /// `paths::newest_mtime`); answered with `Report::CheckpointScanned`.
-    ScanCheckpoints { job: u64, dir: Confined },
+    /// What a job's tick decides on, read off the driver's thread: L21, the newest
+    /// modification time under its checkpoint directory, bounded (see
+    /// `paths::newest_mtime`); hang detection, each running replica's latest write (the
+    /// modification times of its files: its log, its metric file). Answered with
+    /// `Report::Observed`.
+    Observe { job: u64, checkpoints: Option<Confined>, activity: Vec<(String, Vec<PathBuf>)> },
     /// Tuning trials' metric files, read (a tenant's files: on the observing thread, never
     /// the driver's); answered with `Report::TrialMetrics`.
     ReadTrialMetrics(Vec<MetricRead>),
@@ -163,7 +167,10 @@ pub enum Report {
     Purged { seq: i64, error: Option<String> },
     /// L21: what a checkpoint scan saw: the newest modification time (None when the
     /// directory could not be opened), the entries looked at, and whether the cap cut it.
-    CheckpointScanned { job: u64, newest: Option<Micros>, entries: usize, truncated: bool },
+    /// What `Work::Observe` saw: the newest checkpoint write (None when there is none or
+    /// no scan was asked), the entries the scan looked at and whether its cap cut it, and
+    /// each replica's latest write it found.
+    Observed { job: u64, newest: Option<Micros>, entries: usize, truncated: bool, activity: Vec<(String, Micros)> },
     /// What `Work::ReadTrialMetrics` read: (study, trial, metrics) of each file asked for.
     TrialMetrics(Vec<(u64, String, TrialMetrics)>),
 }
@@ -214,7 +221,7 @@ impl Pool {
             }
             for work in scan_rx {
                 match work {
-                    Work::ScanCheckpoints { job, dir } => scanner_report(scan_checkpoints(job, &dir)),
+                    Work::Observe { job, checkpoints, activity } => scanner_report(observe(job, checkpoints.as_ref(), &activity)),
                     Work::ReadTrialMetrics(reads) => scanner_report(read_all_trial_metrics(reads)),
                     _ => {}
                 }
@@ -236,16 +243,29 @@ fn read_all_trial_metrics(reads: Vec<MetricRead>) -> Report {
     Report::TrialMetrics(reads.into_iter().map(|r| (r.study, r.trial, read_trial_metrics(&r.path, &r.ids, r.start_time))).collect())
 }
 
-/// L21: one bounded scan of a job's checkpoint directory.
-pub fn scan_checkpoints(job: u64, dir: &Confined) -> Report {
-    match crate::paths::newest_mtime(dir, crate::paths::SCAN_MAX_ENTRIES, crate::paths::SCAN_MAX_DEPTH) {
-        Some(scan) => {
-            if scan.truncated {
-                tracing::debug!("job {job}: checkpoint scan stopped at {} entries", scan.entries);
-            }
-            Report::CheckpointScanned { job, newest: scan.newest, entries: scan.entries, truncated: scan.truncated }
-        }
-        None => Report::CheckpointScanned { job, newest: None, entries: 0, truncated: false },
+/// What a job's tick decides on (see `Work::Observe`): a bounded scan of its checkpoint
+/// directory, and the latest modification time of each replica's files (looked at
+/// without following a link: a tenant's link to a busy file is no activity of its own).
+pub fn observe(job: u64, checkpoints: Option<&Confined>, activity: &[(String, Vec<PathBuf>)]) -> Report {
+    let scan = checkpoints.and_then(|dir| crate::paths::newest_mtime(dir, crate::paths::SCAN_MAX_ENTRIES, crate::paths::SCAN_MAX_DEPTH));
+    if scan.as_ref().is_some_and(|s| s.truncated) {
+        tracing::debug!("job {job}: checkpoint scan stopped at {} entries", scan.as_ref().map_or(0, |s| s.entries));
+    }
+    let activity = activity
+        .iter()
+        .filter_map(|(replica, files)| {
+            let newest = files
+                .iter()
+                .filter_map(|f| std::fs::symlink_metadata(f).ok()?.modified().ok())
+                .filter_map(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_micros().min(i64::MAX as u128) as Micros)
+                .max()?;
+            Some((replica.clone(), newest))
+        })
+        .collect();
+    match scan {
+        Some(scan) => Report::Observed { job, newest: scan.newest, entries: scan.entries, truncated: scan.truncated, activity },
+        None => Report::Observed { job, newest: None, entries: 0, truncated: false, activity },
     }
 }
 
@@ -316,10 +336,12 @@ fn launch_guarded(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, repo
 impl Executor for Pool {
     fn submit(&self, work: Work) {
         match work {
-            Work::ScanCheckpoints { job, .. } => {
+            Work::Observe { job, .. } => {
                 let sent = self.scans.as_ref().map(|tx| tx.lock().map(|tx| tx.send(work)));
                 if !matches!(sent, Some(Ok(Ok(())))) {
-                    (self.report)(Report::CheckpointScanned { job, newest: None, entries: 0, truncated: false });
+                    // No observing thread: nothing seen (the driver decides as when an
+                    // observation does not come in time).
+                    (self.report)(Report::Observed { job, newest: None, entries: 0, truncated: false, activity: Vec::new() });
                 }
             }
             Work::ReadTrialMetrics(_) => {
@@ -371,7 +393,7 @@ impl Executor for Pool {
                     | Work::Purge { .. }
                     | Work::PurgeLogs { .. }
                     | Work::RemoveNetns { .. }
-                    | Work::ScanCheckpoints { .. }
+                    | Work::Observe { .. }
                     | Work::ReadTrialMetrics(_) => return,
                 };
                 let spawned = std::thread::Builder::new()
@@ -478,7 +500,7 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
                 }
             }
         }
-        Work::ScanCheckpoints { job, dir } => report(scan_checkpoints(job, &dir)),
+        Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
         Work::ReadTrialMetrics(reads) => report(read_all_trial_metrics(reads)),
     }
 }

@@ -320,13 +320,18 @@ impl Driver {
             }
             self.deadlines.remove(&(t, id));
             self.deadline_of.remove(&id);
-            if let Some(dir) = self.checkpoint_scan_due(id, now) {
-                // L21: the warning waits for the job's checkpoint scan, which runs off this
-                // thread; at most SCAN_HOLD, then the tick goes on without it.
+            // What the tick decides on is read off this thread: L21, the checkpoint scan
+            // (the warning waits for it); hang detection, the replicas' latest writes. The
+            // tick waits at most SCAN_HOLD for it, then goes on: a replica whose writes
+            // could not be seen in time counts as active (no hang is declared on missing
+            // evidence).
+            let checkpoints = self.checkpoint_scan_due(id, now);
+            let activity = self.activity_files(id);
+            if checkpoints.is_some() || !activity.is_empty() {
                 match self.scans.get(&id).copied() {
                     None => {
                         self.scans.insert(id, now);
-                        self.exec.submit(crate::executor::Work::ScanCheckpoints { job: id, dir });
+                        self.exec.submit(crate::executor::Work::Observe { job: id, checkpoints, activity });
                         self.hold_deadline(id, now + SCAN_HOLD);
                         continue;
                     }
@@ -334,10 +339,14 @@ impl Driver {
                         self.hold_deadline(id, since + SCAN_HOLD);
                         continue;
                     }
-                    Some(_) => {}
+                    Some(_) => {
+                        self.scans.remove(&id);
+                        for (replica, _) in activity {
+                            self.apply(id, Event::Activity { replica, at: now }, now)?.ok();
+                        }
+                    }
                 }
             }
-            self.see_activity(id, now)?;
             self.apply(id, Event::Tick, now)?.ok();
             if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
                 self.reschedule = true;
@@ -349,33 +358,24 @@ impl Driver {
         Ok(())
     }
 
-    /// Hang detection: before a tick decides, the latest writes of each running replica
-    /// of a job that watches for hangs (its log file and its metric file, by their
-    /// modification times: two `stat`s).
-    pub(super) fn see_activity(&mut self, id: u64, now: Micros) -> Result<(), StoreError> {
-        let Some(live) = self.jobs.get(&id) else { return Ok(()) };
+    /// Hang detection: the files whose writes show that each running replica of a job that
+    /// watches for hangs is alive (its log file and its metric file), to be looked at
+    /// before a tick decides. Empty for other jobs.
+    pub(super) fn activity_files(&self, id: u64) -> Vec<(String, Vec<PathBuf>)> {
+        let Some(live) = self.jobs.get(&id) else { return Vec::new() };
         if live.job.policy.hang_after <= 0 {
-            return Ok(());
+            return Vec::new();
         }
         let data = &self.svc.cfg.data_dir;
-        let mut seen = Vec::new();
-        for r in live.job.replicas.iter().filter(|r| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. })) {
-            let run = RunId { job: id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
-            let files = [run_dir(data, &run).join(trainyard_backend::log::LOG_FILE), self.metric_file_of(id, &r.name)];
-            let newest = files
-                .iter()
-                .filter_map(|f| std::fs::metadata(f).ok()?.modified().ok())
-                .filter_map(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map(|d| d.as_micros().min(i64::MAX as u128) as Micros)
-                .max();
-            if let Some(at) = newest.filter(|at| r.activity.is_none_or(|a| *at > a)) {
-                seen.push((r.name.clone(), at.min(now)));
-            }
-        }
-        for (replica, at) in seen {
-            self.apply(id, Event::Activity { replica, at }, now)?.ok();
-        }
-        Ok(())
+        live.job
+            .replicas
+            .iter()
+            .filter(|r| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. }))
+            .map(|r| {
+                let run = RunId { job: id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
+                (r.name.clone(), vec![run_dir(data, &run).join(trainyard_backend::log::LOG_FILE), self.metric_file_of(id, &r.name)])
+            })
+            .collect()
     }
 
     /// L21: the checkpoint directory of a RUNNING job whose "no checkpoint" warning is
@@ -391,10 +391,17 @@ impl Driver {
 
     /// L21: a checkpoint scan's report: the newest write it saw (one in the future counts
     /// as now), then the tick that waited for it.
-    pub(super) fn checkpoint_scanned(&mut self, id: u64, newest: Option<Micros>, now: Micros) -> Result<(), StoreError> {
+    /// What an observation of a job's files saw (see `on_time`): the replicas' latest
+    /// writes and the newest checkpoint, then the tick that waited for them.
+    pub(super) fn observed(&mut self, id: u64, newest: Option<Micros>, activity: Vec<(String, Micros)>, now: Micros) -> Result<(), StoreError> {
         self.scans.remove(&id);
-        if !self.jobs.contains_key(&id) {
-            return Ok(());
+        let Some(live) = self.jobs.get(&id) else { return Ok(()) };
+        let known: Vec<(String, Option<Micros>)> = live.job.replicas.iter().map(|r| (r.name.clone(), r.activity)).collect();
+        for (replica, at) in activity {
+            let newer = known.iter().find(|(n, _)| *n == replica).is_some_and(|(_, a)| a.is_none_or(|a| at > a));
+            if newer {
+                self.apply(id, Event::Activity { replica, at: at.min(now) }, now)?.ok();
+            }
         }
         if let Some(at) = newest {
             self.apply(id, Event::CheckpointSeen { at: at.min(now) }, now)?.ok();
@@ -407,7 +414,7 @@ impl Driver {
         Ok(())
     }
 
-    /// Hold a job's timers until `at` (its checkpoint scan is under way).
+    /// Hold a job's timers until `at` (an observation of its files is under way).
     fn hold_deadline(&mut self, id: u64, at: Micros) {
         if let Some(old) = self.deadline_of.insert(id, at) {
             self.deadlines.remove(&(old, id));

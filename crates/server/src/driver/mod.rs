@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, PipelineState, Status, Timestamp};
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
@@ -202,7 +202,8 @@ pub struct Driver {
     watched_nodes: HashSet<String>,
     /// Live jobs per project (`limits.max_live_jobs_per_project`).
     live_per_project: HashMap<String, usize>,
-    /// L21: checkpoint scans under way (off this thread), by job, and when they were asked.
+    /// Observations of jobs' files under way (off this thread: L21 checkpoint scans, hang
+    /// detection's latest writes), by job, and when they were asked.
     scans: HashMap<u64, Micros>,
     /// A store error that a request was answered with: at the end of the turn the driver
     /// waits it out (`survive`) like any other.
@@ -778,7 +779,7 @@ impl Driver {
                 }
                 crate::executor::Report::Purged { seq, error: Some(error) } => self.purge_failed(seq, error, now)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
-                crate::executor::Report::CheckpointScanned { job, newest, .. } => self.checkpoint_scanned(job, newest, now)?,
+                crate::executor::Report::Observed { job, newest, activity, .. } => self.observed(job, newest, activity, now)?,
                 crate::executor::Report::TrialMetrics(read) => self.trial_metrics_read(read),
                 other => self.stop_report(other, now),
             },

@@ -91,7 +91,7 @@ impl Driver {
             Report::Launched { .. }
             | Report::LaunchLater { .. }
             | Report::Purged { .. }
-            | Report::CheckpointScanned { .. }
+            | Report::Observed { .. }
             | Report::TrialMetrics(_) => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
