@@ -1035,10 +1035,17 @@ class LogPane {
     this.loaded = (opts && opts.loaded) || (() => {});
     this.gen = 0;
     this.clear();
-    el.addEventListener("scroll", () => {
-      if (el.scrollHeight - el.scrollTop - el.clientHeight < 24) this.follow = true;
-      else if (el.scrollTop < this.autoTop - 4) this.follow = false;
-    }, { passive: true });
+    el.addEventListener("scroll", () => this.syncFollow(), { passive: true });
+  }
+  /**
+   * Whether the pane follows the newest line, from where it is now: at the bottom, it
+   * follows; moved up since the pane last scrolled itself, the reader reads. Asked again
+   * before lines are added: a scroll event may not have come yet.
+   */
+  syncFollow() {
+    const el = this.el;
+    if (el.scrollHeight - el.scrollTop - el.clientHeight < 24) this.follow = true;
+    else if (el.scrollTop < this.autoTop - 4) this.follow = false;
   }
   clear() {
     this.gen++;
@@ -1097,6 +1104,7 @@ class LogPane {
   }
   flush() {
     if (!this.queue.length) return;
+    this.syncFollow();
     const el = this.el;
     let batch = this.queue;
     this.queue = [];
@@ -1204,6 +1212,7 @@ class LogPane {
   /** Earlier lines above the oldest shown; the line in view stays where it is. */
   prepend(entries) {
     if (!entries.length) return;
+    this.syncFollow();
     const el = this.el;
     const anchor = this.follow ? null : this.lineInView();
     const first = this.chunks.length ? this.chunks[0].el : null;
