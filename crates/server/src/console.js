@@ -1801,9 +1801,10 @@ async function pipelinePage(pg, id) {
 // Nodes, the queue and quotas (the /v1/admin API; with tokens it needs a "*" token).
 
 /** A bar of allocated / capacity; `shared`: an overcommitted node (past 100% is normal). */
-/** GiB, as the storage_gb quota rows give them. */
+/** GiB, as the storage_gb quota rows give them (MiB below a hundredth of a GiB). */
 function gib(x) {
-  return `${Number(x).toFixed(2)} GiB`;
+  const g = Number(x);
+  return g > 0 && g < 0.01 ? `${(g * 1024).toFixed(2)} MiB` : `${g.toFixed(2)} GiB`;
 }
 function usage(used, cap, fmt, shared) {
   const u = Number(used) || 0, c = Number(cap) || 0;

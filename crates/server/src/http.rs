@@ -363,7 +363,15 @@ async fn with_storage_rows(state: &AppState, mut v: Value) -> Value {
     let region = state.storage.region_name();
     let rows = state.storage.usage_report().await;
     if let Some(list) = v.get_mut("quotas").and_then(Value::as_array_mut) {
-        let gib = |b: u64| format!("{:.3}", b as f64 / trainyard_core::catalog::GIB as f64);
+        // GiB with three decimals, or six where that would show a small size as zero.
+        let gib = |b: u64| {
+            let g = b as f64 / trainyard_core::catalog::GIB as f64;
+            if b > 0 && g < 0.001 {
+                format!("{g:.6}")
+            } else {
+                format!("{g:.3}")
+            }
+        };
         for (project, used, limit) in rows {
             let mut row = serde_json::json!({"project": project, "region": region, "metric": crate::config::STORAGE_QUOTA,
                 "inUse": gib(used), "inUseBytes": used.to_string(), "queued": "0"});
