@@ -116,15 +116,17 @@ impl JobCredentials {
         JobCredentials { key, live: RwLock::new(HashMap::new()) }
     }
 
-    fn job_mac(&self, job: u64, project: &str) -> String {
+    /// What a job's MAC is computed over: the job and its project.
+    fn job_message(job: u64, project: &str) -> Vec<u8> {
         let mut msg = job.to_be_bytes().to_vec();
         msg.extend_from_slice(project.as_bytes());
-        mac(&self.key, &msg).iter().map(|b| format!("{b:02x}")).collect()
+        msg
     }
 
     /// The credential of `job` of `project`.
     pub fn credential(&self, job: u64, project: &str) -> String {
-        format!("{JOB_CREDENTIAL_PREFIX}{job}.{}", self.job_mac(job, project))
+        let mac: String = mac(&self.key, &Self::job_message(job, project)).iter().map(|b| format!("{b:02x}")).collect();
+        format!("{JOB_CREDENTIAL_PREFIX}{job}.{mac}")
     }
 
     /// The job is live (its credential is accepted).
@@ -154,7 +156,13 @@ impl JobCredentials {
             // cannot be checked without the project, which is gone with the job.
             return Some(Bearer::Ended(job));
         };
-        if !constant_time_eq(self.job_mac(job, &project).as_bytes(), given.as_bytes()) {
+        // The MAC, as `credential` writes it (lowercase hex), checked in constant time
+        // (`verify_slice`).
+        let lowercase_hex = given.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+        let genuine = keyed(&self.key, &Self::job_message(job, &project))
+            .zip(crate::unhex(given).filter(|_| lowercase_hex))
+            .is_some_and(|(m, given)| hmac::Mac::verify_slice(m, &given).is_ok());
+        if !genuine {
             return Some(Bearer::Unknown);
         }
         Some(Bearer::Known(Cow::Owned(Grant {
@@ -167,20 +175,20 @@ impl JobCredentials {
     }
 }
 
-/// Comparison that takes the same time wherever the inputs differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// HMAC-SHA256 of `msg` under `key`, to finalize or verify (never None: HMAC takes keys
+/// of any length).
+fn keyed(key: &[u8], msg: &[u8]) -> Option<hmac::Hmac<Sha256>> {
+    use hmac::Mac;
+    let mut m = <hmac::Hmac<Sha256> as Mac>::new_from_slice(key).ok()?;
+    m.update(msg);
+    Some(m)
 }
 
 fn mac(key: &[u8], msg: &[u8]) -> [u8; 32] {
     use hmac::Mac;
-    // HMAC takes keys of any length: new_from_slice cannot fail.
-    match <hmac::Hmac<Sha256> as Mac>::new_from_slice(key) {
-        Ok(mut m) => {
-            m.update(msg);
-            m.finalize().into_bytes().into()
-        }
-        Err(_) => Sha256::digest([key, msg].concat()).into(),
+    match keyed(key, msg) {
+        Some(m) => m.finalize().into_bytes().into(),
+        None => Sha256::digest([key, msg].concat()).into(),
     }
 }
 

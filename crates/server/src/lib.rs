@@ -293,6 +293,7 @@ pub fn token_key(store: &mut Store) -> Result<Vec<u8>, trainyard_store::StoreErr
     Ok(key)
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+/// Bytes from lowercase or uppercase hex (None: not hex, or an odd length).
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
 }
