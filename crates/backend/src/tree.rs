@@ -62,9 +62,10 @@ pub fn tenant_priority() {
     }
 }
 
-/// Give the calling thread (at [`tenant_priority`]) a file descriptor table of its own, holding only the standard
-/// streams (`unshare(CLONE_FILES)`, then `close_range(3, ~0)` on that private copy), for a
-/// thread that opens directories of a tenant's tree (a purge, a scan, a walk).
+/// Give the calling thread (at [`tenant_priority`]) a file descriptor table of its own,
+/// holding only the standard streams (`unshare(CLONE_FILES)`, then `close_range(3, ~0)` on
+/// that private copy), for a thread that opens directories of a tenant's tree (a purge, a
+/// scan, a walk).
 ///
 /// Why: a process the server forks (a shim) gets a copy of the server's descriptors until
 /// its exec closes them. A directory the purge opened, unlinked and closed meanwhile then

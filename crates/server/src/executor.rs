@@ -71,7 +71,7 @@ pub struct TrialMetrics {
     pub others: Vec<(String, Vec<(i64, f64)>)>,
 }
 
-/// The largest metric file read.
+/// The most of a trial's metric file read at once (a report line is about 100 bytes).
 const METRIC_FILE_MAX: u64 = 16 << 20;
 
 /// Read and parse a trial's metric file (the trial's directory is its project's user's: no
@@ -165,8 +165,6 @@ pub enum Report {
     /// A deleted job's files are gone (or were never there), or, with `error`, some could
     /// not be removed (or the purge panicked): the driver tries again later.
     Purged { seq: i64, error: Option<String> },
-    /// L21: what a checkpoint scan saw: the newest modification time (None when the
-    /// directory could not be opened), the entries looked at, and whether the cap cut it.
     /// What `Work::Observe` saw: the newest checkpoint write (None when there is none or
     /// no scan was asked), the entries the scan looked at and whether its cap cut it, and
     /// each replica's latest write it found.
@@ -263,10 +261,8 @@ pub fn observe(job: u64, checkpoints: Option<&Confined>, activity: &[(String, Ve
             Some((replica.clone(), newest))
         })
         .collect();
-    match scan {
-        Some(scan) => Report::Observed { job, newest: scan.newest, entries: scan.entries, truncated: scan.truncated, activity },
-        None => Report::Observed { job, newest: None, entries: 0, truncated: false, activity },
-    }
+    let (newest, entries, truncated) = scan.map_or((None, 0, false), |s| (s.newest, s.entries, s.truncated));
+    Report::Observed { job, newest, entries, truncated, activity }
 }
 
 /// A launch thread on `queue`, counted in `launchers` while it runs.
@@ -336,19 +332,16 @@ fn launch_guarded(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, repo
 impl Executor for Pool {
     fn submit(&self, work: Work) {
         match work {
-            Work::Observe { job, .. } => {
+            Work::Observe { .. } | Work::ReadTrialMetrics(_) => {
+                // Without the observing thread, nothing is seen (for a tick, as when an
+                // observation does not come in time).
+                let nothing = match &work {
+                    Work::Observe { job, .. } => Report::Observed { job: *job, newest: None, entries: 0, truncated: false, activity: Vec::new() },
+                    _ => Report::TrialMetrics(Vec::new()),
+                };
                 let sent = self.scans.as_ref().map(|tx| tx.lock().map(|tx| tx.send(work)));
                 if !matches!(sent, Some(Ok(Ok(())))) {
-                    // No observing thread: nothing seen (the driver decides as when an
-                    // observation does not come in time).
-                    (self.report)(Report::Observed { job, newest: None, entries: 0, truncated: false, activity: Vec::new() });
-                }
-            }
-            Work::ReadTrialMetrics(_) => {
-                let sent = self.scans.as_ref().map(|tx| tx.lock().map(|tx| tx.send(work)));
-                if !matches!(sent, Some(Ok(Ok(())))) {
-                    // No observing thread: nothing was read this time.
-                    (self.report)(Report::TrialMetrics(Vec::new()));
+                    (self.report)(nothing);
                 }
             }
             Work::Launch { .. } => {

@@ -389,10 +389,9 @@ impl Driver {
         Some(self.output_base(live)?.join("checkpoints"))
     }
 
-    /// L21: a checkpoint scan's report: the newest write it saw (one in the future counts
-    /// as now), then the tick that waited for it.
     /// What an observation of a job's files saw (see `on_time`): the replicas' latest
-    /// writes and the newest checkpoint, then the tick that waited for them.
+    /// writes and the newest checkpoint (a write in the future counts as now), then the
+    /// tick that waited for them.
     pub(super) fn observed(&mut self, id: u64, newest: Option<Micros>, activity: Vec<(String, Micros)>, now: Micros) -> Result<(), StoreError> {
         self.scans.remove(&id);
         let Some(live) = self.jobs.get(&id) else { return Ok(()) };

@@ -229,6 +229,18 @@ fn venv_timeout(svc: &Services) -> std::time::Duration {
     std::time::Duration::from_secs(svc.cfg.replicas.venv_build_timeout_secs)
 }
 
+/// The job's venv `venvs/<job>` (built by its replicas, see `venv`): the project's user's
+/// with `run_as` (a grant), else made before the run starts.
+fn job_venv(data_dir: &Path, job: u64, run_as: Option<trainyard_backend::RunAs>, dirs: &mut Vec<Confined>, grants: &mut Vec<Grant>) -> PathBuf {
+    let rel = Path::new("venvs").join(job.to_string());
+    let path = data_dir.join(&rel);
+    match run_as {
+        Some(_) => grants.push(Grant::new(data_dir, &rel, 1)),
+        None => dirs.push(Confined { root: data_dir.to_path_buf(), rel }),
+    }
+    path
+}
+
 /// `[replicas] package_index`, for the builds of the job's venv.
 fn package_index(svc: &Services) -> Option<&str> {
     svc.cfg.replicas.package_index.as_deref()
@@ -601,21 +613,15 @@ pub(super) fn launch_plan(
             // PATH and a home and user base of the replica's: the host's Python and the
             // server user's home are never changed.
             if shim.argv.iter().any(|a| a.contains("pip")) {
-                let venv_rel = Path::new("venvs").join(job.id.to_string());
                 let home = data_dir.join(&run_rel).join("home");
-                if run_as.is_some() {
-                    grants.push(Grant::new(data_dir, &venv_rel, 1));
-                } else {
+                if run_as.is_none() {
                     dirs.push(Confined { root: data_dir.clone(), rel: run_rel.join("home") });
                 }
                 for (k, v) in [("HOME", home.clone()), ("PYTHONUSERBASE", home.join(".local"))] {
                     shim.env.retain(|(n, _)| n != k);
                     shim.env.push((k.to_string(), v.display().to_string()));
                 }
-                let venv = data_dir.join(&venv_rel);
-                if run_as.is_none() {
-                    dirs.push(Confined { root: data_dir.clone(), rel: venv_rel });
-                }
+                let venv = job_venv(data_dir, job.id, run_as, &mut dirs, &mut grants);
                 let program = std::mem::take(&mut shim.argv);
                 shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), package_index(svc), &[], crate::venv::Then::OnPath(program));
             }
@@ -632,13 +638,7 @@ pub(super) fn launch_plan(
                 package_exists(&path, uri, &job.project, &field)?;
                 packages.push(crate::venv::check_package(&path, i).map_err(|message| Outcome::StartError { message })?);
             }
-            let venv_rel = Path::new("venvs").join(job.id.to_string());
-            let venv = data_dir.join(&venv_rel);
-            if run_as.is_some() {
-                grants.push(Grant::new(data_dir, &venv_rel, 1));
-            } else {
-                dirs.push(Confined { root: data_dir.clone(), rel: venv_rel });
-            }
+            let venv = job_venv(data_dir, job.id, run_as, &mut dirs, &mut grants);
             let module = std::iter::once(p.python_module.clone()).chain(p.args.iter().cloned()).collect();
             shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), package_index(svc), &packages, crate::venv::Then::Module(module));
             Ok((shim, dirs, grants))

@@ -4,8 +4,6 @@
 
 use super::*;
 
-/// The most of a trial's metric file read at once (a report line is about 100 bytes).
-
 impl Driver {
     /// L23 for studies: load the live ones, link trials to the jobs created for them, and
     /// create the trial jobs that a crash kept from being created (never twice).
