@@ -856,3 +856,25 @@ fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
     assert_eq!(h.job.replicas[0].restart, 1);
     assert_eq!(h.job.replicas[0].hung_since, None, "the new run starts afresh");
 }
+
+/// L4 (quotas), storage: a running job of a project over its `storage_gb` is stopped
+/// (SIGTERM and the grace period, like any shutdown) and FAILED with RESOURCE_EXHAUSTED and
+/// the message, without a retry; a queued job of that project is failed at once.
+#[test]
+fn l4_storage_full_stops_a_running_job_and_fails_it_without_a_retry() {
+    let message = "The job was stopped: Project \"p\" stores 2.00 GiB of its storage limit of 1.00 GiB (storage_gb ...)";
+    let mut h = H::new(job(&[1]));
+    h.at(SECOND).place().start_all();
+    h.ev(Event::StorageFull { message: message.into() });
+    assert_eq!(h.stops(), 1);
+    assert_eq!(h.state(), State::Running, "stopping: not yet ended");
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Failed);
+    assert_eq!(h.error(), (code::RESOURCE_EXHAUSTED, message.to_string()));
+    assert_eq!(h.job.attempt, 0, "not retried");
+
+    let mut q = H::new(job(&[1]));
+    q.ev(Event::StorageFull { message: message.into() });
+    assert_eq!(q.state(), State::Failed);
+    assert_eq!(q.error().0, code::RESOURCE_EXHAUSTED);
+}
