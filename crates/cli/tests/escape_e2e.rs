@@ -696,3 +696,113 @@ fn a_package_build_runs_in_the_jobs_network_and_cgroup() {
     assert!(uid_of(&text) >= 200_000, "the build runs as the project's user:\n{text}");
     assert!(text.contains(":/ ") || text.contains(":/\n") || text.ends_with(":/"), "the build is in the replica's cgroup namespace:\n{text}");
 }
+
+/// A wheel of `name` 1.0 with one module of the same name holding `module`, and
+/// `requires` as its dependencies, written by the host's Python (a wheel is a zip).
+fn make_wheel(dir: &Path, name: &str, module: &str, requires: &[&str]) -> PathBuf {
+    let file = dir.join(format!("{name}-1.0-py3-none-any.whl"));
+    let script = r#"
+import sys, zipfile
+path, name, module = sys.argv[1], sys.argv[2], sys.argv[3]
+info = f"{name}-1.0.dist-info"
+meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in sys.argv[4:])
+files = {f"{name}.py": module, f"{info}/METADATA": meta,
+         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{info}/RECORD,,\n"
+with zipfile.ZipFile(path, "w") as z:
+    for f, text in files.items():
+        z.writestr(f, text)
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script, &file.display().to_string(), name, module])
+        .args(requires)
+        .status()
+        .expect("python3");
+    assert!(status.success(), "cannot make {}", file.display());
+    file
+}
+
+/// A package index on the host's loopback that serves `wheel` as project `project`, and
+/// the request lines it got.
+fn package_index(project: &str, wheel: PathBuf) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    let file = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    let project = project.to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                    break;
+                }
+            }
+            log.lock().unwrap().push(line.trim_end().to_string());
+            let path = line.split(' ').nth(1).unwrap_or("");
+            let (status, body, kind) = if path == format!("/simple/{project}/") {
+                ("200 OK", format!("<html><body><a href=\"/files/{file}\">{file}</a></body></html>").into_bytes(), "text/html")
+            } else if path == format!("/files/{file}") {
+                ("200 OK", std::fs::read(&wheel).unwrap(), "application/octet-stream")
+            } else {
+                ("404 Not Found", b"not here".to_vec(), "text/plain")
+            };
+            let mut conn = conn;
+            let _ = write!(conn, "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = conn.write_all(&body);
+        }
+    });
+    (port, seen)
+}
+
+/// With `network = "job"` and `[replicas] package_index` a URL, a package build in the
+/// job's namespace installs the package's dependency from that index (through the server's
+/// proxy socket), and the same way out reaches nothing else: a CONNECT or a request to the
+/// server's API through it is refused with 403, and the index is not reachable directly.
+#[test]
+fn a_job_network_build_reaches_the_package_index_and_nothing_else() {
+    if !is_root() {
+        trainyard_backend::skip_test("network namespaces need a root server");
+        return;
+    }
+    if skip_on_slurm("a job's network namespace is one host's") || skip_in_containers("a container builds in the engine's sandbox") {
+        return;
+    }
+    let wheels = tempfile::tempdir().unwrap();
+    let probe = make_wheel(wheels.path(), "trainyard_probe", "WHO = 'the index'\n", &[]);
+    let (index_port, seen) = package_index("trainyard-probe", probe);
+    let s = Server::start(&format!("[replicas]\nnetwork = \"job\"\npackage_index = \"http://127.0.0.1:{index_port}/simple\"\n"));
+    let task = format!(
+        "import os, socket, trainyard_probe\n\
+         print('probe from', trainyard_probe.WHO)\n\
+         sock = {sock:?}\n\
+         for what, req in (('connect-server', 'CONNECT 127.0.0.1:{server} HTTP/1.1'), ('get-server', 'GET http://127.0.0.1:{server}/healthz HTTP/1.1')):\n    \
+             c = socket.socket(socket.AF_UNIX); c.connect(sock); c.sendall((req + chr(13) + chr(10) + chr(13) + chr(10)).encode())\n    \
+             print(what, c.recv(200).split(b'\\r\\n')[0].decode())\n\
+         try:\n    socket.create_connection(('127.0.0.1', {index_port}), timeout=2).close(); print('REACHED index directly')\n\
+         except OSError:\n    print('DENIED index directly')\n",
+        sock = s.data_dir().join("package-index.sock").display().to_string(),
+        server = s.port,
+    );
+    let bucket = s.data_dir().join("storage/p/pkgs");
+    std::fs::create_dir_all(&bucket).unwrap();
+    make_wheel(&bucket, "trainer", &task, &["trainyard-probe"]);
+    let j = s.create("p", &json!({"displayName": "pkg", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+        "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": ["gs://pkgs/trainer-1.0-py3-none-any.whl"], "pythonModule": "trainer"}}]}}));
+    let done = s.wait_terminal(&name_of(&j), 180);
+    let log = s.logs_text(&name_of(&j));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    assert!(log.contains("probe from the index"), "{log}");
+    assert!(log.contains("connect-server HTTP/1.1 403") && log.contains("get-server HTTP/1.1 403"), "{log}");
+    assert!(log.contains("DENIED index directly"), "{log}");
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests.iter().any(|r| r.starts_with("GET /simple/trainyard-probe/ ")), "{requests:?}");
+}

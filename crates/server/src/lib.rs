@@ -10,6 +10,7 @@ pub mod executor;
 pub mod health;
 pub mod gpus;
 pub mod identity;
+pub mod index_proxy;
 pub mod http;
 pub mod jobspec;
 pub mod listen;
@@ -127,6 +128,13 @@ pub fn start(
              nothing else), bound in {}",
             dir.display()
         );
+        if let Some(index) = cfg.replicas.package_index.as_deref().and_then(index_proxy::Index::from_url) {
+            let shown = format!("{}:{}", index.host, index.port);
+            let socket = index_proxy::start(&cfg.data_dir, index).map_err(|e| {
+                StartError::Replicas(format!("[replicas] package_index: cannot serve {}: {e}", cfg.data_dir.join(index_proxy::SOCKET).display()))
+            })?;
+            tracing::info!("package builds in a job's network reach the package index {shown} only, through {}", socket.display());
+        }
     } else {
         tracing::info!("replicas' network: the host's ([replicas] network = \"host\")");
     }

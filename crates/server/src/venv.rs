@@ -32,13 +32,24 @@ pub enum Then {
     OnPath(Vec<String>),
 }
 
+/// Where the build finds packages.
+#[derive(Clone, Debug, Default)]
+pub struct PackageIndex<'a> {
+    /// `[replicas] package_index` (None: pip's own configuration).
+    pub url: Option<&'a str>,
+    /// The socket of the server's proxy to it ([`crate::index_proxy`]), for a build in a
+    /// job's network namespace.
+    pub proxy: Option<PathBuf>,
+}
+
 /// The replica's argv: [`BUILD_PROGRAM`] with the venv, the limit, the package index
-/// (`[replicas] package_index`), the packages, then the program.
-pub fn replica_argv(venv: &Path, limit: std::time::Duration, index: Option<&str>, packages: &[PathBuf], then: Then) -> Vec<String> {
+/// (`[replicas] package_index`) and its proxy, the packages, then the program.
+pub fn replica_argv(venv: &Path, limit: std::time::Duration, index: &PackageIndex, packages: &[PathBuf], then: Then) -> Vec<String> {
     let mut argv = vec!["python3".to_string(), "-c".into(), BUILD_PROGRAM.into()];
     argv.push(venv.display().to_string());
     argv.push(limit.as_secs().to_string());
-    argv.push(index.unwrap_or("").to_string());
+    argv.push(index.url.unwrap_or("").to_string());
+    argv.push(index.proxy.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
     argv.push(packages.len().to_string());
     argv.extend(packages.iter().map(|p| p.display().to_string()));
     let (mode, program) = match then {

@@ -4,9 +4,11 @@
 # which it is: in its cgroup (memory and task limits), mount and network namespaces, as
 # its user, and it is stopped with it.
 #
-# argv: VENV LIMIT_SECS INDEX N PACKAGE... MODE PROGRAM...
+# argv: VENV LIMIT_SECS INDEX PROXY N PACKAGE... MODE PROGRAM...
 #   INDEX: `[replicas] package_index`: "" (pip's own configuration), "none" (no index:
 #   only the packages given and what the host's Python has), or the index's URL.
+#   PROXY: "" or, in a job's network namespace, the server's socket that reaches the index
+#   (index_proxy.rs): pip gets it as an HTTP proxy on a loopback port forwarded to it.
 #   MODE "module": PROGRAM is MODULE ARG..., run as `VENV/bin/python3 -m MODULE ARG...`.
 #   MODE "path": PROGRAM is a command, run with VENV/bin first on PATH.
 # A build that fails or passes LIMIT_SECS (`[replicas] venv_build_timeout_secs`) is killed
@@ -19,9 +21,9 @@ import subprocess
 import sys
 import time
 
-venv, limit, index, count = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-packages = sys.argv[5 : 5 + count]
-mode, program = sys.argv[5 + count], sys.argv[6 + count :]
+venv, limit, index, proxy, count = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+packages = sys.argv[6 : 6 + count]
+mode, program = sys.argv[6 + count], sys.argv[7 + count :]
 ready = os.path.join(venv, ".trainyard-ready")
 deadline = time.monotonic() + limit
 child = None
@@ -67,6 +69,44 @@ def run(what, argv, env):
         fail(f"{what} failed (exit status {status})")
 
 
+def forward_to(path):
+    """A loopback port of the job's network whose connections go to the socket `path`."""
+    import socket
+    import threading
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+
+    def pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (dst, src):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def accept():
+        while True:
+            conn, _ = listener.accept()
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                up.connect(path)
+            except OSError:
+                conn.close()
+                up.close()
+                continue
+            threading.Thread(target=pump, args=(conn, up), daemon=True).start()
+            threading.Thread(target=pump, args=(up, conn), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener.getsockname()[1]
+
+
 def is_ready():
     try:
         return os.lstat(ready).st_mode & 0o170000 == 0o100000
@@ -82,6 +122,10 @@ def build():
         env["PIP_NO_INDEX"] = "1"
     elif index:
         env["PIP_INDEX_URL"] = index
+    if proxy and index and index != "none":
+        for k in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+            env.pop(k, None)
+        env["PIP_PROXY"] = f"http://127.0.0.1:{forward_to(proxy)}"
     lock = os.open(os.path.join(venv, ".trainyard-lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     # Another replica of the job may be building: wait for it, until the deadline.
     while True:

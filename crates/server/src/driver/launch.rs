@@ -241,9 +241,12 @@ fn job_venv(data_dir: &Path, job: u64, run_as: Option<trainyard_backend::RunAs>,
     path
 }
 
-/// `[replicas] package_index`, for the builds of the job's venv.
-fn package_index(svc: &Services) -> Option<&str> {
-    svc.cfg.replicas.package_index.as_deref()
+/// `[replicas] package_index`, for the builds of the job's venv, with the server's proxy
+/// to it when the build is in a job's network namespace.
+fn package_index(svc: &Services) -> crate::venv::PackageIndex<'_> {
+    let url = svc.cfg.replicas.package_index.as_deref();
+    let proxied = svc.cfg.replicas.network == crate::config::Network::Job && url.and_then(crate::index_proxy::Index::from_url).is_some();
+    crate::venv::PackageIndex { url, proxy: proxied.then(|| svc.cfg.data_dir.join(crate::index_proxy::SOCKET)) }
 }
 
 /// A `packageUris` entry that names no file is the user's (a StartError naming the URI and
@@ -623,7 +626,7 @@ pub(super) fn launch_plan(
                 }
                 let venv = job_venv(data_dir, job.id, run_as, &mut dirs, &mut grants);
                 let program = std::mem::take(&mut shim.argv);
-                shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), package_index(svc), &[], crate::venv::Then::OnPath(program));
+                shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), &package_index(svc), &[], crate::venv::Then::OnPath(program));
             }
             Ok((shim, dirs, grants))
         }
@@ -640,7 +643,7 @@ pub(super) fn launch_plan(
             }
             let venv = job_venv(data_dir, job.id, run_as, &mut dirs, &mut grants);
             let module = std::iter::once(p.python_module.clone()).chain(p.args.iter().cloned()).collect();
-            shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), package_index(svc), &packages, crate::venv::Then::Module(module));
+            shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), &package_index(svc), &packages, crate::venv::Then::Module(module));
             Ok((shim, dirs, grants))
         }
         (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
