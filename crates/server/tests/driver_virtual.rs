@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,10 +15,14 @@ use trainyard_server::driver::{Clock, Driver, Flow, Msg, Services};
 use trainyard_server::Config;
 use trainyard_store::Store;
 
-struct VirtualClock(AtomicI64);
+/// The time, and how many of the next reads of it panic (a defect on the driver's thread).
+struct VirtualClock(AtomicI64, AtomicU32);
 
 impl Clock for VirtualClock {
     fn now(&self) -> Micros {
+        if self.1.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            panic!("a read of the clock that panics (on purpose)");
+        }
         self.0.load(Ordering::SeqCst)
     }
 }
@@ -48,6 +52,7 @@ struct Script {
 
 #[derive(Default)]
 struct Calls {
+    adopts: u32,
     launches: u32,
     stops: u32,
     kills: u32,
@@ -116,7 +121,9 @@ impl Backend for FakeBackend {
         out
     }
 
-    fn adopt(&self, _run: RunId, _run_dir: PathBuf, _sink: EventSink) -> Result<(), BackendError> {
+    fn adopt(&self, run: RunId, _run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().adopts += 1;
+        self.sinks.lock().unwrap().insert(run, sink);
         Ok(())
     }
 
@@ -177,7 +184,7 @@ impl Harness {
         storage_usage: Arc::new(trainyard_server::storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone())),
             cfg,
         });
-        let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000)));
+        let clock = Arc::new(VirtualClock(AtomicI64::new(1_800_000_000_000_000), AtomicU32::new(0)));
         let store = Store::open(&db).unwrap();
         let b = backend.clone() as Arc<dyn Backend>;
         let (mut driver, tx) = Driver::with_parts(svc, store, clock.clone(), move |sink, report| {
@@ -511,6 +518,34 @@ fn l16_a_panicking_launch_is_a_launch_failure_and_the_pool_lives_on() {
     h.backend.end(&run, Outcome::Exited { code: 0 });
     h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
     // The pool still launches.
+    let next = h.create("true");
+    h.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
+}
+
+/// A panic on the driver's thread (here a read of the clock, three times in a row: the
+/// turn and two recoveries) does not end the driver: a request waiting meanwhile gets an
+/// answer (503, never left hanging), the health check says the driver is
+/// recovering, the live job is recovered from the store with its run adopted again (L23),
+/// and the driver goes on: the job ends by its run's exit and a new job runs.
+#[test]
+fn l23_a_panic_on_the_drivers_thread_is_recovered_from_the_store() {
+    let mut h = Harness::new(Script::default());
+    let id = h.create("true");
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    let adopts = h.backend.calls.lock().unwrap().adopts;
+    let health = h.driver.health();
+    let (reply, mut rx) = tokio::sync::oneshot::channel();
+    h.tx.send(Msg::Cancel { project: "p".into(), region: "us-central1".into(), id: 999, reply }).unwrap();
+    h.clock.1.store(3, Ordering::SeqCst);
+    assert_eq!(h.driver.guarded_turn(Duration::from_millis(20)).unwrap(), Flow::Continue);
+    assert_eq!(h.clock.1.load(Ordering::SeqCst), 0, "the turn and two recoveries panicked");
+    assert!(!matches!(rx.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty)), "the request is answered");
+    assert_eq!(health.unavailable(), None, "recovered");
+    assert!(h.backend.calls.lock().unwrap().adopts > adopts, "the live job's run was adopted again");
+    assert_eq!(h.state(id), "JOB_STATE_RUNNING");
+    let run = h.backend.any_run().unwrap();
+    h.backend.end(&run, Outcome::Exited { code: 0 });
+    h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
     let next = h.create("true");
     h.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
 }

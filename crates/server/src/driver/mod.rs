@@ -310,6 +310,15 @@ fn event_sink(tx: &Sender<Msg>) -> EventSink {
     })
 }
 
+/// What a panic said, for the log and the health check.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".into())
+}
+
 /// A store error as the API answers it: 503 with the reason while it may pass (a full
 /// disk), else an internal error.
 fn api_error(e: &StoreError) -> ApiError {
@@ -568,7 +577,7 @@ impl Driver {
     /// exits non-zero.
     pub fn run(mut self) -> Result<(), StoreError> {
         loop {
-            match self.turn(MAX_WAIT) {
+            match self.guarded_turn(MAX_WAIT) {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Stop) => return Ok(()),
                 Err(e) if e.is_transient() => {
@@ -580,6 +589,55 @@ impl Driver {
                     tracing::error!("the driver stops: {}", e.reason());
                     self.health.set(HealthState::Stopped(e.reason()));
                     return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One [`turn`](Self::turn), where a panic (a defect) does not end the driver: it is
+    /// logged (and counted by the process's hook, `trainyard_panics_total`), what is in
+    /// memory is dropped and recovered from the store as at a start (L23), and the driver
+    /// goes on. The turn's messages are lost with it: a request's reply is dropped (its
+    /// caller gets an error), and what a backend event or an executor report said is read
+    /// back by the recovery (runs adopted again, pending effects carried out again). A
+    /// recovery that panics too is tried again after a pause that doubles (up to 30 s),
+    /// answering requests with 503 meanwhile.
+    pub fn guarded_turn(&mut self, max_wait: Duration) -> Result<Flow, StoreError> {
+        let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.turn(max_wait)));
+        let payload = match turn {
+            Ok(r) => return r,
+            Err(payload) => payload,
+        };
+        let mut what = panic_text(payload.as_ref());
+        let mut delay = Duration::ZERO;
+        loop {
+            let reason = format!("the driver panicked ({what}); recovering its state from the store");
+            tracing::error!("{reason}");
+            self.health.set(HealthState::Degraded(reason.clone()));
+            let until = std::time::Instant::now() + delay;
+            loop {
+                while let Ok(msg) = self.rx.try_recv() {
+                    if refuse(msg, &reason) == Flow::Stop {
+                        return Ok(Flow::Stop);
+                    }
+                }
+                self.health.beat();
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(Duration::from_millis(100)));
+            }
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resync())) {
+                Ok(Ok(())) => {
+                    tracing::info!("the driver recovered from a panic and goes on");
+                    self.health.set(HealthState::Ok);
+                    return Ok(Flow::Continue);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(payload) => {
+                    what = panic_text(payload.as_ref());
+                    delay = (delay * 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
                 }
             }
         }
@@ -628,6 +686,9 @@ impl Driver {
         self.deadline_of.clear();
         self.studies.clear();
         self.study_events.clear();
+        self.pipelines.clear();
+        self.pipeline_events.clear();
+        self.fault.replace(None);
         self.metric_read_in_flight = false;
         self.later.clear();
         self.stops.clear();
