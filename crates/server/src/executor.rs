@@ -218,10 +218,24 @@ impl Pool {
                 tracing::warn!("checkpoint scans: no descriptor table of their own: {e}");
             }
             for work in scan_rx {
-                match work {
-                    Work::Observe { job, checkpoints, activity } => scanner_report(observe(job, checkpoints.as_ref(), &activity)),
-                    Work::ReadTrialMetrics(reads) => scanner_report(read_all_trial_metrics(reads)),
-                    _ => {}
+                // A panic (a defect) answers with nothing seen, so that the driver does
+                // not wait for the answer for ever, and the thread goes on.
+                let nothing_seen = match &work {
+                    Work::Observe { job, .. } => Some(Report::Observed { job: *job, newest: None, entries: 0, truncated: false, activity: Vec::new() }),
+                    Work::ReadTrialMetrics(_) => Some(Report::TrialMetrics(Vec::new())),
+                    _ => None,
+                };
+                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match work {
+                    Work::Observe { job, checkpoints, activity } => Some(observe(job, checkpoints.as_ref(), &activity)),
+                    Work::ReadTrialMetrics(reads) => Some(read_all_trial_metrics(reads)),
+                    _ => None,
+                }))
+                .unwrap_or_else(|_| {
+                    tracing::error!("an observation of jobs' files panicked; answered with nothing seen");
+                    nothing_seen
+                });
+                if let Some(r) = answer {
+                    scanner_report(r);
                 }
             }
         }) {

@@ -161,7 +161,7 @@ pub fn start(data_dir: &Path, index: Index) -> io::Result<PathBuf> {
                 continue;
             };
             {
-                let Ok(mut open) = open.lock() else { return };
+                let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
                 let n = open.entry(uid).or_default();
                 if *n >= PER_USER {
                     drop(open);
@@ -172,13 +172,10 @@ pub fn start(data_dir: &Path, index: Index) -> io::Result<PathBuf> {
             }
             let (index, open) = (Arc::clone(&index), Arc::clone(&open));
             let spawned = std::thread::Builder::new().name("index-conn".into()).spawn(move || {
+                // The connection is counted off however its thread ends, a panic included.
+                let _counted = Counted { open, uid };
                 if let Err(e) = serve_one(conn, &index) {
                     tracing::debug!("package index proxy: uid {uid}: {e}");
-                }
-                if let Ok(mut open) = open.lock() {
-                    if let Some(n) = open.get_mut(&uid) {
-                        *n -= 1;
-                    }
                 }
             });
             if let Err(e) = spawned {
@@ -187,6 +184,21 @@ pub fn start(data_dir: &Path, index: Index) -> io::Result<PathBuf> {
         }
     })?;
     Ok(path)
+}
+
+/// A user's open connection, counted off when dropped.
+struct Counted {
+    open: Arc<Mutex<HashMap<u32, usize>>>,
+    uid: u32,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.uid) {
+            *n -= 1;
+        }
+    }
 }
 
 fn refuse(mut conn: &UnixStream, why: &str) -> io::Result<()> {

@@ -232,7 +232,12 @@ pub fn start(
         // nvidia-smi may take a while: never on the driver's thread.
         let spawned = std::thread::Builder::new().name("gpu-health".into()).spawn(move || loop {
             std::thread::sleep(every);
-            if tx.send(Msg::GpusSeen(gpus::present())).is_err() {
+            // A check that panics (a defect) is skipped, not the end of the checks.
+            let Ok(seen) = std::panic::catch_unwind(gpus::present) else {
+                tracing::error!("GPUs: a health check panicked; tried again in {every:?}");
+                continue;
+            };
+            if tx.send(Msg::GpusSeen(seen)).is_err() {
                 return;
             }
         });

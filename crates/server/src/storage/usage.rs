@@ -192,8 +192,14 @@ pub fn watch(usage: std::sync::Arc<StorageUsage>, report: impl Fn(Vec<Full>) -> 
         }
         loop {
             std::thread::sleep(WATCH_EVERY);
-            if !report(usage.over()) {
-                return;
+            // A walk that panics (a defect) is skipped, not the end of the watching.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| usage.over())) {
+                Ok(full) => {
+                    if !report(full) {
+                        return;
+                    }
+                }
+                Err(_) => tracing::error!("storage limits: a walk of the namespaces panicked; tried again in {WATCH_EVERY:?}"),
             }
         }
     });
