@@ -4,8 +4,6 @@ use std::fmt;
 
 use serde_json::{json, Map, Value};
 
-use crate::types::Status;
-
 /// The canonical rpc codes (`google.rpc.Code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
@@ -250,15 +248,6 @@ impl ApiError {
         let mut outer = Map::new();
         outer.insert("error".into(), Value::Object(inner));
         Value::Object(outer)
-    }
-
-    /// As a `google.rpc.Status` (numeric rpc code), e.g. for a job's `error` field.
-    pub fn to_status(&self) -> Status {
-        Status {
-            code: self.code.number(),
-            message: self.message.clone(),
-            details: self.details.clone(),
-        }
     }
 }
 

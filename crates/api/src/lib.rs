@@ -1,8 +1,8 @@
 //! Wire types of the managed-training REST API (`v1`) that Trainyard speaks, with the
 //! proto3-JSON rules of that API and the structural validation done at create.
 //!
-//! - [`json`]: proto3-JSON helpers (int64 as strings, lenient int32/double input, enum
-//!   encoding, body parsing with the service's own error text).
+//! - [`json`]: proto3-JSON helpers (int64 as strings, lenient int32/double input, body
+//!   parsing with the service's own error text).
 //! - [`types`]: `CustomJob` and its parts, `Duration`, `Timestamp`, `Status`.
 //! - [`hptuning`]: `HyperparameterTuningJob`, `StudySpec`, `Trial`.
 //! - [`imageref`]: container image references (`[domain/]path[:tag][@digest]`).
@@ -10,7 +10,9 @@
 //! - [`vizier`]: the Vizier service's `Study` and its request and response messages.
 //! - [`error`]: [`ApiError`] and the rpc [`Code`]s.
 //! - [`validate`]: structural checks at create (catalog checks live elsewhere).
-//! - `schema` (feature `schema`): JSON Schema (schemars) of the wire forms, for OpenAPI.
+//! - [`enum_int`]: `enum-encoding=int`, enum names of a printed resource as numbers.
+//! - `schema` (feature `schema`): JSON Schema (schemars) of the wire forms, and
+//!   `components`: the schemas of every resource and message, for OpenAPI.
 //!
 //! Every resource struct denies unknown fields, accepts both lowerCamelCase and
 //! snake_case names on input and prints lowerCamelCase, omitting fields at their default.
@@ -141,6 +143,9 @@ macro_rules! proto_enum {
     };
 }
 
+#[cfg(feature = "schema")]
+pub mod components;
+pub mod enum_int;
 pub mod error;
 pub mod hptuning;
 pub mod imageref;
@@ -164,7 +169,8 @@ pub use hptuning::{
     TrialParameter, TrialState,
 };
 pub use imageref::{parse_image_reference, ImageRefError, ImageReference};
-pub use json::{encode_enums_as_int, ProtoEnum, UnknownEnumValue};
+pub use enum_int::encode_enums_as_int;
+pub use json::{ProtoEnum, UnknownEnumValue};
 pub use pipeline::{
     parse_training_pipeline, pipeline_custom_job, validate_training_pipeline, ListTrainingPipelinesResponse, PipelineState,
     TrainingPipeline, CUSTOM_TASK_DEFINITION,

@@ -12,8 +12,6 @@ use std::borrow::Cow;
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 
-use crate::types::{Duration, Timestamp};
-
 /// Pattern of an int64 printed as a decimal string.
 pub const INT64_PATTERN: &str = "^-?[0-9]+$";
 /// Pattern of a printed `google.protobuf.Duration`.
@@ -131,44 +129,6 @@ impl JsonSchema for NumberOrString {
     }
 }
 
-impl JsonSchema for Duration {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Duration".into()
-    }
-    fn schema_id() -> Cow<'static, str> {
-        "google.protobuf.Duration".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": DURATION_PATTERN,
-            "description": "A google.protobuf.Duration: seconds with up to 9 fractional digits and an \"s\" suffix, e.g. \"3600s\" or \"1.5s\".",
-        })
-    }
-}
-
-impl JsonSchema for Timestamp {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Timestamp".into()
-    }
-    fn schema_id() -> Cow<'static, str> {
-        "google.protobuf.Timestamp".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "format": "date-time",
-            "description": "A google.protobuf.Timestamp in RFC 3339, UTC, e.g. \"2026-11-29T10:00:00.123Z\".",
-        })
-    }
-}
-
 /// The schema of a proto enum: a string, one of its names.
 pub fn proto_enum_schema(proto_name: &str, names: Vec<&'static str>) -> Schema {
     json_schema!({
@@ -176,47 +136,4 @@ pub fn proto_enum_schema(proto_name: &str, names: Vec<&'static str>) -> Schema {
         "enum": names,
         "description": format!("{proto_name}, by name (a number is also accepted on input)."),
     })
-}
-
-/// The schemas of the API's resources and messages, generated from the wire types with
-/// schemars' OpenAPI 3.0 settings in the serialisation (output) contract, keyed by name.
-///
-/// References between them are `#/components/schemas/<name>`. The transforms of the
-/// OpenAPI 3.0 settings have been applied (`nullable` instead of `"null"` types, no
-/// boolean schemas, no `const`); a caller embedding them may still want to check for
-/// keywords its dialect rejects.
-pub fn component_schemas() -> serde_json::Map<String, serde_json::Value> {
-    use crate::hptuning::{HyperparameterTuningJob, ListHyperparameterTuningJobsResponse};
-    use crate::operation::{DeleteOperationMetadata, GenericOperationMetadata, Operation};
-    use crate::types::{CustomJob, ListCustomJobsResponse, Status};
-
-    let mut generator = schemars::generate::SchemaSettings::openapi3()
-        .for_serialize()
-        .with(|s| s.meta_schema = None)
-        .into_generator();
-    generator.subschema_for::<CustomJob>();
-    generator.subschema_for::<ListCustomJobsResponse>();
-    generator.subschema_for::<Operation>();
-    generator.subschema_for::<Status>();
-    generator.subschema_for::<DeleteOperationMetadata>();
-    generator.subschema_for::<GenericOperationMetadata>();
-    generator.subschema_for::<HyperparameterTuningJob>();
-    generator.subschema_for::<crate::pipeline::TrainingPipeline>();
-    generator.subschema_for::<crate::pipeline::ListTrainingPipelinesResponse>();
-    generator.subschema_for::<ListHyperparameterTuningJobsResponse>();
-    generator.subschema_for::<crate::vizier::Study>();
-    generator.subschema_for::<crate::vizier::ListStudiesResponse>();
-    generator.subschema_for::<crate::vizier::LookupStudyRequest>();
-    generator.subschema_for::<crate::vizier::SuggestTrialsRequest>();
-    generator.subschema_for::<crate::vizier::SuggestTrialsResponse>();
-    generator.subschema_for::<crate::vizier::SuggestTrialsMetadata>();
-    generator.subschema_for::<crate::vizier::AddTrialMeasurementRequest>();
-    generator.subschema_for::<crate::vizier::CompleteTrialRequest>();
-    generator.subschema_for::<crate::vizier::NameOnlyRequest>();
-    generator.subschema_for::<crate::vizier::CheckTrialEarlyStoppingStateResponse>();
-    generator.subschema_for::<crate::vizier::CheckTrialEarlyStoppingStateMetatdata>();
-    generator.subschema_for::<crate::vizier::ListTrialsResponse>();
-    generator.subschema_for::<crate::vizier::ListOptimalTrialsResponse>();
-    generator.subschema_for::<crate::hptuning::Trial>();
-    generator.take_definitions(true)
 }

@@ -789,6 +789,53 @@ pub fn parse_custom_job(body: &[u8]) -> Result<CustomJob, ApiError> {
     Ok(job)
 }
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Duration {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        "google.protobuf.Duration".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": crate::schema::DURATION_PATTERN,
+            "description": "A google.protobuf.Duration: seconds with up to 9 fractional digits and an \"s\" suffix, e.g. \"3600s\" or \"1.5s\".",
+        })
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Timestamp {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        "google.protobuf.Timestamp".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "format": "date-time",
+            "description": "A google.protobuf.Timestamp in RFC 3339, UTC, e.g. \"2026-11-29T10:00:00.123Z\".",
+        })
+    }
+}
+
+impl ApiError {
+    /// As a `google.rpc.Status` (numeric rpc code), e.g. for a job's `error` field.
+    pub fn to_status(&self) -> Status {
+        Status { code: self.code.number(), message: self.message.clone(), details: self.details.clone() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

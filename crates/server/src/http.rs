@@ -137,7 +137,7 @@ fn int_enums(common: &Common) -> Result<bool, ApiError> {
 fn json_response(value: impl serde::Serialize, ints: bool) -> ApiResult {
     let mut v = serde_json::to_value(value).map_err(internal)?;
     if ints {
-        trainyard_api::json::encode_enums_as_int(&mut v);
+        trainyard_api::encode_enums_as_int(&mut v);
     }
     Ok(([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
 }

@@ -33,7 +33,7 @@ const ERROR_STATUSES: &[(u16, &str)] = &[
 /// The OpenAPI 3.0.3 document.
 pub fn document() -> Value {
     let mut schemas = Map::new();
-    for (name, mut schema) in trainyard_api::schema::component_schemas() {
+    for (name, mut schema) in trainyard_api::components::component_schemas() {
         to_openapi30(&mut schema);
         schemas.insert(name, schema);
     }

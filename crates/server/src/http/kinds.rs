@@ -343,7 +343,7 @@ mod tests {
     /// against that schema's fields).
     #[test]
     fn api_names_are_schemas() {
-        let schemas = trainyard_api::schema::component_schemas();
+        let schemas = trainyard_api::components::component_schemas();
         for name in [CustomJobs::API_NAME, TuningJobs::API_NAME, TrainingPipelines::API_NAME] {
             assert!(schemas.contains_key(name), "{name} is not a schema");
         }

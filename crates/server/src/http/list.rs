@@ -121,7 +121,7 @@ pub(super) fn read_token(key: &[u8], scope: &str, token: &str) -> Result<u64, Ap
 /// names.
 static RESOURCE_FIELDS: std::sync::LazyLock<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>> =
     std::sync::LazyLock::new(|| {
-        trainyard_api::schema::component_schemas()
+        trainyard_api::components::component_schemas()
             .into_iter()
             .filter_map(|(name, schema)| {
                 let fields = schema.get("properties")?.as_object()?.keys().cloned().collect();
