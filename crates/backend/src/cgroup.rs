@@ -512,6 +512,27 @@ impl ReplicaCgroup {
         flat_keyed_value(&text, "oom_kill")
     }
 
+    /// Memory in use: v2 `memory.current` / v1 `memory.usage_in_bytes` (None: unreadable).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.usage_in_bytes",
+            CgroupVersion::V2 => "memory.current",
+        };
+        read_file(&self.path.join(file)).ok()?.trim().parse().ok()
+    }
+
+    /// CPU time used, in seconds: v2 `cpu.stat` `usage_usec`. None on v1, whose memory
+    /// hierarchy does not account CPU.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        match self.version {
+            CgroupVersion::V1 => None,
+            CgroupVersion::V2 => {
+                let text = read_file(&self.path.join("cpu.stat")).ok()?;
+                flat_keyed_value(&text, "usage_usec").map(|us| us as f64 / 1e6)
+            }
+        }
+    }
+
     /// SIGKILLs every process in the cgroup and waits (bounded) until it is empty: v2
     /// `cgroup.kill` where the kernel has it, else reading `cgroup.procs` and killing each
     /// pid, again until none is left (a process may fork while we read).

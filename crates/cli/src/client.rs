@@ -753,16 +753,11 @@ fn labels(flags: &[String]) -> anyhow::Result<Value> {
     Ok(Value::Object(m))
 }
 
+/// A query value or path segment: everything but RFC 3986's unreserved characters escaped.
 fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    const UNRESERVED: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
 /// `machine-type=n1-standard-4,replica-count=1,container-image-uri=...` → a WorkerPoolSpec.
@@ -938,80 +933,6 @@ fn build_job(
         crate::jobfile::check(p, &job)?;
     }
     Ok(job)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_pool_spec_flag() {
-        let p = parse_pool("machine-type=n1-standard-4,replica-count=2,container-image-uri=img,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=2").unwrap();
-        assert_eq!(p["machineSpec"]["machineType"], "n1-standard-4");
-        assert_eq!(p["machineSpec"]["acceleratorType"], "NVIDIA_TESLA_T4");
-        assert_eq!(p["replicaCount"], "2");
-        assert_eq!(p["containerSpec"]["imageUri"], "img");
-        assert!(parse_pool("machine-type=x,replica-count=1").is_err());
-        assert!(parse_pool("machine-type=x,colour=blue,container-image-uri=i").unwrap_err().to_string().contains("colour"));
-    }
-
-    #[test]
-    fn build_job_without_a_pool_says_how_to_give_one() {
-        let e = build_job(Some("x".into()), &[], None, &[], &[], &[], &PathPolicy::Keep).unwrap_err().to_string();
-        assert!(e.contains("at least one worker pool") && e.contains("--worker-pool-spec=") && e.contains("--config"), "{e}");
-    }
-
-    #[test]
-    fn build_job_applies_args_command_labels() {
-        let j = build_job(
-            Some("n".into()),
-            &["machine-type=n1-standard-4,replica-count=1,container-image-uri=i".into()],
-            None,
-            &["--epochs".into(), "3".into()],
-            &["python3".into(), "t.py".into()],
-            &["team=nlp".into()],
-            &PathPolicy::Keep,
-        )
-        .unwrap();
-        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], json!(["python3", "t.py"]));
-        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"], json!(["--epochs", "3"]));
-        assert_eq!(j["labels"]["team"], "nlp");
-        let parsed = trainyard_api::parse_custom_job(j.to_string().as_bytes()).unwrap();
-        trainyard_api::validate_custom_job(&parsed).unwrap();
-    }
-
-    #[test]
-    fn local_servers() {
-        for s in ["http://127.0.0.1:8080", "http://localhost:8080/", "http://[::1]:8080", "https://127.0.0.2", "http://LOCALHOST", "http://u@127.0.0.1:1"] {
-            assert!(server_is_local(s), "{s}");
-        }
-        for s in ["http://10.0.0.1:8080", "http://trainyard.example.com", "http://[2001:db8::1]:80", "http://127.0.0.1.example.com"] {
-            assert!(!server_is_local(s), "{s}");
-        }
-    }
-
-    #[test]
-    fn best_trial_follows_the_goal() {
-        let mut study = json!({
-            "studySpec": {"metrics": [{"metricId": "loss", "goal": "MINIMIZE"}]},
-            "trials": [
-                {"id": "1", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.1}],
-                 "finalMeasurement": {"stepCount": "5", "metrics": [{"metricId": "loss", "value": 0.5}]}},
-                {"id": "2", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.01}],
-                 "finalMeasurement": {"stepCount": "5", "metrics": [{"metricId": "loss", "value": 0.2}]}},
-                {"id": "3", "state": "ACTIVE"},
-                {"id": "4", "state": "INFEASIBLE", "finalMeasurement": {"metrics": [{"metricId": "loss", "value": 0.0}]}}
-            ]
-        });
-        assert_eq!(best_trial(&study).unwrap().trial["id"], "2");
-        let lines = best_trial_summary(&study);
-        assert!(lines[0].starts_with("Best trial: 2 of 4 (MINIMIZE loss: loss = 0.2 at step 5)"), "{lines:?}");
-        assert_eq!(lines[1], "  lr = 0.01");
-        study["studySpec"]["metrics"][0]["goal"] = json!("MAXIMIZE");
-        assert_eq!(best_trial(&study).unwrap().trial["id"], "1");
-        study["trials"] = json!([]);
-        assert!(best_trial_summary(&study)[0].contains("none yet"));
-    }
 }
 
 #[derive(Subcommand)]
@@ -1334,4 +1255,78 @@ fn stream_study_logs(target: Target, job: &str, only: Option<String>, sel: LogSe
         bail!("the tuning job has no trial {o:?} with a CustomJob");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_pool_spec_flag() {
+        let p = parse_pool("machine-type=n1-standard-4,replica-count=2,container-image-uri=img,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=2").unwrap();
+        assert_eq!(p["machineSpec"]["machineType"], "n1-standard-4");
+        assert_eq!(p["machineSpec"]["acceleratorType"], "NVIDIA_TESLA_T4");
+        assert_eq!(p["replicaCount"], "2");
+        assert_eq!(p["containerSpec"]["imageUri"], "img");
+        assert!(parse_pool("machine-type=x,replica-count=1").is_err());
+        assert!(parse_pool("machine-type=x,colour=blue,container-image-uri=i").unwrap_err().to_string().contains("colour"));
+    }
+
+    #[test]
+    fn build_job_without_a_pool_says_how_to_give_one() {
+        let e = build_job(Some("x".into()), &[], None, &[], &[], &[], &PathPolicy::Keep).unwrap_err().to_string();
+        assert!(e.contains("at least one worker pool") && e.contains("--worker-pool-spec=") && e.contains("--config"), "{e}");
+    }
+
+    #[test]
+    fn build_job_applies_args_command_labels() {
+        let j = build_job(
+            Some("n".into()),
+            &["machine-type=n1-standard-4,replica-count=1,container-image-uri=i".into()],
+            None,
+            &["--epochs".into(), "3".into()],
+            &["python3".into(), "t.py".into()],
+            &["team=nlp".into()],
+            &PathPolicy::Keep,
+        )
+        .unwrap();
+        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], json!(["python3", "t.py"]));
+        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"], json!(["--epochs", "3"]));
+        assert_eq!(j["labels"]["team"], "nlp");
+        let parsed = trainyard_api::parse_custom_job(j.to_string().as_bytes()).unwrap();
+        trainyard_api::validate_custom_job(&parsed).unwrap();
+    }
+
+    #[test]
+    fn local_servers() {
+        for s in ["http://127.0.0.1:8080", "http://localhost:8080/", "http://[::1]:8080", "https://127.0.0.2", "http://LOCALHOST", "http://u@127.0.0.1:1"] {
+            assert!(server_is_local(s), "{s}");
+        }
+        for s in ["http://10.0.0.1:8080", "http://trainyard.example.com", "http://[2001:db8::1]:80", "http://127.0.0.1.example.com"] {
+            assert!(!server_is_local(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn best_trial_follows_the_goal() {
+        let mut study = json!({
+            "studySpec": {"metrics": [{"metricId": "loss", "goal": "MINIMIZE"}]},
+            "trials": [
+                {"id": "1", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.1}],
+                 "finalMeasurement": {"stepCount": "5", "metrics": [{"metricId": "loss", "value": 0.5}]}},
+                {"id": "2", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.01}],
+                 "finalMeasurement": {"stepCount": "5", "metrics": [{"metricId": "loss", "value": 0.2}]}},
+                {"id": "3", "state": "ACTIVE"},
+                {"id": "4", "state": "INFEASIBLE", "finalMeasurement": {"metrics": [{"metricId": "loss", "value": 0.0}]}}
+            ]
+        });
+        assert_eq!(best_trial(&study).unwrap().trial["id"], "2");
+        let lines = best_trial_summary(&study);
+        assert!(lines[0].starts_with("Best trial: 2 of 4 (MINIMIZE loss: loss = 0.2 at step 5)"), "{lines:?}");
+        assert_eq!(lines[1], "  lr = 0.01");
+        study["studySpec"]["metrics"][0]["goal"] = json!("MAXIMIZE");
+        assert_eq!(best_trial(&study).unwrap().trial["id"], "1");
+        study["trials"] = json!([]);
+        assert!(best_trial_summary(&study)[0].contains("none yet"));
+    }
 }

@@ -130,17 +130,9 @@ impl Replicas {
             if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') {
                 continue;
             }
-            let cg = base.join(&spec.cgroup_name);
-            let read = |f: &str| std::fs::read_to_string(cg.join(f)).ok();
-            let (memory, cpu) = match version {
-                1 => (read("memory.usage_in_bytes").and_then(|t| t.trim().parse().ok()), None),
-                _ => (
-                    read("memory.current").and_then(|t| t.trim().parse().ok()),
-                    read("cpu.stat")
-                        .and_then(|t| trainyard_backend::cgroup::flat_keyed_value(&t, "usage_usec"))
-                        .map(|us| us as f64 / 1e6),
-                ),
-            };
+            let Ok(version) = trainyard_backend::cgroup::CgroupVersion::from_number(version) else { continue };
+            let cg = trainyard_backend::cgroup::ReplicaCgroup::open(version, base.join(&spec.cgroup_name));
+            let (memory, cpu) = (cg.memory_bytes(), cg.cpu_seconds());
             let labels = ReplicaLabels { project, job: run.job.to_string(), replica: format!("{}-a{}-r{}", run.replica, run.attempt, run.restart) };
             out.push((labels, memory, cpu));
         }
