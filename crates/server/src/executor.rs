@@ -49,6 +49,11 @@ pub enum Work {
     /// Tuning trials' metric files, read (a tenant's files: on the observing thread, never
     /// the driver's); answered with `Report::TrialMetrics`.
     ReadTrialMetrics(Vec<MetricRead>),
+    /// Why these launched runs have not started yet, as the engine says (its controller
+    /// unreachable, a command that hangs): asked on the observing thread, never the
+    /// driver's, so that an engine that blocks stalls no request. Answered with
+    /// `Report::EngineReasons`.
+    EngineReasons(Vec<RunId>),
 }
 
 /// One trial's metric file to read: its study and trial, the file, the metrics asked for
@@ -171,6 +176,19 @@ pub enum Report {
     Observed { job: u64, newest: Option<Micros>, entries: usize, truncated: bool, activity: Vec<(String, Micros)> },
     /// What `Work::ReadTrialMetrics` read: (study, trial, metrics) of each file asked for.
     TrialMetrics(Vec<(u64, String, TrialMetrics)>),
+    /// What `Work::EngineReasons` heard: the runs the engine gave a reason for.
+    EngineReasons(Vec<(RunId, String)>),
+}
+
+/// The answer to an observation that could not be made (its thread is gone, or it
+/// panicked): nothing seen, so that the driver never waits for it for ever.
+fn nothing_seen(work: &Work) -> Option<Report> {
+    match work {
+        Work::Observe { job, .. } => Some(Report::Observed { job: *job, newest: None, entries: 0, truncated: false, activity: Vec::new() }),
+        Work::ReadTrialMetrics(_) => Some(Report::TrialMetrics(Vec::new())),
+        Work::EngineReasons(_) => Some(Report::EngineReasons(Vec::new())),
+        _ => None,
+    }
 }
 
 pub type ReportSink = Arc<dyn Fn(Report) + Send + Sync>;
@@ -212,27 +230,24 @@ impl Pool {
         }
         let (scan_tx, scan_rx) = std::sync::mpsc::channel::<Work>();
         let scanner_report = Arc::clone(&report);
+        let scanner_backend = Arc::clone(&backend);
         let scans = match std::thread::Builder::new().name("checkpoint-scan".into()).spawn(move || {
             // See `tree::private_descriptors`: the tenants' directories it opens stay its own.
             if let Err(e) = trainyard_backend::tree::private_descriptors() {
                 tracing::warn!("checkpoint scans: no descriptor table of their own: {e}");
             }
             for work in scan_rx {
-                // A panic (a defect) answers with nothing seen, so that the driver does
-                // not wait for the answer for ever, and the thread goes on.
-                let nothing_seen = match &work {
-                    Work::Observe { job, .. } => Some(Report::Observed { job: *job, newest: None, entries: 0, truncated: false, activity: Vec::new() }),
-                    Work::ReadTrialMetrics(_) => Some(Report::TrialMetrics(Vec::new())),
-                    _ => None,
-                };
-                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match work {
+                // A panic (a defect) answers with nothing seen, and the thread goes on.
+                let fallback = nothing_seen(&work);
+                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match work {
                     Work::Observe { job, checkpoints, activity } => Some(observe(job, checkpoints.as_ref(), &activity)),
                     Work::ReadTrialMetrics(reads) => Some(read_all_trial_metrics(reads)),
+                    Work::EngineReasons(runs) => Some(engine_reasons(scanner_backend.as_ref(), runs)),
                     _ => None,
                 }))
                 .unwrap_or_else(|_| {
-                    tracing::error!("an observation of jobs' files panicked; answered with nothing seen");
-                    nothing_seen
+                    tracing::error!("an observation (jobs' files, the engine's reasons) panicked; answered with nothing seen");
+                    fallback
                 });
                 if let Some(r) = answer {
                     scanner_report(r);
@@ -346,16 +361,15 @@ fn launch_guarded(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, repo
 impl Executor for Pool {
     fn submit(&self, work: Work) {
         match work {
-            Work::Observe { .. } | Work::ReadTrialMetrics(_) => {
+            Work::Observe { .. } | Work::ReadTrialMetrics(_) | Work::EngineReasons(_) => {
                 // Without the observing thread, nothing is seen (for a tick, as when an
                 // observation does not come in time).
-                let nothing = match &work {
-                    Work::Observe { job, .. } => Report::Observed { job: *job, newest: None, entries: 0, truncated: false, activity: Vec::new() },
-                    _ => Report::TrialMetrics(Vec::new()),
-                };
+                let nothing = nothing_seen(&work);
                 let sent = self.scans.as_ref().map(|tx| tx.lock().map(|tx| tx.send(work)));
                 if !matches!(sent, Some(Ok(Ok(())))) {
-                    (self.report)(nothing);
+                    if let Some(nothing) = nothing {
+                        (self.report)(nothing);
+                    }
                 }
             }
             Work::Launch { .. } => {
@@ -401,7 +415,8 @@ impl Executor for Pool {
                     | Work::PurgeLogs { .. }
                     | Work::RemoveNetns { .. }
                     | Work::Observe { .. }
-                    | Work::ReadTrialMetrics(_) => return,
+                    | Work::ReadTrialMetrics(_)
+                    | Work::EngineReasons(_) => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -509,7 +524,13 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
         }
         Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
         Work::ReadTrialMetrics(reads) => report(read_all_trial_metrics(reads)),
+        Work::EngineReasons(runs) => report(engine_reasons(backend.as_ref(), runs)),
     }
+}
+
+/// What the engine says of runs that have not started yet.
+fn engine_reasons(backend: &dyn Backend, runs: Vec<RunId>) -> Report {
+    Report::EngineReasons(runs.into_iter().filter_map(|run| backend.waiting_reason(&run).map(|why| (run, why))).collect())
 }
 
 /// The output logs (`log.jsonl`, `log.1.jsonl`) in `dir` and its directories `depth`

@@ -48,10 +48,13 @@ struct Script {
     stall: Option<Arc<(Mutex<bool>, std::sync::Condvar)>>,
     /// Launches that panic before one succeeds.
     panicking_launches: u32,
+    /// Every call (launch, stop, kill, adopt, waiting reason) first blocks this long.
+    block: Option<Duration>,
 }
 
 #[derive(Default)]
 struct Calls {
+    reasons: u32,
     adopts: u32,
     launches: u32,
     stops: u32,
@@ -85,8 +88,18 @@ impl FakeBackend {
     }
 }
 
+impl FakeBackend {
+    fn maybe_block(&self) {
+        let block = self.script.lock().unwrap().block;
+        if let Some(d) = block {
+            std::thread::sleep(d);
+        }
+    }
+}
+
 impl Backend for FakeBackend {
     fn launch(&self, runs: Vec<Launch>, sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+        self.maybe_block();
         let stall = self.script.lock().unwrap().stall.clone();
         if let Some(s) = stall {
             let (lock, cv) = &*s;
@@ -121,13 +134,21 @@ impl Backend for FakeBackend {
         out
     }
 
+    fn waiting_reason(&self, _run: &RunId) -> Option<String> {
+        self.calls.lock().unwrap().reasons += 1;
+        self.maybe_block();
+        Some("the controller does not answer".into())
+    }
+
     fn adopt(&self, run: RunId, _run_dir: PathBuf, sink: EventSink) -> Result<(), BackendError> {
+        self.maybe_block();
         self.calls.lock().unwrap().adopts += 1;
         self.sinks.lock().unwrap().insert(run, sink);
         Ok(())
     }
 
     fn stop(&self, run: &RunId, _run_dir: PathBuf) -> Result<(), BackendError> {
+        self.maybe_block();
         self.calls.lock().unwrap().stops += 1;
         let mut script = self.script.lock().unwrap();
         if script.refused_stops > 0 {
@@ -143,6 +164,7 @@ impl Backend for FakeBackend {
     }
 
     fn kill(&self, run: &RunId, _run_dir: PathBuf) -> Result<(), BackendError> {
+        self.maybe_block();
         self.calls.lock().unwrap().kills += 1;
         self.end(run, Outcome::Lost { message: "killed".into() });
         Ok(())
@@ -548,4 +570,29 @@ fn l23_a_panic_on_the_drivers_thread_is_recovered_from_the_store() {
     h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
     let next = h.create("true");
     h.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
+}
+
+/// The driver's thread only decides: with an engine whose every call blocks for 10 s
+/// (launches, stops, and the waiting reasons it is asked for about once a second while a
+/// job starts), creates and a cancel are still answered at once, far within one blocked
+/// call; the engine was asked for its reasons (off the driver's thread).
+#[test]
+fn the_driver_answers_while_every_engine_call_blocks() {
+    let block = Duration::from_secs(10);
+    let mut h = Harness::new(Script { block: Some(block), ..Script::default() });
+    let began = Instant::now();
+    let first = h.create("true");
+    let mut answered = Vec::new();
+    for _ in 0..5 {
+        // Reasons are asked about once a second (virtual time).
+        h.clock.advance(2);
+        let t = Instant::now();
+        h.create("true");
+        answered.push(t.elapsed());
+    }
+    h.cancel(first);
+    let took = began.elapsed();
+    assert!(took < block / 2, "answered while the engine blocks: {took:?} in all, creates {answered:?}");
+    assert!(h.backend.calls.lock().unwrap().reasons >= 1, "the engine was asked why the first job waits");
+    assert_eq!(h.state(first), "JOB_STATE_CANCELLING");
 }

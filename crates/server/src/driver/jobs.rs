@@ -431,15 +431,16 @@ impl Driver {
     /// Admission and placement for every job that waits (L3, L5, L15).
     /// Returns what deciding cost (µs), the writes that follow not counted.
     pub(super) fn schedule_round(&mut self, now: Micros) -> Result<Micros, StoreError> {
-        let began = std::time::Instant::now();
+        let began = self.clock.monotonic();
+        let elapsed = |clock: &dyn Clock| clock.monotonic().saturating_sub(began).as_micros() as Micros;
         let decisions = {
             let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
             if !live.iter().any(|j| j.wants_placement(now)) {
-                return Ok(began.elapsed().as_micros() as Micros);
+                return Ok(elapsed(self.clock.as_ref()));
             }
             schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &Hints::default())
         };
-        let cost = began.elapsed().as_micros() as Micros;
+        let cost = elapsed(self.clock.as_ref());
         let mut used: HashSet<String> = self
             .jobs
             .values()

@@ -177,10 +177,13 @@ pub struct Driver {
     purge_tries: HashMap<i64, launch::PurgeRetry>,
     /// When launching runs last asked the backend why they wait.
     last_backend_poll: Micros,
+    /// The engine is being asked why runs wait (off this thread).
+    engine_reasons_in_flight: bool,
     /// Scheduling rounds are coalesced: the next one runs no sooner than this (a few times
     /// the last round's cost after it), so that a long queue cannot make every event pay
-    /// for a whole round. Real time: this is a budget of the driver's CPU, not a rule.
-    next_round: std::time::Instant,
+    /// for a whole round. A monotonic reading of the clock: a budget of the driver's CPU,
+    /// not a rule.
+    next_round: Duration,
     /// Waiting reasons of the last round, for readers.
     waiting_view: Arc<WaitingView>,
     /// Waiting reasons given by the engine (launches it holds up), merged into the view.
@@ -219,7 +222,16 @@ pub struct Driver {
 
 /// Where the driver reads the time: the system clock, or a virtual one in tests.
 pub trait Clock: Send + Sync {
+    /// The wall clock: the time of rules (deadlines, backoffs, timestamps).
     fn now(&self) -> Micros;
+
+    /// A monotonic reading, for pacing and measuring the driver's own work (the cost of a
+    /// scheduling round, the pause after a panic), never a rule's time. By default the
+    /// process's monotonic clock since its first reading.
+    fn monotonic(&self) -> Duration {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed()
+    }
 }
 
 pub struct SystemClock;
@@ -394,7 +406,8 @@ impl Driver {
             later: Vec::new(),
             purge_tries: HashMap::new(),
             last_backend_poll: 0,
-            next_round: std::time::Instant::now(),
+            engine_reasons_in_flight: false,
+            next_round: Duration::ZERO,
             waiting_view: Arc::new(WaitingView::default()),
             engine_reasons: HashMap::new(),
             exec,
@@ -614,7 +627,7 @@ impl Driver {
             let reason = format!("the driver panicked ({what}); recovering its state from the store");
             tracing::error!("{reason}");
             self.health.set(HealthState::Degraded(reason.clone()));
-            let until = std::time::Instant::now() + delay;
+            let until = self.clock.monotonic() + delay;
             loop {
                 while let Ok(msg) = self.rx.try_recv() {
                     if refuse(msg, &reason) == Flow::Stop {
@@ -622,7 +635,7 @@ impl Driver {
                     }
                 }
                 self.health.beat();
-                let left = until.saturating_duration_since(std::time::Instant::now());
+                let left = until.saturating_sub(self.clock.monotonic());
                 if left.is_zero() {
                     break;
                 }
@@ -690,6 +703,7 @@ impl Driver {
         self.pipeline_events.clear();
         self.fault.replace(None);
         self.metric_read_in_flight = false;
+        self.engine_reasons_in_flight = false;
         self.later.clear();
         self.stops.clear();
         self.engine_reasons.clear();
@@ -721,7 +735,7 @@ impl Driver {
         }
         let mut wait = next.map_or(max_wait, |t| Duration::from_micros((t - self.now()).max(0) as u64).min(max_wait));
         if self.reschedule {
-            wait = wait.min(self.next_round.saturating_duration_since(std::time::Instant::now()));
+            wait = wait.min(self.next_round.saturating_sub(self.clock.monotonic()));
         }
         let starting = self.jobs.values().any(|l| matches!(l.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }));
         if !self.studies.is_empty() || starting {
@@ -773,13 +787,13 @@ impl Driver {
 
     /// A scheduling round if one is wanted and its time has come.
     fn maybe_schedule(&mut self, now: Micros) -> Result<(), StoreError> {
-        if !self.reschedule || std::time::Instant::now() < self.next_round {
+        if !self.reschedule || self.clock.monotonic() < self.next_round {
             return Ok(());
         }
         self.reschedule = false;
         let cost = self.schedule_round(now)?;
         // Deciding takes at most about a fifth of the driver's time, however long the queue.
-        self.next_round = std::time::Instant::now() + Duration::from_micros(4 * cost.max(0) as u64);
+        self.next_round = self.clock.monotonic() + Duration::from_micros(4 * cost.max(0) as u64);
         Ok(())
     }
 
@@ -842,6 +856,7 @@ impl Driver {
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 crate::executor::Report::Observed { job, newest, activity, .. } => self.observed(job, newest, activity, now)?,
                 crate::executor::Report::TrialMetrics(read) => self.trial_metrics_read(read),
+                crate::executor::Report::EngineReasons(heard) => self.engine_reasons_heard(heard, now)?,
                 other => self.stop_report(other, now),
             },
             Msg::NodeLost(node) => {

@@ -92,7 +92,8 @@ impl Driver {
             | Report::LaunchLater { .. }
             | Report::Purged { .. }
             | Report::Observed { .. }
-            | Report::TrialMetrics(_) => return,
+            | Report::TrialMetrics(_)
+            | Report::EngineReasons(_) => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
         t.next = Some(match next {

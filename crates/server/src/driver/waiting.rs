@@ -83,31 +83,47 @@ impl Driver {
     }
 
     /// Why launched replicas have not started yet, as the engine says (e.g. its controller
-    /// is unreachable): shown as the job's waiting reason and written to its log.
+    /// is unreachable): asked about once a second on the observing thread (an engine that
+    /// blocks never stalls this one), and shown as the job's waiting reason and written
+    /// to its log when the answer comes ([`Self::engine_reasons_heard`]).
     pub(super) fn poll_backend_reasons(&mut self, now: Micros) -> Result<(), StoreError> {
-        if now - self.last_backend_poll < 1_000_000 {
+        if self.engine_reasons_in_flight || now - self.last_backend_poll < 1_000_000 {
             return Ok(());
         }
         self.last_backend_poll = now;
-        let mut reasons = Vec::new();
-        for live in self.jobs.values() {
-            if !matches!(live.job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. }) {
-                continue;
-            }
-            let launching = live.job.replicas.iter().filter(|r| r.state == trainyard_core::job::ReplicaState::Launching);
-            for r in launching {
-                let run = RunId { job: live.job.id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
-                if let Some(reason) = self.svc.backend.waiting_reason(&run) {
-                    reasons.push((live.job.id, format!("Waiting for the execution engine: {reason}")));
-                    break;
-                }
-            }
-        }
-        for (id, reason) in reasons {
-            self.note_engine_waiting(id, reason, now)?;
+        let runs: Vec<RunId> = self.jobs.values().filter(|live| is_starting(&live.job)).flat_map(|live| launching(&live.job)).collect();
+        if !runs.is_empty() {
+            self.engine_reasons_in_flight = true;
+            self.exec.submit(crate::executor::Work::EngineReasons(runs));
         }
         Ok(())
     }
+
+    /// The engine's reasons for runs still launching: the first of each job still
+    /// starting that attempt becomes its waiting reason.
+    pub(super) fn engine_reasons_heard(&mut self, heard: Vec<(RunId, String)>, now: Micros) -> Result<(), StoreError> {
+        self.engine_reasons_in_flight = false;
+        let mut noted = std::collections::HashSet::new();
+        for (run, reason) in heard {
+            let still = self.jobs.get(&run.job).is_some_and(|live| is_starting(&live.job) && launching(&live.job).any(|r| r == run));
+            if still && noted.insert(run.job) {
+                self.note_engine_waiting(run.job, format!("Waiting for the execution engine: {reason}"), now)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_starting(job: &trainyard_core::Job) -> bool {
+    matches!(job.phase, Phase::Pending { wait: trainyard_core::job::Wait::Starting, .. })
+}
+
+/// The runs of a job's replicas that are launching.
+fn launching(job: &trainyard_core::Job) -> impl Iterator<Item = RunId> + '_ {
+    job.replicas
+        .iter()
+        .filter(|r| r.state == trainyard_core::job::ReplicaState::Launching)
+        .map(|r| RunId { job: job.id, attempt: job.attempt, replica: r.name.clone(), restart: r.restart })
 }
 
 /// A waiting reason as a log line citing its rule: quota L3, the engine L16, capacity L15.
