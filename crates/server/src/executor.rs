@@ -48,12 +48,17 @@ pub enum Work {
     Observe { job: u64, checkpoints: Option<Confined>, activity: Vec<(String, Vec<PathBuf>)> },
     /// Tuning trials' metric files, read (a tenant's files: on the observing thread, never
     /// the driver's); answered with `Report::TrialMetrics`.
-    ReadTrialMetrics(Vec<MetricRead>),
+    /// `periodic`: the driver's read of running trials (one at a time), else trials'
+    /// final reads at their jobs' ends.
+    ReadTrialMetrics { reads: Vec<MetricRead>, periodic: bool },
     /// Why these launched runs have not started yet, as the engine says (its controller
     /// unreachable, a command that hangs): asked on the observing thread, never the
     /// driver's, so that an engine that blocks stalls no request. Answered with
     /// `Report::EngineReasons`.
     EngineReasons(Vec<RunId>),
+    /// A tuning study's suggestion (a GP fit may take a while), on a thread of its own;
+    /// answered with `Report::Suggested`.
+    Suggest { study: u64, request: Box<crate::study::SuggestRequest> },
 }
 
 /// One trial's metric file to read: its study and trial, the file, the metrics asked for
@@ -64,6 +69,24 @@ pub struct MetricRead {
     pub path: PathBuf,
     pub ids: Vec<String>,
     pub start_time: Option<Micros>,
+    /// The trial's job ended so: this is its final read.
+    pub end: Option<TrialEnd>,
+}
+
+/// How a trial's job ended, for the study's `TrialEnded`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialEnd {
+    pub succeeded: bool,
+    pub error: Option<String>,
+}
+
+/// What was read of one trial's metric file.
+#[derive(Debug)]
+pub struct MetricsRead {
+    pub study: u64,
+    pub trial: String,
+    pub end: Option<TrialEnd>,
+    pub metrics: TrialMetrics,
 }
 
 /// What a trial job reported (cloudml-hypertune's metric file): (step, value) of the
@@ -174,10 +197,12 @@ pub enum Report {
     /// no scan was asked), the entries the scan looked at and whether its cap cut it, and
     /// each replica's latest write it found.
     Observed { job: u64, newest: Option<Micros>, entries: usize, truncated: bool, activity: Vec<(String, Micros)> },
-    /// What `Work::ReadTrialMetrics` read: (study, trial, metrics) of each file asked for.
-    TrialMetrics(Vec<(u64, String, TrialMetrics)>),
+    /// What `Work::ReadTrialMetrics` read, each file asked for in order.
+    TrialMetrics { reads: Vec<MetricsRead>, periodic: bool },
     /// What `Work::EngineReasons` heard: the runs the engine gave a reason for.
     EngineReasons(Vec<(RunId, String)>),
+    /// What `Work::Suggest` computed (an error: its message).
+    Suggested { study: u64, result: Result<Vec<trainyard_tuner::Assignment>, String> },
 }
 
 /// The answer to an observation that could not be made (its thread is gone, or it
@@ -185,7 +210,14 @@ pub enum Report {
 fn nothing_seen(work: &Work) -> Option<Report> {
     match work {
         Work::Observe { job, .. } => Some(Report::Observed { job: *job, newest: None, entries: 0, truncated: false, activity: Vec::new() }),
-        Work::ReadTrialMetrics(_) => Some(Report::TrialMetrics(Vec::new())),
+        // Nothing read, but a trial's end is still its end.
+        Work::ReadTrialMetrics { reads, periodic } => Some(Report::TrialMetrics {
+            reads: reads
+                .iter()
+                .map(|r| MetricsRead { study: r.study, trial: r.trial.clone(), end: r.end.clone(), metrics: TrialMetrics::default() })
+                .collect(),
+            periodic: *periodic,
+        }),
         Work::EngineReasons(_) => Some(Report::EngineReasons(Vec::new())),
         _ => None,
     }
@@ -241,7 +273,7 @@ impl Pool {
                 let fallback = nothing_seen(&work);
                 let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match work {
                     Work::Observe { job, checkpoints, activity } => Some(observe(job, checkpoints.as_ref(), &activity)),
-                    Work::ReadTrialMetrics(reads) => Some(read_all_trial_metrics(reads)),
+                    Work::ReadTrialMetrics { reads, periodic } => Some(read_all_trial_metrics(reads, periodic)),
                     Work::EngineReasons(runs) => Some(engine_reasons(scanner_backend.as_ref(), runs)),
                     _ => None,
                 }))
@@ -266,8 +298,12 @@ impl Pool {
     }
 }
 
-fn read_all_trial_metrics(reads: Vec<MetricRead>) -> Report {
-    Report::TrialMetrics(reads.into_iter().map(|r| (r.study, r.trial, read_trial_metrics(&r.path, &r.ids, r.start_time))).collect())
+fn read_all_trial_metrics(reads: Vec<MetricRead>, periodic: bool) -> Report {
+    let reads = reads
+        .into_iter()
+        .map(|r| MetricsRead { metrics: read_trial_metrics(&r.path, &r.ids, r.start_time), study: r.study, trial: r.trial, end: r.end })
+        .collect();
+    Report::TrialMetrics { reads, periodic }
 }
 
 /// What a job's tick decides on (see `Work::Observe`): a bounded scan of its checkpoint
@@ -361,7 +397,7 @@ fn launch_guarded(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, repo
 impl Executor for Pool {
     fn submit(&self, work: Work) {
         match work {
-            Work::Observe { .. } | Work::ReadTrialMetrics(_) | Work::EngineReasons(_) => {
+            Work::Observe { .. } | Work::ReadTrialMetrics { .. } | Work::EngineReasons(_) => {
                 // Without the observing thread, nothing is seen (for a tick, as when an
                 // observation does not come in time).
                 let nothing = nothing_seen(&work);
@@ -370,6 +406,13 @@ impl Executor for Pool {
                     if let Some(nothing) = nothing {
                         (self.report)(nothing);
                     }
+                }
+            }
+            Work::Suggest { study, request } => {
+                let report = Arc::clone(&self.report);
+                let spawned = std::thread::Builder::new().name(format!("suggest-{study}")).spawn(move || report(suggest(study, &request)));
+                if let Err(e) = spawned {
+                    (self.report)(Report::Suggested { study, result: Err(format!("cannot start a thread for the tuner: {e}")) });
                 }
             }
             Work::Launch { .. } => {
@@ -415,8 +458,9 @@ impl Executor for Pool {
                     | Work::PurgeLogs { .. }
                     | Work::RemoveNetns { .. }
                     | Work::Observe { .. }
-                    | Work::ReadTrialMetrics(_)
-                    | Work::EngineReasons(_) => return,
+                    | Work::ReadTrialMetrics { .. }
+                    | Work::EngineReasons(_)
+                    | Work::Suggest { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -523,9 +567,17 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             }
         }
         Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
-        Work::ReadTrialMetrics(reads) => report(read_all_trial_metrics(reads)),
+        Work::ReadTrialMetrics { reads, periodic } => report(read_all_trial_metrics(reads, periodic)),
         Work::EngineReasons(runs) => report(engine_reasons(backend.as_ref(), runs)),
+        Work::Suggest { study, request } => report(suggest(study, &request)),
     }
+}
+
+/// A study's suggestion; a tuner that panics (a defect) is an error of this suggestion.
+fn suggest(study: u64, request: &crate::study::SuggestRequest) -> Report {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request.run()))
+        .unwrap_or_else(|_| Err("the tuner panicked (see the server log)".into()));
+    Report::Suggested { study, result }
 }
 
 /// What the engine says of runs that have not started yet.

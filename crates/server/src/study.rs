@@ -1,9 +1,11 @@
 //! A HyperparameterTuningJob's study as a pure state machine: trials in, actions out.
 //!
 //! `step(study, config, event, now) -> (study, actions)`. Suggestions come from
-//! `trainyard_tuner::suggest` (pure, seeded), so a study replayed from its stored state
-//! makes the same decisions; each trial is a CustomJob run under the lifecycle rules, which
-//! the driver creates and reports on (actions and events).
+//! `trainyard_tuner::suggest_with` (pure, seeded), so a study replayed from its stored
+//! state makes the same decisions. They are computed off the driver's thread (a GP fit
+//! may take a while): `step` asks with [`Action::Suggest`], carrying the tuner's whole
+//! input, and the answer comes back as [`Event::Suggested`]. Each trial is a CustomJob run
+//! under the lifecycle rules, which the driver creates and reports on (actions and events).
 
 use std::collections::BTreeMap;
 
@@ -129,6 +131,10 @@ pub struct Study {
     pub start_time: Option<Micros>,
     pub trials: Vec<StudyTrial>,
     pub seed: u64,
+    /// A suggestion is being computed ([`Action::Suggest`]); not stored: a study read
+    /// back asks again.
+    #[serde(skip)]
+    pub suggesting: bool,
 }
 
 impl Study {
@@ -143,6 +149,7 @@ impl Study {
             start_time: None,
             trials: Vec::new(),
             seed: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED,
+            suggesting: false,
         }
     }
 
@@ -411,11 +418,41 @@ pub enum Event {
         elapsed_ms: Vec<Option<u64>>,
         others: Vec<(String, Vec<(i64, f64)>)>,
     },
+    /// What the tuner suggested for an [`Action::Suggest`] (an error: its message).
+    Suggested(Result<Vec<tuner::Assignment>, String>),
     Cancel,
+}
+
+/// A suggestion to compute: the tuner's whole input, so that it is computed off the
+/// driver's thread (a GP fit may take a while) with the same result as in place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SuggestRequest {
+    pub space: tuner::Space,
+    pub algorithm: tuner::Algorithm,
+    pub goal: tuner::Goal,
+    pub completed: Vec<tuner::Trial>,
+    pub pending: Vec<tuner::Assignment>,
+    pub count: usize,
+    pub seed: u64,
+    pub noise: tuner::Noise,
+}
+
+impl SuggestRequest {
+    /// The tuner's answer, as [`Event::Suggested`] carries it (a finite space that has
+    /// run out answers with none).
+    pub fn run(&self) -> Result<Vec<tuner::Assignment>, String> {
+        match tuner::suggest_with(&self.space, self.algorithm, self.goal, &self.completed, &self.pending, self.count, self.seed, self.noise) {
+            Ok(v) => Ok(v),
+            Err(tuner::TunerError::Exhausted) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
+    /// Compute a suggestion and answer with [`Event::Suggested`].
+    Suggest(Box<SuggestRequest>),
     /// Create the trial's CustomJob (the trial is already stored as REQUESTED).
     CreateTrialJob { trial: String },
     /// Stop a trial's CustomJob (early stopping, or the study ended).
@@ -536,6 +573,19 @@ pub fn step(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Resu
             }
         }
         Event::Advance => {}
+        Event::Suggested(result) => {
+            // The answer goes no further than its trials: the next event advances again
+            // (a space that has run out is not asked again and again).
+            s.suggesting = false;
+            if !s.is_terminal() {
+                match result {
+                    Ok(suggestions) => add_trials(&mut s, cfg, suggestions, now, &mut actions),
+                    Err(e) => actions.push(Action::Log(format!("The tuner failed ({e}); it is asked again at the next event."))),
+                }
+            }
+            s.update_time = now;
+            return Ok((s, actions));
+        }
     }
     if !s.is_terminal() {
         advance(&mut s, cfg, now, &mut actions)?;
@@ -614,38 +664,42 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
         return Ok(());
     }
     let ended = s.trials.iter().filter(|t| t.state.is_terminal()).count();
-    let finish = |s: &mut Study, actions: &mut Vec<Action>| {
-        if s.trials.iter().any(|t| t.state == TrialState::Succeeded) {
-            s.phase = StudyPhase::Succeeded { end: now };
-            actions.push(Action::Log("HyperparameterTuningJob completed successfully.".into()));
-        } else {
-            let message = "No trial succeeded: every trial was infeasible or failed.".to_string();
-            actions.push(Action::Log(format!("HyperparameterTuningJob failed: {message}")));
-            s.phase = StudyPhase::Failed { end: now, code: 9, message };
-        }
-    };
     if ended >= cfg.max_trials {
-        finish(s, actions);
+        finish(s, now, actions);
         return Ok(());
     }
     let room = cfg.parallel.saturating_sub(active.len()).min(cfg.max_trials - s.trials.len());
-    if room == 0 {
+    if room == 0 || s.suggesting {
         return Ok(());
     }
     let (completed, goal) = suggest_trials(s, cfg);
     let pending: Vec<tuner::Assignment> = active.iter().map(|t| assignment(&t.params)).collect();
-    let suggestions = match tuner::suggest_with(&cfg.space, cfg.algorithm, goal, &completed, &pending, room, s.seed, cfg.noise) {
-        Ok(v) => v,
-        Err(tuner::TunerError::Exhausted) => Vec::new(),
-        Err(e) => return Err(ApiError::internal(format!("the tuner failed: {e}"))),
-    };
-    if suggestions.is_empty() && active.is_empty() {
+    actions.push(Action::Suggest(Box::new(SuggestRequest {
+        space: cfg.space.clone(),
+        algorithm: cfg.algorithm,
+        goal,
+        completed,
+        pending,
+        count: room,
+        seed: s.seed,
+        noise: cfg.noise,
+    })));
+    s.suggesting = true;
+    Ok(())
+}
+
+/// The tuner's suggestions as trials (REQUESTED, their jobs to create), as many as there
+/// is room for now; none while no trial is active: the space has run out.
+fn add_trials(s: &mut Study, cfg: &StudyConfig, suggestions: Vec<tuner::Assignment>, now: Micros, actions: &mut Vec<Action>) {
+    let active = s.trials.iter().filter(|t| !t.state.is_terminal()).count();
+    if suggestions.is_empty() && active == 0 {
         // A finite grid ran out before maxTrialCount.
         actions.push(Action::Log("Every point of the search space has been tried.".into()));
-        finish(s, actions);
-        return Ok(());
+        finish(s, now, actions);
+        return;
     }
-    for a in suggestions {
+    let room = cfg.parallel.saturating_sub(active).min(cfg.max_trials.saturating_sub(s.trials.len()));
+    for a in suggestions.into_iter().take(room) {
         let id = (s.trials.len() + 1).to_string();
         let params: Vec<(String, ParamValue)> = a.iter().map(|(k, v)| (k.clone(), ParamValue::from_tuner(v))).collect();
         actions.push(Action::Log(format!(
@@ -670,7 +724,18 @@ fn advance(s: &mut Study, cfg: &StudyConfig, now: Micros, actions: &mut Vec<Acti
             elapsed_ms: Vec::new(),
         });
     }
-    Ok(())
+}
+
+/// The study's end when no more trials are to run: SUCCEEDED if one trial succeeded.
+fn finish(s: &mut Study, now: Micros, actions: &mut Vec<Action>) {
+    if s.trials.iter().any(|t| t.state == TrialState::Succeeded) {
+        s.phase = StudyPhase::Succeeded { end: now };
+        actions.push(Action::Log("HyperparameterTuningJob completed successfully.".into()));
+    } else {
+        let message = "No trial succeeded: every trial was infeasible or failed.".to_string();
+        actions.push(Action::Log(format!("HyperparameterTuningJob failed: {message}")));
+        s.phase = StudyPhase::Failed { end: now, code: 9, message };
+    }
 }
 
 /// What [`read_metric_file`] read.
@@ -779,6 +844,24 @@ pub fn trial_labels(study: u64) -> BTreeMap<String, String> {
     [("trainyard_study".to_string(), study.to_string())].into()
 }
 
+/// [`step`] with its suggestions computed in place, answered at once (tests, replays).
+#[cfg(test)]
+pub(crate) fn step_now(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Result<(Study, Vec<Action>), ApiError> {
+    let (mut s, actions) = step(study, cfg, event, now)?;
+    let mut out = Vec::new();
+    for a in actions {
+        match a {
+            Action::Suggest(request) => {
+                let (next, more) = step(&s, cfg, Event::Suggested(request.run()), now)?;
+                s = next;
+                out.extend(more);
+            }
+            a => out.push(a),
+        }
+    }
+    Ok((s, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -809,13 +892,13 @@ mod tests {
             elapsed_ms: Vec::new(),
             others: Vec::new(),
         };
-        step(s, c, ev, now).unwrap()
+        step_now(s, c, ev, now).unwrap()
     }
 
     #[test]
     fn runs_at_most_parallel_trials_and_ends_after_max() {
         let c = cfg(3, 2, 3);
-        let (s, a) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (s, a) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         assert_eq!(s.trials.len(), 2);
         assert_eq!(a.iter().filter(|x| matches!(x, Action::CreateTrialJob { .. })).count(), 2);
         let (s, a) = ended(&s, &c, "1", true, &[(1, 0.5), (2, 0.7)], 2);
@@ -830,10 +913,36 @@ mod tests {
         assert_eq!(s.trials.len(), 3, "never more than maxTrialCount");
     }
 
+    /// A suggestion is asked for, not computed by `step`: the request carries the tuner's
+    /// whole input, no other is asked while it is out, its answer makes the trials (as
+    /// many as there is room for), and a tuner's error is logged and asked again later.
+    #[test]
+    fn suggestions_are_asked_for_then_answered() {
+        let c = cfg(5, 2, 3);
+        let (s, a) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        assert!(s.suggesting && s.trials.is_empty(), "no trial before the answer");
+        let [Action::Suggest(request)] = a.as_slice() else { panic!("one request: {a:?}") };
+        assert_eq!(request.count, 2);
+        let (s, a) = step(&s, &c, Event::Advance, 2).unwrap();
+        assert!(a.is_empty(), "none asked while one is out: {a:?}");
+        let (s, a) = step(&s, &c, Event::Suggested(Err("singular matrix".into())), 3).unwrap();
+        assert!(!s.suggesting && s.trials.is_empty());
+        assert!(matches!(a.as_slice(), [Action::Log(l)] if l.contains("singular matrix")), "{a:?}");
+        let (s, a) = step(&s, &c, Event::Advance, 4).unwrap();
+        let [Action::Suggest(request)] = a.as_slice() else { panic!("asked again: {a:?}") };
+        let mut answer = request.run().unwrap();
+        answer.push(answer[0].clone());
+        let (s, a) = step(&s, &c, Event::Suggested(Ok(answer)), 5).unwrap();
+        assert_eq!(s.trials.len(), 2, "as many as there is room for");
+        assert_eq!(a.iter().filter(|x| matches!(x, Action::CreateTrialJob { .. })).count(), 2);
+        let stored: Study = serde_json::from_str(&serde_json::to_string(&Study { suggesting: true, ..s }).unwrap()).unwrap();
+        assert!(!stored.suggesting, "a study read back asks again");
+    }
+
     #[test]
     fn fails_after_too_many_failures() {
         let c = cfg(10, 3, 1);
-        let (s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         let mut s = s;
         for (i, t) in s.trials.iter_mut().enumerate() {
             t.custom_job = Some(100 + i as u64);
@@ -859,7 +968,7 @@ mod tests {
         assert_eq!(c.stopping, Some(tuner::StoppingRule::Convex { max_step: Some(100), min_step: None, min_measurements: 2 }));
         c.parallel = 4;
         c.algorithm = tuner::Algorithm::RandomSearch;
-        let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (mut s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         for (i, t) in s.trials.iter_mut().enumerate() {
             t.custom_job = Some(100 + i as u64);
             t.state = TrialState::Active;
@@ -868,7 +977,7 @@ mod tests {
             s = ended(&s, &c, trial, true, &[(10, 0.5), (50, 0.8), (100, 0.9 + 0.01 * i as f64)], 2 + i as Micros).0;
         }
         let slow = vec![(10, 0.4), (20, 0.405), (30, 0.41)];
-        let (s, a) = step(&s, &c, Event::Measurements { trial: "4".into(), measurements: slow.clone(), elapsed_ms: Vec::new() }, 10).unwrap();
+        let (s, a) = step_now(&s, &c, Event::Measurements { trial: "4".into(), measurements: slow.clone(), elapsed_ms: Vec::new() }, 10).unwrap();
         assert_eq!(s.trials[3].state, TrialState::Stopping);
         assert!(a.iter().any(|x| matches!(x, Action::StopTrialJob { custom_job: 103 })));
         let (s, _) = ended(&s, &c, "4", true, &slow, 11);
@@ -896,7 +1005,7 @@ mod tests {
         c.parallel = 4;
         c.algorithm = tuner::Algorithm::RandomSearch;
         let run = |c: &StudyConfig| {
-            let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), c, Event::Advance, 1).unwrap();
+            let (mut s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), c, Event::Advance, 1).unwrap();
             for (i, t) in s.trials.iter_mut().enumerate() {
                 t.custom_job = Some(100 + i as u64);
                 t.state = TrialState::Active;
@@ -910,10 +1019,10 @@ mod tests {
                     elapsed_ms: vec![Some(10_000), Some(50_000), Some(100_000)],
                     others: Vec::new(),
                 };
-                s = step(&s, c, ev, 2).unwrap().0;
+                s = step_now(&s, c, ev, 2).unwrap().0;
             }
             let ev = Event::Measurements { trial: "4".into(), measurements: vec![(1, 0.4), (2, 0.405), (3, 0.41)], elapsed_ms: vec![Some(10_000), Some(20_000), Some(30_000)] };
-            step(&s, c, ev, 10).unwrap().0
+            step_now(&s, c, ev, 10).unwrap().0
         };
         let s = run(&c);
         assert_eq!(s.trials[3].state, TrialState::Stopping, "by time: 30 s of 100 s, far too slow");
@@ -927,7 +1036,7 @@ mod tests {
     fn best_measurement_selection() {
         let mut c = cfg(1, 1, 1);
         c.best_measurement = true;
-        let (s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         let (s, _) = ended(&s, &c, "1", true, &[(1, 0.5), (2, 0.9), (3, 0.7)], 2);
         assert_eq!(s.trials[0].final_measurement, Some((2, 0.9)));
     }
@@ -935,12 +1044,12 @@ mod tests {
     #[test]
     fn cancel_stops_running_trials() {
         let c = cfg(4, 2, 4);
-        let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (mut s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         s.trials[0].custom_job = Some(7);
-        let (s, a) = step(&s, &c, Event::Cancel, 2).unwrap();
+        let (s, a) = step_now(&s, &c, Event::Cancel, 2).unwrap();
         assert!(matches!(s.phase, StudyPhase::Cancelled { .. }));
         assert!(a.contains(&Action::StopTrialJob { custom_job: 7 }));
-        assert!(step(&s, &c, Event::Cancel, 3).is_err());
+        assert!(step_now(&s, &c, Event::Cancel, 3).is_err());
     }
 
     /// Several metrics in a tuning job: the first objective is followed, the others are
@@ -972,12 +1081,12 @@ mod tests {
         let f = read_metric_file(text, &["accuracy", "memory_gb", "latency_ms"]);
         assert_eq!(f.series, vec![vec![(1, 0.5), (2, 0.7)], vec![(2, 12.0)], vec![(1, 30.0)]]);
         assert_eq!(f.bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![5], "only the line with none of the metrics");
-        let (mut s, _) = step(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        let (mut s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
         assert_eq!(s.trials.len(), 3);
         for (trial, acc, mem, lat) in [("1", 0.7, 12.0, 30.0), ("2", 0.9, 40.0, 10.0), ("3", 0.8, 16.0, 20.0)] {
             let others = vec![("memory_gb".to_string(), vec![(2, mem)]), ("latency_ms".to_string(), vec![(1, lat + 5.0), (2, lat), (3, 99.0)])];
             let ev = Event::TrialEnded { trial: trial.into(), succeeded: true, error: None, measurements: vec![(1, 0.5), (2, acc)], elapsed_ms: Vec::new(), others };
-            s = step(&s, &c, ev, 2).unwrap().0;
+            s = step_now(&s, &c, ev, 2).unwrap().0;
         }
         assert_eq!(s.trials[0].final_others, vec![("memory_gb".to_string(), 12.0), ("latency_ms".to_string(), 30.0)], "the values at step 2");
         let rendered = render_trials(&s, "accuracy", |j| j.to_string());
@@ -1157,8 +1266,8 @@ mod replay {
             let (mut a, mut b) = (s, back);
             for (k, e) in events.into_iter().enumerate() {
                 let now = 1000 + k as Micros;
-                let (sa, aa) = step(&a, &c, e.clone(), now).expect("the original steps");
-                let (sb, ab) = step(&b, &c, e, now).expect("the replay steps");
+                let (sa, aa) = step_now(&a, &c, e.clone(), now).expect("the original steps");
+                let (sb, ab) = step_now(&b, &c, e, now).expect("the replay steps");
                 // Debug shows each double exactly (shortest text that reads back to it).
                 prop_assert_eq!(format!("{aa:?}"), format!("{ab:?}"));
                 prop_assert_eq!(bits(&sa), bits(&sb));

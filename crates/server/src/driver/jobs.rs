@@ -283,8 +283,7 @@ impl Driver {
                 self.study_events.push((link.study, study::Event::TrialRunning { trial: link.trial.clone() }));
             }
             if after.is_terminal() {
-                let ended = self.trial_ended(link.trial, &job);
-                self.study_events.push((link.study, ended));
+                self.trial_ended(link.study, link.trial, &job);
             }
         }
         if let Some(live) = self.jobs.get_mut(&id) {

@@ -855,8 +855,9 @@ impl Driver {
                 crate::executor::Report::Purged { seq, error: Some(error) } => self.purge_failed(seq, error, now)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 crate::executor::Report::Observed { job, newest, activity, .. } => self.observed(job, newest, activity, now)?,
-                crate::executor::Report::TrialMetrics(read) => self.trial_metrics_read(read),
+                crate::executor::Report::TrialMetrics { reads, periodic } => self.trial_metrics_read(reads, periodic),
                 crate::executor::Report::EngineReasons(heard) => self.engine_reasons_heard(heard, now)?,
+                crate::executor::Report::Suggested { study, result } => self.study_events.push((study, study::Event::Suggested(result))),
                 other => self.stop_report(other, now),
             },
             Msg::NodeLost(node) => {

@@ -92,8 +92,9 @@ impl Driver {
             | Report::LaunchLater { .. }
             | Report::Purged { .. }
             | Report::Observed { .. }
-            | Report::TrialMetrics(_)
-            | Report::EngineReasons(_) => return,
+            | Report::TrialMetrics { .. }
+            | Report::EngineReasons(_)
+            | Report::Suggested { .. } => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
         t.next = Some(match next {

@@ -91,8 +91,7 @@ impl Driver {
                 .unwrap_or_default();
             for (trial, j) in ended {
                 if let Some(stored) = self.store.get_job_by_id(j)? {
-                    let ended = self.trial_ended(trial, &stored.job);
-                    self.study_events.push((id, ended));
+                    self.trial_ended(id, trial, &stored.job);
                 }
             }
             self.study_events.push((id, study::Event::Advance));
@@ -160,6 +159,7 @@ impl Driver {
                         tracing::error!("stopping trial job {custom_job}: {e}");
                     }
                 }
+                study::Action::Suggest(request) => self.exec.submit(crate::executor::Work::Suggest { study: id, request }),
                 study::Action::Log(_) => {}
             }
         }
@@ -239,33 +239,25 @@ impl Driver {
         self.metric_file_of(job, "workerpool0-0")
     }
 
-    /// What a trial job reported (its primary replica's metric file), read now: for the
-    /// trial's end (its final measurements).
-    pub(super) fn trial_metrics(&self, job: &Job) -> TrialMetrics {
-        match self.metric_read(job, String::new()) {
-            Some(r) => crate::executor::read_trial_metrics(&r.path, &r.ids, r.start_time),
-            None => TrialMetrics::default(),
-        }
-    }
-
     /// The read of a trial job's metric file (None: not a trial of a live study).
-    fn metric_read(&self, job: &Job, trial: String) -> Option<crate::executor::MetricRead> {
+    fn metric_read(&self, job: &Job, trial: String, end: Option<crate::executor::TrialEnd>) -> Option<crate::executor::MetricRead> {
         let link = job.trial.as_ref()?;
         let cfg = &self.studies.get(&link.study)?.cfg;
         let ids = std::iter::once(cfg.metric_id.clone()).chain(cfg.others.iter().map(|o| o.0.clone())).collect();
-        Some(crate::executor::MetricRead { study: link.study, trial, path: self.metric_file(job.id), ids, start_time: job.start_time })
+        Some(crate::executor::MetricRead { study: link.study, trial, path: self.metric_file(job.id), ids, start_time: job.start_time, end })
     }
 
-    /// The event of a trial job that ended.
-    pub(super) fn trial_ended(&self, trial: String, job: &Job) -> study::Event {
-        let m = self.trial_metrics(job);
-        study::Event::TrialEnded {
-            trial,
+    /// A trial's job ended: its metric file gets its final read on the observing thread,
+    /// whose answer is the study's `TrialEnded` ([`Driver::trial_metrics_read`]). A read
+    /// lost to a crash is asked again at the start (the trial is still active then).
+    pub(super) fn trial_ended(&mut self, study: u64, trial: String, job: &Job) {
+        let end = crate::executor::TrialEnd {
             succeeded: job.state() == trainyard_core::State::Succeeded,
             error: job.error().map(|e| e.message.clone()),
-            measurements: m.primary,
-            elapsed_ms: m.elapsed_ms,
-            others: m.others,
+        };
+        match self.metric_read(job, trial.clone(), Some(end.clone())) {
+            Some(read) => self.exec.submit(crate::executor::Work::ReadTrialMetrics { reads: vec![read], periodic: false }),
+            None => self.study_events.push((study, ended_event(trial, end, TrialMetrics::default()))),
         }
     }
 
@@ -281,26 +273,47 @@ impl Driver {
         for ls in self.studies.values() {
             for t in ls.study.trials.iter().filter(|t| t.state == study::TrialState::Active) {
                 let Some(j) = t.custom_job.and_then(|j| self.jobs.get(&j)) else { continue };
-                reads.extend(self.metric_read(&j.job, t.id.clone()));
+                reads.extend(self.metric_read(&j.job, t.id.clone(), None));
             }
         }
         if !reads.is_empty() {
             self.metric_read_in_flight = true;
-            self.exec.submit(crate::executor::Work::ReadTrialMetrics(reads));
+            self.exec.submit(crate::executor::Work::ReadTrialMetrics { reads, periodic: true });
         }
     }
 
-    /// What the observing thread read: a measurement that changed is the study's event
-    /// (for trials still active: one that ended meanwhile had its final read at its end).
-    pub(super) fn trial_metrics_read(&mut self, read: Vec<(u64, String, TrialMetrics)>) {
-        self.metric_read_in_flight = false;
-        for (id, trial, m) in read {
-            let Some(ls) = self.studies.get(&id) else { continue };
-            let Some(t) = ls.study.trials.iter().find(|t| t.id == trial && t.state == study::TrialState::Active) else { continue };
-            if m.primary != t.measurements {
-                self.study_events.push((id, study::Event::Measurements { trial, measurements: m.primary, elapsed_ms: m.elapsed_ms }));
+    /// What the observing thread read: a trial's final read is its `TrialEnded`; for
+    /// trials still active, a measurement that changed is the study's event.
+    pub(super) fn trial_metrics_read(&mut self, reads: Vec<crate::executor::MetricsRead>, periodic: bool) {
+        if periodic {
+            self.metric_read_in_flight = false;
+        }
+        for r in reads {
+            if let Some(end) = r.end {
+                self.study_events.push((r.study, ended_event(r.trial, end, r.metrics)));
+                continue;
+            }
+            let Some(ls) = self.studies.get(&r.study) else { continue };
+            let Some(t) = ls.study.trials.iter().find(|t| t.id == r.trial && t.state == study::TrialState::Active) else { continue };
+            if r.metrics.primary != t.measurements {
+                self.study_events.push((
+                    r.study,
+                    study::Event::Measurements { trial: r.trial, measurements: r.metrics.primary, elapsed_ms: r.metrics.elapsed_ms },
+                ));
             }
         }
+    }
+}
+
+/// The study's event of a trial whose job ended, with what its metric file said.
+fn ended_event(trial: String, end: crate::executor::TrialEnd, m: TrialMetrics) -> study::Event {
+    study::Event::TrialEnded {
+        trial,
+        succeeded: end.succeeded,
+        error: end.error,
+        measurements: m.primary,
+        elapsed_ms: m.elapsed_ms,
+        others: m.others,
     }
 }
 
