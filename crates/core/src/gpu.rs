@@ -8,9 +8,12 @@
 //! devices whose neighbours are already taken and a later large replica still finds a
 //! close set.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
+
+use crate::job::Job;
+use crate::step::{Effect, LogLine};
 
 /// One GPU as `nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id` reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -292,6 +295,57 @@ fn combinations(n: u64, k: u64) -> u64 {
     (0..k).fold(1u64, |acc, i| acc.saturating_mul(n - i) / (i + 1))
 }
 
+/// Which devices each replica that `effects` launch gets, on a node with an inventory
+/// (part of the transition's decision, committed with the launch, L23): a replica that
+/// keeps its node keeps its devices while they are free (a restart, L10, L11); one on a
+/// new node (L9), or whose devices are taken, gets a free set by [`choose`]. Said in the
+/// job's log. `held(node)`: the devices other jobs' live replicas hold there (and those
+/// gone from `nvidia-smi`). None free (the scheduler counted them free: only a replica
+/// still stopping can hold one) leaves the replica without devices, and its launch fails
+/// (L16) and is retried.
+pub fn assign_devices(job: &mut Job, effects: &mut Vec<Effect>, inventories: &BTreeMap<String, Inventory>, held: impl Fn(&str) -> HashSet<String>) {
+    let launched: Vec<(String, String)> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Launch { run, node } => Some((run.replica.clone(), node.clone())),
+            _ => None,
+        })
+        .collect();
+    for (replica, node) in launched {
+        let Some(inv) = inventories.get(&node) else { continue };
+        let Some(idx) = job.replicas.iter().position(|r| r.name == replica) else { continue };
+        let Some((accelerator, count)) = job.demand.replicas.get(idx).and_then(|d| d.accelerator.clone()) else {
+            continue;
+        };
+        let mut taken = held(&node);
+        for (i, r) in job.replicas.iter().enumerate() {
+            if i != idx && r.state.is_live() && r.node.as_deref() == Some(node.as_str()) {
+                taken.extend(r.devices.iter().cloned());
+            }
+        }
+        let r = &job.replicas[idx];
+        let keep = r.devices.len() == count as usize
+            && r.devices.iter().all(|d| inv.gpus.iter().any(|g| &g.uuid == d && g.accelerator == accelerator) && !taken.contains(d));
+        if keep {
+            continue;
+        }
+        let used: Vec<bool> = inv.gpus.iter().map(|g| taken.contains(&g.uuid)).collect();
+        let text = match choose(inv, &used, &accelerator, count as usize) {
+            Some(set) => {
+                job.replicas[idx].devices = set.iter().map(|&i| inv.gpus[i].uuid.clone()).collect();
+                let list: Vec<String> = set.iter().map(|&i| format!("{} ({})", inv.gpus[i].index, inv.gpus[i].uuid)).collect();
+                let s = if count == 1 { "" } else { "s" };
+                format!("Replica {replica} holds GPU{s} {} of node {node}.", list.join(", "))
+            }
+            None => {
+                job.replicas[idx].devices = Vec::new();
+                format!("Replica {replica}: {count} {accelerator} GPU(s) of node {node} are not free yet.")
+            }
+        };
+        effects.push(Effect::Log(LogLine { attempt: job.attempt, replica: Some(replica.clone()), text }));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +371,52 @@ mod tests {
         let gpus = parse_devices(DEVICES).unwrap();
         let links = parse_topology(TOPO, &gpus).unwrap();
         Inventory { gpus, links }
+    }
+
+    /// A job of one replica asking for `count` A100s, launched on `node` (its effects).
+    fn launched(count: u32, node: &str, devices: &[&str]) -> (Job, Vec<Effect>) {
+        use crate::job::{Demand, Policy, ReplicaDemand, Settings};
+        let demand = Demand {
+            metrics: BTreeMap::new(),
+            replicas: vec![ReplicaDemand { cpus: 4, memory_bytes: 1 << 30, accelerator: Some(("NVIDIA_TESLA_A100".into(), count)) }],
+        };
+        let mut job = Job::new(7, "p".into(), "r".into(), &[1], demand, Policy::defaults(&Settings::default()), false, 0);
+        job.replicas[0].devices = devices.iter().map(|d| d.to_string()).collect();
+        job.replicas[0].node = Some(node.into());
+        let run = crate::RunId { job: 7, attempt: 0, replica: job.replicas[0].name.clone(), restart: 1 };
+        (job, vec![Effect::Launch { run, node: node.into() }])
+    }
+
+    fn uuid(i: u32) -> String {
+        format!("GPU-aaaaaaaa-0000-0000-0000-00000000000{i}")
+    }
+
+    /// L10, L11: a replica restarted on its node keeps its devices while they are free;
+    /// L9: one whose devices another job holds now (or on a node it never ran on) gets a
+    /// free, close set, said in the job's log; none free leaves it none (its launch fails,
+    /// L16).
+    #[test]
+    fn l9_l10_devices_are_kept_on_a_restart_and_chosen_afresh_elsewhere() {
+        let inventories = BTreeMap::from([("n1".to_string(), inventory())]);
+        let (u2, u3) = (uuid(2), uuid(3));
+        let (mut job, mut effects) = launched(2, "n1", &[&u2, &u3]);
+        assign_devices(&mut job, &mut effects, &inventories, |_| HashSet::new());
+        assert_eq!(job.replicas[0].devices, [u2.clone(), u3.clone()], "kept");
+        assert_eq!(effects.len(), 1, "nothing to say");
+
+        let (mut job, mut effects) = launched(2, "n1", &[&u2, &u3]);
+        assign_devices(&mut job, &mut effects, &inventories, |_| HashSet::from([u3.clone()]));
+        assert_eq!(job.replicas[0].devices, [uuid(0), uuid(1)], "the free NVLink pair");
+        assert!(matches!(&effects[1], Effect::Log(l) if l.text.contains("holds GPUs 0")), "{effects:?}");
+
+        let (mut job, mut effects) = launched(2, "n1", &[]);
+        assign_devices(&mut job, &mut effects, &inventories, |_| [0, 1, 2].map(uuid).into_iter().collect());
+        assert!(job.replicas[0].devices.is_empty());
+        assert!(matches!(&effects[1], Effect::Log(l) if l.text.contains("not free yet")), "{effects:?}");
+
+        let (mut job, mut effects) = launched(1, "elsewhere", &[]);
+        assign_devices(&mut job, &mut effects, &inventories, |_| HashSet::new());
+        assert!(job.replicas[0].devices.is_empty(), "a node without an inventory: Slurm's gres assigns");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod env;
 pub mod fleet;
 pub mod gpu;
 pub mod replace;
+pub mod retry;
 pub mod job;
 pub mod run;
 pub mod schedule;

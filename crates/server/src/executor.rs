@@ -37,7 +37,9 @@ pub enum Work {
     /// Remove a deleted job's files (outbox entry `seq`).
     Purge { seq: i64, dirs: Vec<PathBuf> },
     /// L22 retention: remove the output logs under these jobs' run directories.
-    PurgeLogs { dirs: Vec<PathBuf> },
+    /// Answered with `Report::LogsPurged` once done, so that the sweep's cutoff is
+    /// stored only then (a purge cut short by a crash is done again).
+    PurgeLogs { dirs: Vec<PathBuf>, cutoff: Micros },
     /// Remove the network namespaces of jobs that have ended.
     RemoveNetns { paths: Vec<PathBuf> },
     /// What a job's tick decides on, read off the driver's thread: L21, the newest
@@ -201,6 +203,9 @@ pub enum Report {
     TrialMetrics { reads: Vec<MetricsRead>, periodic: bool },
     /// What `Work::EngineReasons` heard: the runs the engine gave a reason for.
     EngineReasons(Vec<(RunId, String)>),
+    /// L22 retention: the output logs of jobs that ended before `cutoff` are removed
+    /// (None: the purge could not be started).
+    LogsPurged { cutoff: Option<Micros> },
     /// What `Work::Suggest` computed (an error: its message).
     Suggested { study: u64, result: Result<Vec<trainyard_tuner::Assignment>, String> },
 }
@@ -434,6 +439,7 @@ impl Executor for Pool {
                 }
             }
             Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => {
+                let logs = matches!(&work, Work::PurgeLogs { .. });
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
                 let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || {
                     // What it opens (a tenant's directories, unlinked as it goes) is never
@@ -444,8 +450,12 @@ impl Executor for Pool {
                     guarded(work, &backend, &report)
                 });
                 if let Err(e) = spawned {
-                    // The entry stays in the outbox: the purge is done at the next start.
-                    tracing::error!("cannot start a thread to remove a deleted job's files: {e}");
+                    // A deleted job's entry stays in the outbox: the purge is done at the
+                    // next start; a log sweep is done at the next one.
+                    tracing::error!("cannot start a thread to remove files: {e}");
+                    if logs {
+                        (self.report)(Report::LogsPurged { cutoff: None });
+                    }
                 }
             }
             Work::Stop { .. } | Work::Kill { .. } => {
@@ -554,10 +564,11 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             }
             report(Report::Purged { seq, error: (!errors.is_empty()).then(|| errors.join("; ")) });
         }
-        Work::PurgeLogs { dirs } => {
+        Work::PurgeLogs { dirs, cutoff } => {
             for d in &dirs {
                 purge_logs(d, 3);
             }
+            report(Report::LogsPurged { cutoff: Some(cutoff) });
         }
         Work::RemoveNetns { paths } => {
             for p in &paths {

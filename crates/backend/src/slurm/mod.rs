@@ -647,11 +647,11 @@ pub fn job_name(run: &RunId) -> String {
     format!("ty-{}-{}-{}-{}", run.job, run.attempt, replica, run.restart)
 }
 
-/// The delay before try `tries + 1` while the controller is unreachable: 2 s, doubling,
-/// at most 30 s.
+/// The delay before try `tries + 1` while the controller is unreachable: the core's rule
+/// (`retry::SUBMIT`, L16: 2 s, doubling, at most 30 s).
 pub fn submit_backoff(tries: u32) -> Duration {
-    let n = tries.max(1) - 1;
-    Duration::from_secs((2u64 << n.min(4)).min(30))
+    let rule = trainyard_core::retry::SUBMIT;
+    Duration::from_micros(rule.delay(tries).unwrap_or(rule.max).max(0) as u64)
 }
 
 /// The waiting reason of a run whose submission waits for the controller.

@@ -1,11 +1,9 @@
 //! Which GPUs each replica holds: given when its run is launched, in the same
 //! transaction as the launch (so a server killed at any moment neither loses nor doubles
 //! an assignment, L23), kept across restarts on the same node (L10, L11), given afresh
-//! on a new node (L9). The choice is `trainyard_core::gpu::choose`.
+//! on a new node (L9). The decision is `trainyard_core::gpu::assign_devices`.
 
 use super::*;
-use trainyard_core::gpu::choose;
-use trainyard_core::step::LogLine;
 
 impl Driver {
     /// The devices held on `node` by live replicas of other jobs than `except`.
@@ -23,56 +21,14 @@ impl Driver {
         held
     }
 
-    /// Gives each replica that `effects` launch on a node with a GPU inventory the
-    /// devices it asks for, and says so in the job's log. A replica that keeps its node
-    /// keeps its devices while they are free.
+    /// The devices of the replicas `effects` launch: part of the decision, in the core
+    /// (`gpu::assign_devices`), with this node's inventory and what other jobs hold.
     pub(super) fn assign_gpus(&self, job: &mut Job, effects: &mut Vec<Effect>) {
         if self.svc.gpus.is_empty() {
             return;
         }
-        let launched: Vec<(String, String)> = effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Launch { run, node } => Some((run.replica.clone(), node.clone())),
-                _ => None,
-            })
-            .collect();
-        for (replica, node) in launched {
-            let Some(inv) = self.svc.gpus.get(&node) else { continue };
-            let Some(idx) = job.replicas.iter().position(|r| r.name == replica) else { continue };
-            let Some((accelerator, count)) = job.demand.replicas.get(idx).and_then(|d| d.accelerator.clone()) else {
-                continue;
-            };
-            let mut held = self.gpus_held(&node, job.id);
-            for (i, r) in job.replicas.iter().enumerate() {
-                if i != idx && r.state.is_live() && r.node.as_deref() == Some(node.as_str()) {
-                    held.extend(r.devices.iter().cloned());
-                }
-            }
-            let r = &job.replicas[idx];
-            let keep = r.devices.len() == count as usize
-                && r.devices.iter().all(|d| inv.gpus.iter().any(|g| &g.uuid == d && g.accelerator == accelerator) && !held.contains(d));
-            if keep {
-                continue;
-            }
-            let used: Vec<bool> = inv.gpus.iter().map(|g| held.contains(&g.uuid)).collect();
-            let text = match choose(inv, &used, &accelerator, count as usize) {
-                Some(set) => {
-                    let devices: Vec<String> = set.iter().map(|&i| inv.gpus[i].uuid.clone()).collect();
-                    let list: Vec<String> = set.iter().map(|&i| format!("{} ({})", inv.gpus[i].index, inv.gpus[i].uuid)).collect();
-                    job.replicas[idx].devices = devices;
-                    let s = if count == 1 { "" } else { "s" };
-                    format!("Replica {replica} holds GPU{s} {} of node {node}.", list.join(", "))
-                }
-                None => {
-                    // The scheduler counted them free: only a device held by a replica still
-                    // stopping can be missing. The launch fails (L16) and is retried.
-                    job.replicas[idx].devices = Vec::new();
-                    format!("Replica {replica}: {count} {accelerator} GPU(s) of node {node} are not free yet.")
-                }
-            };
-            effects.push(Effect::Log(LogLine { attempt: job.attempt, replica: Some(replica.clone()), text }));
-        }
+        let id = job.id;
+        trainyard_core::gpu::assign_devices(job, effects, &self.svc.gpus, |node| self.gpus_held(node, id));
     }
 }
 

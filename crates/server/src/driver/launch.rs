@@ -14,10 +14,11 @@ pub(super) struct PurgeRetry {
     pub(super) at: Option<Micros>,
 }
 
-/// Failures after which a purge is given up.
-pub(super) const PURGE_TRIES: u32 = 5;
-/// The longest wait between two tries of a purge.
-const PURGE_BACKOFF_MAX: Micros = 60_000_000;
+/// Failures after which a purge is given up (`retry::PURGE`).
+const PURGE_TRIES: u32 = match trainyard_core::retry::PURGE.give_up_after {
+    Some(n) => n,
+    None => u32::MAX,
+};
 
 /// A launch the engine could not take, to try again at `at`.
 pub(super) struct Later {
@@ -66,14 +67,14 @@ impl Driver {
         self.exec.submit(Work::Purge { seq, dirs });
     }
 
-    /// A purge failed (or panicked): tried again after a backoff that doubles (1 s to
-    /// PURGE_BACKOFF_MAX), and after PURGE_TRIES failures given up: its outbox entry is
+    /// A purge failed (or panicked): tried again after the core's backoff
+    /// (`retry::PURGE`: 1 s doubling to 60 s), and after its tries given up: its outbox entry is
     /// done, the error logged and counted (`trainyard_effects_failed_total`). The server
     /// goes on either way; a restart tries a pending purge again from the start.
     pub(super) fn purge_failed(&mut self, seq: i64, error: String, now: Micros) -> Result<(), StoreError> {
         let Some(p) = self.purge_tries.get_mut(&seq) else { return Ok(()) };
         p.tries += 1;
-        if p.tries >= PURGE_TRIES {
+        let Some(backoff) = trainyard_core::retry::PURGE.delay(p.tries) else {
             let job = p.job;
             self.purge_tries.remove(&seq);
             tracing::error!(
@@ -82,8 +83,7 @@ impl Driver {
             );
             self.metrics.effect_failed("purge");
             return self.store.outbox_done(seq);
-        }
-        let backoff = (1_000_000i64 << (p.tries - 1).min(20)).min(PURGE_BACKOFF_MAX);
+        };
         p.at = Some(now + backoff);
         tracing::warn!("job {}: removing the deleted job's files failed (try {} of {PURGE_TRIES}): {error}", p.job, p.tries);
         Ok(())
@@ -146,7 +146,7 @@ impl Driver {
         let job = run.job;
         let tries = self.later.iter().filter(|l| l.run == run).map(|l| l.tries).max().unwrap_or(0) + 1;
         self.later.retain(|l| l.run != run);
-        let delay = (2_000_000i64 << (tries - 1).min(4)).min(30_000_000);
+        let delay = trainyard_core::retry::LAUNCH_LATER.delay(tries).unwrap_or(trainyard_core::retry::LAUNCH_LATER.max);
         self.later.push(Later { at: now + delay, run, seq, tries });
         self.note_engine_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)
     }

@@ -179,6 +179,8 @@ pub struct Driver {
     last_backend_poll: Micros,
     /// The engine is being asked why runs wait (off this thread).
     engine_reasons_in_flight: bool,
+    /// L22: a sweep's removal of old logs is under way (off this thread).
+    log_purge_in_flight: bool,
     /// Scheduling rounds are coalesced: the next one runs no sooner than this (a few times
     /// the last round's cost after it), so that a long queue cannot make every event pay
     /// for a whole round. A monotonic reading of the clock: a budget of the driver's CPU,
@@ -407,6 +409,7 @@ impl Driver {
             purge_tries: HashMap::new(),
             last_backend_poll: 0,
             engine_reasons_in_flight: false,
+            log_purge_in_flight: false,
             next_round: Duration::ZERO,
             waiting_view: Arc::new(WaitingView::default()),
             engine_reasons: HashMap::new(),
@@ -704,6 +707,7 @@ impl Driver {
         self.fault.replace(None);
         self.metric_read_in_flight = false;
         self.engine_reasons_in_flight = false;
+        self.log_purge_in_flight = false;
         self.later.clear();
         self.stops.clear();
         self.engine_reasons.clear();
@@ -853,6 +857,7 @@ impl Driver {
                     self.store.outbox_done(seq)?
                 }
                 crate::executor::Report::Purged { seq, error: Some(error) } => self.purge_failed(seq, error, now)?,
+                crate::executor::Report::LogsPurged { cutoff } => self.logs_purged(cutoff)?,
                 crate::executor::Report::LaunchLater { run, seq, reason } => self.launch_later(run, seq, reason, now)?,
                 crate::executor::Report::Observed { job, newest, activity, .. } => self.observed(job, newest, activity, now)?,
                 crate::executor::Report::TrialMetrics { reads, periodic } => self.trial_metrics_read(reads, periodic),
@@ -963,12 +968,27 @@ impl Driver {
         if cutoff <= after {
             return Ok(());
         }
-        let ids = self.store.ended_between(KIND_CUSTOM, after, cutoff)?;
-        if !ids.is_empty() {
-            tracing::info!("log retention: removing the output logs of {} job(s) that ended before the cutoff", ids.len());
-            let runs = self.svc.cfg.data_dir.join("runs");
-            self.exec.submit(crate::executor::Work::PurgeLogs { dirs: ids.iter().map(|id| runs.join(id.to_string())).collect() });
+        if self.log_purge_in_flight {
+            return Ok(());
         }
-        self.store.set_meta(LOGS_SWEPT, &cutoff.to_string())
+        let ids = self.store.ended_between(KIND_CUSTOM, after, cutoff)?;
+        if ids.is_empty() {
+            return self.store.set_meta(LOGS_SWEPT, &cutoff.to_string());
+        }
+        tracing::info!("log retention: removing the output logs of {} job(s) that ended before the cutoff", ids.len());
+        let runs = self.svc.cfg.data_dir.join("runs");
+        self.log_purge_in_flight = true;
+        self.exec.submit(crate::executor::Work::PurgeLogs { dirs: ids.iter().map(|id| runs.join(id.to_string())).collect(), cutoff });
+        Ok(())
+    }
+
+    /// L22: a log sweep is done: its cutoff is stored only now (one cut short by a crash
+    /// or not started is done again at the next sweep).
+    fn logs_purged(&mut self, cutoff: Option<Micros>) -> Result<(), StoreError> {
+        self.log_purge_in_flight = false;
+        match cutoff {
+            Some(c) => self.store.set_meta(LOGS_SWEPT, &c.to_string()),
+            None => Ok(()),
+        }
     }
 }

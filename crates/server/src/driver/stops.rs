@@ -6,37 +6,14 @@
 
 use super::*;
 use crate::executor::{Report, Work};
+use trainyard_core::retry::{self, StopReport, StopStep};
 
-/// Past the grace period, how long a stop may take before it is escalated to a kill.
-const STOP_MARGIN: Micros = 10_000_000;
-/// After a kill, how long before it is asked again.
-const KILL_AGAIN: Micros = 10_000_000;
-/// Backoff of a stop or kill the engine refused: 1 s doubling to 30 s.
-const RETRY_FIRST: Micros = 1_000_000;
-const RETRY_MAX: Micros = 30_000_000;
-
-/// A stop in flight.
+/// A stop in flight: its outbox entry and run directory, and the core's track of it
+/// (`retry::StopTrack`: what to send next and when).
 pub(super) struct StopTrack {
-    /// Its outbox entry.
     seq: i64,
     dir: PathBuf,
-    /// Refusals so far (stop or kill).
-    tries: u32,
-    /// What to send next, and when (None: waiting for the executor's report).
-    next: Option<(Micros, Step)>,
-}
-
-/// The next step of a stop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    /// The stop was refused: ask again.
-    Stop,
-    /// The stop was delivered and not honoured in time, or a kill was: kill.
-    Kill,
-}
-
-fn backoff(tries: u32) -> Micros {
-    (RETRY_FIRST << tries.saturating_sub(1).min(5)).min(RETRY_MAX)
+    rule: retry::StopTrack,
 }
 
 impl Driver {
@@ -62,7 +39,7 @@ impl Driver {
                 && l.job.replica(&run.replica).is_some_and(|r| r.restart == run.restart && r.state.is_live())
         });
         if live {
-            if let Some(old) = self.stops.insert(run, StopTrack { seq, dir, tries: 0, next: None }) {
+            if let Some(old) = self.stops.insert(run, StopTrack { seq, dir, rule: retry::StopTrack::default() }) {
                 // The same run stopped twice (e.g. a cancel during a stop): one entry is enough.
                 if let Err(e) = self.store.outbox_done(old.seq) {
                     tracing::error!("outbox: {e}");
@@ -83,49 +60,36 @@ impl Driver {
     /// What the executor did with a stop or kill.
     pub(super) fn stop_report(&mut self, report: Report, now: Micros) {
         let grace = self.svc.cfg.settings.grace_period_secs as Micros * 1_000_000;
-        let (run, next) = match report {
-            Report::StopSent { run } => (run, Ok((grace + STOP_MARGIN, Step::Kill))),
-            Report::Killed { run } => (run, Ok((KILL_AGAIN, Step::Kill))),
-            Report::StopFailed { run, error } => (run, Err((error, Step::Stop))),
-            Report::KillFailed { run, error } => (run, Err((error, Step::Kill))),
+        let (run, report, error) = match report {
+            Report::StopSent { run } => (run, StopReport::StopSent, None),
+            Report::Killed { run } => (run, StopReport::Killed, None),
+            Report::StopFailed { run, error } => (run, StopReport::StopFailed, Some(error)),
+            Report::KillFailed { run, error } => (run, StopReport::KillFailed, Some(error)),
             Report::Launched { .. }
             | Report::LaunchLater { .. }
             | Report::Purged { .. }
+            | Report::LogsPurged { .. }
             | Report::Observed { .. }
             | Report::TrialMetrics { .. }
             | Report::EngineReasons(_)
             | Report::Suggested { .. } => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
-        t.next = Some(match next {
-            Ok((after, step)) => (now + after, step),
-            Err((error, step)) => {
-                t.tries += 1;
-                let delay = backoff(t.tries);
-                tracing::warn!("{run}: stop not delivered ({error}); asking again in {} s (L20)", delay / 1_000_000);
-                (now + delay, step)
-            }
-        });
+        if let Some(delay) = t.rule.reported(report, grace, now) {
+            let error = error.unwrap_or_default();
+            tracing::warn!("{run}: stop not delivered ({error}); asking again in {} s (L20)", delay / 1_000_000);
+        }
     }
 
     /// Stops whose time has come: asked again after a refusal, or escalated to a kill that
     /// does not need the run's supervisor.
     pub(super) fn stop_timers(&mut self, now: Micros) {
-        let due: Vec<(RunId, Step, PathBuf)> = self
-            .stops
-            .iter_mut()
-            .filter_map(|(r, t)| match t.next {
-                Some((at, step)) if at <= now => {
-                    t.next = None;
-                    Some((r.clone(), step, t.dir.clone()))
-                }
-                _ => None,
-            })
-            .collect();
+        let due: Vec<(RunId, StopStep, PathBuf)> =
+            self.stops.iter_mut().filter_map(|(r, t)| t.rule.due(now).map(|step| (r.clone(), step, t.dir.clone()))).collect();
         for (run, step, dir) in due {
             match step {
-                Step::Stop => self.exec.submit(Work::Stop { run, dir }),
-                Step::Kill => {
+                StopStep::Stop => self.exec.submit(Work::Stop { run, dir }),
+                StopStep::Kill => {
                     tracing::warn!("{run}: not stopped within the grace period; killing it without its supervisor (L20)");
                     self.exec.submit(Work::Kill { run, dir });
                 }
@@ -135,6 +99,6 @@ impl Driver {
 
     /// When a stop next needs attention.
     pub(super) fn next_stop_timer(&self) -> Option<Micros> {
-        self.stops.values().filter_map(|t| t.next.map(|(at, _)| at)).min()
+        self.stops.values().filter_map(|t| t.rule.at()).min()
     }
 }
