@@ -29,7 +29,71 @@ pub struct Need {
     pub acc: i64,
 }
 
+/// An amount of a node's resources: CPUs, memory bytes and accelerators (of the node's
+/// one accelerator type).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Res {
+    pub cpus: i64,
+    pub mem: i64,
+    pub acc: i64,
+}
+
+impl Res {
+    pub const ZERO: Res = Res { cpus: 0, mem: 0, acc: 0 };
+
+    pub fn new(cpus: i64, mem: i64, acc: i64) -> Res {
+        Res { cpus, mem, acc }
+    }
+
+    /// No more than `cap` in any dimension.
+    pub fn within(self, cap: Res) -> bool {
+        self.cpus <= cap.cpus && self.mem <= cap.mem && self.acc <= cap.acc
+    }
+
+    /// The smaller of the two in each dimension.
+    pub fn min(self, o: Res) -> Res {
+        Res { cpus: self.cpus.min(o.cpus), mem: self.mem.min(o.mem), acc: self.acc.min(o.acc) }
+    }
+
+    /// The larger of the two in each dimension.
+    pub fn max(self, o: Res) -> Res {
+        Res { cpus: self.cpus.max(o.cpus), mem: self.mem.max(o.mem), acc: self.acc.max(o.acc) }
+    }
+}
+
+impl std::ops::Add for Res {
+    type Output = Res;
+    fn add(self, o: Res) -> Res {
+        Res { cpus: self.cpus + o.cpus, mem: self.mem + o.mem, acc: self.acc + o.acc }
+    }
+}
+
+impl std::ops::Sub for Res {
+    type Output = Res;
+    fn sub(self, o: Res) -> Res {
+        Res { cpus: self.cpus - o.cpus, mem: self.mem - o.mem, acc: self.acc - o.acc }
+    }
+}
+
+impl std::ops::AddAssign for Res {
+    fn add_assign(&mut self, o: Res) {
+        *self = *self + o;
+    }
+}
+
+impl std::ops::SubAssign for Res {
+    fn sub_assign(&mut self, o: Res) {
+        *self = *self - o;
+    }
+}
+
 impl Need {
+    /// What one replica of this need takes of a node (no accelerator when it asks for
+    /// none, whatever the node has).
+    pub fn res(&self) -> Res {
+        Res { cpus: self.cpus, mem: self.mem, acc: if self.acc_type == NO_ACC { 0 } else { self.acc } }
+    }
+
     /// At least as much as `o` in every dimension, of the same accelerator type.
     pub fn covers(&self, o: &Need) -> bool {
         self.acc_type == o.acc_type && self.cpus >= o.cpus && self.mem >= o.mem && self.acc >= o.acc
@@ -82,11 +146,16 @@ pub struct NodeTable {
     /// Nodes down, and nodes up but drained (for stockout details, L15).
     pub down: usize,
     pub drained: usize,
-    /// The largest capacity of any node: CPUs, memory, accelerators.
-    pub max_cap: [i64; 3],
+    /// The largest capacity of any node in each dimension.
+    pub max_cap: Res,
 }
 
 impl NodeTable {
+    /// Node `n`'s whole capacity.
+    pub fn cap(&self, n: usize) -> Res {
+        Res::new(self.cap_cpus[n], self.cap_mem[n], self.cap_acc[n])
+    }
+
     pub fn new(fleet: &Fleet) -> NodeTable {
         let mut acc_names: Vec<String> = Vec::new();
         let mut t = NodeTable {
@@ -101,7 +170,7 @@ impl NodeTable {
             max_level: Vec::new(),
             down: fleet.nodes.iter().filter(|n| !n.up).count(),
             drained: fleet.nodes.iter().filter(|n| n.up && !n.schedulable).count(),
-            max_cap: [0; 3],
+            max_cap: Res::ZERO,
         };
         for (i, n) in fleet.nodes.iter().enumerate() {
             let (ty, count) = match offered(n) {
@@ -124,7 +193,7 @@ impl NodeTable {
             t.cap_acc.push(count);
             t.acc_type.push(ty);
             t.usable.push(n.up && n.schedulable);
-            t.max_cap = [t.max_cap[0].max(n.cpus as i64), t.max_cap[1].max(n.memory_bytes as i64), t.max_cap[2].max(count)];
+            t.max_cap = t.max_cap.max(Res::new(n.cpus as i64, n.memory_bytes as i64, count));
         }
         t.acc_names = acc_names;
         let classes = t.acc_names.len() + 1;
@@ -180,8 +249,8 @@ impl NodeTable {
     pub fn largest_first(&self, needs: &[Need]) -> Vec<usize> {
         let share = |d: &Need| {
             let f = |v: i64, m: i64| if m > 0 { v as f64 / m as f64 } else { 0.0 };
-            let acc = if d.acc_type == NO_ACC { 0.0 } else { f(d.acc, self.max_cap[2]) };
-            f(d.cpus, self.max_cap[0]).max(f(d.mem, self.max_cap[1])).max(acc)
+            let acc = if d.acc_type == NO_ACC { 0.0 } else { f(d.acc, self.max_cap.acc) };
+            f(d.cpus, self.max_cap.cpus).max(f(d.mem, self.max_cap.mem)).max(acc)
         };
         let mut order: Vec<usize> = (0..needs.len()).collect();
         order.sort_by(|&a, &b| {
@@ -467,7 +536,7 @@ impl Work {
 
     /// Gang placement: every replica placed (taken from the free capacity) or none.
     /// `limit` caps what may be taken on some nodes (the slack of a reservation).
-    pub fn place_gang(&mut self, t: &NodeTable, shape: &Shape, limit: Option<&HashMap<NodeIx, [i64; 3]>>) -> Option<Vec<NodeIx>> {
+    pub fn place_gang(&mut self, t: &NodeTable, shape: &Shape, limit: Option<&HashMap<NodeIx, Res>>) -> Option<Vec<NodeIx>> {
         self.place_gang_prefer(t, shape, limit, &[])
     }
 
@@ -477,7 +546,7 @@ impl Work {
         &mut self,
         t: &NodeTable,
         shape: &Shape,
-        limit: Option<&HashMap<NodeIx, [i64; 3]>>,
+        limit: Option<&HashMap<NodeIx, Res>>,
         prefer: &[NodeIx],
     ) -> Option<Vec<NodeIx>> {
         if let Some(out) = self.place_in_order(t, shape, None, limit, prefer) {
@@ -505,7 +574,7 @@ impl Work {
         &mut self,
         t: &NodeTable,
         shape: &Shape,
-        limit: Option<&HashMap<NodeIx, [i64; 3]>>,
+        limit: Option<&HashMap<NodeIx, Res>>,
         budget: u64,
     ) -> Option<Vec<NodeIx>> {
         if let Some(out) = self.place_gang(t, shape, limit) {
@@ -514,18 +583,16 @@ impl Work {
         if shape.uniform {
             return None;
         }
-        let free: Vec<Option<[i64; 3]>> = (0..t.len())
+        let free: Vec<Option<Res>> = (0..t.len())
             .map(|i| {
                 if self.pos[i] == u32::MAX {
                     return None;
                 }
-                let mut f = [self.cpus[i], self.mem[i], self.acc[i]];
-                if let Some(cap) = limit.and_then(|l| l.get(&(i as NodeIx))) {
-                    for (f, c) in f.iter_mut().zip(cap) {
-                        *f = (*f).min(*c);
-                    }
-                }
-                Some(f)
+                let f = Res::new(self.cpus[i], self.mem[i], self.acc[i]);
+                Some(match limit.and_then(|l| l.get(&(i as NodeIx))) {
+                    Some(cap) => f.min(*cap),
+                    None => f,
+                })
             })
             .collect();
         match exact_search(t, &free, &shape.needs, budget) {
@@ -546,23 +613,19 @@ impl Work {
         t: &NodeTable,
         shape: &Shape,
         order: Option<&[usize]>,
-        limit: Option<&HashMap<NodeIx, [i64; 3]>>,
+        limit: Option<&HashMap<NodeIx, Res>>,
         prefer: &[NodeIx],
     ) -> Option<Vec<NodeIx>> {
         let m = self.mark();
         let mut out = vec![0 as NodeIx; shape.needs.len()];
-        let mut used: HashMap<NodeIx, [i64; 3]> = HashMap::new();
+        let mut used: HashMap<NodeIx, Res> = HashMap::new();
         for k in 0..shape.needs.len() {
             let i = order.map_or(k, |o| o[k]);
             let d = &shape.needs[i];
             let picked = {
                 let mut ok = |n: NodeIx| match limit.and_then(|l| l.get(&n)) {
                     None => true,
-                    Some(cap) => {
-                        let u = used.get(&n).copied().unwrap_or([0; 3]);
-                        let acc = if d.acc_type == NO_ACC { 0 } else { d.acc };
-                        u[0] + d.cpus <= cap[0] && u[1] + d.mem <= cap[1] && u[2] + acc <= cap[2]
-                    }
+                    Some(cap) => (used.get(&n).copied().unwrap_or_default() + d.res()).within(*cap),
                 };
                 let mut best: Option<(i64, NodeIx)> = None;
                 for &n in prefer {
@@ -582,10 +645,7 @@ impl Work {
                 Some(n) => {
                     self.take(t, n, d);
                     if limit.is_some_and(|l| l.contains_key(&n)) {
-                        let u = used.entry(n).or_insert([0; 3]);
-                        u[0] += d.cpus;
-                        u[1] += d.mem;
-                        u[2] += if d.acc_type == NO_ACC { 0 } else { d.acc };
+                        *used.entry(n).or_default() += d.res();
                     }
                     out[i] = n;
                 }
@@ -714,7 +774,7 @@ pub fn never_fits(t: &NodeTable, shape: &Shape) -> Option<NeverFit> {
     if Work::all(t).place_gang(t, shape, None).is_some() {
         return None;
     }
-    let empty: Vec<Option<[i64; 3]>> = (0..t.len()).map(|n| Some([t.cap_cpus[n], t.cap_mem[n], t.cap_acc[n]])).collect();
+    let empty: Vec<Option<Res>> = (0..t.len()).map(|n| Some(t.cap(n))).collect();
     match exact_search(t, &empty, needs, PROOF_SEARCH_BUDGET) {
         Search::Impossible => Some(NeverFit::Gang),
         Search::Found(_) | Search::Undecided => None,
@@ -735,7 +795,7 @@ pub enum Search {
 /// Does a packing of `needs` onto the empty nodes of `t` exist? None: undecided within
 /// `budget` nodes tried.
 pub fn exact_fit(t: &NodeTable, needs: &[Need], budget: u64) -> Option<bool> {
-    let empty: Vec<Option<[i64; 3]>> = (0..t.len()).map(|n| Some([t.cap_cpus[n], t.cap_mem[n], t.cap_acc[n]])).collect();
+    let empty: Vec<Option<Res>> = (0..t.len()).map(|n| Some(t.cap(n))).collect();
     match exact_search(t, &empty, needs, budget) {
         Search::Found(_) => Some(true),
         Search::Impossible => Some(false),
@@ -748,7 +808,7 @@ pub fn exact_fit(t: &NodeTable, needs: &[Need], budget: u64) -> Option<bool> {
 /// tried. Replicas are tried largest first; identical replicas go to nodes in increasing
 /// order, and nodes in the same state are tried once (both cut only symmetric branches);
 /// the remaining free totals bound each branch.
-pub fn exact_search(t: &NodeTable, free: &[Option<[i64; 3]>], needs: &[Need], budget: u64) -> Search {
+pub fn exact_search(t: &NodeTable, free: &[Option<Res>], needs: &[Need], budget: u64) -> Search {
     if needs.len() > EXACT_SEARCH_MAX_REPLICAS || free.len() != t.len() {
         return Search::Undecided;
     }
@@ -766,7 +826,7 @@ pub fn exact_search(t: &NodeTable, free: &[Option<[i64; 3]>], needs: &[Need], bu
         counts: kinds.iter().map(|k| k.1.len()).collect(),
         kinds: kinds.iter().map(|k| k.0).collect(),
         open: free.iter().map(Option::is_some).collect(),
-        free: free.iter().map(|f| f.unwrap_or([0; 3])).collect(),
+        free: free.iter().map(|f| f.unwrap_or_default()).collect(),
         have: vec![0; dims],
         want: vec![0; dims],
         path: Vec::with_capacity(needs.len()),
@@ -777,11 +837,11 @@ pub fn exact_search(t: &NodeTable, free: &[Option<[i64; 3]>], needs: &[Need], bu
             continue;
         }
         let f = s.free[n];
-        s.have[0] = s.have[0].saturating_add(f[0]);
-        s.have[1] = s.have[1].saturating_add(f[1]);
+        s.have[0] = s.have[0].saturating_add(f.cpus);
+        s.have[1] = s.have[1].saturating_add(f.mem);
         if t.acc_type[n] != NO_ACC {
             let a = 2 + t.acc_type[n] as usize;
-            s.have[a] = s.have[a].saturating_add(f[2]);
+            s.have[a] = s.have[a].saturating_add(f.acc);
         }
     }
     for (d, reps) in &kinds {
@@ -822,7 +882,7 @@ struct Exact<'a> {
     kinds: Vec<Need>,
     counts: Vec<usize>,
     open: Vec<bool>,
-    free: Vec<[i64; 3]>,
+    free: Vec<Res>,
     /// Free totals of the open nodes, and what the replicas not yet placed want: CPUs,
     /// memory, then accelerators per type.
     have: Vec<i64>,
@@ -847,8 +907,7 @@ impl Exact<'_> {
             return Some(false);
         }
         let d = self.kinds[kind];
-        let acc = if d.acc_type == NO_ACC { 0 } else { d.acc };
-        let mut tried: HashSet<(u16, [i64; 3])> = HashSet::new();
+        let mut tried: HashSet<(u16, Res)> = HashSet::new();
         for n in from..self.t.len() {
             if self.budget == 0 {
                 return None;
@@ -856,15 +915,10 @@ impl Exact<'_> {
             self.budget -= 1;
             let f = self.free[n];
             let ty = self.t.acc_type[n];
-            if !self.open[n]
-                || f[0] < d.cpus
-                || f[1] < d.mem
-                || (d.acc_type != NO_ACC && (ty != d.acc_type || f[2] < d.acc))
-                || !tried.insert((ty, f))
-            {
+            if !self.open[n] || (d.acc_type != NO_ACC && ty != d.acc_type) || !d.res().within(f) || !tried.insert((ty, f)) {
                 continue;
             }
-            self.free[n] = [f[0] - d.cpus, f[1] - d.mem, f[2] - acc];
+            self.free[n] = f - d.res();
             self.move_totals(&d, ty, -1);
             self.path.push(n as NodeIx);
             let r = self.search(kind, left - 1, n);

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::capacity::{
-    amount_text, never_fits, slots, Need, NeverFit, NodeIx, NodeTable, Shape, Work, NO_ACC, PLACE_SEARCH_BUDGET,
+    amount_text, never_fits, slots, Need, NeverFit, NodeIx, NodeTable, Res, Shape, Work, NO_ACC, PLACE_SEARCH_BUDGET,
 };
 use crate::job::{secs, After, Job, Micros, Phase, ReplicaDemand, SECOND};
 
@@ -324,11 +324,21 @@ pub struct Cluster {
     totals: Vec<i64>,
 }
 
+/// Positions in a vector of usage or totals by dimension: CPUs, memory, then one per
+/// accelerator type ([`acc_dim`]).
+const CPUS: usize = 0;
+const MEM: usize = 1;
+
+/// The position of accelerator type `ty` in a vector by dimension.
+fn acc_dim(ty: u16) -> usize {
+    2 + ty as usize
+}
+
 fn add_dims(v: &mut [i64], d: &Need, sign: i64) {
-    v[0] += sign * d.cpus;
-    v[1] += sign * d.mem;
-    if d.acc_type != NO_ACC && (d.acc_type as usize) + 2 < v.len() {
-        v[2 + d.acc_type as usize] += sign * d.acc;
+    v[CPUS] += sign * d.cpus;
+    v[MEM] += sign * d.mem;
+    if d.acc_type != NO_ACC && acc_dim(d.acc_type) < v.len() {
+        v[acc_dim(d.acc_type)] += sign * d.acc;
     }
 }
 
@@ -339,10 +349,10 @@ impl Cluster {
         let mut totals = vec![0i64; 2 + table.acc_names.len()];
         for i in 0..table.len() {
             if table.usable[i] {
-                totals[0] += table.cap_cpus[i];
-                totals[1] += table.cap_mem[i];
+                totals[CPUS] += table.cap_cpus[i];
+                totals[MEM] += table.cap_mem[i];
                 if table.acc_type[i] != NO_ACC {
-                    totals[2 + table.acc_type[i] as usize] += table.cap_acc[i];
+                    totals[acc_dim(table.acc_type[i])] += table.cap_acc[i];
                 }
             }
         }
@@ -693,7 +703,7 @@ struct Resv {
     time: Micros,
     nodes: Vec<(NodeIx, i64)>,
     /// What a job that runs past `time` may still take on each reserved node.
-    slack: HashMap<NodeIx, [i64; 3]>,
+    slack: HashMap<NodeIx, Res>,
     /// The reserved job's replica need and expected end if it starts at `time`: a later
     /// reservation counts this capacity as held until then.
     need: Need,
@@ -703,7 +713,7 @@ struct Resv {
 /// What a job that would still run at `end` may take on reserved nodes: per node, the
 /// least slack of the reservations due before `end` (the ones it could delay). None when
 /// it could delay none of them.
-fn limit_for(resvs: &[Resv], end: Micros) -> Option<std::borrow::Cow<'_, HashMap<NodeIx, [i64; 3]>>> {
+fn limit_for(resvs: &[Resv], end: Micros) -> Option<std::borrow::Cow<'_, HashMap<NodeIx, Res>>> {
     let mut due = resvs.iter().filter(|v| end > v.time);
     let first = due.next()?;
     let mut rest = due.peekable();
@@ -713,7 +723,7 @@ fn limit_for(resvs: &[Resv], end: Micros) -> Option<std::borrow::Cow<'_, HashMap
     let mut m = first.slack.clone();
     for v in rest {
         for (n, s) in &v.slack {
-            m.entry(*n).and_modify(|e| (0..3).for_each(|x| e[x] = e[x].min(s[x]))).or_insert(*s);
+            m.entry(*n).and_modify(|e| *e = e.min(*s)).or_insert(*s);
         }
     }
     Some(std::borrow::Cow::Owned(m))
@@ -725,9 +735,7 @@ fn use_slack(resvs: &mut [Resv], end: Micros, held: &[(NodeIx, Need)]) {
     for v in resvs.iter_mut().filter(|v| end > v.time) {
         for (n, d) in held {
             if let Some(s) = v.slack.get_mut(n) {
-                s[0] -= d.cpus;
-                s[1] -= d.mem;
-                s[2] -= if d.acc_type == NO_ACC { 0 } else { d.acc };
+                *s -= d.res();
             }
         }
     }
@@ -1126,8 +1134,8 @@ impl<'a, 'r> Round<'a, 'r> {
             if k > 0 {
                 left -= k;
                 nodes.push((n, k));
-                let acc = if need.acc_type == NO_ACC { 0 } else { need.acc };
-                slack.insert(n, [pc[i] - k * need.cpus, pm[i] - k * need.mem, pa[i] - k * acc]);
+                let held = need.res();
+                slack.insert(n, Res::new(pc[i] - k * held.cpus, pm[i] - k * held.mem, pa[i] - k * held.acc));
             }
         }
         if left > 0 {
@@ -1141,7 +1149,7 @@ impl<'a, 'r> Round<'a, 'r> {
     /// Free `r`'s room by preempting the cheapest set of SPOT jobs (or by claiming the
     /// room of SPOT jobs already stopping). Returns the jobs to preempt and the number
     /// of stopping jobs waited for.
-    fn preempt_for(&mut self, r: &Request, limit: Option<&HashMap<NodeIx, [i64; 3]>>) -> Option<(Vec<u64>, usize)> {
+    fn preempt_for(&mut self, r: &Request, limit: Option<&HashMap<NodeIx, Res>>) -> Option<(Vec<u64>, usize)> {
         let c = self.c;
         let t = &c.table;
         let min_run = secs(self.cfg.spot_min_runtime_secs);
