@@ -1273,325 +1273,448 @@ pub fn plan(
     now: Micros,
     cfg: &SchedulerConfig,
 ) -> Vec<Decision> {
-    let t = &c.table;
-    // The order.
-    let mut q = Queue { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
-    let mut pidx: HashMap<&str, usize> = HashMap::new();
-    let starve = cfg.starvation_secs.map(|s| now.saturating_sub(secs(s)));
-    // Past the starvation bound: it goes ahead of the fair-share order (waiting reasons say so).
-    let starving = |r: &Request| cfg.order != Order::Fifo && !r.admitted && !(r.spot && cfg.preemption) && starve.is_some_and(|s| r.submitted <= s);
-    for (i, r) in reqs.iter().enumerate() {
-        if r.spot && cfg.preemption {
-            q.spot.push(i);
-        } else if r.admitted {
-            q.lists[0].push(i);
-        } else if cfg.order == Order::Fifo {
-            q.lists[2].push(i);
-        } else if starve.is_some_and(|s| r.submitted <= s) {
-            q.lists[1].push(i);
-        } else {
-            let p = *pidx.entry(r.project).or_insert_with(|| {
-                let usage = c.usage.get(r.project).cloned().unwrap_or_else(|| vec![0; c.totals.len()]);
-                let weight = cfg.weight(r.project);
-                let share = c.share(&usage, weight);
-                q.projects.push(Proj { name: r.project, usage, weight, share, queue: Vec::new(), next: 0 });
-                q.projects.len() - 1
-            });
-            q.projects[p].queue.push(i);
-        }
-    }
-    let key = |&i: &usize| (reqs[i].submitted, reqs[i].id);
-    for l in &mut q.lists {
-        l.sort_by_key(key);
-    }
-    for p in &mut q.projects {
-        p.queue.sort_by_key(key);
-    }
-    q.spot.sort_by_key(|&i| (!reqs[i].admitted, reqs[i].submitted, reqs[i].id));
-    let fifo = cfg.order == Order::Fifo;
-
+    let mut q = Queue::build(c, reqs, cfg, now);
     let mut quota_base: HashMap<(&str, &str), u64> = HashMap::with_capacity(quota_used.len());
     for ((p, m), v) in quota_used {
         quota_base.insert((p.as_str(), m.as_str()), *v);
     }
-    let mut rd = Round {
-        c,
-        cfg,
-        now,
-        w: c.free.clone(),
-        out: Vec::new(),
-        resvs: Vec::new(),
-        placed: Vec::new(),
-        failed: Vec::new(),
-        failed_long: Vec::new(),
-        empty_fit: HashMap::new(),
-        empty_fit_mixed: HashMap::new(),
-        never_uniform: HashMap::new(),
-        never_mixed: HashMap::new(),
-        failed_mixed: HashMap::new(),
-        chosen: HashSet::new(),
-        preempt_tries: 0,
-        blocked: false,
-        quota_round: HashMap::new(),
-        memo: HashMap::new(),
-    };
-    // Positions are among the job's own project's waiting jobs: a waiting reason says
-    // nothing of other projects' queues.
-    let mut totals: HashMap<&str, u32> = HashMap::new();
-    for r in reqs.iter() {
-        *totals.entry(r.project).or_default() += 1;
-    }
-    let mut seen: HashMap<&str, u32> = HashMap::new();
+    let mut rd = Round::new(c, cfg, now);
+    let mut positions = Positions::new(reqs, cfg.order == Order::Fifo);
     while let Some((i, _fair)) = q.next(reqs) {
         let r = &reqs[i];
-        let pos = seen.entry(r.project).or_default();
-        *pos += 1;
-        let explain = cfg.explain;
-        let position = Some(Position { pos: *pos, total: totals.get(r.project).copied().unwrap_or(*pos), fifo });
-        // L3: QUEUED while the quota cannot cover all replicas at once.
-        if !r.admitted && !r.metrics.is_empty() {
-            let short = quota_short(quotas, r.project, r.metrics, |m| {
-                quota_base.get(&(r.project, m)).copied().unwrap_or(0)
-                    + rd.quota_round.get(&(r.project, m)).copied().unwrap_or(0)
-            });
-            if !short.is_empty() {
-                if let Some(d) = rd.impossible(r) {
-                    rd.out.push(d);
-                    continue;
-                }
-                if explain {
-                    let reason = rd.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| format!("Waiting for quota: {}", quota_text(&short)));
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position, reserved_at: None });
-                }
-                continue;
-            }
-        }
-        let spot_mode = r.spot && cfg.preemption;
-        if rd.blocked && !spot_mode {
-            if let Some(d) = rd.impossible(r) {
-                rd.out.push(d);
-                continue;
-            }
-            // Strict order: nothing passes the first job that does not fit.
-            if !explain {
-                if q.spot.is_empty() {
-                    break;
-                }
-                continue;
-            }
-            let reason = rd.memo(Memo::Blocked, |_| {
-                "Waiting for capacity held by other jobs: a job ahead of it does not fit yet, and nothing passes it (no backfill)".to_string()
-            });
-            rd.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position, reserved_at: None });
-            continue;
-        }
-        // Backfill must not delay the reservation: a job that could run past it takes only
-        // what the reservation does not need. SPOT jobs too (else they would be placed
-        // on the reserved room only to be preempted when it is due).
-        // Backfill must not delay any reservation: a job that would still run when one is
-        // due takes only what that reservation leaves on its nodes.
-        let end = now.saturating_add(r.duration);
-        let long = rd.resvs.iter().any(|v| end > v.time);
-        let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len()));
-        let skip = uniform.is_some_and(|(d, k)| {
-            dominated(&rd.failed, &d, k)
-                || (long && dominated_long(&rd.failed_long, &d, k, end))
-                || rd.w.slot_bound(t, &d) < k as i64
-        });
-        // A mixed gang that found no room earlier in the round finds none now either:
-        // free capacity only shrinks within a round.
-        let failed_before = rd
-            .failed_mixed
-            .get(r.shape.needs.as_slice())
-            .is_some_and(|f| f.0 || (long && f.1.is_some_and(|e| end >= e)));
-        let skip = skip || (!r.shape.uniform && failed_before);
-        let mut placed = {
-            let limit = if long { limit_for(&rd.resvs, end) } else { None };
-            let mut placed = if skip {
-                None
-            } else if !long && !rd.resvs.is_empty() {
-                // It ends before every reservation is due: it goes on reserved nodes
-                // first, so that nodes nobody waits for stay open to longer jobs.
-                let prefer: Vec<NodeIx> = rd.resvs.iter().flat_map(|v| v.nodes.iter().map(|(n, _)| *n)).collect();
-                rd.w.place_gang_prefer(t, r.shape, None, &prefer)
-            } else {
-                rd.w.place_gang(t, r.shape, limit.as_deref())
-            };
-            if placed.is_none() && !skip && !r.shape.uniform {
-                // The greedy passes can miss a packing of a mixed gang: search for one.
-                placed = rd.w.place_gang_exact(t, r.shape, limit.as_deref(), PLACE_SEARCH_BUDGET);
-            }
-            placed
-        };
-        if placed.is_none() && !skip && !r.shape.uniform {
-            let f = rd.failed_mixed.entry(r.shape.needs.clone()).or_default();
-            if long {
-                f.1 = Some(f.1.map_or(end, |e| e.min(end)));
-            } else {
-                f.0 = true;
-            }
-        }
-        if let Some(nodes) = placed.take() {
-            let held: Vec<(NodeIx, Need)> = nodes.iter().copied().zip(r.shape.needs.iter().copied()).collect();
-            use_slack(&mut rd.resvs, end, &held);
-            charge(&mut q, r, &held, c);
-            rd.placed.push((now.saturating_add(r.duration), held));
-            if !r.admitted {
-                for (m, v) in r.metrics {
-                    *rd.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
-                }
-            }
-            let names = nodes.iter().map(|n| t.names[*n as usize].clone()).collect();
-            rd.out.push(Decision::Place { job: r.id, nodes: names, warnings: Vec::new() });
-            rd.memo.clear();
-            continue;
-        }
-        if let Some(d) = rd.impossible(r) {
-            rd.out.push(d);
-            continue;
-        }
-        if let Some((d, k)) = uniform {
-            if !skip {
-                if long {
-                    remember_long(&mut rd.failed_long, d, k, end);
-                } else {
-                    remember(&mut rd.failed, d, k);
-                }
-            }
-        }
-        if spot_mode {
-            if explain {
-                let why = if rd.fits_empty(r.shape) {
-                    "SPOT job waiting for idle capacity".to_string()
-                } else {
-                    format!("SPOT job waiting: the usable fleet cannot hold it ({})", rd.stockout_detail())
-                };
-                let reason = format!("{why}: needs {}", describe(t, r.shape)).into();
-                rd.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason, position, reserved_at: None });
-            }
-            continue;
-        }
-        if cfg.preemption && rd.preempt_tries < cfg.max_preemption_tries && !(c.spot.is_empty() && c.stopping.is_empty()) {
-            rd.preempt_tries += 1;
-            let slack = if long { limit_for(&rd.resvs, end).map(std::borrow::Cow::into_owned) } else { None };
-            if let Some((victims, stopping)) = rd.preempt_for(r, slack.as_ref()) {
-                rd.memo.clear();
-                let held = rd.placed.last().map(|p| p.1.clone()).unwrap_or_default();
-                // What it claims on reserved nodes is slack no later job may take again.
-                use_slack(&mut rd.resvs, end, &held);
-                charge(&mut q, r, &held, c);
-                if !r.admitted {
-                    for (m, v) in r.metrics {
-                        *rd.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
-                    }
-                }
-                for v in &victims {
-                    rd.out.push(Decision::Preempt { job: *v, reason: "its capacity is needed by work that waits for it".to_string() });
-                }
-                if explain {
-                    let reason = format!(
-                        "Waiting for capacity held by other jobs: {} being preempted for it; it starts when they have stopped",
-                        counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are"),
-                    );
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position, reserved_at: None });
-                }
-                continue;
-            }
-        }
-        // L15: capacity missing for reasons outside the queue is a stockout.
-        if !rd.fits_empty(r.shape) {
-            if !r.admitted {
-                for (m, v) in r.metrics {
-                    *rd.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
-                }
-            }
-            rd.out.push(Decision::Stockout { job: r.id, detail: rd.stockout_detail() });
-            rd.memo.clear();
-            continue;
-        }
-        // Capacity held by other Trainyard jobs: wait (QUEUED), never a stockout (L15).
-        // EASY's head (the first job that does not fit) holds a reservation, and so does
-        // every job past the starvation bound (up to `max_reservations`), each placed
-        // around the ones before it.
-        let protect = r.admitted || starving(r);
-        if !rd.blocked && (rd.resvs.is_empty() || (protect && cfg.backfill && rd.resvs.len() < cfg.max_reservations)) {
-            if !cfg.backfill {
-                rd.blocked = true;
-                rd.memo.clear();
-                if explain {
-                    let reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)).into();
-                    rd.out.push(Decision::Wait { job: r.id, kind: KIND_CAPACITY, reason, position, reserved_at: None });
-                }
-                continue;
-            }
-            let made = rd.reserve(r);
-            let reserved = made.is_some();
-            if let Some(v) = made {
-                rd.resvs.push(v);
-            }
-            rd.memo.clear();
-            if explain {
-                let mut reason = match rd.resvs.last().filter(|_| reserved) {
-                    // No time: it would rest on other jobs' time limits (another
-                    // project's among them), which a waiting reason does not tell.
-                    Some(v) => format!(
-                        "Waiting for capacity held by other jobs: needs {}. Reserved: {} ({}) {} held for it as they free; \
-                         smaller jobs may start first only if they cannot delay it",
-                        describe(t, r.shape),
-                        counted(v.nodes.len(), "node", "nodes"),
-                        node_list(t, &v.nodes),
-                        if v.nodes.len() == 1 { "is" } else { "are" },
-                    ),
-                    None => format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)),
-                };
-                if starving(r) {
-                    reason.push_str(&starving_note(cfg));
-                }
-                let kind = if reserved { KIND_RESERVED } else { KIND_CAPACITY };
-                let reserved_at = rd.resvs.last().filter(|_| reserved).map(|v| v.time);
-                rd.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position, reserved_at });
-            }
-            continue;
-        }
-        if explain {
-            // Depends only on the shape, on whether the job would run past the
-            // reservation, and on the round's state (the memo is cleared when that moves).
-            let past_bound = starving(r);
-            let reason = rd.memo(Memo::Capacity(r.shape.needs.clone(), long, past_bound), |rd| {
-                let fit_now = uniform.map_or(0, |(d, k)| rd.w.slot_bound(t, &d).min(k as i64));
-                let mut reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape));
-                if uniform.is_some() {
-                    reason.push_str(&format!(", at most {fit_now} fit now"));
-                }
-                // The reservation it could delay first (else the first one made).
-                let ahead = rd.resvs.iter().filter(|v| !long || end > v.time).min_by_key(|v| v.time).cloned();
-                if let Some(v) = &ahead {
-                    let m = rd.w.mark();
-                    let fits_unconstrained = long && rd.w.place_gang(t, r.shape, None).is_some();
-                    rd.w.rollback(t, m);
-                    if fits_unconstrained {
-                        reason.push_str(&format!(
-                            "; it would fit now, but it could run past {} (by {}) on nodes reserved for a job ahead of it",
-                            fmt_dur(v.time - now),
-                            rfc3339(v.time),
-                        ));
-                    } else {
-                        reason.push_str(&format!(
-                            "; a job ahead of it holds a reservation (expected start within {})",
-                            fmt_dur(v.time - now)
-                        ));
-                    }
-                }
-                if past_bound {
-                    reason.push_str(&starving_note(cfg));
-                }
-                reason
-            });
-            let kind = if rd.resvs.is_empty() { KIND_CAPACITY } else { KIND_BEHIND_RESERVATION };
-            rd.out.push(Decision::Wait { job: r.id, kind, reason, position, reserved_at: None });
+        let position = positions.next(r);
+        if rd.decide(r, position, &mut q, quotas, &quota_base) == Next::Stop {
+            break;
         }
     }
     rd.out
+}
+
+/// Whether a round goes on after a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    Continue,
+    /// Strict order without explanations: nothing after it can start.
+    Stop,
+}
+
+/// Positions among a job's own project's waiting jobs: a waiting reason says nothing of
+/// other projects' queues.
+struct Positions<'r> {
+    totals: HashMap<&'r str, u32>,
+    seen: HashMap<&'r str, u32>,
+    fifo: bool,
+}
+
+impl<'r> Positions<'r> {
+    fn new(reqs: &'r [Request], fifo: bool) -> Positions<'r> {
+        let mut totals: HashMap<&str, u32> = HashMap::new();
+        for r in reqs {
+            *totals.entry(r.project).or_default() += 1;
+        }
+        Positions { totals, seen: HashMap::new(), fifo }
+    }
+
+    fn next(&mut self, r: &Request<'r>) -> Option<Position> {
+        let pos = self.seen.entry(r.project).or_default();
+        *pos += 1;
+        Some(Position { pos: *pos, total: self.totals.get(r.project).copied().unwrap_or(*pos), fifo: self.fifo })
+    }
+}
+
+/// The lists of [`Queue`]: jobs admitted before (they go first), jobs past the
+/// starvation bound, and FIFO's one list; fair share's per-project queues come after.
+const ADMITTED: usize = 0;
+const STARVING: usize = 1;
+const FIFO: usize = 2;
+
+impl<'a> Queue<'a> {
+    /// The round's order: admitted jobs, then jobs past the starvation bound (ahead of
+    /// the fair-share order; their waiting reasons say so), then FIFO or each project's
+    /// queue by fair share; SPOT jobs (with preemption) on a list of their own.
+    fn build(c: &Cluster, reqs: &[Request<'a>], cfg: &SchedulerConfig, now: Micros) -> Queue<'a> {
+        let mut q = Queue { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
+        let mut pidx: HashMap<&str, usize> = HashMap::new();
+        let starve = cfg.starvation_secs.map(|s| now.saturating_sub(secs(s)));
+        for (i, r) in reqs.iter().enumerate() {
+            if r.spot && cfg.preemption {
+                q.spot.push(i);
+            } else if r.admitted {
+                q.lists[ADMITTED].push(i);
+            } else if cfg.order == Order::Fifo {
+                q.lists[FIFO].push(i);
+            } else if starve.is_some_and(|s| r.submitted <= s) {
+                q.lists[STARVING].push(i);
+            } else {
+                let p = *pidx.entry(r.project).or_insert_with(|| {
+                    let usage = c.usage.get(r.project).cloned().unwrap_or_else(|| vec![0; c.totals.len()]);
+                    let weight = cfg.weight(r.project);
+                    let share = c.share(&usage, weight);
+                    q.projects.push(Proj { name: r.project, usage, weight, share, queue: Vec::new(), next: 0 });
+                    q.projects.len() - 1
+                });
+                q.projects[p].queue.push(i);
+            }
+        }
+        let key = |&i: &usize| (reqs[i].submitted, reqs[i].id);
+        for l in &mut q.lists {
+            l.sort_by_key(key);
+        }
+        for p in &mut q.projects {
+            p.queue.sort_by_key(key);
+        }
+        q.spot.sort_by_key(|&i| (!reqs[i].admitted, reqs[i].submitted, reqs[i].id));
+        q
+    }
+}
+
+/// What became of a job's try at a place this round.
+struct Miss {
+    /// It was not even tried (a shape known not to fit this round).
+    skip: bool,
+    /// When it would end if it started now.
+    end: Micros,
+    /// It would still run when a reservation is due.
+    long: bool,
+    /// Its one replica need and count, when every replica is alike.
+    uniform: Option<(Need, usize)>,
+}
+
+impl<'a, 'r> Round<'a, 'r> {
+    fn new(c: &'a Cluster, cfg: &'a SchedulerConfig, now: Micros) -> Round<'a, 'r> {
+        Round {
+            c,
+            cfg,
+            now,
+            w: c.free.clone(),
+            out: Vec::new(),
+            resvs: Vec::new(),
+            placed: Vec::new(),
+            failed: Vec::new(),
+            failed_long: Vec::new(),
+            empty_fit: HashMap::new(),
+            empty_fit_mixed: HashMap::new(),
+            never_uniform: HashMap::new(),
+            never_mixed: HashMap::new(),
+            failed_mixed: HashMap::new(),
+            chosen: HashSet::new(),
+            preempt_tries: 0,
+            blocked: false,
+            quota_round: HashMap::new(),
+            memo: HashMap::new(),
+        }
+    }
+
+    /// Past the starvation bound: it goes ahead of the fair-share order.
+    fn starving(&self, r: &Request) -> bool {
+        let cfg = self.cfg;
+        cfg.order != Order::Fifo
+            && !r.admitted
+            && !(r.spot && cfg.preemption)
+            && cfg.starvation_secs.is_some_and(|s| r.submitted <= self.now.saturating_sub(secs(s)))
+    }
+
+    /// One job's decision, in the order of the rules: its quota (L3), a strict order
+    /// that is blocked, a place now, then (not placed) a shape that can never fit, SPOT's
+    /// wait, preemption, a stockout (L15), a reservation, or a wait behind others.
+    fn decide(
+        &mut self,
+        r: &'r Request<'r>,
+        position: Option<Position>,
+        q: &mut Queue,
+        quotas: &Quotas,
+        quota_base: &HashMap<(&str, &str), u64>,
+    ) -> Next {
+        if self.waits_for_quota(r, position, quotas, quota_base) {
+            return Next::Continue;
+        }
+        let spot_mode = r.spot && self.cfg.preemption;
+        if self.blocked && !spot_mode {
+            return self.behind_blocked(r, position, q.spot.is_empty());
+        }
+        let miss = match self.try_place(r) {
+            Ok(nodes) => {
+                self.placed_now(r, &nodes, q);
+                return Next::Continue;
+            }
+            Err(miss) => miss,
+        };
+        if let Some(d) = self.impossible(r) {
+            self.out.push(d);
+            return Next::Continue;
+        }
+        if let Some((d, k)) = miss.uniform.filter(|_| !miss.skip) {
+            if miss.long {
+                remember_long(&mut self.failed_long, d, k, miss.end);
+            } else {
+                remember(&mut self.failed, d, k);
+            }
+        }
+        if spot_mode {
+            self.spot_waits(r, position);
+        } else if !self.preempted_for(r, position, &miss, q) && !self.stockout(r) && !self.reserved_or_blocked(r, position) {
+            self.waits_behind(r, position, &miss);
+        }
+        Next::Continue
+    }
+
+    /// L3: QUEUED while the quota cannot cover all replicas at once (or never can).
+    fn waits_for_quota(&mut self, r: &'r Request<'r>, position: Option<Position>, quotas: &Quotas, quota_base: &HashMap<(&str, &str), u64>) -> bool {
+        if r.admitted || r.metrics.is_empty() {
+            return false;
+        }
+        let short = quota_short(quotas, r.project, r.metrics, |m| {
+            quota_base.get(&(r.project, m)).copied().unwrap_or(0) + self.quota_round.get(&(r.project, m)).copied().unwrap_or(0)
+        });
+        if short.is_empty() {
+            return false;
+        }
+        if let Some(d) = self.impossible(r) {
+            self.out.push(d);
+            return true;
+        }
+        if self.cfg.explain {
+            let reason = self.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| {
+                format!("Waiting for quota: {}", quota_text(&short))
+            });
+            self.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position, reserved_at: None });
+        }
+        true
+    }
+
+    /// Strict order (no backfill): nothing passes the first job that does not fit.
+    fn behind_blocked(&mut self, r: &Request, position: Option<Position>, no_spot: bool) -> Next {
+        if let Some(d) = self.impossible(r) {
+            self.out.push(d);
+            return Next::Continue;
+        }
+        if !self.cfg.explain {
+            return if no_spot { Next::Stop } else { Next::Continue };
+        }
+        let reason = self.memo(Memo::Blocked, |_| {
+            "Waiting for capacity held by other jobs: a job ahead of it does not fit yet, and nothing passes it (no backfill)".to_string()
+        });
+        self.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position, reserved_at: None });
+        Next::Continue
+    }
+
+    /// A place for the whole gang now. Backfill must not delay any reservation: a job
+    /// that would still run when one is due takes only what that reservation leaves on
+    /// its nodes (SPOT jobs too, else they would be placed on the reserved room only to
+    /// be preempted when it is due); one that ends before every reservation goes on
+    /// reserved nodes first, so that nodes nobody waits for stay open to longer jobs.
+    fn try_place(&mut self, r: &Request) -> Result<Vec<NodeIx>, Miss> {
+        let t = &self.c.table;
+        let end = self.now.saturating_add(r.duration);
+        let long = self.resvs.iter().any(|v| end > v.time);
+        let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len()));
+        let skip = uniform.is_some_and(|(d, k)| {
+            dominated(&self.failed, &d, k) || (long && dominated_long(&self.failed_long, &d, k, end)) || self.w.slot_bound(t, &d) < k as i64
+        });
+        // A mixed gang that found no room earlier in the round finds none now either:
+        // free capacity only shrinks within a round.
+        let failed_before =
+            self.failed_mixed.get(r.shape.needs.as_slice()).is_some_and(|f| f.0 || (long && f.1.is_some_and(|e| end >= e)));
+        let skip = skip || (!r.shape.uniform && failed_before);
+        let miss = Miss { skip, end, long, uniform };
+        if skip {
+            return Err(miss);
+        }
+        let limit = if long { limit_for(&self.resvs, end) } else { None };
+        let mut placed = if !long && !self.resvs.is_empty() {
+            let prefer: Vec<NodeIx> = self.resvs.iter().flat_map(|v| v.nodes.iter().map(|(n, _)| *n)).collect();
+            self.w.place_gang_prefer(t, r.shape, None, &prefer)
+        } else {
+            self.w.place_gang(t, r.shape, limit.as_deref())
+        };
+        if placed.is_none() && !r.shape.uniform {
+            // The greedy passes can miss a packing of a mixed gang: search for one.
+            placed = self.w.place_gang_exact(t, r.shape, limit.as_deref(), PLACE_SEARCH_BUDGET);
+        }
+        drop(limit);
+        match placed {
+            Some(nodes) => Ok(nodes),
+            None => {
+                if !r.shape.uniform {
+                    let f = self.failed_mixed.entry(r.shape.needs.clone()).or_default();
+                    if long {
+                        f.1 = Some(f.1.map_or(end, |e| e.min(end)));
+                    } else {
+                        f.0 = true;
+                    }
+                }
+                Err(miss)
+            }
+        }
+    }
+
+    /// What a job placed or claimed this round takes of the reservations' slack, its
+    /// project's fair share and its quota.
+    fn charge_placed(&mut self, r: &'r Request<'r>, held: &[(NodeIx, Need)], q: &mut Queue) {
+        let end = self.now.saturating_add(r.duration);
+        use_slack(&mut self.resvs, end, held);
+        charge(q, r, held, self.c);
+        self.charge_quota(r);
+    }
+
+    /// The job's quota, counted for the rest of the round (an admitted job's is already
+    /// in the base).
+    fn charge_quota(&mut self, r: &'r Request<'r>) {
+        if !r.admitted {
+            for (m, v) in r.metrics {
+                *self.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
+            }
+        }
+    }
+
+    fn placed_now(&mut self, r: &'r Request<'r>, nodes: &[NodeIx], q: &mut Queue) {
+        let held: Vec<(NodeIx, Need)> = nodes.iter().copied().zip(r.shape.needs.iter().copied()).collect();
+        self.charge_placed(r, &held, q);
+        self.placed.push((self.now.saturating_add(r.duration), held));
+        let names = nodes.iter().map(|n| self.c.table.names[*n as usize].clone()).collect();
+        self.out.push(Decision::Place { job: r.id, nodes: names, warnings: Vec::new() });
+        self.memo.clear();
+    }
+
+    /// A SPOT job waits for idle capacity (it never preempts or reserves).
+    fn spot_waits(&mut self, r: &Request, position: Option<Position>) {
+        if !self.cfg.explain {
+            return;
+        }
+        let why = if self.fits_empty(r.shape) {
+            "SPOT job waiting for idle capacity".to_string()
+        } else {
+            format!("SPOT job waiting: the usable fleet cannot hold it ({})", self.stockout_detail())
+        };
+        let reason = format!("{why}: needs {}", describe(&self.c.table, r.shape)).into();
+        self.out.push(Decision::Wait { job: r.id, kind: KIND_SPOT, reason, position, reserved_at: None });
+    }
+
+    /// Preemption: SPOT jobs stopped for it (within the round's tries); it waits for
+    /// them to stop, its place claimed meanwhile.
+    fn preempted_for(&mut self, r: &'r Request<'r>, position: Option<Position>, miss: &Miss, q: &mut Queue) -> bool {
+        let c = self.c;
+        if !self.cfg.preemption || self.preempt_tries >= self.cfg.max_preemption_tries || (c.spot.is_empty() && c.stopping.is_empty()) {
+            return false;
+        }
+        self.preempt_tries += 1;
+        let slack = if miss.long { limit_for(&self.resvs, miss.end).map(std::borrow::Cow::into_owned) } else { None };
+        let Some((victims, stopping)) = self.preempt_for(r, slack.as_ref()) else { return false };
+        self.memo.clear();
+        let held = self.placed.last().map(|p| p.1.clone()).unwrap_or_default();
+        // What it claims on reserved nodes is slack no later job may take again.
+        self.charge_placed(r, &held, q);
+        for v in &victims {
+            self.out.push(Decision::Preempt { job: *v, reason: "its capacity is needed by work that waits for it".to_string() });
+        }
+        if self.cfg.explain {
+            let reason = format!(
+                "Waiting for capacity held by other jobs: {} being preempted for it; it starts when they have stopped",
+                counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are"),
+            );
+            self.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position, reserved_at: None });
+        }
+        true
+    }
+
+    /// L15: capacity missing for reasons outside the queue (nodes down or drained) is a
+    /// stockout; capacity held by other Trainyard jobs never is.
+    fn stockout(&mut self, r: &'r Request<'r>) -> bool {
+        if self.fits_empty(r.shape) {
+            return false;
+        }
+        self.charge_quota(r);
+        self.out.push(Decision::Stockout { job: r.id, detail: self.stockout_detail() });
+        self.memo.clear();
+        true
+    }
+
+    /// EASY's head (the first job that does not fit) holds a reservation, and so does
+    /// every job past the starvation bound (up to `max_reservations`), each placed around
+    /// the ones before it; without backfill the head blocks the rest of the round.
+    fn reserved_or_blocked(&mut self, r: &Request, position: Option<Position>) -> bool {
+        let cfg = self.cfg;
+        let protect = r.admitted || self.starving(r);
+        if self.blocked || !(self.resvs.is_empty() || (protect && cfg.backfill && self.resvs.len() < cfg.max_reservations)) {
+            return false;
+        }
+        let t = &self.c.table;
+        if !cfg.backfill {
+            self.blocked = true;
+            self.memo.clear();
+            if cfg.explain {
+                let reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)).into();
+                self.out.push(Decision::Wait { job: r.id, kind: KIND_CAPACITY, reason, position, reserved_at: None });
+            }
+            return true;
+        }
+        let made = self.reserve(r);
+        let reserved = made.is_some();
+        if let Some(v) = made {
+            self.resvs.push(v);
+        }
+        self.memo.clear();
+        if cfg.explain {
+            let mut reason = match self.resvs.last().filter(|_| reserved) {
+                // No time: it would rest on other jobs' time limits (another project's
+                // among them), which a waiting reason does not tell.
+                Some(v) => format!(
+                    "Waiting for capacity held by other jobs: needs {}. Reserved: {} ({}) {} held for it as they free; \
+                     smaller jobs may start first only if they cannot delay it",
+                    describe(t, r.shape),
+                    counted(v.nodes.len(), "node", "nodes"),
+                    node_list(t, &v.nodes),
+                    if v.nodes.len() == 1 { "is" } else { "are" },
+                ),
+                None => format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape)),
+            };
+            if self.starving(r) {
+                reason.push_str(&starving_note(cfg));
+            }
+            let kind = if reserved { KIND_RESERVED } else { KIND_CAPACITY };
+            let reserved_at = self.resvs.last().filter(|_| reserved).map(|v| v.time);
+            self.out.push(Decision::Wait { job: r.id, kind, reason: reason.into(), position, reserved_at });
+        }
+        true
+    }
+
+    /// A wait behind jobs that hold the capacity or a reservation. The reason tells no
+    /// time: it would rest on other jobs' time limits (another project's among them).
+    fn waits_behind(&mut self, r: &Request, position: Option<Position>, miss: &Miss) {
+        if !self.cfg.explain {
+            return;
+        }
+        // Depends only on the shape, on whether the job would run past the reservation,
+        // and on the round's state (the memo is cleared when that moves).
+        let past_bound = self.starving(r);
+        let (long, end, uniform) = (miss.long, miss.end, miss.uniform);
+        let reason = self.memo(Memo::Capacity(r.shape.needs.clone(), long, past_bound), |rd| {
+            let t = &rd.c.table;
+            let fit_now = uniform.map_or(0, |(d, k)| rd.w.slot_bound(t, &d).min(k as i64));
+            let mut reason = format!("Waiting for capacity held by other jobs: needs {}", describe(t, r.shape));
+            if uniform.is_some() {
+                reason.push_str(&format!(", at most {fit_now} fit now"));
+            }
+            // The reservation it could delay first (else the first one made).
+            let ahead = rd.resvs.iter().any(|v| !long || end > v.time);
+            if ahead {
+                let m = rd.w.mark();
+                let fits_unconstrained = long && rd.w.place_gang(t, r.shape, None).is_some();
+                rd.w.rollback(t, m);
+                if fits_unconstrained {
+                    reason.push_str("; it would fit now, but it could run past the time its nodes are reserved for a job ahead of it");
+                } else {
+                    reason.push_str("; a job ahead of it holds a reservation");
+                }
+            }
+            if past_bound {
+                reason.push_str(&starving_note(rd.cfg));
+            }
+            reason
+        });
+        let kind = if self.resvs.is_empty() { KIND_CAPACITY } else { KIND_BEHIND_RESERVATION };
+        self.out.push(Decision::Wait { job: r.id, kind, reason, position, reserved_at: None });
+    }
 }
 
 /// The project's share grows with what the job takes (DRF), changing the fair order.

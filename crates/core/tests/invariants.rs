@@ -472,6 +472,8 @@ fn backfill_cannot_delay_the_reservation() {
     assert!(placed(&d, 2).is_some(), "a job that ends before the reservation backfills: {d:?}");
     let r4 = reason(&d, 4);
     assert!(r4.contains("would fit now, but it could run past") && r4.contains("reserved for a job ahead of it"), "{r4}");
+    // No time either: the reservation's rests on another job's time limit.
+    assert!(!r4.contains("(by ") && !r4.contains("within"), "{r4}");
     // Without backfill (strict FIFO) nothing passes the head.
     let d = run(&c, &reqs, 0, &SchedulerConfig::fifo());
     assert!(d.iter().all(|d| !matches!(d, Decision::Place { .. })), "{d:?}");
