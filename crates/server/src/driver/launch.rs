@@ -321,166 +321,223 @@ pub fn netns_dir(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("netns")
 }
 
+/// What a launch needs: the shim's spec, the directories to make, and (with `run_as`)
+/// what to give the project's user.
+pub(super) type LaunchPlan = (ShimSpec, Vec<Confined>, Vec<Grant>);
+
 /// With `run_as`, the program runs as its project's user (see `identity`): in
 /// `<run_dir>/work`, with `HOME` and `TMPDIR` `<run_dir>/home` and a minimal environment;
 /// the grants make those, the project's namespace, the output and metric directories and
-/// the venv that user's.
-#[allow(clippy::type_complexity)]
-pub(super) fn launch_plan(
-    svc: &Services,
-    live: &Live,
-    run: &RunId,
+/// the venv that user's. The steps are [`Planning`]'s.
+pub(super) fn launch_plan(svc: &Services, live: &Live, run: &RunId, run_as: Option<trainyard_backend::RunAs>) -> Result<LaunchPlan, Outcome> {
+    let mut p = Planning::new(svc, live, run, run_as)?;
+    let env = p.environment()?;
+    p.output_dirs();
+    let grants = p.grants();
+    let shim = p.shim(env);
+    match svc.containers.as_ref() {
+        Some(ce) => p.in_container(ce, shim, grants),
+        None => p.on_host(shim, grants),
+    }
+}
+
+/// One replica's launch being planned.
+struct Planning<'a> {
+    svc: &'a Services,
+    live: &'a Live,
+    run: &'a RunId,
     run_as: Option<trainyard_backend::RunAs>,
-) -> Result<(ShimSpec, Vec<Confined>, Vec<Grant>), Outcome> {
-    let job = &live.job;
-    let spec = &live.resource.job_spec;
-    let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
-        message: format!("no replica {} in job {}", run.replica, job.id),
-    })?;
-    let replica = &job.replicas[idx];
-    let pool = spec.worker_pool_specs.get(replica.pool).ok_or_else(|| Outcome::LaunchFailed {
-        message: format!("no worker pool {}", replica.pool),
-    })?;
-    let members: Vec<Member> = job
-        .replicas
-        .iter()
-        .map(|r| Member { pool: r.pool, index: r.index, address: r.address.clone().unwrap_or_default() })
-        .collect();
-    let spec_json = serde_json::to_string(spec).unwrap_or_default();
-    // The project's namespace of the storage root, or an output root (checked at create).
-    let base = live.resource.job_spec.base_output_directory.as_ref().and_then(|o| {
-        resolve_uri(&o.output_uri_prefix, &job.project, &svc.cfg.storage_root, &svc.output_roots, "").ok()
-    });
-    let ce = svc.containers.as_ref();
-    // In a container the project's buckets are at /gcs (gs://B/X is /gcs/B/X), and an
-    // output root is mounted at its own path.
-    let base_str = base.as_ref().map(|p| match ce {
-        Some(_) if p.root == svc.cfg.storage_root => {
-            let in_project: PathBuf = p.rel.components().skip(1).collect();
-            format!("/gcs/{}", in_project.display())
-        }
-        _ => p.path().display().to_string(),
-    });
-    let pool_env: Vec<(String, String)> = match (&pool.container_spec, &pool.python_package_spec) {
-        (Some(c), _) => c.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
-        (None, Some(p)) => p.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
-        _ => Vec::new(),
-    };
-    let data_dir = &svc.cfg.data_dir;
-    let run_rel = run_dir(Path::new(""), run);
-    // A container has the image's environment plus the replica's; a host program the
-    // server's (or a minimal one of its own user's).
-    let mut env = match (ce, run_as) {
-        (Some(_), _) => Vec::new(),
-        (None, Some(_)) => crate::identity::minimal_env(&svc.base_env, &data_dir.join(&run_rel).join("home")),
-        (None, None) => svc.base_env.clone(),
-    };
-    let mut mounts = Vec::new();
-    let mut dirs = Vec::new();
-    if let Some(node) = &replica.node {
-        env.push(("TRAINYARD_NODE".into(), node.clone()));
+    /// The replica's position in the job.
+    idx: usize,
+    pool: &'a trainyard_api::types::WorkerPoolSpec,
+    /// The job's base output directory (the project's namespace or an output root).
+    base: Option<Confined>,
+    /// The run's directory relative to the data directory.
+    run_rel: PathBuf,
+    mounts: Vec<Mount>,
+    dirs: Vec<Confined>,
+}
+
+impl<'a> Planning<'a> {
+    fn new(svc: &'a Services, live: &'a Live, run: &'a RunId, run_as: Option<trainyard_backend::RunAs>) -> Result<Planning<'a>, Outcome> {
+        let job = &live.job;
+        let idx = job.replicas.iter().position(|r| r.name == run.replica).ok_or_else(|| Outcome::LaunchFailed {
+            message: format!("no replica {} in job {}", run.replica, job.id),
+        })?;
+        let pool_ix = job.replicas[idx].pool;
+        let pool = live.resource.job_spec.worker_pool_specs.get(pool_ix).ok_or_else(|| Outcome::LaunchFailed {
+            message: format!("no worker pool {pool_ix}"),
+        })?;
+        // The project's namespace of the storage root, or an output root (checked at create).
+        let base = live.resource.job_spec.base_output_directory.as_ref().and_then(|o| {
+            resolve_uri(&o.output_uri_prefix, &job.project, &svc.cfg.storage_root, &svc.output_roots, "").ok()
+        });
+        Ok(Planning { svc, live, run, run_as, idx, pool, base, run_rel: run_dir(Path::new(""), run), mounts: Vec::new(), dirs: Vec::new() })
     }
-    if job.trial.is_some() {
-        // cloudml-hypertune writes the trial's metrics here.
-        let dir = Confined { root: svc.cfg.data_dir.clone(), rel: Path::new("trials").join(job.id.to_string()).join(&replica.name) };
-        let file = match ce {
-            Some(_) => {
-                mounts.push(Mount { source: dir.path(), target: "/trainyard/trial".into(), read_only: false });
-                "/trainyard/trial/output.metrics".to_string()
-            }
-            None => dir.path().join("output.metrics").display().to_string(),
+
+    fn job(&self) -> &'a Job {
+        &self.live.job
+    }
+
+    fn replica(&self) -> &'a trainyard_core::job::Replica {
+        &self.live.job.replicas[self.idx]
+    }
+
+    fn data_dir(&self) -> &'a PathBuf {
+        &self.svc.cfg.data_dir
+    }
+
+    /// The project's namespace of the storage root, unless the project's name could not
+    /// be a directory's.
+    fn namespace(&self) -> Option<Confined> {
+        let project = self.job().project.as_str();
+        let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
+        plain.then(|| Confined { root: self.svc.cfg.storage_root.clone(), rel: PathBuf::from(project) })
+    }
+
+    /// The replica's environment: the base (a container's image has its own; a host
+    /// program the server's, or a minimal one of its own user's), the trial's metric
+    /// file, what the job's clients need to find this server, the managed service's
+    /// variables (L8) and the replica's own GPUs.
+    fn environment(&mut self) -> Result<Vec<(String, String)>, Outcome> {
+        let (svc, job, replica) = (self.svc, self.job(), self.replica());
+        let ce = svc.containers.as_ref();
+        let mut env = match (ce, self.run_as) {
+            (Some(_), _) => Vec::new(),
+            (None, Some(_)) => crate::identity::minimal_env(&svc.base_env, &self.data_dir().join(&self.run_rel).join("home")),
+            (None, None) => svc.base_env.clone(),
         };
-        env.push(("CLOUD_ML_HP_METRIC_FILE".into(), file));
-        dirs.push(dir);
-    }
-    // What the job's Cloud Storage and Google clients need to find this server's storage
-    // unchanged, as on the managed service (the job's own env may say otherwise): the
-    // endpoint (not reachable from a job's own network namespace), the project and, in
-    // tokens mode, the job's credential.
-    let mut clients = vec![("GOOGLE_CLOUD_PROJECT".to_string(), job.project.clone())];
-    match (storage_endpoint(svc), credential_file(svc, run)) {
-        (Some(endpoint), Some(file)) => {
-            // google-auth finds the credential by itself (an `authorized_user` file whose
-            // access token is the job's credential), and
-            // google-cloud-storage sends it to the endpoint of API_ENDPOINT_OVERRIDE (with
-            // STORAGE_EMULATOR_HOST it would send none).
-            let path = match ce {
-                Some(_) => {
-                    mounts.push(Mount { source: file, target: CREDENTIALS_IN_CONTAINER.into(), read_only: true });
-                    CREDENTIALS_IN_CONTAINER.to_string()
-                }
-                None => file.display().to_string(),
-            };
-            clients.push(("API_ENDPOINT_OVERRIDE".into(), endpoint));
-            clients.push(("GOOGLE_APPLICATION_CREDENTIALS".into(), path));
+        if let Some(node) = &replica.node {
+            env.push(("TRAINYARD_NODE".into(), node.clone()));
         }
-        (Some(endpoint), None) => clients.push(("STORAGE_EMULATOR_HOST".into(), endpoint)),
-        (None, _) => {}
+        if job.trial.is_some() {
+            // cloudml-hypertune writes the trial's metrics here.
+            let dir = Confined { root: self.data_dir().clone(), rel: Path::new("trials").join(job.id.to_string()).join(&replica.name) };
+            let file = match ce {
+                Some(_) => {
+                    self.mounts.push(Mount { source: dir.path(), target: "/trainyard/trial".into(), read_only: false });
+                    "/trainyard/trial/output.metrics".to_string()
+                }
+                None => dir.path().join("output.metrics").display().to_string(),
+            };
+            env.push(("CLOUD_ML_HP_METRIC_FILE".into(), file));
+            self.dirs.push(dir);
+        }
+        set_all(&mut env, self.clients());
+        set_all(&mut env, self.service_env());
+        set_all(&mut env, self.gpu_env()?);
+        Ok(env)
     }
-    for (k, v) in clients {
-        env.retain(|(n, _)| *n != k);
-        env.push((k, v));
+
+    /// What the job's Cloud Storage and Google clients need to find this server's
+    /// storage unchanged, as on the managed service (the job's own env may say
+    /// otherwise): the endpoint (not reachable from a job's own network namespace), the
+    /// project and, in tokens mode, the job's credential.
+    fn clients(&mut self) -> Vec<(String, String)> {
+        let mut clients = vec![("GOOGLE_CLOUD_PROJECT".to_string(), self.job().project.clone())];
+        match (storage_endpoint(self.svc), credential_file(self.svc, self.run)) {
+            (Some(endpoint), Some(file)) => {
+                // google-auth finds the credential by itself (an `authorized_user` file
+                // whose access token is the job's credential), and google-cloud-storage
+                // sends it to the endpoint of API_ENDPOINT_OVERRIDE (with
+                // STORAGE_EMULATOR_HOST it would send none).
+                let path = match self.svc.containers {
+                    Some(_) => {
+                        self.mounts.push(Mount { source: file, target: CREDENTIALS_IN_CONTAINER.into(), read_only: true });
+                        CREDENTIALS_IN_CONTAINER.to_string()
+                    }
+                    None => file.display().to_string(),
+                };
+                clients.push(("API_ENDPOINT_OVERRIDE".into(), endpoint));
+                clients.push(("GOOGLE_APPLICATION_CREDENTIALS".into(), path));
+            }
+            (Some(endpoint), None) => clients.push(("STORAGE_EMULATOR_HOST".into(), endpoint)),
+            (None, _) => {}
+        }
+        clients
     }
-    let input = EnvInput {
-        project: &job.project,
-        region: &job.region,
-        job_id: job.id,
-        trial_id: job.trial.as_ref().map(|t| t.trial.as_str()),
-        job_spec_json: &spec_json,
-        members: &members,
-        this: idx,
-        base_output_dir: base_str.as_deref(),
-        pool_env: &pool_env,
-    };
-    for (k, v) in replica_env(&input) {
-        env.retain(|(n, _)| *n != k);
-        env.push((k, v));
+
+    /// The managed service's variables (L8): CLUSTER_SPEC, TF_CONFIG, AIP_* and the
+    /// pool's own.
+    fn service_env(&self) -> Vec<(String, String)> {
+        let (svc, job) = (self.svc, self.job());
+        let spec = &self.live.resource.job_spec;
+        let members: Vec<Member> =
+            job.replicas.iter().map(|r| Member { pool: r.pool, index: r.index, address: r.address.clone().unwrap_or_default() }).collect();
+        let spec_json = serde_json::to_string(spec).unwrap_or_default();
+        // In a container the project's buckets are at /gcs (gs://B/X is /gcs/B/X), and
+        // an output root is mounted at its own path.
+        let base_str = self.base.as_ref().map(|p| match svc.containers {
+            Some(_) if p.root == svc.cfg.storage_root => {
+                let in_project: PathBuf = p.rel.components().skip(1).collect();
+                format!("/gcs/{}", in_project.display())
+            }
+            _ => p.path().display().to_string(),
+        });
+        let pool_env: Vec<(String, String)> = match (&self.pool.container_spec, &self.pool.python_package_spec) {
+            (Some(c), _) => c.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
+            (None, Some(p)) => p.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
+            _ => Vec::new(),
+        };
+        replica_env(&EnvInput {
+            project: &job.project,
+            region: &job.region,
+            job_id: job.id,
+            trial_id: job.trial.as_ref().map(|t| t.trial.as_str()),
+            job_spec_json: &spec_json,
+            members: &members,
+            this: self.idx,
+            base_output_dir: base_str.as_deref(),
+            pool_env: &pool_env,
+        })
     }
-    // The replica's own GPUs, by UUID (CUDA numbers them 0.. in this order); a replica
-    // on a node with GPUs that asks for none sees none.
-    let node_has_gpus = replica.node.as_ref().is_some_and(|n| svc.gpus.contains_key(n));
-    let asks_gpus = job.demand.replicas.get(idx).is_some_and(|d| d.accelerator.is_some());
-    if node_has_gpus {
+
+    /// The replica's own GPUs, by UUID (CUDA numbers them 0.. in this order); a replica
+    /// on a node with GPUs that asks for none sees none.
+    fn gpu_env(&self) -> Result<Vec<(String, String)>, Outcome> {
+        let (job, replica) = (self.job(), self.replica());
+        let node_has_gpus = replica.node.as_ref().is_some_and(|n| self.svc.gpus.contains_key(n));
+        if !node_has_gpus {
+            return Ok(Vec::new());
+        }
+        let asks_gpus = job.demand.replicas.get(self.idx).is_some_and(|d| d.accelerator.is_some());
         if asks_gpus && replica.devices.is_empty() {
             return Err(Outcome::LaunchFailed { message: format!("no GPUs were given to replica {}", replica.name) });
         }
         let list = replica.devices.join(",");
         // Empty: no device (CUDA), `void`: none (the NVIDIA container runtime).
         let nvidia = if list.is_empty() { "void".to_string() } else { list.clone() };
-        for (k, v) in [("CUDA_VISIBLE_DEVICES", list), ("NVIDIA_VISIBLE_DEVICES", nvidia)] {
-            env.retain(|(n, _)| n != k);
-            env.push((k.to_string(), v));
-        }
+        Ok(vec![("CUDA_VISIBLE_DEVICES".into(), list), ("NVIDIA_VISIBLE_DEVICES".into(), nvidia)])
     }
-    if let Some(b) = &base {
+
+    /// The output directories the service makes (`model/`, `checkpoints/`, `logs/`); an
+    /// output root is mounted at its own path in a container.
+    fn output_dirs(&mut self) {
+        let Some(b) = self.base.clone() else { return };
         for sub in ["model", "checkpoints", "logs"] {
-            dirs.push(b.join(sub));
+            self.dirs.push(b.join(sub));
         }
-        if ce.is_some() && b.root != svc.cfg.storage_root {
-            mounts.push(Mount { source: b.path(), target: b.path().display().to_string(), read_only: false });
+        if self.svc.containers.is_some() && b.root != self.svc.cfg.storage_root {
+            self.mounts.push(Mount { source: b.path(), target: b.path().display().to_string(), read_only: false });
         }
     }
-    // L14: the machine type's memory minus the reserved share.
-    let memory = pool
-        .machine_spec
-        .as_ref()
-        .and_then(|m| svc.catalog.get(&m.machine_type))
-        .map(|m| svc.catalog.allocatable_memory(m));
-    let mut grants = Vec::new();
-    if run_as.is_some() {
-        let depth = run_rel.components().count();
-        grants.push(Grant::new(data_dir, run_rel.join("work"), depth));
-        grants.push(Grant::new(data_dir, run_rel.join("home"), depth));
-        let project = job.project.as_str();
-        if !project.is_empty() && !project.contains('/') && project != "." && project != ".." {
-            grants.push(Grant::new(&svc.cfg.storage_root, project, 0));
+
+    /// With a project's user: its work and home directories, its namespace, and the
+    /// directories made so far (their tails only where a root may be shared).
+    fn grants(&self) -> Vec<Grant> {
+        let Some(_) = self.run_as else { return Vec::new() };
+        let data_dir = self.data_dir();
+        let depth = self.run_rel.components().count();
+        let mut grants = vec![Grant::new(data_dir, self.run_rel.join("work"), depth), Grant::new(data_dir, self.run_rel.join("home"), depth)];
+        if let Some(ns) = self.namespace() {
+            grants.push(Grant::new(&ns.root, &ns.rel, 0));
         }
-        for d in &dirs {
+        for d in &self.dirs {
             let n = d.rel.components().count();
             let own_from = if d.root == *data_dir {
                 // trials/<job>/<replica>
                 n.saturating_sub(1)
-            } else if d.root == svc.cfg.storage_root {
+            } else if d.root == self.svc.cfg.storage_root {
                 // The project's namespace is the project's.
                 0
             } else {
@@ -489,164 +546,199 @@ pub(super) fn launch_plan(
             };
             grants.push(Grant::new(&d.root, &d.rel, own_from));
         }
+        grants
     }
-    let mut shim = ShimSpec::new(Vec::new(), env);
-    shim.cwd = Some(match run_as {
-        Some(_) => data_dir.join(&run_rel).join("work"),
-        None => svc.workdir.clone(),
-    });
-    shim.run_as = run_as;
-    shim.pids_max = Some(svc.cfg.replicas.pids_max);
-    shim.nice = Some(svc.cfg.replicas.nice).filter(|n| *n > 0);
-    shim.memory_limit_bytes = memory;
-    shim.resources = trainyard_backend::Resources {
-        cpus: job.demand.replicas.get(idx).map(|d| d.cpus),
-        accelerator: job.demand.replicas.get(idx).and_then(|d| d.accelerator.clone()),
-        timeout_secs: live
-            .resource
-            .job_spec
-            .scheduling
-            .as_ref()
-            .and_then(|s| s.timeout.as_ref())
-            .map(|t| t.seconds.max(0) as u64),
-    };
-    shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
-    shim.log_max_bytes = Some(svc.cfg.settings.log_max_bytes_per_run).filter(|m| *m > 0);
-    shim.netns = job_netns(svc, job.id);
-    if let Some(ce) = ce {
-        let project = job.project.as_str();
-        let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
-        if plain {
-            let ns = Confined { root: svc.cfg.storage_root.clone(), rel: PathBuf::from(project) };
-            mounts.insert(0, Mount { source: ns.path(), target: "/gcs".into(), read_only: false });
-            dirs.push(ns);
+
+    /// The shim's spec but for what it runs: where, as whom, and within which limits
+    /// (L14: the machine type's memory minus the reserved share).
+    fn shim(&self, env: Vec<(String, String)>) -> ShimSpec {
+        let (svc, job) = (self.svc, self.job());
+        let mut shim = ShimSpec::new(Vec::new(), env);
+        shim.cwd = Some(match self.run_as {
+            Some(_) => self.data_dir().join(&self.run_rel).join("work"),
+            None => svc.workdir.clone(),
+        });
+        shim.run_as = self.run_as;
+        shim.pids_max = Some(svc.cfg.replicas.pids_max);
+        shim.nice = Some(svc.cfg.replicas.nice).filter(|n| *n > 0);
+        shim.memory_limit_bytes = self.memory();
+        shim.resources = trainyard_backend::Resources {
+            cpus: job.demand.replicas.get(self.idx).map(|d| d.cpus),
+            accelerator: job.demand.replicas.get(self.idx).and_then(|d| d.accelerator.clone()),
+            timeout_secs: self
+                .live
+                .resource
+                .job_spec
+                .scheduling
+                .as_ref()
+                .and_then(|s| s.timeout.as_ref())
+                .map(|t| t.seconds.max(0) as u64),
+        };
+        shim.grace_seconds = svc.cfg.settings.grace_period_secs as f64;
+        shim.log_max_bytes = Some(svc.cfg.settings.log_max_bytes_per_run).filter(|m| *m > 0);
+        shim.netns = job_netns(svc, job.id);
+        shim
+    }
+
+    /// L14: the machine type's memory minus the reserved share.
+    fn memory(&self) -> Option<u64> {
+        let catalog = &self.svc.catalog;
+        self.pool.machine_spec.as_ref().and_then(|m| catalog.get(&m.machine_type)).map(|m| catalog.allocatable_memory(m))
+    }
+
+    /// In a container of the engine: the project's buckets at /gcs, the engine's own
+    /// mounts, the job's host directories read-only, and the image's command (or
+    /// `python -m MODULE` with `packageUris` installed in the container, never on the
+    /// host).
+    fn in_container(mut self, ce: &crate::containers::ContainerEngine, mut shim: ShimSpec, grants: Vec<Grant>) -> Result<LaunchPlan, Outcome> {
+        let (svc, job, run) = (self.svc, self.job(), self.run);
+        if let Some(ns) = self.namespace() {
+            self.mounts.insert(0, Mount { source: ns.path(), target: "/gcs".into(), read_only: false });
+            self.dirs.push(ns);
         }
-        mounts.extend(ce.mounts.iter().cloned());
+        self.mounts.extend(ce.mounts.iter().cloned());
         // The engine resolves a relative source against its own working directory.
-        for m in &mut mounts {
+        for m in &mut self.mounts {
             if let Ok(abs) = std::path::absolute(&m.source) {
                 m.source = abs;
             }
         }
-        let run_dir_abs = data_dir.join(&run_rel);
-        let container = |image: &str, entrypoint: Option<Vec<String>>, args: Vec<String>, mounts: Vec<Mount>| ContainerSpec {
-            engine: ce.engine.clone(),
-            image: image.to_string(),
-            name: container_name(job.id, run.attempt, &run.replica, run.restart, &run_dir_abs),
-            entrypoint,
-            args,
-            mounts,
-            user: run_as.map(|id| format!("{}:{}", id.uid, id.gid)),
-            memory_limit_bytes: memory,
-            pids_max: Some(svc.cfg.replicas.pids_max),
-            nofile: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok(),
-            // The NVIDIA container toolkit's CDI names (`nvidia-ctk cdi generate`).
-            devices: replica.devices.iter().map(|u| format!("nvidia.com/gpu={u}")).collect(),
-            workdir: ce.workdir.clone(),
-            netns: job_netns(svc, job.id),
-        };
         // The host directories the job asked for (checked at create), read-only at their
         // own paths: `create --config` on this host runs the job file's programs.
-        for d in &live.resource.trainyard_host_directories {
-            mounts.push(Mount { source: PathBuf::from(d), target: d.clone(), read_only: true });
+        for d in &self.live.resource.trainyard_host_directories {
+            self.mounts.push(Mount { source: PathBuf::from(d), target: d.clone(), read_only: true });
         }
-        match (&pool.container_spec, &pool.python_package_spec) {
+        let (image, entrypoint, args) = match (&self.pool.container_spec, &self.pool.python_package_spec) {
             (Some(c), _) => {
                 // command replaces the image's ENTRYPOINT, args its CMD.
-                let entrypoint = (!c.command.is_empty()).then(|| c.command.clone());
                 shim.argv = c.command.iter().chain(&c.args).cloned().collect();
-                shim.container = Some(container(&c.image_uri, entrypoint, c.args.clone(), mounts));
-                return Ok((shim, dirs, grants));
+                (c.image_uri.clone(), (!c.command.is_empty()).then(|| c.command.clone()), c.args.clone())
             }
             (None, Some(p)) => {
-                // python -m MODULE in executorImageUri, with packageUris installed in the
-                // container (never on the host).
                 for (i, uri) in p.package_uris.iter().enumerate() {
-                    let field = format!("pythonPackageSpec.packageUris[{i}]");
-                    let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
-                        .map_err(|e| Outcome::StartError { message: e.message })?;
-                    package_exists(&path, uri, &job.project, &field)?;
+                    let path = self.package(uri, i)?;
                     let name = path.rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "package".into());
                     let source = std::path::absolute(path.path()).unwrap_or_else(|_| path.path());
-                    mounts.push(Mount { source, target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
+                    self.mounts.push(Mount { source, target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
                 }
                 let mut entrypoint = vec!["/bin/sh".to_string(), "-c".into(), PYTHON_PACKAGE_SCRIPT.into(), "trainyard-python".into()];
                 entrypoint.push(p.python_module.clone());
                 shim.argv = entrypoint.clone();
-                shim.container = Some(container(&p.executor_image_uri, Some(entrypoint), p.args.clone(), mounts));
-                return Ok((shim, dirs, grants));
+                (p.executor_image_uri.clone(), Some(entrypoint), p.args.clone())
             }
-            (None, None) => {
-                return Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() })
-            }
-        }
+            (None, None) => return Err(no_program()),
+        };
+        let run_dir_abs = self.data_dir().join(&self.run_rel);
+        // The NVIDIA container toolkit's CDI names (`nvidia-ctk cdi generate`).
+        let devices = self.replica().devices.iter().map(|u| format!("nvidia.com/gpu={u}")).collect();
+        shim.container = Some(ContainerSpec {
+            engine: ce.engine.clone(),
+            image,
+            name: container_name(job.id, run.attempt, &run.replica, run.restart, &run_dir_abs),
+            entrypoint,
+            args,
+            mounts: self.mounts,
+            user: self.run_as.map(|id| format!("{}:{}", id.uid, id.gid)),
+            memory_limit_bytes: shim.memory_limit_bytes,
+            pids_max: Some(svc.cfg.replicas.pids_max),
+            nofile: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok(),
+            devices,
+            workdir: ce.workdir.clone(),
+            netns: job_netns(svc, job.id),
+        });
+        Ok((shim, self.dirs, grants))
     }
-    // /gcs for host programs: the project's namespace mounted there (a mount namespace of
-    // the replica's), or, where the server cannot mount, /gcs/ in command and args
-    // rewritten to the namespace's path.
-    let project = job.project.as_str();
-    let plain = !project.is_empty() && !project.contains('/') && project != "." && project != "..";
-    let mut gcs_rewrite = None;
-    if plain {
-        let ns = Confined { root: svc.cfg.storage_root.clone(), rel: PathBuf::from(project) };
-        if svc.gcs_mount {
-            shim.gcs_mount = Some(std::path::absolute(ns.path()).unwrap_or_else(|_| ns.path()));
-        } else {
-            gcs_rewrite = Some(format!("{}/", ns.path().display()));
-        }
-        dirs.push(ns);
+
+    /// A `packageUris` entry: the project's storage or an output root, as checked at
+    /// create (a job stored before that check is held to it now), naming a file.
+    fn package(&self, uri: &str, i: usize) -> Result<Confined, Outcome> {
+        let (svc, job) = (self.svc, self.job());
+        let field = format!("pythonPackageSpec.packageUris[{i}]");
+        let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
+            .map_err(|e| Outcome::StartError { message: e.message })?;
+        package_exists(&path, uri, &job.project, &field)?;
+        Ok(path)
     }
-    match (&pool.container_spec, &pool.python_package_spec) {
-        (Some(c), _) => {
-            if c.command.is_empty() {
-                return Err(Outcome::StartError {
-                    message: format!(
-                        "containerSpec.command is empty: Trainyard runs the command as a host process and does not run \
-                         the image {:?}, so its entrypoint is unknown; set command",
-                        c.image_uri
-                    ),
-                });
+
+    /// A host program: /gcs is the project's namespace mounted there (a mount namespace
+    /// of the replica's), or, where the server cannot mount, /gcs/ in command and args
+    /// rewritten to the namespace's path. A package job, or a command that runs pip,
+    /// builds the job's venv first (see `venv`).
+    fn on_host(mut self, mut shim: ShimSpec, mut grants: Vec<Grant>) -> Result<LaunchPlan, Outcome> {
+        let (svc, job) = (self.svc, self.job());
+        let data_dir = self.data_dir();
+        let mut gcs_rewrite = None;
+        if let Some(ns) = self.namespace() {
+            if svc.gcs_mount {
+                shim.gcs_mount = Some(std::path::absolute(ns.path()).unwrap_or_else(|_| ns.path()));
+            } else {
+                gcs_rewrite = Some(format!("{}/", ns.path().display()));
             }
-            shim.argv = c.command.iter().chain(&c.args).map(|a| match &gcs_rewrite {
-                Some(ns) => rewrite_gcs(a, ns),
-                None => a.clone(),
-            }).collect();
-            // A command that runs pip (as the SDK's from_local_script does: `pip install
-            // --upgrade pip && pip3 install --user ...`) gets a venv of the job's first on
-            // PATH and a home and user base of the replica's: the host's Python and the
-            // server user's home are never changed.
-            if shim.argv.iter().any(|a| a.contains("pip")) {
-                let home = data_dir.join(&run_rel).join("home");
-                if run_as.is_none() {
-                    dirs.push(Confined { root: data_dir.clone(), rel: run_rel.join("home") });
-                }
-                for (k, v) in [("HOME", home.clone()), ("PYTHONUSERBASE", home.join(".local"))] {
-                    shim.env.retain(|(n, _)| n != k);
-                    shim.env.push((k.to_string(), v.display().to_string()));
-                }
-                let venv = job_venv(data_dir, job.id, run_as, &mut dirs, &mut grants);
-                let program = std::mem::take(&mut shim.argv);
-                shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), &package_index(svc), &[], crate::venv::Then::OnPath(program));
-            }
-            Ok((shim, dirs, grants))
+            self.dirs.push(ns);
         }
-        (None, Some(p)) => {
-            let mut packages = Vec::new();
-            for (i, uri) in p.package_uris.iter().enumerate() {
-                // The project's storage or an output root, as checked at create (a job
-                // stored before that check is held to it now).
-                let field = format!("pythonPackageSpec.packageUris[{i}]");
-                let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
-                    .map_err(|e| Outcome::StartError { message: e.message })?;
-                package_exists(&path, uri, &job.project, &field)?;
-                packages.push(crate::venv::check_package(&path, i).map_err(|message| Outcome::StartError { message })?);
+        match (&self.pool.container_spec, &self.pool.python_package_spec) {
+            (Some(c), _) => {
+                if c.command.is_empty() {
+                    return Err(Outcome::StartError {
+                        message: format!(
+                            "containerSpec.command is empty: Trainyard runs the command as a host process and does not run \
+                             the image {:?}, so its entrypoint is unknown; set command",
+                            c.image_uri
+                        ),
+                    });
+                }
+                shim.argv = c
+                    .command
+                    .iter()
+                    .chain(&c.args)
+                    .map(|a| match &gcs_rewrite {
+                        Some(ns) => rewrite_gcs(a, ns),
+                        None => a.clone(),
+                    })
+                    .collect();
+                // A command that runs pip (as the SDK's from_local_script does: `pip
+                // install --upgrade pip && pip3 install --user ...`) gets a venv of the
+                // job's first on PATH and a home and user base of the replica's: the
+                // host's Python and the server user's home are never changed.
+                if shim.argv.iter().any(|a| a.contains("pip")) {
+                    let home = data_dir.join(&self.run_rel).join("home");
+                    if self.run_as.is_none() {
+                        self.dirs.push(Confined { root: data_dir.clone(), rel: self.run_rel.join("home") });
+                    }
+                    set_all(
+                        &mut shim.env,
+                        vec![("HOME".into(), home.display().to_string()), ("PYTHONUSERBASE".into(), home.join(".local").display().to_string())],
+                    );
+                    let venv = job_venv(data_dir, job.id, self.run_as, &mut self.dirs, &mut grants);
+                    let program = std::mem::take(&mut shim.argv);
+                    shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), &package_index(svc), &[], crate::venv::Then::OnPath(program));
+                }
             }
-            let venv = job_venv(data_dir, job.id, run_as, &mut dirs, &mut grants);
-            let module = std::iter::once(p.python_module.clone()).chain(p.args.iter().cloned()).collect();
-            shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), &package_index(svc), &packages, crate::venv::Then::Module(module));
-            Ok((shim, dirs, grants))
+            (None, Some(p)) => {
+                let mut packages = Vec::new();
+                for (i, uri) in p.package_uris.iter().enumerate() {
+                    let path = self.package(uri, i)?;
+                    packages.push(crate::venv::check_package(&path, i).map_err(|message| Outcome::StartError { message })?);
+                }
+                let venv = job_venv(data_dir, job.id, self.run_as, &mut self.dirs, &mut grants);
+                let module = std::iter::once(p.python_module.clone()).chain(p.args.iter().cloned()).collect();
+                shim.argv = crate::venv::replica_argv(&venv, venv_timeout(svc), &package_index(svc), &packages, crate::venv::Then::Module(module));
+            }
+            (None, None) => return Err(no_program()),
         }
-        (None, None) => Err(Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }),
+        Ok((shim, self.dirs, grants))
+    }
+}
+
+fn no_program() -> Outcome {
+    Outcome::StartError { message: "the worker pool has no containerSpec or pythonPackageSpec".into() }
+}
+
+/// Each variable set, in place of any earlier value of the same name.
+fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
+    for (k, v) in vars {
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
     }
 }
 
