@@ -18,7 +18,7 @@ use trainyard_api::CustomJob;
 use trainyard_backend::shim::{self, ShimSpec};
 use trainyard_backend::{BackendEvent, CgroupSupport, EventSink, LocalBackend};
 use trainyard_core::RunId;
-use trainyard_server::driver::{now_micros, run_dir};
+use trainyard_server::driver::{now_micros, run_dir, Create, Kind};
 use trainyard_server::{Config, Engine, Msg};
 use trainyard_store::Store;
 
@@ -379,8 +379,7 @@ impl Bench {
             .send(Msg::Create {
                 project: PROJECT.into(),
                 region: self.region.clone(),
-                resource: Box::new(job.clone()),
-                reply,
+                new: Create::CustomJob { resource: Box::new(job.clone()), reply },
             })
             .map_err(|_| anyhow!("the engine stopped"))?;
         let created = rx.blocking_recv().context("the engine stopped")?.map_err(|e| anyhow!("create: {}", e.message))?;
@@ -416,7 +415,7 @@ impl Bench {
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.engine
             .tx
-            .send(Msg::Cancel { project: PROJECT.into(), region: self.region.clone(), id, reply })
+            .send(Msg::Cancel { kind: Kind::CustomJob, project: PROJECT.into(), region: self.region.clone(), id, reply })
             .map_err(|_| anyhow!("the engine stopped"))?;
         rx.blocking_recv().context("the engine stopped")?.map_err(|e| anyhow!("cancel job {id}: {}", e.message))?;
         let deadline = Instant::now() + WAIT_BOUND;

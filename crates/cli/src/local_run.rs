@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use trainyard_server::driver::{now_micros, KIND_CUSTOM};
+use trainyard_server::driver::{now_micros, Create, Kind, KIND_CUSTOM};
 use trainyard_server::logs::{self, Cursor, Selector};
 use trainyard_server::{Config, Msg};
 use trainyard_store::Store;
@@ -88,7 +88,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     let (reply, rx) = tokio::sync::oneshot::channel();
     engine
         .tx
-        .send(Msg::Create { project: args.project.clone(), region: region.clone(), resource: Box::new(job), reply })
+        .send(Msg::Create { project: args.project.clone(), region: region.clone(), new: Create::CustomJob { resource: Box::new(job), reply } })
         .map_err(|_| anyhow::anyhow!("the engine stopped"))?;
     let created = rx.blocking_recv().context("the engine stopped")?.map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let id: u64 = created.name.rsplit('/').next().and_then(|s| s.parse().ok()).context("the created job has no id")?;
@@ -111,7 +111,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
                     if interrupts.fetch_add(1, Ordering::SeqCst) == 0 {
                         eprintln!("\n[trainyard] Cancelling the job (Ctrl-C again to leave at once)...");
                         let (reply, _rx) = tokio::sync::oneshot::channel();
-                        let _ = tx.send(Msg::Cancel { project: project.clone(), region: region.clone(), id, reply });
+                        let _ = tx.send(Msg::Cancel { kind: Kind::CustomJob, project: project.clone(), region: region.clone(), id, reply });
                     } else {
                         eprintln!("\n[trainyard] Leaving; replicas still stopping keep their shims.");
                         std::process::exit(130);

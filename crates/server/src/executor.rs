@@ -60,7 +60,7 @@ pub enum Work {
     EngineReasons(Vec<RunId>),
     /// A tuning study's suggestion (a GP fit may take a while), on a thread of its own;
     /// answered with `Report::Suggested`.
-    Suggest { study: u64, request: Box<crate::study::SuggestRequest> },
+    Suggest { study: u64, request: Box<crate::kinds::tuning_jobs::SuggestRequest> },
 }
 
 /// One trial's metric file to read: its study and trial, the file, the metrics asked for
@@ -110,7 +110,7 @@ const METRIC_FILE_MAX: u64 = 16 << 20;
 pub fn read_trial_metrics(path: &std::path::Path, ids: &[String], start_time: Option<Micros>) -> TrialMetrics {
     let Ok(text) = crate::identity::read_tenant_file(path, METRIC_FILE_MAX) else { return TrialMetrics::default() };
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut f = crate::study::read_metric_file(&text, &ids);
+    let mut f = crate::kinds::tuning_jobs::read_metric_file(&text, &ids);
     for (line, why) in f.bad {
         tracing::warn!("{}: line {line} skipped: {why}", path.display());
     }
@@ -585,7 +585,7 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
 }
 
 /// A study's suggestion; a tuner that panics (a defect) is an error of this suggestion.
-fn suggest(study: u64, request: &crate::study::SuggestRequest) -> Report {
+fn suggest(study: u64, request: &crate::kinds::tuning_jobs::SuggestRequest) -> Report {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request.run()))
         .unwrap_or_else(|_| Err("the tuner panicked (see the server log)".into()));
     Report::Suggested { study, result }

@@ -29,12 +29,11 @@ use crate::driver::Msg;
 use crate::logs;
 
 mod guard;
-pub mod kinds;
 mod list;
 pub mod resources;
 pub mod vizier;
 
-use kinds::{CustomJobs, TrainingPipelines, TuningJobs};
+use crate::kinds::{CustomJobs, TrainingPipelines, TuningJobs};
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -97,10 +96,7 @@ impl ReadPool {
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!("internal error: {e}");
-    ApiError::internal("Internal error encountered.")
-}
+use crate::reply::internal;
 
 pub use crate::reply::AppError;
 

@@ -21,3 +21,9 @@ impl IntoResponse for AppError {
     }
 }
 
+
+/// An internal error: logged in full, answered without its detail.
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("internal error: {e}");
+    ApiError::internal("Internal error encountered.")
+}

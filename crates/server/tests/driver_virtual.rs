@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use trainyard_backend::{Backend, BackendError, BackendEvent, EventSink, Launch};
 use trainyard_core::{Micros, Outcome, RunId};
-use trainyard_server::driver::{Clock, Driver, Flow, Msg, Services};
+use trainyard_server::driver::{Clock, Create, Driver, Flow, Kind, Msg, Services};
 use trainyard_server::Config;
 use trainyard_store::Store;
 
@@ -235,7 +235,7 @@ impl Harness {
     fn create_body(&mut self, body: serde_json::Value) -> u64 {
         let job = trainyard_api::parse_custom_job(body.to_string().as_bytes()).unwrap();
         let (reply, mut rx) = tokio::sync::oneshot::channel();
-        self.tx.send(Msg::Create { project: "p".into(), region: "us-central1".into(), resource: Box::new(job), reply }).unwrap();
+        self.tx.send(Msg::Create { project: "p".into(), region: "us-central1".into(), new: Create::CustomJob { resource: Box::new(job), reply } }).unwrap();
         let mut got = None;
         self.until("the create's reply", |_| {
             if let Ok(r) = rx.try_recv() {
@@ -249,7 +249,7 @@ impl Harness {
 
     fn cancel(&mut self, id: u64) {
         let (reply, mut rx) = tokio::sync::oneshot::channel();
-        self.tx.send(Msg::Cancel { project: "p".into(), region: "us-central1".into(), id, reply }).unwrap();
+        self.tx.send(Msg::Cancel { kind: Kind::CustomJob, project: "p".into(), region: "us-central1".into(), id, reply }).unwrap();
         let mut done = false;
         self.until("the cancel's reply", |_| {
             done |= rx.try_recv().is_ok();
@@ -495,7 +495,7 @@ fn a_failing_purge_is_retried_with_backoff_then_given_up_and_counted() {
     }
     let _unmount = Unmount(busy.clone());
     let (reply, mut rx) = tokio::sync::oneshot::channel();
-    h.tx.send(Msg::Delete { kind: trainyard_server::driver::KIND_CUSTOM, project: "p".into(), region: "us-central1".into(), id, reply }).unwrap();
+    h.tx.send(Msg::Delete { kind: Kind::CustomJob, project: "p".into(), region: "us-central1".into(), id, reply }).unwrap();
     let mut answered = false;
     h.until("the delete's reply", |_| {
         answered |= rx.try_recv().is_ok();
@@ -557,7 +557,7 @@ fn l23_a_panic_on_the_drivers_thread_is_recovered_from_the_store() {
     let adopts = h.backend.calls.lock().unwrap().adopts;
     let health = h.driver.health();
     let (reply, mut rx) = tokio::sync::oneshot::channel();
-    h.tx.send(Msg::Cancel { project: "p".into(), region: "us-central1".into(), id: 999, reply }).unwrap();
+    h.tx.send(Msg::Cancel { kind: Kind::CustomJob, project: "p".into(), region: "us-central1".into(), id: 999, reply }).unwrap();
     h.clock.1.store(3, Ordering::SeqCst);
     assert_eq!(h.driver.guarded_turn(Duration::from_millis(20)).unwrap(), Flow::Continue);
     assert_eq!(h.clock.1.load(Ordering::SeqCst), 0, "the turn and two recoveries panicked");

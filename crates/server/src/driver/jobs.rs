@@ -178,14 +178,12 @@ impl Driver {
 
     /// Delete an ended resource: the row, its labels and log lines go, a done Operation
     /// answers, and its files are purged through the outbox (commit, then execute: L23).
-    pub(super) fn delete(&mut self, kind: &'static str, project: &str, region: &str, id: u64, now: Micros) -> Result<serde_json::Value, ApiError> {
-        let (what, live) = match kind {
-            KIND_STUDY => ("HyperparameterTuningJob", self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region)),
-            pipelines::KIND_PIPELINE => (
-                "TrainingPipeline",
-                self.pipelines.get(&id).is_some_and(|l| l.pipeline.project == project && l.pipeline.region == region),
-            ),
-            _ => ("CustomJob", self.jobs.get(&id).is_some_and(|l| l.job.project == project && l.job.region == region)),
+    pub(super) fn delete(&mut self, kind: Kind, project: &str, region: &str, id: u64, now: Micros) -> Result<serde_json::Value, ApiError> {
+        let what = kind.api_name();
+        let live = match kind {
+            Kind::TuningJob => self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region),
+            Kind::Pipeline => self.pipelines.get(&id).is_some_and(|l| l.pipeline.project == project && l.pipeline.region == region),
+            Kind::CustomJob => self.jobs.get(&id).is_some_and(|l| l.job.project == project && l.job.region == region),
         };
         if live {
             return Err(ApiError::failed_precondition(format!(
@@ -193,34 +191,35 @@ impl Driver {
             )));
         }
         // A pipeline's CustomJob, and a tuning job's trials' CustomJobs, go with it.
+        let store_key = kind.store_key();
         let backing: Vec<u64> = match kind {
-            pipelines::KIND_PIPELINE => self
+            Kind::Pipeline => self
                 .store
-                .get_other(kind, project, region, id)
+                .get_other(store_key, project, region, id)
                 .map_err(|e| self.store_err(e))?
-                .and_then(|(_, _, core)| serde_json::from_str::<crate::pipeline::Pipeline>(&core).ok())
+                .and_then(|(_, _, core)| serde_json::from_str::<crate::kinds::pipelines::Pipeline>(&core).ok())
                 .and_then(|p| p.custom_job)
                 .into_iter()
                 .collect(),
-            KIND_STUDY => self
+            Kind::TuningJob => self
                 .store
-                .get_other(kind, project, region, id)
+                .get_other(store_key, project, region, id)
                 .map_err(|e| self.store_err(e))?
-                .and_then(|(_, _, core)| serde_json::from_str::<crate::study::Study>(&core).ok())
+                .and_then(|(_, _, core)| serde_json::from_str::<crate::kinds::tuning_jobs::Study>(&core).ok())
                 .map(|s| s.trials.iter().filter_map(|t| t.custom_job).collect())
                 .unwrap_or_default(),
-            _ => Vec::new(),
+            Kind::CustomJob => Vec::new(),
         };
         // The ended job's state, for `/metrics`.
         let ended = match kind {
-            KIND_CUSTOM => self.store.get_job(kind, project, region, id).map_err(|e| self.store_err(e))?.map(|s| s.job.state()),
+            Kind::CustomJob => self.store.get_job(store_key, project, region, id).map_err(|e| self.store_err(e))?.map(|s| s.job.state()),
             _ => None,
         };
         let at = Timestamp::from_micros(now);
         let (p, r) = (project.to_string(), region.to_string());
         let deleted = self
             .store
-            .delete_terminal(kind, project, region, id, |opid| {
+            .delete_terminal(store_key, project, region, id, |opid| {
                 let op = trainyard_api::Operation::done_delete(format!("projects/{p}/locations/{r}/operations/{opid}"), at, at);
                 serde_json::to_string(&op).unwrap_or_default()
             })
@@ -234,7 +233,7 @@ impl Driver {
         }
         self.execute(id, vec![purge]);
         for job in backing {
-            match self.delete(KIND_CUSTOM, project, region, job, now) {
+            match self.delete(Kind::CustomJob, project, region, job, now) {
                 Ok(_) => {}
                 Err(e) if e.code == trainyard_api::Code::NotFound => {}
                 Err(e) => tracing::warn!("deleting {what} {id}'s CustomJob {job}: {}", e.message),
@@ -273,7 +272,7 @@ impl Driver {
             let after = job.state();
             if before != Some(after) {
                 let error = job.error().map(|e| (e.code, e.message.clone()));
-                self.pipeline_events.push((p, crate::pipeline::Event::Job { state: after, error }));
+                self.pipeline_events.push((p, crate::kinds::pipelines::Event::Job { state: after, error }));
             }
         }
         if let Some(link) = job.trial.clone() {

@@ -14,10 +14,11 @@ mod studies;
 mod vizier;
 mod waiting;
 
-pub use pipelines::{pipeline_name, render_pipeline, KIND_PIPELINE};
-pub use studies::{render_study, study_name, trial_resource};
+pub use crate::kinds::custom_jobs::{job_name, render, KIND_CUSTOM};
+pub use crate::kinds::pipelines::{pipeline_name, render_pipeline, KIND_PIPELINE};
+pub use crate::kinds::tuning_jobs::{render_study, study_name, trial_resource, KIND_STUDY};
 pub use vizier::{read_vizier_study, render_vizier_study, VizierAnswer, VizierCall, VizierOp, KIND_VIZIER};
-pub use waiting::{Waiting, WaitingView};
+pub use crate::kinds::custom_jobs::{Waiting, WaitingView};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -25,11 +26,11 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, JobState, PipelineState, Status, Timestamp};
+use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, PipelineState, Timestamp};
 use trainyard_backend::{Backend, BackendEvent, EventSink, Launch, ShimSpec};
 use trainyard_core::catalog::Catalog;
 use trainyard_core::env::{replica_env, slot_address, EnvInput, Member};
-use trainyard_core::schedule::{schedule_with, waiting_text, Decision, Fleet, Hints, Position, Quotas};
+use trainyard_core::schedule::{schedule_with, Decision, Fleet, Hints, Quotas};
 use trainyard_core::step::{step, Rejected};
 use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
 use trainyard_store::{NewJob, Store, StoreError};
@@ -39,16 +40,17 @@ use crate::executor::Executor;
 use crate::health::{Health, State as HealthState};
 use crate::jobspec::{check_paths, prepare, resolve_uri};
 use crate::paths::Confined;
-use crate::study::{self, Study, StudyConfig};
+use crate::kinds::tuning_jobs::{self as study, Study, StudyConfig};
 
-pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, ApiError>>;
+pub use crate::kinds::{Create, Kind, Reply};
 
 /// What the driver is asked to do.
 pub enum Msg {
-    /// Create a CustomJob (already parsed and validated against the wire rules).
-    Create { project: String, region: String, resource: Box<CustomJob>, reply: Reply<CustomJob> },
-    /// L18.
-    Cancel { project: String, region: String, id: u64, reply: Reply<()> },
+    /// Create a resource of a kind (already parsed and validated against the wire rules).
+    Create { project: String, region: String, new: Create },
+    /// Cancel a resource of a kind (L18 for a CustomJob; a tuning job's or pipeline's
+    /// jobs with it).
+    Cancel { kind: Kind, project: String, region: String, id: u64, reply: Reply<()> },
     /// A report from the backend.
     Backend(BackendEvent),
     /// What the executor did with an effect.
@@ -61,28 +63,18 @@ pub enum Msg {
     GpusSeen(Result<Vec<String>, String>),
     /// Projects whose storage is over their limit (`storage_gb`): their running jobs stop.
     StorageFull(Vec<crate::storage::usage::Full>),
-    /// Create a HyperparameterTuningJob (parsed and validated against the wire rules).
-    CreateStudy { project: String, region: String, resource: Box<HyperparameterTuningJob>, reply: Reply<serde_json::Value> },
-    /// Cancel a HyperparameterTuningJob.
-    CancelStudy { project: String, region: String, id: u64, reply: Reply<()> },
-    /// Create a TrainingPipeline (parsed and validated against the wire rules).
-    CreatePipeline { project: String, region: String, resource: Box<trainyard_api::TrainingPipeline>, reply: Reply<trainyard_api::TrainingPipeline> },
-    /// Cancel a TrainingPipeline (and its CustomJob).
-    CancelPipeline { project: String, region: String, id: u64, reply: Reply<()> },
     /// A write of the Vizier API (a study or its trials).
     Vizier { call: Box<VizierCall>, reply: Reply<VizierAnswer> },
     /// The optimiser's answer to a Vizier study's pending suggest request.
     VizierSuggested { study: u64, op: u64, result: vizier::Suggested },
-    /// Delete an ended resource of a kind (`KIND_CUSTOM`, `KIND_STUDY`): answered with the
-    /// done Operation; its files are purged through the outbox.
-    Delete { kind: &'static str, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
+    /// Delete an ended resource of a kind: answered with the done Operation; its files
+    /// are purged through the outbox.
+    Delete { kind: Kind, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
     Shutdown,
 }
 
-pub const KIND_CUSTOM: &str = "custom";
 /// The kind of waiting reason the engine gives (see `Decision::Wait`).
 const ENGINE_WAIT: &str = "engine";
-pub const KIND_STUDY: &str = "hptuning";
 
 /// Administration requests (nodes and quotas).
 #[derive(Clone, Debug)]
@@ -165,7 +157,7 @@ pub struct Driver {
     study_events: Vec<(u64, study::Event)>,
     pipelines: BTreeMap<u64, pipelines::LivePipeline>,
     /// Pipelines' events from their jobs, applied at the next turn.
-    pipeline_events: Vec<(u64, crate::pipeline::Event)>,
+    pipeline_events: Vec<(u64, crate::kinds::pipelines::Event)>,
     /// When trials' metric files were last read.
     last_metric_poll: Micros,
     /// A read of trials' metric files is under way (off this thread).
@@ -267,28 +259,6 @@ pub fn now_micros() -> Micros {
 
 pub use crate::datadir::run_dir;
 
-pub fn job_name(project: &str, region: &str, id: u64) -> String {
-    format!("projects/{project}/locations/{region}/customJobs/{id}")
-}
-
-/// The resource as the API shows it: the stored request with the output fields of the
-/// lifecycle state (L1, L2).
-pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
-    let mut r = resource.clone();
-    r.name = job_name(&job.project, &job.region, job.id);
-    r.state = JobState::from_name(job.state().wire_name()).unwrap_or(JobState::Unspecified);
-    r.create_time = Some(Timestamp::from_micros(job.create_time));
-    r.update_time = Some(Timestamp::from_micros(job.update_time));
-    r.start_time = job.start_time.map(Timestamp::from_micros);
-    r.end_time = job.end_time().map(Timestamp::from_micros);
-    r.error = job.error().map(|e| Status { code: e.code, message: e.message.clone(), details: Vec::new() });
-    r.trainyard_waiting_reason = match job.state() {
-        trainyard_core::State::Queued | trainyard_core::State::Pending => job.waiting_reason.clone().unwrap_or_default(),
-        _ => String::new(),
-    };
-    r
-}
-
 /// Every run directory of a job: `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
 fn runs_on_disk(data_dir: &Path, job: u64) -> Vec<(RunId, PathBuf)> {
     let mut out = Vec::new();
@@ -349,10 +319,9 @@ fn api_error(e: &StoreError) -> ApiError {
 fn refuse(msg: Msg, reason: &str) -> Flow {
     let no = || ApiError::unavailable(format!("The server cannot write its job store now ({reason}); try again shortly."));
     match msg {
-        Msg::Create { reply, .. } => drop(reply.send(Err(no()))),
-        Msg::Cancel { reply, .. } | Msg::CancelStudy { reply, .. } | Msg::CancelPipeline { reply, .. } => drop(reply.send(Err(no()))),
-        Msg::CreatePipeline { reply, .. } => drop(reply.send(Err(no()))),
-        Msg::Admin { reply, .. } | Msg::CreateStudy { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Create { new, .. } => new.refuse(no()),
+        Msg::Cancel { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Admin { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         // A suggestion that cannot be stored now is computed again by the resync.
@@ -765,7 +734,7 @@ impl Driver {
                 // Replicas that started: one transaction for all of them (L7).
                 Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
                 // Creates that arrive together are stored together (group commit).
-                Msg::Create { project, region, resource, reply } => {
+                Msg::Create { project, region, new: Create::CustomJob { resource, reply } } => {
                     creates.push((NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply))
                 }
                 other => {
@@ -834,11 +803,13 @@ impl Driver {
     fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
         let now = self.now();
         match msg {
-            Msg::Create { project, region, resource, reply } => {
-                self.create_batch(vec![(NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply)], now)?;
-            }
-            Msg::Cancel { project, region, id, reply } => {
-                let r = self.cancel(&project, &region, id, now);
+            Msg::Create { project, region, new } => self.create(project, region, new, now)?,
+            Msg::Cancel { kind, project, region, id, reply } => {
+                let r = match kind {
+                    Kind::CustomJob => self.cancel(&project, &region, id, now),
+                    Kind::TuningJob => self.cancel_study(&project, &region, id, now),
+                    Kind::Pipeline => self.cancel_pipeline(&project, &region, id, now),
+                };
                 let _ = reply.send(r);
             }
             Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_started(vec![run])?,
@@ -879,45 +850,45 @@ impl Driver {
                 let r = self.delete(kind, &project, &region, id, now);
                 let _ = reply.send(r);
             }
-            Msg::CreatePipeline { project, region, resource, reply } => {
-                let r = self.create_pipeline(project, region, *resource, now);
-                let _ = reply.send(r);
-            }
-            Msg::CancelPipeline { project, region, id, reply } => {
-                let r = self.cancel_pipeline(&project, &region, id, now);
-                let _ = reply.send(r);
-            }
             Msg::Vizier { call, reply } => {
                 let r = self.vizier(*call, now);
                 let _ = reply.send(r);
             }
             Msg::VizierSuggested { study, op, result } => self.vizier_suggested(study, op, result, now),
-            Msg::CreateStudy { project, region, resource, reply } => {
-                let r = self.create_study(project, region, *resource, now);
-                let _ = reply.send(r);
-            }
-            Msg::CancelStudy { project, region, id, reply } => {
-                let owned = self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region);
-                let r = if owned {
-                    self.apply_study(id, study::Event::Cancel, now)
-                } else {
-                    match self.store.get_other(KIND_STUDY, &project, &region, id).map_err(|e| self.store_err(e)) {
-                        Ok(Some(_)) => Err(ApiError::failed_precondition(format!(
-                            "The HyperparameterTuningJob \"{}\" has ended and cannot be cancelled.",
-                            study_name(&project, &region, id)
-                        ))),
-                        Ok(None) => Err(ApiError::not_found(format!(
-                            "The HyperparameterTuningJob \"{}\" does not exist.",
-                            study_name(&project, &region, id)
-                        ))),
-                        Err(e) => Err(e),
-                    }
-                };
-                let _ = reply.send(r);
-            }
             Msg::Shutdown => {}
         }
         Ok(())
+    }
+
+    /// A create of any kind; CustomJobs that arrive together go through `create_batch`.
+    fn create(&mut self, project: String, region: String, new: Create, now: Micros) -> Result<(), StoreError> {
+        match new {
+            Create::CustomJob { resource, reply } => {
+                self.create_batch(vec![(NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply)], now)?
+            }
+            Create::TuningJob { resource, reply } => {
+                let r = self.create_study(project, region, *resource, now);
+                let _ = reply.send(r);
+            }
+            Create::Pipeline { resource, reply } => {
+                let r = self.create_pipeline(project, region, *resource, now);
+                let _ = reply.send(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancel a HyperparameterTuningJob: its trials' jobs are stopped.
+    fn cancel_study(&mut self, project: &str, region: &str, id: u64, now: Micros) -> Result<(), ApiError> {
+        let owned = self.studies.get(&id).is_some_and(|l| l.study.project == project && l.study.region == region);
+        if owned {
+            return self.apply_study(id, study::Event::Cancel, now);
+        }
+        let name = study_name(project, region, id);
+        match self.store.get_other(KIND_STUDY, project, region, id).map_err(|e| self.store_err(e))? {
+            Some(_) => Err(ApiError::failed_precondition(format!("The HyperparameterTuningJob \"{name}\" has ended and cannot be cancelled."))),
+            None => Err(ApiError::not_found(format!("The HyperparameterTuningJob \"{name}\" does not exist."))),
+        }
     }
 }
 

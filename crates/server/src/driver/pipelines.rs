@@ -1,38 +1,15 @@
 //! TrainingPipelines in the driver: each runs one CustomJob (linked by `Job::pipeline`)
-//! and follows its state (`crate::pipeline`). Created in two commits: the pipeline row,
+//! and follows its state (`crate::kinds::pipelines`). Created in two commits: the pipeline row,
 //! then its CustomJob with the link; a crash between them is repaired at start (L23),
 //! never creating a job twice: the link is what is looked for.
 
 use super::*;
-use crate::pipeline::{self, Action, Pipeline};
+use crate::kinds::pipelines::{self as pipeline, Action, Pipeline};
 use trainyard_api::TrainingPipeline;
-
-pub const KIND_PIPELINE: &str = "pipeline";
 
 pub(super) struct LivePipeline {
     pub(super) pipeline: Pipeline,
     pub(super) resource: TrainingPipeline,
-}
-
-pub fn pipeline_name(project: &str, region: &str, id: u64) -> String {
-    format!("projects/{project}/locations/{region}/trainingPipelines/{id}")
-}
-
-/// The TrainingPipeline as the API shows it.
-pub fn render_pipeline(resource: &TrainingPipeline, p: &Pipeline) -> TrainingPipeline {
-    let mut r = resource.clone();
-    let ts = |t: Micros| Some(Timestamp::from_micros(t));
-    r.name = pipeline_name(&p.project, &p.region, p.id);
-    r.state = p.state;
-    r.create_time = ts(p.create_time);
-    r.update_time = ts(p.update_time);
-    r.start_time = p.start_time.and_then(ts);
-    r.end_time = p.end_time.and_then(ts);
-    r.error = p.error.as_ref().map(|(code, message)| Status { code: *code, message: message.clone(), ..Status::default() });
-    if let Some(j) = p.custom_job {
-        r.training_task_metadata = serde_json::json!({"backingCustomJob": job_name(&p.project, &p.region, j)});
-    }
-    r
 }
 
 impl Driver {

@@ -1,5 +1,5 @@
 //! HyperparameterTuningJobs in the driver: a study is a pure state machine
-//! (`crate::study`) whose trials are CustomJobs run under the lifecycle rules; here its
+//! (`crate::kinds::tuning_jobs`) whose trials are CustomJobs run under the lifecycle rules; here its
 //! events are applied, committed (trials as REQUESTED before their jobs exist) and acted on.
 
 use super::*;
@@ -319,60 +319,3 @@ fn ended_event(trial: String, end: crate::executor::TrialEnd, m: TrialMetrics) -
 
 pub(super) use crate::executor::TrialMetrics;
 
-pub fn study_name(project: &str, region: &str, id: u64) -> String {
-    format!("projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}")
-}
-
-/// A trial's CustomJob: the trial job spec with `--ID=VALUE` appended to every replica's
-/// args, and its own output directory `<base>/<trialId>/`.
-pub fn trial_resource(hp: &HyperparameterTuningJob, trial: &str, params: &[(String, study::ParamValue)]) -> CustomJob {
-    let mut spec = hp.trial_job_spec.clone();
-    let args: Vec<String> = params.iter().map(|(k, v)| format!("--{k}={}", v.arg())).collect();
-    for pool in &mut spec.worker_pool_specs {
-        if let Some(c) = &mut pool.container_spec {
-            c.args.extend(args.iter().cloned());
-        }
-        if let Some(p) = &mut pool.python_package_spec {
-            p.args.extend(args.iter().cloned());
-        }
-    }
-    if let Some(out) = &mut spec.base_output_directory {
-        out.output_uri_prefix = format!("{}/{trial}", out.output_uri_prefix.trim_end_matches('/'));
-    }
-    let mut name = format!("{}-trial-{trial}", hp.display_name);
-    name.truncate(128);
-    CustomJob { display_name: name, job_spec: spec, labels: hp.labels.clone(), ..CustomJob::default() }
-}
-
-/// The HyperparameterTuningJob as the API shows it (with or without its trials).
-pub fn render_study(resource: &HyperparameterTuningJob, st: &Study, with_trials: bool) -> serde_json::Value {
-    let mut v = serde_json::to_value(resource).unwrap_or_else(|_| serde_json::json!({}));
-    let ts = |t: Micros| serde_json::Value::String(Timestamp::from_micros(t).to_rfc3339());
-    v["name"] = serde_json::Value::String(study_name(&st.project, &st.region, st.id));
-    v["state"] = serde_json::Value::String(st.state_name().to_string());
-    v["createTime"] = ts(st.create_time);
-    v["updateTime"] = ts(st.update_time);
-    if let Some(t) = st.start_time {
-        v["startTime"] = ts(t);
-    }
-    match &st.phase {
-        study::StudyPhase::Succeeded { end } => v["endTime"] = ts(*end),
-        study::StudyPhase::Failed { end, code, message } => {
-            v["endTime"] = ts(*end);
-            v["error"] = serde_json::json!({"code": code, "message": message});
-        }
-        study::StudyPhase::Cancelled { end } => {
-            v["endTime"] = ts(*end);
-            v["error"] = serde_json::json!({"code": 1, "message": "CANCELED"});
-        }
-        _ => {}
-    }
-    if with_trials && !st.trials.is_empty() {
-        let metric = study::primary_metric(&resource.study_spec).map(|m| m.metric_id.clone()).unwrap_or_default();
-        let trials = study::render_trials(st, &metric, |j| job_name(&st.project, &st.region, j));
-        v["trials"] = serde_json::Value::Array(trials);
-    } else if let Some(o) = v.as_object_mut() {
-        o.remove("trials");
-    }
-    v
-}

@@ -1,5 +1,5 @@
 //! Vizier studies in the driver: each request reads the study's record, applies one change
-//! of the pure state machine (`crate::vizier`) and commits it with the Operation that
+//! of the pure state machine (`crate::kinds::studies`) and commits it with the Operation that
 //! answers it, in one transaction, before the answer goes out. The optimiser's
 //! suggestions are computed on a thread of their own, one request of a study at a time,
 //! so that a long fit never holds up the lifecycle of jobs; the pending request is stored
@@ -12,7 +12,7 @@ use trainyard_store::OtherState;
 use trainyard_tuner as tuner;
 
 use super::*;
-use crate::vizier::{parse_contexts, study_name as vizier_study_name, Begin, Engine, VizierStudy, MAX_SUGGESTIONS};
+use crate::kinds::studies::{parse_contexts, study_name as vizier_study_name, Begin, Engine, VizierStudy, MAX_SUGGESTIONS};
 
 /// The store's kind of a Vizier study.
 pub const KIND_VIZIER: &str = "vizier";
@@ -104,7 +104,7 @@ fn suggest_op(st: &VizierStudy, op: u64, client: &str, start: Micros, now: Micro
         }
         Some(Err(e)) => {
             o.done = true;
-            o.error = Some(Status { code: e.code.number(), message: e.message.clone(), details: Vec::new() });
+            o.error = Some(trainyard_api::Status { code: e.code.number(), message: e.message.clone(), details: Vec::new() });
         }
     }
     serde_json::to_value(o).unwrap_or_default()

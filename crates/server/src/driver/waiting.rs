@@ -3,44 +3,6 @@
 
 use super::*;
 
-/// The waiting reasons of the latest scheduling round, with their moving numbers
-/// (positions, what is in use, expected times), for readers: shown on GET, never written.
-#[derive(Default)]
-pub struct WaitingView {
-    reasons: std::sync::RwLock<Arc<HashMap<u64, Waiting>>>,
-}
-
-/// A waiting reason as the latest round gave it: shared by the jobs in the same
-/// situation, with each one's position.
-#[derive(Clone, Debug)]
-pub struct Waiting {
-    pub reason: Arc<str>,
-    pub position: Option<Position>,
-}
-
-impl Waiting {
-    pub fn text(&self, project: &str) -> String {
-        waiting_text(&self.reason, self.position, project)
-    }
-}
-
-impl WaitingView {
-    /// The job's current waiting reason, if the last round gave it one.
-    pub fn get(&self, id: u64, project: &str) -> Option<String> {
-        self.reasons.read().ok().and_then(|m| m.get(&id).map(|w| w.text(project)))
-    }
-
-    fn snapshot(&self) -> HashMap<u64, Waiting> {
-        self.reasons.read().map(|m| (**m).clone()).unwrap_or_default()
-    }
-
-    fn publish(&self, reasons: HashMap<u64, Waiting>) {
-        if let Ok(mut m) = self.reasons.write() {
-            *m = Arc::new(reasons);
-        }
-    }
-}
-
 impl Driver {
     /// Store and log the new waiting reasons of a round in one transaction, and show
     /// every reason of the round (with the engine's) to readers.

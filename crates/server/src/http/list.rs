@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use trainyard_api::ApiError;
 
-use super::kinds::{Page, ResourceKind, View};
+use crate::kinds::{Page, ResourceKind, View};
 use super::{int_enums, internal, json_response, ApiResult, AppState, Common};
 
 const DEFAULT_PAGE: usize = 100;

@@ -1,5 +1,5 @@
 //! The methods every resource kind has, written once and registered per kind by
-//! [`routes`]. For a kind `K` ([`super::kinds::ResourceKind`]) under
+//! [`routes`]. For a kind `K` ([`crate::kinds::ResourceKind`]) under
 //! `/v1/projects/{project}/locations/{region}/{K::COLLECTION}`:
 //!
 //! | method | path | answer |
@@ -23,7 +23,7 @@ use axum::routing::get;
 use axum::Router;
 use trainyard_api::ApiError;
 
-use super::kinds::{ResourceKind, View};
+use crate::kinds::{ResourceKind, View};
 use super::list::{page, ListQuery};
 use super::{
     ask, body_bytes, check_content_type, int_enums, internal, json_response, method_not_allowed_response, parse_id, query_error, too_large,
@@ -81,7 +81,7 @@ async fn create<K: ResourceKind>(
     if K::asks_host_directories(&resource) {
         allow_host_directories(&state, &headers)?;
     }
-    let created = ask(&state, |reply| K::create(project, region, resource, reply)).await?;
+    let created = ask(&state, |reply| Msg::Create { project, region, new: K::create(resource, reply) }).await?;
     json_response(created, ints)
 }
 
@@ -134,7 +134,7 @@ async fn post_one<K: ResourceKind>(
         return Err(ApiError::not_found(format!("Unknown method \"{verb}\" on a {}.", K::API_NAME)).into());
     }
     let id = parse_id(id, K::API_NAME)?;
-    ask(&state, |reply| K::cancel(project, region, id, reply)).await?;
+    ask(&state, |reply| Msg::Cancel { kind: K::KIND, project, region, id, reply }).await?;
     json_response(serde_json::json!({}), ints)
 }
 
@@ -159,6 +159,6 @@ async fn delete<K: ResourceKind>(
         ))
         .into());
     }
-    let body = ask(&state, |reply| Msg::Delete { kind: K::STORE_KIND, project, region, id, reply }).await?;
+    let body = ask(&state, |reply| Msg::Delete { kind: K::KIND, project, region, id, reply }).await?;
     json_response(body, ints)
 }

@@ -34,7 +34,7 @@ use trainyard_api::ApiError;
 use super::list::{make_token, page_size, read_token};
 use super::{ask, body_bytes, check_content_type, int_enums, internal, json_response, parse_id, query_error, Alt, ApiResult, AppError, AppState};
 use crate::driver::{read_vizier_study, render_vizier_study, Msg, VizierCall, VizierOp, KIND_VIZIER};
-use crate::vizier::{study_name, VizierStudy};
+use crate::kinds::studies::{study_name, VizierStudy};
 
 /// How long a suggest request waits for its Operation to be done before it is answered
 /// with the Operation as it is.
@@ -75,7 +75,7 @@ async fn row(state: &AppState, project: &str, region: &str, id: u64) -> Result<(
 }
 
 /// Study `id` read, or 404, or an internal error naming the damage of its record.
-async fn study(state: &AppState, project: &str, region: &str, id: u64) -> Result<(wire::Study, crate::vizier::Engine, VizierStudy), ApiError> {
+async fn study(state: &AppState, project: &str, region: &str, id: u64) -> Result<(wire::Study, crate::kinds::studies::Engine, VizierStudy), ApiError> {
     let (resource, core) = row(state, project, region, id).await?;
     read_vizier_study(id, &resource, &core).map_err(damaged)
 }

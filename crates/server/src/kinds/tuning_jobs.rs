@@ -13,9 +13,14 @@ use serde::{Deserialize, Serialize};
 use trainyard_api::hptuning::{
     Algorithm as ApiAlgorithm, ConvexAutomatedStoppingSpec, GoalType, HyperparameterTuningJob, MeasurementSelectionType, ObservationNoise, ParameterSpec, ScaleType, StudySpec,
 };
-use trainyard_api::ApiError;
+use serde_json::Value;
+use trainyard_api::{ApiError, CustomJob, Timestamp};
 use trainyard_core::Micros;
+use trainyard_store::Store;
 use trainyard_tuner as tuner;
+
+use super::custom_jobs::job_name;
+use super::{checked, Create, Kind, Page, Reply, ResourceKind, View, WaitingView};
 
 /// A parameter value as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -845,6 +850,146 @@ pub fn trial_labels(study: u64) -> BTreeMap<String, String> {
 }
 
 /// [`step`] with its suggestions computed in place, answered at once (tests, replays).
+
+// ---------------------------------------------------------------------------------------
+// The resource: names, rendering, the trials' CustomJobs, and its kind.
+
+/// Its key in the store.
+pub const KIND_STUDY: &str = "hptuning";
+
+pub fn study_name(project: &str, region: &str, id: u64) -> String {
+    format!("projects/{project}/locations/{region}/hyperparameterTuningJobs/{id}")
+}
+
+/// A trial's CustomJob: the trial job spec with `--ID=VALUE` appended to every replica's
+/// args, and its own output directory `<base>/<trialId>/`.
+pub fn trial_resource(hp: &HyperparameterTuningJob, trial: &str, params: &[(String, ParamValue)]) -> CustomJob {
+    let mut spec = hp.trial_job_spec.clone();
+    let args: Vec<String> = params.iter().map(|(k, v)| format!("--{k}={}", v.arg())).collect();
+    for pool in &mut spec.worker_pool_specs {
+        if let Some(c) = &mut pool.container_spec {
+            c.args.extend(args.iter().cloned());
+        }
+        if let Some(p) = &mut pool.python_package_spec {
+            p.args.extend(args.iter().cloned());
+        }
+    }
+    if let Some(out) = &mut spec.base_output_directory {
+        out.output_uri_prefix = format!("{}/{trial}", out.output_uri_prefix.trim_end_matches('/'));
+    }
+    let mut name = format!("{}-trial-{trial}", hp.display_name);
+    name.truncate(128);
+    CustomJob { display_name: name, job_spec: spec, labels: hp.labels.clone(), ..CustomJob::default() }
+}
+
+/// The HyperparameterTuningJob as the API shows it (with or without its trials).
+pub fn render_study(resource: &HyperparameterTuningJob, st: &Study, with_trials: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(resource).unwrap_or_else(|_| serde_json::json!({}));
+    let ts = |t: Micros| serde_json::Value::String(Timestamp::from_micros(t).to_rfc3339());
+    v["name"] = serde_json::Value::String(study_name(&st.project, &st.region, st.id));
+    v["state"] = serde_json::Value::String(st.state_name().to_string());
+    v["createTime"] = ts(st.create_time);
+    v["updateTime"] = ts(st.update_time);
+    if let Some(t) = st.start_time {
+        v["startTime"] = ts(t);
+    }
+    match &st.phase {
+        StudyPhase::Succeeded { end } => v["endTime"] = ts(*end),
+        StudyPhase::Failed { end, code, message } => {
+            v["endTime"] = ts(*end);
+            v["error"] = serde_json::json!({"code": code, "message": message});
+        }
+        StudyPhase::Cancelled { end } => {
+            v["endTime"] = ts(*end);
+            v["error"] = serde_json::json!({"code": 1, "message": "CANCELED"});
+        }
+        _ => {}
+    }
+    if with_trials && !st.trials.is_empty() {
+        let metric = primary_metric(&resource.study_spec).map(|m| m.metric_id.clone()).unwrap_or_default();
+        let trials = render_trials(st, &metric, |j| job_name(&st.project, &st.region, j));
+        v["trials"] = serde_json::Value::Array(trials);
+    } else if let Some(o) = v.as_object_mut() {
+        o.remove("trials");
+    }
+    v
+}
+
+/// `HyperparameterTuningJob`: rows read as text (`get_other`/`list_other`: the resource
+/// and the study's state) and decoded here; a GET shows the trials, a list does not.
+pub enum TuningJobs {}
+
+/// A stored HyperparameterTuningJob: its resource and study, or what is wrong with its
+/// record.
+pub struct TuningJobRow {
+    id: u64,
+    project: String,
+    region: String,
+    record: Result<(HyperparameterTuningJob, Study), String>,
+}
+
+impl TuningJobRow {
+    pub(super) fn new(project: &str, region: &str, (id, resource, core): (u64, String, String)) -> TuningJobRow {
+        TuningJobRow { id, project: project.to_string(), region: region.to_string(), record: Self::read(id, &resource, &core) }
+    }
+
+    fn read(id: u64, resource: &str, core: &str) -> Result<(HyperparameterTuningJob, Study), String> {
+        let resource = serde_json::from_str(resource).map_err(|e| format!("record of job {id}: its resource: {e}"))?;
+        let study = serde_json::from_str(core).map_err(|e| format!("record of job {id}: {e}"))?;
+        Ok((resource, study))
+    }
+}
+
+impl ResourceKind for TuningJobs {
+    const COLLECTION: &'static str = "hyperparameterTuningJobs";
+    const STORE_KIND: &'static str = KIND_STUDY;
+    const KIND: Kind = Kind::TuningJob;
+    const API_NAME: &'static str = "HyperparameterTuningJob";
+    type New = HyperparameterTuningJob;
+    type Created = Value;
+    type Row = TuningJobRow;
+
+    fn parse(body: &[u8]) -> Result<HyperparameterTuningJob, ApiError> {
+        checked(body, trainyard_api::parse_hyperparameter_tuning_job, trainyard_api::validate_hyperparameter_tuning_job)
+    }
+
+    fn create(resource: Self::New, reply: Reply<Self::Created>) -> Create {
+        Create::TuningJob { resource: Box::new(resource), reply }
+    }
+
+
+    fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<TuningJobRow>> {
+        Ok(store.get_other(KIND_STUDY, project, region, id)?.map(|row| TuningJobRow::new(project, region, row)))
+    }
+
+    fn read_page(store: &Store, project: &str, region: &str, page: &Page<'_>) -> trainyard_store::Result<Vec<TuningJobRow>> {
+        let rows = store.list_other(KIND_STUDY, project, region, page.filter, page.before, page.limit)?;
+        Ok(rows.into_iter().map(|row| TuningJobRow::new(project, region, row)).collect())
+    }
+
+    fn id(row: &TuningJobRow) -> u64 {
+        row.id
+    }
+
+    fn live_state(row: &TuningJobRow) -> Option<&'static str> {
+        match &row.record {
+            Ok((_, study)) if !study.is_terminal() => Some(study.state_name()),
+            _ => None,
+        }
+    }
+
+    fn render(row: &TuningJobRow, _waiting: &WaitingView, view: View) -> Result<Value, ApiError> {
+        Ok(match &row.record {
+            Ok((resource, study)) => render_study(resource, study, view == View::Get),
+            Err(damage) => serde_json::json!({
+                "name": Self::name(&row.project, &row.region, row.id),
+                "state": "JOB_STATE_FAILED",
+                "error": {"code": 13, "message": format!("Internal error: the stored record of this job is damaged and cannot be read ({damage}).")},
+            }),
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn step_now(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Result<(Study, Vec<Action>), ApiError> {
     let (mut s, actions) = step(study, cfg, event, now)?;

@@ -29,7 +29,7 @@ use trainyard_api::{ApiError, Duration, Timestamp};
 use trainyard_core::Micros;
 use trainyard_tuner as tuner;
 
-use crate::study::{ParamValue, StudyConfig, TrialState};
+use crate::kinds::tuning_jobs::{ParamValue, StudyConfig, TrialState};
 
 /// The most trials one suggest request may ask for: every suggestion of a batch is a fit
 /// of the optimiser's model.
@@ -162,7 +162,7 @@ impl Engine {
         let max_trials = (stopping.max_num_trials > 0).then_some(stopping.max_num_trials as usize);
         let mut cfg = StudyConfig::from_spec(spec, max_trials.unwrap_or(usize::MAX))?;
         let objectives: Vec<(String, tuner::Goal)> =
-            spec.metrics.iter().filter(|m| m.safety_config.is_none()).map(|m| (m.metric_id.clone(), crate::study::goal_of(m.goal))).collect();
+            spec.metrics.iter().filter(|m| m.safety_config.is_none()).map(|m| (m.metric_id.clone(), crate::kinds::tuning_jobs::goal_of(m.goal))).collect();
         // The optimiser and early stopping follow the first objective (a safety metric is
         // a constraint, not an objective).
         let Some((metric, goal)) = objectives.first().cloned() else {
@@ -173,7 +173,7 @@ impl Engine {
         let safety = spec
             .metrics
             .iter()
-            .filter_map(|m| m.safety_config.as_ref().map(|c| (m.metric_id.clone(), crate::study::goal_of(m.goal), c.safety_threshold)))
+            .filter_map(|m| m.safety_config.as_ref().map(|c| (m.metric_id.clone(), crate::kinds::tuning_jobs::goal_of(m.goal), c.safety_threshold)))
             .collect();
         let use_elapsed = cfg.use_elapsed;
         Ok(Engine { cfg, objectives, safety, use_elapsed, max_trials, params: spec.parameters.clone() })
@@ -182,7 +182,7 @@ impl Engine {
     /// Is a measurement safe: no safety metric in it worse than its threshold (a safety
     /// metric the measurement lacks is not held against it).
     pub fn is_safe(&self, m: &Measured) -> bool {
-        crate::study::is_safe(self.safety.iter().map(|(id, goal, threshold)| (*goal, *threshold, m.value(id))))
+        crate::kinds::tuning_jobs::is_safe(self.safety.iter().map(|(id, goal, threshold)| (*goal, *threshold, m.value(id))))
     }
 
     /// The metric the optimiser and early stopping follow.
@@ -329,7 +329,7 @@ impl VizierStudy {
     }
 
     /// What the optimiser is given for a suggestion: the ended trials each with one value
-    /// to optimise and the goal for it (see [`crate::study::scalarise`]: with several
+    /// to optimise and the goal for it (see [`crate::kinds::tuning_jobs::scalarise`]: with several
     /// objectives a ParEGO scalarisation whose weights change with every suggestion), and
     /// the trials handed out. A trial that is unsafe by a safety metric (`safetyConfig`)
     /// counts as infeasible: the optimiser gives it the worst value and moves away from it.
@@ -349,7 +349,7 @@ impl VizierStudy {
             .collect();
         let goals: Vec<tuner::Goal> = engine.objectives.iter().map(|o| o.1).collect();
         let seed = self.seed ^ (self.trials.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let (scalar, goal) = crate::study::scalarise(&goals, &values, seed);
+        let (scalar, goal) = crate::kinds::tuning_jobs::scalarise(&goals, &values, seed);
         for (c, v) in completed.iter_mut().zip(scalar) {
             c.value = v;
         }

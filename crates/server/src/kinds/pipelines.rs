@@ -3,8 +3,14 @@
 //! (`driver::pipelines`) commits it and acts on it.
 
 use serde::{Deserialize, Serialize};
-use trainyard_api::PipelineState;
+use serde_json::Value;
+use trainyard_api::{ApiError, PipelineState, Status, Timestamp, TrainingPipeline};
 use trainyard_core::{Micros, State};
+use trainyard_store::Store;
+
+use super::custom_jobs::job_name;
+use super::{checked, Create, Kind, Page, Reply, ResourceKind, View, WaitingView};
+use crate::reply::internal;
 
 /// The stored state of a pipeline (the `core` column of its row).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +119,104 @@ impl Pipeline {
             },
         }
         (p, actions)
+    }
+}
+
+
+// ---------------------------------------------------------------------------------------
+// The resource: names, rendering and its kind.
+
+/// Its key in the store.
+pub const KIND_PIPELINE: &str = "pipeline";
+
+pub fn pipeline_name(project: &str, region: &str, id: u64) -> String {
+    format!("projects/{project}/locations/{region}/trainingPipelines/{id}")
+}
+
+/// The TrainingPipeline as the API shows it.
+pub fn render_pipeline(resource: &TrainingPipeline, p: &Pipeline) -> TrainingPipeline {
+    let mut r = resource.clone();
+    let ts = |t: Micros| Some(Timestamp::from_micros(t));
+    r.name = pipeline_name(&p.project, &p.region, p.id);
+    r.state = p.state;
+    r.create_time = ts(p.create_time);
+    r.update_time = ts(p.update_time);
+    r.start_time = p.start_time.and_then(ts);
+    r.end_time = p.end_time.and_then(ts);
+    r.error = p.error.as_ref().map(|(code, message)| Status { code: *code, message: message.clone(), ..Status::default() });
+    if let Some(j) = p.custom_job {
+        r.training_task_metadata = serde_json::json!({"backingCustomJob": job_name(&p.project, &p.region, j)});
+    }
+    r
+}
+
+/// `TrainingPipeline` (the custom task): rows read as text, as tuning jobs.
+pub enum TrainingPipelines {}
+
+/// A stored TrainingPipeline: its resource and state, or what is wrong with its record.
+pub struct PipelineRow {
+    id: u64,
+    project: String,
+    region: String,
+    record: Result<(trainyard_api::TrainingPipeline, Pipeline), String>,
+}
+
+impl PipelineRow {
+    fn new(project: &str, region: &str, (id, resource, core): (u64, String, String)) -> PipelineRow {
+        let record = serde_json::from_str(&resource)
+            .map_err(|e| format!("record of pipeline {id}: its resource: {e}"))
+            .and_then(|r| serde_json::from_str(&core).map(|p| (r, p)).map_err(|e| format!("record of pipeline {id}: {e}")));
+        PipelineRow { id, project: project.to_string(), region: region.to_string(), record }
+    }
+}
+
+impl ResourceKind for TrainingPipelines {
+    const COLLECTION: &'static str = "trainingPipelines";
+    const STORE_KIND: &'static str = KIND_PIPELINE;
+    const KIND: Kind = Kind::Pipeline;
+    const API_NAME: &'static str = "TrainingPipeline";
+    type New = trainyard_api::TrainingPipeline;
+    type Created = trainyard_api::TrainingPipeline;
+    type Row = PipelineRow;
+
+    fn parse(body: &[u8]) -> Result<trainyard_api::TrainingPipeline, ApiError> {
+        checked(body, trainyard_api::parse_training_pipeline, trainyard_api::validate_training_pipeline)
+    }
+
+    fn create(resource: Self::New, reply: Reply<Self::Created>) -> Create {
+        Create::Pipeline { resource: Box::new(resource), reply }
+    }
+
+
+    fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<PipelineRow>> {
+        Ok(store.get_other(KIND_PIPELINE, project, region, id)?.map(|row| PipelineRow::new(project, region, row)))
+    }
+
+    fn read_page(store: &Store, project: &str, region: &str, page: &Page<'_>) -> trainyard_store::Result<Vec<PipelineRow>> {
+        let rows = store.list_other(KIND_PIPELINE, project, region, page.filter, page.before, page.limit)?;
+        Ok(rows.into_iter().map(|row| PipelineRow::new(project, region, row)).collect())
+    }
+
+    fn id(row: &PipelineRow) -> u64 {
+        row.id
+    }
+
+    fn live_state(row: &PipelineRow) -> Option<&'static str> {
+        match &row.record {
+            Ok((_, p)) if !p.is_terminal() => Some(p.state_name()),
+            _ => None,
+        }
+    }
+
+    fn render(row: &PipelineRow, _waiting: &WaitingView, _view: View) -> Result<Value, ApiError> {
+        Ok(match &row.record {
+            Ok((resource, p)) => serde_json::to_value(render_pipeline(resource, p)).map_err(internal)?,
+            Err(damage) => serde_json::json!({
+                "name": Self::name(&row.project, &row.region, row.id),
+                "state": "PIPELINE_STATE_FAILED",
+                "error": {"code": 13, "message": format!("Internal error: the stored record of this pipeline is damaged and cannot be read ({damage}).")},
+            }),
+        })
     }
 }
 

@@ -1,0 +1,145 @@
+//! `CustomJob`: its names, how it is shown (the stored request with the lifecycle's state,
+//! L1, L2), the waiting reasons readers see, and its [`ResourceKind`]. Its lifecycle is the
+//! core's `step`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use trainyard_api::{ApiError, CustomJob, JobState, Status, Timestamp};
+use trainyard_core::schedule::{waiting_text, Position};
+use trainyard_core::Job;
+use trainyard_store::{Store, StoredJob};
+
+use super::{checked, Create, Kind, Page, Reply, ResourceKind, View};
+use crate::reply::internal;
+
+/// Its key in the store.
+pub const KIND_CUSTOM: &str = "custom";
+
+pub fn job_name(project: &str, region: &str, id: u64) -> String {
+    format!("projects/{project}/locations/{region}/customJobs/{id}")
+}
+
+/// The resource as the API shows it: the stored request with the output fields of the
+/// lifecycle state (L1, L2).
+pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
+    let mut r = resource.clone();
+    r.name = job_name(&job.project, &job.region, job.id);
+    r.state = JobState::from_name(job.state().wire_name()).unwrap_or(JobState::Unspecified);
+    r.create_time = Some(Timestamp::from_micros(job.create_time));
+    r.update_time = Some(Timestamp::from_micros(job.update_time));
+    r.start_time = job.start_time.map(Timestamp::from_micros);
+    r.end_time = job.end_time().map(Timestamp::from_micros);
+    r.error = job.error().map(|e| Status { code: e.code, message: e.message.clone(), details: Vec::new() });
+    r.trainyard_waiting_reason = match job.state() {
+        trainyard_core::State::Queued | trainyard_core::State::Pending => job.waiting_reason.clone().unwrap_or_default(),
+        _ => String::new(),
+    };
+    r
+}
+
+/// The waiting reasons of the latest scheduling round, with their moving numbers
+/// (positions, what is in use, expected times), for readers: shown on GET, never written.
+#[derive(Default)]
+pub struct WaitingView {
+    reasons: std::sync::RwLock<Arc<HashMap<u64, Waiting>>>,
+}
+
+/// A waiting reason as the latest round gave it: shared by the jobs in the same
+/// situation, with each one's position.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    pub reason: Arc<str>,
+    pub position: Option<Position>,
+}
+
+impl Waiting {
+    pub fn text(&self, project: &str) -> String {
+        waiting_text(&self.reason, self.position, project)
+    }
+}
+
+impl WaitingView {
+    /// The job's current waiting reason, if the last round gave it one.
+    pub fn get(&self, id: u64, project: &str) -> Option<String> {
+        self.reasons.read().ok().and_then(|m| m.get(&id).map(|w| w.text(project)))
+    }
+
+    pub(crate) fn snapshot(&self) -> HashMap<u64, Waiting> {
+        self.reasons.read().map(|m| (**m).clone()).unwrap_or_default()
+    }
+
+    pub(crate) fn publish(&self, reasons: HashMap<u64, Waiting>) {
+        if let Ok(mut m) = self.reasons.write() {
+            *m = Arc::new(reasons);
+        }
+    }
+}
+
+/// `CustomJob`: rows read typed (`StoredJob`, whose lifecycle state the store decodes and
+/// replaces by a FAILED stand-in when it is damaged); queued and pending jobs show the
+/// waiting reason of the latest scheduling round.
+pub enum CustomJobs {}
+
+impl ResourceKind for CustomJobs {
+    const COLLECTION: &'static str = "customJobs";
+    const STORE_KIND: &'static str = KIND_CUSTOM;
+    const KIND: Kind = Kind::CustomJob;
+    const API_NAME: &'static str = "CustomJob";
+    type New = CustomJob;
+    type Created = CustomJob;
+    type Row = StoredJob;
+
+    fn parse(body: &[u8]) -> Result<CustomJob, ApiError> {
+        checked(body, trainyard_api::parse_custom_job, trainyard_api::validate_custom_job)
+    }
+
+    fn create(resource: Self::New, reply: Reply<Self::Created>) -> Create {
+        Create::CustomJob { resource: Box::new(resource), reply }
+    }
+
+    fn asks_host_directories(resource: &CustomJob) -> bool {
+        !resource.trainyard_host_directories.is_empty()
+    }
+
+
+    fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<StoredJob>> {
+        store.get_job(KIND_CUSTOM, project, region, id)
+    }
+
+    fn read_page(store: &Store, project: &str, region: &str, page: &Page<'_>) -> trainyard_store::Result<Vec<StoredJob>> {
+        store.list_jobs(KIND_CUSTOM, project, region, page.filter, page.before, page.limit)
+    }
+
+    fn id(row: &StoredJob) -> u64 {
+        row.job.id
+    }
+
+    fn live_state(row: &StoredJob) -> Option<&'static str> {
+        (!row.job.is_terminal()).then(|| row.job.state().wire_name())
+    }
+
+    fn render(row: &StoredJob, waiting: &WaitingView, _view: View) -> Result<Value, ApiError> {
+        serde_json::to_value(show_custom_job(row, waiting)).map_err(internal)
+    }
+}
+
+/// A stored CustomJob as the API shows it. A resource that cannot be read is shown, not
+/// hidden behind an error: its stand-in says FAILED with the damage, under its display name.
+fn show_custom_job(stored: &StoredJob, waiting: &WaitingView) -> CustomJob {
+    let mut job = match serde_json::from_str::<CustomJob>(&stored.resource) {
+        Ok(r) => render(&r, &stored.job),
+        Err(e) => {
+            let j = &stored.job;
+            let damaged = trainyard_core::Job::damaged(j.id, j.project.clone(), j.region.clone(), j.create_time, j.update_time, &format!("its resource: {e}"));
+            render(&CustomJob { display_name: stored.display_name.clone(), ..CustomJob::default() }, &damaged)
+        }
+    };
+    if !job.trainyard_waiting_reason.is_empty() {
+        if let Some(reason) = waiting.get(stored.job.id, &stored.job.project) {
+            job.trainyard_waiting_reason = reason;
+        }
+    }
+    job
+}
