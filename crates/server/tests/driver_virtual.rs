@@ -270,6 +270,15 @@ impl Harness {
         self.db.parent().unwrap().to_path_buf()
     }
 
+    /// The running job's run exits 0: the job SUCCEEDED; then a new job runs.
+    fn succeeds_and_the_next_runs(&mut self, id: u64) {
+        let run = self.backend.any_run().unwrap();
+        self.backend.end(&run, Outcome::Exited { code: 0 });
+        self.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
+        let next = self.create("true");
+        self.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
+    }
+
     fn outbox_len(&self) -> usize {
         Store::open(&self.db).unwrap().pending_outbox().unwrap().0.len()
     }
@@ -536,12 +545,8 @@ fn l16_a_panicking_launch_is_a_launch_failure_and_the_pool_lives_on() {
     });
     let job = h.job(id);
     assert_eq!(job.attempt, 2, "each panic was a launch failure that retried the job (L16)");
-    let run = h.backend.any_run().unwrap();
-    h.backend.end(&run, Outcome::Exited { code: 0 });
-    h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
     // The pool still launches.
-    let next = h.create("true");
-    h.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
+    h.succeeds_and_the_next_runs(id);
 }
 
 /// A panic on the driver's thread (here a read of the clock, three times in a row: the
@@ -565,11 +570,7 @@ fn l23_a_panic_on_the_drivers_thread_is_recovered_from_the_store() {
     assert_eq!(health.unavailable(), None, "recovered");
     assert!(h.backend.calls.lock().unwrap().adopts > adopts, "the live job's run was adopted again");
     assert_eq!(h.state(id), "JOB_STATE_RUNNING");
-    let run = h.backend.any_run().unwrap();
-    h.backend.end(&run, Outcome::Exited { code: 0 });
-    h.until("succeeded", |h| h.state(id) == "JOB_STATE_SUCCEEDED");
-    let next = h.create("true");
-    h.until("the next job running", |h| h.state(next) == "JOB_STATE_RUNNING");
+    h.succeeds_and_the_next_runs(id);
 }
 
 /// The driver's thread only decides: with an engine whose every call blocks for 10 s
