@@ -322,3 +322,45 @@ fn l15_job_impossible_after_the_fleet_shrinks_fails() {
     s.call("POST", &s.url(&format!("/v1/{a_name}:cancel")), Some("{}"));
     s.wait_terminal(&a_name, 30);
 }
+
+/// Priority classes end to end: with one node that holds one job at a time, an urgent job
+/// created after a batch job of another project starts first once the node frees, and the
+/// batch job's waiting reason says work of a higher class goes ahead of it (naming no
+/// project). A label naming no class is refused (400) naming the label and the classes,
+/// and creates nothing.
+#[test]
+fn a_job_of_a_higher_priority_class_starts_first() {
+    let s = Server::start(
+        "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[scheduler]\ndefault_priority_class = \"batch\"\n\
+         [[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 1000\n[[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n",
+    );
+    let labelled = |name: &str, class: &str| {
+        let mut j = sh_job(name, "sleep 300");
+        j["labels"] = serde_json::json!({"trainyard-priority-class": class});
+        j
+    };
+    let blocker = name_of(&s.create("a", &sh_job("blocker", "sleep 300")));
+    s.wait_for(&blocker, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let batch = name_of(&s.create("a", &sh_job("batch", "sleep 300")));
+    let urgent = name_of(&s.create("b", &labelled("urgent", "urgent")));
+    // Both wait; the older batch job behind the urgent one, and it says so.
+    let waiting = s.wait_for(&batch, 30, |j| j["trainyardWaitingReason"].as_str().is_some_and(|r| r.contains("higher priority class")));
+    let reason = waiting["trainyardWaitingReason"].as_str().unwrap_or("");
+    assert!(!reason.contains("\"b\"") && !reason.contains("project b"), "{reason}");
+    assert!(!s.get(&urgent)["trainyardWaitingReason"].as_str().unwrap_or("").contains("higher priority"));
+    s.call("POST", &s.url(&format!("/v1/{blocker}:cancel")), Some("{}"));
+    s.wait_for(&urgent, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_ne!(s.get(&batch)["state"], "JOB_STATE_RUNNING", "the node holds one job: the urgent one");
+
+    let (_, before) = s.call("GET", &s.jobs_url("a"), None);
+    let (status, body) = s.call("POST", &s.jobs_url("a"), Some(&labelled("asap", "asap").to_string()));
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("trainyard-priority-class") && message.contains("urgent, batch"), "{message}");
+    let (_, after) = s.call("GET", &s.jobs_url("a"), None);
+    assert_eq!(before["customJobs"].as_array().map(Vec::len), after["customJobs"].as_array().map(Vec::len), "nothing created");
+    for j in [&urgent, &batch] {
+        s.call("POST", &s.url(&format!("/v1/{j}:cancel")), Some("{}"));
+    }
+}

@@ -121,6 +121,9 @@ pub struct Policy {
     pub hang_after: Micros,
     #[serde(default)]
     pub hang_restart: bool,
+    /// Its priority class's value (`schedule::PriorityClasses`); 0 without one.
+    #[serde(default)]
+    pub priority: i64,
 }
 
 impl Policy {
@@ -134,6 +137,7 @@ impl Policy {
             max_wait: secs(settings.default_max_wait_secs),
             hang_after: secs(settings.hang_after_secs),
             hang_restart: settings.hang_restart,
+            priority: 0,
         }
     }
 

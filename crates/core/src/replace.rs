@@ -54,6 +54,7 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
         shape: &shape,
         metrics: &metrics,
         duration: moving.policy.timeout,
+        priority: moving.policy.priority,
     };
     let cfg = SchedulerConfig { explain: false, preemption: false, ..SchedulerConfig::default() };
     plan(&c, &[req], &Quotas::default(), &BTreeMap::new(), now, &cfg).into_iter().find_map(|d| match d {

@@ -292,6 +292,47 @@ pub struct Request<'a> {
     pub metrics: &'a BTreeMap<String, u64>,
     /// Expected run time once placed (timeout or hint): used for backfill.
     pub duration: Micros,
+    /// Its priority class's value ([`PriorityClasses`]): higher is considered first.
+    pub priority: i64,
+}
+
+/// The label a job picks its priority class with.
+pub const PRIORITY_CLASS_LABEL: &str = "trainyard-priority-class";
+
+/// Priority classes (`[[scheduler.priority_classes]]`, name and value). A job's class is
+/// the one its label [`PRIORITY_CLASS_LABEL`] names, else its project's
+/// (`[quotas.projects.P] priority_class`), else `[scheduler] default_priority_class`;
+/// without one its priority is 0. Higher values are considered first in every round;
+/// among jobs of one value, the order is the usual one (fair share or FIFO).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PriorityClasses {
+    pub classes: Vec<(String, i64)>,
+    pub default: Option<String>,
+    pub projects: BTreeMap<String, String>,
+}
+
+impl PriorityClasses {
+    /// The value of the class `name`.
+    pub fn value(&self, name: &str) -> Option<i64> {
+        self.classes.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    /// The priority of a job of `project` whose label names `label`; an unknown class is
+    /// an error naming the label and the classes there are.
+    pub fn priority(&self, label: Option<&str>, project: &str) -> Result<i64, String> {
+        match label {
+            Some(name) => self.value(name).ok_or_else(|| {
+                let known = if self.classes.is_empty() {
+                    "none are configured ([[scheduler.priority_classes]])".to_string()
+                } else {
+                    let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
+                    format!("the classes are {}", names.join(", "))
+                };
+                format!("labels.{PRIORITY_CLASS_LABEL}: {name:?} is not a priority class; {known}")
+            }),
+            None => Ok(self.projects.get(project).or(self.default.as_ref()).and_then(|n| self.value(n)).unwrap_or(0)),
+        }
+    }
 }
 
 /// A job that holds capacity.
@@ -511,6 +552,7 @@ pub fn schedule_with(
             shape,
             metrics: &j.demand.metrics,
             duration: duration(j),
+            priority: j.policy.priority,
         })
         .collect();
     let used = quota_usage(jobs.iter().copied());
@@ -750,10 +792,42 @@ struct Proj<'a> {
     next: usize,
 }
 
-/// The order in which waiting jobs are considered: jobs that already hold quota, then
-/// starving jobs (oldest first), then the fair order (lowest weighted dominant share
-/// first; it changes as jobs are placed) or FIFO, then SPOT jobs.
+/// The order in which waiting jobs are considered: the priority classes from the highest
+/// value down, each a [`Level`].
 struct Queue<'a> {
+    levels: Vec<Level<'a>>,
+    at: usize,
+}
+
+impl<'a> Queue<'a> {
+    fn build(c: &Cluster, reqs: &[Request<'a>], cfg: &SchedulerConfig, now: Micros) -> Queue<'a> {
+        let mut values: Vec<i64> = reqs.iter().map(|r| r.priority).collect();
+        values.sort_unstable_by(|a, b| b.cmp(a));
+        values.dedup();
+        let levels = values.into_iter().map(|v| Level::build(c, reqs, cfg, now, v)).collect();
+        Queue { levels, at: 0 }
+    }
+
+    fn next(&mut self, reqs: &[Request]) -> Option<(usize, bool)> {
+        while let Some(level) = self.levels.get_mut(self.at) {
+            if let Some(next) = level.next(reqs) {
+                return Some(next);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    /// No SPOT job is in the round (strict order may stop at a blocked job).
+    fn no_spot(&self) -> bool {
+        self.levels.iter().all(|l| l.spot.is_empty())
+    }
+}
+
+/// The jobs of one priority value in the order they are considered: jobs that already
+/// hold quota, then starving jobs (oldest first), then the fair order (lowest weighted
+/// dominant share first; it changes as jobs are placed) or FIFO, then SPOT jobs.
+struct Level<'a> {
     lists: [Vec<usize>; 3],
     list: usize,
     at: usize,
@@ -762,7 +836,7 @@ struct Queue<'a> {
     spot_at: usize,
 }
 
-impl Queue<'_> {
+impl Level<'_> {
     fn next(&mut self, reqs: &[Request]) -> Option<(usize, bool)> {
         while self.list < 3 {
             if let Some(&i) = self.lists[self.list].get(self.at) {
@@ -823,6 +897,10 @@ struct Round<'a, 'r> {
     /// Reasons already written this round, by what they depend on; cleared whenever the
     /// round's state moves (a placement, a reservation, a preemption).
     memo: HashMap<Memo, Arc<str>>,
+    /// The highest priority of a job that waits for capacity so far this round.
+    waiting_max: Option<i64>,
+    /// The job being decided waits behind a job of a higher priority class.
+    behind_higher: bool,
 }
 
 /// What a memoised waiting reason depends on, besides the round's state.
@@ -1322,21 +1400,22 @@ impl<'r> Positions<'r> {
     }
 }
 
-/// The lists of [`Queue`]: jobs admitted before (they go first), jobs past the
+/// The lists of [`Level`]: jobs admitted before (they go first), jobs past the
 /// starvation bound, and FIFO's one list; fair share's per-project queues come after.
 const ADMITTED: usize = 0;
 const STARVING: usize = 1;
 const FIFO: usize = 2;
 
-impl<'a> Queue<'a> {
-    /// The round's order: admitted jobs, then jobs past the starvation bound (ahead of
-    /// the fair-share order; their waiting reasons say so), then FIFO or each project's
-    /// queue by fair share; SPOT jobs (with preemption) on a list of their own.
-    fn build(c: &Cluster, reqs: &[Request<'a>], cfg: &SchedulerConfig, now: Micros) -> Queue<'a> {
-        let mut q = Queue { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
+impl<'a> Level<'a> {
+    /// The order of the jobs of priority `value`: admitted jobs, then jobs past the
+    /// starvation bound (ahead of the fair-share order; their waiting reasons say so), then
+    /// FIFO or each project's queue by fair share; SPOT jobs (with preemption) on a list of
+    /// their own.
+    fn build(c: &Cluster, reqs: &[Request<'a>], cfg: &SchedulerConfig, now: Micros, value: i64) -> Level<'a> {
+        let mut q = Level { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
         let mut pidx: HashMap<&str, usize> = HashMap::new();
         let starve = cfg.starvation_secs.map(|s| now.saturating_sub(secs(s)));
-        for (i, r) in reqs.iter().enumerate() {
+        for (i, r) in reqs.iter().enumerate().filter(|(_, r)| r.priority == value) {
             if r.spot && cfg.preemption {
                 q.spot.push(i);
             } else if r.admitted {
@@ -1402,6 +1481,8 @@ impl<'a, 'r> Round<'a, 'r> {
             blocked: false,
             quota_round: HashMap::new(),
             memo: HashMap::new(),
+            waiting_max: None,
+            behind_higher: false,
         }
     }
 
@@ -1429,8 +1510,9 @@ impl<'a, 'r> Round<'a, 'r> {
             return Next::Continue;
         }
         let spot_mode = r.spot && self.cfg.preemption;
+        self.behind_higher = self.waiting_max.is_some_and(|m| m > r.priority);
         if self.blocked && !spot_mode {
-            return self.behind_blocked(r, position, q.spot.is_empty());
+            return self.behind_blocked(r, position, q.no_spot());
         }
         let miss = match self.try_place(r) {
             Ok(nodes) => {
@@ -1449,6 +1531,9 @@ impl<'a, 'r> Round<'a, 'r> {
             } else {
                 remember(&mut self.failed, d, k);
             }
+        }
+        if !spot_mode {
+            self.waiting_max = Some(self.waiting_max.map_or(r.priority, |m| m.max(r.priority)));
         }
         if spot_mode {
             self.spot_waits(r, position);
@@ -1494,6 +1579,7 @@ impl<'a, 'r> Round<'a, 'r> {
         let reason = self.memo(Memo::Blocked, |_| {
             "Waiting for capacity held by other jobs: a job ahead of it does not fit yet, and nothing passes it (no backfill)".to_string()
         });
+        let reason = self.with_priority_note(reason);
         self.out.push(Decision::Wait { job: r.id, kind: KIND_BLOCKED, reason, position, reserved_at: None });
         Next::Continue
     }
@@ -1712,18 +1798,31 @@ impl<'a, 'r> Round<'a, 'r> {
             }
             reason
         });
+        let reason = self.with_priority_note(reason);
         let kind = if self.resvs.is_empty() { KIND_CAPACITY } else { KIND_BEHIND_RESERVATION };
         self.out.push(Decision::Wait { job: r.id, kind, reason, position, reserved_at: None });
+    }
+
+    /// A reason of a job that waits behind work of a higher priority class says so (of
+    /// no project in particular).
+    fn with_priority_note(&self, reason: Arc<str>) -> Arc<str> {
+        if !self.behind_higher {
+            return reason;
+        }
+        format!("{reason}; jobs of a higher priority class wait ahead of it").into()
     }
 }
 
 /// The project's share grows with what the job takes (DRF), changing the fair order.
 /// Starving and re-placed jobs count too, for the jobs after them.
 fn charge(q: &mut Queue, r: &Request, held: &[(NodeIx, Need)], c: &Cluster) {
-    if let Some(p) = q.projects.iter_mut().find(|p| p.name == r.project) {
-        for (_, d) in held {
-            add_dims(&mut p.usage, d, 1);
+    // The project's share in every priority level it has jobs in.
+    for level in &mut q.levels {
+        if let Some(p) = level.projects.iter_mut().find(|p| p.name == r.project) {
+            for (_, d) in held {
+                add_dims(&mut p.usage, d, 1);
+            }
+            p.share = c.share(&p.usage, p.weight);
         }
-        p.share = c.share(&p.usage, p.weight);
     }
 }

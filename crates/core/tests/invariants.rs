@@ -420,7 +420,7 @@ fn need(c: &Cluster, per: u32) -> Need {
 }
 
 fn req<'a>(id: u64, project: &'a str, shape: &'a Shape, duration: Micros, metrics: &'a BTreeMap<String, u64>) -> Request<'a> {
-    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration }
+    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration, priority: 0 }
 }
 
 fn run(c: &Cluster, reqs: &[Request], now: Micros, cfg: &SchedulerConfig) -> Vec<Decision> {
@@ -856,4 +856,49 @@ fn starving_job_says_it_is_past_the_bound() {
     assert!(r1.contains("Reserved") && r1.contains("past the starvation bound (2h 0m)"), "{r1}");
     let r2 = reason(&d, 2);
     assert!(!r2.contains("starvation"), "{r2}");
+}
+
+/// Priority classes: a job of a higher class is considered first, whatever the order of
+/// submission and the projects' fair shares; among equal classes the usual order holds.
+/// A job that waits behind work of a higher class says so, naming no project.
+#[test]
+fn a_higher_priority_class_goes_first() {
+    let c = Cluster::new(&gpu_fleet(1));
+    let whole = gang(&c, 1, 8);
+    let m = BTreeMap::new();
+    let cfg = SchedulerConfig::default();
+    let older = req(1, "a", &whole, HOUR, &m);
+    let urgent = Request { priority: 100, ..req(2, "b", &whole, HOUR, &m) };
+    let d = run(&c, &[older.clone(), urgent.clone()], 0, &cfg);
+    assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "{d:?}");
+    // The node held by a third job: both wait, the older one behind the urgent one.
+    let mut busy = Cluster::new(&gpu_fleet(1));
+    let n8 = need(&busy, 8);
+    busy.start(100, "c", false, 0, HOUR, vec![(0 as NodeIx, n8)]);
+    let d = run(&busy, &[older.clone(), urgent.clone()], 0, &cfg);
+    let r1 = reason(&d, 1);
+    assert!(r1.contains("a higher priority class") && !r1.contains("\"b\""), "{r1}");
+    assert!(!reason(&d, 2).contains("priority"), "{}", reason(&d, 2));
+    // Equal classes: the older job first, and no word of priorities.
+    let same = Request { priority: 0, ..urgent };
+    let d = run(&c, &[older, same], 0, &cfg);
+    assert!(placed(&d, 1).is_some() && placed(&d, 2).is_none(), "{d:?}");
+    assert!(!reason(&d, 2).contains("priority"), "{}", reason(&d, 2));
+}
+
+/// Within one class the fair order holds: with two urgent jobs of two projects and one
+/// node, the project that uses less goes first even when its job is younger.
+#[test]
+fn fair_share_orders_jobs_of_one_priority_class() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    c.start(100, "heavy", false, 0, HOUR, vec![(0 as NodeIx, n8)]);
+    let whole = gang(&c, 1, 8);
+    let m = BTreeMap::new();
+    let heavy = Request { priority: 5, ..req(1, "heavy", &whole, HOUR, &m) };
+    let light = Request { priority: 5, ..req(2, "light", &whole, HOUR, &m) };
+    let low = req(3, "light", &whole, HOUR, &m);
+    let d = run(&c, &[heavy, light, low], 0, &SchedulerConfig::default());
+    assert!(placed(&d, 2).is_some(), "the lighter project's job of the same class: {d:?}");
+    assert!(placed(&d, 1).is_none() && placed(&d, 3).is_none(), "{d:?}");
 }

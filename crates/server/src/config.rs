@@ -283,6 +283,18 @@ struct SchedulerFile {
     /// Fair-share weight per project (default 1).
     #[serde(default)]
     weights: BTreeMap<String, f64>,
+    /// `[[scheduler.priority_classes]]`: name and value (higher first).
+    #[serde(default)]
+    priority_classes: Vec<PriorityClassFile>,
+    /// The class of jobs that name none and whose project has none.
+    default_priority_class: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriorityClassFile {
+    name: String,
+    value: i64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -345,12 +357,17 @@ struct QuotasFile {
 
 /// A quota's value: a count (`custom_model_training_*`), or GiB (`storage_gb`, which may
 /// have a fraction).
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
 enum QuotaValue {
     Count(u64),
     Gb(f64),
+    /// `priority_class`: the project's default class.
+    Name(String),
 }
+
+/// A project's default priority class (`[quotas.projects.P] priority_class`).
+pub const PROJECT_PRIORITY_CLASS: &str = "priority_class";
 
 /// The quota of a project's Cloud Storage namespace (`[quotas.default] storage_gb`,
 /// `[quotas.projects.P] storage_gb`).
@@ -378,7 +395,7 @@ impl QuotasFile {
                 .filter(|(k, _)| k.as_str() != STORAGE_QUOTA)
                 .filter_map(|(k, v)| match v {
                     QuotaValue::Count(n) => Some((k.clone(), *n)),
-                    QuotaValue::Gb(_) => None,
+                    QuotaValue::Gb(_) | QuotaValue::Name(_) => None,
                 })
                 .collect()
         };
@@ -386,6 +403,7 @@ impl QuotasFile {
             m.get(STORAGE_QUOTA).map(|v| match v {
                 QuotaValue::Count(n) => n.saturating_mul(trainyard_core::catalog::GIB),
                 QuotaValue::Gb(g) => (g * trainyard_core::catalog::GIB as f64) as u64,
+                QuotaValue::Name(_) => 0,
             })
         };
         let quotas = Quotas {
@@ -397,6 +415,15 @@ impl QuotasFile {
             projects: self.projects.iter().filter_map(|(p, m)| bytes(m).map(|b| (p.clone(), b))).collect(),
         };
         (quotas, storage)
+    }
+}
+
+/// An unknown priority class, named with the classes there are.
+fn unknown_class(name: &str, classes: &[&str]) -> String {
+    if classes.is_empty() {
+        format!("{name:?} is not a priority class: none are configured ([[scheduler.priority_classes]])")
+    } else {
+        format!("{name:?} is not a priority class; the classes are {}", classes.join(", "))
     }
 }
 
@@ -424,6 +451,9 @@ pub struct Config {
     pub scheduler: trainyard_core::schedule::SchedulerConfig,
     pub fleet: Fleet,
     pub quotas: Quotas,
+    /// `[[scheduler.priority_classes]]`, `[scheduler] default_priority_class` and the
+    /// projects' `priority_class` (read again with the quotas).
+    pub priority_classes: trainyard_core::schedule::PriorityClasses,
     /// `storage_gb` of the quotas tables.
     pub storage_limits: StorageLimits,
     /// Where this configuration came from, for the start-up message.
@@ -617,10 +647,32 @@ impl Config {
                 }
             }
         }
+        let mut class_names: Vec<&str> = Vec::new();
         if let Some(sc) = &file.scheduler {
             for (p, w) in &sc.weights {
                 if !(w.is_finite() && *w > 0.0) {
                     return Err(invalid(&format!("scheduler.weights.{p}"), format!("must be a positive number, not {w}")));
+                }
+            }
+            for c in &sc.priority_classes {
+                // A label value carries it: lowercase letters, digits, - and _.
+                let ok = !c.name.is_empty()
+                    && c.name.len() <= 63
+                    && c.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+                if !ok {
+                    return Err(invalid(
+                        "scheduler.priority_classes.name",
+                        format!("{:?} must be 1 to 63 lowercase letters, digits, - or _ (a label's value names it)", c.name),
+                    ));
+                }
+                if class_names.contains(&c.name.as_str()) {
+                    return Err(invalid("scheduler.priority_classes.name", format!("{:?} is listed twice", c.name)));
+                }
+                class_names.push(&c.name);
+            }
+            if let Some(d) = &sc.default_priority_class {
+                if !class_names.contains(&d.as_str()) {
+                    return Err(invalid("scheduler.default_priority_class", unknown_class(d, &class_names)));
                 }
             }
         }
@@ -630,6 +682,20 @@ impl Config {
             for (metric, value) in limits.iter() {
                 let key = format!("quotas.{project}.{metric}");
                 match (metric.as_str(), value) {
+                    (PROJECT_PRIORITY_CLASS, QuotaValue::Name(n)) if project != "default" => {
+                        if !class_names.contains(&n.as_str()) {
+                            return Err(invalid(&key, unknown_class(n, &class_names)));
+                        }
+                    }
+                    (PROJECT_PRIORITY_CLASS, _) if project == "default" => {
+                        return Err(invalid(&key, "goes in [quotas.projects.P]; the default is [scheduler] default_priority_class".into()));
+                    }
+                    (PROJECT_PRIORITY_CLASS, _) => {
+                        return Err(invalid(&key, "must be the name of a priority class (a string)".into()));
+                    }
+                    (_, QuotaValue::Name(n)) => {
+                        return Err(invalid(&key, format!("must be a number, not {n:?}")));
+                    }
                     (STORAGE_QUOTA, QuotaValue::Gb(g)) if !(g.is_finite() && *g >= 0.0) => {
                         return Err(invalid(&key, format!("must be a number of GiB, 0 or more, not {g}")));
                     }
@@ -943,6 +1009,23 @@ impl Config {
             },
             fleet: Fleet { nodes, overcommit },
             quotas: file.quotas.split().0,
+            priority_classes: trainyard_core::schedule::PriorityClasses {
+                classes: file
+                    .scheduler
+                    .as_ref()
+                    .map(|s| s.priority_classes.iter().map(|c| (c.name.clone(), c.value)).collect())
+                    .unwrap_or_default(),
+                default: file.scheduler.as_ref().and_then(|s| s.default_priority_class.clone()),
+                projects: file
+                    .quotas
+                    .projects
+                    .iter()
+                    .filter_map(|(p, m)| match m.get(PROJECT_PRIORITY_CLASS) {
+                        Some(QuotaValue::Name(n)) => Some((p.clone(), n.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+            },
             storage_limits: file.quotas.split().1,
             source,
             path: None,
@@ -1104,6 +1187,35 @@ mod tests {
         let c = load(format!("output_roots = [{:?}]\n", scratch)).unwrap();
         assert!(c.check_workdir(&scratch.join("work")).unwrap_err().contains("working directory"));
         assert!(c.check_workdir(t.path()).is_ok());
+    }
+
+    /// Priority classes: read with their projects' defaults; a bad one is refused naming
+    /// its key and the classes there are.
+    #[test]
+    fn priority_classes_are_read_and_checked() {
+        let classes = "[scheduler]\ndefault_priority_class = \"batch\"\n[[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 100\n\
+                       [[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n";
+        let (_d, p) = write(&format!("{classes}[quotas.projects.research]\npriority_class = \"urgent\"\ncustom_model_training_cpus = 8\n"));
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.priority_classes.priority(None, "research"), Ok(100));
+        assert_eq!(c.priority_classes.priority(None, "other"), Ok(0));
+        assert_eq!(c.priority_classes.priority(Some("urgent"), "other"), Ok(100));
+        let e = c.priority_classes.priority(Some("asap"), "other").unwrap_err();
+        assert!(e.contains("trainyard-priority-class") && e.contains("urgent, batch"), "{e}");
+        assert_eq!(c.quotas.limit("research", "custom_model_training_cpus"), Some(8), "the quotas beside it");
+        for (text, key) in [
+            (format!("{classes}[quotas.projects.p]\npriority_class = \"asap\"\n"), "quotas.projects.p.priority_class"),
+            (format!("{classes}[quotas.projects.p]\npriority_class = 3\n"), "quotas.projects.p.priority_class"),
+            (format!("{classes}[quotas.default]\npriority_class = \"urgent\"\n"), "quotas.default.priority_class"),
+            (format!("{classes}[quotas.projects.p]\ncustom_model_training_cpus = \"many\"\n"), "quotas.projects.p.custom_model_training_cpus"),
+            ("[scheduler]\ndefault_priority_class = \"x\"\n".to_string(), "scheduler.default_priority_class"),
+            ("[[scheduler.priority_classes]]\nname = \"A b\"\nvalue = 1\n".to_string(), "scheduler.priority_classes.name"),
+            ("[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 1\n[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 2\n".to_string(), "scheduler.priority_classes.name"),
+        ] {
+            let (_d, p) = write(&text);
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub fn prepare(
     settings: &Settings,
     fleet: &Fleet,
     quotas: &Quotas,
+    priorities: &trainyard_core::schedule::PriorityClasses,
     project: &str,
 ) -> Result<Prepared, ApiError> {
     let mut pools = Vec::new();
@@ -141,6 +142,9 @@ pub fn prepare(
             _ => return Err(ApiError::invalid_argument(format!("labels.{HANG_RESTART_LABEL}: {v:?} must be true or false"))),
         };
     }
+    // Its priority class: its label's, else its project's, else the default.
+    let label = job.labels.get(trainyard_core::schedule::PRIORITY_CLASS_LABEL).map(String::as_str);
+    policy.priority = priorities.priority(label, project).map_err(ApiError::invalid_argument)?;
     Ok(Prepared { pools, demand, policy, checkpoints: job.job_spec.base_output_directory.is_some() })
 }
 
@@ -349,7 +353,7 @@ mod tests {
     }
 
     fn refusal(job: &CustomJob, fleet: &Fleet) -> String {
-        match prepare(job, &Catalog::builtin(), &Settings::default(), fleet, &Quotas::default(), "p") {
+        match prepare(job, &Catalog::builtin(), &Settings::default(), fleet, &Quotas::default(), &Default::default(), "p") {
             Ok(_) => panic!("accepted"),
             Err(e) => {
                 assert_eq!(e.code, trainyard_api::Code::InvalidArgument, "{}", e.message);
@@ -387,11 +391,11 @@ mod tests {
         assert!(m.starts_with("jobSpec.workerPoolSpecs: the job's 2 replicas of 4 CPUs, 15 GiB and 1 x NVIDIA_TESLA_T4"), "{m}");
         // What fits is accepted; the default fleet overcommits and refuses nothing.
         let fits = job(&[("n1-standard-4", 1, None), ("n1-standard-4", 1, None)]);
-        assert!(prepare(&fits, &Catalog::builtin(), &Settings::default(), &two, &Quotas::default(), "p").is_ok());
+        assert!(prepare(&fits, &Catalog::builtin(), &Settings::default(), &two, &Quotas::default(), &Default::default(), "p").is_ok());
         let mut laptop = fleet(&[("local", 2, 4, None)]);
         laptop.overcommit = true;
         for j in [&too_large, &gang, &t4, &t4s] {
-            assert!(prepare(j, &Catalog::builtin(), &Settings::default(), &laptop, &Quotas::default(), "p").is_ok());
+            assert!(prepare(j, &Catalog::builtin(), &Settings::default(), &laptop, &Quotas::default(), &Default::default(), "p").is_ok());
         }
     }
 

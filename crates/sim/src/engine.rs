@@ -388,6 +388,7 @@ impl Sim<'_> {
                     shape: &self.shapes[self.shape_of[i]],
                     metrics: &no_metrics,
                     duration: self.jobs[i].limit,
+                    priority: j.policy.priority,
                 })
             })
             .collect();

@@ -512,6 +512,7 @@ pub fn simulate_observed(
                     shape: &shapes[job_shape[i]],
                     metrics: &no_metrics,
                     duration: j.limit,
+                    priority: 0,
                 }
             })
             .collect();

@@ -216,7 +216,7 @@ fn fill_queue(dir: &Path, n: usize) -> Result<()> {
     std::fs::create_dir_all(dir.join("data"))?;
     let mut store = Store::open(&dir.join("data").join("trainyard.db"))?;
     let resource: CustomJob = trainyard_api::parse_custom_job(job_body("queued").to_string().as_bytes()).map_err(|e| anyhow!("{}", e.message))?;
-    let prepared = prepare(&resource, &cfg.catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, "bench").map_err(|e| anyhow!("{}", e.message))?;
+    let prepared = prepare(&resource, &cfg.catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, &cfg.priority_classes, "bench").map_err(|e| anyhow!("{}", e.message))?;
     let text = serde_json::to_string(&resource)?;
     let now = trainyard_server::driver::now_micros();
     let mut left = n;
@@ -238,7 +238,7 @@ fn fill_queue(dir: &Path, n: usize) -> Result<()> {
 fn round_ms(dir: &Path, n: usize) -> Result<f64> {
     let cfg = Config::load(&dir.join("trainyard.toml"), Some(dir.join("data"))).map_err(|e| anyhow!("{e}"))?;
     let resource: CustomJob = trainyard_api::parse_custom_job(job_body("queued").to_string().as_bytes()).map_err(|e| anyhow!("{}", e.message))?;
-    let p = prepare(&resource, &cfg.catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, "bench").map_err(|e| anyhow!("{}", e.message))?;
+    let p = prepare(&resource, &cfg.catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, &cfg.priority_classes, "bench").map_err(|e| anyhow!("{}", e.message))?;
     let jobs: Vec<Job> = (1..=n as u64)
         .map(|id| Job::new(id, "bench".into(), cfg.region.clone(), &p.pools, p.demand.clone(), p.policy.clone(), p.checkpoints, id as i64))
         .collect();

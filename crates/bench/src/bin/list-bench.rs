@@ -230,7 +230,7 @@ fn shapes(cfg: &Config) -> Result<Vec<Shape>> {
     for body in [SINGLE_BODY, MULTI_BODY] {
         let job = trainyard_api::parse_custom_job(body.as_bytes()).map_err(|e| anyhow!("job template: {}", e.message))?;
         trainyard_api::validate_custom_job(&job).map_err(|e| anyhow!("job template: {}", e.message))?;
-        let prepared = prepare(&job, &catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, PROJECT)
+        let prepared = prepare(&job, &catalog, &cfg.settings, &cfg.fleet, &cfg.quotas, &cfg.priority_classes, PROJECT)
             .map_err(|e| anyhow!("job template: {}", e.message))?;
         out.push(Shape { body, prepared });
     }

@@ -39,6 +39,7 @@ impl Driver {
                 let cfg = Config::load(&path, Some(self.svc.cfg.data_dir.clone()))
                     .map_err(|e| ApiError::invalid_argument(format!("Quotas not changed: {e}")))?;
                 self.quotas = cfg.quotas;
+                self.priorities = cfg.priority_classes;
                 self.svc.storage_usage.set_limits(cfg.storage_limits);
                 tracing::info!("quotas read again from {}", path.display());
                 // A larger limit may admit queued jobs at once.

@@ -151,6 +151,8 @@ pub struct Driver {
     fleet: Fleet,
     /// Quota limits; read again from the config file on request.
     quotas: Quotas,
+    /// Priority classes (and projects' defaults); read again with the quotas.
+    priorities: trainyard_core::schedule::PriorityClasses,
     /// Live HyperparameterTuningJobs.
     studies: BTreeMap<u64, LiveStudy>,
     /// Study events waiting to be applied (from trial jobs' transitions).
@@ -368,6 +370,7 @@ impl Driver {
             reschedule: true,
             fleet: svc.cfg.fleet.clone(),
             quotas: svc.cfg.quotas.clone(),
+            priorities: svc.cfg.priority_classes.clone(),
             studies: BTreeMap::new(),
             study_events: Vec::new(),
             pipelines: BTreeMap::new(),

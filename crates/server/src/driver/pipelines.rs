@@ -18,7 +18,7 @@ impl Driver {
         // The job it will run is checked now, as a CustomJob create would be.
         let job = trainyard_api::pipeline_custom_job(&resource)?;
         let rename = |e: ApiError| ApiError::new(e.code, e.message.replace("jobSpec.", "trainingTaskInputs."));
-        prepare(&job, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &project).map_err(rename)?;
+        prepare(&job, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &self.priorities, &project).map_err(rename)?;
         check_paths(&job.job_spec, "trainingTaskInputs", &project, &self.svc.cfg.storage_root, &self.svc.output_roots)?;
         let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the pipeline: {e}")))?;
         let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

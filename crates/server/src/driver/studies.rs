@@ -110,7 +110,7 @@ impl Driver {
         let cfg = StudyConfig::from_job(&resource)?;
         // The trial job spec is checked against the catalog, fleet and quotas now.
         let sample = trial_resource(&resource, "0", &[]);
-        prepare(&sample, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &project)
+        prepare(&sample, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &self.priorities, &project)
             .map_err(|e| ApiError::new(e.code, e.message.replace("jobSpec.", "trialJobSpec.")))?;
         check_paths(&resource.trial_job_spec, "trialJobSpec", &project, &self.svc.cfg.storage_root, &self.svc.output_roots)?;
         let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
