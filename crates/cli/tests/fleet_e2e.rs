@@ -364,3 +364,46 @@ fn a_job_of_a_higher_priority_class_starts_first() {
         s.call("POST", &s.url(&format!("/v1/{j}:cancel")), Some("{}"));
     }
 }
+
+/// Priority preemption end to end (`[scheduler] priority_preemption`): on one node, a
+/// checkpointing batch job is preempted by an urgent job of another project, which runs
+/// and ends; the batch job goes back to the queue, starts again with the same
+/// `AIP_CHECKPOINT_DIR`, resumes from its checkpoint and SUCCEEDS, its preemption logged
+/// with the class that preempted it and counted as no worker restart (L11) or job retry
+/// (L12).
+#[test]
+fn l11_l12_a_lower_priority_job_is_preempted_and_resumes_from_its_checkpoint() {
+    if skip_on_slurm("one local node") {
+        return;
+    }
+    let s = Server::start(
+        "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[scheduler]\npriority_preemption = true\nmin_runtime_secs = 0\n\
+         default_priority_class = \"batch\"\n[[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 1000\n\
+         [[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n",
+    );
+    let mut batch = sh_job(
+        "batch",
+        "d=$AIP_CHECKPOINT_DIR; if [ -f \"$d/step\" ]; then echo \"resumed from $(cat \"$d/step\")\"; exit 0; fi; \
+         echo 1 > \"$d/step\"; trap 'exit 143' TERM; sleep 300 & wait",
+    );
+    batch["jobSpec"]["baseOutputDirectory"] = serde_json::json!({"outputUriPrefix": "gs://b/batch"});
+    let batch = name_of(&s.create("a", &batch));
+    let ckpt = s.data_dir().join("storage/a/b/batch/checkpoints/step");
+    s.wait_for(&batch, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ckpt.exists() {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint at {}", ckpt.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut urgent = sh_job("urgent", "sleep 1");
+    urgent["labels"] = serde_json::json!({"trainyard-priority-class": "urgent"});
+    let urgent = name_of(&s.create("b", &urgent));
+    let done = s.wait_terminal(&urgent, 120);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let done = s.wait_terminal(&batch, 120);
+    let log = s.logs_text(&batch);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    assert!(log.contains("resumed from 1"), "resumed from its checkpoint:\n{log}");
+    assert!(log.contains("Job preempted (1 so far)") && log.contains("priority class urgent"), "{log}");
+    assert!(!log.contains("restarting it (") && !log.contains("Job retry"), "no restart or retry counted:\n{log}");
+}

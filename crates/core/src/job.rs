@@ -124,6 +124,10 @@ pub struct Policy {
     /// Its priority class's value (`schedule::PriorityClasses`); 0 without one.
     #[serde(default)]
     pub priority: i64,
+    /// Its own least run time before a preemption for priority (label
+    /// `trainyard-min-runtime-secs`); `[scheduler] min_runtime_secs` applies when larger.
+    #[serde(default)]
+    pub min_runtime: Micros,
 }
 
 impl Policy {
@@ -138,6 +142,7 @@ impl Policy {
             hang_after: secs(settings.hang_after_secs),
             hang_restart: settings.hang_restart,
             priority: 0,
+            min_runtime: 0,
         }
     }
 
@@ -223,6 +228,11 @@ pub struct Retries {
     pub transient_exit: u32,
     pub stockout: u32,
     pub internal: u32,
+    /// Preemptions for a job of a higher priority class: counted neither as worker
+    /// restarts (L11) nor as job retries (L12); a job is preempted at most
+    /// `[scheduler] max_preemptions_per_job` times.
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 impl Retries {

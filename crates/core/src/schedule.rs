@@ -141,8 +141,10 @@ pub enum Decision {
     /// `reserved_at`: the job holds a reservation this round, and that is its expected
     /// start (the time no later job may delay).
     Wait { job: u64, kind: &'static str, reason: Arc<str>, position: Option<Position>, reserved_at: Option<Micros> },
-    /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`.
-    Preempt { job: u64, reason: String },
+    /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`. With
+    /// `by_priority`, a job of a lower priority class whose capacity a job of that
+    /// priority needs (`[scheduler] priority_preemption`): feed `Event::PreemptForPriority`.
+    Preempt { job: u64, reason: String, by_priority: Option<i64> },
 }
 
 /// Where a waiting job stands in the scheduling order, among its own project's waiting
@@ -228,6 +230,15 @@ pub struct SchedulerConfig {
     /// A SPOT job is preempted only after it has run this long (so that it makes some
     /// progress and is not preempted again and again by each new arrival).
     pub spot_min_runtime_secs: u64,
+    /// A job that cannot fit may preempt running jobs of a lower priority class (the
+    /// cheapest set whose ends make it fit: fewest accelerator-hours of work lost since
+    /// their last checkpoint, then the youngest). Gangs are preempted whole.
+    pub priority_preemption: bool,
+    /// A job is preempted for priority only after it has run this long (a job's label
+    /// `trainyard-min-runtime-secs` may raise it for itself).
+    pub min_runtime_secs: u64,
+    /// A job is preempted for priority at most this many times; then it is not chosen.
+    pub max_preemptions_per_job: u32,
     /// Emit a `Wait` with a reason for every job that keeps waiting. The simulator turns
     /// it off: only actions are needed there.
     pub explain: bool,
@@ -245,6 +256,9 @@ impl Default for SchedulerConfig {
             max_reservations: 64,
             max_preemption_tries: 8,
             spot_min_runtime_secs: 1800,
+            priority_preemption: false,
+            min_runtime_secs: 600,
+            max_preemptions_per_job: 3,
             explain: true,
         }
     }
@@ -343,6 +357,14 @@ pub struct Running {
     pub spot: bool,
     /// A SPOT job told to stop for a preemption; its capacity frees soon.
     pub stopping: bool,
+    /// Its priority class's value, and whether a job of a higher one may preempt it (it
+    /// has run its minimum and has not been preempted too often): see
+    /// [`Cluster::set_priority`].
+    pub priority: i64,
+    pub preemptible: bool,
+    /// Work lost if it is preempted is counted from here (its last checkpoint, or its
+    /// start).
+    pub lost_since: Micros,
     pub start: Micros,
     /// Expected end (timeout or hint).
     pub end: Micros,
@@ -457,7 +479,27 @@ impl Cluster {
         if spot {
             self.spot.insert(id);
         }
-        self.running.insert(id, Running { project: project.to_string(), spot, stopping: false, start, end, placed });
+        self.running.insert(id, Running {
+            project: project.to_string(),
+            spot,
+            stopping: false,
+            start,
+            end,
+            placed,
+            priority: 0,
+            preemptible: false,
+            lost_since: start,
+        });
+    }
+
+    /// A running job's priority, whether a job of a higher priority may preempt it now,
+    /// and since when its work would be lost (its last checkpoint).
+    pub fn set_priority(&mut self, id: u64, priority: i64, preemptible: bool, lost_since: Micros) {
+        if let Some(r) = self.running.get_mut(&id) {
+            r.priority = priority;
+            r.preemptible = preemptible;
+            r.lost_since = lost_since.max(r.start);
+        }
     }
 
     /// The job holds nothing any more.
@@ -536,6 +578,12 @@ pub fn schedule_with(
         c.start(j.id, &j.project, j.policy.spot && !stopping, start, end, placed);
         if preempted {
             c.mark_stopping(j.id);
+        }
+        if cfg.priority_preemption && !stopping {
+            // Preemptible for priority once it has run its minimum, a limited number of times.
+            let min_run = secs(cfg.min_runtime_secs).max(j.policy.min_runtime);
+            let preemptible = j.retries.preemptions < cfg.max_preemptions_per_job && now.saturating_sub(start) >= min_run;
+            c.set_priority(j.id, j.policy.priority, preemptible, j.checkpoint.last_write.unwrap_or(start));
         }
     }
     let waiting: Vec<&Job> = jobs.iter().copied().filter(|j| j.wants_placement(now)).collect();
@@ -1093,11 +1141,12 @@ impl<'a, 'r> Round<'a, 'r> {
     /// preemption: SPOT jobs (and stopping ones) at `now` when preemption is on.
     fn release_now(&self) -> impl Iterator<Item = (u64, &'a Running)> + '_ {
         let c = self.c;
-        let on = self.cfg.preemption;
+        let spot_on = self.cfg.preemption;
+        let stopping_on = self.cfg.preemption || self.cfg.priority_preemption;
         c.spot
             .iter()
-            .chain(c.stopping.iter())
-            .filter(move |_| on)
+            .filter(move |_| spot_on)
+            .chain(c.stopping.iter().filter(move |_| stopping_on))
             .filter(|id| !self.chosen.contains(id))
             .filter_map(move |id| Some((*id, c.running.get(id)?)))
     }
@@ -1231,22 +1280,31 @@ impl<'a, 'r> Round<'a, 'r> {
         let c = self.c;
         let t = &c.table;
         let min_run = secs(self.cfg.spot_min_runtime_secs);
-        let mut cands: Vec<(u128, u64, &Running)> = self
+        // Lost work (resources x time since it was last saved), so the youngest and
+        // smallest go first; jobs already stopping cost nothing. SPOT jobs go before jobs
+        // of a lower priority class.
+        let lost = |run: &Running, since: Micros| {
+            let units: i64 = run.placed.iter().map(|(_, d)| if d.acc_type == NO_ACC { d.cpus } else { d.acc * 1000 }).sum();
+            1 + units.max(1) as u128 * (self.now - since).max(0) as u128
+        };
+        let mut cands: Vec<(u8, u128, u64, &Running)> = self
             .release_now()
             .filter(|(_, run)| run.stopping || self.now.saturating_sub(run.start) >= min_run)
-            .map(|(id, run)| {
-                let units: i64 = run.placed.iter().map(|(_, d)| if d.acc_type == NO_ACC { d.cpus } else { d.acc * 1000 }).sum();
-                // Lost work (resources x time run), so the youngest and smallest go first;
-                // jobs already stopping cost nothing.
-                let cost = if run.stopping { 0 } else { 1 + units.max(1) as u128 * (self.now - run.start).max(0) as u128 };
-                (cost, id, run)
-            })
+            .map(|(id, run)| (0, if run.stopping { 0 } else { lost(run, run.start) }, id, run))
             .collect();
+        if self.cfg.priority_preemption && !r.spot {
+            let lower = c
+                .running
+                .iter()
+                .filter(|(id, run)| !run.spot && !run.stopping && run.preemptible && run.priority < r.priority && !self.chosen.contains(*id))
+                .map(|(id, run)| (1, lost(run, run.lost_since), *id, run));
+            cands.extend(lower);
+        }
         if cands.is_empty() {
             return None;
         }
         let m0 = self.w.mark();
-        for (_, _, run) in &cands {
+        for (_, _, _, run) in &cands {
             for (n, d) in &run.placed {
                 self.w.give(t, *n, d);
             }
@@ -1256,11 +1314,11 @@ impl<'a, 'r> Round<'a, 'r> {
         if !fits_all {
             return None;
         }
-        cands.sort_by_key(|(cost, id, _)| (*cost, *id));
+        cands.sort_by_key(|(tier, cost, id, run)| (*tier, *cost, std::cmp::Reverse(run.start), *id));
         let uniform = r.shape.uniform.then(|| (r.shape.needs[0], r.shape.needs.len() as i64));
         let mut k = 0;
         while k < cands.len() {
-            for (n, d) in &cands[k].2.placed {
+            for (n, d) in &cands[k].3.placed {
                 self.w.give(t, *n, d);
             }
             k += 1;
@@ -1281,7 +1339,7 @@ impl<'a, 'r> Round<'a, 'r> {
                 self.w.rollback(t, m0);
                 for (x, &s) in set.iter().enumerate() {
                     if x != j {
-                        for (n, d) in &cands[s].2.placed {
+                        for (n, d) in &cands[s].3.placed {
                             self.w.give(t, *n, d);
                         }
                     }
@@ -1297,13 +1355,13 @@ impl<'a, 'r> Round<'a, 'r> {
         self.w.rollback(t, m0);
         let mut before: HashMap<NodeIx, (i64, i64, i64)> = HashMap::new();
         for &s in &set {
-            for (n, _) in &cands[s].2.placed {
+            for (n, _) in &cands[s].3.placed {
                 let i = *n as usize;
                 before.entry(*n).or_insert((self.w.cpus[i], self.w.mem[i], self.w.acc[i]));
             }
         }
         for &s in &set {
-            for (n, d) in &cands[s].2.placed {
+            for (n, d) in &cands[s].3.placed {
                 self.w.give(t, *n, d);
             }
         }
@@ -1328,7 +1386,7 @@ impl<'a, 'r> Round<'a, 'r> {
         let mut preempt = Vec::new();
         let mut stopping = 0;
         for &s in &set {
-            let (_, id, run) = cands[s];
+            let (_, _, id, run) = cands[s];
             self.chosen.insert(id);
             if run.stopping {
                 stopping += 1;
@@ -1680,7 +1738,8 @@ impl<'a, 'r> Round<'a, 'r> {
     /// them to stop, its place claimed meanwhile.
     fn preempted_for(&mut self, r: &'r Request<'r>, position: Option<Position>, miss: &Miss, q: &mut Queue) -> bool {
         let c = self.c;
-        if !self.cfg.preemption || self.preempt_tries >= self.cfg.max_preemption_tries || (c.spot.is_empty() && c.stopping.is_empty()) {
+        let by_priority = self.cfg.priority_preemption && !r.spot && c.running.values().any(|run| run.preemptible && run.priority < r.priority);
+        if self.preempt_tries >= self.cfg.max_preemption_tries || !(by_priority || (self.cfg.preemption && !(c.spot.is_empty() && c.stopping.is_empty()))) {
             return false;
         }
         self.preempt_tries += 1;
@@ -1690,13 +1749,23 @@ impl<'a, 'r> Round<'a, 'r> {
         let held = self.placed.last().map(|p| p.1.clone()).unwrap_or_default();
         // What it claims on reserved nodes is slack no later job may take again.
         self.charge_placed(r, &held, q);
+        let lower = victims.iter().filter(|v| c.running.get(v).is_some_and(|run| !run.spot)).count();
         for v in &victims {
-            self.out.push(Decision::Preempt { job: *v, reason: "its capacity is needed by work that waits for it".to_string() });
+            let by_priority = c.running.get(v).is_some_and(|run| !run.spot).then_some(r.priority);
+            let reason = match by_priority {
+                Some(p) => format!("its capacity is needed by a job of priority {p}"),
+                None => "its capacity is needed by work that waits for it".to_string(),
+            };
+            self.out.push(Decision::Preempt { job: *v, reason, by_priority });
         }
         if self.cfg.explain {
             let reason = format!(
                 "Waiting for capacity held by other jobs: {} being preempted for it; it starts when they have stopped",
-                counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are"),
+                if lower == 0 {
+                    counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are")
+                } else {
+                    counted(victims.len() + stopping, "job of a lower priority or SPOT is", "jobs of a lower priority or SPOT are")
+                },
             );
             self.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position, reserved_at: None });
         }

@@ -51,6 +51,12 @@ pub enum Event {
     /// period, then the job waits PENDING for capacity and starts a fresh attempt, counted
     /// against no retry budget.
     Preempt { reason: String },
+    /// A job of a higher priority class needs this job's capacity
+    /// (`[scheduler] priority_preemption`): stopped as a SPOT job is (SIGTERM, grace),
+    /// then back in the queue keeping its quota and place, with the same checkpoint
+    /// directory (L21); counted neither as a worker restart (L11) nor as a job retry
+    /// (L12), only as a preemption.
+    PreemptForPriority { reason: String },
 }
 
 /// What the driver must do after committing the transition.
@@ -130,6 +136,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         }
         Event::Tick => cx.tick(),
         Event::Preempt { reason } => cx.preempt(reason),
+        Event::PreemptForPriority { reason } => cx.preempt_for_priority(reason),
         Event::StorageFull { message } => cx.storage_full(message),
     }
     let changed = cx.job != *job || !cx.effects.is_empty();
@@ -552,7 +559,11 @@ impl Cx<'_> {
                 // Counted against nothing; placed again when capacity returns.
                 self.next_attempt();
                 self.job.phase = Phase::Pending { admitted_at, wait: Wait::Placement { not_before: end } };
-                self.job.waiting_reason = Some(format!("SPOT: preempted ({reason}); waiting for capacity."));
+                self.job.waiting_reason = Some(if self.job.policy.spot {
+                    format!("SPOT: preempted ({reason}); waiting for capacity.")
+                } else {
+                    format!("Preempted ({reason}); waiting for capacity.")
+                });
                 for r in &mut self.job.replicas {
                     r.node = None;
                 }
@@ -630,6 +641,19 @@ impl Cx<'_> {
             return;
         }
         self.log_rule("L9", None, format!("SPOT job preempted: {reason}."));
+        self.end_attempt(After::Preempted { reason });
+    }
+
+    /// A preemption for a job of a higher priority class (any job; the scheduler decides
+    /// which): shut the attempt down, then wait for capacity; counted only as a
+    /// preemption, never as a worker restart (L11) or a job retry (L12).
+    fn preempt_for_priority(&mut self, reason: String) {
+        if !matches!(self.job.phase, Phase::Pending { .. } | Phase::Running { .. }) {
+            return;
+        }
+        self.job.retries.preemptions += 1;
+        let n = self.job.retries.preemptions;
+        self.log_rule("L9", None, format!("Job preempted ({n} so far): {reason}; it goes back to the queue (not counted by L11 or L12)."));
         self.end_attempt(After::Preempted { reason });
     }
 

@@ -240,7 +240,7 @@ fn apply(jobs: &mut [Job], decisions: &[Decision], now: Micros) {
             Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
             Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
             Decision::Impossible { job, reason } => (*job, Event::Impossible { reason: reason.clone() }),
-            Decision::Preempt { job, reason } => (*job, Event::Preempt { reason: reason.clone() }),
+            Decision::Preempt { job, reason, .. } => (*job, Event::Preempt { reason: reason.clone() }),
             Decision::Wait { .. } => continue,
         };
         let j = jobs.iter_mut().find(|j| j.id == id).unwrap();
@@ -701,7 +701,7 @@ proptest! {
                         Decision::Place { job, nodes, .. } => (*job, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }),
                         Decision::Stockout { job, detail } => (*job, Event::Stockout { detail: detail.clone() }),
                         Decision::Impossible { job, reason } => (*job, Event::Impossible { reason: reason.clone() }),
-                        Decision::Preempt { job, reason } => (*job, Event::Preempt { reason: reason.clone() }),
+                        Decision::Preempt { job, reason, .. } => (*job, Event::Preempt { reason: reason.clone() }),
                         Decision::Wait { .. } => continue,
                     };
                     let j = jobs.iter_mut().find(|j| j.id == id).unwrap();
@@ -901,4 +901,42 @@ fn fair_share_orders_jobs_of_one_priority_class() {
     let d = run(&c, &[heavy, light, low], 0, &SchedulerConfig::default());
     assert!(placed(&d, 2).is_some(), "the lighter project's job of the same class: {d:?}");
     assert!(placed(&d, 1).is_none() && placed(&d, 3).is_none(), "{d:?}");
+}
+
+/// Priority preemption (`priority_preemption`): a job of a higher class that cannot fit
+/// preempts the cheapest running work of lower classes (the fewest accelerator-hours lost
+/// since their last checkpoint), never a job that is not preemptible now (its minimum run
+/// time, its preemptions used up) nor one of its own class; off, nothing is preempted.
+#[test]
+fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    c.start(100, "a", false, 0, 10 * HOUR, vec![(0 as NodeIx, n8)]);
+    c.start(101, "a", false, 0, 10 * HOUR, vec![(1 as NodeIx, n8)]);
+    // Job 101 saved a checkpoint at 3 h: less work is lost by stopping it at 4 h.
+    c.set_priority(100, 0, true, 0);
+    c.set_priority(101, 0, true, 3 * HOUR);
+    let whole = gang(&c, 1, 8);
+    let m = BTreeMap::new();
+    let urgent = Request { priority: 100, ..req(1, "b", &whole, HOUR, &m) };
+    let on = SchedulerConfig { priority_preemption: true, ..SchedulerConfig::default() };
+    let preempted = |d: &[Decision]| -> Vec<(u64, Option<i64>)> {
+        d.iter()
+            .filter_map(|d| match d {
+                Decision::Preempt { job, by_priority, .. } => Some((*job, *by_priority)),
+                _ => None,
+            })
+            .collect()
+    };
+    let now = 4 * HOUR;
+    let d = run(&c, std::slice::from_ref(&urgent), now, &on);
+    assert_eq!(preempted(&d), vec![(101, Some(100))], "{d:?}");
+    assert!(reason(&d, 1).contains("being preempted for it"), "{}", reason(&d, 1));
+    assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &SchedulerConfig::default())).is_empty(), "off");
+    // Of its own class, or not preemptible now: never.
+    let same = Request { priority: 0, ..urgent.clone() };
+    assert!(preempted(&run(&c, std::slice::from_ref(&same), now, &on)).is_empty());
+    c.set_priority(100, 0, false, 0);
+    c.set_priority(101, 0, false, 3 * HOUR);
+    assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &on)).is_empty());
 }

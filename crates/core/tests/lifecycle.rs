@@ -817,6 +817,26 @@ fn l9_spot_preemption_is_not_counted() {
     assert_eq!(h.state(), State::Running);
 }
 
+/// A preemption for a job of a higher priority class: any job (not only SPOT) gets
+/// SIGTERM and the grace period, then waits PENDING keeping its quota, and starts a fresh
+/// attempt with the same replicas; it is counted only as a preemption, neither as a worker
+/// restart (L11) nor as a job retry (L12).
+#[test]
+fn l11_l12_a_priority_preemption_is_no_restart_or_retry() {
+    let mut h = H::new(job(&[1]));
+    h.place().start_all();
+    h.ev(Event::PreemptForPriority { reason: "its capacity is needed by a job of priority 100".into() });
+    assert_eq!(h.stops(), 1);
+    assert!(matches!(&h.effects[..], [Effect::Log(_), Effect::Stop { grace, .. }, ..] if *grace == 30 * SECOND));
+    h.stopped_exit();
+    assert_eq!(h.state(), State::Pending);
+    assert!(h.job.holds_quota() && !h.job.holds_capacity());
+    assert_eq!((h.job.retries.total(), h.job.retries.worker_restarts, h.job.retries.preemptions), (0, 0, 1));
+    assert!(h.job.waiting_reason.as_deref().unwrap().starts_with("Preempted"), "{:?}", h.job.waiting_reason);
+    h.place().start_all();
+    assert_eq!((h.state(), h.job.attempt), (State::Running, 1));
+}
+
 /// Hang detection: a running replica silent for the job's allowed time is reported once,
 /// citing L22; new output clears it; with hang_restart it is stopped, and its signal death
 /// restarts it as L10 does (counted, L11).

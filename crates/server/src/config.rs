@@ -288,6 +288,12 @@ struct SchedulerFile {
     priority_classes: Vec<PriorityClassFile>,
     /// The class of jobs that name none and whose project has none.
     default_priority_class: Option<String>,
+    /// A job that cannot fit may preempt jobs of a lower priority class.
+    priority_preemption: Option<bool>,
+    /// A job is preempted for priority only after it has run this long.
+    min_runtime_secs: Option<u64>,
+    /// A job is preempted for priority at most this many times.
+    max_preemptions_per_job: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1003,6 +1009,9 @@ impl Config {
                         c.starvation_secs = (secs > 0).then_some(secs);
                     }
                     c.spot_min_runtime_secs = f.spot_min_runtime_secs.unwrap_or(c.spot_min_runtime_secs);
+                    c.priority_preemption = f.priority_preemption.unwrap_or(c.priority_preemption);
+                    c.min_runtime_secs = f.min_runtime_secs.unwrap_or(c.min_runtime_secs);
+                    c.max_preemptions_per_job = f.max_preemptions_per_job.unwrap_or(c.max_preemptions_per_job);
                     c.weights = f.weights.clone();
                 }
                 c

@@ -41,6 +41,10 @@ fn micros(d: &trainyard_api::Duration) -> i64 {
     d.seconds.saturating_mul(SECOND).saturating_add(d.nanos as i64 / 1000)
 }
 
+/// A job's own least run time before a preemption for priority (it may only raise
+/// `[scheduler] min_runtime_secs`).
+pub const MIN_RUNTIME_LABEL: &str = "trainyard-min-runtime-secs";
+
 /// Check a validated job against the catalog, the fleet (L15: what the region does not
 /// offer at all is refused) and the quota limits (L4), and derive its demand and policy.
 pub fn prepare(
@@ -141,6 +145,12 @@ pub fn prepare(
             "false" => false,
             _ => return Err(ApiError::invalid_argument(format!("labels.{HANG_RESTART_LABEL}: {v:?} must be true or false"))),
         };
+    }
+    if let Some(v) = job.labels.get(MIN_RUNTIME_LABEL) {
+        let secs: u64 = v
+            .parse()
+            .map_err(|_| ApiError::invalid_argument(format!("labels.{MIN_RUNTIME_LABEL}: {v:?} is not a number of seconds")))?;
+        policy.min_runtime = (secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(SECOND);
     }
     // Its priority class: its label's, else its project's, else the default.
     let label = job.labels.get(trainyard_core::schedule::PRIORITY_CLASS_LABEL).map(String::as_str);

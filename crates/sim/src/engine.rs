@@ -409,10 +409,14 @@ impl Sim<'_> {
                     self.rep.placements += 1;
                     self.apply(i, Event::Place { nodes, addresses, notes: warnings }, now);
                 }
-                Decision::Preempt { job, reason } => {
+                Decision::Preempt { job, reason, by_priority } => {
                     self.cluster.mark_stopping(job);
                     self.rep.preemptions += 1;
-                    self.apply((job - 1) as usize, Event::Preempt { reason }, now);
+                    let event = match by_priority {
+                        Some(_) => Event::PreemptForPriority { reason },
+                        None => Event::Preempt { reason },
+                    };
+                    self.apply((job - 1) as usize, event, now);
                 }
                 Decision::Stockout { job, detail } => {
                     self.rep.stockouts += 1;
