@@ -407,3 +407,33 @@ fn l11_l12_a_lower_priority_job_is_preempted_and_resumes_from_its_checkpoint() {
     assert!(log.contains("Job preempted (1 so far)") && log.contains("priority class urgent"), "{log}");
     assert!(!log.contains("restarting it (") && !log.contains("Job retry"), "no restart or retry counted:\n{log}");
 }
+
+/// Fair share with memory (`[scheduler] usage_half_life_secs`): project a ran a job, so
+/// when one node frees, project b's job starts before a's older one; the past use is shown
+/// in `GET /v1/admin/quotas`, aged as the formula says.
+#[test]
+fn fair_share_remembers_a_projects_past_use() {
+    let s = Server::start("[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[scheduler]\nusage_half_life_secs = 3600\n");
+    let ran = name_of(&s.create("a", &sh_job("ran", "sleep 2")));
+    let done = s.wait_terminal(&ran, 60);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let blocker = name_of(&s.create("c", &sh_job("blocker", "sleep 300")));
+    s.wait_for(&blocker, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let older = name_of(&s.create("a", &sh_job("older", "sleep 300")));
+    let younger = name_of(&s.create("b", &sh_job("younger", "sleep 300")));
+    s.call("POST", &s.url(&format!("/v1/{blocker}:cancel")), Some("{}"));
+    s.wait_for(&younger, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_ne!(s.get(&older)["state"], "JOB_STATE_RUNNING", "the node holds one job: b's, whose project used none before");
+    let (status, q) = s.call("GET", &s.url("/v1/admin/quotas"), None);
+    assert_eq!(status, 200, "{q}");
+    assert_eq!(q["usageHalfLifeSecs"], "3600");
+    let of = |p: &str| q["usageHistory"].as_array().and_then(|a| a.iter().find(|r| r["project"] == p).cloned());
+    let a = of("a").unwrap_or_else(|| panic!("no history of a: {q:#}"));
+    // 4 CPUs held for the job's run (a few seconds of 3600 s's half-life): 4 * (1 - 2^(-t/3600)).
+    let cpus = a["cpus"].as_f64().unwrap_or(0.0);
+    assert!(cpus > 0.0 && cpus < 4.0 * (1.0 - (-60.0f64 / 3600.0).exp2()), "{a}");
+    for j in [&older, &younger] {
+        s.call("POST", &s.url(&format!("/v1/{j}:cancel")), Some("{}"));
+    }
+}

@@ -239,6 +239,9 @@ pub struct SchedulerConfig {
     pub min_runtime_secs: u64,
     /// A job is preempted for priority at most this many times; then it is not chosen.
     pub max_preemptions_per_job: u32,
+    /// Fair share with memory: a project's past use counts with weights that halve every
+    /// this many seconds (see [`UsageHistory`]); 0: only what it holds now.
+    pub usage_half_life_secs: u64,
     /// Emit a `Wait` with a reason for every job that keeps waiting. The simulator turns
     /// it off: only actions are needed there.
     pub explain: bool,
@@ -259,6 +262,7 @@ impl Default for SchedulerConfig {
             priority_preemption: false,
             min_runtime_secs: 600,
             max_preemptions_per_job: 3,
+            usage_half_life_secs: 7 * 24 * 3600,
             explain: true,
         }
     }
@@ -289,6 +293,45 @@ pub struct Hints {
     /// Expected run time from admission, by job id. Without a hint the job's timeout
     /// (L19) is used: the worst case, which makes reservations guarantees.
     pub expected_duration: HashMap<u64, Micros>,
+    /// Each project's past use ([`UsageHistory`]), for fair share with memory.
+    pub usage_history: BTreeMap<String, UsageHistory>,
+}
+
+/// What a project used in the past: the resources it held, averaged over time with
+/// weights that halve every `usage_half_life_secs` (an exponentially weighted mean of
+/// what it held at each moment). A project that held 8 GPUs for much longer than the
+/// half-life shows 8; one that held none for as long shows almost 0.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageHistory {
+    pub cpus: f64,
+    pub memory_bytes: f64,
+    /// By accelerator type.
+    #[serde(default)]
+    pub accelerators: BTreeMap<String, f64>,
+}
+
+impl UsageHistory {
+    /// `self` aged by `elapsed` with half-life `half_life` (both µs), the resources held
+    /// meanwhile being `now`: `h * d + now * (1 - d)` with `d = 2^(-elapsed/half_life)`.
+    pub fn aged(&self, now: &UsageHistory, elapsed: Micros, half_life: Micros) -> UsageHistory {
+        if half_life <= 0 {
+            return now.clone();
+        }
+        let d = (-(elapsed.max(0) as f64) / half_life as f64).exp2();
+        let mix = |h: f64, n: f64| h * d + n * (1.0 - d);
+        let mut accelerators = BTreeMap::new();
+        for k in self.accelerators.keys().chain(now.accelerators.keys()) {
+            let h = self.accelerators.get(k).copied().unwrap_or(0.0);
+            let n = now.accelerators.get(k).copied().unwrap_or(0.0);
+            accelerators.insert(k.clone(), mix(h, n));
+        }
+        UsageHistory { cpus: mix(self.cpus, now.cpus), memory_bytes: mix(self.memory_bytes, now.memory_bytes), accelerators }
+    }
+
+    /// Nothing left worth keeping.
+    pub fn is_negligible(&self) -> bool {
+        self.cpus < 1e-3 && self.memory_bytes < 1.0 && self.accelerators.values().all(|a| *a < 1e-3)
+    }
 }
 
 /// One job waiting for placement, in the scheduler's compact form.
@@ -385,6 +428,8 @@ pub struct Cluster {
     stopping: BTreeSet<u64>,
     usage: HashMap<String, Vec<i64>>,
     totals: Vec<i64>,
+    /// Each project's past use by dimension ([`UsageHistory`]), for fair share.
+    history: HashMap<String, Vec<f64>>,
 }
 
 /// Positions in a vector of usage or totals by dimension: CPUs, memory, then one per
@@ -428,6 +473,7 @@ impl Cluster {
             stopping: BTreeSet::new(),
             usage: HashMap::new(),
             totals,
+            history: HashMap::new(),
         }
     }
 
@@ -531,11 +577,30 @@ impl Cluster {
         }
     }
 
-    fn share(&self, usage: &[i64], weight: f64) -> f64 {
+    /// A project's past use, in the dimensions of its usage (CPUs, memory, then one per
+    /// accelerator type of the fleet; types the fleet has not are left out).
+    pub fn set_history(&mut self, project: &str, h: &UsageHistory) {
+        let mut v = vec![0f64; self.totals.len()];
+        v[CPUS] = h.cpus;
+        v[MEM] = h.memory_bytes;
+        for (ty, name) in self.table.acc_names.iter().enumerate() {
+            if let (Some(a), Some(slot)) = (h.accelerators.get(name), v.get_mut(acc_dim(ty as u16))) {
+                *slot = *a;
+            }
+        }
+        self.history.insert(project.to_string(), v);
+    }
+
+    /// A project's weighted dominant share: of each dimension, what it holds now plus what
+    /// it held in the past (its history), over the fleet's total; the largest, over its
+    /// weight.
+    fn share(&self, project: &str, usage: &[i64], weight: f64) -> f64 {
+        let past = self.history.get(project);
         let mut s = 0f64;
-        for (u, t) in usage.iter().zip(&self.totals) {
+        for (d, (u, t)) in usage.iter().zip(&self.totals).enumerate() {
             if *t > 0 {
-                s = s.max(*u as f64 / *t as f64);
+                let h = past.and_then(|p| p.get(d)).copied().unwrap_or(0.0);
+                s = s.max((*u as f64 + h) / *t as f64);
             }
         }
         s / weight
@@ -562,6 +627,9 @@ pub fn schedule_with(
     }
     let duration = |j: &Job| hints.expected_duration.get(&j.id).copied().unwrap_or(j.policy.timeout).max(1);
     let mut c = Cluster::new(fleet);
+    for (project, h) in &hints.usage_history {
+        c.set_history(project, h);
+    }
     for j in jobs.iter().filter(|j| j.holds_capacity()) {
         let placed: Vec<(NodeIx, Need)> = j
             .replicas
@@ -1486,7 +1554,7 @@ impl<'a> Level<'a> {
                 let p = *pidx.entry(r.project).or_insert_with(|| {
                     let usage = c.usage.get(r.project).cloned().unwrap_or_else(|| vec![0; c.totals.len()]);
                     let weight = cfg.weight(r.project);
-                    let share = c.share(&usage, weight);
+                    let share = c.share(r.project, &usage, weight);
                     q.projects.push(Proj { name: r.project, usage, weight, share, queue: Vec::new(), next: 0 });
                     q.projects.len() - 1
                 });
@@ -1891,7 +1959,7 @@ fn charge(q: &mut Queue, r: &Request, held: &[(NodeIx, Need)], c: &Cluster) {
             for (_, d) in held {
                 add_dims(&mut p.usage, d, 1);
             }
-            p.share = c.share(&p.usage, p.weight);
+            p.share = c.share(p.name, &p.usage, p.weight);
         }
     }
 }

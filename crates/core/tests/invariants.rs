@@ -387,7 +387,7 @@ proptest! {
 
 use trainyard_core::capacity::{Need, NodeIx, Shape};
 use trainyard_core::job::{HOUR, MINUTE};
-use trainyard_core::schedule::{plan, schedule_with, Cluster, Hints, Request, SchedulerConfig};
+use trainyard_core::schedule::{plan, schedule_with, Cluster, Hints, Request, SchedulerConfig, UsageHistory};
 
 const GPU: &str = "NVIDIA_H100_80GB";
 
@@ -637,7 +637,7 @@ fn hints_shorten_reservations() {
         })
     };
     assert_eq!(reserved_at(&d), Some(7 * 24 * HOUR), "{d:?}");
-    let hints = Hints { expected_duration: [(1u64, 2 * HOUR)].into() };
+    let hints = Hints { expected_duration: [(1u64, 2 * HOUR)].into(), ..Hints::default() };
     let d = schedule_with(&refs, &fleet, &Quotas::default(), 0, &SchedulerConfig::default(), &hints);
     assert_eq!(reserved_at(&d), Some(2 * HOUR), "{d:?}");
 }
@@ -939,4 +939,34 @@ fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
     c.set_priority(100, 0, false, 0);
     c.set_priority(101, 0, false, 3 * HOUR);
     assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &on)).is_empty());
+}
+
+/// Fair share with memory: a project's past use ages with its half-life (half of it gone
+/// after one half-life, what it holds meanwhile counted in), and ranks it: of two projects
+/// that hold nothing now, the one that used the fleet before waits behind the other, even
+/// with the older job.
+#[test]
+fn fair_share_remembers_past_use() {
+    let hour = HOUR;
+    let eight = UsageHistory { cpus: 96.0, memory_bytes: 800.0 * (1u64 << 30) as f64, accelerators: [(GPU.to_string(), 8.0)].into() };
+    let none = UsageHistory::default();
+    let half = none.aged(&eight, hour, hour);
+    assert!((half.accelerators[GPU] - 4.0).abs() < 1e-9, "{half:?}");
+    let long = none.aged(&eight, 50 * hour, hour);
+    assert!((long.accelerators[GPU] - 8.0).abs() < 1e-6, "{long:?}");
+    let later = long.aged(&none, hour, hour);
+    assert!((later.accelerators[GPU] - 4.0).abs() < 1e-6, "stopped for one half-life: half left");
+    assert!(later.aged(&none, 30 * hour, hour).accelerators[GPU] < 1e-3);
+
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    c.start(100, "c", false, 0, 10 * hour, vec![(0 as NodeIx, n8)]);
+    let whole = gang(&c, 1, 8);
+    let m = BTreeMap::new();
+    let reqs = [req(1, "heavy", &whole, hour, &m), req(2, "light", &whole, hour, &m)];
+    let d = run(&c, &reqs, 0, &SchedulerConfig::default());
+    assert!(placed(&d, 1).is_some(), "no history: the older job first: {d:?}");
+    c.set_history("heavy", &long);
+    let d = run(&c, &reqs, 0, &SchedulerConfig::default());
+    assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "the project that used the fleet waits: {d:?}");
 }

@@ -294,6 +294,8 @@ struct SchedulerFile {
     min_runtime_secs: Option<u64>,
     /// A job is preempted for priority at most this many times.
     max_preemptions_per_job: Option<u32>,
+    /// Fair share remembers past use with this half-life; 0: only what runs now.
+    usage_half_life_secs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1012,6 +1014,7 @@ impl Config {
                     c.priority_preemption = f.priority_preemption.unwrap_or(c.priority_preemption);
                     c.min_runtime_secs = f.min_runtime_secs.unwrap_or(c.min_runtime_secs);
                     c.max_preemptions_per_job = f.max_preemptions_per_job.unwrap_or(c.max_preemptions_per_job);
+                    c.usage_half_life_secs = f.usage_half_life_secs.unwrap_or(c.usage_half_life_secs);
                     c.weights = f.weights.clone();
                 }
                 c

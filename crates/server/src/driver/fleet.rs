@@ -2,6 +2,7 @@
 //! administration views.
 
 use super::*;
+use trainyard_core::schedule::UsageHistory;
 
 impl Driver {
     pub(super) fn admin(&mut self, req: Admin, now: Micros) -> Result<serde_json::Value, ApiError> {
@@ -182,6 +183,72 @@ impl Driver {
     }
 
     /// Limit, in use and queued demand per project and metric.
+    /// What each project's jobs hold now (their live replicas' resources).
+    pub(super) fn holdings(&self) -> BTreeMap<String, UsageHistory> {
+        let mut held: BTreeMap<String, UsageHistory> = BTreeMap::new();
+        for live in self.jobs.values().filter(|l| l.job.holds_capacity()) {
+            let h = held.entry(live.job.project.clone()).or_default();
+            for (r, d) in live.job.replicas.iter().zip(&live.job.demand.replicas) {
+                if r.state.is_live() {
+                    h.cpus += d.cpus as f64;
+                    h.memory_bytes += d.memory_bytes as f64;
+                    if let Some((ty, n)) = &d.accelerator {
+                        *h.accelerators.entry(ty.clone()).or_default() += *n as f64;
+                    }
+                }
+            }
+        }
+        held
+    }
+
+    /// Fair share with memory (`[scheduler] usage_half_life_secs`): each project's past use
+    /// aged to `now`, with what its jobs held since the last round (what they held after
+    /// it: rounds run whenever that changes). Stored (meta `usage_history`) at most once a
+    /// minute, read back at a start.
+    pub(super) fn age_usage(&mut self, now: Micros) -> Result<(), StoreError> {
+        let half = (self.svc.cfg.scheduler.usage_half_life_secs as Micros).saturating_mul(1_000_000);
+        if half == 0 {
+            return Ok(());
+        }
+        let elapsed = if self.history_at == 0 { 0 } else { now - self.history_at };
+        self.history_at = now;
+        let held = std::mem::take(&mut self.last_held);
+        let projects: BTreeSet<String> = self.usage_history.keys().chain(held.keys()).cloned().collect();
+        for p in projects {
+            let past = self.usage_history.get(&p).cloned().unwrap_or_default();
+            let aged = past.aged(held.get(&p).unwrap_or(&UsageHistory::default()), elapsed, half);
+            if aged.is_negligible() && !held.contains_key(&p) {
+                self.usage_history.remove(&p);
+            } else {
+                self.usage_history.insert(p, aged);
+            }
+        }
+        if now - self.history_saved >= 60_000_000 {
+            self.history_saved = now;
+            let text = serde_json::json!({"at": now, "projects": self.usage_history}).to_string();
+            self.store.set_meta(USAGE_HISTORY, &text)?;
+        }
+        Ok(())
+    }
+
+    /// The usage history stored last (a start goes on from it; a damaged one is dropped).
+    pub(super) fn load_usage_history(&mut self) -> Result<(), StoreError> {
+        let Some(text) = self.store.meta(USAGE_HISTORY)? else { return Ok(()) };
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            at: Micros,
+            projects: BTreeMap<String, UsageHistory>,
+        }
+        match serde_json::from_str::<Stored>(&text) {
+            Ok(s) => {
+                self.usage_history = s.projects;
+                self.history_at = s.at;
+            }
+            Err(e) => tracing::warn!("fair share: the stored usage history cannot be read ({e}); starting from none"),
+        }
+        Ok(())
+    }
+
     pub(super) fn quota_view(&self) -> serde_json::Value {
         let mut rows: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
         for live in self.jobs.values() {
@@ -215,7 +282,16 @@ impl Driver {
             }
             out.push(row);
         }
-        serde_json::json!({ "quotas": out })
+        // Fair share with memory: each project's past use (see `age_usage`).
+        let usage: Vec<serde_json::Value> = self
+            .usage_history
+            .iter()
+            .map(|(p, h)| {
+                serde_json::json!({"project": p, "cpus": round3(h.cpus), "memoryGb": round3(h.memory_bytes / (1u64 << 30) as f64),
+                    "accelerators": h.accelerators.iter().map(|(k, v)| (k.clone(), serde_json::json!(round3(*v)))).collect::<serde_json::Map<_, _>>()})
+            })
+            .collect();
+        serde_json::json!({ "quotas": out, "usageHistory": usage, "usageHalfLifeSecs": self.svc.cfg.scheduler.usage_half_life_secs.to_string() })
     }
 
     /// Start or find a virtual node's agent and watch it (a no-op without node agents).
@@ -302,4 +378,12 @@ impl Driver {
         let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
         trainyard_core::replace::place_replacement(&live, &self.fleet, job, i, exclude, self.now())
     }
+}
+
+/// The meta key of the stored usage history (fair share with memory).
+const USAGE_HISTORY: &str = "usage_history";
+
+/// A figure shown with three decimals.
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
 }

@@ -429,6 +429,16 @@ impl Driver {
     /// Admission and placement for every job that waits (L3, L5, L15).
     /// Returns what deciding cost (µs), the writes that follow not counted.
     pub(super) fn schedule_round(&mut self, now: Micros) -> Result<Micros, StoreError> {
+        // Fair share with memory: the past use aged with what was held since the last
+        // round, then what is held after this one's decisions, for the next.
+        self.age_usage(now)?;
+        let cost = self.decide_round(now)?;
+        self.last_held = self.holdings();
+        Ok(cost)
+    }
+
+    fn decide_round(&mut self, now: Micros) -> Result<Micros, StoreError> {
+        let hints = Hints { usage_history: self.usage_history.clone(), ..Hints::default() };
         let began = self.clock.monotonic();
         let elapsed = |clock: &dyn Clock| clock.monotonic().saturating_sub(began).as_micros() as Micros;
         let decisions = {
@@ -436,7 +446,7 @@ impl Driver {
             if !live.iter().any(|j| j.wants_placement(now)) {
                 return Ok(elapsed(self.clock.as_ref()));
             }
-            schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &Hints::default())
+            schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &hints)
         };
         let cost = elapsed(self.clock.as_ref());
         let mut used: HashSet<String> = self

@@ -153,6 +153,13 @@ pub struct Driver {
     quotas: Quotas,
     /// Priority classes (and projects' defaults); read again with the quotas.
     priorities: trainyard_core::schedule::PriorityClasses,
+    /// Fair share with memory: each project's past use, when it was last aged, and when it
+    /// was last stored (see `fleet::age_usage`).
+    usage_history: BTreeMap<String, trainyard_core::schedule::UsageHistory>,
+    history_at: Micros,
+    history_saved: Micros,
+    /// What each project's jobs held after the last round.
+    last_held: BTreeMap<String, trainyard_core::schedule::UsageHistory>,
     /// Live HyperparameterTuningJobs.
     studies: BTreeMap<u64, LiveStudy>,
     /// Study events waiting to be applied (from trial jobs' transitions).
@@ -371,6 +378,10 @@ impl Driver {
             fleet: svc.cfg.fleet.clone(),
             quotas: svc.cfg.quotas.clone(),
             priorities: svc.cfg.priority_classes.clone(),
+            usage_history: BTreeMap::new(),
+            history_at: 0,
+            history_saved: 0,
+            last_held: BTreeMap::new(),
             studies: BTreeMap::new(),
             study_events: Vec::new(),
             pipelines: BTreeMap::new(),
@@ -477,6 +488,7 @@ impl Driver {
         }
         self.metrics.reset_jobs();
         self.metrics.set_fleet(&self.fleet);
+        self.load_usage_history()?;
         for stored in self.store.active_jobs()? {
             let id = stored.job.id;
             let resource = match (&stored.damage, serde_json::from_str::<CustomJob>(&stored.resource)) {
@@ -531,6 +543,8 @@ impl Driver {
                 }
             }
         }
+        // What they hold counts in the fair share's history from the stored one's time on.
+        self.last_held = self.holdings();
         tracing::info!("recovered {} live jobs, adopted {adopted} runs, {} pending effects", self.jobs.len(), pending.len());
         let mut by_job: BTreeMap<u64, Vec<(i64, Effect)>> = BTreeMap::new();
         for (seq, job, effect) in pending {
