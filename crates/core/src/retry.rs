@@ -33,6 +33,11 @@ impl Backoff {
         let doublings = failures.max(1) - 1;
         Some(self.first.saturating_mul(1 << doublings.min(30)).min(self.max))
     }
+
+    /// The delay for a policy that never gives up (at most `max` for one that would).
+    pub fn retry_after(&self, failures: u32) -> Micros {
+        self.delay(failures).unwrap_or(self.max)
+    }
 }
 
 /// L16: a launch the engine could not take now (its host out of file descriptors,
@@ -94,7 +99,7 @@ impl StopTrack {
             StopReport::StopFailed | StopReport::KillFailed => {
                 self.refusals += 1;
                 let step = if report == StopReport::StopFailed { StopStep::Stop } else { StopStep::Kill };
-                (STOP_REFUSED.delay(self.refusals).unwrap_or(STOP_REFUSED.max), step, true)
+                (STOP_REFUSED.retry_after(self.refusals), step, true)
             }
         };
         self.next = Some((now + after, step));

@@ -379,16 +379,21 @@ impl PriorityClasses {
     pub fn priority(&self, label: Option<&str>, project: &str) -> Result<i64, String> {
         match label {
             Some(name) => self.value(name).ok_or_else(|| {
-                let known = if self.classes.is_empty() {
-                    "none are configured ([[scheduler.priority_classes]])".to_string()
-                } else {
-                    let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
-                    format!("the classes are {}", names.join(", "))
-                };
-                format!("labels.{PRIORITY_CLASS_LABEL}: {name:?} is not a priority class; {known}")
+                let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
+                format!("labels.{PRIORITY_CLASS_LABEL}: {}", unknown_priority_class(name, &names))
             }),
             None => Ok(self.projects.get(project).or(self.default.as_ref()).and_then(|n| self.value(n)).unwrap_or(0)),
         }
+    }
+}
+
+/// What is said of a name that is not one of the priority `classes` (a job's label, a
+/// configuration key).
+pub fn unknown_priority_class(name: &str, classes: &[&str]) -> String {
+    if classes.is_empty() {
+        format!("{name:?} is not a priority class; none are configured ([[scheduler.priority_classes]])")
+    } else {
+        format!("{name:?} is not a priority class; the classes are {}", classes.join(", "))
     }
 }
 

@@ -426,15 +426,6 @@ impl QuotasFile {
     }
 }
 
-/// An unknown priority class, named with the classes there are.
-fn unknown_class(name: &str, classes: &[&str]) -> String {
-    if classes.is_empty() {
-        format!("{name:?} is not a priority class: none are configured ([[scheduler.priority_classes]])")
-    } else {
-        format!("{name:?} is not a priority class; the classes are {}", classes.join(", "))
-    }
-}
-
 /// The resolved configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -680,7 +671,7 @@ impl Config {
             }
             if let Some(d) = &sc.default_priority_class {
                 if !class_names.contains(&d.as_str()) {
-                    return Err(invalid("scheduler.default_priority_class", unknown_class(d, &class_names)));
+                    return Err(invalid("scheduler.default_priority_class", trainyard_core::schedule::unknown_priority_class(d, &class_names)));
                 }
             }
         }
@@ -692,7 +683,7 @@ impl Config {
                 match (metric.as_str(), value) {
                     (PROJECT_PRIORITY_CLASS, QuotaValue::Name(n)) if project != "default" => {
                         if !class_names.contains(&n.as_str()) {
-                            return Err(invalid(&key, unknown_class(n, &class_names)));
+                            return Err(invalid(&key, trainyard_core::schedule::unknown_priority_class(n, &class_names)));
                         }
                     }
                     (PROJECT_PRIORITY_CLASS, _) if project == "default" => {

@@ -346,8 +346,7 @@ pub fn job_name(run: &RunId) -> String {
 /// The delay before try `tries + 1` while the controller is unreachable: the core's rule
 /// (`retry::SUBMIT`, L16: 2 s, doubling, at most 30 s).
 pub fn submit_backoff(tries: u32) -> Duration {
-    let rule = trainyard_core::retry::SUBMIT;
-    Duration::from_micros(rule.delay(tries).unwrap_or(rule.max).max(0) as u64)
+    Duration::from_micros(trainyard_core::retry::SUBMIT.retry_after(tries).max(0) as u64)
 }
 
 /// The waiting reason of a run whose submission waits for the controller.

@@ -146,7 +146,7 @@ impl Driver {
         let job = run.job;
         let tries = self.later.iter().filter(|l| l.run == run).map(|l| l.tries).max().unwrap_or(0) + 1;
         self.later.retain(|l| l.run != run);
-        let delay = trainyard_core::retry::LAUNCH_LATER.delay(tries).unwrap_or(trainyard_core::retry::LAUNCH_LATER.max);
+        let delay = trainyard_core::retry::LAUNCH_LATER.retry_after(tries);
         self.later.push(Later { at: now + delay, run, seq, tries });
         self.note_engine_waiting(job, format!("Waiting for the execution engine: {reason}; trying again in {}s.", delay / 1_000_000), now)
     }

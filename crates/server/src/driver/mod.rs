@@ -618,10 +618,8 @@ impl Driver {
             self.health.set(HealthState::Degraded(reason.clone()));
             let until = self.clock.monotonic() + delay;
             loop {
-                while let Ok(msg) = self.rx.try_recv() {
-                    if refuse(msg, &reason) == Flow::Stop {
-                        return Ok(Flow::Stop);
-                    }
+                if self.refuse_queued(&reason) == Flow::Stop {
+                    return Ok(Flow::Stop);
                 }
                 self.health.beat();
                 let left = until.saturating_sub(self.clock.monotonic());
@@ -655,10 +653,8 @@ impl Driver {
         let mut delay = Duration::from_millis(50);
         loop {
             self.health.beat();
-            while let Ok(msg) = self.rx.try_recv() {
-                if refuse(msg, &reason) == Flow::Stop {
-                    return Flow::Stop;
-                }
+            if self.refuse_queued(&reason) == Flow::Stop {
+                return Flow::Stop;
             }
             let now = self.now();
             if self.store.probe_write(now).is_ok() {
@@ -677,6 +673,17 @@ impl Driver {
         }
         tracing::info!("the store can be written again; going on");
         self.health.set(HealthState::Ok);
+        Flow::Continue
+    }
+
+    /// Every request queued now answered 503 with `reason` (see [`refuse`]); Stop when a
+    /// shutdown was among them.
+    fn refuse_queued(&self, reason: &str) -> Flow {
+        while let Ok(msg) = self.rx.try_recv() {
+            if refuse(msg, reason) == Flow::Stop {
+                return Flow::Stop;
+            }
+        }
         Flow::Continue
     }
 

@@ -103,7 +103,6 @@ impl ResourceKind for CustomJobs {
         !resource.trainyard_host_directories.is_empty()
     }
 
-
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<StoredJob>> {
         store.get_job(KIND_CUSTOM, project, region, id)
     }

@@ -122,7 +122,6 @@ impl Pipeline {
     }
 }
 
-
 // ---------------------------------------------------------------------------------------
 // The resource: names, rendering and its kind.
 
@@ -186,7 +185,6 @@ impl ResourceKind for TrainingPipelines {
     fn create(resource: Self::New, reply: Reply<Self::Created>) -> Create {
         Create::Pipeline { resource: Box::new(resource), reply }
     }
-
 
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<PipelineRow>> {
         Ok(store.get_other(KIND_PIPELINE, project, region, id)?.map(|row| PipelineRow::new(project, region, row)))

@@ -957,7 +957,6 @@ impl ResourceKind for TuningJobs {
         Create::TuningJob { resource: Box::new(resource), reply }
     }
 
-
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<TuningJobRow>> {
         Ok(store.get_other(KIND_STUDY, project, region, id)?.map(|row| TuningJobRow::new(project, region, row)))
     }
