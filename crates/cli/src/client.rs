@@ -1019,6 +1019,9 @@ const QUOTA_COLUMNS: &[Column] = &[
     ("LIMIT", |r| quota_cell(r, "limit")),
     ("IN_USE", |r| quota_cell(r, "inUse")),
     ("QUEUED", |r| quota_cell(r, "queued")),
+    ("COHORT", |r| r["cohort"].as_str().unwrap_or("-").to_string()),
+    ("BORROWED", |r| r["borrowed"].as_str().unwrap_or("-").to_string()),
+    ("LENT", |r| r["lent"].as_str().unwrap_or("-").to_string()),
 ];
 
 pub fn run_nodes(cmd: NodeCommand) -> anyhow::Result<ExitCode> {

@@ -408,6 +408,60 @@ fn l11_l12_a_lower_priority_job_is_preempted_and_resumes_from_its_checkpoint() {
     assert!(!log.contains("restarting it (") && !log.contains("Job retry"), "no restart or retry counted:\n{log}");
 }
 
+/// L3, L5 with a cohort (`[[quotas.cohorts]]`): project a runs past its quota on b's idle
+/// quota (shown as borrowed and lent in `GET /v1/admin/quotas`); when b submits, the
+/// borrowing job is preempted within a round and its grace period, goes back QUEUED giving
+/// its quota back, b's job runs, and the borrower then resumes from its checkpoint and
+/// SUCCEEDS, counted as no worker restart (L11) or job retry (L12).
+#[test]
+fn l3_l5_a_borrowing_project_gives_quota_back_when_the_lender_submits() {
+    if skip_on_slurm("local nodes") {
+        return;
+    }
+    let s = Server::start(
+        "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n[[nodes]]\nname = \"n2\"\ncpus = 4\nmemory_gb = 16\n\n\
+         [scheduler]\npriority_preemption = true\n\
+         [quotas.projects.a]\ncustom_model_training_cpus = 4\n[quotas.projects.b]\ncustom_model_training_cpus = 4\n\
+         [[quotas.cohorts]]\nname = \"lab\"\nprojects = [\"a\", \"b\"]\n",
+    );
+    let first = name_of(&s.create("a", &sh_job("first", "sleep 300")));
+    s.wait_for(&first, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let mut second = sh_job(
+        "second",
+        "d=$AIP_CHECKPOINT_DIR; if [ -f \"$d/step\" ]; then echo \"resumed from $(cat \"$d/step\")\"; exit 0; fi; \
+         echo 1 > \"$d/step\"; trap 'exit 143' TERM; sleep 300 & wait",
+    );
+    second["jobSpec"]["baseOutputDirectory"] = serde_json::json!({"outputUriPrefix": "gs://b/second"});
+    let second = name_of(&s.create("a", &second));
+    s.wait_for(&second, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let ckpt = s.data_dir().join("storage/a/b/second/checkpoints/step");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ckpt.exists() {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint at {}", ckpt.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (status, q) = s.call("GET", &s.url("/v1/admin/quotas"), None);
+    assert_eq!(status, 200, "{q}");
+    let row = |q: &serde_json::Value, p: &str| {
+        q["quotas"].as_array().and_then(|a| a.iter().find(|r| r["project"] == p && r["metric"] == "custom_model_training_cpus").cloned())
+    };
+    let a = row(&q, "a").unwrap_or_else(|| panic!("{q:#}"));
+    assert_eq!((a["inUse"].as_str(), a["borrowed"].as_str(), a["cohort"].as_str()), (Some("8"), Some("4"), Some("lab")), "{q:#}");
+    assert_eq!(row(&q, "b").map(|b| b["lent"].clone()), Some(serde_json::json!("4")), "{q:#}");
+
+    let lender = name_of(&s.create("b", &sh_job("lender", "sleep 1")));
+    let done = s.wait_terminal(&lender, 120);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    assert_eq!(s.get(&first)["state"], "JOB_STATE_RUNNING", "the older borrowing job is not the cheapest to stop");
+    let done = s.wait_terminal(&second, 120);
+    let log = s.logs_text(&second);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    assert!(log.contains("resumed from 1"), "resumed from its checkpoint:\n{log}");
+    assert!(log.contains("Job preempted (1 so far)") && log.contains("gives its quota back"), "{log}");
+    assert!(!log.contains("restarting it (") && !log.contains("Job retry"), "no restart or retry counted:\n{log}");
+    s.call("POST", &s.url(&format!("/v1/{first}:cancel")), Some("{}"));
+}
+
 /// Fair share with memory (`[scheduler] usage_half_life_secs`): project a ran a job, so
 /// when one node frees, project b's job starts before a's older one; the past use is shown
 /// in `GET /v1/admin/quotas`, aged as the formula says.

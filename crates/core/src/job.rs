@@ -268,8 +268,13 @@ pub enum After {
     Fail(JobError),
     /// L12, L16: a fresh attempt. `reason` goes to the log.
     Retry { kind: RetryKind, reason: String },
-    /// SPOT preemption: a fresh attempt once capacity returns, counted against nothing.
-    Preempted { reason: String },
+    /// SPOT or priority preemption: a fresh attempt once capacity returns, counted
+    /// against nothing. `requeue` (a cohort's reclaim): back to QUEUED, quota given back.
+    Preempted {
+        reason: String,
+        #[serde(default)]
+        requeue: bool,
+    },
     /// L18.
     Cancel,
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::job::{AfterReplicaStop, ReplicaState};
-use crate::schedule::{plan, Cluster, Decision, Fleet, Quotas, Request, SchedulerConfig};
+use crate::schedule::{plan, Cluster, Decision, Fleet, QuotaUse, Quotas, Request, SchedulerConfig};
 use crate::{Job, Micros};
 
 /// A node for replica `replica` of job `job`, other than `from` (its old node): the
@@ -55,9 +55,10 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
         metrics: &metrics,
         duration: moving.policy.timeout,
         priority: moving.policy.priority,
+        may_borrow: false,
     };
     let cfg = SchedulerConfig { explain: false, preemption: false, ..SchedulerConfig::default() };
-    plan(&c, &[req], &Quotas::default(), &BTreeMap::new(), now, &cfg).into_iter().find_map(|d| match d {
+    plan(&c, &[req], &Quotas::default(), &QuotaUse::default(), now, &cfg).into_iter().find_map(|d| match d {
         Decision::Place { nodes, .. } => nodes.into_iter().next(),
         _ => None,
     })

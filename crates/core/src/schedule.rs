@@ -44,6 +44,8 @@ use crate::capacity::{
 use crate::job::{secs, After, Job, Micros, Phase, ReplicaDemand, SECOND};
 
 pub use crate::fleet::{Fleet, Node};
+pub use crate::quota::{quota_usage, Cohort, Holder, QuotaUse, Quotas};
+use crate::quota::{quota_text, Book, Check};
 
 impl Fleet {
     /// Can a job with these replicas never be placed on this fleet, not even with every
@@ -94,33 +96,6 @@ fn node_slots(n: &Node, d: &ReplicaDemand) -> u64 {
     }
 }
 
-/// Quota limits of one region: metric → limit, per project, with a default for projects
-/// not listed. A metric without a limit is unlimited.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Quotas {
-    pub default: BTreeMap<String, u64>,
-    pub projects: BTreeMap<String, BTreeMap<String, u64>>,
-}
-
-impl Quotas {
-    pub fn limit(&self, project: &str, metric: &str) -> Option<u64> {
-        self.projects
-            .get(project)
-            .and_then(|m| m.get(metric))
-            .or_else(|| self.default.get(metric))
-            .copied()
-    }
-
-    /// L4: the metrics whose limit the request exceeds on its own (it could never run).
-    pub fn exceeded_by(&self, project: &str, demand: &BTreeMap<String, u64>) -> Vec<String> {
-        demand
-            .iter()
-            .filter(|(m, &need)| self.limit(project, m).is_some_and(|l| need > l))
-            .map(|(m, _)| m.clone())
-            .collect()
-    }
-}
-
 /// What the scheduler decided for one job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -144,7 +119,9 @@ pub enum Decision {
     /// A SPOT job's capacity is needed by non-SPOT work: feed `Event::Preempt`. With
     /// `by_priority`, a job of a lower priority class whose capacity a job of that
     /// priority needs (`[scheduler] priority_preemption`): feed `Event::PreemptForPriority`.
-    Preempt { job: u64, reason: String, by_priority: Option<i64> },
+    /// `reclaim`: a job running on quota borrowed from its cohort, whose lender needs it
+    /// back: feed `Event::PreemptForPriority` with `requeue` (it gives its quota back).
+    Preempt { job: u64, reason: String, by_priority: Option<i64>, reclaim: bool },
 }
 
 /// Where a waiting job stands in the scheduling order, among its own project's waiting
@@ -179,16 +156,17 @@ pub const KIND_BEHIND_RESERVATION: &str = "behind-reservation";
 pub const KIND_BLOCKED: &str = "blocked";
 pub const KIND_SPOT: &str = "spot";
 pub const KIND_PREEMPTING: &str = "preempting";
+pub const KIND_RECLAIM: &str = "reclaim";
+pub const KIND_LENT: &str = "lent";
 
-/// Quota in use per project and metric (L5: held from admission until terminal).
-pub fn quota_usage<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> BTreeMap<(String, String), u64> {
-    let mut usage = BTreeMap::new();
-    for j in jobs.into_iter().filter(|j| j.holds_quota()) {
-        for (m, v) in &j.demand.metrics {
-            *usage.entry((j.project.clone(), m.clone())).or_insert(0) += v;
-        }
+/// A borrowing job preempted so that a project of its cohort gets its own quota back.
+fn reclaim_decision(job: u64) -> Decision {
+    Decision::Preempt {
+        job,
+        reason: "its project ran on quota borrowed from its cohort, and a project that lent it needs it back".into(),
+        by_priority: None,
+        reclaim: true,
     }
-    usage
 }
 
 /// How the scheduler orders waiting work.
@@ -351,6 +329,8 @@ pub struct Request<'a> {
     pub duration: Micros,
     /// Its priority class's value ([`PriorityClasses`]): higher is considered first.
     pub priority: i64,
+    /// It may run on quota borrowed from its project's cohort.
+    pub may_borrow: bool,
 }
 
 /// The label a job picks its priority class with.
@@ -627,8 +607,9 @@ pub fn schedule_with(
     cfg: &SchedulerConfig,
     hints: &Hints,
 ) -> Vec<Decision> {
+    let held = quota_held(jobs, quotas, cfg, now);
     if fleet.overcommit {
-        return schedule_overcommit(jobs, fleet, quotas, now);
+        return schedule_overcommit(jobs, fleet, quotas, &held, now, cfg);
     }
     let duration = |j: &Job| hints.expected_duration.get(&j.id).copied().unwrap_or(j.policy.timeout).max(1);
     let mut c = Cluster::new(fleet);
@@ -674,10 +655,10 @@ pub fn schedule_with(
             metrics: &j.demand.metrics,
             duration: duration(j),
             priority: j.policy.priority,
+            may_borrow: may_borrow(j, cfg),
         })
         .collect();
-    let used = quota_usage(jobs.iter().copied());
-    let mut out = plan(&c, &reqs, quotas, &used, now, cfg);
+    let mut out = plan(&c, &reqs, quotas, &held, now, cfg);
     // A job that can never fit: the reason in the job's own words (its pools).
     for d in &mut out {
         if let Decision::Impossible { job, reason } = d {
@@ -731,10 +712,81 @@ pub fn impossible_reason(t: &NodeTable, job: &Job, shape: &Shape, nf: NeverFit) 
     }
 }
 
+/// A job may run on quota borrowed from its cohort only if it can be given back: with
+/// reclaim on, a job preempted `max_preemptions_per_job` times may not borrow again.
+fn may_borrow(j: &Job, cfg: &SchedulerConfig) -> bool {
+    !cfg.priority_preemption || j.retries.preemptions < cfg.max_preemptions_per_job
+}
+
+/// The quota held now and, in projects of cohorts, by which jobs (what a reclaim may take
+/// back, the cheapest first: least accelerator-time lost since the last checkpoint).
+pub fn quota_held(jobs: &[&Job], quotas: &Quotas, cfg: &SchedulerConfig, now: Micros) -> QuotaUse {
+    let used = quota_usage(jobs.iter().copied());
+    if quotas.cohorts.is_empty() {
+        return QuotaUse { used, holders: Vec::new() };
+    }
+    let holders = jobs
+        .iter()
+        .filter(|j| j.holds_quota() && quotas.cohort_of(&j.project).is_some())
+        .map(|j| {
+            let stopping = matches!(j.phase, Phase::Stopping { .. });
+            let start = j.admitted_at().unwrap_or(now);
+            let since = j.checkpoint.last_write.unwrap_or(start);
+            let units: u128 = j
+                .demand
+                .replicas
+                .iter()
+                .map(|d| d.accelerator.as_ref().map_or(d.cpus as u128, |(_, c)| *c as u128 * 1000))
+                .sum();
+            let running = matches!(j.phase, Phase::Running { .. });
+            Holder {
+                id: j.id,
+                project: j.project.clone(),
+                metrics: j.demand.metrics.clone(),
+                releasing: matches!(&j.phase, Phase::Stopping { then: After::Preempted { requeue: true, .. }, .. }),
+                reclaimable: !stopping && j.retries.preemptions < cfg.max_preemptions_per_job,
+                cost: if running { units.max(1) * (now - since).max(0) as u128 } else { 0 },
+                start,
+            }
+        })
+        .collect();
+    QuotaUse { used, holders }
+}
+
+/// A waiting reason for what the quota said (`Check`), and its kind.
+fn quota_reason(check: &Check) -> Option<(&'static str, String)> {
+    Some(match check {
+        Check::Fits => return None,
+        Check::Short(short, note) => {
+            let mut reason = format!("Waiting for quota: {}", quota_text(short));
+            if let Some(n) = note {
+                reason.push_str("; ");
+                reason.push_str(n);
+            }
+            (KIND_QUOTA, reason)
+        }
+        Check::Reclaim { victims, stopping, cohort } => (
+            KIND_RECLAIM,
+            format!(
+                "Waiting for quota its project lends to cohort {cohort}: {} borrowing it {} being preempted to give it back",
+                counted(victims.len() + stopping, "job", "jobs"),
+                if victims.len() + stopping == 1 { "is" } else { "are" },
+            ),
+        ),
+        Check::Lent { cohort } => (
+            KIND_LENT,
+            format!(
+                "Waiting for quota its project lends to cohort {cohort}: it comes back as the jobs borrowing it end \
+                 (reclaim by preemption needs [scheduler] priority_preemption, and jobs that may still be preempted)"
+            ),
+        ),
+    })
+}
+
 /// The single-workstation default: quota first (L3), then everything on the first usable
 /// node; CPU and memory are shared, a missing accelerator is a warning, not a refusal.
-fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micros) -> Vec<Decision> {
-    let mut usage = quota_usage(jobs.iter().copied());
+fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, held: &QuotaUse, now: Micros, cfg: &SchedulerConfig) -> Vec<Decision> {
+    let mut book = Book::new(quotas, held, cfg.priority_preemption);
     let usable: Vec<&Node> = fleet.nodes.iter().filter(|n| n.up && n.schedulable).collect();
     let mut waiting: Vec<&Job> = jobs.iter().copied().filter(|j| j.wants_placement(now)).collect();
     waiting.sort_by_key(|j| (matches!(j.phase, Phase::Queued), j.create_time, j.id));
@@ -748,29 +800,26 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
             }
         }
     }
+    for j in waiting.iter().filter(|j| matches!(j.phase, Phase::Queued)) {
+        book.want(&j.project, &j.demand.metrics);
+    }
     let mut out = Vec::new();
     for job in waiting {
         let queued = matches!(job.phase, Phase::Queued);
         if queued {
-            let short = quota_short(quotas, &job.project, &job.demand.metrics, |m| {
-                usage.get(&(job.project.clone(), m.to_string())).copied().unwrap_or(0)
-            });
-            if !short.is_empty() {
-                out.push(Decision::Wait {
-                    job: job.id,
-                    kind: KIND_QUOTA,
-                    reason: format!("Waiting for quota: {}", quota_text(&short)).into(),
-                    position: None,
-                    reserved_at: None,
-                });
+            let check = book.check(&job.project, &job.demand.metrics, may_borrow(job, cfg));
+            if let Check::Reclaim { victims, .. } = &check {
+                out.extend(victims.iter().map(|v| reclaim_decision(*v)));
+                book.charge(&job.project, &job.demand.metrics);
+            }
+            if let Some((kind, reason)) = quota_reason(&check) {
+                out.push(Decision::Wait { job: job.id, kind, reason: reason.into(), position: None, reserved_at: None });
                 continue;
             }
         }
         let Some(n) = usable.first() else {
             if queued {
-                for (m, v) in &job.demand.metrics {
-                    *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
-                }
+                book.charge(&job.project, &job.demand.metrics);
             }
             out.push(Decision::Stockout { job: job.id, detail: stockout_detail_of(fleet) });
             continue;
@@ -816,9 +865,7 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, now: Micro
             }
         }
         if queued {
-            for (m, v) in &job.demand.metrics {
-                *usage.entry((job.project.clone(), m.clone())).or_insert(0) += v;
-            }
+            book.charge(&job.project, &job.demand.metrics);
         }
         out.push(Decision::Place { job: job.id, nodes: vec![n.name.clone(); job.replicas.len()], warnings });
     }
@@ -830,32 +877,6 @@ fn stockout_detail_of(fleet: &Fleet) -> String {
     let drained = fleet.nodes.iter().filter(|n| n.up && !n.schedulable).count();
     let usable = fleet.nodes.iter().filter(|n| n.up && n.schedulable).count();
     format!("{} of {} nodes usable ({} down, {} drained)", usable, fleet.nodes.len(), fleet.nodes.len() - up, drained)
-}
-
-/// L3: the metrics the quota cannot cover, in plain words (with the shortfall).
-/// The metrics a request is short of: (metric, need, in use, limit).
-fn quota_short<'m>(
-    quotas: &Quotas,
-    project: &str,
-    metrics: &'m BTreeMap<String, u64>,
-    used: impl Fn(&str) -> u64,
-) -> Vec<(&'m str, u64, u64, u64)> {
-    metrics
-        .iter()
-        .filter_map(|(m, &need)| {
-            let limit = quotas.limit(project, m)?;
-            let used = used(m);
-            (used + need > limit).then_some((m.as_str(), need, used, limit))
-        })
-        .collect()
-}
-
-fn quota_text(short: &[(&str, u64, u64, u64)]) -> String {
-    let parts: Vec<String> = short
-        .iter()
-        .map(|(m, need, used, limit)| format!("{m}: needs {need}, {used} of {limit} in use (short by {})", used + need - limit))
-        .collect();
-    parts.join("; ")
 }
 
 /// A reservation: for the head of the order (EASY backfill) and for every job past the
@@ -1014,7 +1035,8 @@ struct Round<'a, 'r> {
     preempt_tries: usize,
     /// Strict order (no backfill): a job ahead does not fit, so nothing passes it.
     blocked: bool,
-    quota_round: HashMap<(&'r str, &'r str), u64>,
+    /// Quota through the round (L3), with the cohorts' reclaims.
+    book: Book<'r>,
     /// Reasons already written this round, by what they depend on; cleared whenever the
     /// round's state moves (a placement, a reservation, a preemption).
     memo: HashMap<Memo, Arc<str>>,
@@ -1474,25 +1496,25 @@ impl<'a, 'r> Round<'a, 'r> {
 /// The admission round on a capacity state: quota (L3), then the order (fair share or
 /// FIFO), best-fit gang placement, EASY reservation and backfill, SPOT preemption, and
 /// stockouts (L15). Pure: the decisions depend only on the arguments.
-pub fn plan(
+pub fn plan<'r>(
     c: &Cluster,
-    reqs: &[Request],
-    quotas: &Quotas,
-    quota_used: &BTreeMap<(String, String), u64>,
+    reqs: &'r [Request<'r>],
+    quotas: &'r Quotas,
+    quota_used: &'r QuotaUse,
     now: Micros,
     cfg: &SchedulerConfig,
 ) -> Vec<Decision> {
     let mut q = Queue::build(c, reqs, cfg, now);
-    let mut quota_base: HashMap<(&str, &str), u64> = HashMap::with_capacity(quota_used.len());
-    for ((p, m), v) in quota_used {
-        quota_base.insert((p.as_str(), m.as_str()), *v);
+    let mut book = Book::new(quotas, quota_used, cfg.priority_preemption);
+    for r in reqs.iter().filter(|r| !r.admitted) {
+        book.want(r.project, r.metrics);
     }
-    let mut rd = Round::new(c, cfg, now);
+    let mut rd = Round::new(c, cfg, now, book);
     let mut positions = Positions::new(reqs, cfg.order == Order::Fifo);
     while let Some((i, _fair)) = q.next(reqs) {
         let r = &reqs[i];
         let position = positions.next(r);
-        if rd.decide(r, position, &mut q, quotas, &quota_base) == Next::Stop {
+        if rd.decide(r, position, &mut q) == Next::Stop {
             break;
         }
     }
@@ -1591,7 +1613,7 @@ struct Miss {
 }
 
 impl<'a, 'r> Round<'a, 'r> {
-    fn new(c: &'a Cluster, cfg: &'a SchedulerConfig, now: Micros) -> Round<'a, 'r> {
+    fn new(c: &'a Cluster, cfg: &'a SchedulerConfig, now: Micros, book: Book<'r>) -> Round<'a, 'r> {
         Round {
             c,
             cfg,
@@ -1610,7 +1632,7 @@ impl<'a, 'r> Round<'a, 'r> {
             chosen: HashSet::new(),
             preempt_tries: 0,
             blocked: false,
-            quota_round: HashMap::new(),
+            book,
             memo: HashMap::new(),
             waiting_max: None,
             behind_higher: false,
@@ -1634,10 +1656,8 @@ impl<'a, 'r> Round<'a, 'r> {
         r: &'r Request<'r>,
         position: Option<Position>,
         q: &mut Queue,
-        quotas: &Quotas,
-        quota_base: &HashMap<(&str, &str), u64>,
     ) -> Next {
-        if self.waits_for_quota(r, position, quotas, quota_base) {
+        if self.waits_for_quota(r, position) {
             return Next::Continue;
         }
         let spot_mode = r.spot && self.cfg.preemption;
@@ -1674,26 +1694,40 @@ impl<'a, 'r> Round<'a, 'r> {
         Next::Continue
     }
 
-    /// L3: QUEUED while the quota cannot cover all replicas at once (or never can).
-    fn waits_for_quota(&mut self, r: &'r Request<'r>, position: Option<Position>, quotas: &Quotas, quota_base: &HashMap<(&str, &str), u64>) -> bool {
+    /// L3: QUEUED while the quota cannot cover all replicas at once (or never can), or
+    /// while quota its project lent to its cohort comes back (the borrowing jobs are
+    /// preempted for it, `Decision::Preempt` with `reclaim`).
+    fn waits_for_quota(&mut self, r: &'r Request<'r>, position: Option<Position>) -> bool {
         if r.admitted || r.metrics.is_empty() {
             return false;
         }
-        let short = quota_short(quotas, r.project, r.metrics, |m| {
-            quota_base.get(&(r.project, m)).copied().unwrap_or(0) + self.quota_round.get(&(r.project, m)).copied().unwrap_or(0)
-        });
-        if short.is_empty() {
+        let check = self.book.check(r.project, r.metrics, r.may_borrow);
+        if check == Check::Fits {
             return false;
         }
-        if let Some(d) = self.impossible(r) {
-            self.out.push(d);
-            return true;
+        if let Check::Short(..) = check {
+            if let Some(d) = self.impossible(r) {
+                self.out.push(d);
+                return true;
+            }
+        }
+        if let Check::Reclaim { victims, .. } = &check {
+            // Its quota is claimed for the rest of the round.
+            self.book.charge(r.project, r.metrics);
+            self.out.extend(victims.iter().map(|v| reclaim_decision(*v)));
+            self.memo.clear();
         }
         if self.cfg.explain {
-            let reason = self.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| {
-                format!("Waiting for quota: {}", quota_text(&short))
-            });
-            self.out.push(Decision::Wait { job: r.id, kind: KIND_QUOTA, reason, position, reserved_at: None });
+            let reason = match &check {
+                Check::Short(short, None) => {
+                    self.memo(Memo::Quota(short.iter().map(|(m, a, b, c)| (m.to_string(), *a, *b, *c)).collect()), |_| {
+                        format!("Waiting for quota: {}", quota_text(short))
+                    })
+                }
+                _ => quota_reason(&check).map(|(_, r)| r).unwrap_or_default().into(),
+            };
+            let kind = quota_reason(&check).map_or(KIND_QUOTA, |(k, _)| k);
+            self.out.push(Decision::Wait { job: r.id, kind, reason, position, reserved_at: None });
         }
         true
     }
@@ -1778,9 +1812,7 @@ impl<'a, 'r> Round<'a, 'r> {
     /// in the base).
     fn charge_quota(&mut self, r: &'r Request<'r>) {
         if !r.admitted {
-            for (m, v) in r.metrics {
-                *self.quota_round.entry((r.project, m.as_str())).or_insert(0) += v;
-            }
+            self.book.charge(r.project, r.metrics);
         }
     }
 
@@ -1829,7 +1861,7 @@ impl<'a, 'r> Round<'a, 'r> {
                 Some(p) => format!("its capacity is needed by a job of priority {p}"),
                 None => "its capacity is needed by work that waits for it".to_string(),
             };
-            self.out.push(Decision::Preempt { job: *v, reason, by_priority });
+            self.out.push(Decision::Preempt { job: *v, reason, by_priority, reclaim: false });
         }
         if self.cfg.explain {
             let reason = format!(

@@ -55,8 +55,14 @@ pub enum Event {
     /// (`[scheduler] priority_preemption`): stopped as a SPOT job is (SIGTERM, grace),
     /// then back in the queue keeping its quota and place, with the same checkpoint
     /// directory (L21); counted neither as a worker restart (L11) nor as a job retry
-    /// (L12), only as a preemption.
-    PreemptForPriority { reason: String },
+    /// (L12), only as a preemption. With `requeue`, a reclaim: the job ran on quota its
+    /// project borrowed from its cohort, and the lender needs it back; it goes back to the
+    /// queue QUEUED, giving its quota back (L3, L5), keeping its place.
+    PreemptForPriority {
+        reason: String,
+        #[serde(default)]
+        requeue: bool,
+    },
 }
 
 /// What the driver must do after committing the transition.
@@ -136,7 +142,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         }
         Event::Tick => cx.tick(),
         Event::Preempt { reason } => cx.preempt(reason),
-        Event::PreemptForPriority { reason } => cx.preempt_for_priority(reason),
+        Event::PreemptForPriority { reason, requeue } => cx.preempt_for_priority(reason, requeue),
         Event::StorageFull { message } => cx.storage_full(message),
     }
     let changed = cx.job != *job || !cx.effects.is_empty();
@@ -555,7 +561,17 @@ impl Cx<'_> {
                     Phase::Cancelled { end, error: JobError { code: code::CANCELLED, message: "CANCELED".into() } };
                 self.log_rule("L18", None, "Job cancelled.");
             }
-            After::Preempted { reason } => {
+            After::Preempted { reason, requeue: true } => {
+                // A reclaim: the quota goes back to the cohort's lender (L3, L5); admitted
+                // again, in its old place, when its quota is free.
+                self.next_attempt();
+                self.job.phase = Phase::Queued;
+                self.job.waiting_reason = Some(format!("Preempted ({reason}); back in the queue, waiting for quota."));
+                for r in &mut self.job.replicas {
+                    r.node = None;
+                }
+            }
+            After::Preempted { reason, requeue: false } => {
                 // Counted against nothing; placed again when capacity returns.
                 self.next_attempt();
                 self.job.phase = Phase::Pending { admitted_at, wait: Wait::Placement { not_before: end } };
@@ -641,20 +657,28 @@ impl Cx<'_> {
             return;
         }
         self.log_rule("L9", None, format!("SPOT job preempted: {reason}."));
-        self.end_attempt(After::Preempted { reason });
+        self.end_attempt(After::Preempted { reason, requeue: false });
     }
 
     /// A preemption for a job of a higher priority class (any job; the scheduler decides
     /// which): shut the attempt down, then wait for capacity; counted only as a
     /// preemption, never as a worker restart (L11) or a job retry (L12).
-    fn preempt_for_priority(&mut self, reason: String) {
+    fn preempt_for_priority(&mut self, reason: String, requeue: bool) {
         if !matches!(self.job.phase, Phase::Pending { .. } | Phase::Running { .. }) {
             return;
         }
         self.job.retries.preemptions += 1;
         let n = self.job.retries.preemptions;
-        self.log_rule("L9", None, format!("Job preempted ({n} so far): {reason}; it goes back to the queue (not counted by L11 or L12)."));
-        self.end_attempt(After::Preempted { reason });
+        if requeue {
+            self.log_rule(
+                "L3",
+                None,
+                format!("Job preempted ({n} so far): {reason}; it gives its quota back and goes back to the queue (not counted by L11 or L12)."),
+            );
+        } else {
+            self.log_rule("L9", None, format!("Job preempted ({n} so far): {reason}; it goes back to the queue (not counted by L11 or L12)."));
+        }
+        self.end_attempt(After::Preempted { reason, requeue });
     }
 
     /// L9: node maintenance (graceful) or node loss (at once).

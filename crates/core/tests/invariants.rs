@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use trainyard_core::job::{Demand, Policy, ReplicaDemand, SECOND};
-use trainyard_core::schedule::{quota_usage, schedule, Decision, Fleet, Node, Quotas};
+use trainyard_core::schedule::{quota_usage, schedule, Decision, Fleet, Node, QuotaUse, Quotas};
 use trainyard_core::{step, Effect, Event, Job, Micros, Outcome, RunId, Settings, State};
 
 #[derive(Clone, Debug)]
@@ -267,7 +267,7 @@ fn cancel_fully(job: &Job, now: Micros) -> Job {
 /// comes back; it never fails for lack of quota.
 #[test]
 fn l3_queued_while_quota_short() {
-    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 8)].into(), projects: BTreeMap::new() };
+    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 8)].into(), projects: BTreeMap::new(), ..Quotas::default() };
     let fleet = Fleet { nodes: vec![node("n1", 64)], overcommit: false };
     let mut jobs = vec![queued(1, "p", 4, 2, 0), queued(2, "p", 4, 1, 1)];
     let refs: Vec<&Job> = jobs.iter().collect();
@@ -290,6 +290,7 @@ fn l4_request_above_limit() {
     let quotas = Quotas {
         default: [("custom_model_training_cpus".to_string(), 8)].into(),
         projects: [("big".to_string(), [("custom_model_training_cpus".to_string(), 64)].into())].into(),
+        ..Quotas::default()
     };
     let demand: BTreeMap<String, u64> = [("custom_model_training_cpus".to_string(), 12), ("x".to_string(), 1)].into();
     assert_eq!(quotas.exceeded_by("p", &demand), vec!["custom_model_training_cpus".to_string()]);
@@ -348,7 +349,7 @@ proptest! {
         endings in proptest::collection::vec(any::<prop::sample::Index>(), 0..40),
     ) {
         let projects = ["a", "b", "c"];
-        let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 10)].into(), projects: BTreeMap::new() };
+        let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 10)].into(), projects: BTreeMap::new(), ..Quotas::default() };
         let fleet = Fleet { nodes: vec![node("n1", 8), node("n2", 8)], overcommit: false };
         let mut jobs: Vec<Job> = Vec::new();
         let mut ends = endings.into_iter();
@@ -420,11 +421,11 @@ fn need(c: &Cluster, per: u32) -> Need {
 }
 
 fn req<'a>(id: u64, project: &'a str, shape: &'a Shape, duration: Micros, metrics: &'a BTreeMap<String, u64>) -> Request<'a> {
-    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration, priority: 0 }
+    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration, priority: 0, may_borrow: true }
 }
 
 fn run(c: &Cluster, reqs: &[Request], now: Micros, cfg: &SchedulerConfig) -> Vec<Decision> {
-    plan(c, reqs, &Quotas::default(), &BTreeMap::new(), now, cfg)
+    plan(c, reqs, &Quotas::default(), &QuotaUse::default(), now, cfg)
 }
 
 fn placed(d: &[Decision], id: u64) -> Option<Vec<String>> {
@@ -609,7 +610,7 @@ fn spot_preemption_picks_the_cheapest_set() {
 /// "Why is my job waiting": quota shortfall and position, via `schedule_with` on jobs.
 #[test]
 fn wait_reasons_name_quota_shortfall_and_position() {
-    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 8)].into(), projects: BTreeMap::new() };
+    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 8)].into(), projects: BTreeMap::new(), ..Quotas::default() };
     let fleet = Fleet { nodes: vec![node("n1", 64)], overcommit: false };
     let jobs = [queued(1, "p", 4, 2, 0), queued(2, "p", 6, 1, 1)];
     let refs: Vec<&Job> = jobs.iter().collect();
@@ -686,7 +687,7 @@ proptest! {
     ) {
         let s = Settings::default();
         let projects = ["a", "b", "c"];
-        let quotas = Quotas { default: [("gpus".to_string(), 24)].into(), projects: BTreeMap::new() };
+        let quotas = Quotas { default: [("gpus".to_string(), 24)].into(), projects: BTreeMap::new(), ..Quotas::default() };
         let fleet = gpu_fleet(4);
         let mut jobs: Vec<Job> = Vec::new();
         let mut ends = endings.into_iter();

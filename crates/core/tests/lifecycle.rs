@@ -825,7 +825,7 @@ fn l9_spot_preemption_is_not_counted() {
 fn l11_l12_a_priority_preemption_is_no_restart_or_retry() {
     let mut h = H::new(job(&[1]));
     h.place().start_all();
-    h.ev(Event::PreemptForPriority { reason: "its capacity is needed by a job of priority 100".into() });
+    h.ev(Event::PreemptForPriority { reason: "its capacity is needed by a job of priority 100".into(), requeue: false });
     assert_eq!(h.stops(), 1);
     assert!(matches!(&h.effects[..], [Effect::Log(_), Effect::Stop { grace, .. }, ..] if *grace == 30 * SECOND));
     h.stopped_exit();

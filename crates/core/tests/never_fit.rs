@@ -251,7 +251,7 @@ fn shrunk_fleet_makes_queued_jobs_impossible() {
     let gang = job(1, &[(1, rd(4, 15, None)), (2, rd(4, 15, None))], 0);
     let big = job(2, &[(1, rd(4, 15, None)), (1, rd(8, 30, None))], 1);
     let ok = job(3, &[(1, rd(4, 15, None))], 2);
-    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 4)].into(), projects: BTreeMap::new() };
+    let quotas = Quotas { default: [("custom_model_training_cpus".to_string(), 4)].into(), projects: BTreeMap::new(), ..Quotas::default() };
     let d = schedule(&[&gang, &big, &ok], &small, &quotas, 10);
     match decision(&d, 1) {
         Decision::Impossible { reason, .. } => assert_eq!(

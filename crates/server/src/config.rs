@@ -361,7 +361,23 @@ struct QuotasFile {
     default: BTreeMap<String, QuotaValue>,
     #[serde(default)]
     projects: BTreeMap<String, BTreeMap<String, QuotaValue>>,
+    /// `[[quotas.cohorts]]`: projects that lend each other unused quota.
+    #[serde(default)]
+    cohorts: Vec<CohortFile>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CohortFile {
+    name: String,
+    projects: Vec<String>,
+}
+
+/// `[quotas.projects.P.borrowing_limit]`: per metric, the most the project may run above
+/// its quota on what its cohort lends.
+pub const BORROWING_LIMIT: &str = "borrowing_limit";
+/// `[quotas.projects.P.lending_limit]`: per metric, the most of its quota it lends.
+pub const LENDING_LIMIT: &str = "lending_limit";
 
 /// A quota's value: a count (`custom_model_training_*`), or GiB (`storage_gb`, which may
 /// have a fraction).
@@ -372,6 +388,8 @@ enum QuotaValue {
     Gb(f64),
     /// `priority_class`: the project's default class.
     Name(String),
+    /// `borrowing_limit`, `lending_limit`: per metric.
+    Limits(BTreeMap<String, toml::Value>),
 }
 
 /// A project's default priority class (`[quotas.projects.P] priority_class`).
@@ -403,7 +421,20 @@ impl QuotasFile {
                 .filter(|(k, _)| k.as_str() != STORAGE_QUOTA)
                 .filter_map(|(k, v)| match v {
                     QuotaValue::Count(n) => Some((k.clone(), *n)),
-                    QuotaValue::Gb(_) | QuotaValue::Name(_) => None,
+                    QuotaValue::Gb(_) | QuotaValue::Name(_) | QuotaValue::Limits(_) => None,
+                })
+                .collect()
+        };
+        // Checked at load: whole numbers, 0 or more.
+        let limits = |key: &str| -> BTreeMap<String, BTreeMap<String, u64>> {
+            self.projects
+                .iter()
+                .filter_map(|(p, m)| match m.get(key) {
+                    Some(QuotaValue::Limits(l)) => Some((
+                        p.clone(),
+                        l.iter().filter_map(|(k, v)| Some((k.clone(), u64::try_from(v.as_integer()?).ok()?))).collect(),
+                    )),
+                    _ => None,
                 })
                 .collect()
         };
@@ -411,12 +442,19 @@ impl QuotasFile {
             m.get(STORAGE_QUOTA).map(|v| match v {
                 QuotaValue::Count(n) => n.saturating_mul(trainyard_core::catalog::GIB),
                 QuotaValue::Gb(g) => (g * trainyard_core::catalog::GIB as f64) as u64,
-                QuotaValue::Name(_) => 0,
+                QuotaValue::Name(_) | QuotaValue::Limits(_) => 0,
             })
         };
         let quotas = Quotas {
             default: counts(&self.default),
             projects: self.projects.iter().map(|(p, m)| (p.clone(), counts(m))).collect(),
+            cohorts: self
+                .cohorts
+                .iter()
+                .map(|c| trainyard_core::schedule::Cohort { name: c.name.clone(), projects: c.projects.clone() })
+                .collect(),
+            borrowing_limits: limits(BORROWING_LIMIT),
+            lending_limits: limits(LENDING_LIMIT),
         };
         let storage = StorageLimits {
             default: bytes(&self.default),
@@ -675,6 +713,27 @@ impl Config {
                 }
             }
         }
+        let mut in_cohort: BTreeMap<&str, &str> = BTreeMap::new();
+        for (i, c) in file.quotas.cohorts.iter().enumerate() {
+            let key = format!("quotas.cohorts[{i}]");
+            if c.name.is_empty() {
+                return Err(invalid(&format!("{key}.name"), "must not be empty".into()));
+            }
+            if file.quotas.cohorts[..i].iter().any(|o| o.name == c.name) {
+                return Err(invalid(&format!("{key}.name"), format!("{:?} is listed twice", c.name)));
+            }
+            for p in &c.projects {
+                if !file.quotas.projects.contains_key(p) {
+                    return Err(invalid(
+                        &format!("{key}.projects"),
+                        format!("{p:?} is not a project with a quota table ([quotas.projects.{p}])"),
+                    ));
+                }
+                if let Some(other) = in_cohort.insert(p, &c.name) {
+                    return Err(invalid(&format!("{key}.projects"), format!("{p:?} is in cohorts {other:?} and {:?}; a project is in one", c.name)));
+                }
+            }
+        }
         for (project, limits) in std::iter::once(("default".to_string(), &file.quotas.default))
             .chain(file.quotas.projects.iter().map(|(p, l)| (format!("projects.{p}"), l)))
         {
@@ -691,6 +750,30 @@ impl Config {
                     }
                     (PROJECT_PRIORITY_CLASS, _) => {
                         return Err(invalid(&key, "must be the name of a priority class (a string)".into()));
+                    }
+                    (BORROWING_LIMIT | LENDING_LIMIT, QuotaValue::Limits(l)) if project != "default" => {
+                        let name = project.trim_start_matches("projects.");
+                        if !file.quotas.cohorts.iter().any(|c| c.projects.iter().any(|p| p == name)) {
+                            return Err(invalid(&key, format!("applies to a project of a cohort, and {name} is in none ([[quotas.cohorts]])")));
+                        }
+                        for (m, v) in l {
+                            let key = format!("{key}.{m}");
+                            if !m.starts_with("custom_model_training_") {
+                                return Err(invalid(&key, "is not a quota metric (custom_model_training_cpus, custom_model_training_nvidia_t4_gpus, ...)".into()));
+                            }
+                            if !v.as_integer().is_some_and(|n| n >= 0) {
+                                return Err(invalid(&key, format!("must be a whole number, 0 or more, not {v}")));
+                            }
+                        }
+                    }
+                    (BORROWING_LIMIT | LENDING_LIMIT, _) if project == "default" => {
+                        return Err(invalid(&key, "goes in [quotas.projects.P] of a project in a cohort".into()));
+                    }
+                    (BORROWING_LIMIT | LENDING_LIMIT, _) => {
+                        return Err(invalid(&key, "must be a table of quota metrics and whole numbers".into()));
+                    }
+                    (_, QuotaValue::Limits(_)) => {
+                        return Err(invalid(&key, "must be a number, not a table".into()));
                     }
                     (_, QuotaValue::Name(n)) => {
                         return Err(invalid(&key, format!("must be a number, not {n:?}")));
@@ -1214,6 +1297,44 @@ mod tests {
             ("[scheduler]\ndefault_priority_class = \"x\"\n".to_string(), "scheduler.default_priority_class"),
             ("[[scheduler.priority_classes]]\nname = \"A b\"\nvalue = 1\n".to_string(), "scheduler.priority_classes.name"),
             ("[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 1\n[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 2\n".to_string(), "scheduler.priority_classes.name"),
+        ] {
+            let (_d, p) = write(&text);
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    /// Cohorts, borrowing and lending limits are read, and every mistake names its key.
+    #[test]
+    fn cohorts_are_read_and_checked() {
+        let base = "[quotas.projects.a]\ncustom_model_training_cpus = 8\n[quotas.projects.a.borrowing_limit]\ncustom_model_training_cpus = 4\n\
+                    [quotas.projects.b]\ncustom_model_training_cpus = 8\n[quotas.projects.b.lending_limit]\ncustom_model_training_cpus = 2\n\
+                    [quotas.projects.c]\ncustom_model_training_cpus = 8\n";
+        let (_d, p) = write(&format!("{base}[[quotas.cohorts]]\nname = \"lab\"\nprojects = [\"a\", \"b\"]\n"));
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.quotas.cohort_of("a").map(|c| c.name.as_str()), Some("lab"));
+        assert!(c.quotas.cohort_of("c").is_none());
+        assert_eq!(c.quotas.borrowing_limits["a"]["custom_model_training_cpus"], 4);
+        assert_eq!(c.quotas.lending_limits["b"]["custom_model_training_cpus"], 2);
+        assert_eq!(c.quotas.limit("a", "custom_model_training_cpus"), Some(8), "not a metric of its own");
+        assert_eq!(c.quotas.ceiling("a", "custom_model_training_cpus"), Some(10));
+        let cohort = |projects: &str| format!("[[quotas.cohorts]]\nname = \"lab\"\nprojects = {projects}\n");
+        for (text, key) in [
+            (format!("{base}{}", cohort("[\"a\", \"x\"]")), "quotas.cohorts[0].projects"),
+            (format!("{base}{}{}", cohort("[\"a\"]"), cohort("[\"b\", \"a\"]").replace("lab", "lab2")), "quotas.cohorts[1].projects"),
+            (format!("{base}{}{}", cohort("[\"a\"]"), cohort("[\"b\"]")), "quotas.cohorts[1].name"),
+            (format!("{base}{}", cohort("[\"c\"]")), "quotas.projects.a.borrowing_limit"),
+            (
+                format!("{}{}", base.replace("= 4", "= -1"), cohort("[\"a\", \"b\"]")),
+                "quotas.projects.a.borrowing_limit.custom_model_training_cpus",
+            ),
+            (format!("{}{}", base.replace("= 2", "= 1.5"), cohort("[\"a\", \"b\"]")), "quotas.projects.b.lending_limit.custom_model_training_cpus"),
+            (
+                format!("{}{}", base.replace("lending_limit]\ncustom_model_training_cpus = 2", "lending_limit]\ngpus = 1"), cohort("[\"a\", \"b\"]")),
+                "quotas.projects.b.lending_limit.gpus",
+            ),
+            ("[quotas.default.borrowing_limit]\ncustom_model_training_cpus = 1\n".to_string(), "quotas.default.borrowing_limit"),
+            ("[[quotas.cohorts]]\nname = \"x\"\nprojects = [\"a\"]\nweight = 2\n".to_string(), "weight"),
         ] {
             let (_d, p) = write(&text);
             let e = Config::load(&p, None).unwrap_err().to_string();

@@ -1870,11 +1870,21 @@ async function nodesPage(pg) {
       projects = [...found.values()];
       fillDatalist("project");
       put(quotasBox, rows.length ? h("table", { class: "list" },
-        h("thead", {}, h("tr", {}, ["Project", "Region", "Metric", "In use", "Queued", "Limit"].map((x) => h("th", {}, x)))),
+        h("thead", {}, h("tr", {}, ["Project", "Region", "Metric", "In use", "Queued", "Limit", "Cohort", "Borrowed", "Lent"].map((x) => h("th", {}, x)))),
         h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.region), h("td", {}, h("code", {}, r.metric)),
           h("td", {}, r.limit ? usage(r.inUse, r.limit, r.metric === "storage_gb" ? gib : String) : (r.metric === "storage_gb" ? gib(r.inUse) : r.inUse)),
-          h("td", { class: "num" }, r.metric === "storage_gb" ? "—" : r.queued), h("td", { class: "num" }, r.limit ? (r.metric === "storage_gb" ? gib(r.limit) : r.limit) : "no limit")))))
+          h("td", { class: "num" }, r.metric === "storage_gb" ? "—" : r.queued), h("td", { class: "num" }, r.limit ? (r.metric === "storage_gb" ? gib(r.limit) : r.limit) : "no limit"),
+          h("td", {}, r.cohort || "—"),
+          h("td", { class: "num" }, r.cohort ? r.borrowed + (r.borrowingLimit ? ` (limit ${r.borrowingLimit})` : "") : "—"),
+          h("td", { class: "num" }, r.cohort ? r.lent + (r.lendingLimit ? ` (limit ${r.lendingLimit})` : "") : "—")))))
         : h("p", { class: "muted" }, "No quotas are set and no job holds any."));
+      const hist = body.usageHistory || [];
+      if (hist.length) quotasBox.append(h("h3", {}, "Past use (fair share)"),
+        h("table", { class: "list", id: "usage-history" },
+          h("thead", {}, h("tr", {}, ["Project", "CPUs", "Memory (GiB)", "Accelerators"].map((x) => h("th", {}, x)))),
+          h("tbody", {}, hist.map((u) => h("tr", {}, h("td", {}, u.project), h("td", { class: "num" }, String(u.cpus)), h("td", { class: "num" }, String(u.memoryGb)),
+            h("td", {}, Object.entries(u.accelerators || {}).map(([k, v]) => `${v} × ${k}`).join(", ") || "—"))))),
+        h("p", { class: "muted small" }, `What each project held, averaged with weights that halve every ${Math.round(Number(body.usageHalfLifeSecs) / 3600)} h; it counts in the fair-share order.`));
       if (rows.length) quotasBox.append(h("p", { class: "muted small", id: "quota-note" },
         "In use counts what admitted jobs asked for (their machine types), not what they use; storage_gb is what the project's buckets hold (job outputs included), looked at every few seconds. A node marked overcommit (no [node] table in the config) shares its CPUs and memory with the host, so the jobs on it may together ask for more than it has."));
       clearError("quotas");

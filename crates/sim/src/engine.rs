@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use trainyard_core::capacity::{Need, NodeIx, Shape};
 use trainyard_core::job::{Demand, Micros, Phase, Policy as JobPolicy, Settings, HOUR, SECOND};
-use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, Quotas, Request};
+use trainyard_core::schedule::{plan, Cluster, Decision, Fleet, QuotaUse, Quotas, Request};
 use trainyard_core::step::{step, Effect, Event};
 use trainyard_core::{Job, Outcome, RunId};
 
@@ -369,7 +369,7 @@ impl Sim<'_> {
     fn round(&mut self, now: Micros, policy: &Policy) {
         let no_metrics: BTreeMap<String, u64> = BTreeMap::new();
         let quotas = Quotas::default();
-        let used = BTreeMap::new();
+        let used = QuotaUse::default();
         self.waiting.sort_unstable();
         self.waiting.dedup();
         let live = &self.live;
@@ -389,6 +389,7 @@ impl Sim<'_> {
                     metrics: &no_metrics,
                     duration: self.jobs[i].limit,
                     priority: j.policy.priority,
+                    may_borrow: true,
                 })
             })
             .collect();
@@ -409,11 +410,12 @@ impl Sim<'_> {
                     self.rep.placements += 1;
                     self.apply(i, Event::Place { nodes, addresses, notes: warnings }, now);
                 }
-                Decision::Preempt { job, reason, by_priority } => {
+                Decision::Preempt { job, reason, by_priority, reclaim } => {
                     self.cluster.mark_stopping(job);
                     self.rep.preemptions += 1;
                     let event = match by_priority {
-                        Some(_) => Event::PreemptForPriority { reason },
+                        Some(_) => Event::PreemptForPriority { reason, requeue: false },
+                        None if reclaim => Event::PreemptForPriority { reason, requeue: true },
                         None => Event::Preempt { reason },
                     };
                     self.apply((job - 1) as usize, event, now);

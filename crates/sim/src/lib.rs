@@ -406,7 +406,7 @@ pub fn simulate_observed(
     let Shapes { of: job_shape, shapes, needs } = Shapes::intern(&cluster, jobs);
     let no_metrics: BTreeMap<String, u64> = BTreeMap::new();
     let quotas = Quotas::default();
-    let quota_used = BTreeMap::new();
+    let quota_used = trainyard_core::schedule::QuotaUse::default();
     let mut st: Vec<St> = vec![St::default(); jobs.len()];
     let mut heap: BinaryHeap<Reverse<(Micros, u64, Ev)>> = BinaryHeap::new();
     let mut seq = 0u64;
@@ -513,6 +513,7 @@ pub fn simulate_observed(
                     metrics: &no_metrics,
                     duration: j.limit,
                     priority: 0,
+                    may_borrow: true,
                 }
             })
             .collect();

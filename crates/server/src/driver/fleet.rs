@@ -274,11 +274,26 @@ impl Driver {
                     "limit": self.quotas.default[m].to_string(), "inUse": "0", "queued": "0"}));
             }
         }
+        // Cohorts: what each project uses above its quota, and lends of what it does not use.
+        let held: BTreeMap<(String, String), u64> = rows.iter().map(|(k, (u, _))| (k.clone(), *u)).collect();
+        let loans = trainyard_core::quota::lending(&self.quotas, &held);
         for ((project, metric), (used, queued)) in rows {
             let mut row = serde_json::json!({"project": project, "region": self.svc.cfg.region, "metric": metric,
                 "inUse": used.to_string(), "queued": queued.to_string()});
             if let Some(l) = self.quotas.limit(&project, &metric) {
                 row["limit"] = serde_json::Value::String(l.to_string());
+            }
+            if let Some(c) = self.quotas.cohort_of(&project) {
+                row["cohort"] = serde_json::Value::String(c.name.clone());
+                let loan = loans.get(&project);
+                let amount = |m: Option<&BTreeMap<String, u64>>| m.and_then(|m| m.get(&metric)).copied().unwrap_or(0).to_string();
+                row["borrowed"] = serde_json::Value::String(amount(loan.map(|l| &l.borrowed)));
+                row["lent"] = serde_json::Value::String(amount(loan.map(|l| &l.lent)));
+                for (key, limits) in [("borrowingLimit", &self.quotas.borrowing_limits), ("lendingLimit", &self.quotas.lending_limits)] {
+                    if let Some(v) = limits.get(&project).and_then(|m| m.get(&metric)) {
+                        row[key] = serde_json::Value::String(v.to_string());
+                    }
+                }
             }
             out.push(row);
         }

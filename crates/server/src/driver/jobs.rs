@@ -496,14 +496,17 @@ impl Driver {
                     }
                     reasons.insert(job, waiting);
                 }
-                Decision::Preempt { job, reason, by_priority: None } => {
+                Decision::Preempt { job, reason, by_priority: None, reclaim: false } => {
                     self.apply(job, Event::Preempt { reason }, now)?.ok();
                 }
-                Decision::Preempt { job, reason, by_priority: Some(value) } => {
+                Decision::Preempt { job, reason, by_priority: None, reclaim: true } => {
+                    self.apply(job, Event::PreemptForPriority { reason, requeue: true }, now)?.ok();
+                }
+                Decision::Preempt { job, reason, by_priority: Some(value), .. } => {
                     // The class that preempted it, by name.
                     let class = self.priorities.classes.iter().find(|(_, v)| *v == value).map(|(n, _)| n.as_str()).unwrap_or("?");
                     let reason = format!("{reason} (priority class {class})");
-                    self.apply(job, Event::PreemptForPriority { reason }, now)?.ok();
+                    self.apply(job, Event::PreemptForPriority { reason, requeue: false }, now)?.ok();
                 }
             }
         }
