@@ -469,7 +469,7 @@ fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Re
                 summary.iter().for_each(|l| println!("{l}"));
                 println!();
             }
-            Format::Json => {}
+            Format::Json | Format::Csv => {}
         }
     }
     print_value(&v, format)?;
@@ -1046,6 +1046,72 @@ pub fn run_nodes(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
             println!("Node [{node}] takes work again.");
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trainyard usage`: what each project's jobs reserved and used, like `sreport`.
+#[derive(Args)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Hours from this time (RFC 3339, e.g. 2026-11-01T00:00:00Z; rounded down to its
+    /// hour). Default: all that is stored.
+    #[arg(long)]
+    from: Option<String>,
+    /// Hours before this time (RFC 3339). Default: now.
+    #[arg(long)]
+    to: Option<String>,
+    /// Each hour's row instead of the totals per project and accelerator type.
+    #[arg(long)]
+    hourly: bool,
+    #[command(flatten)]
+    format: ListFormat,
+}
+
+const USAGE_COLUMNS: &[Column] = &[
+    ("PROJECT", |r| text(&r["project"])),
+    ("ACCELERATOR", |r| text(&r["acceleratorType"])),
+    ("CPU_HOURS", |r| hours_cell(&r["cpuHours"])),
+    ("GPU_HOURS", |r| hours_cell(&r["gpuHours"])),
+    ("MEMORY_GB_HOURS", |r| hours_cell(&r["memoryGbHours"])),
+    ("USED_CPU_HOURS", |r| hours_cell(&r["usedCpuHours"])),
+    ("USED_MEMORY_GB_HOURS", |r| hours_cell(&r["usedMemoryGbHours"])),
+    ("SUCCEEDED", |r| text(&r["jobsSucceeded"])),
+    ("FAILED", |r| text(&r["jobsFailed"])),
+    ("CANCELLED", |r| text(&r["jobsCancelled"])),
+    ("PREEMPTIONS", |r| text(&r["preemptions"])),
+    ("LOST_GPU_HOURS", |r| hours_cell(&r["lostGpuHours"])),
+];
+
+const USAGE_HOURLY_COLUMNS: &[Column] = &[
+    ("PROJECT", |r| text(&r["project"])),
+    ("HOUR", |r| text(&r["hour"])),
+    ("CPU_HOURS", |r| hours_cell(&r["cpuHours"])),
+    ("GPU_HOURS", |r| hours_cell(&r["gpuHours"])),
+    ("MEMORY_GB_HOURS", |r| hours_cell(&r["memoryGbHours"])),
+];
+
+fn hours_cell(v: &Value) -> String {
+    v.as_f64().map_or_else(|| text(v), |h| format!("{h:.3}"))
+}
+
+pub fn run_usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
+    // Only a project given on the command line (or TRAINYARD_PROJECT) narrows the report.
+    let project = args.target.project.clone();
+    let api = Api::new(args.target)?;
+    let mut query: Vec<String> = Vec::new();
+    for (k, v) in [("from", &args.from), ("to", &args.to), ("project", &project)] {
+        if let Some(v) = v {
+            query.push(format!("{k}={}", encode(v)));
+        }
+    }
+    let mut url = api.admin_url("usage");
+    if !query.is_empty() {
+        url = format!("{url}?{}", query.join("&"));
+    }
+    let v = api.send("GET", &url, None)?;
+    let (key, columns) = if args.hourly { ("series", USAGE_HOURLY_COLUMNS) } else { ("usage", USAGE_COLUMNS) };
+    print_list(v[key].as_array().map_or(&[][..], Vec::as_slice), columns, args.format.format)?;
     Ok(ExitCode::SUCCESS)
 }
 

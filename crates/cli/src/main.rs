@@ -44,6 +44,9 @@ enum Command {
         #[command(subcommand)]
         command: client::NodeCommand,
     },
+    /// Usage accounting: CPU-, GPU- and memory-hours per project and accelerator type,
+    /// job ends and preemptions (all projects, or the one --project names).
+    Usage(client::UsageArgs),
     /// Quotas: limits, use and queued demand; reload the limits.
     Quotas {
         #[command(subcommand)]
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         Command::Nodes { command } => client::run_nodes(command),
         Command::HpTuningJobs { command } => client::run_studies(command),
         Command::Quotas { command } => client::run_quotas(command),
+        Command::Usage(args) => client::run_usage(args),
     };
     match result {
         Ok(code) => code,

@@ -13,6 +13,8 @@ pub enum Format {
     Json,
     /// The same as YAML.
     Yaml,
+    /// A list's columns (or one resource's fields) as CSV (RFC 4180), a header first.
+    Csv,
 }
 
 /// `--format` of a command that prints a list (a table unless asked otherwise).
@@ -63,8 +65,24 @@ pub fn print_list(items: &[Value], columns: &[Column], format: Format) -> anyhow
             table(&head, &rows);
             Ok(())
         }
+        Format::Csv => {
+            let head: Vec<&str> = columns.iter().map(|(h, _)| *h).collect();
+            let rows: Vec<Vec<String>> = items.iter().map(|item| columns.iter().map(|(_, cell)| cell(item)).collect()).collect();
+            print!("{}", csv_text(&head, &rows)?);
+            Ok(())
+        }
         f => print_value(&Value::Array(items.to_vec()), f),
     }
+}
+
+/// A header and rows as CSV.
+fn csv_text(head: &[&str], rows: &[Vec<String>]) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(head)?;
+    for r in rows {
+        w.write_record(r)?;
+    }
+    Ok(String::from_utf8(w.into_inner().map_err(|e| anyhow::anyhow!("CSV: {e}"))?)?)
 }
 
 /// One resource (or any value) in the format asked for.
@@ -82,7 +100,15 @@ pub fn render_value(v: &Value, format: Format) -> anyhow::Result<String> {
             let rows: Vec<Vec<String>> = fields.iter().map(|(k, v)| vec![k.clone(), one_line(&text(v), 100)]).collect();
             table_text(&["FIELD", "VALUE"], &rows)
         }
-        (Format::Yaml | Format::Table, _) => serde_norway::to_string(v)?,
+        (Format::Csv, Value::Object(fields)) => {
+            let rows: Vec<Vec<String>> = fields.iter().map(|(k, v)| vec![k.clone(), text(v)]).collect();
+            csv_text(&["FIELD", "VALUE"], &rows)?
+        }
+        (Format::Csv, Value::Array(items)) => {
+            let rows: Vec<Vec<String>> = items.iter().map(|v| vec![text(v)]).collect();
+            csv_text(&["VALUE"], &rows)?
+        }
+        (Format::Yaml | Format::Table | Format::Csv, _) => serde_norway::to_string(v)?,
     })
 }
 
@@ -134,6 +160,12 @@ mod tests {
         assert_eq!(j, v);
         let y: Value = serde_norway::from_str(&render_value(&v, Format::Yaml).unwrap()).unwrap();
         assert_eq!(y, v);
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_it() {
+        let t = csv_text(&["A", "B"], &[vec!["x,y".into(), "say \"hi\"".into()], vec!["1".into(), "".into()]]).unwrap();
+        assert_eq!(t, "A,B\n\"x,y\",\"say \"\"hi\"\"\"\n1,\n");
     }
 
     #[test]

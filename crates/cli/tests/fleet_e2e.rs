@@ -114,7 +114,7 @@ fn l3_quotas_listed_and_changed_at_run_time() {
     assert!(ok, "{out}");
     let row = out.lines().find(|l| l.starts_with("q ")).unwrap_or_else(|| panic!("{out}"));
     let cols: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cols, ["q", "us-central1", "custom_model_training_cpus", "4", "4", "4"], "{out}");
+    assert_eq!(cols, ["q", "us-central1", "custom_model_training_cpus", "4", "4", "4", "-", "-", "-"], "{out}");
     // Raise the limit in the config file and read it again.
     let text = std::fs::read_to_string(&s.config).unwrap().replace("custom_model_training_cpus = 4", "custom_model_training_cpus = 8");
     std::fs::write(&s.config, text).unwrap();

@@ -295,3 +295,85 @@ fn gpus_l23_assignments_survive_a_server_kill() {
         cancel(&s, j);
     }
 }
+
+fn secs_between(a: &Value, b: &Value) -> f64 {
+    let t = |v: &Value| {
+        let s = v.as_str().unwrap_or_else(|| panic!("not a time: {v}"));
+        trainyard_api::Timestamp::parse_rfc3339(s).unwrap_or_else(|_| panic!("not a time: {s}")).micros()
+    };
+    (t(b) - t(a)) as f64 / 1e6
+}
+
+/// Usage accounting (`GET /v1/admin/usage`, `trainyard usage`, `/metrics`): the GPU-hours
+/// reported for a project equal the sum over its jobs' runs (GPUs x time held), the jobs'
+/// ends are counted by state, and all of it is kept across a restart; bad parameters are
+/// 400 naming them.
+#[test]
+fn usage_report_gpu_hours_equal_the_sum_over_the_jobs_runs() {
+    if skip_on_slurm("the fake nvidia-smi is on this host") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let two = name_of(&s.create("p", &gpu_job("two", 2, "sleep 2")));
+    let one = name_of(&s.create("p", &gpu_job("one", 1, "sleep 300")));
+    s.wait_for(&one, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    std::thread::sleep(Duration::from_secs(1));
+    s.call("POST", &s.url(&format!("/v1/{one}:cancel")), Some("{}"));
+    let two = s.wait_terminal(&two, 60);
+    let one = s.wait_terminal(&one, 60);
+    assert_eq!((state(&two).as_str(), state(&one).as_str()), ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"));
+    // Held from placement until the replicas are down: a little more than RUNNING's span.
+    let expected = 2.0 * secs_between(&two["startTime"], &two["endTime"]) + secs_between(&one["startTime"], &one["endTime"]);
+    let row = |v: &Value| -> Value {
+        v["usage"]
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["project"] == "p" && r["acceleratorType"] == "NVIDIA_TESLA_A100").cloned())
+            .unwrap_or_else(|| panic!("no row for p: {v:#}"))
+    };
+    let (status, v) = s.call("GET", &s.url("/v1/admin/usage"), None);
+    assert_eq!(status, 200, "{v}");
+    let r = row(&v);
+    let gpu_secs = r["gpuHours"].as_f64().unwrap_or(-1.0) * 3600.0;
+    assert!(gpu_secs >= expected - 0.01 && gpu_secs <= expected + 3.0, "reported {gpu_secs} s, runs {expected} s: {r:#}");
+    assert_eq!((r["jobsSucceeded"].as_u64(), r["jobsCancelled"].as_u64(), r["jobsFailed"].as_u64()), (Some(1), Some(1), Some(0)), "{r:#}");
+    let cpu_secs = r["cpuHours"].as_f64().unwrap_or(0.0) * 3600.0;
+    assert!(cpu_secs > gpu_secs, "a2-highgpu-1g has 12 vCPUs per GPU: {r:#}");
+    assert!(v["series"].as_array().is_some_and(|a| !a.is_empty()), "{v:#}");
+
+    s.restart();
+    let (_, after) = s.call("GET", &s.url("/v1/admin/usage?project=p"), None);
+    let r2 = row(&after);
+    assert_eq!(r2["gpuHours"], r["gpuHours"], "kept across a restart: {after:#}");
+    assert_eq!(r2["jobsCancelled"], r["jobsCancelled"]);
+    let metrics = ureq::get(&s.url("/metrics")).call().expect("GET /metrics").into_body().read_to_string().expect("body");
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("trainyard_usage_accelerator_seconds_total{") && l.contains("project=\"p\""))
+        .unwrap_or_else(|| panic!("no usage counter:\n{metrics}"));
+    let counted: f64 = line.rsplit(' ').next().and_then(|x| x.parse().ok()).unwrap_or(-1.0);
+    assert!((counted - gpu_secs).abs() < 0.01, "{line} vs {gpu_secs}");
+
+    let o = std::process::Command::new(BIN)
+        .args(["usage", "--format", "csv"])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env_remove("TRAINYARD_PROJECT")
+        .output()
+        .expect("trainyard usage");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.starts_with("PROJECT,ACCELERATOR,CPU_HOURS,GPU_HOURS,") && out.contains("\np,NVIDIA_TESLA_A100,"), "{out}");
+
+    for (q, named) in [
+        ("from=2026-12-02T00:00:00Z&to=2026-12-01T00:00:00Z", "from"),
+        ("from=yesterday", "from"),
+        ("to=2026-13-01T00:00:00Z", "to"),
+        ("projects=p", "projects"),
+    ] {
+        let (status, v) = s.call("GET", &s.url(&format!("/v1/admin/usage?{q}")), None);
+        assert_eq!(status, 400, "{q}: {v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains(named)), "{q}: {v}");
+    }
+    let (_, none) = s.call("GET", &s.url("/v1/admin/usage?from=2000-01-01T00:00:00Z&to=2000-01-02T00:00:00Z"), None);
+    assert_eq!(none["usage"], serde_json::json!([]), "{none}");
+}

@@ -1826,10 +1826,12 @@ async function nodesPage(pg) {
   const nodesBox = h("div", { id: "nodes" }, h("p", { class: "muted" }, "Loading…"));
   const queueBox = h("div", { id: "queue" }, h("p", { class: "muted" }, "Loading…"));
   const quotasBox = h("div", { id: "quotas" }, h("p", { class: "muted" }, "Loading…"));
+  const usageBox = h("div", { id: "usage" }, h("p", { class: "muted" }, "Loading…"));
   view.append(
     h("section", { class: "card" }, h("h2", {}, "Nodes"), nodesBox),
     h("section", { class: "card" }, h("h2", {}, "Queue ", h("span", { class: "muted small" }, "QUEUED and PENDING jobs, oldest first")), queueBox),
-    h("section", { class: "card" }, h("h2", {}, "Quotas"), quotasBox));
+    h("section", { class: "card" }, h("h2", {}, "Quotas"), quotasBox),
+    h("section", { class: "card" }, h("h2", {}, "Usage ", h("span", { class: "muted small" }, "the last 7 days, by hour")), usageBox));
   const adminNote = (e) => h("p", { class: "errtext" }, e.message, e.status === 403 || e.status === 401 ? ' The administration API needs a "*" token.' : "");
 
   async function loadNodes() {
@@ -1928,9 +1930,59 @@ async function nodesPage(pg) {
       failures.length ? h("p", { class: "errtext" }, failures.join("; ")) : null);
   }
 
-  await Promise.all([loadNodes(), loadQuotas()]);
+  async function loadUsage() {
+    try {
+      const from = new Date(Date.now() - 7 * 24 * 3600e3);
+      from.setUTCMinutes(0, 0, 0);
+      const body = await api(`/v1/admin/usage?from=${enc(from.toISOString())}`, { signal: pg.signal });
+      const rows = body.usage || [];
+      if (!rows.length) { put(usageBox, h("p", { class: "muted" }, "No job held capacity in the last 7 days.")); clearError("usage"); return; }
+      const byProject = new Map();
+      for (const p of body.series || []) {
+        if (!byProject.has(p.project)) byProject.set(p.project, []);
+        byProject.get(p.project).push(p);
+      }
+      const n = (x) => (Math.round(x * 1000) / 1000).toString();
+      put(usageBox,
+        h("table", { class: "list", id: "usage-table" },
+          h("thead", {}, h("tr", {}, ["Project", "Accelerator", "CPU-h", "GPU-h", "Memory GB-h", "Used CPU-h", "Used memory GB-h", "Succeeded", "Failed", "Cancelled", "Preemptions", "GPU-h lost"].map((x) => h("th", {}, x)))),
+          h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.acceleratorType),
+            ...[r.cpuHours, r.gpuHours, r.memoryGbHours, r.usedCpuHours, r.usedMemoryGbHours].map((x) => h("td", { class: "num" }, n(x))),
+            ...[r.jobsSucceeded, r.jobsFailed, r.jobsCancelled, r.preemptions].map((x) => h("td", { class: "num" }, String(x))),
+            h("td", { class: "num" }, n(r.lostGpuHours)))))),
+        h("div", { class: "usage-charts" }, [...byProject.entries()].map(([p, pts]) => usageChart(p, pts, from.getTime()))),
+        h("p", { class: "muted small" }, "Reserved: what the jobs' machine types hold, from placement until their replicas are down. Used: what their cgroups say (memory; CPU where the cgroup accounts it). `trainyard usage` prints the same (table, json, csv)."));
+      clearError("usage");
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      put(usageBox, adminNote(e));
+      report(e, "usage");
+    }
+  }
+
+  await Promise.all([loadNodes(), loadQuotas(), loadUsage()]);
   await loadQueue().catch((e) => { if (e.name !== "AbortError") { put(queueBox, h("p", { class: "errtext" }, e.message)); report(e); } });
   every(pg, 3000, async () => { await Promise.all([loadNodes(), loadQuotas()]); await loadQueue(); });
+  every(pg, 30000, loadUsage);
+}
+
+/** A project's use per hour since `from` (ms): GPU-hours if it used any, else CPU-hours. */
+function usageChart(project, points, from) {
+  const gpu = points.some((p) => p.gpuHours > 0);
+  const key = gpu ? "gpuHours" : "cpuHours";
+  const hours = Math.max(1, Math.ceil((Date.now() - from) / 3600e3));
+  const vals = new Array(hours).fill(0);
+  for (const p of points) {
+    const i = Math.floor((Date.parse(p.hour) - from) / 3600e3);
+    if (i >= 0 && i < hours) vals[i] += p[key];
+  }
+  const W = 420, H = 90, max = Math.max(...vals, 1e-9);
+  const bw = W / hours;
+  const svg = s("svg", { class: "usage-chart", width: W, height: H + 14, viewBox: `0 0 ${W} ${H + 14}`, role: "img", "aria-label": `${project}: ${gpu ? "GPU" : "CPU"}-hours per hour` },
+    s("line", { x1: 0, x2: W, y1: H, y2: H, class: "axis" }),
+    ...vals.map((v, i) => v > 0 ? s("rect", { x: i * bw, y: H - (v / max) * H, width: Math.max(bw, 1), height: (v / max) * H, class: "usage-bar" }, s("title", {}, `${new Date(from + i * 3600e3).toISOString().slice(0, 13)}h: ${Math.round(v * 1000) / 1000} ${gpu ? "GPU" : "CPU"}-h`)) : null),
+    s("text", { x: 0, y: H + 12, class: "small" }, "7 days ago"), s("text", { x: W, y: H + 12, "text-anchor": "end", class: "small" }, "now"));
+  return h("figure", { class: "usage-fig" }, h("figcaption", {}, h("strong", {}, project), ` ${gpu ? "GPU" : "CPU"}-hours per hour (peak ${Math.round(max * 1000) / 1000})`), svg);
 }
 
 async function nodePage(pg, nodeName) {

@@ -347,6 +347,45 @@ async fn list_quotas(State(state): State<AppState>) -> ApiResult {
     json_response(with_storage_rows(&state, v).await, false)
 }
 
+/// `GET /v1/admin/usage?from=&to=&project=`: RFC 3339 times, `from` before `to`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageParams {
+    from: Option<String>,
+    to: Option<String>,
+    project: Option<String>,
+}
+
+async fn usage(State(state): State<AppState>, q: Result<Query<UsageParams>, QueryRejection>) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
+    let time = |name: &str, v: &Option<String>| -> Result<Option<i64>, ApiError> {
+        v.as_deref()
+            .map(|t| {
+                trainyard_api::Timestamp::parse_rfc3339(t)
+                    .map(|t| t.micros())
+                    .map_err(|_| ApiError::invalid_argument(format!("{name}: {t:?} is not an RFC 3339 time (e.g. 2026-11-30T10:00:00Z)")))
+            })
+            .transpose()
+    };
+    let (from, to) = (time("from", &q.from)?, time("to", &q.to)?);
+    if let (Some(f), Some(t)) = (from, to) {
+        if f >= t {
+            return Err(ApiError::invalid_argument(format!(
+                "from: {} is not before to ({})",
+                q.from.as_deref().unwrap_or_default(),
+                q.to.as_deref().unwrap_or_default()
+            ))
+            .into());
+        }
+    }
+    if q.project.as_deref().is_some_and(str::is_empty) {
+        return Err(ApiError::invalid_argument("project: must not be empty".to_string()).into());
+    }
+    let req = crate::driver::Admin::Usage(crate::driver::UsageQuery { from, to, project: q.project });
+    let v = ask(&state, |reply| Msg::Admin { req, reply }).await?;
+    json_response(v, false)
+}
+
 async fn reload_quotas(State(state): State<AppState>) -> ApiResult {
     let v = ask(&state, |reply| Msg::Admin { req: crate::driver::Admin::ReloadQuotas, reply }).await?;
     json_response(with_storage_rows(&state, v).await, false)
@@ -513,6 +552,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))
         .route("/v1/admin/quotas", get(list_quotas))
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
+        .route("/v1/admin/usage", get(usage))
         .route("/v1/admin/tokens:reload", axum::routing::post(guard::reload_tokens))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_page).with_state(state.metrics.clone()))

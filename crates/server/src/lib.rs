@@ -1,6 +1,7 @@
 //! The Trainyard server: configuration, the driver thread that runs the lifecycle, the
 //! REST API, and the embedding used by `trainyard serve` and `trainyard local-run`.
 
+pub mod accounting;
 pub mod auth;
 pub mod config;
 pub mod containers;

@@ -89,7 +89,69 @@ pub struct ReplicaLabels {
     pub replica: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UsageLabels {
+    pub project: String,
+    /// The accelerator type; empty for replicas without one.
+    pub accelerator: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
+/// The usage ledger's totals by project and accelerator type (see `accounting`): they
+/// move as usage is stored, and start from the stored totals at a start.
+#[derive(Default)]
+struct UsageCounters {
+    cpu: Family<UsageLabels, FloatCounter>,
+    accelerator: Family<UsageLabels, FloatCounter>,
+    memory_gb: Family<UsageLabels, FloatCounter>,
+    used_cpu: Family<UsageLabels, FloatCounter>,
+    used_memory_gb: Family<UsageLabels, FloatCounter>,
+    preemptions: Family<UsageLabels, Counter>,
+    lost_accelerator: Family<UsageLabels, FloatCounter>,
+}
+
+impl UsageCounters {
+    fn register(&self, r: &mut Registry) {
+        r.register_with_unit("usage_cpu", "CPU time reserved by jobs (CPUs held x time), by project and accelerator type", Unit::Seconds, self.cpu.clone());
+        r.register_with_unit("usage_accelerator", "Accelerator time reserved by jobs (GPUs held x time)", Unit::Seconds, self.accelerator.clone());
+        r.register("usage_memory_gb_seconds", "Memory reserved by jobs, GB x seconds", self.memory_gb.clone());
+        r.register_with_unit("usage_used_cpu", "CPU time jobs used, where their cgroups account it", Unit::Seconds, self.used_cpu.clone());
+        r.register("usage_used_memory_gb_seconds", "Memory jobs used, GB x seconds, where their cgroups say", self.used_memory_gb.clone());
+        r.register("usage_preemptions", "Preemptions of jobs (SPOT, priority, reclaim)", self.preemptions.clone());
+        r.register_with_unit(
+            "usage_lost_accelerator",
+            "Accelerator time of work lost by preemptions (since each job's last checkpoint)",
+            Unit::Seconds,
+            self.lost_accelerator.clone(),
+        );
+    }
+
+    fn add(&self, rows: &[crate::accounting::UsageRow]) {
+        for r in rows {
+            let l = UsageLabels { project: r.project.clone(), accelerator: r.accelerator.clone() };
+            let a = &r.amounts;
+            self.cpu.get_or_create(&l).inc_by(a.cpu_seconds);
+            self.accelerator.get_or_create(&l).inc_by(a.accelerator_seconds);
+            self.memory_gb.get_or_create(&l).inc_by(a.memory_gb_seconds);
+            self.used_cpu.get_or_create(&l).inc_by(a.used_cpu_seconds);
+            self.used_memory_gb.get_or_create(&l).inc_by(a.used_memory_gb_seconds);
+            self.preemptions.get_or_create(&l).inc_by(a.preemptions);
+            self.lost_accelerator.get_or_create(&l).inc_by(a.lost_accelerator_seconds);
+        }
+    }
+
+    fn clear(&self) {
+        self.cpu.clear();
+        self.accelerator.clear();
+        self.memory_gb.clear();
+        self.used_cpu.clear();
+        self.used_memory_gb.clear();
+        self.preemptions.clear();
+        self.lost_accelerator.clear();
+    }
+}
 
 /// The running replicas (by job: its project and runs), whose cgroups are read at a
 /// scrape: memory in use, and CPU time where the cgroup accounts it (v2).
@@ -124,21 +186,27 @@ impl Replicas {
         };
         let mut out = Vec::with_capacity(runs.len());
         for (project, run) in runs {
-            let dir = crate::datadir::run_dir(data_dir, &run);
-            let Ok(Some(spec)) = trainyard_backend::shim::read_spec(&dir) else { continue };
-            let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { continue };
-            if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') {
-                continue;
-            }
-            let Ok(version) = trainyard_backend::cgroup::CgroupVersion::from_number(version) else { continue };
-            let cg = trainyard_backend::cgroup::ReplicaCgroup::open(version, base.join(&spec.cgroup_name));
-            let (memory, cpu) = (cg.memory_bytes(), cg.cpu_seconds());
+            let Some((memory, cpu)) = cgroup_sample(data_dir, &run) else { continue };
             let labels = ReplicaLabels { project, job: run.job.to_string(), replica: format!("{}-a{}-r{}", run.replica, run.attempt, run.restart) };
             out.push((labels, memory, cpu));
         }
         out.sort_by(|a, b| (&a.0.job, &a.0.replica).cmp(&(&b.0.job, &b.0.replica)));
         out
     }
+}
+
+/// What a running replica's cgroup says now: memory in use (bytes) and CPU time so far
+/// (seconds, where the cgroup accounts it). None: the run has no cgroup of its own.
+pub fn cgroup_sample(data_dir: &std::path::Path, run: &RunId) -> Option<(Option<u64>, Option<f64>)> {
+    let dir = crate::datadir::run_dir(data_dir, run);
+    let spec = trainyard_backend::shim::read_spec(&dir).ok()??;
+    let (base, version) = (spec.cgroup_base?, spec.cgroup_version?);
+    if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') {
+        return None;
+    }
+    let version = trainyard_backend::cgroup::CgroupVersion::from_number(version).ok()?;
+    let cg = trainyard_backend::cgroup::ReplicaCgroup::open(version, base.join(&spec.cgroup_name));
+    Some((cg.memory_bytes(), cg.cpu_seconds()))
 }
 
 impl Collector for Replicas {
@@ -207,6 +275,7 @@ pub struct Metrics {
     http: HistogramFamily<HttpLabels>,
     store_commit: HistogramFamily<OpLabels>,
     replicas: Arc<Replicas>,
+    usage: UsageCounters,
     /// `[metrics] enabled`: when false nothing is counted and `/metrics` is 404.
     enabled: bool,
 }
@@ -303,6 +372,8 @@ impl Metrics {
         for reason in RETRY_REASONS {
             let _ = job_retries.get_or_create(&ReasonLabels { reason: reason.to_string() });
         }
+        let usage = UsageCounters::default();
+        usage.register(&mut r);
         let replicas = Arc::new(Replicas { data_dir, runs: Mutex::new(HashMap::new()) });
         r.register_collector(Box::new(Arc::clone(&replicas)));
         Metrics {
@@ -326,6 +397,7 @@ impl Metrics {
             http,
             store_commit,
             replicas,
+            usage,
             enabled: true,
         }
     }
@@ -368,6 +440,21 @@ impl Metrics {
         self.alloc_accelerators.clear();
         if let Ok(mut runs) = self.replicas.runs.lock() {
             runs.clear();
+        }
+    }
+
+    /// Usage stored now (added to the totals by project and accelerator type).
+    pub fn usage_stored(&self, rows: &[crate::accounting::UsageRow]) {
+        if self.enabled {
+            self.usage.add(rows);
+        }
+    }
+
+    /// The stored usage totals, at a start.
+    pub fn usage_totals(&self, rows: &[crate::accounting::UsageRow]) {
+        if self.enabled {
+            self.usage.clear();
+            self.usage.add(rows);
         }
     }
 

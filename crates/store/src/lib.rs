@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use trainyard_core::{Effect, Job, Micros};
 
+pub mod usage;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database {path}: {source}")]
@@ -117,6 +119,24 @@ const MIGRATIONS: &[&str] = &[
     // instead of misreading them), and the damage found in a quarantined record.
     "ALTER TABLE jobs ADD COLUMN format INTEGER NOT NULL DEFAULT 1;
      ALTER TABLE jobs ADD COLUMN damage TEXT;",
+    // 4: usage accounting: what each project's jobs reserved and used, per accelerator type
+    // and hour (kept apart from the jobs: deleting a job or its logs keeps its usage).
+    "CREATE TABLE usage (
+        project TEXT NOT NULL,
+        accelerator TEXT NOT NULL,
+        hour INTEGER NOT NULL,
+        cpu_seconds REAL NOT NULL DEFAULT 0,
+        accelerator_seconds REAL NOT NULL DEFAULT 0,
+        memory_gb_seconds REAL NOT NULL DEFAULT 0,
+        used_cpu_seconds REAL NOT NULL DEFAULT 0,
+        used_memory_gb_seconds REAL NOT NULL DEFAULT 0,
+        succeeded INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0,
+        cancelled INTEGER NOT NULL DEFAULT 0,
+        preemptions INTEGER NOT NULL DEFAULT 0,
+        lost_accelerator_seconds REAL NOT NULL DEFAULT 0,
+        PRIMARY KEY (project, accelerator, hour)
+     );",
 ];
 
 /// The format of the `core` records this release writes and reads.

@@ -33,6 +33,7 @@ impl Driver {
                 Ok(self.node_view(self.node(&name)?))
             }
             Admin::Quotas => Ok(self.quota_view()),
+            Admin::Usage(q) => self.usage_report(&q),
             Admin::ReloadQuotas => {
                 let Some(path) = self.svc.cfg.path.clone() else {
                     return Err(ApiError::failed_precondition("The server runs on its built-in defaults: there is no config file to read quotas from."));

@@ -99,6 +99,7 @@ impl Driver {
             c.live(id, &live.job.project);
         }
         self.metrics.job_changed(None, &live.job);
+        self.account(None, &live.job);
         self.jobs.insert(id, live);
     }
 
@@ -284,6 +285,10 @@ impl Driver {
             if after.is_terminal() {
                 self.trial_ended(link.study, link.trial, &job);
             }
+        }
+        if let Some(live) = self.jobs.get(&id) {
+            let now = self.now();
+            self.ledger.job_changed(Some(&live.job), &job, now, None);
         }
         if let Some(live) = self.jobs.get_mut(&id) {
             self.metrics.job_changed(Some(&live.job), &job);

@@ -3,6 +3,7 @@
 //! event: `step` (pure), commit the new state and its effects in one transaction (L23),
 //! then carry the effects out. No lock is shared with the handlers.
 
+mod accounting;
 mod fleet;
 mod gpus;
 mod jobs;
@@ -88,7 +89,11 @@ pub enum Admin {
     Quotas,
     /// Read the quota limits again from the config file.
     ReloadQuotas,
+    /// Usage accounting: per project and accelerator type, and per hour.
+    Usage(UsageQuery),
 }
+
+pub use accounting::UsageQuery;
 
 /// Everything the driver needs that is not a job.
 pub struct Services {
@@ -160,6 +165,11 @@ pub struct Driver {
     history_saved: Micros,
     /// What each project's jobs held after the last round.
     last_held: BTreeMap<String, trainyard_core::schedule::UsageHistory>,
+    /// Usage accounting: accrued and not yet stored, when it was last stored, and (while
+    /// loading at a start) the time up to which it had been stored.
+    ledger: crate::accounting::Ledger,
+    usage_flushed: Micros,
+    usage_resumed: Option<Micros>,
     /// Live HyperparameterTuningJobs.
     studies: BTreeMap<u64, LiveStudy>,
     /// Study events waiting to be applied (from trial jobs' transitions).
@@ -379,6 +389,9 @@ impl Driver {
             quotas: svc.cfg.quotas.clone(),
             priorities: svc.cfg.priority_classes.clone(),
             usage_history: BTreeMap::new(),
+            ledger: crate::accounting::Ledger::default(),
+            usage_flushed: 0,
+            usage_resumed: None,
             history_at: 0,
             history_saved: 0,
             last_held: BTreeMap::new(),
@@ -489,6 +502,7 @@ impl Driver {
         self.metrics.reset_jobs();
         self.metrics.set_fleet(&self.fleet);
         self.load_usage_history()?;
+        self.resume_usage()?;
         for stored in self.store.active_jobs()? {
             let id = stored.job.id;
             let resource = match (&stored.damage, serde_json::from_str::<CustomJob>(&stored.resource)) {
@@ -507,6 +521,7 @@ impl Driver {
         }
         // After the quarantines above, which end jobs.
         self.count_ended()?;
+        self.usage_resumed()?;
         let (pending, damaged) = self.store.pending_outbox()?;
         for (seq, job, damage) in damaged {
             // An effect that cannot be read cannot be carried out; its job's runs are
@@ -581,7 +596,14 @@ impl Driver {
         loop {
             match self.guarded_turn(MAX_WAIT) {
                 Ok(Flow::Continue) => {}
-                Ok(Flow::Stop) => return Ok(()),
+                Ok(Flow::Stop) => {
+                    // What accrued since the last store (a start goes on from it).
+                    let now = self.now();
+                    if let Err(e) = self.flush_usage(now, true) {
+                        tracing::warn!("usage accounting: the last usage could not be stored: {}", e.reason());
+                    }
+                    return Ok(());
+                }
                 Err(e) if e.is_transient() => {
                     if self.survive(e) == Flow::Stop {
                         return Ok(());
@@ -725,6 +747,7 @@ impl Driver {
         self.stop_timers(now);
         self.poll_backend_reasons(now)?;
         self.maybe_schedule(now)?;
+        self.flush_usage(now, false)?;
         let mut next = self.deadlines.first().map(|&(t, _)| t);
         let purge_at = self.purge_tries.values().filter_map(|p| p.at).min();
         for t in [self.later.iter().map(|l| l.at).min(), self.next_stop_timer(), purge_at].into_iter().flatten() {
