@@ -149,4 +149,11 @@ pub trait Backend: Send + Sync {
     fn waiting_reason(&self, _run: &RunId) -> Option<String> {
         None
     }
+
+    /// The engine holds a launched run in its queue for resources that other work holds
+    /// (Slurm: PENDING for `Resources` or `Priority`): an engine that places work itself
+    /// says so, and the scheduler may preempt lower-priority work for it.
+    fn held_for_resources(&self, _run: &RunId) -> bool {
+        false
+    }
 }

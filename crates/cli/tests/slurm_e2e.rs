@@ -319,3 +319,52 @@ fn l23_a_gang_survives_a_server_kill() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Preemption by priority on Slurm: a gang of a lower priority class (three whole-node
+/// replicas of the 4-node cluster) is preempted whole for a gang of a higher class, which
+/// runs and succeeds; the lower gang then starts again (every replica in a new allocation),
+/// resumes from its checkpoint and SUCCEEDS, counted as no worker restart (L11) or job
+/// retry (L12).
+#[test]
+fn l11_l12_a_lower_priority_gang_is_preempted_whole_and_resumes() {
+    if !ready() {
+        return;
+    }
+    let s = Server::start(
+        "[scheduler]\npriority_preemption = true\nmin_runtime_secs = 0\ndefault_priority_class = \"batch\"\n\
+         [[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 1000\n[[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n",
+    );
+    // Every replica resumes if the checkpoint is there when it starts; the chief writes it
+    // a few seconds in (after its gang has started).
+    let script = "d=$AIP_CHECKPOINT_DIR; if [ -f \"$d/step\" ]; then echo \"resumed from $(cat \"$d/step\")\"; exit 0; fi; \
+                  trap 'exit 143' TERM; if [ \"$RANK\" = 0 ]; then sleep 4; echo 1 > \"$d/step\"; fi; sleep 300 & wait";
+    let mut low = gang_job("low", &[("n1-standard-4", 1), ("n1-standard-4", 2)], script);
+    low["jobSpec"]["baseOutputDirectory"] = serde_json::json!({"outputUriPrefix": "gs://b/low"});
+    let low = s.create("p", &low);
+    let low_name = name_of(&low);
+    s.wait_for(&low_name, 120, |j| state(j) == "JOB_STATE_RUNNING");
+    let ckpt = s.data_dir().join("storage/p/b/low/checkpoints/step");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ckpt.exists() {
+        assert!(Instant::now() < deadline, "no checkpoint at {}", ckpt.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut urgent = gang_job("urgent", &[("n1-standard-4", 1), ("n1-standard-4", 2)], "sleep 2; echo done");
+    urgent["labels"] = serde_json::json!({"trainyard-priority-class": "urgent"});
+    let urgent = name_of(&s.create("q", &urgent));
+    let done = s.wait_terminal(&urgent, 240);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", s.logs_text(&urgent));
+    let done = s.wait_terminal(&low_name, 240);
+    let log = s.logs_text(&low_name);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    assert!(log.contains("Job preempted (1 so far)") && log.contains("priority class urgent"), "{log}");
+    assert!(!log.contains("restarting it (") && !log.contains("Job retry"), "no restart or retry counted:\n{log}");
+    // Whole: every replica's first run was stopped, and every replica ran again (attempt 1)
+    // in one new allocation.
+    let replicas = ["workerpool0-0", "workerpool1-0", "workerpool1-1"];
+    let again: Vec<Option<u64>> = replicas.iter().map(|r| slurm_job_of(&run_dir(&s.data_dir(), id_of(&low), 1, r, 0))).collect();
+    let first: Vec<Option<u64>> = replicas.iter().map(|r| slurm_job_of(&run_dir(&s.data_dir(), id_of(&low), 0, r, 0))).collect();
+    assert!(again[0].is_some() && again.iter().all(|i| *i == again[0]), "one new allocation: {again:?}");
+    assert!(first[0].is_some() && first.iter().all(|i| *i == first[0]) && first[0] != again[0], "{first:?} then {again:?}");
+    assert!(log.matches("resumed from 1").count() >= 1, "{log}");
+}

@@ -10,6 +10,7 @@ pub mod replace;
 pub mod retry;
 pub mod job;
 pub mod run;
+pub mod preempt;
 pub mod quota;
 pub mod schedule;
 pub mod step;

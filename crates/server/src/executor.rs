@@ -202,7 +202,7 @@ pub enum Report {
     /// What `Work::ReadTrialMetrics` read, each file asked for in order.
     TrialMetrics { reads: Vec<MetricsRead>, periodic: bool },
     /// What `Work::EngineReasons` heard: the runs the engine gave a reason for.
-    EngineReasons(Vec<(RunId, String)>),
+    EngineReasons(Vec<EngineWait>),
     /// L22 retention: the output logs of jobs that ended before `cutoff` are removed
     /// (None: the purge could not be started).
     LogsPurged { cutoff: Option<Micros> },
@@ -593,7 +593,24 @@ fn suggest(study: u64, request: &crate::kinds::tuning_jobs::SuggestRequest) -> R
 
 /// What the engine says of runs that have not started yet.
 fn engine_reasons(backend: &dyn Backend, runs: Vec<RunId>) -> Report {
-    Report::EngineReasons(runs.into_iter().filter_map(|run| backend.waiting_reason(&run).map(|why| (run, why))).collect())
+    Report::EngineReasons(
+        runs.into_iter()
+            .filter_map(|run| {
+                let why = backend.waiting_reason(&run)?;
+                let held = backend.held_for_resources(&run);
+                Some(EngineWait { run, why, held })
+            })
+            .collect(),
+    )
+}
+
+/// Why the engine has not started a launched run: its words, and whether it holds the
+/// run for resources that other work holds (see `Backend::held_for_resources`).
+#[derive(Debug)]
+pub struct EngineWait {
+    pub run: RunId,
+    pub why: String,
+    pub held: bool,
 }
 
 /// The output logs (`log.jsonl`, `log.1.jsonl`) in `dir` and its directories `depth`

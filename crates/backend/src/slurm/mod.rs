@@ -1003,7 +1003,8 @@ impl Backend for SlurmBackend {
     fn waiting_reason(&self, run: &RunId) -> Option<String> {
         let st = lock(&self.shared.state);
         if !st.submits.values().any(|s| s.run == *run || s.members.iter().any(|(r, _)| r == run)) {
-            return None;
+            // Submitted: what Slurm's queue says of it while it is PENDING.
+            return pending_reason(&st, run).map(|r| format!("Slurm holds it in partition {}'s queue (PENDING, {r})", self.opts().partition));
         }
         if let Some((m, d)) = &st.ctld_error {
             return Some(unreachable_reason(m, *d));
@@ -1014,6 +1015,11 @@ impl Backend for SlurmBackend {
             .then(|| "the Slurm controller does not answer yet (unreachable or slow); the submission waits for it".to_string())
     }
 
+    fn held_for_resources(&self, run: &RunId) -> bool {
+        let st = lock(&self.shared.state);
+        pending_reason(&st, run).is_some_and(|r| r == "Resources" || r == "Priority")
+    }
+
     fn describe(&self) -> String {
         format!(
             "Slurm (partition {}{}); memory limits and OOM kills through Slurm's --mem and cgroups{}",
@@ -1022,6 +1028,13 @@ impl Backend for SlurmBackend {
             if self.opts().fit_to_nodes { "; requests reduced to the largest node" } else { "" }
         )
     }
+}
+
+/// Slurm's reason for a watched run's job that is PENDING (e.g. `Resources`), if any.
+fn pending_reason<'a>(st: &'a State, run: &RunId) -> Option<&'a str> {
+    let w = st.watches.values().find(|w| w.run == *run)?;
+    let j = st.last.get(&w.job_id)?;
+    (j.job_state == "PENDING" && !j.state_reason.is_empty() && j.state_reason != "None").then_some(j.state_reason.as_str())
 }
 
 #[cfg(test)]

@@ -63,14 +63,50 @@ impl Driver {
 
     /// The engine's reasons for runs still launching: the first of each job still
     /// starting that attempt becomes its waiting reason.
-    pub(super) fn engine_reasons_heard(&mut self, heard: Vec<(RunId, String)>, now: Micros) -> Result<(), StoreError> {
+    pub(super) fn engine_reasons_heard(&mut self, heard: Vec<crate::executor::EngineWait>, now: Micros) -> Result<(), StoreError> {
         self.engine_reasons_in_flight = false;
         let mut noted = std::collections::HashSet::new();
-        for (run, reason) in heard {
+        let mut held = Vec::new();
+        for w in heard {
+            let run = w.run;
             let still = self.jobs.get(&run.job).is_some_and(|live| is_starting(&live.job) && launching(&live.job).any(|r| r == run));
             if still && noted.insert(run.job) {
-                self.note_engine_waiting(run.job, format!("Waiting for the execution engine: {reason}"), now)?;
+                self.note_engine_waiting(run.job, format!("Waiting for the execution engine: {}", w.why), now)?;
+                if w.held {
+                    held.push(run.job);
+                }
             }
+        }
+        self.preempt_for_held(held, now)
+    }
+
+    /// Preemption by priority where the engine places work itself (Slurm, on a fleet
+    /// that overcommits here): for a job the engine holds for resources, the cheapest
+    /// running jobs of lower classes whose resources cover its request
+    /// (`core::preempt::engine_victims`), the highest class first, one preemption at a time
+    /// (none while a preempted job is still stopping).
+    fn preempt_for_held(&mut self, mut held: Vec<u64>, now: Micros) -> Result<(), StoreError> {
+        let cfg = &self.svc.cfg.scheduler;
+        if held.is_empty() || !cfg.priority_preemption || !self.fleet.overcommit {
+            return Ok(());
+        }
+        let stopping = self.jobs.values().any(|l| {
+            matches!(l.job.phase, Phase::Stopping { then: trainyard_core::job::After::Preempted { .. }, .. })
+        });
+        if stopping {
+            return Ok(());
+        }
+        held.sort_by_key(|id| self.jobs.get(id).map(|l| (std::cmp::Reverse(l.job.policy.priority), l.job.create_time)));
+        let Some(want) = held.first().and_then(|id| self.jobs.get(id)).map(|l| l.job.clone()) else { return Ok(()) };
+        let running: Vec<&trainyard_core::Job> = self.jobs.values().map(|l| &l.job).collect();
+        let Some(victims) = trainyard_core::preempt::engine_victims(&want, &running, cfg, now) else { return Ok(()) };
+        let class = self.priorities.classes.iter().find(|(_, v)| *v == want.policy.priority).map_or("?", |(n, _)| n.as_str()).to_string();
+        for v in victims {
+            let reason = format!(
+                "its resources are needed by a job of priority {} that the execution engine holds for them (priority class {class})",
+                want.policy.priority
+            );
+            self.apply(v, Event::PreemptForPriority { reason, requeue: false }, now)?.ok();
         }
         Ok(())
     }
