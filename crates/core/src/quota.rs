@@ -249,10 +249,20 @@ impl<'r> Book<'r> {
         Book { quotas, base, round: HashMap::new(), releasing, holders: &use_.holders, chosen: HashSet::new(), wanted: HashMap::new(), reclaim }
     }
 
-    /// A job waits for admission with `metrics`: what its project owns of that is not
-    /// lent to others while it waits (only projects of cohorts are counted).
+    /// A job waits for admission with `metrics`: if its project's own quota covers it,
+    /// that quota is not lent to others while it waits (only projects of cohorts are
+    /// counted). A job that needs to borrow itself claims nothing: two such jobs holding
+    /// their own quotas against each other would wait for ever.
     pub fn want(&mut self, project: &'r str, metrics: &'r BTreeMap<String, u64>) {
         if self.quotas.cohort_of(project).is_none() {
+            return;
+        }
+        let own = metrics.iter().all(|(m, v)| {
+            self.quotas.limit(project, m).is_none_or(|q| {
+                self.used(project, m) + self.wanted.get(&(project, m.as_str())).copied().unwrap_or(0) + v <= q
+            })
+        });
+        if !own {
             return;
         }
         for (m, v) in metrics {

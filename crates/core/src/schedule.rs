@@ -655,7 +655,7 @@ pub fn schedule_with(
             metrics: &j.demand.metrics,
             duration: duration(j),
             priority: j.policy.priority,
-            may_borrow: may_borrow(j, cfg),
+            may_borrow: may_borrow(j, cfg, quotas),
         })
         .collect();
     let mut out = plan(&c, &reqs, quotas, &held, now, cfg);
@@ -712,10 +712,13 @@ pub fn impossible_reason(t: &NodeTable, job: &Job, shape: &Shape, nf: NeverFit) 
     }
 }
 
-/// A job may run on quota borrowed from its cohort only if it can be given back: with
-/// reclaim on, a job preempted `max_preemptions_per_job` times may not borrow again.
-fn may_borrow(j: &Job, cfg: &SchedulerConfig) -> bool {
-    !cfg.priority_preemption || j.retries.preemptions < cfg.max_preemptions_per_job
+/// A job may run on quota borrowed from its cohort if it can give it back: with reclaim
+/// on, a job preempted `max_preemptions_per_job` times (never chosen again) borrows only
+/// if its own quota can never hold it (else it would wait for ever).
+fn may_borrow(j: &Job, cfg: &SchedulerConfig, quotas: &Quotas) -> bool {
+    !cfg.priority_preemption
+        || j.retries.preemptions < cfg.max_preemptions_per_job
+        || j.demand.metrics.iter().any(|(m, v)| quotas.limit(&j.project, m).is_some_and(|q| *v > q))
 }
 
 /// The quota held now and, in projects of cohorts, by which jobs (what a reclaim may take
@@ -807,7 +810,7 @@ fn schedule_overcommit(jobs: &[&Job], fleet: &Fleet, quotas: &Quotas, held: &Quo
     for job in waiting {
         let queued = matches!(job.phase, Phase::Queued);
         if queued {
-            let check = book.check(&job.project, &job.demand.metrics, may_borrow(job, cfg));
+            let check = book.check(&job.project, &job.demand.metrics, may_borrow(job, cfg, quotas));
             if let Check::Reclaim { victims, .. } = &check {
                 out.extend(victims.iter().map(|v| reclaim_decision(*v)));
                 book.charge(&job.project, &job.demand.metrics);

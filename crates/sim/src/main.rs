@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use trainyard_core::job::SECOND;
 use trainyard_sim::engine::{simulate_engine, Faults};
 use trainyard_sim::guarantee::check_reservations;
-use trainyard_sim::{default_policies, hms, parse_trace, simulate, synthetic, table, verdict, wait_table, worst_excess, GPUS_PER_NODE};
+use trainyard_sim::{
+    cohort_quotas, default_policies, hms, parse_trace_with, simulate, synthetic, table, verdict, wait_table, worst_excess, TraceOptions, GPUS_PER_NODE,
+};
 
 const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--load F] [--interval SECS] [--trace FILE.csv] [--quick]
   --nodes     nodes of 8 GPUs (default 10000)
@@ -14,8 +16,17 @@ const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--l
   --seed      workload seed (default 1)
   --load      offered load as a fraction of the fleet's GPUs (default 0.95)
   --interval  least simulated seconds between scheduling rounds (default 10)
+  --priority-from COL  a trace column whose value is each job's priority class (a number,
+              or a name of --priority-classes)
+  --priority-classes NAME=VALUE,...  class values; without --priority-from, by project
+  --cohort NAME=P1,P2,...  projects that lend each other their GPU quota (repeatable); each
+              project of a cohort gets an equal share of the fleet's GPUs as its quota
+  --sharing   the synthetic workload with classes (foundation 100, batch -100) and two
+              cohorts (research: vision, speech, recsys, nlp; gen: llm, rl, foundation, batch)
+  --max-reservations N  at most N jobs hold a reservation at once (our policy; default 64)
   --starvation  seconds after which a waiting job goes ahead of the fair order (our policy)
-  --trace     CSV: submit_time_s,duration_s,replicas,gpus_per_replica,project
+  --trace     CSV: submit_time_s,duration_s,replicas,gpus_per_replica,project[,more columns]
+  --compress F  divide a trace's submission times by F (its arrivals F times as dense)
   --quick     500 nodes, 5000 jobs
   --check-guarantee  check the starvation guarantee on this workload (our policy, the
               --starvation bound or 7200 s): the oldest starving job's reservation never
@@ -33,6 +44,11 @@ fn main() -> ExitCode {
     let mut starvation: Option<u64> = None;
     let mut engine = false;
     let mut check = false;
+    let mut compress = 1.0f64;
+    let mut max_resv: Option<usize> = None;
+    let mut topts = TraceOptions::default();
+    let mut cohorts: Vec<(String, Vec<String>)> = Vec::new();
+    let mut sharing = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -44,8 +60,36 @@ fn main() -> ExitCode {
                 "--load" => load = val("--load")?.parse().map_err(|e| format!("--load: {e}"))?,
                 "--interval" => interval = val("--interval")?.parse().map_err(|e| format!("--interval: {e}"))?,
                 "--trace" => trace = Some(val("--trace")?),
+                "--compress" => {
+                    compress = val("--compress")?.parse().map_err(|e| format!("--compress: {e}"))?;
+                    if !(compress.is_finite() && compress > 0.0) {
+                        return Err("--compress must be a number above 0".into());
+                    }
+                }
                 "--starvation" => starvation = Some(val("--starvation")?.parse().map_err(|e| format!("--starvation: {e}"))?),
                 "--engine" => engine = true,
+                "--priority-from" => topts.priority_from = Some(val("--priority-from")?),
+                "--priority-classes" => {
+                    for kv in val("--priority-classes")?.split(',').filter(|x| !x.is_empty()) {
+                        let (k, v) = kv.split_once('=').ok_or_else(|| format!("--priority-classes: {kv:?} is not NAME=VALUE"))?;
+                        let v: i64 = v.parse().map_err(|e| format!("--priority-classes {k}: {e}"))?;
+                        topts.classes.insert(k.to_string(), v);
+                    }
+                }
+                "--cohort" => {
+                    let c = val("--cohort")?;
+                    let (name, ps) = c.split_once('=').ok_or_else(|| format!("--cohort: {c:?} is not NAME=P1,P2"))?;
+                    let ps: Vec<String> = ps.split(',').filter(|x| !x.is_empty()).map(String::from).collect();
+                    if name.is_empty() || ps.is_empty() {
+                        return Err(format!("--cohort: {c:?} needs a name and projects"));
+                    }
+                    if let Some(p) = ps.iter().find(|p| cohorts.iter().any(|(_, q)| q.contains(p))) {
+                        return Err(format!("--cohort: project {p} is in two cohorts"));
+                    }
+                    cohorts.push((name.to_string(), ps));
+                }
+                "--sharing" => sharing = true,
+                "--max-reservations" => max_resv = Some(val("--max-reservations")?.parse().map_err(|e| format!("--max-reservations: {e}"))?),
                 "--check-guarantee" => check = true,
                 "--quick" => {
                     nodes = 500;
@@ -73,22 +117,42 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match parse_trace(&text) {
-                Ok(w) => w,
+            match parse_trace_with(&text, &topts) {
+                Ok(mut w) => {
+                    for j in &mut w {
+                        j.submit = (j.submit as f64 / compress) as i64;
+                    }
+                    w
+                }
                 Err(e) => {
                     eprintln!("trainyard-sim: {path}: {e}");
                     return ExitCode::from(2);
                 }
             }
         }
-        None => synthetic(seed, jobs, nodes as u64 * GPUS_PER_NODE as u64, load),
+        None => {
+            let mut w = synthetic(seed, jobs, nodes as u64 * GPUS_PER_NODE as u64, load);
+            if sharing {
+                topts.classes.entry("foundation".into()).or_insert(100);
+                topts.classes.entry("batch".into()).or_insert(-100);
+                if cohorts.is_empty() {
+                    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+                    cohorts.push(("research".into(), names(&["vision", "speech", "recsys", "nlp"])));
+                    cohorts.push(("gen".into(), names(&["llm", "rl", "foundation", "batch"])));
+                }
+            }
+            for j in &mut w {
+                j.priority = topts.classes.get(&j.project).copied().unwrap_or(0);
+            }
+            w
+        }
     };
     let gpu_h: f64 = workload.iter().map(|j| j.gpus() as f64 * j.duration as f64 / 3.6e9).sum();
     let span = workload.last().map_or(0, |j| j.submit) as f64 / SECOND as f64;
     println!(
         "workload: {} jobs ({}), {} SPOT, {:.0} GPU-hours over {:.1} days of arrivals; fleet: {} nodes x {} GPUs; round interval {} s",
         workload.len(),
-        trace.as_deref().map_or_else(|| format!("synthetic, seed {seed}, offered load {load}"), |p| format!("trace {p}")),
+        trace.as_deref().map_or_else(|| format!("synthetic, seed {seed}, offered load {load}"), |p| format!("trace {p}, arrivals compressed {compress}x")),
         workload.iter().filter(|j| j.spot).count(),
         gpu_h,
         span / 86400.0,
@@ -101,6 +165,28 @@ fn main() -> ExitCode {
     if let Some(s) = starvation {
         for p in policies.iter_mut().filter(|p| p.name == "trainyard") {
             p.cfg.starvation_secs = Some(s);
+        }
+    }
+    // Classes and cohorts: the same quotas for every policy; ours preempts by priority and
+    // reclaims lent quota.
+    let quotas = cohort_quotas(&cohorts, nodes as u64 * GPUS_PER_NODE as u64);
+    let classes = workload.iter().any(|j| j.priority != 0);
+    for p in policies.iter_mut() {
+        p.quotas = quotas.clone();
+        if p.name == "trainyard" && (classes || !cohorts.is_empty()) {
+            p.cfg.priority_preemption = true;
+        }
+    }
+    if !cohorts.is_empty() || classes {
+        println!(
+            "sharing: {} jobs of a priority class other than 0; cohorts {}",
+            workload.iter().filter(|j| j.priority != 0).count(),
+            if cohorts.is_empty() { "none".to_string() } else { cohorts.iter().map(|(n, ps)| format!("{n} ({})", ps.join(", "))).collect::<Vec<_>>().join("; ") }
+        );
+    }
+    if let Some(m) = max_resv {
+        for p in policies.iter_mut().filter(|p| p.name == "trainyard") {
+            p.cfg.max_reservations = m.max(1);
         }
     }
     if check {

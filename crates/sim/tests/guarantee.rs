@@ -56,6 +56,7 @@ fn workload(raw: &[(u32, u32, u32, u8, u32, u8)], nodes: usize) -> Vec<SimJob> {
                 gpus_per_replica: per,
                 project: project.to_string(),
                 spot: false,
+                priority: 0,
             }
         })
         .collect()

@@ -2,7 +2,7 @@
 //! malformed trace row stops it with the row and the problem named.
 
 use trainyard_core::job::SECOND;
-use trainyard_sim::{default_policies, parse_trace, simulate, synthetic, table};
+use trainyard_sim::{cohort_quotas, default_policies, parse_trace, parse_trace_with, simulate, synthetic, table, TraceOptions};
 
 #[test]
 fn small_run_is_deterministic_and_complete() {
@@ -63,4 +63,47 @@ fn malformed_trace_stops_the_binary() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("trace row 2: replicas is not a whole number: \"one\""), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Priority classes from a trace column (or by project), refused when unknown.
+#[test]
+fn priority_classes_come_from_a_column_or_the_project() {
+    let text = "submit_time_s,duration_s,replicas,gpus_per_replica,project,qos\n0,60,1,1,a,high\n5,60,1,1,b,7\n";
+    let classes = [("high".to_string(), 100)].into();
+    let jobs = parse_trace_with(text, &TraceOptions { priority_from: Some("qos".into()), classes }).unwrap();
+    assert_eq!((jobs[0].priority, jobs[1].priority), (100, 7));
+    let by_project = TraceOptions { priority_from: None, classes: [("b".to_string(), -5)].into() };
+    let jobs = parse_trace_with(text, &by_project).unwrap();
+    assert_eq!((jobs[0].priority, jobs[1].priority), (0, -5));
+    let err = parse_trace_with(text, &TraceOptions { priority_from: Some("qos".into()), classes: Default::default() }).unwrap_err();
+    assert!(err.contains("row 2") && err.contains("\"high\""), "{err}");
+    let err = parse_trace_with(text, &TraceOptions { priority_from: Some("tier".into()), classes: Default::default() }).unwrap_err();
+    assert!(err.contains("tier") && err.contains("qos"), "{err}");
+}
+
+/// Cohorts in the simulator: projects borrow idle quota (counted in GPU-hours), only our
+/// policy (with priority preemption) reclaims it, and every job still ends.
+#[test]
+fn cohorts_borrow_and_only_ours_reclaims() {
+    let nodes = 60;
+    let jobs = synthetic(3, 1200, nodes as u64 * 8, 0.95);
+    let projects = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let cohorts = vec![
+        ("research".to_string(), projects(&["vision", "speech", "recsys", "nlp"])),
+        ("gen".to_string(), projects(&["llm", "rl", "foundation", "batch"])),
+    ];
+    let quotas = cohort_quotas(&cohorts, nodes as u64 * 8);
+    let mut reports = Vec::new();
+    for mut p in default_policies() {
+        p.quotas = quotas.clone();
+        if p.name == "trainyard" {
+            p.cfg.priority_preemption = true;
+        }
+        let r = simulate(&jobs, nodes, &p, 10 * SECOND);
+        assert_eq!(r.finished, jobs.len(), "{}: every job ends", p.name);
+        reports.push(r);
+    }
+    assert!(reports.iter().all(|r| r.borrowed_gpu_h > 0.0), "{}", table(&reports));
+    assert_eq!(reports[0].reclaims + reports[1].reclaims, 0, "{}", table(&reports));
+    assert!(reports[2].reclaims > 0, "{}", table(&reports));
 }
