@@ -33,8 +33,9 @@ use crate::log;
 use crate::seam::{BackendError, BackendEvent, EventSink};
 use crate::shim::{self, ShimError, ShimSpec, ShimStatus};
 
-/// How many stderr lines an `Exited` event carries (L13).
-pub const STDERR_TAIL_LINES: usize = 20;
+/// Lines of stderr reported with an exit: the failure rules' log patterns look at them
+/// (an error message carries the last 20).
+pub const STDERR_TAIL_LINES: usize = 100;
 
 /// How long `stop` waits for a shim that this backend is still starting to take its lock.
 const STOP_WAIT_FOR_SHIM: Duration = Duration::from_secs(5);
@@ -403,6 +404,20 @@ impl LocalBackend {
         match self.find_shim(&run_dir)? {
             Found::Shim(pid) => match signal::kill(Pid::from_raw(pid), Signal::SIGTERM) {
                 // ESRCH: it exited just now.
+                Ok(()) | Err(Errno::ESRCH) => Ok(()),
+                Err(e) => Err(BackendError::Signal { pid, run_dir, source: e.into() }),
+            },
+            Found::Ended | Found::NoShim => Ok(()),
+        }
+    }
+
+    /// Sends `signal` to the run's shim, which passes it to the program's process group
+    /// (or its container); a run that has ended is left alone.
+    pub fn signal(&self, run_dir: &Path, signal: i32) -> Result<(), BackendError> {
+        let run_dir = std::path::absolute(run_dir).at("resolve", run_dir)?;
+        let sig = Signal::try_from(signal).map_err(|e| BackendError::Signal { pid: 0, run_dir: run_dir.clone(), source: e.into() })?;
+        match self.find_shim(&run_dir)? {
+            Found::Shim(pid) => match signal::kill(Pid::from_raw(pid), sig) {
                 Ok(()) | Err(Errno::ESRCH) => Ok(()),
                 Err(e) => Err(BackendError::Signal { pid, run_dir, source: e.into() }),
             },
@@ -827,6 +842,10 @@ impl crate::seam::Backend for LocalBackend {
 
     fn kill(&self, _run: &RunId, run_dir: PathBuf) -> Result<(), BackendError> {
         LocalBackend::kill(self, &run_dir)
+    }
+
+    fn signal(&self, _run: &RunId, run_dir: PathBuf, signal: i32) -> Result<(), BackendError> {
+        LocalBackend::signal(self, &run_dir, signal)
     }
 
     fn describe(&self) -> String {

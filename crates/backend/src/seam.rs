@@ -150,6 +150,12 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Send `signal` (SIGUSR1 or SIGUSR2) to a running run's program, nothing more: its
+    /// supervisor passes it on (L19 warned). A run that has ended is left alone.
+    fn signal(&self, _run: &RunId, _run_dir: PathBuf, _signal: i32) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// The engine holds a launched run in its queue for resources that other work holds
     /// (Slurm: PENDING for `Resources` or `Priority`): an engine that places work itself
     /// says so, and the scheduler may preempt lower-priority work for it.

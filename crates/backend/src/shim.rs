@@ -391,7 +391,7 @@ pub fn main_from_args(args: Vec<String>) -> i32 {
 
 fn supervisor_sigset() -> SigSet {
     let mut set = SigSet::empty();
-    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD, Signal::SIGUSR1, Signal::SIGUSR2] {
         set.add(sig);
     }
     set
@@ -1369,6 +1369,24 @@ fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&Re
         let sig = wait_signal(&set, kill_at.map(|at| at.saturating_duration_since(now)));
         match sig {
             Some(Signal::SIGCHLD) => reap(pid, &mut main_status),
+            // Passed on (the timeout warning, L19): to the container's init, or the group.
+            Some(sig @ (Signal::SIGUSR1 | Signal::SIGUSR2)) if !stopping => match container {
+                Some(c) => {
+                    let spawned = c
+                        .engine
+                        .command(["kill", "--signal", sig.as_str(), &c.name])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn();
+                    if let Err(e) = spawned {
+                        diag(format_args!("cannot run podman kill --signal {}: {e}", sig.as_str()));
+                    }
+                }
+                None => {
+                    let _ = killpg(pgid, sig);
+                }
+            },
             Some(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP) if !stopping => {
                 stopping = true;
                 match container {

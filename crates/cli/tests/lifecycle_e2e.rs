@@ -375,3 +375,44 @@ fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
     assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
     assert!(text.contains("may be hung; stopping it to restart it") && text.contains("restarting it (1 of 5)") && text.contains("recovered"), "{text}");
 }
+
+/// L13 extended on a real server: a failure rule on a log pattern retries a job whose exit
+/// status alone would be permanent, and its log names the rule.
+#[test]
+fn l13_a_failure_rule_on_a_log_pattern_retries_the_job() {
+    let s = Server::start(
+        "[[lifecycle.failure_rules]]\nname = \"flaky-io\"\nlog_pattern = \"Input/output error\"\naction = \"transient\"\n",
+    );
+    let marker = s.dir.path().join("failed-once");
+    let script = format!(
+        "if [ -e {m} ]; then echo second try; exit 0; fi; touch {m}; echo 'read: Input/output error' >&2; exit 1",
+        m = marker.display()
+    );
+    let name = name_of(&s.create("p", &sh_job("flaky", &script)));
+    let done = s.wait_terminal(&name, 60);
+    let log = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    assert!(log.contains("failure rule flaky-io matched: transient"), "{log}");
+}
+
+/// L19 warned on a real server: the label `trainyard-timeout-warning-secs` sends SIGUSR1
+/// to the program that long before its time limit, once; the program writes a last
+/// checkpoint and ends.
+#[test]
+fn l19_the_timeout_warning_reaches_the_program_before_the_limit() {
+    let s = Server::start("");
+    let mut job = sh_job(
+        "warned",
+        "trap 'echo warned > \"$AIP_CHECKPOINT_DIR/last\"; exit 0' USR1; echo started; sleep 300 & wait; sleep 300 & wait",
+    );
+    job["jobSpec"]["scheduling"] = json!({"timeout": "30s"});
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://b/warned"});
+    job["labels"] = json!({"trainyard-timeout-warning-secs": "27"});
+    let name = name_of(&s.create("p", &job));
+    let done = s.wait_terminal(&name, 60);
+    let log = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    assert!(log.contains("27s away: SIGUSR1 sent to every replica"), "{log}");
+    let last = s.data_dir().join("storage/p/b/warned/checkpoints/last");
+    assert_eq!(std::fs::read_to_string(&last).unwrap_or_default().trim(), "warned", "{}", last.display());
+}

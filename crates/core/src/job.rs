@@ -57,6 +57,89 @@ pub struct Settings {
     /// L22 retention: the output of a job that ended this long ago is removed (its record
     /// and lifecycle events stay); 0: kept for as long as the job is.
     pub log_retention_secs: u64,
+    /// L13 extended (`[[lifecycle.failure_rules]]`): checked in order before the built-in
+    /// table of transient exit codes; the first that matches decides.
+    pub failure_rules: Vec<FailureRule>,
+    /// L19 warned: this long before the time limit every replica gets
+    /// `timeout_warning_signal`, once (0: off; the label `trainyard-timeout-warning-secs`).
+    pub timeout_warning_secs: u64,
+    /// `SIGUSR1` or `SIGUSR2`.
+    pub timeout_warning_signal: String,
+}
+
+/// A failure rule: a replica's exit that matches `exit_codes` (its status; 128 + N for
+/// signal N; any if empty) and `log_pattern` (a regex over the last lines of its stderr;
+/// any if unset) is handled by `action`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureRule {
+    /// Named in the job's log when it decides (else its position, `failure_rules[i]`).
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub exit_codes: Vec<i32>,
+    #[serde(default)]
+    pub log_pattern: Option<String>,
+    pub action: RuleAction,
+}
+
+/// What a failure rule does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleAction {
+    /// A job retry (L12), as a transient exit code is.
+    Transient,
+    /// The job fails now (as a user error is, L13).
+    Permanent,
+    /// A job retry (L12) away from the replica's node, which it counts against (quarantine).
+    ExcludeNode,
+}
+
+/// The label that adds transient exit codes (L13) for one job: `"75,76"`.
+pub const TRANSIENT_CODES_LABEL: &str = "trainyard-transient-exit-codes";
+/// The label that sets a job's timeout warning, in seconds before its time limit.
+pub const TIMEOUT_WARNING_LABEL: &str = "trainyard-timeout-warning-secs";
+
+impl FailureRule {
+    /// The rule's name in the log.
+    pub fn label(&self, index: usize) -> String {
+        self.name.clone().unwrap_or_else(|| format!("failure_rules[{index}]"))
+    }
+
+    /// Does an exit of `status` with stderr `tail` match? (An invalid pattern, refused at
+    /// load, never matches.)
+    pub fn matches(&self, status: i32, tail: &[String]) -> bool {
+        if !self.exit_codes.is_empty() && !self.exit_codes.contains(&status) {
+            return false;
+        }
+        match &self.log_pattern {
+            None => true,
+            Some(p) => match regex::Regex::new(p) {
+                Ok(re) => tail.iter().any(|l| re.is_match(l)),
+                Err(_) => false,
+            },
+        }
+    }
+
+    /// What is wrong with the rule, if anything (checked when the configuration is read).
+    pub fn check(&self) -> Result<(), String> {
+        if self.exit_codes.is_empty() && self.log_pattern.is_none() {
+            return Err("needs exit_codes, log_pattern or both".into());
+        }
+        if let Some(p) = &self.log_pattern {
+            regex::Regex::new(p).map_err(|e| format!("log_pattern {p:?} is not a regular expression: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The signal number of a timeout warning signal's name.
+pub fn warning_signal(name: &str) -> Option<i32> {
+    match name {
+        "SIGUSR1" | "USR1" => Some(10),
+        "SIGUSR2" | "USR2" => Some(12),
+        _ => None,
+    }
 }
 
 impl Default for Settings {
@@ -76,6 +159,9 @@ impl Default for Settings {
             hang_restart: false,
             log_max_bytes_per_run: 1 << 30,
             log_retention_secs: 0,
+            failure_rules: Vec::new(),
+            timeout_warning_secs: 0,
+            timeout_warning_signal: "SIGUSR1".into(),
         }
     }
 }
@@ -128,6 +214,12 @@ pub struct Policy {
     /// `trainyard-min-runtime-secs`); `[scheduler] min_runtime_secs` applies when larger.
     #[serde(default)]
     pub min_runtime: Micros,
+    /// More transient exit codes (L13) for this job (label `trainyard-transient-exit-codes`).
+    #[serde(default)]
+    pub transient_exit_codes: Vec<i32>,
+    /// L19 warned: this long before its time limit; 0: off.
+    #[serde(default)]
+    pub timeout_warning: Micros,
 }
 
 impl Policy {
@@ -143,6 +235,8 @@ impl Policy {
             hang_restart: settings.hang_restart,
             priority: 0,
             min_runtime: 0,
+            transient_exit_codes: Vec::new(),
+            timeout_warning: secs(settings.timeout_warning_secs),
         }
     }
 
@@ -454,6 +548,9 @@ pub struct Job {
     /// Set when the job runs a TrainingPipeline (its id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<u64>,
+    /// L19 warned: the warning signal before the time limit was sent.
+    #[serde(default)]
+    pub timeout_warned: bool,
 }
 
 /// The study and trial a trial's CustomJob belongs to.
@@ -498,6 +595,7 @@ impl Job {
             waiting_reason: None,
             trial: None,
             pipeline: None,
+            timeout_warned: false,
         }
     }
 
@@ -595,6 +693,16 @@ impl Job {
         self.replicas.iter().filter(|r| r.state.is_live())
     }
 
+    /// L19 warned: when the warning before the time limit is due (not yet sent, the job
+    /// running).
+    pub fn timeout_warning_due(&self) -> Option<Micros> {
+        if self.timeout_warned || self.policy.timeout_warning <= 0 || !matches!(self.phase, Phase::Running { .. }) {
+            return None;
+        }
+        let admitted = self.admitted_at()?;
+        Some(admitted.saturating_add(self.policy.timeout).saturating_sub(self.policy.timeout_warning))
+    }
+
     /// The next moment at which `step(.., Event::Tick, ..)` has something to do, or (for
     /// a retry backoff that has not ended by `now`) at which the job wants placement.
     pub fn next_deadline(&self, settings: &Settings, now: Micros) -> Option<Micros> {
@@ -605,6 +713,9 @@ impl Job {
             // reason is left to finish stopping.
             if !matches!(self.phase, Phase::Stopping { .. }) {
                 consider(admitted.saturating_add(self.policy.timeout));
+                if let Some(t) = self.timeout_warning_due() {
+                    consider(t);
+                }
             }
         }
         match &self.phase {

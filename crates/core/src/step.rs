@@ -77,6 +77,8 @@ pub enum Effect {
     /// The job was deleted: remove what the server kept of it on disk (run directories,
     /// venv, trial metric files; its outputs under baseOutputDirectory stay).
     Purge { job: u64 },
+    /// Send `signal` to the run's program (L19 warned: the timeout warning), nothing else.
+    Signal { run: RunId, signal: i32 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +173,8 @@ const STDERR_TAIL: &str = "\nLast lines of stderr:\n";
 
 /// L13: the message of a user code exception.
 pub fn exit_message(replica: &str, status: i32, reason: &str, tail: &[String]) -> String {
+    // The last 20 lines (failure rules look at up to 100).
+    let tail = &tail[tail.len().saturating_sub(MESSAGE_TAIL_LINES)..];
     let mut m = format!("The replica {replica} exited with a non-zero status of {status}. Termination reason: {reason}.");
     if !tail.is_empty() {
         m.push_str(STDERR_TAIL);
@@ -178,6 +182,9 @@ pub fn exit_message(replica: &str, status: i32, reason: &str, tail: &[String]) -
     }
     m
 }
+
+/// The lines of stderr an error message carries.
+pub const MESSAGE_TAIL_LINES: usize = 20;
 
 /// An [`exit_message`] split into its first part and the last lines of stderr it carries
 /// (`None` when it carries none).
@@ -411,7 +418,20 @@ impl Cx<'_> {
             self.finish_if_down();
             return;
         }
-        let transient = |s: i32| self.settings.transient_exit_codes.contains(&s);
+        // L13 extended: the failure rules first (the first that matches decides).
+        let status_of = match &outcome {
+            Outcome::Exited { code } if *code != 0 => Some(*code),
+            Outcome::Signaled { signal } => Some(128 + signal),
+            _ => None,
+        };
+        if let Some(status) = status_of {
+            if let Some((i, rule)) = self.settings.failure_rules.iter().enumerate().find(|(_, r)| r.matches(status, &tail)) {
+                let (label, action) = (rule.label(i), rule.action);
+                self.by_rule(idx, status, &label, action, tail);
+                return;
+            }
+        }
+        let transient = |s: i32| self.settings.transient_exit_codes.contains(&s) || self.job.policy.transient_exit_codes.contains(&s);
         // L10: classify at once.
         match outcome {
             Outcome::Exited { code: 0 } if self.job.replicas[idx].is_primary() => {
@@ -461,6 +481,27 @@ impl Cx<'_> {
 
     fn fail(&mut self, message: String, code: i32) {
         self.end_attempt(After::Fail(JobError { code, message }));
+    }
+
+    /// L13 extended: a failure rule decided (`[[lifecycle.failure_rules]]`).
+    fn by_rule(&mut self, idx: usize, status: i32, rule: &str, action: crate::job::RuleAction, tail: Vec<String>) {
+        use crate::job::RuleAction;
+        let name = self.job.replicas[idx].name.clone();
+        let node = self.job.replicas[idx].node.clone().unwrap_or_default();
+        let what = match action {
+            RuleAction::Transient => "transient: the job is retried (L12)".to_string(),
+            RuleAction::Permanent => "permanent: the job fails".to_string(),
+            RuleAction::ExcludeNode => format!("exclude_node: the job is retried (L12) away from node {node}"),
+        };
+        self.log_rule("L13", Some(&name), format!("Replica {name} exited with status {status}; failure rule {rule} matched: {what}."));
+        self.job.replicas[idx].state = ReplicaState::Idle;
+        let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
+        match action {
+            RuleAction::Permanent => self.end_attempt(After::Fail(error)),
+            RuleAction::Transient | RuleAction::ExcludeNode => {
+                self.retry_or_fail(RetryKind::TransientExit, format!("replica {name} exited with status {status} (failure rule {rule})"), error)
+            }
+        }
     }
 
     /// L13: a transient exit code retries the whole job (L12).
@@ -681,6 +722,27 @@ impl Cx<'_> {
         self.end_attempt(After::Preempted { reason, requeue });
     }
 
+    /// L19 warned: `timeout_warning` before the time limit, every live replica gets the
+    /// warning signal, once, so that it can write a last checkpoint.
+    fn timeout_warning(&mut self) {
+        let Some(due) = self.job.timeout_warning_due() else { return };
+        if self.now < due {
+            return;
+        }
+        self.job.timeout_warned = true;
+        let name = self.settings.timeout_warning_signal.clone();
+        let signal = crate::job::warning_signal(&name).unwrap_or(10);
+        let left = (self.job.policy.timeout_warning / crate::job::SECOND).max(0);
+        let runs: Vec<RunId> = (0..self.job.replicas.len())
+            .filter(|&i| matches!(self.job.replicas[i].state, ReplicaState::Launching | ReplicaState::Running { .. }))
+            .map(|i| self.run_id(i))
+            .collect();
+        self.log_rule("L19", None, format!("The job's time limit is {left}s away: {name} sent to every replica, to write a last checkpoint."));
+        for run in runs {
+            self.effects.push(Effect::Signal { run, signal });
+        }
+    }
+
     /// L9: node maintenance (graceful) or node loss (at once).
     fn node_event(&mut self, replica: &str, replacement: Option<String>, graceful: bool) {
         let Some(idx) = self.job.replicas.iter().position(|r| r.name == replica) else { return };
@@ -740,6 +802,7 @@ impl Cx<'_> {
                 self.end_attempt(After::Fail(JobError { code: code::RESOURCE_EXHAUSTED, message }));
             }
             Phase::Running { .. } => {
+                self.timeout_warning();
                 self.hangs();
                 // L21: warn when no checkpoint has been written for a while.
                 if self.job.checkpoint_due(self.settings).is_some_and(|due| now >= due) {

@@ -898,3 +898,77 @@ fn l4_storage_full_stops_a_running_job_and_fails_it_without_a_retry() {
     assert_eq!(q.state(), State::Failed);
     assert_eq!(q.error().0, code::RESOURCE_EXHAUSTED);
 }
+
+fn rule(name: &str, codes: &[i32], pattern: Option<&str>, action: trainyard_core::job::RuleAction) -> trainyard_core::job::FailureRule {
+    trainyard_core::job::FailureRule {
+        name: Some(name.into()),
+        exit_codes: codes.to_vec(),
+        log_pattern: pattern.map(String::from),
+        action,
+    }
+}
+
+/// L13 extended: failure rules come before the built-in table, the first that matches
+/// decides, and the job's log names it: a log pattern retries an exit whose status alone
+/// is permanent, a rule can make a transient status permanent, exclude_node retries naming
+/// the node; an exit no rule matches goes by the table.
+#[test]
+fn l13_failure_rules_come_first_and_are_named() {
+    use trainyard_core::job::RuleAction::*;
+    let exit_with = |h: &mut H, code: i32, line: &str| {
+        let run = h.run("workerpool0-0");
+        h.ev(Event::Exited { run, outcome: Outcome::Exited { code }, stderr_tail: vec!["step 10".into(), line.into()] });
+    };
+    let mut h = H::new(job(&[1]));
+    h.s.failure_rules = vec![rule("nccl", &[], Some("NCCL (error|timeout)"), Transient), rule("oops", &[6], None, Permanent)];
+    h.place().start_all();
+    exit_with(&mut h, 1, "RuntimeError: NCCL timeout in allreduce");
+    assert_eq!((h.job.attempt, h.job.retries.transient_exit), (1, 1), "status 1 is permanent by L13, the rule retries it");
+    assert!(h.logs().iter().any(|l| l.contains("failure rule nccl matched: transient")), "{:?}", h.logs());
+    h.start_all();
+    exit_with(&mut h, 6, "abort");
+    assert_eq!(h.state(), State::Failed, "6 is transient in the table; the rule makes it permanent");
+
+    let mut h = H::new(job(&[1]));
+    h.s.failure_rules = vec![rule("ecc", &[3], None, ExcludeNode)];
+    h.place().start_all();
+    exit_with(&mut h, 3, "uncorrectable ECC error");
+    assert_eq!(h.job.attempt, 1);
+    assert!(h.logs().iter().any(|l| l.contains("exclude_node") && l.contains("away from node local")), "{:?}", h.logs());
+    h.start_all();
+    exit_with(&mut h, 1, "plain failure");
+    assert_eq!(h.state(), State::Failed, "no rule matches: the table decides (permanent)");
+}
+
+/// L13: a job's label `trainyard-transient-exit-codes` adds transient codes for it alone.
+#[test]
+fn l13_a_jobs_own_transient_codes() {
+    let mut h = H::new(job_with(&[1], |p| p.transient_exit_codes = vec![75]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 75 });
+    assert_eq!(h.job.retries.transient_exit, 1);
+    let mut h = H::new(job(&[1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Exited { code: 75 });
+    assert_eq!(h.state(), State::Failed);
+}
+
+/// L19 warned: `timeout_warning` before the limit every live replica gets the warning
+/// signal, once, with an event; the deadline is indexed so that it comes on time.
+#[test]
+fn l19_a_warning_signal_comes_before_the_time_limit_once() {
+    let mut h = H::new(job_with(&[1, 1], |p| {
+        p.timeout = 100 * SECOND;
+        p.timeout_warning = 30 * SECOND;
+    }));
+    h.place().start_all();
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(T0 + 70 * SECOND));
+    h.at(69 * SECOND).ev(Event::Tick);
+    assert!(!h.effects.iter().any(|e| matches!(e, Effect::Signal { .. })));
+    h.at(SECOND).ev(Event::Tick);
+    let signals: Vec<i32> = h.effects.iter().filter_map(|e| if let Effect::Signal { signal, .. } = e { Some(*signal) } else { None }).collect();
+    assert_eq!(signals, vec![10, 10], "SIGUSR1 to both replicas");
+    assert!(h.logs().iter().any(|l| l.contains("30s away: SIGUSR1 sent")), "{:?}", h.logs());
+    assert_eq!(h.job.next_deadline(&h.s, h.now), Some(T0 + 100 * SECOND), "once");
+    h.at(SECOND).ev(Event::Tick);
+    assert!(!h.effects.iter().any(|e| matches!(e, Effect::Signal { .. })));
+    assert_eq!(h.state(), State::Running);
+}

@@ -713,6 +713,19 @@ impl Config {
                 }
             }
         }
+        if let Some(l) = &file.lifecycle {
+            for (i, r) in l.failure_rules.iter().enumerate() {
+                if let Err(m) = r.check() {
+                    return Err(invalid(&format!("lifecycle.failure_rules[{i}]"), m));
+                }
+            }
+            if trainyard_core::job::warning_signal(&l.timeout_warning_signal).is_none() {
+                return Err(invalid(
+                    "lifecycle.timeout_warning_signal",
+                    format!("{:?} is not SIGUSR1 or SIGUSR2 (the signals a replica's supervisor passes on)", l.timeout_warning_signal),
+                ));
+            }
+        }
         let mut in_cohort: BTreeMap<&str, &str> = BTreeMap::new();
         for (i, c) in file.quotas.cohorts.iter().enumerate() {
             let key = format!("quotas.cohorts[{i}]");
@@ -1299,6 +1312,30 @@ mod tests {
             ("[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 1\n[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 2\n".to_string(), "scheduler.priority_classes.name"),
         ] {
             let (_d, p) = write(&text);
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    /// Failure rules and the timeout warning are read; a rule without a condition, a bad
+    /// regex, an unknown action or signal is refused naming it.
+    #[test]
+    fn failure_rules_and_the_timeout_warning_are_checked() {
+        let (_d, p) = write(
+            "[lifecycle]\ntimeout_warning_secs = 300\n[[lifecycle.failure_rules]]\nname = \"nccl\"\nlog_pattern = \"NCCL (error|timeout)\"\naction = \"transient\"\n\
+             [[lifecycle.failure_rules]]\nexit_codes = [3]\naction = \"exclude_node\"\n",
+        );
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.settings.failure_rules.len(), 2);
+        assert_eq!(c.settings.timeout_warning_secs, 300);
+        assert_eq!(c.settings.timeout_warning_signal, "SIGUSR1");
+        for (text, key) in [
+            ("[[lifecycle.failure_rules]]\naction = \"transient\"\n", "lifecycle.failure_rules[0]"),
+            ("[[lifecycle.failure_rules]]\nlog_pattern = \"(\"\naction = \"transient\"\n", "lifecycle.failure_rules[0]"),
+            ("[[lifecycle.failure_rules]]\nexit_codes = [1]\naction = \"retry\"\n", "retry"),
+            ("[lifecycle]\ntimeout_warning_signal = \"SIGKILL\"\n", "lifecycle.timeout_warning_signal"),
+        ] {
+            let (_d, p) = write(text);
             let e = Config::load(&p, None).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }

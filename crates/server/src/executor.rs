@@ -34,6 +34,9 @@ pub enum Work {
     Stop { run: RunId, dir: PathBuf },
     /// L20: the stop was not honoured in time: kill the run without its supervisor's help.
     Kill { run: RunId, dir: PathBuf },
+    /// Send a signal to a running run's program (the timeout warning, L19); best effort,
+    /// nothing is reported.
+    Signal { run: RunId, dir: PathBuf, signal: i32 },
     /// Remove a deleted job's files (outbox entry `seq`).
     Purge { seq: i64, dirs: Vec<PathBuf> },
     /// L22 retention: remove the output logs under these jobs' run directories.
@@ -458,12 +461,19 @@ impl Executor for Pool {
                     }
                 }
             }
+            Work::Signal { .. } => {
+                let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
+                if let Err(e) = std::thread::Builder::new().name("signal".into()).spawn(move || guarded(work, &backend, &report)) {
+                    tracing::warn!("cannot start a thread to send a signal: {e}");
+                }
+            }
             Work::Stop { .. } | Work::Kill { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
                 let (run_id, kill) = match &work {
                     Work::Stop { run, .. } => (run.clone(), false),
                     Work::Kill { run, .. } => (run.clone(), true),
                     Work::Launch { .. }
+                    | Work::Signal { .. }
                     | Work::Purge { .. }
                     | Work::PurgeLogs { .. }
                     | Work::RemoveNetns { .. }
@@ -548,6 +558,11 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             Ok(()) => report(Report::StopSent { run }),
             Err(e) => report(Report::StopFailed { run, error: e.to_string() }),
         },
+        Work::Signal { run, dir, signal } => {
+            if let Err(e) = backend.signal(&run, dir, signal) {
+                tracing::warn!("{run}: the signal {signal} could not be sent: {e}");
+            }
+        }
         Work::Kill { run, dir } => match backend.kill(&run, dir) {
             Ok(()) => report(Report::Killed { run }),
             Err(e) => report(Report::KillFailed { run, error: e.to_string() }),

@@ -152,6 +152,23 @@ pub fn prepare(
             .map_err(|_| ApiError::invalid_argument(format!("labels.{MIN_RUNTIME_LABEL}: {v:?} is not a number of seconds")))?;
         policy.min_runtime = (secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(SECOND);
     }
+    if let Some(v) = job.labels.get(trainyard_core::job::TRANSIENT_CODES_LABEL) {
+        let label = trainyard_core::job::TRANSIENT_CODES_LABEL;
+        // Label values allow no commas: codes are separated by "-", "_" or "." too.
+        for part in v.split([',', '-', '_', '.']).filter(|p| !p.is_empty()) {
+            let code: i32 = part
+                .parse()
+                .ok()
+                .filter(|c| (1..=255).contains(c))
+                .ok_or_else(|| ApiError::invalid_argument(format!("labels.{label}: {part:?} is not an exit status (1 to 255)")))?;
+            policy.transient_exit_codes.push(code);
+        }
+    }
+    if let Some(v) = job.labels.get(trainyard_core::job::TIMEOUT_WARNING_LABEL) {
+        let label = trainyard_core::job::TIMEOUT_WARNING_LABEL;
+        let secs: u64 = v.parse().map_err(|_| ApiError::invalid_argument(format!("labels.{label}: {v:?} is not a number of seconds")))?;
+        policy.timeout_warning = (secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(SECOND);
+    }
     // Its priority class: its label's, else its project's, else the default.
     let label = job.labels.get(trainyard_core::schedule::PRIORITY_CLASS_LABEL).map(String::as_str);
     policy.priority = priorities.priority(label, project).map_err(ApiError::invalid_argument)?;

@@ -186,7 +186,7 @@ impl Sim<'_> {
                     self.push(at, Ev::Exited(i, run, OutcomeKey::Signaled(15)));
                 }
                 Effect::Log(_) => self.rep.log_lines += 1,
-                Effect::Purge { .. } => {}
+                Effect::Purge { .. } | Effect::Signal { .. } => {}
             }
         }
         // The gang's work: it goes on while every replica runs.

@@ -1015,6 +1015,35 @@ impl Backend for SlurmBackend {
             .then(|| "the Slurm controller does not answer yet (unreachable or slow); the submission waits for it".to_string())
     }
 
+    /// `scancel --signal=USR1 --batch <id>` (the batch script is the shim, `exec`ed), or a
+    /// gang's replica: `scancel --signal=USR1 <id>.<step>`; the shim passes it on.
+    fn signal(&self, run: &RunId, run_dir: PathBuf, signal: i32) -> Result<(), BackendError> {
+        let name = match signal {
+            10 => "USR1",
+            12 => "USR2",
+            other => return Err(slurm_err("scancel", format!("signal {other} is not passed to a replica"))),
+        };
+        let Some(id) = job_of(&self.shared, &run_dir) else { return Ok(()) };
+        if run_dir.join(shim::STATUS_FILE).exists() {
+            return Ok(());
+        }
+        let flag = format!("--signal={name}");
+        let result = match gang_of(&self.shared, &run_dir) {
+            Some(_) => match gang::step_of(&run_dir) {
+                Some(step) => scancel(self.opts(), &[&flag, &step]),
+                None => return Ok(()),
+            },
+            None => scancel(self.opts(), &[&flag, "--batch", &id.to_string()]),
+        };
+        match result {
+            Err(m) if !job_is_over(&m) => {
+                tracing::debug!(%run, "scancel {flag}: {m}");
+                Err(slurm_err("scancel", m))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn held_for_resources(&self, run: &RunId) -> bool {
         let st = lock(&self.shared.state);
         pending_reason(&st, run).is_some_and(|r| r == "Resources" || r == "Priority")

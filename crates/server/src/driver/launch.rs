@@ -48,6 +48,11 @@ impl Driver {
                 }
                 Effect::Log(_) => done.push(seq),
                 Effect::Purge { job } => self.purge(seq, job),
+                Effect::Signal { run, signal } => {
+                    let dir = run_dir(&self.svc.cfg.data_dir, &run);
+                    self.exec.submit(Work::Signal { run, dir, signal });
+                    done.push(seq);
+                }
             }
         }
         // L6: every replica of the attempt starts at once.
