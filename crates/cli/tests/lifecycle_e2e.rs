@@ -416,3 +416,24 @@ fn l19_the_timeout_warning_reaches_the_program_before_the_limit() {
     let last = s.data_dir().join("storage/p/b/warned/checkpoints/last");
     assert_eq!(std::fs::read_to_string(&last).unwrap_or_default().trim(), "warned", "{}", last.display());
 }
+
+/// L21, L10: a restarted replica is given the newest entry of its checkpoint directory
+/// (`TRAINYARD_LATEST_CHECKPOINT`, as the program sees `AIP_CHECKPOINT_DIR`); a first
+/// start has none.
+#[test]
+fn l21_a_restarted_replica_is_given_its_latest_checkpoint() {
+    let s = Server::start("");
+    let mut job = sh_job(
+        "latest",
+        "d=$AIP_CHECKPOINT_DIR; if [ -n \"$TRAINYARD_LATEST_CHECKPOINT\" ]; then echo \"latest=$TRAINYARD_LATEST_CHECKPOINT\"; exit 0; fi; \
+         echo first start; echo 1 > \"$d/step-1\"; sleep 1; echo 2 > \"$d/step-2\"; kill -9 $$",
+    );
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://b/latest"});
+    let name = name_of(&s.create("p", &job));
+    let done = s.wait_terminal(&name, 60);
+    let log = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    let dir = s.data_dir().join("storage/p/b/latest/checkpoints");
+    assert!(log.contains("first start"), "{log}");
+    assert!(log.contains(&format!("latest={}/step-2", dir.display())), "{log}");
+}

@@ -144,7 +144,13 @@ pub struct Planned {
     pub grants: Vec<crate::identity::Grant>,
     /// The job's credential file (tokens mode), written before the run starts.
     pub credentials: Option<SecretFile>,
+    /// A restarted or retried replica's checkpoint directory: its newest entry becomes
+    /// `TRAINYARD_LATEST_CHECKPOINT` (as the program sees `AIP_CHECKPOINT_DIR`).
+    pub checkpoints: Option<Confined>,
 }
+
+/// The newest entry of a restarted or retried replica's checkpoint directory.
+pub const LATEST_CHECKPOINT_ENV: &str = "TRAINYARD_LATEST_CHECKPOINT";
 
 /// A file only the run's user may read, in a directory of the server's (the run
 /// directory, which no tenant can write).
@@ -652,7 +658,15 @@ impl Planned {
     /// is the run's StartError, and nothing is made through it; other failures are
     /// logged and the run starts (its program meets them). Then the job's network
     /// namespace, when it has one; failing to make it is Trainyard's failure (L16).
-    fn launch_after_dirs(self) -> Result<Launch, (RunId, Outcome)> {
+    fn launch_after_dirs(mut self) -> Result<Launch, (RunId, Outcome)> {
+        if let Some(dir) = &self.checkpoints {
+            // A tenant's directory: listed here, off the driver's thread, bounded.
+            let prefix = self.launch.spec.env.iter().find(|(k, _)| k == "AIP_CHECKPOINT_DIR").map(|(_, v)| v.clone());
+            if let (Some(prefix), Some(name)) = (prefix, crate::paths::newest_entry(dir, 10_000)) {
+                let value = format!("{}/{}", prefix.trim_end_matches('/'), name.to_string_lossy());
+                self.launch.spec.env.push((LATEST_CHECKPOINT_ENV.to_string(), value));
+            }
+        }
         let start_error = |run: RunId, message: String| (run, Outcome::StartError { message });
         for d in &self.dirs {
             match d.create_dir_all() {

@@ -235,6 +235,35 @@ fn mtime_micros(st: &FileStat) -> i64 {
     st.st_mtime.saturating_mul(1_000_000).saturating_add(st.st_mtime_nsec / 1000)
 }
 
+/// The newest entry directly in `dir` (a checkpoint directory), by modification time
+/// (a link's own), among at most `max_entries`; its name. None when `dir` cannot be
+/// opened (below its root, no link followed) or is empty.
+pub fn newest_entry(dir: &Confined, max_entries: usize) -> Option<std::ffi::OsString> {
+    let root = open_root(&dir.root).ok()?;
+    let top = open_beneath(root.as_fd(), &dir.rel, dir_flags()).ok()?;
+    let mut d = nix::dir::Dir::from_fd(top).ok()?;
+    let mut names = Vec::new();
+    for entry in d.iter() {
+        let Ok(entry) = entry else { break };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if names.len() >= max_entries {
+            break;
+        }
+        names.push(std::ffi::OsString::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name)));
+    }
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let st = nix::sys::stat::fstatat(d.as_fd(), n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+            Some((mtime_micros(&st), n))
+        })
+        .max()
+        .map(|(_, n)| n)
+}
+
 /// L21: the newest modification time under `dir` (the checkpoint directory), bounded: no
 /// symbolic link is followed (a link's own time counts, never its target's), at most
 /// `max_entries` entries and `max_depth` levels; `dir` itself is opened below its root

@@ -122,7 +122,15 @@ impl Driver {
                     .zip(credential_json(&self.svc, id, &project))
                     .map(|(path, contents)| crate::executor::SecretFile { path, contents });
                 let launch = Launch { run: run.clone(), run_dir: run_dir(&self.svc.cfg.data_dir, run), spec, node };
-                Some(Planned { seq, launch, dirs, grants, credentials })
+                // L21: a restarted or retried replica is told of the newest checkpoint.
+                let checkpoints = (run.attempt > 0 || run.restart > 0)
+                    .then(|| {
+                        let base = live.resource.job_spec.base_output_directory.as_ref()?;
+                        resolve_uri(&base.output_uri_prefix, &project, &self.svc.cfg.storage_root, &self.svc.output_roots, "").ok()
+                    })
+                    .flatten()
+                    .map(|b| b.join("checkpoints"));
+                Some(Planned { seq, launch, dirs, grants, credentials, checkpoints })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
