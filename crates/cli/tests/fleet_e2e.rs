@@ -491,3 +491,47 @@ fn fair_share_remembers_a_projects_past_use() {
         s.call("POST", &s.url(&format!("/v1/{j}:cancel")), Some("{}"));
     }
 }
+
+/// Bad nodes kept out (`[fleet] quarantine_after_failures`): three jobs' replicas die by a
+/// signal on node n1 (the best fit); each job's retry goes to n2 (away from the node it
+/// failed on) and succeeds, and n1 is quarantined after the third: the next job, which
+/// would fit n1 best, lands on n2. `nodes list` shows it with its failures, the metric
+/// counts it, it survives a restart, and `nodes undrain` lets it back in.
+#[test]
+fn a_node_that_fails_three_jobs_is_quarantined_and_the_next_job_lands_elsewhere() {
+    if skip_on_slurm("local nodes") {
+        return;
+    }
+    let mut s = Server::start(
+        "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n[[nodes]]\nname = \"n2\"\ncpus = 8\nmemory_gb = 32\n\
+         [fleet]\nquarantine_after_failures = 3\n",
+    );
+    let script = "if [ \"$TRAINYARD_NODE\" = n1 ]; then kill -9 $$; fi; echo ran on $TRAINYARD_NODE";
+    for k in 0..3 {
+        // A replica's restart is a job retry (L12a): its new attempt is placed again.
+        let mut job = sh_job(&format!("bad-{k}"), script);
+        job["jobSpec"]["scheduling"] = serde_json::json!({"restartJobOnWorkerRestart": true});
+        let j = s.create("p", &job);
+        let done = s.wait_terminal(&name_of(&j), 60);
+        let log = s.logs_text(&name_of(&j));
+        assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+        assert!(log.contains("ran on n2"), "retried away from n1:\n{log}");
+    }
+    let (_, n1) = s.call("GET", &s.url("/v1/admin/nodes/n1"), None);
+    assert_eq!(n1["state"], "QUARANTINED", "{n1:#}");
+    assert_eq!(n1["quarantine"]["failures"].as_array().map(Vec::len), Some(3), "{n1:#}");
+    let next = s.create("p", &sh_job("next", "echo next on $TRAINYARD_NODE"));
+    let done = s.wait_terminal(&name_of(&next), 60);
+    assert!(s.logs_text(&name_of(&next)).contains("next on n2"), "{done:#}");
+    let (ok, out) = cli(&s, &["nodes", "list"]);
+    assert!(ok && out.lines().any(|l| l.starts_with("n1 ") && l.contains("QUARANTINED")), "{out}");
+    let metrics = ureq::get(&s.url("/metrics")).call().expect("GET /metrics").into_body().read_to_string().expect("body");
+    assert!(metrics.lines().any(|l| l == "trainyard_node_quarantines_total 1"), "{metrics}");
+    s.restart();
+    let (_, n1) = s.call("GET", &s.url("/v1/admin/nodes/n1"), None);
+    assert_eq!(n1["state"], "QUARANTINED", "kept across a restart: {n1:#}");
+    let (ok, out) = cli(&s, &["nodes", "undrain", "n1"]);
+    assert!(ok, "{out}");
+    let (_, n1) = s.call("GET", &s.url("/v1/admin/nodes/n1"), None);
+    assert_eq!(n1["state"], "UP", "{n1:#}");
+}

@@ -551,7 +551,18 @@ pub struct Job {
     /// L19 warned: the warning signal before the time limit was sent.
     #[serde(default)]
     pub timeout_warned: bool,
+    /// Nodes its replicas failed on (signal deaths, lost runs, `exclude_node`): its next
+    /// placements go elsewhere when another node fits. The latest few.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid_nodes: Vec<String>,
+    /// Its next job retry (L12) is placed again rather than started where it was: the
+    /// failure that caused it may be its node's.
+    #[serde(default)]
+    pub place_again: bool,
 }
+
+/// How many nodes a job remembers to avoid.
+pub const MAX_AVOID_NODES: usize = 8;
 
 /// The study and trial a trial's CustomJob belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -596,6 +607,8 @@ impl Job {
             trial: None,
             pipeline: None,
             timeout_warned: false,
+            avoid_nodes: Vec::new(),
+            place_again: false,
         }
     }
 

@@ -56,6 +56,7 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
         duration: moving.policy.timeout,
         priority: moving.policy.priority,
         may_borrow: false,
+        avoid: Vec::new(),
     };
     let cfg = SchedulerConfig { explain: false, preemption: false, ..SchedulerConfig::default() };
     plan(&c, &[req], &Quotas::default(), &QuotaUse::default(), now, &cfg).into_iter().find_map(|d| match d {

@@ -331,6 +331,8 @@ pub struct Request<'a> {
     pub priority: i64,
     /// It may run on quota borrowed from its project's cohort.
     pub may_borrow: bool,
+    /// Nodes its replicas failed on: placed elsewhere when another node fits.
+    pub avoid: Vec<NodeIx>,
 }
 
 /// The label a job picks its priority class with.
@@ -656,6 +658,7 @@ pub fn schedule_with(
             duration: duration(j),
             priority: j.policy.priority,
             may_borrow: may_borrow(j, cfg, quotas),
+            avoid: j.avoid_nodes.iter().filter_map(|n| c.node(n)).collect(),
         })
         .collect();
     let mut out = plan(&c, &reqs, quotas, &held, now, cfg);
@@ -1668,6 +1671,10 @@ impl<'a, 'r> Round<'a, 'r> {
         if self.blocked && !spot_mode {
             return self.behind_blocked(r, position, q.no_spot());
         }
+        if let Some(nodes) = self.place_avoiding(r) {
+            self.placed_now(r, &nodes, q);
+            return Next::Continue;
+        }
         let miss = match self.try_place(r) {
             Ok(nodes) => {
                 self.placed_now(r, &nodes, q);
@@ -1800,6 +1807,31 @@ impl<'a, 'r> Round<'a, 'r> {
                 Err(miss)
             }
         }
+    }
+
+    /// A place for a job whose replicas failed on some nodes, on other nodes: tried first
+    /// (bound by the reservations as any placement is); None sends it to the usual
+    /// placement, where those nodes count again.
+    fn place_avoiding(&mut self, r: &Request) -> Option<Vec<NodeIx>> {
+        if r.avoid.is_empty() {
+            return None;
+        }
+        let t = &self.c.table;
+        let end = self.now.saturating_add(r.duration);
+        let long = self.resvs.iter().any(|v| end > v.time);
+        let limit = if long { limit_for(&self.resvs, end) } else { None };
+        let m = self.w.mark();
+        for &n in r.avoid.iter().filter(|n| (**n as usize) < t.len()) {
+            self.w.set(t, n, 0, 0, 0);
+        }
+        let placed = self.w.place_gang(t, r.shape, limit.as_deref());
+        drop(limit);
+        self.w.rollback(t, m);
+        let nodes = placed?;
+        for (n, d) in nodes.iter().zip(&r.shape.needs) {
+            self.w.take(t, *n, d);
+        }
+        Some(nodes)
     }
 
     /// What a job placed or claimed this round takes of the reservations' slack, its

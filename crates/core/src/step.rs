@@ -79,6 +79,9 @@ pub enum Effect {
     Purge { job: u64 },
     /// Send `signal` to the run's program (L19 warned: the timeout warning), nothing else.
     Signal { run: RunId, signal: i32 },
+    /// A replica failed on `node` in a way that may be the node's (a signal death, a lost
+    /// run, a failure rule's `exclude_node`): counted towards its quarantine.
+    NodeFailed { node: String, replica: String, what: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -494,6 +497,9 @@ impl Cx<'_> {
             RuleAction::ExcludeNode => format!("exclude_node: the job is retried (L12) away from node {node}"),
         };
         self.log_rule("L13", Some(&name), format!("Replica {name} exited with status {status}; failure rule {rule} matched: {what}."));
+        if action == RuleAction::ExcludeNode {
+            self.node_failed(idx, format!("exited with status {status} (failure rule {rule})"), true);
+        }
         self.job.replicas[idx].state = ReplicaState::Idle;
         let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
         match action {
@@ -512,11 +518,29 @@ impl Cx<'_> {
         self.retry_or_fail(RetryKind::TransientExit, format!("replica {name} exited with transient status {status}"), error);
     }
 
+    /// A failure that may be its node's: counted towards the node's quarantine, and the
+    /// job's next placements avoid the node when another fits.
+    fn node_failed(&mut self, idx: usize, what: String, retry: bool) {
+        let Some(node) = self.job.replicas[idx].node.clone() else { return };
+        // L12: the retry this failure causes is placed again, away from the node.
+        self.job.place_again |= retry;
+        if !self.job.avoid_nodes.contains(&node) {
+            if self.job.avoid_nodes.len() >= crate::job::MAX_AVOID_NODES {
+                self.job.avoid_nodes.remove(0);
+            }
+            self.job.avoid_nodes.push(node.clone());
+        }
+        let replica = self.job.replicas[idx].name.clone();
+        self.effects.push(Effect::NodeFailed { node, replica, what });
+    }
+
     /// L10: a non-permanent failure restarts the replica on the same node (L11 limit).
     fn non_permanent(&mut self, idx: usize, outcome: &Outcome, tail: Vec<String>) {
         let name = self.job.replicas[idx].name.clone();
         let status = outcome.exit_status();
         let what = describe(outcome);
+        let retries = self.job.policy.restarts_become_retries() || self.job.replicas[idx].failures >= self.settings.max_worker_restarts;
+        self.node_failed(idx, what.clone(), retries);
         let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
         if self.job.policy.restarts_become_retries() {
             // L12a: any replica restart becomes a job retry.
@@ -646,6 +670,17 @@ impl Cx<'_> {
                         self.job.region,
                         (not_before - end) / crate::job::SECOND
                     ));
+                } else if std::mem::take(&mut self.job.place_again) {
+                    // Placed again, away from the node(s) its replicas failed on when
+                    // another fits (the scheduler decides).
+                    self.job.phase = Phase::Pending { admitted_at, wait: Wait::Placement { not_before: end } };
+                    self.job.waiting_reason = Some(format!(
+                        "Retry {n}: waiting to be placed again, away from node(s) {} where its replicas failed.",
+                        self.job.avoid_nodes.join(", ")
+                    ));
+                    for r in &mut self.job.replicas {
+                        r.node = None;
+                    }
                 } else {
                     self.job.phase = Phase::Pending { admitted_at, wait: Wait::Starting };
                     self.launch_attempt();

@@ -76,7 +76,7 @@ impl World {
                         self.stopping.insert(run.clone());
                     }
                 }
-                Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } => {}
+                Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => {}
             }
         }
     }
@@ -421,7 +421,7 @@ fn need(c: &Cluster, per: u32) -> Need {
 }
 
 fn req<'a>(id: u64, project: &'a str, shape: &'a Shape, duration: Micros, metrics: &'a BTreeMap<String, u64>) -> Request<'a> {
-    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration, priority: 0, may_borrow: true }
+    Request { id, project, submitted: id as Micros, admitted: false, spot: false, shape, metrics, duration, priority: 0, may_borrow: true, avoid: Vec::new() }
 }
 
 fn run(c: &Cluster, reqs: &[Request], now: Micros, cfg: &SchedulerConfig) -> Vec<Decision> {
@@ -665,7 +665,7 @@ fn settle(job: Job, effects: Vec<Effect>, now: Micros) -> Job {
         let ev = match e {
             Effect::Launch { run, .. } => Event::Started { run },
             Effect::Stop { run, .. } => Event::Exited { run, outcome: Outcome::Signaled { signal: 15 }, stderr_tail: vec![] },
-            Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } => continue,
+            Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => continue,
         };
         let t = step(&j, ev, now, &s).unwrap();
         j = t.job;

@@ -318,6 +318,11 @@ fn l11_restart_limit_then_job_retry() {
     assert_eq!(h.job.attempt, 1);
     assert_eq!(h.job.retries.worker_restarts, 1);
     assert_eq!(h.state(), State::Pending);
+    // L12, after a failure that may be its node's: placed again (away from that node
+    // when another fits), then every replica starts.
+    assert!(h.launches().is_empty() && h.job.wants_placement(h.now), "{:?}", h.job.phase);
+    assert_eq!(h.job.avoid_nodes, vec!["local".to_string()]);
+    h.place();
     assert_eq!(h.launches().len(), 2, "a fresh attempt starts all replicas");
     assert_eq!(h.job.replica("workerpool1-0").unwrap().failures, 0);
 }
@@ -363,6 +368,7 @@ fn l12_budgets_are_separate() {
     }
     for _ in 0..3 {
         h.start_all().exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+        h.place();
     }
     assert_eq!(h.job.retries.transient_exit, 3);
     assert_eq!(h.job.retries.worker_restarts, 3);
@@ -935,7 +941,8 @@ fn l13_failure_rules_come_first_and_are_named() {
     exit_with(&mut h, 3, "uncorrectable ECC error");
     assert_eq!(h.job.attempt, 1);
     assert!(h.logs().iter().any(|l| l.contains("exclude_node") && l.contains("away from node local")), "{:?}", h.logs());
-    h.start_all();
+    assert!(h.effects.iter().any(|e| matches!(e, Effect::NodeFailed { node, .. } if node == "local")), "counted towards its node's quarantine");
+    h.place().start_all();
     exit_with(&mut h, 1, "plain failure");
     assert_eq!(h.state(), State::Failed, "no rule matches: the table decides (permanent)");
 }

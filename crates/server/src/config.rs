@@ -67,6 +67,30 @@ struct File {
     storage: Option<crate::storage::StorageFile>,
     /// `[metrics]`: the Prometheus endpoint.
     metrics: Option<MetricsFile>,
+    /// `[fleet]`: keeping bad nodes out.
+    fleet: Option<FleetFile>,
+}
+
+/// `[fleet]`: a node on which replicas of two or more jobs fail `quarantine_after_failures`
+/// times within `quarantine_window_secs` is quarantined.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FleetFile {
+    quarantine_after_failures: Option<u32>,
+    quarantine_window_secs: Option<u64>,
+}
+
+/// `[fleet]`, resolved: failures that quarantine a node (0: never) and their window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quarantine {
+    pub after_failures: u32,
+    pub window_secs: u64,
+}
+
+impl Default for Quarantine {
+    fn default() -> Self {
+        Quarantine { after_failures: 3, window_secs: 3600 }
+    }
 }
 
 /// `[metrics]`: whether the server counts at all (`/metrics` is 404 when it does not).
@@ -499,6 +523,8 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// Declared virtual nodes each get an agent process; its death is the node's loss (L9).
     pub node_agents: bool,
+    /// `[fleet]`: when a node is quarantined.
+    pub quarantine: Quarantine,
     /// Stop the agents at a clean shutdown instead of leaving them for the next start.
     pub stop_node_agents: bool,
     /// Limits of the API's connections (`[http]`).
@@ -1130,6 +1156,14 @@ impl Config {
             path: None,
             backend,
             node_agents: many,
+            quarantine: {
+                let d = Quarantine::default();
+                let f = file.fleet.as_ref();
+                Quarantine {
+                    after_failures: f.and_then(|f| f.quarantine_after_failures).unwrap_or(d.after_failures),
+                    window_secs: f.and_then(|f| f.quarantine_window_secs).unwrap_or(d.window_secs),
+                }
+            },
             stop_node_agents: file.stop_node_agents.unwrap_or(false),
             http: {
                 let mut l = crate::listen::Limits::default();

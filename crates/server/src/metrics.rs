@@ -265,6 +265,7 @@ pub struct Metrics {
     oom_kills: Counter,
     hangs: Counter,
     stockouts: Counter,
+    quarantines: Counter,
     effects_failed: Family<EffectLabels, Counter>,
     node_cpus: Family<NodeLabels, Gauge>,
     node_memory: Family<NodeLabels, Gauge>,
@@ -331,6 +332,8 @@ impl Metrics {
         r.register("replica_hangs", "Replica runs reported hung: silent for the allowed time (log, checkpoints, metric file)", hangs.clone());
         let stockouts = Counter::default();
         r.register("stockouts", "Placements that found no capacity (L15)", stockouts.clone());
+        let quarantines = Counter::default();
+        r.register("node_quarantines", "Nodes quarantined after replica failures of several jobs ([fleet] quarantine_after_failures)", quarantines.clone());
         let effects_failed = Family::<EffectLabels, Counter>::default();
         r.register(
             "effects_failed",
@@ -387,6 +390,7 @@ impl Metrics {
             oom_kills,
             hangs,
             stockouts,
+            quarantines,
             effects_failed,
             node_cpus,
             node_memory,
@@ -567,6 +571,13 @@ impl Metrics {
                     .get_or_create(&AcceleratorLabels { node: node.clone(), r#type: kind.clone() })
                     .inc_by(sign * i64::from(*n));
             }
+        }
+    }
+
+    /// A node was quarantined.
+    pub fn node_quarantined(&self) {
+        if self.enabled {
+            self.quarantines.inc();
         }
     }
 

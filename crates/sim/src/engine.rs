@@ -186,7 +186,7 @@ impl Sim<'_> {
                     self.push(at, Ev::Exited(i, run, OutcomeKey::Signaled(15)));
                 }
                 Effect::Log(_) => self.rep.log_lines += 1,
-                Effect::Purge { .. } | Effect::Signal { .. } => {}
+                Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => {}
             }
         }
         // The gang's work: it goes on while every replica runs.
@@ -390,6 +390,7 @@ impl Sim<'_> {
                     duration: self.jobs[i].limit,
                     priority: j.policy.priority,
                     may_borrow: true,
+                    avoid: Vec::new(),
                 })
             })
             .collect();

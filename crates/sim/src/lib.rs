@@ -647,6 +647,7 @@ pub fn simulate_observed(
                     may_borrow: !policy.cfg.priority_preemption
                         || st[i].preemptions < policy.cfg.max_preemptions_per_job
                         || quotas.limit(&j.project, GPU_METRIC).is_some_and(|q| j.gpus() > q),
+                    avoid: Vec::new(),
                 }
             })
             .collect();

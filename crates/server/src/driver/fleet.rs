@@ -19,6 +19,11 @@ impl Driver {
             }
             Admin::Undrain(name) => {
                 self.node(&name)?;
+                if self.quarantined.remove(&name).is_some() {
+                    tracing::info!("node {name}: quarantine lifted");
+                    self.save_quarantine();
+                }
+                self.quarantine.clear(&name);
                 let was_down = self.fleet.nodes.iter().any(|n| n.name == name && !n.up);
                 if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
                     n.schedulable = true;
@@ -123,8 +128,11 @@ impl Driver {
             }));
         }
         let missing = self.gpus_missing.get(&n.name).map(|m| m.len()).unwrap_or(0);
+        let quarantine = self.quarantined.get(&n.name);
         let state = if !n.up {
             "DOWN"
+        } else if quarantine.is_some() {
+            "QUARANTINED"
         } else if !n.schedulable {
             "DRAINED"
         } else if missing > 0 {
@@ -143,6 +151,13 @@ impl Driver {
             "replicas": replicas,
             "gpus": self.gpu_view(&n.name),
             "degradedReason": (missing > 0).then(|| format!("{missing} GPU(s) gone from nvidia-smi (see gpus[].state)")),
+            "quarantine": quarantine.map(|q| serde_json::json!({
+                "since": trainyard_core::schedule::rfc3339(q.since),
+                "reason": q.reason,
+                "failures": q.failures.iter().map(|f| serde_json::json!({
+                    "job": f.job.to_string(), "replica": f.replica, "time": trainyard_core::schedule::rfc3339(f.at), "what": f.what,
+                })).collect::<Vec<_>>(),
+            })),
         })
     }
 
@@ -246,6 +261,81 @@ impl Driver {
                 self.history_at = s.at;
             }
             Err(e) => tracing::warn!("fair share: the stored usage history cannot be read ({e}); starting from none"),
+        }
+        Ok(())
+    }
+
+    /// A replica of job `job` failed on `node` in a way that may be the node's: counted,
+    /// and the node quarantined when the count says so (never the single node of a fleet
+    /// that overcommits, the default workstation).
+    pub(super) fn node_failed(&mut self, job: u64, node: &str, replica: String, what: String) {
+        let now = self.now();
+        if self.fleet.overcommit || self.quarantined.contains_key(node) || !self.fleet.nodes.iter().any(|n| n.name == node) {
+            return;
+        }
+        let f = trainyard_core::quarantine::Failure { job, replica, at: now, what };
+        let Some(failures) = self.quarantine.record(node, f) else { return };
+        let mut jobs: Vec<u64> = failures.iter().map(|f| f.job).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let q = self.svc.cfg.quarantine;
+        let reason = format!(
+            "{} replica failures of {} jobs within {} s ([fleet] quarantine_after_failures = {})",
+            failures.len(),
+            jobs.len(),
+            q.window_secs,
+            q.after_failures
+        );
+        self.quarantine_node(node, reason, failures, now);
+    }
+
+    /// No new placements on `node` until `nodes undrain` lifts it; what runs there is left
+    /// to run.
+    pub(super) fn quarantine_node(&mut self, node: &str, reason: String, failures: Vec<trainyard_core::quarantine::Failure>, now: Micros) {
+        tracing::warn!("node {node} quarantined: {reason}; `trainyard nodes undrain {node}` lets it back in");
+        if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == node) {
+            n.schedulable = false;
+        }
+        self.metrics.node_quarantined();
+        // The jobs that failed there are told, in their logs.
+        let mut told = BTreeSet::new();
+        for f in &failures {
+            if !told.insert(f.job) {
+                continue;
+            }
+            let Some(live) = self.jobs.get(&f.job) else { continue };
+            let text = format!("L9: node {node} is quarantined ({reason}): no new placements there.");
+            let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text });
+            if let Err(e) = self.store.commit(&live.job, &[line], now) {
+                tracing::warn!("job {}: the quarantine of node {node} could not be logged: {e}", f.job);
+            }
+        }
+        self.quarantined.insert(node.to_string(), Quarantined { since: now, reason, failures });
+        self.reschedule = true;
+        self.save_quarantine();
+    }
+
+    /// The quarantined nodes, stored (meta `quarantined_nodes`): a restart keeps them out.
+    pub(super) fn save_quarantine(&mut self) {
+        let text = serde_json::to_string(&self.quarantined).unwrap_or_default();
+        if let Err(e) = self.store.set_meta(QUARANTINED_NODES, &text) {
+            tracing::warn!("the quarantined nodes could not be stored: {e}");
+        }
+    }
+
+    /// At a start: the nodes quarantined before (still in the fleet) stay out.
+    pub(super) fn load_quarantine(&mut self) -> Result<(), StoreError> {
+        let Some(text) = self.store.meta(QUARANTINED_NODES)? else { return Ok(()) };
+        match serde_json::from_str::<BTreeMap<String, Quarantined>>(&text) {
+            Ok(q) => {
+                for (name, info) in q {
+                    if let Some(n) = self.fleet.nodes.iter_mut().find(|n| n.name == name) {
+                        n.schedulable = false;
+                        self.quarantined.insert(name, info);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("the stored quarantined nodes cannot be read ({e}); none are kept out"),
         }
         Ok(())
     }
@@ -398,8 +488,17 @@ impl Driver {
 
 /// The meta key of the stored usage history (fair share with memory).
 const USAGE_HISTORY: &str = "usage_history";
+const QUARANTINED_NODES: &str = "quarantined_nodes";
 
 /// A figure shown with three decimals.
 fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
+}
+
+/// A quarantined node: since when, why, and the failures that did it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Quarantined {
+    pub since: Micros,
+    pub reason: String,
+    pub failures: Vec<trainyard_core::quarantine::Failure>,
 }

@@ -48,6 +48,10 @@ impl Driver {
                 }
                 Effect::Log(_) => done.push(seq),
                 Effect::Purge { job } => self.purge(seq, job),
+                Effect::NodeFailed { node, replica, what } => {
+                    self.node_failed(id, &node, replica, what);
+                    done.push(seq);
+                }
                 Effect::Signal { run, signal } => {
                     let dir = run_dir(&self.svc.cfg.data_dir, &run);
                     self.exec.submit(Work::Signal { run, dir, signal });

@@ -207,6 +207,10 @@ pub struct Driver {
     stops: HashMap<RunId, stops::StopTrack>,
     /// GPUs of a node's inventory that nvidia-smi no longer lists (the node is degraded).
     gpus_missing: BTreeMap<String, BTreeSet<String>>,
+    /// Bad nodes kept out (`[fleet] quarantine_after_failures`): recent failures per
+    /// node, and the nodes quarantined with what quarantined them.
+    quarantine: trainyard_core::quarantine::Tracker,
+    quarantined: BTreeMap<String, fleet::Quarantined>,
     /// L22 retention: when the logs of ended jobs are next looked at.
     next_log_sweep: Micros,
     /// When the network namespaces of ended jobs are next looked for.
@@ -412,6 +416,11 @@ impl Driver {
             exec,
             stops: HashMap::new(),
             gpus_missing: BTreeMap::new(),
+            quarantine: trainyard_core::quarantine::Tracker::new(
+                svc.cfg.quarantine.after_failures,
+                (svc.cfg.quarantine.window_secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(1_000_000),
+            ),
+            quarantined: BTreeMap::new(),
             next_log_sweep: 0,
             next_netns_sweep: 0,
             clock,
@@ -503,6 +512,8 @@ impl Driver {
         self.metrics.set_fleet(&self.fleet);
         self.load_usage_history()?;
         self.resume_usage()?;
+        self.quarantined.clear();
+        self.load_quarantine()?;
         for stored in self.store.active_jobs()? {
             let id = stored.job.id;
             let resource = match (&stored.damage, serde_json::from_str::<CustomJob>(&stored.resource)) {
