@@ -465,6 +465,10 @@ pub struct CustomJob {
     #[serde(alias = "trainyard_waiting_reason", skip_serializing_if = "String::is_empty")]
     #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub trainyard_waiting_reason: String,
+    /// Output only, a Trainyard extension: a RUNNING job's health (hangs and stragglers).
+    #[serde(alias = "trainyard_health", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
+    pub trainyard_health: Option<TrainyardHealth>,
     /// A Trainyard extension: directories of the server's host that this job's containers
     /// see read-only at their own paths (`custom-jobs create --config` sends the job
     /// file's directory, so that a container runs the same `train.py` as `local-run`).
@@ -487,7 +491,21 @@ impl CustomJob {
         self.error = None;
         self.web_access_uris.clear();
         self.trainyard_waiting_reason.clear();
+        self.trainyard_health = None;
     }
+}
+
+/// A Trainyard extension: `ok`, `straggler` (one replica silent while the others go on)
+/// or `hang` (no replica goes on), with the replica and since when.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TrainyardHealth {
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub replica: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
 }
 
 /// `google.cloud.aiplatform.v1.EncryptionSpec` (stored, not honoured).

@@ -359,7 +359,7 @@ fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
     }
     let text = s.logs_text(&name_of(&a));
     assert_eq!(text.matches("may be hung").count(), 1, "reported once: {text}");
-    assert!(text.contains("L22: Replica workerpool0-0 has written nothing"), "{text}");
+    assert!(text.contains("L22: Replica workerpool0-0 may be hung: no output to its log"), "{text}");
     assert!(text.find("may be hung") < text.find("stdout: done"), "reported while silent, before its last line: {text}");
     assert!(!s.logs_text(&name_of(&b)).contains("may be hung"), "{}", s.logs_text(&name_of(&b)));
     let metrics = ureq::get(&s.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
@@ -373,7 +373,7 @@ fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
     let done = s.wait_terminal(&name_of(&r), 60);
     let text = s.logs_text(&name_of(&r));
     assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{text}");
-    assert!(text.contains("may be hung; stopping it to restart it") && text.contains("restarting it (1 of 5)") && text.contains("recovered"), "{text}");
+    assert!(text.contains("may be hung") && text.contains("stopping it to restart it") && text.contains("restarting it (1 of 5)") && text.contains("recovered"), "{text}");
 }
 
 /// L13 extended on a real server: a failure rule on a log pattern retries a job whose exit
@@ -436,4 +436,90 @@ fn l21_a_restarted_replica_is_given_its_latest_checkpoint() {
     let dir = s.data_dir().join("storage/p/b/latest/checkpoints");
     assert!(log.contains("first start"), "{log}");
     assert!(log.contains(&format!("latest={}/step-2", dir.display())), "{log}");
+}
+
+/// Hangs and stragglers with a real program of three ranks that step together (each waits
+/// for the others' step files, as a collective does): one rank is stopped with SIGSTOP
+/// mid-training; it is named a straggler (the others, waiting for it, are not reported),
+/// its processes' stacks go to the log, the job's resource shows it, it is restarted (L10)
+/// and resumes from its step, and the job SUCCEEDS. Prints the time from the stop to the
+/// report and to progress again.
+#[test]
+fn l22_l10_a_stopped_rank_is_a_straggler_restarted_and_the_job_succeeds() {
+    let s = Server::start("");
+    let program = r#"
+import os, sys, time
+d = os.environ["AIP_CHECKPOINT_DIR"]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+mine = os.path.join(d, "rank%d" % rank)
+step = int(open(mine).read()) if os.path.exists(mine) else 0
+if step:
+    print("rank %d resumes at step %d" % (rank, step), flush=True)
+def at(r):
+    try:
+        return int(open(os.path.join(d, "rank%d" % r)).read() or 0)
+    except (OSError, ValueError):
+        return 0
+while step < 60:
+    step += 1
+    tmp = mine + ".tmp"
+    open(tmp, "w").write(str(step))
+    os.replace(tmp, mine)
+    print("rank %d step %d" % (rank, step), flush=True)
+    while min(at(r) for r in range(world)) < step:
+        time.sleep(0.02)
+    time.sleep(0.1)
+print("rank %d done" % rank, flush=True)
+"#;
+    let mut job = json!({"displayName": "ranks", "jobSpec": {"workerPoolSpecs": [
+        {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+         "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", program]}},
+        {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "2",
+         "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", program]}}]}});
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://b/ranks"});
+    job["labels"] = json!({"trainyard-hang-after-secs": "3", "trainyard-hang-restart": "true"});
+    let j = s.create("p", &job);
+    let name = name_of(&j);
+    s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let ckpt = s.data_dir().join("storage/p/b/ranks/checkpoints/rank2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&ckpt).ok().and_then(|t| t.trim().parse::<u32>().ok()).unwrap_or(0) < 5 {
+        assert!(std::time::Instant::now() < deadline, "no progress:\n{}", s.logs_text(&name));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let started: Value = serde_json::from_str(
+        &std::fs::read_to_string(run_dir(&s.data_dir(), id_of(&j), 0, "workerpool1-1", 0).join("started.json")).expect("started.json"),
+    )
+    .expect("json");
+    let pid = started["pid"].as_i64().expect("pid") as i32;
+    let stopped_at = std::time::Instant::now();
+    // SAFETY: kill(2) has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let mut reported = None;
+    let mut health = Value::Null;
+    while std::time::Instant::now() < stopped_at + std::time::Duration::from_secs(30) {
+        let log = s.logs_text(&name);
+        if log.contains("workerpool1-1 is a straggler") {
+            reported.get_or_insert(stopped_at.elapsed());
+        }
+        let r = s.get(&name);
+        if r["trainyardHealth"]["state"] == "straggler" {
+            health = r["trainyardHealth"].clone();
+        }
+        if reported.is_some() && log.contains("rank 2 resumes at step") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let resumed = stopped_at.elapsed();
+    let done = s.wait_terminal(&name, 120);
+    let log = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
+    let reported = reported.unwrap_or_else(|| panic!("no straggler report:\n{log}"));
+    eprintln!("measure: a rank stopped; straggler reported after {reported:?}, progress again after {resumed:?} (hang_after 3 s)");
+    assert!(log.contains("workerpool1-1 is a straggler (its processes are stopped)"), "{log}");
+    assert!(!log.contains("workerpool0-0 may be hung") && !log.contains("workerpool1-0 may be hung"), "the waiting ranks are not reported:\n{log}");
+    assert!(log.contains("workerpool1-1's processes when its silence was reported") && log.contains("state T"), "{log}");
+    assert!(log.contains("rank 2 resumes at step") && log.contains("restarting it (1 of 5)"), "{log}");
+    assert!(health.is_null() || health["replica"] == "workerpool1-1", "{health}");
 }

@@ -458,6 +458,22 @@ pub struct Replica {
     /// Hang detection: when the current run was reported hung (cleared by new activity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hung_since: Option<Micros>,
+    /// The silence reported was a straggler's: other replicas of the job went on meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub straggler: bool,
+    /// Hang detection: its processes were last seen stopped (SIGSTOP, a debugger).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+}
+
+/// A job's health as its resource shows it (`trainyardHealth`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    Ok,
+    /// One replica silent while the others went on.
+    Straggler { replica: String, since: Micros },
+    /// Replicas silent, none going on.
+    Hang { replica: String, since: Micros },
 }
 
 impl Replica {
@@ -474,6 +490,8 @@ impl Replica {
             devices: Vec::new(),
             activity: None,
             hung_since: None,
+            straggler: false,
+            suspended: false,
         }
     }
     pub fn is_primary(&self) -> bool {
@@ -742,7 +760,9 @@ impl Job {
                 }
                 for i in 0..self.replicas.len() {
                     if let Some(t) = self.hang_due(i) {
-                        consider(t)
+                        // Due but not reported (it waits for a stopped replica): looked at
+                        // again a little later, not at once over and over.
+                        consider(if t > now { t } else { now.saturating_add(HANG_RECHECK_MIN) })
                     }
                     // A replica reported hung is looked at again now and then: the tick
                     // that comes reads its writes (Event::Activity), which end the hang.
@@ -770,6 +790,16 @@ impl Job {
         }
         let last = [Some(since), r.activity, self.checkpoint.last_write].into_iter().flatten().max()?;
         Some(last.saturating_add(self.policy.hang_after))
+    }
+
+    /// Its health: a replica reported silent (the earliest), straggler or hang.
+    pub fn health(&self) -> Health {
+        let silent = self.replicas.iter().filter(|r| r.state.is_live()).filter_map(|r| Some((r.hung_since?, r))).min_by_key(|(t, _)| *t);
+        match silent {
+            Some((since, r)) if r.straggler => Health::Straggler { replica: r.name.clone(), since },
+            Some((since, r)) => Health::Hang { replica: r.name.clone(), since },
+            None => Health::Ok,
+        }
     }
 
     /// L21: when the next "no checkpoint" warning is due.

@@ -41,6 +41,8 @@ pub enum Event {
     /// Hang detection: the replica's current run was seen writing at `at` (its log or its
     /// metric file).
     Activity { replica: String, at: Micros },
+    /// Hang detection: the replica's processes are (or are no longer) stopped.
+    Suspended { replica: String, stopped: bool },
     /// Time passed: timeouts (L19), FLEX_START waits (L15), checkpoint warnings (L21).
     Tick,
     /// The job's project stores more than its storage limit: a running or waiting job is
@@ -141,8 +143,14 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
                     // Writing again: a hang reported before is over.
                     if r.hung_since.is_some_and(|h| at > h) {
                         r.hung_since = None;
+                        r.straggler = false;
                     }
                 }
+            }
+        }
+        Event::Suspended { replica, stopped } => {
+            if let Some(r) = cx.job.replicas.iter_mut().find(|r| r.name == replica && r.state.is_live()) {
+                r.suspended = stopped;
             }
         }
         Event::Tick => cx.tick(),
@@ -244,6 +252,8 @@ impl Cx<'_> {
         // A new run: hang detection starts afresh.
         r.activity = None;
         r.hung_since = None;
+        r.straggler = false;
+        r.suspended = false;
         let run = self.run_id(idx);
         self.effects.push(Effect::Launch { run, node });
     }
@@ -855,22 +865,54 @@ impl Cx<'_> {
     /// Hang detection: each running replica silent for the job's `hang_after` is reported
     /// once (L22: its output is what shows it), and, with `hang_restart`, stopped: its run
     /// then ends by a signal and is restarted as a signal death is (L10, L11).
+    /// Hangs and stragglers. A replica that shows no progress (output to its log, its
+    /// checkpoint directory or its metric file, CPU time) for `hang_after` is silent: a
+    /// straggler when another replica of the job went on within that time, else hung.
+    /// Reported once per run (a stack dump of it goes to the log with the report), and
+    /// with `hang_restart` restarted as a signal death is (L10, L11).
     fn hangs(&mut self) {
         let now = self.now;
-        for idx in 0..self.job.replicas.len() {
-            if self.job.hang_due(idx).is_none_or(|due| now < due) {
+        let hang_after = self.job.policy.hang_after;
+        let due: Vec<usize> = (0..self.job.replicas.len()).filter(|&i| self.job.hang_due(i).is_some_and(|d| now >= d)).collect();
+        for idx in due {
+            let secs = hang_after / crate::job::SECOND;
+            let name = self.job.replicas[idx].name.clone();
+            let suspended = self.job.replicas[idx].suspended;
+            let running_others = || self.job.replicas.iter().enumerate().filter(move |(i, r)| *i != idx && matches!(r.state, ReplicaState::Running { .. }));
+            // A live replica waiting for a stopped one (in a collective) is not the fault.
+            if !suspended && running_others().any(|(_, r)| r.suspended) {
                 continue;
             }
-            let secs = self.job.policy.hang_after / crate::job::SECOND;
-            let name = self.job.replicas[idx].name.clone();
-            self.job.replicas[idx].hung_since = Some(now);
+            // Another running replica that went on within the allowed silence, or (this one
+            // stopped) one that is not stopped.
+            let others_go_on = running_others().any(|(_, r)| {
+                let ReplicaState::Running { since } = r.state else { return false };
+                r.hung_since.is_none() && (r.activity.unwrap_or(since).max(since) > now - hang_after || (suspended && !r.suspended))
+            });
+            let last = {
+                let r = &self.job.replicas[idx];
+                let since = if let ReplicaState::Running { since } = r.state { since } else { now };
+                [Some(since), r.activity, self.job.checkpoint.last_write].into_iter().flatten().max().unwrap_or(now)
+            };
+            let quiet = (now - last) / crate::job::SECOND;
+            let r = &mut self.job.replicas[idx];
+            r.hung_since = Some(now);
+            r.straggler = others_go_on;
             let restart = self.job.policy.hang_restart;
             let then = if restart { "; stopping it to restart it" } else { "" };
-            self.log_rule(
-                "L22",
-                Some(&name),
-                format!("Replica {name} has written nothing to its log, its checkpoint directory or its metric file for {secs}s: it may be hung{then}."),
-            );
+            let stopped = if suspended { " (its processes are stopped)" } else { "" };
+            let text = if others_go_on {
+                format!(
+                    "Replica {name} is a straggler{stopped}: no output to its log, its checkpoint directory or its metric file and no CPU time \
+                     for {quiet}s (allowed: {secs}s) while other replicas go on or wait for it{then}."
+                )
+            } else {
+                format!(
+                    "Replica {name} may be hung: no output to its log, its checkpoint directory or its metric file and no CPU time \
+                     for {quiet}s (allowed: {secs}s), and no other replica goes on{then}."
+                )
+            };
+            self.log_rule("L22", Some(&name), text);
             if restart {
                 let run = self.run_id(idx);
                 self.effects.push(Effect::Stop { run, grace: self.settings.grace_period_secs as Micros * crate::job::SECOND });

@@ -857,7 +857,8 @@ fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
     assert_eq!(h.job.hang_due(0), Some(start + 90 * SECOND));
     assert_eq!(h.job.next_deadline(&h.s, h.now), Some(start + 90 * SECOND));
     h.at(61 * SECOND).ev(Event::Tick);
-    assert!(h.logs().iter().any(|l| l.starts_with("L22: Replica workerpool0-0 has written nothing") && l.contains("60s")), "{:?}", h.logs());
+    assert!(h.logs().iter().any(|l| l.starts_with("L22: Replica workerpool0-0 may be hung") && l.contains("(allowed: 60s)")), "{:?}", h.logs());
+    assert!(matches!(h.job.health(), trainyard_core::job::Health::Hang { ref replica, .. } if replica == "workerpool0-0"));
     assert_eq!(h.job.hang_due(0), None, "reported once");
     assert_eq!(h.stops(), 0, "no restart unless asked");
     assert_eq!(h.state(), State::Running);
@@ -978,4 +979,46 @@ fn l19_a_warning_signal_comes_before_the_time_limit_once() {
     h.at(SECOND).ev(Event::Tick);
     assert!(!h.effects.iter().any(|e| matches!(e, Effect::Signal { .. })));
     assert_eq!(h.state(), State::Running);
+}
+
+/// L22, L10: in a job of three replicas, one silent while the others go on is a
+/// straggler (named in the log and the job's health), and with `hang_restart` it alone is
+/// restarted (L10, counted by L11); all silent is a hang of each.
+#[test]
+fn l22_l10_a_straggler_is_told_from_a_hang_and_restarted() {
+    use trainyard_core::job::Health;
+    let mut h = H::new(job_with(&[1, 2], |p| {
+        p.hang_after = 60 * SECOND;
+        p.hang_restart = true;
+    }));
+    h.place().start_all();
+    let start = h.now;
+    for t in [20, 40, 59] {
+        for r in ["workerpool0-0", "workerpool1-0"] {
+            h.ev(Event::Activity { replica: r.into(), at: start + t * SECOND });
+        }
+    }
+    h.at(61 * SECOND).ev(Event::Tick);
+    assert!(h.logs().iter().any(|l| l.starts_with("L22: Replica workerpool1-1 is a straggler") && l.contains("while other replicas go on")), "{:?}", h.logs());
+    assert!(matches!(h.job.health(), Health::Straggler { ref replica, .. } if replica == "workerpool1-1"), "{:?}", h.job.health());
+    assert_eq!(h.stops(), 1, "only the straggler is stopped");
+    h.stopped_exit();
+    assert_eq!(h.job.replica("workerpool1-1").unwrap().restart, 1);
+    assert_eq!(h.job.replica("workerpool1-1").unwrap().failures, 1, "counted by L11 as a signal death");
+    assert_eq!(h.job.health(), Health::Ok);
+    // One stopped (SIGSTOP) while the others wait for it in a collective, all silent: the
+    // stopped one is the straggler, the waiting ones are not reported.
+    let mut h = H::new(job_with(&[1, 2], |p| p.hang_after = 60 * SECOND));
+    h.place().start_all();
+    h.ev(Event::Suspended { replica: "workerpool1-0".into(), stopped: true });
+    h.at(61 * SECOND).ev(Event::Tick);
+    let logs = h.logs();
+    assert!(logs.iter().any(|l| l.contains("workerpool1-0 is a straggler (its processes are stopped)")), "{logs:?}");
+    assert_eq!(logs.iter().filter(|l| l.contains("may be hung") || l.contains("straggler")).count(), 1, "{logs:?}");
+    // Nobody goes on: each is hung.
+    let mut h = H::new(job_with(&[1, 1], |p| p.hang_after = 60 * SECOND));
+    h.place().start_all();
+    h.at(61 * SECOND).ev(Event::Tick);
+    assert_eq!(h.logs().iter().filter(|l| l.contains("may be hung")).count(), 2, "{:?}", h.logs());
+    assert!(matches!(h.job.health(), Health::Hang { .. }));
 }

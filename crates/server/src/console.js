@@ -310,7 +310,9 @@ const entryKey = (e) => `${e.time}|${e.attempt}|${e.replica}|${e.restart}|${e.st
 // a replica that only writes those stays "hung" here until it prints or is restarted.
 
 const HANG_LABEL = "trainyard-hang-after-secs";
-const isHangReport = (e) => e.stream === "event" && (e.rule === "L22" || /^L22: /.test(e.text || "")) && /may be hung/.test(e.text || "");
+const isHangReport = (e) => e.stream === "event" && (e.rule === "L22" || /^L22: /.test(e.text || "")) && /may be hung|is a straggler/.test(e.text || "");
+// The stack dump logged with a report is part of it, not a sign of life.
+const isHangDump = (e) => e.stream === "event" && /processes when its silence was reported/.test(e.text || "");
 
 /**
  * The replica's current hang from entries of its log (its lines and events, in any order;
@@ -326,7 +328,7 @@ function currentHang(entries, replica) {
     const us = micros(e.time);
     if (isHangReport(e)) {
       if (!hang || us > hang.us) hang = { us, time: e.time, text: String(e.text || ""), attempt: a };
-    } else if (us > last) last = us;
+    } else if (!isHangDump(e) && us > last) last = us;
   }
   return hang && hang.us > last && attempt <= hang.attempt ? hang : null;
 }
@@ -1289,7 +1291,7 @@ class TimelineModel {
       const us = micros(e.time);
       if (isHangReport(e)) {
         if (!row.hang || us > row.hang.us) row.hang = { us, time: e.time, text: String(e.text || ""), attempt: a };
-      } else if (us > row.lastUs) row.lastUs = us;
+      } else if (!isHangDump(e) && us > row.lastUs) row.lastUs = us;
     }
     if (t < this.minT) this.minT = t;
     if (t > this.maxT) this.maxT = t;

@@ -50,7 +50,7 @@ pub enum Work {
     /// `paths::newest_mtime`); hang detection, each running replica's latest write (the
     /// modification times of its files: its log, its metric file). Answered with
     /// `Report::Observed`.
-    Observe { job: u64, checkpoints: Option<Confined>, activity: Vec<(String, Vec<PathBuf>)> },
+    Observe { job: u64, checkpoints: Option<Confined>, activity: Vec<ReplicaWatch> },
     /// Tuning trials' metric files, read (a tenant's files: on the observing thread, never
     /// the driver's); answered with `Report::TrialMetrics`.
     /// `periodic`: the driver's read of running trials (one at a time), else trials'
@@ -207,7 +207,7 @@ pub enum Report {
     /// What `Work::Observe` saw: the newest checkpoint write (None when there is none or
     /// no scan was asked), the entries the scan looked at and whether its cap cut it, and
     /// each replica's latest write it found.
-    Observed { job: u64, newest: Option<Micros>, entries: usize, truncated: bool, activity: Vec<(String, Micros)> },
+    Observed { job: u64, newest: Option<Micros>, entries: usize, truncated: bool, activity: Vec<ReplicaSeen> },
     /// What `Work::ReadTrialMetrics` read, each file asked for in order.
     TrialMetrics { reads: Vec<MetricsRead>, periodic: bool },
     /// What `Work::EngineReasons` heard: the runs the engine gave a reason for.
@@ -323,21 +323,49 @@ fn read_all_trial_metrics(reads: Vec<MetricRead>, periodic: bool) -> Report {
 /// What a job's tick decides on (see `Work::Observe`): a bounded scan of its checkpoint
 /// directory, and the latest modification time of each replica's files (looked at
 /// without following a link: a tenant's link to a busy file is no activity of its own).
-pub fn observe(job: u64, checkpoints: Option<&Confined>, activity: &[(String, Vec<PathBuf>)]) -> Report {
+/// A running replica of a job that watches for hangs: the files whose writes are its
+/// progress, its run directory (its processes' CPU time), and whether a stack dump is
+/// taken (its silence is about to be reported).
+#[derive(Clone, Debug)]
+pub struct ReplicaWatch {
+    pub replica: String,
+    pub files: Vec<PathBuf>,
+    pub run_dir: PathBuf,
+    pub dump: bool,
+}
+
+/// What was seen of a replica: its latest write, its processes' CPU seconds so far, and
+/// the stack dump asked for.
+#[derive(Clone, Debug, Default)]
+pub struct ReplicaSeen {
+    pub replica: String,
+    pub newest: Option<Micros>,
+    pub cpu: Option<f64>,
+    /// Every process of it is stopped (SIGSTOP, a debugger).
+    pub stopped: bool,
+    pub dump: Option<String>,
+}
+
+pub fn observe(job: u64, checkpoints: Option<&Confined>, activity: &[ReplicaWatch]) -> Report {
     let scan = checkpoints.and_then(|dir| crate::paths::newest_mtime(dir, crate::paths::SCAN_MAX_ENTRIES, crate::paths::SCAN_MAX_DEPTH));
     if scan.as_ref().is_some_and(|s| s.truncated) {
         tracing::debug!("job {job}: checkpoint scan stopped at {} entries", scan.as_ref().map_or(0, |s| s.entries));
     }
     let activity = activity
         .iter()
-        .filter_map(|(replica, files)| {
-            let newest = files
+        .map(|w| {
+            let newest = w
+                .files
                 .iter()
                 .filter_map(|f| std::fs::symlink_metadata(f).ok()?.modified().ok())
                 .filter_map(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_micros().min(i64::MAX as u128) as Micros)
-                .max()?;
-            Some((replica.clone(), newest))
+                .max();
+            let pids = crate::stuck::replica_pids(&w.run_dir);
+            let cpu = crate::stuck::cpu_seconds(&pids);
+            let stopped = crate::stuck::all_stopped(&pids);
+            let dump = w.dump.then(|| crate::stuck::stack_dump(&pids)).filter(|d| !d.is_empty());
+            ReplicaSeen { replica: w.replica.clone(), newest, cpu, stopped, dump }
         })
         .collect();
     let (newest, entries, truncated) = scan.map_or((None, 0, false), |s| (s.newest, s.entries, s.truncated));

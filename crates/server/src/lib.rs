@@ -24,6 +24,7 @@ pub mod paths;
 pub mod reply;
 pub mod security;
 pub mod storage;
+pub mod stuck;
 pub mod venv;
 
 use std::ffi::OsString;

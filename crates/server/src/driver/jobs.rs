@@ -344,8 +344,8 @@ impl Driver {
                     }
                     Some(_) => {
                         self.scans.remove(&id);
-                        for (replica, _) in activity {
-                            self.apply(id, Event::Activity { replica, at: now }, now)?.ok();
+                        for w in activity {
+                            self.apply(id, Event::Activity { replica: w.replica, at: now }, now)?.ok();
                         }
                     }
                 }
@@ -364,19 +364,28 @@ impl Driver {
     /// Hang detection: the files whose writes show that each running replica of a job that
     /// watches for hangs is alive (its log file and its metric file), to be looked at
     /// before a tick decides. Empty for other jobs.
-    pub(super) fn activity_files(&self, id: u64) -> Vec<(String, Vec<PathBuf>)> {
+    pub(super) fn activity_files(&self, id: u64) -> Vec<crate::executor::ReplicaWatch> {
         let Some(live) = self.jobs.get(&id) else { return Vec::new() };
         if live.job.policy.hang_after <= 0 {
             return Vec::new();
         }
         let data = &self.svc.cfg.data_dir;
+        let now = self.now();
         live.job
             .replicas
             .iter()
-            .filter(|r| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. }))
-            .map(|r| {
+            .enumerate()
+            .filter(|(_, r)| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. }))
+            .map(|(i, r)| {
                 let run = RunId { job: id, attempt: live.job.attempt, replica: r.name.clone(), restart: r.restart };
-                (r.name.clone(), vec![run_dir(data, &run).join(trainyard_backend::log::LOG_FILE), self.metric_file_of(id, &r.name)])
+                let dir = run_dir(data, &run);
+                crate::executor::ReplicaWatch {
+                    replica: r.name.clone(),
+                    files: vec![dir.join(trainyard_backend::log::LOG_FILE), self.metric_file_of(id, &r.name)],
+                    run_dir: dir,
+                    // Its silence is due to be reported: its stack goes to the log with it.
+                    dump: live.job.hang_due(i).is_some_and(|d| d <= now),
+                }
             })
             .collect()
     }
@@ -395,20 +404,62 @@ impl Driver {
     /// What an observation of a job's files saw (see `on_time`): the replicas' latest
     /// writes and the newest checkpoint (a write in the future counts as now), then the
     /// tick that waited for them.
-    pub(super) fn observed(&mut self, id: u64, newest: Option<Micros>, activity: Vec<(String, Micros)>, now: Micros) -> Result<(), StoreError> {
+    pub(super) fn observed(&mut self, id: u64, newest: Option<Micros>, activity: Vec<crate::executor::ReplicaSeen>, now: Micros) -> Result<(), StoreError> {
         self.scans.remove(&id);
         let Some(live) = self.jobs.get(&id) else { return Ok(()) };
-        let known: Vec<(String, Option<Micros>)> = live.job.replicas.iter().map(|r| (r.name.clone(), r.activity)).collect();
-        for (replica, at) in activity {
-            let newer = known.iter().find(|(n, _)| *n == replica).is_some_and(|(_, a)| a.is_none_or(|a| at > a));
-            if newer {
-                self.apply(id, Event::Activity { replica, at: at.min(now) }, now)?.ok();
+        let attempt = live.job.attempt;
+        let known: Vec<(String, Option<Micros>, u32, bool)> =
+            live.job.replicas.iter().map(|r| (r.name.clone(), r.activity, r.restart, r.suspended)).collect();
+        let mut dumps = Vec::new();
+        for seen in activity {
+            let Some((_, last, restart, suspended)) = known.iter().find(|(n, _, _, _)| *n == seen.replica) else { continue };
+            if seen.stopped != *suspended {
+                self.apply(id, Event::Suspended { replica: seen.replica.clone(), stopped: seen.stopped }, now)?.ok();
+            }
+            // CPU time used since the last look is progress too (a replica spinning in a
+            // collective is not counted hung; a stopped one is).
+            let key = (id, seen.replica.clone());
+            let ran = match (seen.cpu, self.cpu_seen.get(&key)) {
+                (Some(c), Some(&(a, r, before))) if a == attempt && r == *restart => c > before + CPU_EPSILON,
+                // The first look: what it used since its start.
+                (Some(c), _) => c > CPU_EPSILON,
+                _ => false,
+            };
+            if let Some(c) = seen.cpu {
+                self.cpu_seen.insert(key, (attempt, *restart, c));
+            }
+            let at = [seen.newest.map(|t| t.min(now)), ran.then_some(now)].into_iter().flatten().max();
+            if let Some(at) = at.filter(|at| last.is_none_or(|l| *at > l)) {
+                self.apply(id, Event::Activity { replica: seen.replica.clone(), at }, now)?.ok();
+            }
+            if let Some(d) = seen.dump {
+                dumps.push((seen.replica, d));
             }
         }
         if let Some(at) = newest {
             self.apply(id, Event::CheckpointSeen { at: at.min(now) }, now)?.ok();
         }
+        let before: Vec<Option<Micros>> = self.jobs.get(&id).map(|l| l.job.replicas.iter().map(|r| r.hung_since).collect()).unwrap_or_default();
         self.apply(id, Event::Tick, now)?.ok();
+        // The stacks of the replicas this tick reported silent, in the job's log.
+        if let Some(live) = self.jobs.get(&id) {
+            let lines: Vec<Effect> = live
+                .job
+                .replicas
+                .iter()
+                .enumerate()
+                .filter(|(i, r)| r.hung_since.is_some() && before.get(*i).is_some_and(Option::is_none))
+                .filter_map(|(_, r)| {
+                    let (_, d) = dumps.iter().find(|(n, _)| *n == r.name)?;
+                    let text = format!("L22: Replica {}'s processes when its silence was reported:\n{}", r.name, d.trim_end());
+                    Some(Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: Some(r.name.clone()), text }))
+                })
+                .collect();
+            if !lines.is_empty() {
+                Driver::timed(&self.metrics, "commit", || self.store.commit(&live.job, &lines, now))?;
+            }
+        }
+        self.cpu_seen.retain(|(j, _), _| self.jobs.contains_key(j));
         if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
             self.reschedule = true;
         }

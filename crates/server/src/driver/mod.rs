@@ -74,6 +74,9 @@ pub enum Msg {
     Shutdown,
 }
 
+/// CPU seconds a replica must use between two looks to count as going on.
+const CPU_EPSILON: f64 = 0.05;
+
 /// The kind of waiting reason the engine gives (see `Decision::Wait`).
 const ENGINE_WAIT: &str = "engine";
 
@@ -211,6 +214,9 @@ pub struct Driver {
     /// node, and the nodes quarantined with what quarantined them.
     quarantine: trainyard_core::quarantine::Tracker,
     quarantined: BTreeMap<String, fleet::Quarantined>,
+    /// Hang detection: each watched replica's CPU seconds at the last look (with its
+    /// attempt and restart): CPU time used since is progress.
+    cpu_seen: HashMap<(u64, String), (u32, u32, f64)>,
     /// L22 retention: when the logs of ended jobs are next looked at.
     next_log_sweep: Micros,
     /// When the network namespaces of ended jobs are next looked for.
@@ -421,6 +427,7 @@ impl Driver {
                 (svc.cfg.quarantine.window_secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(1_000_000),
             ),
             quarantined: BTreeMap::new(),
+            cpu_seen: HashMap::new(),
             next_log_sweep: 0,
             next_netns_sweep: 0,
             clock,

@@ -36,6 +36,15 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
         trainyard_core::State::Queued | trainyard_core::State::Pending => job.waiting_reason.clone().unwrap_or_default(),
         _ => String::new(),
     };
+    r.trainyard_health = (job.state() == trainyard_core::State::Running).then(|| {
+        use trainyard_core::job::Health;
+        let (state, replica, since) = match job.health() {
+            Health::Ok => ("ok", String::new(), None),
+            Health::Straggler { replica, since } => ("straggler", replica, Some(since)),
+            Health::Hang { replica, since } => ("hang", replica, Some(since)),
+        };
+        trainyard_api::types::TrainyardHealth { state: state.into(), replica, since: since.map(Timestamp::from_micros) }
+    });
     r
 }
 
