@@ -469,6 +469,11 @@ pub struct CustomJob {
     #[serde(alias = "trainyard_health", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub trainyard_health: Option<TrainyardHealth>,
+    /// Output only, a Trainyard extension: a RUNNING job's progress and ETA, from what its
+    /// program reports (`$TRAINYARD_PROGRESS_FILE`, or cloudml-hypertune's `global_step`).
+    #[serde(alias = "trainyard_progress", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
+    pub trainyard_progress: Option<TrainyardProgress>,
     /// A Trainyard extension: directories of the server's host that this job's containers
     /// see read-only at their own paths (`custom-jobs create --config` sends the job
     /// file's directory, so that a container runs the same `train.py` as `local-run`).
@@ -492,7 +497,23 @@ impl CustomJob {
         self.web_access_uris.clear();
         self.trainyard_waiting_reason.clear();
         self.trainyard_health = None;
+        self.trainyard_progress = None;
     }
+}
+
+/// A Trainyard extension: the step reached (int64 as a string), the total if known, the
+/// steps per second over the last minute, and when the total is reached at that rate.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TrainyardProgress {
+    pub step: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub total: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<Timestamp>,
 }
 
 /// A Trainyard extension: `ok`, `straggler` (one replica silent while the others go on)

@@ -581,7 +581,8 @@ fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8
                         return Ok((code, v));
                     }
                     let reason = v["trainyardWaitingReason"].as_str().unwrap_or("");
-                    progress.update(&what, &state, reason, &study_progress(&v));
+                    let extra = [study_progress(&v), job_progress(&v)].into_iter().filter(|x| !x.is_empty()).collect::<Vec<_>>().join(", ");
+                    progress.update(&what, &state, reason, &extra);
                 }
                 Err(e) if e.transient() => {
                     let since = *failing_since.get_or_insert_with(Instant::now);
@@ -602,6 +603,24 @@ fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8
 }
 
 /// A study's trials for the progress line: `trials 3/20 done, best accuracy 0.981`.
+/// A running job's progress as its program reports it: `step 120/1000, 2.5 steps/s, ETA
+/// 14:05:10`.
+fn job_progress(v: &Value) -> String {
+    let p = &v["trainyardProgress"];
+    let Some(step) = p["step"].as_str() else { return String::new() };
+    let mut s = match p["total"].as_str() {
+        Some(t) => format!("step {step}/{t}"),
+        None => format!("step {step}"),
+    };
+    if let Some(r) = p["stepsPerSecond"].as_f64() {
+        s.push_str(&format!(", {} steps/s", short_number(r)));
+    }
+    if let Some(eta) = p["eta"].as_str() {
+        s.push_str(&format!(", ETA {eta}"));
+    }
+    s
+}
+
 fn study_progress(v: &Value) -> String {
     let Some(trials) = v["trials"].as_array() else { return String::new() };
     let done = trials.iter().filter(|t| matches!(t["state"].as_str(), Some("SUCCEEDED" | "INFEASIBLE"))).count();

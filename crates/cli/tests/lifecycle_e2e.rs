@@ -523,3 +523,35 @@ print("rank %d done" % rank, flush=True)
     assert!(log.contains("rank 2 resumes at step") && log.contains("restarting it (1 of 5)"), "{log}");
     assert!(health.is_null() || health["replica"] == "workerpool1-1", "{health}");
 }
+
+/// Progress and ETA (`$TRAINYARD_PROGRESS_FILE`): a job that appends `{"step", "total"}`
+/// lines shows `trainyardProgress` (step, total, steps per second, an ETA ahead) within a
+/// window of its first report, in the resource, at `/metrics`; a garbage line is ignored
+/// with one event.
+#[test]
+fn progress_and_eta_appear_from_the_programs_reports() {
+    let s = Server::start("");
+    let job = sh_job(
+        "progress",
+        "echo garbage >> \"$TRAINYARD_PROGRESS_FILE\"; for i in $(seq 1 150); do echo \"{\\\"step\\\": $i, \\\"total\\\": 150}\" >> \"$TRAINYARD_PROGRESS_FILE\"; sleep 0.2; done",
+    );
+    let name = name_of(&s.create("p", &job));
+    s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let started = std::time::Instant::now();
+    let j = s.wait_for(&name, 40, |j| j["trainyardProgress"]["stepsPerSecond"].as_f64().is_some() && j["trainyardProgress"]["eta"].is_string());
+    eprintln!("measure: progress with a rate and an ETA {:?} after RUNNING", started.elapsed());
+    let p = &j["trainyardProgress"];
+    assert_eq!(p["total"], "150", "{p}");
+    let step: i64 = p["step"].as_str().and_then(|s| s.parse().ok()).unwrap_or(-1);
+    assert!((1..=150).contains(&step), "{p}");
+    let rate = p["stepsPerSecond"].as_f64().unwrap_or(0.0);
+    assert!(rate > 1.0 && rate < 10.0, "about 5 steps per second: {p}");
+    let eta = trainyard_api::Timestamp::parse_rfc3339(p["eta"].as_str().unwrap_or("")).expect("eta").micros();
+    let update = trainyard_api::Timestamp::parse_rfc3339(j["updateTime"].as_str().unwrap_or("")).expect("updateTime").micros();
+    assert!(eta > update, "the ETA is ahead: {p}");
+    let metrics = ureq::get(&s.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("trainyard_job_progress_step{") && l.contains("project=\"p\"")), "{metrics}");
+    let log = s.logs_text(&name);
+    assert_eq!(log.matches("progress file is ignored (not a JSON object: garbage)").count(), 1, "{log}");
+    s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+}

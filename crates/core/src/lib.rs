@@ -11,6 +11,7 @@ pub mod retry;
 pub mod job;
 pub mod run;
 pub mod preempt;
+pub mod progress;
 pub mod quarantine;
 pub mod quota;
 pub mod schedule;

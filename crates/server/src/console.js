@@ -332,6 +332,15 @@ function currentHang(entries, replica) {
   }
   return hang && hang.us > last && attempt <= hang.attempt ? hang : null;
 }
+/** A job's progress (trainyardProgress): a bar when the total is known, the step, the rate and the ETA. */
+function progressBar(p, long) {
+  const step = Number(p.step), total = p.total ? Number(p.total) : null;
+  const text = [total ? `${fmtCount(step)} / ${fmtCount(total)}` : `step ${fmtCount(step)}`,
+    long && p.stepsPerSecond != null ? `${p.stepsPerSecond} steps/s` : null,
+    long && p.eta ? `ETA ${dateTime(Date.parse(p.eta))}` : null].filter(Boolean).join(" · ");
+  const bar = total ? h("span", { class: "bar progress-bar", title: text }, h("span", { class: "fill", style: `width:${Math.min(100, (100 * step) / total).toFixed(1)}%` })) : null;
+  return h("span", { class: "job-progress", title: text }, bar, " ", h("span", { class: "small" }, text));
+}
 /** A "hang" badge for replicas hung now ([{replica, hang}]); null when none is. */
 function hangBadge(hung, extra) {
   if (!hung || !hung.length) return null;
@@ -557,7 +566,8 @@ async function jobsList(pg, q) {
     columns: [
       { h: "Name", cls: "id", cell: (j) => h("a", { href: hashWith(["jobs", lastSegment(j.name)]), title: j.name }, lastSegment(j.name)) },
       { h: "Display name", cell: (j) => j.displayName || "" },
-      { h: "State", cell: (j) => [chip(j.state), hangs.slot(j), j.trainyardWaitingReason ? h("div", { class: "why", title: j.trainyardWaitingReason }, j.trainyardWaitingReason) : null] },
+      { h: "State", cell: (j) => [chip(j.state), hangs.slot(j), j.trainyardWaitingReason ? h("div", { class: "why", title: j.trainyardWaitingReason }, j.trainyardWaitingReason) : null,
+        j.trainyardProgress && shortState(j.state) === "RUNNING" ? h("div", {}, progressBar(j.trainyardProgress, false)) : null] },
       { h: "Created", cls: "time", cell: (j) => timeCell(j.createTime) },
       { h: "Started", cls: "time", cell: (j) => timeCell(j.startTime) },
       { h: "Ended", cls: "time", cell: (j) => timeCell(j.endTime) },
@@ -813,6 +823,8 @@ async function jobPage(pg, id) {
         ["Started", timeCell(job.startTime)],
         ["Ended", timeCell(job.endTime)],
         ["Elapsed", elapsed(job)],
+        ["Progress", job.trainyardProgress ? progressBar(job.trainyardProgress, true) : null],
+        ["Health", job.trainyardHealth && job.trainyardHealth.state !== "ok" ? h("span", { class: "hang-text" }, `${job.trainyardHealth.state}: ${job.trainyardHealth.replica} since ${dateTime(Date.parse(job.trainyardHealth.since))}`) : null],
         ["Labels", job.labels && Object.keys(job.labels).length ? Object.entries(job.labels).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)) : null],
         ["Output", spec.baseOutputDirectory ? h("code", {}, spec.baseOutputDirectory.outputUriPrefix) : null],
         ["Scheduling", Object.keys(sched).length ? h("code", {}, JSON.stringify(sched)) : null],

@@ -61,6 +61,9 @@ pub enum Work {
     /// driver's, so that an engine that blocks stalls no request. Answered with
     /// `Report::EngineReasons`.
     EngineReasons(Vec<RunId>),
+    /// Running jobs' progress files (a tenant's files: on the observing thread); answered
+    /// with `Report::ProgressRead`.
+    ReadProgress(Vec<ProgressSource>),
     /// A tuning study's suggestion (a GP fit may take a while), on a thread of its own;
     /// answered with `Report::Suggested`.
     Suggest { study: u64, request: Box<crate::kinds::tuning_jobs::SuggestRequest> },
@@ -212,6 +215,8 @@ pub enum Report {
     TrialMetrics { reads: Vec<MetricsRead>, periodic: bool },
     /// What `Work::EngineReasons` heard: the runs the engine gave a reason for.
     EngineReasons(Vec<EngineWait>),
+    /// What `Work::ReadProgress` read.
+    ProgressRead(Vec<ProgressSeen>),
     /// L22 retention: the output logs of jobs that ended before `cutoff` are removed
     /// (None: the purge could not be started).
     LogsPurged { cutoff: Option<Micros> },
@@ -233,6 +238,7 @@ fn nothing_seen(work: &Work) -> Option<Report> {
             periodic: *periodic,
         }),
         Work::EngineReasons(_) => Some(Report::EngineReasons(Vec::new())),
+        Work::ReadProgress(_) => Some(Report::ProgressRead(Vec::new())),
         _ => None,
     }
 }
@@ -289,6 +295,7 @@ impl Pool {
                     Work::Observe { job, checkpoints, activity } => Some(observe(job, checkpoints.as_ref(), &activity)),
                     Work::ReadTrialMetrics { reads, periodic } => Some(read_all_trial_metrics(reads, periodic)),
                     Work::EngineReasons(runs) => Some(engine_reasons(scanner_backend.as_ref(), runs)),
+                    Work::ReadProgress(sources) => Some(read_progress(sources)),
                     _ => None,
                 }))
                 .unwrap_or_else(|_| {
@@ -323,6 +330,47 @@ fn read_all_trial_metrics(reads: Vec<MetricRead>, periodic: bool) -> Report {
 /// What a job's tick decides on (see `Work::Observe`): a bounded scan of its checkpoint
 /// directory, and the latest modification time of each replica's files (looked at
 /// without following a link: a tenant's link to a busy file is no activity of its own).
+/// Where a running job's progress is read: its primary's progress file, and (a trial)
+/// its metric file, whose cloudml-hypertune lines carry `global_step`.
+#[derive(Clone, Debug)]
+pub struct ProgressSource {
+    pub job: u64,
+    pub replica: String,
+    pub progress_file: PathBuf,
+    pub metric_file: Option<PathBuf>,
+}
+
+/// The latest report of a job's progress, and the first line ignored (with why).
+#[derive(Clone, Debug)]
+pub struct ProgressSeen {
+    pub job: u64,
+    pub replica: String,
+    pub report: Option<trainyard_core::progress::Report>,
+    pub bad: Option<String>,
+}
+
+/// The most of a progress file read: its end.
+const PROGRESS_TAIL: u64 = 64 * 1024;
+
+fn read_progress(sources: Vec<ProgressSource>) -> Report {
+    let seen = sources
+        .into_iter()
+        .map(|s| {
+            let (mut report, bad) = match crate::identity::read_tenant_tail(&s.progress_file, PROGRESS_TAIL) {
+                Ok(text) => trainyard_core::progress::latest(&text, "step"),
+                Err(_) => (None, None),
+            };
+            if report.is_none() {
+                if let Some(Ok(text)) = s.metric_file.as_ref().map(|f| crate::identity::read_tenant_tail(f, PROGRESS_TAIL)) {
+                    report = trainyard_core::progress::latest(&text, "global_step").0;
+                }
+            }
+            ProgressSeen { job: s.job, replica: s.replica, report, bad }
+        })
+        .collect();
+    Report::ProgressRead(seen)
+}
+
 /// A running replica of a job that watches for hangs: the files whose writes are its
 /// progress, its run directory (its processes' CPU time), and whether a stack dump is
 /// taken (its silence is about to be reported).
@@ -439,7 +487,7 @@ fn launch_guarded(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, repo
 impl Executor for Pool {
     fn submit(&self, work: Work) {
         match work {
-            Work::Observe { .. } | Work::ReadTrialMetrics { .. } | Work::EngineReasons(_) => {
+            Work::Observe { .. } | Work::ReadTrialMetrics { .. } | Work::EngineReasons(_) | Work::ReadProgress(_) => {
                 // Without the observing thread, nothing is seen (for a tick, as when an
                 // observation does not come in time).
                 let nothing = nothing_seen(&work);
@@ -514,6 +562,7 @@ impl Executor for Pool {
                     | Work::Observe { .. }
                     | Work::ReadTrialMetrics { .. }
                     | Work::EngineReasons(_)
+                    | Work::ReadProgress(_)
                     | Work::Suggest { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
@@ -629,6 +678,7 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
         Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
         Work::ReadTrialMetrics { reads, periodic } => report(read_all_trial_metrics(reads, periodic)),
         Work::EngineReasons(runs) => report(engine_reasons(backend.as_ref(), runs)),
+        Work::ReadProgress(sources) => report(read_progress(sources)),
         Work::Suggest { study, request } => report(suggest(study, &request)),
     }
 }

@@ -96,6 +96,12 @@ pub struct UsageLabels {
     pub accelerator: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobIdLabels {
+    pub project: String,
+    pub job: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
 
@@ -266,6 +272,9 @@ pub struct Metrics {
     hangs: Counter,
     stockouts: Counter,
     quarantines: Counter,
+    progress_step: Family<JobIdLabels, Gauge>,
+    progress_ratio: Family<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    progress_rate: Family<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     effects_failed: Family<EffectLabels, Counter>,
     node_cpus: Family<NodeLabels, Gauge>,
     node_memory: Family<NodeLabels, Gauge>,
@@ -334,6 +343,12 @@ impl Metrics {
         r.register("stockouts", "Placements that found no capacity (L15)", stockouts.clone());
         let quarantines = Counter::default();
         r.register("node_quarantines", "Nodes quarantined after replica failures of several jobs ([fleet] quarantine_after_failures)", quarantines.clone());
+        let progress_step = Family::<JobIdLabels, Gauge>::default();
+        r.register("job_progress_step", "The step a running job's program last reported (TRAINYARD_PROGRESS_FILE)", progress_step.clone());
+        let progress_ratio = Family::<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        r.register("job_progress_ratio", "The step over the total a running job's program reported", progress_ratio.clone());
+        let progress_rate = Family::<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        r.register("job_progress_steps_per_second", "A running job's steps per second over the last minute", progress_rate.clone());
         let effects_failed = Family::<EffectLabels, Counter>::default();
         r.register(
             "effects_failed",
@@ -391,6 +406,9 @@ impl Metrics {
             hangs,
             stockouts,
             quarantines,
+            progress_step,
+            progress_ratio,
+            progress_rate,
             effects_failed,
             node_cpus,
             node_memory,
@@ -570,6 +588,27 @@ impl Metrics {
                 self.alloc_accelerators
                     .get_or_create(&AcceleratorLabels { node: node.clone(), r#type: kind.clone() })
                     .inc_by(sign * i64::from(*n));
+            }
+        }
+    }
+
+    /// Running jobs' progress: (project, job, step, total, steps per second); jobs not
+    /// listed have none any more.
+    pub fn set_progress(&self, jobs: &[(String, String, i64, Option<i64>, Option<f64>)]) {
+        if !self.enabled {
+            return;
+        }
+        self.progress_step.clear();
+        self.progress_ratio.clear();
+        self.progress_rate.clear();
+        for (project, job, step, total, rate) in jobs {
+            let l = JobIdLabels { project: project.clone(), job: job.clone() };
+            self.progress_step.get_or_create(&l).set(*step);
+            if let Some(t) = total.filter(|t| *t > 0) {
+                self.progress_ratio.get_or_create(&l).set(*step as f64 / t as f64);
+            }
+            if let Some(r) = rate {
+                self.progress_rate.get_or_create(&l).set(*r);
             }
         }
     }

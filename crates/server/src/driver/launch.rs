@@ -71,7 +71,7 @@ impl Driver {
     /// Remove a deleted job's directories (off this thread).
     fn purge(&mut self, seq: i64, job: u64) {
         let d = &self.svc.cfg.data_dir;
-        let dirs = ["runs", "venvs", "trials"].iter().map(|k| d.join(k).join(job.to_string())).collect();
+        let dirs = ["runs", "venvs", "trials", "progress"].iter().map(|k| d.join(k).join(job.to_string())).collect();
         self.purge_tries.entry(seq).or_insert(PurgeRetry { job, tries: 0, at: None }).at = None;
         self.exec.submit(Work::Purge { seq, dirs });
     }
@@ -440,6 +440,17 @@ impl<'a> Planning<'a> {
             env.push(("CLOUD_ML_HP_METRIC_FILE".into(), file));
             self.dirs.push(dir);
         }
+        // Progress and ETA: JSON lines {"step": N, "total": M} appended here.
+        let progress = Confined { root: self.data_dir().clone(), rel: progress_rel(job.id, &replica.name) };
+        let file = match ce {
+            Some(_) => {
+                self.mounts.push(Mount { source: progress.path(), target: "/trainyard/progress".into(), read_only: false });
+                "/trainyard/progress/progress.jsonl".to_string()
+            }
+            None => progress.path().join(PROGRESS_FILE).display().to_string(),
+        };
+        env.push((PROGRESS_ENV.into(), file));
+        self.dirs.push(progress);
         set_all(&mut env, self.clients());
         set_all(&mut env, self.service_env());
         set_all(&mut env, self.gpu_env()?);
@@ -776,4 +787,13 @@ mod tests {
         assert_eq!(rewrite_gcs("/data/gcs/b", ns), "/data/gcs/b");
         assert_eq!(rewrite_gcs("x/gcs/y", ns), "x/gcs/y");
     }
+}
+
+/// Where a replica's program appends its progress (`TRAINYARD_PROGRESS_FILE`).
+pub(crate) const PROGRESS_ENV: &str = "TRAINYARD_PROGRESS_FILE";
+pub(crate) const PROGRESS_FILE: &str = "progress.jsonl";
+
+/// A replica's progress directory, below the data directory.
+pub(crate) fn progress_rel(job: u64, replica: &str) -> PathBuf {
+    Path::new("progress").join(job.to_string()).join(replica)
 }

@@ -10,6 +10,7 @@ mod jobs;
 mod launch;
 pub use launch::netns_dir;
 mod pipelines;
+mod progress;
 mod stops;
 mod studies;
 mod vizier;
@@ -217,6 +218,12 @@ pub struct Driver {
     /// Hang detection: each watched replica's CPU seconds at the last look (with its
     /// attempt and restart): CPU time used since is progress.
     cpu_seen: HashMap<(u64, String), (u32, u32, f64)>,
+    /// Progress and ETA (see `progress`): per running job, the reports read; the jobs
+    /// told of an ignored line; a read under way; when the files were last read.
+    progress: progress::ProgressTracks,
+    progress_warned: HashSet<u64>,
+    progress_in_flight: bool,
+    last_progress_poll: Micros,
     /// L22 retention: when the logs of ended jobs are next looked at.
     next_log_sweep: Micros,
     /// When the network namespaces of ended jobs are next looked for.
@@ -428,6 +435,10 @@ impl Driver {
             ),
             quarantined: BTreeMap::new(),
             cpu_seen: HashMap::new(),
+            progress: HashMap::new(),
+            progress_warned: HashSet::new(),
+            progress_in_flight: false,
+            last_progress_poll: 0,
             next_log_sweep: 0,
             next_netns_sweep: 0,
             clock,
@@ -740,6 +751,8 @@ impl Driver {
         self.fault.replace(None);
         self.metric_read_in_flight = false;
         self.engine_reasons_in_flight = false;
+        self.progress_in_flight = false;
+        self.progress.clear();
         self.log_purge_in_flight = false;
         self.later.clear();
         self.stops.clear();
@@ -756,6 +769,7 @@ impl Driver {
         let now = self.now();
         self.on_time(now)?;
         self.poll_trial_metrics(now);
+        self.poll_progress(now);
         self.drain_study_events(now)?;
         self.drain_pipeline_events(now)?;
         self.sweep_logs(now)?;
@@ -898,6 +912,7 @@ impl Driver {
                 crate::executor::Report::Observed { job, newest, activity, .. } => self.observed(job, newest, activity, now)?,
                 crate::executor::Report::TrialMetrics { reads, periodic } => self.trial_metrics_read(reads, periodic),
                 crate::executor::Report::EngineReasons(heard) => self.engine_reasons_heard(heard, now)?,
+                crate::executor::Report::ProgressRead(seen) => self.progress_read(seen, now)?,
                 crate::executor::Report::Suggested { study, result } => self.study_events.push((study, study::Event::Suggested(result))),
                 other => self.stop_report(other, now),
             },

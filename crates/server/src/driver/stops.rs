@@ -72,6 +72,7 @@ impl Driver {
             | Report::Observed { .. }
             | Report::TrialMetrics { .. }
             | Report::EngineReasons(_)
+            | Report::ProgressRead(_)
             | Report::Suggested { .. } => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };

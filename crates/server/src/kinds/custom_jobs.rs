@@ -53,6 +53,8 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
 #[derive(Default)]
 pub struct WaitingView {
     reasons: std::sync::RwLock<Arc<HashMap<u64, Waiting>>>,
+    /// Running jobs' progress and ETA (see `driver::progress`).
+    progress: std::sync::RwLock<Arc<HashMap<u64, trainyard_api::types::TrainyardProgress>>>,
 }
 
 /// A waiting reason as the latest round gave it: shared by the jobs in the same
@@ -77,6 +79,17 @@ impl WaitingView {
 
     pub(crate) fn snapshot(&self) -> HashMap<u64, Waiting> {
         self.reasons.read().map(|m| (**m).clone()).unwrap_or_default()
+    }
+
+    /// A running job's progress, if its program reports any.
+    pub fn progress(&self, id: u64) -> Option<trainyard_api::types::TrainyardProgress> {
+        self.progress.read().ok().and_then(|m| m.get(&id).cloned())
+    }
+
+    pub(crate) fn publish_progress(&self, shown: HashMap<u64, trainyard_api::types::TrainyardProgress>) {
+        if let Ok(mut m) = self.progress.write() {
+            *m = Arc::new(shown);
+        }
     }
 
     pub(crate) fn publish(&self, reasons: HashMap<u64, Waiting>) {
@@ -148,6 +161,9 @@ fn show_custom_job(stored: &StoredJob, waiting: &WaitingView) -> CustomJob {
         if let Some(reason) = waiting.get(stored.job.id, &stored.job.project) {
             job.trainyard_waiting_reason = reason;
         }
+    }
+    if job.trainyard_health.is_some() {
+        job.trainyard_progress = waiting.progress(stored.job.id);
     }
     job
 }
