@@ -337,6 +337,8 @@ pub struct ProgressSource {
     pub job: u64,
     pub replica: String,
     pub progress_file: PathBuf,
+    /// How much of the progress file was read before (only what it gained is read).
+    pub offset: u64,
     pub metric_file: Option<PathBuf>,
 }
 
@@ -347,25 +349,30 @@ pub struct ProgressSeen {
     pub replica: String,
     pub report: Option<trainyard_core::progress::Report>,
     pub bad: Option<String>,
+    /// How much of the progress file has been read now.
+    pub offset: u64,
 }
 
 /// The most of a progress file read: its end.
 const PROGRESS_TAIL: u64 = 64 * 1024;
 
-fn read_progress(sources: Vec<ProgressSource>) -> Report {
+pub fn read_progress(sources: Vec<ProgressSource>) -> Report {
     let seen = sources
         .into_iter()
         .map(|s| {
-            let (mut report, bad) = match crate::identity::read_tenant_tail(&s.progress_file, PROGRESS_TAIL) {
-                Ok(text) => trainyard_core::progress::latest(&text, "step"),
-                Err(_) => (None, None),
+            let (mut report, bad, offset) = match crate::identity::read_tenant_since(&s.progress_file, s.offset, PROGRESS_TAIL) {
+                Ok((text, offset)) => {
+                    let (r, bad) = trainyard_core::progress::latest(&text, "step");
+                    (r, bad, offset)
+                }
+                Err(_) => (None, None, s.offset),
             };
-            if report.is_none() {
+            if report.is_none() && s.offset == 0 {
                 if let Some(Ok(text)) = s.metric_file.as_ref().map(|f| crate::identity::read_tenant_tail(f, PROGRESS_TAIL)) {
                     report = trainyard_core::progress::latest(&text, "global_step").0;
                 }
             }
-            ProgressSeen { job: s.job, replica: s.replica, report, bad }
+            ProgressSeen { job: s.job, replica: s.replica, report, bad, offset }
         })
         .collect();
     Report::ProgressRead(seen)

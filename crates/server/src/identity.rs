@@ -112,6 +112,33 @@ fn add_search(fd: &OwnedFd) -> Result<(), Errno> {
 /// the directory may be the project's user's, so the file may be a link (to a secret or to
 /// `/dev/zero`), a FIFO (a read that never ends) or huge. It is opened without following a
 /// link and without blocking, must be a regular file, and at most `max` bytes are read.
+/// What a tenant's file has gained since `offset` (its whole end again if it shrank), at
+/// most the last `max` bytes of it, in whole lines; and the offset to go on from. Opened
+/// as [`read_tenant_file`] does.
+pub fn read_tenant_since(path: &Path, offset: u64, max: u64) -> std::io::Result<(String, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    let len = meta.len();
+    let from = if offset > len { 0 } else { offset };
+    let start = from.max(len.saturating_sub(max));
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(len - start).read_to_end(&mut bytes)?;
+    // Whole lines only: a line being written is read next time; a cut start is dropped.
+    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let begin = if start > from { bytes.iter().position(|b| *b == b'\n').map_or(end, |i| (i + 1).min(end)) } else { 0 };
+    let text = String::from_utf8_lossy(&bytes[begin..end]).into_owned();
+    Ok((text, start + end as u64))
+}
+
 /// The last `max` bytes of a tenant's file, opened as [`read_tenant_file`] does (no link
 /// followed, a regular file only); the first partial line is dropped when cut.
 pub fn read_tenant_tail(path: &Path, max: u64) -> std::io::Result<String> {
@@ -363,5 +390,26 @@ mod tests {
                 ("TMPDIR".to_string(), "/d/home".to_string())
             ]
         );
+    }
+
+    /// Only what a file gained is read, in whole lines; a file that shrank is read again
+    /// from its start; a link is not followed.
+    #[test]
+    fn a_tenant_file_is_read_by_what_it_gained() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("p.jsonl");
+        std::fs::write(&f, "a\nb\npart").unwrap();
+        let (t, o) = read_tenant_since(&f, 0, 1 << 20).unwrap();
+        assert_eq!((t.as_str(), o), ("a\nb\n", 4));
+        std::fs::write(&f, "a\nb\npartial\nc\n").unwrap();
+        let (t, o) = read_tenant_since(&f, o, 1 << 20).unwrap();
+        assert_eq!((t.as_str(), o), ("partial\nc\n", 14));
+        std::fs::write(&f, "x\n").unwrap();
+        assert_eq!(read_tenant_since(&f, o, 1 << 20).unwrap(), ("x\n".to_string(), 2), "shrank: from the start");
+        std::fs::write(&f, "0123456789\nabc\n").unwrap();
+        assert_eq!(read_tenant_since(&f, 0, 6).unwrap().0, "abc\n", "the last bytes, in whole lines");
+        let l = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &l).unwrap();
+        assert!(read_tenant_since(&l, 0, 10).is_err());
     }
 }

@@ -222,6 +222,8 @@ pub struct Driver {
     /// told of an ignored line; a read under way; when the files were last read.
     progress: progress::ProgressTracks,
     progress_warned: HashSet<u64>,
+    /// How much of each job's progress file was read.
+    progress_offsets: HashMap<u64, u64>,
     progress_in_flight: bool,
     last_progress_poll: Micros,
     /// L22 retention: when the logs of ended jobs are next looked at.
@@ -437,6 +439,7 @@ impl Driver {
             cpu_seen: HashMap::new(),
             progress: HashMap::new(),
             progress_warned: HashSet::new(),
+            progress_offsets: HashMap::new(),
             progress_in_flight: false,
             last_progress_poll: 0,
             next_log_sweep: 0,
@@ -753,6 +756,7 @@ impl Driver {
         self.engine_reasons_in_flight = false;
         self.progress_in_flight = false;
         self.progress.clear();
+        self.progress_offsets.clear();
         self.log_purge_in_flight = false;
         self.later.clear();
         self.stops.clear();

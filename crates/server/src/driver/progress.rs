@@ -27,6 +27,7 @@ impl Driver {
                     job: l.job.id,
                     replica: primary.name.clone(),
                     progress_file: data.join(launch::progress_rel(l.job.id, &primary.name)).join(launch::PROGRESS_FILE),
+                    offset: self.progress_offsets.get(&l.job.id).copied().unwrap_or(0),
                     metric_file: l.job.trial.is_some().then(|| self.metric_file_of(l.job.id, &primary.name)),
                 })
             })
@@ -53,12 +54,14 @@ impl Driver {
                 let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: Some(s.replica.clone()), text });
                 Driver::timed(&self.metrics, "commit", || self.store.commit(&live.job, &[line], now))?;
             }
+            self.progress_offsets.insert(s.job, s.offset);
             if let Some(r) = s.report {
                 self.progress.entry(s.job).or_default().push(now, r);
             }
         }
         let jobs = &self.jobs;
         self.progress.retain(|id, _| jobs.get(id).is_some_and(|l| !l.job.is_terminal()));
+        self.progress_offsets.retain(|id, _| jobs.get(id).is_some_and(|l| !l.job.is_terminal()));
         self.progress_warned.retain(|id| jobs.contains_key(id));
         self.publish_progress(now);
         Ok(())
