@@ -377,3 +377,36 @@ fn usage_report_gpu_hours_equal_the_sum_over_the_jobs_runs() {
     let (_, none) = s.call("GET", &s.url("/v1/admin/usage?from=2000-01-01T00:00:00Z&to=2000-01-02T00:00:00Z"), None);
     assert_eq!(none["usage"], serde_json::json!([]), "{none}");
 }
+
+/// GPU health: a GPU that reports uncorrectable ECC errors (here from the fake nvidia-smi)
+/// quarantines its node at once: `nodes` shows it QUARANTINED with the reason, and the
+/// next GPU job lands on the other node.
+#[test]
+fn a_gpu_with_ecc_errors_quarantines_its_node() {
+    if skip_on_slurm("the fake nvidia-smi is on this host") {
+        return;
+    }
+    let (mut s, bin) = gpu_server(&format!(
+        "[[nodes]]\nname = \"g1\"\ncpus = 48\nmemory_gb = 340\ngpus = [\"{}\", \"{}\"]\n[[nodes]]\nname = \"g2\"\ncpus = 48\nmemory_gb = 340\ngpus = [\"{}\", \"{}\"]\n",
+        UUIDS[0], UUIDS[1], UUIDS[2], UUIDS[3]
+    ));
+    s.spawn();
+    std::fs::write(bin.join("health.csv"), format!("{}, 0\n{}, 0\n{}, 0\n{}, 2\n", UUIDS[0], UUIDS[1], UUIDS[2], UUIDS[3])).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let g2 = loop {
+        let (_, n) = s.call("GET", &s.url("/v1/admin/nodes/g2"), None);
+        if n["state"] == "QUARANTINED" {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "g2 not quarantined: {n:#}\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let reason = g2["quarantine"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains(UUIDS[3]) && reason.contains("2 uncorrectable ECC error(s)"), "{g2:#}");
+    let (_, g1) = s.call("GET", &s.url("/v1/admin/nodes/g1"), None);
+    assert_ne!(g1["state"], "QUARANTINED", "{g1:#}");
+    let j = name_of(&s.create("p", &gpu_job("after", 2, "echo on $TRAINYARD_NODE; sleep 1")));
+    let done = s.wait_terminal(&j, 60);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}");
+    assert!(s.logs_text(&j).contains("on g1"), "{}", s.logs_text(&j));
+}

@@ -67,6 +67,27 @@ pub fn discover() -> Discovery {
 }
 
 /// The UUIDs that `nvidia-smi` lists now (for the health check), or why not.
+/// The health query: each GPU's uncorrectable ECC errors since the driver loaded.
+pub const HEALTH_QUERY: &[&str] = &["--query-gpu=uuid,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader,nounits"];
+
+/// GPUs that report faults (uncorrectable ECC errors), with what: a node with one is
+/// quarantined. A query that fails, or a GPU that does not count ECC errors
+/// (`[N/A]`, `[Not Supported]`), says nothing.
+pub fn faults() -> Vec<(String, String)> {
+    let Ok(text) = run(HEALTH_QUERY) else { return Vec::new() };
+    parse_faults(&text)
+}
+
+fn parse_faults(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (uuid, n) = l.split_once(',')?;
+            let n: u64 = n.trim().parse().ok()?;
+            (n > 0).then(|| (uuid.trim().to_string(), format!("{n} uncorrectable ECC error(s) (nvidia-smi)")))
+        })
+        .collect()
+}
+
 pub fn present() -> Result<Vec<String>, String> {
     let text = run(QUERY)?;
     parse_devices(&text).map(|d| d.into_iter().map(|g| g.uuid).collect()).map_err(|e| e.to_string())

@@ -233,11 +233,11 @@ pub fn start(
         let spawned = std::thread::Builder::new().name("gpu-health".into()).spawn(move || loop {
             std::thread::sleep(every);
             // A check that panics (a defect) is skipped, not the end of the checks.
-            let Ok(seen) = std::panic::catch_unwind(gpus::present) else {
+            let Ok((seen, faults)) = std::panic::catch_unwind(|| (gpus::present(), gpus::faults())) else {
                 tracing::error!("GPUs: a health check panicked; tried again in {every:?}");
                 continue;
             };
-            if tx.send(Msg::GpusSeen(seen)).is_err() {
+            if tx.send(Msg::GpusSeen(seen, faults)).is_err() {
                 return;
             }
         });

@@ -38,6 +38,25 @@ impl Driver {
     /// capacity; the replicas that held it are lost (L9): restarted at once on other GPUs
     /// of the node or on another node, not counted (L11). A GPU that is back is capacity
     /// again. A failing `nvidia-smi` changes nothing (it is said, never guessed from).
+    /// GPUs that report faults (uncorrectable ECC errors): their node is quarantined at
+    /// once (not the single node of a fleet that overcommits: there it is said).
+    pub(super) fn gpu_faults(&mut self, faults: Vec<(String, String)>, now: Micros) {
+        for (uuid, what) in faults {
+            let Some((node, g)) = self.svc.gpus.iter().find_map(|(n, inv)| inv.gpus.iter().find(|g| g.uuid == uuid).map(|g| (n.clone(), g.index))) else {
+                continue;
+            };
+            if self.quarantined.contains_key(&node) {
+                continue;
+            }
+            if self.fleet.overcommit {
+                tracing::warn!("node {node}: GPU {g} ({uuid}) reports {what}; the node is not quarantined (the only node of an overcommitting fleet)");
+                continue;
+            }
+            let reason = format!("GPU {g} ({uuid}) reports {what}");
+            self.quarantine_node(&node, reason, Vec::new(), now);
+        }
+    }
+
     pub(super) fn gpus_seen(&mut self, present: Result<Vec<String>, String>, now: Micros) -> Result<(), StoreError> {
         let present = match present {
             Ok(p) => p,

@@ -62,7 +62,8 @@ pub enum Msg {
     /// L9: a node stopped answering (its agent is gone).
     NodeLost(String),
     /// The GPU health check: the UUIDs nvidia-smi lists now, or why it failed.
-    GpusSeen(Result<Vec<String>, String>),
+    /// The GPUs nvidia-smi lists, and those that report faults (uncorrectable ECC).
+    GpusSeen(Result<Vec<String>, String>, Vec<(String, String)>),
     /// Projects whose storage is over their limit (`storage_gb`): their running jobs stop.
     StorageFull(Vec<crate::storage::usage::Full>),
     /// A write of the Vizier API (a study or its trials).
@@ -363,7 +364,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         // A suggestion that cannot be stored now is computed again by the resync.
-        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(_) | Msg::StorageFull(_) | Msg::VizierSuggested { .. } => {}
+        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(..) | Msg::StorageFull(_) | Msg::VizierSuggested { .. } => {}
     }
     Flow::Continue
 }
@@ -924,7 +925,10 @@ impl Driver {
                 self.watched_nodes.remove(&node);
                 self.lose_node(&node, now)?
             }
-            Msg::GpusSeen(present) => self.gpus_seen(present, now)?,
+            Msg::GpusSeen(present, faults) => {
+                self.gpu_faults(faults, now);
+                self.gpus_seen(present, now)?
+            }
             Msg::StorageFull(full) => self.storage_full(full, now)?,
             Msg::Admin { req, reply } => {
                 let r = self.admin(req, now);
