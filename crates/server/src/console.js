@@ -1048,6 +1048,12 @@ class LogPane {
     this.earlier = opts && opts.earlier;
     this.loaded = (opts && opts.loaded) || (() => {});
     this.gen = 0;
+    // A chunk's height is an estimate until it is drawn (content-visibility): when the
+    // drawn height differs, a pane that follows stays at the bottom even if no line
+    // comes after (a stream that pauses).
+    this.sizes = typeof ResizeObserver === "function" ? new ResizeObserver(() => {
+      if (this.follow) { this.el.scrollTop = this.el.scrollHeight; this.autoTop = this.el.scrollTop; }
+    }) : null;
     this.clear();
     el.addEventListener("scroll", () => this.syncFollow(), { passive: true });
   }
@@ -1063,6 +1069,7 @@ class LogPane {
   }
   clear() {
     this.gen++;
+    if (this.sizes) this.sizes.disconnect();
     this.queue = [];
     this.count = 0;
     this.dropped = 0;
@@ -1130,6 +1137,7 @@ class LogPane {
         c = this.chunk([]);
         this.chunks.push(c);
         el.append(c.el);
+        if (this.sizes) this.sizes.observe(c.el);
       }
       const take = Math.min(LOG_CHUNK - c.n, batch.length - i);
       this.fillChunk(c, batch.slice(i, i + take));
@@ -1143,6 +1151,7 @@ class LogPane {
       const before = el.scrollHeight;
       while (this.chunks.length > 1 && kept - this.chunks[0].n >= LOG_KEEP) {
         const c = this.chunks.shift();
+        if (this.sizes) this.sizes.unobserve(c.el);
         c.el.remove();
         this.dropped += c.n;
         kept -= c.n;

@@ -368,7 +368,7 @@ pub fn read_progress(sources: Vec<ProgressSource>) -> Report {
                 Err(_) => (None, None, s.offset),
             };
             if report.is_none() && s.offset == 0 {
-                if let Some(Ok(text)) = s.metric_file.as_ref().map(|f| crate::identity::read_tenant_tail(f, PROGRESS_TAIL)) {
+                if let Some(Ok((text, _))) = s.metric_file.as_ref().map(|f| crate::identity::read_tenant_since(f, 0, PROGRESS_TAIL)) {
                     report = trainyard_core::progress::latest(&text, "global_step").0;
                 }
             }

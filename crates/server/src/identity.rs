@@ -112,13 +112,11 @@ fn add_search(fd: &OwnedFd) -> Result<(), Errno> {
 /// the directory may be the project's user's, so the file may be a link (to a secret or to
 /// `/dev/zero`), a FIFO (a read that never ends) or huge. It is opened without following a
 /// link and without blocking, must be a regular file, and at most `max` bytes are read.
-/// What a tenant's file has gained since `offset` (its whole end again if it shrank), at
-/// most the last `max` bytes of it, in whole lines; and the offset to go on from. Opened
-/// as [`read_tenant_file`] does.
-pub fn read_tenant_since(path: &Path, offset: u64, max: u64) -> std::io::Result<(String, u64)> {
-    use std::io::{Read, Seek, SeekFrom};
+/// A tenant's file opened for reading: no link followed, never blocking on a FIFO, a
+/// regular file only.
+fn open_tenant_file(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)?;
@@ -126,6 +124,15 @@ pub fn read_tenant_since(path: &Path, offset: u64, max: u64) -> std::io::Result<
     if !meta.file_type().is_file() {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
     }
+    Ok((file, meta))
+}
+
+/// What a tenant's file has gained since `offset` (its whole end again if it shrank), at
+/// most the last `max` bytes of it, in whole lines; and the offset to go on from. Opened
+/// as [`read_tenant_file`] does.
+pub fn read_tenant_since(path: &Path, offset: u64, max: u64) -> std::io::Result<(String, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let (mut file, meta) = open_tenant_file(path)?;
     let len = meta.len();
     let from = if offset > len { 0 } else { offset };
     let start = from.max(len.saturating_sub(max));
@@ -139,42 +146,9 @@ pub fn read_tenant_since(path: &Path, offset: u64, max: u64) -> std::io::Result<
     Ok((text, start + end as u64))
 }
 
-/// The last `max` bytes of a tenant's file, opened as [`read_tenant_file`] does (no link
-/// followed, a regular file only); the first partial line is dropped when cut.
-pub fn read_tenant_tail(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
-    }
-    let cut = meta.len() > max;
-    if cut {
-        file.seek(SeekFrom::Start(meta.len() - max))?;
-    }
-    let mut bytes = Vec::new();
-    file.take(max).read_to_end(&mut bytes)?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    Ok(match (cut, text.find('\n')) {
-        (true, Some(i)) => text[i + 1..].to_string(),
-        _ => text,
-    })
-}
-
 pub fn read_tenant_file(path: &Path, max: u64) -> std::io::Result<String> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.file_type().is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
-    }
+    let (file, _) = open_tenant_file(path)?;
     let mut bytes = Vec::new();
     file.take(max).read_to_end(&mut bytes)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())

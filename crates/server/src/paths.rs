@@ -235,13 +235,8 @@ fn mtime_micros(st: &FileStat) -> i64 {
     st.st_mtime.saturating_mul(1_000_000).saturating_add(st.st_mtime_nsec / 1000)
 }
 
-/// The newest entry directly in `dir` (a checkpoint directory), by modification time
-/// (a link's own), among at most `max_entries`; its name. None when `dir` cannot be
-/// opened (below its root, no link followed) or is empty.
-pub fn newest_entry(dir: &Confined, max_entries: usize) -> Option<std::ffi::OsString> {
-    let root = open_root(&dir.root).ok()?;
-    let top = open_beneath(root.as_fd(), &dir.rel, dir_flags()).ok()?;
-    let mut d = nix::dir::Dir::from_fd(top).ok()?;
+/// The names in a directory (not `.` and `..`), at most `max`; whether there were more.
+fn list_names(d: &mut nix::dir::Dir, max: usize) -> (Vec<std::ffi::OsString>, bool) {
     let mut names = Vec::new();
     for entry in d.iter() {
         let Ok(entry) = entry else { break };
@@ -249,11 +244,22 @@ pub fn newest_entry(dir: &Confined, max_entries: usize) -> Option<std::ffi::OsSt
         if name == b"." || name == b".." {
             continue;
         }
-        if names.len() >= max_entries {
-            break;
+        if names.len() >= max {
+            return (names, true);
         }
         names.push(std::ffi::OsString::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name)));
     }
+    (names, false)
+}
+
+/// The newest entry directly in `dir` (a checkpoint directory), by modification time
+/// (a link's own), among at most `max_entries`; its name. None when `dir` cannot be
+/// opened (below its root, no link followed) or is empty.
+pub fn newest_entry(dir: &Confined, max_entries: usize) -> Option<std::ffi::OsString> {
+    let root = open_root(&dir.root).ok()?;
+    let top = open_beneath(root.as_fd(), &dir.rel, dir_flags()).ok()?;
+    let mut d = nix::dir::Dir::from_fd(top).ok()?;
+    let (names, _) = list_names(&mut d, max_entries);
     names
         .into_iter()
         .filter_map(|n| {
@@ -281,19 +287,8 @@ fn walk(dir: OwnedFd, depth: u32, max_entries: usize, scan: &mut Scan) {
     let Ok(mut d) = nix::dir::Dir::from_fd(dir) else { return };
     // The names first (within what the budget leaves), then each looked at: a directory
     // below is opened while this one's listing is finished.
-    let mut names = Vec::new();
-    for entry in d.iter() {
-        let Ok(entry) = entry else { break };
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        if scan.entries + names.len() >= max_entries {
-            scan.truncated = true;
-            break;
-        }
-        names.push(std::ffi::OsString::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name)));
-    }
+    let (names, cut) = list_names(&mut d, max_entries.saturating_sub(scan.entries));
+    scan.truncated |= cut;
     scan.entries += names.len();
     for name in names {
         let Ok(st) = nix::sys::stat::fstatat(d.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
