@@ -493,3 +493,40 @@ fn a_taken_port_is_a_clear_error_at_start() {
     assert_eq!(code, 200, "{again}");
     drop(holder);
 }
+
+/// No Nagle stalls: ten logs requests on one kept-alive connection take about as long as
+/// ten on fresh connections (with Nagle's algorithm each waited for the client's delayed
+/// acknowledgement, about 40 ms, some 20 times a fresh request). Prints both; the ratio
+/// is checked against the same run's fresh connections, never a fixed time.
+#[test]
+fn logs_on_a_kept_alive_connection_do_not_wait_for_acknowledgements() {
+    let s = Server::start("");
+    let name = name_of(&s.create("p", &sh_job("talk", "for i in 1 2 3 4 5; do echo line $i; done")));
+    s.wait_terminal(&name, 60);
+    let url = s.url(&format!("/v1/{name}/logs"));
+    let kept = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let read = |agent: &ureq::Agent| {
+        let mut r = agent.get(&url).call().expect("GET logs");
+        let body = r.body_mut().read_to_string().expect("body");
+        assert!(body.contains("line 5"), "{body}");
+    };
+    read(&kept);
+    let mut kept_ms = Vec::new();
+    let mut fresh_ms = Vec::new();
+    for _ in 0..10 {
+        let t = std::time::Instant::now();
+        read(&kept);
+        kept_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let fresh = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+        let t = std::time::Instant::now();
+        read(&fresh);
+        fresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (k, f) = (median(&mut kept_ms), median(&mut fresh_ms));
+    eprintln!("measure: logs request on a kept-alive connection {k:.2} ms, on a fresh one {f:.2} ms (median of 10)");
+    assert!(k < 2.0 * f.max(1.0), "a kept-alive request waits: {kept_ms:?} against fresh {fresh_ms:?}");
+}

@@ -105,6 +105,12 @@ pub async fn serve(
         match accepted {
             Ok((stream, _peer)) => {
                 backoff = Duration::ZERO;
+                // Every response goes out at once: with Nagle's algorithm the last piece of
+                // a chunked body waits for the client's delayed acknowledgement (about 40 ms
+                // on a kept-alive connection, per request or per followed log line).
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!("TCP_NODELAY: {e}");
+                }
                 conns.spawn(connection(stream, app.clone(), limits.clone(), stop_rx.clone(), permit));
             }
             // The client went away before it was accepted: nothing to wait for.
