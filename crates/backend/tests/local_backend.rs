@@ -125,18 +125,19 @@ fn exit_zero_reports_started_then_exited() {
     assert!(dir.join("started.json").exists() && dir.join("spec.json").exists());
 }
 
-/// L13: a non-zero exit is an exit code of the program's own, with the last 20 stderr lines.
+/// L13: a non-zero exit is an exit code of the program's own, with the last 100 stderr
+/// lines (failure rules' log patterns look at them; an error message carries 20).
 #[test]
 fn l13_exit_3_with_stderr_tail() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let (s, rx) = sink();
     let run = run_id("workerpool0-0");
-    let script = "i=1; while [ $i -le 30 ]; do echo \"err $i\" >&2; echo \"out $i\"; i=$((i+1)); done; exit 3";
+    let script = "i=1; while [ $i -le 130 ]; do echo \"err $i\" >&2; echo \"out $i\"; i=$((i+1)); done; exit 3";
     backend().launch(run.clone(), &dir, sh(script), s).unwrap();
     let (_, outcome, tail) = wait_exit(&rx, &run);
     assert_eq!(outcome, Outcome::Exited { code: 3 });
-    let want: Vec<String> = (11..=30).map(|i| format!("err {i}")).collect();
+    let want: Vec<String> = (31..=130).map(|i| format!("err {i}")).collect();
     assert_eq!(tail, want);
 }
 
