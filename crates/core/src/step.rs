@@ -374,6 +374,16 @@ impl Cx<'_> {
             return;
         }
         self.job.replicas[idx].state = ReplicaState::Running { since: self.now };
+        if self.job.replicas[idx].restart > 0 {
+            // A restarted replica rejoins: the others, which waited for it (a collective),
+            // are allowed their silence afresh from now.
+            let now = self.now;
+            for (i, r) in self.job.replicas.iter_mut().enumerate() {
+                if i != idx && matches!(r.state, ReplicaState::Running { .. }) && r.hung_since.is_none() {
+                    r.activity = Some(r.activity.map_or(now, |a| a.max(now)));
+                }
+            }
+        }
         self.maybe_running();
     }
 
@@ -879,8 +889,15 @@ impl Cx<'_> {
             let name = self.job.replicas[idx].name.clone();
             let suspended = self.job.replicas[idx].suspended;
             let running_others = || self.job.replicas.iter().enumerate().filter(move |(i, r)| *i != idx && matches!(r.state, ReplicaState::Running { .. }));
-            // A live replica waiting for a stopped one (in a collective) is not the fault.
-            if !suspended && running_others().any(|(_, r)| r.suspended) {
+            // A live replica waiting for a stopped one, or for one being restarted (in a
+            // collective), is not the fault.
+            let waits_for_another = self.job.replicas.iter().enumerate().any(|(i, r)| {
+                i != idx
+                    && ((r.suspended && r.state.is_live())
+                        || (r.straggler && r.hung_since.is_some())
+                        || matches!(r.state, ReplicaState::Launching | ReplicaState::Stopping { .. }))
+            });
+            if !suspended && waits_for_another {
                 continue;
             }
             // Another running replica that went on within the allowed silence, or (this one
