@@ -79,7 +79,7 @@ impl Quotas {
                 None => return None,
             }
         }
-        let borrow = self.borrowing_limits.get(project).and_then(|m| m.get(metric)).map_or(lendable, |b| (*b).min(lendable));
+        let borrow = self.borrow_cap(project, metric).map_or(lendable, |b| b.min(lendable));
         Some(own.saturating_add(borrow))
     }
 
@@ -95,6 +95,13 @@ impl Quotas {
 
     fn borrow_cap(&self, project: &str, metric: &str) -> Option<u64> {
         self.borrowing_limits.get(project).and_then(|m| m.get(metric)).copied()
+    }
+
+    /// Where `project` stands on `metric` using `used` of it: (what it borrows, what it
+    /// has unused and may lend), by the module's formula; None when the metric has no limit.
+    fn standing(&self, project: &str, metric: &str, used: u64) -> Option<(u64, u64)> {
+        let q = self.limit(project, metric)?;
+        Some(if used > q { (used - q, 0) } else { (0, self.lend_cap(project, metric, q).min(q - used)) })
     }
 }
 
@@ -133,12 +140,6 @@ pub struct QuotaUse {
     pub holders: Vec<Holder>,
 }
 
-impl From<BTreeMap<(String, String), u64>> for QuotaUse {
-    fn from(used: BTreeMap<(String, String), u64>) -> Self {
-        QuotaUse { used, holders: Vec::new() }
-    }
-}
-
 /// Borrowed and lent amounts of a cohort's projects (for `GET /v1/admin/quotas`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Lending {
@@ -163,13 +164,12 @@ pub fn lending(quotas: &Quotas, used: &BTreeMap<(String, String), u64>) -> BTree
             let mut borrowed = 0u64;
             let mut avail: Vec<(&str, u64)> = Vec::new();
             for p in &c.projects {
-                let Some(q) = quotas.limit(p, m) else { continue };
-                let u = get(p, m);
-                if u > q {
-                    borrowed += u - q;
-                    out.entry(p.clone()).or_default().borrowed.insert(m.to_string(), u - q);
+                let Some((b, l)) = quotas.standing(p, m, get(p, m)) else { continue };
+                if b > 0 {
+                    borrowed += b;
+                    out.entry(p.clone()).or_default().borrowed.insert(m.to_string(), b);
                 } else {
-                    avail.push((p, quotas.lend_cap(p, m, q).min(q - u)));
+                    avail.push((p, l));
                 }
             }
             let total: u64 = avail.iter().map(|a| a.1).sum();
@@ -386,12 +386,11 @@ impl<'r> Book<'r> {
     fn lendable(&self, cohort: &Cohort, project: &str, metric: &str) -> u64 {
         let (mut lend, mut borrowed) = (0u64, 0u64);
         for p in &cohort.projects {
-            let Some(q) = self.quotas.limit(p, metric) else { continue };
             let u = self.used(p, metric) + if p == project { 0 } else { self.wanted_within(p, metric) };
-            if u > q {
-                borrowed += u - q;
-            } else if p != project {
-                lend += self.quotas.lend_cap(p, metric, q).min(q - u);
+            let Some((b, l)) = self.quotas.standing(p, metric, u) else { continue };
+            borrowed += b;
+            if p != project {
+                lend += l;
             }
         }
         lend.saturating_sub(borrowed)
@@ -412,7 +411,6 @@ impl<'r> Book<'r> {
         for m in metrics.keys() {
             let (mut borrowed, mut lend) = (0u64, 0u64);
             for p in &cohort.projects {
-                let Some(q) = self.quotas.limit(p, m) else { continue };
                 let mut u = self.used(p, m) + add(p, m);
                 if !with_releasing {
                     u = u.saturating_sub(self.releasing.get(&(p.as_str(), m.as_str())).copied().unwrap_or(0));
@@ -420,11 +418,9 @@ impl<'r> Book<'r> {
                 for h in self.holders.iter().filter(|h| gone.contains(&h.id) && &h.project == p) {
                     u = u.saturating_sub(h.metrics.get(m).copied().unwrap_or(0));
                 }
-                if u > q {
-                    borrowed += u - q;
-                } else {
-                    lend += self.quotas.lend_cap(p, m, q).min(q - u);
-                }
+                let Some((b, l)) = self.quotas.standing(p, m, u) else { continue };
+                borrowed += b;
+                lend += l;
             }
             if borrowed > lend {
                 out.push((m.clone(), borrowed - lend));
@@ -455,11 +451,12 @@ impl<'r> Book<'r> {
         let mut gone: HashSet<u64> = HashSet::new();
         let mut order = Vec::new();
         for h in cands {
-            if self.deficits(cohort, metrics, add, false, &gone).is_empty() {
+            let short = self.deficits(cohort, metrics, add, false, &gone);
+            if short.is_empty() {
                 break;
             }
             // Only a job of a project above its quota on a metric short gives back.
-            let helps = self.deficits(cohort, metrics, add, false, &gone).iter().any(|(m, _)| {
+            let helps = short.iter().any(|(m, _)| {
                 h.metrics.get(m).copied().unwrap_or(0) > 0
                     && self.quotas.limit(&h.project, m).is_some_and(|q| self.after(&h.project, m, &gone) > q)
             });
