@@ -783,13 +783,18 @@ impl Job {
         if self.policy.hang_after <= 0 {
             return None;
         }
-        let r = self.replicas.get(i)?;
-        let ReplicaState::Running { since } = r.state else { return None };
-        if r.hung_since.is_some() {
+        if self.replicas.get(i)?.hung_since.is_some() {
             return None;
         }
-        let last = [Some(since), r.activity, self.checkpoint.last_write].into_iter().flatten().max()?;
-        Some(last.saturating_add(self.policy.hang_after))
+        Some(self.last_progress(i)?.saturating_add(self.policy.hang_after))
+    }
+
+    /// Hang detection: the last sign of progress of replica `i`'s running run: its start,
+    /// its latest output or the job's latest checkpoint, whichever is last.
+    pub fn last_progress(&self, i: usize) -> Option<Micros> {
+        let r = self.replicas.get(i)?;
+        let ReplicaState::Running { since } = r.state else { return None };
+        [Some(since), r.activity, self.checkpoint.last_write].into_iter().flatten().max()
     }
 
     /// Its health: a replica reported silent (the earliest), straggler or hang.

@@ -872,10 +872,7 @@ impl Cx<'_> {
 }
 
 impl Cx<'_> {
-    /// Hang detection: each running replica silent for the job's `hang_after` is reported
-    /// once (L22: its output is what shows it), and, with `hang_restart`, stopped: its run
-    /// then ends by a signal and is restarted as a signal death is (L10, L11).
-    /// Hangs and stragglers. A replica that shows no progress (output to its log, its
+    /// Hangs and stragglers (L22). A replica that shows no progress (output to its log, its
     /// checkpoint directory or its metric file, CPU time) for `hang_after` is silent: a
     /// straggler when another replica of the job went on within that time, else hung.
     /// Reported once per run (a stack dump of it goes to the log with the report), and
@@ -888,7 +885,6 @@ impl Cx<'_> {
             let secs = hang_after / crate::job::SECOND;
             let name = self.job.replicas[idx].name.clone();
             let suspended = self.job.replicas[idx].suspended;
-            let running_others = || self.job.replicas.iter().enumerate().filter(move |(i, r)| *i != idx && matches!(r.state, ReplicaState::Running { .. }));
             // A live replica waiting for a stopped one, or for one being restarted (in a
             // collective), is not the fault.
             let waits_for_another = self.job.replicas.iter().enumerate().any(|(i, r)| {
@@ -902,16 +898,11 @@ impl Cx<'_> {
             }
             // Another running replica that went on within the allowed silence, or (this one
             // stopped) one that is not stopped.
-            let others_go_on = running_others().any(|(_, r)| {
+            let others_go_on = self.job.replicas.iter().enumerate().any(|(i, r)| {
                 let ReplicaState::Running { since } = r.state else { return false };
-                r.hung_since.is_none() && (r.activity.unwrap_or(since).max(since) > now - hang_after || (suspended && !r.suspended))
+                i != idx && r.hung_since.is_none() && (r.activity.unwrap_or(since).max(since) > now - hang_after || (suspended && !r.suspended))
             });
-            let last = {
-                let r = &self.job.replicas[idx];
-                let since = if let ReplicaState::Running { since } = r.state { since } else { now };
-                [Some(since), r.activity, self.job.checkpoint.last_write].into_iter().flatten().max().unwrap_or(now)
-            };
-            let quiet = (now - last) / crate::job::SECOND;
+            let quiet = (now - self.job.last_progress(idx).unwrap_or(now)) / crate::job::SECOND;
             let r = &mut self.job.replicas[idx];
             r.hung_since = Some(now);
             r.straggler = others_go_on;
