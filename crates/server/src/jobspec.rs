@@ -150,7 +150,7 @@ pub fn prepare(
         let secs: u64 = v
             .parse()
             .map_err(|_| ApiError::invalid_argument(format!("labels.{MIN_RUNTIME_LABEL}: {v:?} is not a number of seconds")))?;
-        policy.min_runtime = (secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(SECOND);
+        policy.min_runtime = trainyard_core::job::secs(secs);
     }
     if let Some(v) = job.labels.get(trainyard_core::job::TRANSIENT_CODES_LABEL) {
         let label = trainyard_core::job::TRANSIENT_CODES_LABEL;
@@ -167,7 +167,7 @@ pub fn prepare(
     if let Some(v) = job.labels.get(trainyard_core::job::TIMEOUT_WARNING_LABEL) {
         let label = trainyard_core::job::TIMEOUT_WARNING_LABEL;
         let secs: u64 = v.parse().map_err(|_| ApiError::invalid_argument(format!("labels.{label}: {v:?} is not a number of seconds")))?;
-        policy.timeout_warning = (secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(SECOND);
+        policy.timeout_warning = trainyard_core::job::secs(secs);
     }
     // Its priority class: its label's, else its project's, else the default.
     let label = job.labels.get(trainyard_core::schedule::PRIORITY_CLASS_LABEL).map(String::as_str);

@@ -104,6 +104,7 @@ pub struct JobIdLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// The usage ledger's totals by project and accelerator type (see `accounting`): they
 /// move as usage is stored, and start from the stored totals at a start.
@@ -273,8 +274,8 @@ pub struct Metrics {
     stockouts: Counter,
     quarantines: Counter,
     progress_step: Family<JobIdLabels, Gauge>,
-    progress_ratio: Family<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    progress_rate: Family<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    progress_ratio: Family<JobIdLabels, FloatGauge>,
+    progress_rate: Family<JobIdLabels, FloatGauge>,
     effects_failed: Family<EffectLabels, Counter>,
     node_cpus: Family<NodeLabels, Gauge>,
     node_memory: Family<NodeLabels, Gauge>,
@@ -345,9 +346,9 @@ impl Metrics {
         r.register("node_quarantines", "Nodes quarantined after replica failures of several jobs ([fleet] quarantine_after_failures)", quarantines.clone());
         let progress_step = Family::<JobIdLabels, Gauge>::default();
         r.register("job_progress_step", "The step a running job's program last reported (TRAINYARD_PROGRESS_FILE)", progress_step.clone());
-        let progress_ratio = Family::<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let progress_ratio = Family::<JobIdLabels, FloatGauge>::default();
         r.register("job_progress_ratio", "The step over the total a running job's program reported", progress_ratio.clone());
-        let progress_rate = Family::<JobIdLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let progress_rate = Family::<JobIdLabels, FloatGauge>::default();
         r.register("job_progress_steps_per_second", "A running job's steps per second over the last minute", progress_rate.clone());
         let effects_failed = Family::<EffectLabels, Counter>::default();
         r.register(

@@ -198,7 +198,6 @@ impl Driver {
             .collect()
     }
 
-    /// Limit, in use and queued demand per project and metric.
     /// What each project's jobs hold now (their live replicas' resources).
     pub(super) fn holdings(&self) -> BTreeMap<String, UsageHistory> {
         let mut held: BTreeMap<String, UsageHistory> = BTreeMap::new();
@@ -222,7 +221,7 @@ impl Driver {
     /// it: rounds run whenever that changes). Stored (meta `usage_history`) at most once a
     /// minute, read back at a start.
     pub(super) fn age_usage(&mut self, now: Micros) -> Result<(), StoreError> {
-        let half = (self.svc.cfg.scheduler.usage_half_life_secs as Micros).saturating_mul(1_000_000);
+        let half = trainyard_core::job::secs(self.svc.cfg.scheduler.usage_half_life_secs);
         if half == 0 {
             return Ok(());
         }
@@ -340,6 +339,7 @@ impl Driver {
         Ok(())
     }
 
+    /// Limit, in use and queued demand per project and metric.
     pub(super) fn quota_view(&self) -> serde_json::Value {
         let mut rows: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
         for live in self.jobs.values() {

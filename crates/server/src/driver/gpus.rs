@@ -33,11 +33,6 @@ impl Driver {
 }
 
 impl Driver {
-    /// The health check's finding (`nvidia-smi`, every `gpu_check_secs`): a GPU gone from
-    /// it (fell off the bus) marks its node degraded and takes it out of the node's
-    /// capacity; the replicas that held it are lost (L9): restarted at once on other GPUs
-    /// of the node or on another node, not counted (L11). A GPU that is back is capacity
-    /// again. A failing `nvidia-smi` changes nothing (it is said, never guessed from).
     /// GPUs that report faults (uncorrectable ECC errors): their node is quarantined at
     /// once (not the single node of a fleet that overcommits: there it is said).
     pub(super) fn gpu_faults(&mut self, faults: Vec<(String, String)>, now: Micros) {
@@ -57,6 +52,11 @@ impl Driver {
         }
     }
 
+    /// The health check's finding (`nvidia-smi`, every `gpu_check_secs`): a GPU gone from
+    /// it (fell off the bus) marks its node degraded and takes it out of the node's
+    /// capacity; the replicas that held it are lost (L9): restarted at once on other GPUs
+    /// of the node or on another node, not counted (L11). A GPU that is back is capacity
+    /// again. A failing `nvidia-smi` changes nothing (it is said, never guessed from).
     pub(super) fn gpus_seen(&mut self, present: Result<Vec<String>, String>, now: Micros) -> Result<(), StoreError> {
         let present = match present {
             Ok(p) => p,

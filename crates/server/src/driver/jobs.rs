@@ -113,6 +113,8 @@ impl Driver {
                 *n = n.saturating_sub(1);
             }
         }
+        self.cpu_seen.remove(&id);
+        self.progress.remove(&id);
     }
 
     /// What a create is checked against besides the wire rules: the project's limit of
@@ -286,11 +288,9 @@ impl Driver {
                 self.trial_ended(link.study, link.trial, &job);
             }
         }
-        if let Some(live) = self.jobs.get(&id) {
-            let now = self.now();
-            self.ledger.job_changed(Some(&live.job), &job, now, None);
-        }
+        let now = self.now();
         if let Some(live) = self.jobs.get_mut(&id) {
+            self.ledger.job_changed(Some(&live.job), &job, now, None);
             self.metrics.job_changed(Some(&live.job), &job);
             if live.job.state() != job.state() {
                 // A new wait (e.g. after a preemption) is logged afresh.
@@ -418,15 +418,15 @@ impl Driver {
             }
             // CPU time used since the last look is progress too (a replica spinning in a
             // collective is not counted hung; a stopped one is).
-            let key = (id, seen.replica.clone());
-            let ran = match (seen.cpu, self.cpu_seen.get(&key)) {
+            let seen_before = self.cpu_seen.entry(id).or_default();
+            let ran = match (seen.cpu, seen_before.get(&seen.replica)) {
                 (Some(c), Some(&(a, r, before))) if a == attempt && r == *restart => c > before + CPU_EPSILON,
                 // The first look: what it used since its start.
                 (Some(c), _) => c > CPU_EPSILON,
                 _ => false,
             };
             if let Some(c) = seen.cpu {
-                self.cpu_seen.insert(key, (attempt, *restart, c));
+                seen_before.insert(seen.replica.clone(), (attempt, *restart, c));
             }
             let at = [seen.newest.map(|t| t.min(now)), ran.then_some(now)].into_iter().flatten().max();
             if let Some(at) = at.filter(|at| last.is_none_or(|l| *at > l)) {
@@ -459,7 +459,6 @@ impl Driver {
                 Driver::timed(&self.metrics, "commit", || self.store.commit(&live.job, &lines, now))?;
             }
         }
-        self.cpu_seen.retain(|(j, _), _| self.jobs.contains_key(j));
         if self.jobs.get(&id).is_some_and(|l| l.job.wants_placement(now)) {
             self.reschedule = true;
         }

@@ -218,13 +218,10 @@ pub struct Driver {
     quarantined: BTreeMap<String, fleet::Quarantined>,
     /// Hang detection: each watched replica's CPU seconds at the last look (with its
     /// attempt and restart): CPU time used since is progress.
-    cpu_seen: HashMap<(u64, String), (u32, u32, f64)>,
-    /// Progress and ETA (see `progress`): per running job, the reports read; the jobs
-    /// told of an ignored line; a read under way; when the files were last read.
-    progress: progress::ProgressTracks,
-    progress_warned: HashSet<u64>,
-    /// How much of each job's progress file was read.
-    progress_offsets: HashMap<u64, u64>,
+    cpu_seen: HashMap<u64, HashMap<String, (u32, u32, f64)>>,
+    /// Progress and ETA (see `progress`): per running job, what was read of its progress
+    /// file; a read under way; when the files were last read.
+    progress: HashMap<u64, progress::JobProgress>,
     progress_in_flight: bool,
     last_progress_poll: Micros,
     /// L22 retention: when the logs of ended jobs are next looked at.
@@ -434,13 +431,11 @@ impl Driver {
             gpus_missing: BTreeMap::new(),
             quarantine: trainyard_core::quarantine::Tracker::new(
                 svc.cfg.quarantine.after_failures,
-                (svc.cfg.quarantine.window_secs.min(i64::MAX as u64 / 1_000_000) as i64).saturating_mul(1_000_000),
+                trainyard_core::job::secs(svc.cfg.quarantine.window_secs),
             ),
             quarantined: BTreeMap::new(),
             cpu_seen: HashMap::new(),
             progress: HashMap::new(),
-            progress_warned: HashSet::new(),
-            progress_offsets: HashMap::new(),
             progress_in_flight: false,
             last_progress_poll: 0,
             next_log_sweep: 0,
@@ -757,7 +752,7 @@ impl Driver {
         self.engine_reasons_in_flight = false;
         self.progress_in_flight = false;
         self.progress.clear();
-        self.progress_offsets.clear();
+        self.cpu_seen.clear();
         self.log_purge_in_flight = false;
         self.later.clear();
         self.stops.clear();

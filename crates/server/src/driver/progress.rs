@@ -27,7 +27,7 @@ impl Driver {
                     job: l.job.id,
                     replica: primary.name.clone(),
                     progress_file: data.join(launch::progress_rel(l.job.id, &primary.name)).join(launch::PROGRESS_FILE),
-                    offset: self.progress_offsets.get(&l.job.id).copied().unwrap_or(0),
+                    offset: self.progress.get(&l.job.id).map_or(0, |p| p.offset),
                     metric_file: l.job.trial.is_some().then(|| self.metric_file_of(l.job.id, &primary.name)),
                 })
             })
@@ -48,21 +48,19 @@ impl Driver {
     pub(super) fn progress_read(&mut self, seen: Vec<crate::executor::ProgressSeen>, now: Micros) -> Result<(), StoreError> {
         self.progress_in_flight = false;
         for s in seen {
+            // A job that ended meanwhile is no longer followed (see `remove_live`).
             let Some(live) = self.jobs.get(&s.job) else { continue };
-            if let Some(bad) = s.bad.filter(|_| self.progress_warned.insert(s.job)) {
+            let p = self.progress.entry(s.job).or_default();
+            p.offset = s.offset;
+            if let Some(r) = s.report {
+                p.track.push(now, r);
+            }
+            if let Some(bad) = s.bad.filter(|_| !std::mem::replace(&mut p.warned, true)) {
                 let text = format!("Progress: a line of {}'s progress file is ignored ({bad}); later ones are ignored silently.", s.replica);
                 let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: Some(s.replica.clone()), text });
                 Driver::timed(&self.metrics, "commit", || self.store.commit(&live.job, &[line], now))?;
             }
-            self.progress_offsets.insert(s.job, s.offset);
-            if let Some(r) = s.report {
-                self.progress.entry(s.job).or_default().push(now, r);
-            }
         }
-        let jobs = &self.jobs;
-        self.progress.retain(|id, _| jobs.get(id).is_some_and(|l| !l.job.is_terminal()));
-        self.progress_offsets.retain(|id, _| jobs.get(id).is_some_and(|l| !l.job.is_terminal()));
-        self.progress_warned.retain(|id| jobs.contains_key(id));
         self.publish_progress(now);
         Ok(())
     }
@@ -71,8 +69,8 @@ impl Driver {
     fn publish_progress(&self, now: Micros) {
         let mut shown = HashMap::new();
         let mut gauges = Vec::new();
-        for (id, t) in &self.progress {
-            let (Some(v), Some(live)) = (t.view(now), self.jobs.get(id)) else { continue };
+        for (id, p) in &self.progress {
+            let (Some(v), Some(live)) = (p.track.view(now), self.jobs.get(id)) else { continue };
             gauges.push((live.job.project.clone(), id.to_string(), v.step, v.total, v.steps_per_second));
             shown.insert(
                 *id,
@@ -89,5 +87,11 @@ impl Driver {
     }
 }
 
-/// Per running job: its progress reports over time.
-pub(super) type ProgressTracks = HashMap<u64, Track>;
+/// What was read of a running job's progress file: its reports over time, how much of
+/// the file, and whether an ignored line was said (once per job).
+#[derive(Default)]
+pub(super) struct JobProgress {
+    track: Track,
+    offset: u64,
+    warned: bool,
+}
