@@ -20,6 +20,15 @@ pub const FLUSHED_AT: &str = "usage_flushed_at";
 const HOUR: Micros = 3600 * SECOND;
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// What a running job's cgroups say: the memory its replicas use now, and each replica's
+/// CPU seconds so far (by a key naming the run).
+#[derive(Clone, Debug)]
+pub struct UsedSample {
+    pub job: u64,
+    pub memory_bytes: u64,
+    pub cpu_seconds: Vec<(String, f64)>,
+}
+
 /// What one replica holds.
 #[derive(Clone, Debug, PartialEq)]
 struct Part {
@@ -179,14 +188,13 @@ impl Ledger {
         }
     }
 
-    /// What the running replicas' cgroups say: `samples` has, per running job, the memory
-    /// in use now and each replica's CPU seconds so far (by a key naming the run). Memory
-    /// is counted as in use since the last sample; CPU by what it grew.
-    pub fn sample_used(&mut self, samples: &[(u64, u64, Vec<(String, f64)>)], now: Micros) {
+    /// What the running replicas' cgroups say, per running job. Memory is counted as in
+    /// use since the last sample; CPU by what it grew.
+    pub fn sample_used(&mut self, samples: &[UsedSample], now: Micros) {
         let elapsed = self.sampled_at.map_or(0.0, |t| (now - t).max(0) as f64 / SECOND as f64);
         self.sampled_at = Some(now);
         let mut seen = HashMap::new();
-        for (id, memory, cpus) in samples {
+        for UsedSample { job: id, memory_bytes: memory, cpu_seconds: cpus } in samples {
             let Some(h) = self.holding.get(id) else { continue };
             let (project, acc) = (h.project.clone(), h.parts.first().map(|p| p.accelerator.clone()).unwrap_or_default());
             let mut cpu = 0.0;

@@ -800,7 +800,7 @@ impl Config {
                             if !m.starts_with("custom_model_training_") {
                                 return Err(invalid(&key, "is not a quota metric (custom_model_training_cpus, custom_model_training_nvidia_t4_gpus, ...)".into()));
                             }
-                            if !v.as_integer().is_some_and(|n| n >= 0) {
+                            if v.as_integer().is_none_or(|n| n < 0) {
                                 return Err(invalid(&key, format!("must be a whole number, 0 or more, not {v}")));
                             }
                         }

@@ -593,23 +593,21 @@ impl Metrics {
         }
     }
 
-    /// Running jobs' progress: (project, job, step, total, steps per second); jobs not
-    /// listed have none any more.
-    pub fn set_progress(&self, jobs: &[(String, String, i64, Option<i64>, Option<f64>)]) {
+    /// Running jobs' progress as measured; jobs not listed have none any more.
+    pub fn set_progress(&self, jobs: &[(JobIdLabels, trainyard_core::progress::View)]) {
         if !self.enabled {
             return;
         }
         self.progress_step.clear();
         self.progress_ratio.clear();
         self.progress_rate.clear();
-        for (project, job, step, total, rate) in jobs {
-            let l = JobIdLabels { project: project.clone(), job: job.clone() };
-            self.progress_step.get_or_create(&l).set(*step);
-            if let Some(t) = total.filter(|t| *t > 0) {
-                self.progress_ratio.get_or_create(&l).set(*step as f64 / t as f64);
+        for (l, v) in jobs {
+            self.progress_step.get_or_create(l).set(v.step);
+            if let Some(t) = v.total.filter(|t| *t > 0) {
+                self.progress_ratio.get_or_create(l).set(v.step as f64 / t as f64);
             }
-            if let Some(r) = rate {
-                self.progress_rate.get_or_create(&l).set(*r);
+            if let Some(r) = v.steps_per_second {
+                self.progress_rate.get_or_create(l).set(r);
             }
         }
     }

@@ -78,7 +78,7 @@ impl Driver {
                 }
             }
             if any {
-                samples.push((id, memory, cpus));
+                samples.push(crate::accounting::UsedSample { job: id, memory_bytes: memory, cpu_seconds: cpus });
             }
         }
         self.ledger.sample_used(&samples, now);

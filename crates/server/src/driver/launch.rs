@@ -770,6 +770,15 @@ fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
     }
 }
 
+/// Where a replica's program appends its progress (`TRAINYARD_PROGRESS_FILE`).
+pub(crate) const PROGRESS_ENV: &str = "TRAINYARD_PROGRESS_FILE";
+pub(crate) const PROGRESS_FILE: &str = "progress.jsonl";
+
+/// A replica's progress directory, below the data directory.
+pub(crate) fn progress_rel(job: u64, replica: &str) -> PathBuf {
+    Path::new("progress").join(job.to_string()).join(replica)
+}
+
 #[cfg(test)]
 mod tests {
     use super::rewrite_gcs;
@@ -787,13 +796,4 @@ mod tests {
         assert_eq!(rewrite_gcs("/data/gcs/b", ns), "/data/gcs/b");
         assert_eq!(rewrite_gcs("x/gcs/y", ns), "x/gcs/y");
     }
-}
-
-/// Where a replica's program appends its progress (`TRAINYARD_PROGRESS_FILE`).
-pub(crate) const PROGRESS_ENV: &str = "TRAINYARD_PROGRESS_FILE";
-pub(crate) const PROGRESS_FILE: &str = "progress.jsonl";
-
-/// A replica's progress directory, below the data directory.
-pub(crate) fn progress_rel(job: u64, replica: &str) -> PathBuf {
-    Path::new("progress").join(job.to_string()).join(replica)
 }

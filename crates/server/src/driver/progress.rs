@@ -71,7 +71,6 @@ impl Driver {
         let mut gauges = Vec::new();
         for (id, p) in &self.progress {
             let (Some(v), Some(live)) = (p.track.view(now), self.jobs.get(id)) else { continue };
-            gauges.push((live.job.project.clone(), id.to_string(), v.step, v.total, v.steps_per_second));
             shown.insert(
                 *id,
                 trainyard_api::types::TrainyardProgress {
@@ -81,6 +80,7 @@ impl Driver {
                     eta: v.eta.map(trainyard_api::Timestamp::from_micros),
                 },
             );
+            gauges.push((crate::metrics::JobIdLabels { project: live.job.project.clone(), job: id.to_string() }, v));
         }
         self.waiting_view.publish_progress(shown);
         self.metrics.set_progress(&gauges);

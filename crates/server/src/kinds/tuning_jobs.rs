@@ -849,8 +849,6 @@ pub fn trial_labels(study: u64) -> BTreeMap<String, String> {
     [("trainyard_study".to_string(), study.to_string())].into()
 }
 
-/// [`step`] with its suggestions computed in place, answered at once (tests, replays).
-
 // ---------------------------------------------------------------------------------------
 // The resource: names, rendering, the trials' CustomJobs, and its kind.
 
@@ -989,6 +987,7 @@ impl ResourceKind for TuningJobs {
     }
 }
 
+/// [`step`] with its suggestions computed in place, answered at once (tests, replays).
 #[cfg(test)]
 pub(crate) fn step_now(study: &Study, cfg: &StudyConfig, event: Event, now: Micros) -> Result<(Study, Vec<Action>), ApiError> {
     let (mut s, actions) = step(study, cfg, event, now)?;
