@@ -7,7 +7,7 @@
 //! journaled so that a trial placement can be rolled back in time proportional to what
 //! it touched.
 
-use std::collections::{HashMap, HashSet};
+use crate::collections::{HashMap, HashSet};
 
 use crate::job::ReplicaDemand;
 use crate::fleet::{Fleet, Node};
@@ -160,7 +160,7 @@ impl NodeTable {
         let mut acc_names: Vec<String> = Vec::new();
         let mut t = NodeTable {
             names: Vec::with_capacity(fleet.nodes.len()),
-            index: HashMap::with_capacity(fleet.nodes.len()),
+            index: HashMap::with_capacity_and_hasher(fleet.nodes.len(), Default::default()),
             cap_cpus: Vec::with_capacity(fleet.nodes.len()),
             cap_mem: Vec::with_capacity(fleet.nodes.len()),
             cap_acc: Vec::with_capacity(fleet.nodes.len()),
@@ -352,7 +352,7 @@ pub fn slots(cpus: i64, mem: i64, acc: i64, node_type: u16, need: &Need) -> i64 
 }
 
 /// Free capacity of every node, bucketed for best fit, with an undo journal.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Work {
     pub cpus: Vec<i64>,
     pub mem: Vec<i64>,
@@ -361,7 +361,19 @@ pub struct Work {
     buckets: Vec<Vec<Vec<NodeIx>>>,
     pos: Vec<u32>,
     level: Vec<u32>,
-    journal: Vec<(NodeIx, i64, i64, i64)>,
+    journal: Vec<Undo>,
+}
+
+/// One journaled change: a node's free amounts before it and, when it moved the node to
+/// another bucket, the bucket level and position it came from (so that a rollback puts
+/// every node back in its place and the state after it is the state before, bit for bit).
+#[derive(Clone, Copy, Debug)]
+struct Undo {
+    n: NodeIx,
+    cpus: i64,
+    mem: i64,
+    acc: i64,
+    from: Option<(u32, u32)>,
 }
 
 impl Work {
@@ -405,15 +417,17 @@ impl Work {
         (v.max(0) as usize).min(t.max_level[c])
     }
 
-    fn rebucket(&mut self, t: &NodeTable, n: NodeIx) {
+    /// Move a node to the bucket of its free level; returns the level and position it
+    /// left, if it moved.
+    fn rebucket(&mut self, t: &NodeTable, n: NodeIx) -> Option<(u32, u32)> {
         let i = n as usize;
         if self.pos[i] == u32::MAX {
-            return;
+            return None;
         }
         let new = self.level_of(t, n);
         let old = self.level[i] as usize;
         if new == old {
-            return;
+            return None;
         }
         let c = t.class(n);
         let p = self.pos[i] as usize;
@@ -426,16 +440,40 @@ impl Work {
         self.pos[i] = self.buckets[c][new].len() as u32;
         self.level[i] = new as u32;
         self.buckets[c][new].push(n);
+        Some((old as u32, p as u32))
+    }
+
+    /// The inverse of the `rebucket` that moved `n` from `(level, pos)`: `n` is last in
+    /// its bucket (later moves are undone first); the node that took its place goes back
+    /// to the end of the old bucket, where it was.
+    fn unbucket(&mut self, t: &NodeTable, n: NodeIx, (level, pos): (u32, u32)) {
+        let i = n as usize;
+        let c = t.class(n);
+        let popped = self.buckets[c][self.level[i] as usize].pop();
+        debug_assert_eq!(popped, Some(n), "a node moved later was not put back first");
+        let b = &mut self.buckets[c][level as usize];
+        let p = pos as usize;
+        if p < b.len() {
+            let moved = b[p];
+            self.pos[moved as usize] = b.len() as u32;
+            b.push(moved);
+            b[p] = n;
+        } else {
+            b.push(n);
+        }
+        self.pos[i] = pos;
+        self.level[i] = level;
     }
 
     /// Set a node's free amounts (journaled).
     pub fn set(&mut self, t: &NodeTable, n: NodeIx, cpus: i64, mem: i64, acc: i64) {
         let i = n as usize;
-        self.journal.push((n, self.cpus[i], self.mem[i], self.acc[i]));
+        let (c0, m0, a0) = (self.cpus[i], self.mem[i], self.acc[i]);
         self.cpus[i] = cpus;
         self.mem[i] = mem;
         self.acc[i] = acc;
-        self.rebucket(t, n);
+        let from = self.rebucket(t, n);
+        self.journal.push(Undo { n, cpus: c0, mem: m0, acc: a0, from });
     }
 
     pub fn take(&mut self, t: &NodeTable, n: NodeIx, d: &Need) {
@@ -454,15 +492,18 @@ impl Work {
         self.journal.len()
     }
 
-    /// Undo every change made since `mark`.
+    /// Undo every change made since `mark`, exactly: amounts, buckets and the order
+    /// within them are as they were at `mark`.
     pub fn rollback(&mut self, t: &NodeTable, mark: usize) {
         while self.journal.len() > mark {
-            let (n, c, m, a) = self.journal.pop().expect("journal entry");
-            let i = n as usize;
-            self.cpus[i] = c;
-            self.mem[i] = m;
-            self.acc[i] = a;
-            self.rebucket(t, n);
+            let Some(u) = self.journal.pop() else { break };
+            let i = u.n as usize;
+            self.cpus[i] = u.cpus;
+            self.mem[i] = u.mem;
+            self.acc[i] = u.acc;
+            if let Some(from) = u.from {
+                self.unbucket(t, u.n, from);
+            }
         }
     }
 
@@ -493,6 +534,21 @@ impl Work {
             s += b.len() as i64 * (lvl as i64 / d.acc.max(1));
         }
         s
+    }
+
+    /// Usable nodes that may hold a replica of `d` now, in no particular order: for an
+    /// accelerator need, those with at least `d.acc` free accelerators of its type (no
+    /// other node holds one, and taking capacity away cannot change that); for a CPU-only
+    /// need, every usable node.
+    pub fn candidates(&self, t: &NodeTable, d: &Need) -> Vec<NodeIx> {
+        if d.acc_type == NO_ACC {
+            return self.buckets.iter().flatten().flatten().copied().collect();
+        }
+        let c = d.acc_type as usize;
+        if c >= t.acc_names.len() {
+            return Vec::new();
+        }
+        self.buckets[c].iter().skip(d.acc.max(0) as usize).flatten().copied().collect()
     }
 
     /// Best fit: the usable node with the least free room that still holds `d` and that
@@ -618,7 +674,7 @@ impl Work {
     ) -> Option<Vec<NodeIx>> {
         let m = self.mark();
         let mut out = vec![0 as NodeIx; shape.needs.len()];
-        let mut used: HashMap<NodeIx, Res> = HashMap::new();
+        let mut used: HashMap<NodeIx, Res> = HashMap::default();
         for k in 0..shape.needs.len() {
             let i = order.map_or(k, |o| o[k]);
             let d = &shape.needs[i];
@@ -907,7 +963,7 @@ impl Exact<'_> {
             return Some(false);
         }
         let d = self.kinds[kind];
-        let mut tried: HashSet<(u16, Res)> = HashSet::new();
+        let mut tried: HashSet<(u16, Res)> = HashSet::default();
         for n in from..self.t.len() {
             if self.budget == 0 {
                 return None;
@@ -943,6 +999,70 @@ impl Exact<'_> {
         if d.acc_type != NO_ACC {
             self.have[2 + ty as usize] += sign * d.acc;
             self.want[2 + d.acc_type as usize] += sign * d.acc;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn node(i: usize, gpus: u32) -> Node {
+        let mut accelerators = BTreeMap::new();
+        if gpus > 0 {
+            accelerators.insert("NVIDIA_TESLA_T4".to_string(), gpus);
+        }
+        Node { name: format!("n{i}"), cpus: 16, memory_bytes: 64 << 30, accelerators, up: true, schedulable: i % 7 != 3 }
+    }
+
+    /// Everything a placement reads: amounts, buckets and the order within them.
+    fn state(w: &Work) -> (Vec<i64>, Vec<i64>, Vec<i64>, Vec<Vec<Vec<NodeIx>>>, Vec<u32>, Vec<u32>) {
+        (w.cpus.clone(), w.mem.clone(), w.acc.clone(), w.buckets.clone(), w.pos.clone(), w.level.clone())
+    }
+
+    /// A rollback restores the exact state, bucket order included, so a round that works
+    /// on the cluster's own free capacity and rolls it back leaves it as it found it.
+    #[test]
+    fn rollback_restores_bucket_order_exactly() {
+        let fleet = Fleet { nodes: (0..40).map(|i| node(i, [0, 1, 4, 8][i % 4])).collect(), overcommit: false };
+        let t = NodeTable::new(&fleet);
+        let mut w = Work::new(&t);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let gpu = Need { cpus: 1, mem: 1 << 30, acc_type: 0, acc: 1 };
+        let cpu = Need { cpus: 2, mem: 1 << 30, acc_type: NO_ACC, acc: 0 };
+        for round in 0..50 {
+            // A history that is not the build order, committed.
+            for _ in 0..10 {
+                let n = rnd(40) as NodeIx;
+                let d = if rnd(2) == 0 { gpu } else { cpu };
+                if w.fits(&t, n, &d) {
+                    w.take(&t, n, &d);
+                } else {
+                    w.give(&t, n, &d);
+                }
+            }
+            w.commit();
+            let before = state(&w);
+            let m = w.mark();
+            for _ in 0..(round % 30) {
+                let n = rnd(40) as NodeIx;
+                match rnd(3) {
+                    0 => w.take(&t, n, &gpu),
+                    1 => w.give(&t, n, &cpu),
+                    _ => w.set(&t, n, 0, 0, 0),
+                }
+            }
+            let shape = Shape::new(vec![gpu; 1 + rnd(6) as usize]);
+            let _ = w.place_gang(&t, &shape, None);
+            w.rollback(&t, m);
+            assert_eq!(state(&w), before, "round {round}");
         }
     }
 }

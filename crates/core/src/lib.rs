@@ -3,6 +3,7 @@
 
 pub mod capacity;
 pub mod catalog;
+pub mod collections;
 pub mod env;
 pub mod fleet;
 pub mod gpu;

@@ -59,7 +59,7 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
         avoid: Vec::new(),
     };
     let cfg = SchedulerConfig { explain: false, preemption: false, ..SchedulerConfig::default() };
-    plan(&c, &[req], &Quotas::default(), &QuotaUse::default(), now, &cfg).into_iter().find_map(|d| match d {
+    plan(&mut c, &[req], &Quotas::default(), &QuotaUse::default(), now, &cfg).into_iter().find_map(|d| match d {
         Decision::Place { nodes, .. } => nodes.into_iter().next(),
         _ => None,
     })

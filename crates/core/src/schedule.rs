@@ -33,7 +33,9 @@
 //! running, so a job may meet a fuller fleet under ours; the simulator's
 //! `tests/guarantee.rs` keeps a counterexample.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -270,7 +272,7 @@ impl SchedulerConfig {
 pub struct Hints {
     /// Expected run time from admission, by job id. Without a hint the job's timeout
     /// (L19) is used: the worst case, which makes reservations guarantees.
-    pub expected_duration: HashMap<u64, Micros>,
+    pub expected_duration: std::collections::HashMap<u64, Micros>,
     /// Each project's past use ([`UsageHistory`]), for fair share with memory.
     pub usage_history: BTreeMap<String, UsageHistory>,
 }
@@ -454,13 +456,13 @@ impl Cluster {
         Cluster {
             table,
             free,
-            running: HashMap::new(),
+            running: HashMap::default(),
             by_end: BTreeSet::new(),
             spot: BTreeSet::new(),
             stopping: BTreeSet::new(),
-            usage: HashMap::new(),
+            usage: HashMap::default(),
             totals,
-            history: HashMap::new(),
+            history: HashMap::default(),
         }
     }
 
@@ -661,7 +663,7 @@ pub fn schedule_with(
             avoid: j.avoid_nodes.iter().filter_map(|n| c.node(n)).collect(),
         })
         .collect();
-    let mut out = plan(&c, &reqs, quotas, &held, now, cfg);
+    let mut out = plan(&mut c, &reqs, quotas, &held, now, cfg);
     // A job that can never fit: the reason in the job's own words (its pools).
     for d in &mut out {
         if let Decision::Impossible { job, reason } = d {
@@ -928,6 +930,57 @@ fn use_slack(resvs: &mut [Resv], end: Micros, held: &[(NodeIx, Need)]) {
                 *s -= d.res();
             }
         }
+    }
+}
+
+/// The free capacity a reservation is computed on: the round's, with changes kept per
+/// node (the holds of earlier reservations, the capacity the timeline releases).
+struct View<'w> {
+    w: &'w Work,
+    t: &'w NodeTable,
+    need: Need,
+    /// Changed nodes: free CPUs, memory and accelerators, and whether the timeline
+    /// released capacity on it.
+    changed: HashMap<NodeIx, (i64, i64, i64, bool)>,
+}
+
+impl<'w> View<'w> {
+    fn new(w: &'w Work, t: &'w NodeTable, need: Need) -> View<'w> {
+        View { w, t, need, changed: HashMap::default() }
+    }
+
+    fn get(&self, n: NodeIx) -> (i64, i64, i64) {
+        match self.changed.get(&n) {
+            Some(&(c, m, a, _)) => (c, m, a),
+            None => {
+                let i = n as usize;
+                (self.w.cpus[i], self.w.mem[i], self.w.acc[i])
+            }
+        }
+    }
+
+    /// Replicas of the need that fit on `n` in this view.
+    fn slots(&self, n: NodeIx) -> i64 {
+        let (c, m, a) = self.get(n);
+        slots(c, m, a, self.t.acc_type[n as usize], &self.need)
+    }
+
+    /// Add to a node's free amounts (negative: hold); true when this is the first
+    /// release on it.
+    fn add(&mut self, n: NodeIx, cpus: i64, mem: i64, acc: i64) -> bool {
+        let (c, m, a) = self.get(n);
+        let release = cpus > 0 || mem > 0 || acc > 0;
+        let e = self.changed.entry(n).or_insert((c, m, a, false));
+        e.0 = c + cpus;
+        e.1 = m + mem;
+        e.2 = a + acc;
+        let first = release && !e.3;
+        e.3 |= release;
+        first
+    }
+
+    fn released(&self, n: NodeIx) -> bool {
+        self.changed.get(&n).is_some_and(|e| e.3)
     }
 }
 
@@ -1253,14 +1306,16 @@ impl<'a, 'r> Round<'a, 'r> {
     }
 
     /// EASY: when will `r` fit, and on which nodes, if running jobs end as expected?
+    /// Works on a sparse view of the round's free capacity (only the nodes that earlier
+    /// reservations hold or that the timeline releases are copied), so that its cost
+    /// follows the nodes it looks at, not the fleet's size: a round may make up to
+    /// `max_reservations` of them.
     fn reserve(&self, r: &Request) -> Option<Resv> {
         let c = self.c;
         let t = &c.table;
         let need = r.shape.max_need();
         let count = r.shape.needs.len() as i64;
-        let mut pc = self.w.cpus.clone();
-        let mut pm = self.w.mem.clone();
-        let mut pa = self.w.acc.clone();
+        let mut view = View::new(&self.w, t, need);
         // Earlier reservations hold their capacity from now until their expected end:
         // this one is then placed around them and cannot delay them. Counting it as held
         // from now (not from their start) can only make this reservation later, never
@@ -1269,41 +1324,27 @@ impl<'a, 'r> Round<'a, 'r> {
         for v in &self.resvs {
             let mut hold = Vec::new();
             for &(n, k) in &v.nodes {
-                let i = n as usize;
-                pc[i] -= k * v.need.cpus;
-                pm[i] -= k * v.need.mem;
-                if v.need.acc_type != NO_ACC {
-                    pa[i] -= k * v.need.acc;
-                }
+                let acc = if v.need.acc_type != NO_ACC { k * v.need.acc } else { 0 };
+                view.add(n, -k * v.need.cpus, -k * v.need.mem, acc.saturating_neg());
                 hold.extend(std::iter::repeat_n((n, v.need), k.max(0) as usize));
             }
             held.push((v.end, hold));
         }
-        let mut total = 0i64;
-        for i in 0..t.len() {
-            if t.usable[i] {
-                total += slots(pc[i], pm[i], pa[i], t.acc_type[i], &need);
-            }
-        }
+        // Only the candidates can hold a replica: holds only take capacity away.
+        let candidates = self.w.candidates(t, &need);
+        let mut total: i64 = candidates.iter().map(|&n| view.slots(n)).sum();
         let mut touched: Vec<NodeIx> = Vec::new();
-        let mut seen = vec![false; t.len()];
-        let mut release = |placed: &[(NodeIx, Need)], total: &mut i64| {
+        let mut release = |view: &mut View, placed: &[(NodeIx, Need)], total: &mut i64| {
             for (n, d) in placed {
-                let i = *n as usize;
-                if !t.usable[i] {
+                if !t.usable[*n as usize] {
                     continue;
                 }
-                let before = slots(pc[i], pm[i], pa[i], t.acc_type[i], &need);
-                pc[i] += d.cpus;
-                pm[i] += d.mem;
-                if d.acc_type != NO_ACC {
-                    pa[i] += d.acc;
-                }
-                *total += slots(pc[i], pm[i], pa[i], t.acc_type[i], &need) - before;
-                if !seen[i] {
-                    seen[i] = true;
+                let before = view.slots(*n);
+                let acc = if d.acc_type != NO_ACC { d.acc } else { 0 };
+                if view.add(*n, d.cpus, d.mem, acc) {
                     touched.push(*n);
                 }
+                *total += view.slots(*n) - before;
             }
         };
         let mut time = self.now;
@@ -1311,7 +1352,7 @@ impl<'a, 'r> Round<'a, 'r> {
             let mut done = false;
             let early: HashSet<u64> = self.release_now().map(|(id, _)| id).collect();
             for (_, run) in self.release_now() {
-                release(&run.placed, &mut total);
+                release(&mut view, &run.placed, &mut total);
             }
             if total >= count {
                 done = true;
@@ -1337,7 +1378,7 @@ impl<'a, 'r> Round<'a, 'r> {
                         None => continue,
                     }
                 };
-                release(placed, &mut total);
+                release(&mut view, placed, &mut total);
                 if total >= count {
                     time = end.max(self.now);
                     done = true;
@@ -1348,22 +1389,34 @@ impl<'a, 'r> Round<'a, 'r> {
             }
         }
         // Reserve nodes that free up first (so nodes free now stay open to backfill),
-        // then nodes free now.
+        // then nodes free now, by index.
         let mut left = count;
         let mut nodes = Vec::new();
-        let mut slack = HashMap::new();
-        let rest = (0..t.len() as NodeIx).filter(|&n| t.usable[n as usize] && !seen[n as usize]);
-        for n in touched.iter().copied().chain(rest) {
+        let mut slack = HashMap::default();
+        let mut take = |n: NodeIx, left: &mut i64| {
+            let k = view.slots(n).min(*left);
+            if k > 0 {
+                *left -= k;
+                nodes.push((n, k));
+                let held = need.res();
+                let (pc, pm, pa) = view.get(n);
+                slack.insert(n, Res::new(pc - k * held.cpus, pm - k * held.mem, pa - k * held.acc));
+            }
+        };
+        for &n in &touched {
             if left == 0 {
                 break;
             }
-            let i = n as usize;
-            let k = slots(pc[i], pm[i], pa[i], t.acc_type[i], &need).min(left);
-            if k > 0 {
-                left -= k;
-                nodes.push((n, k));
-                let held = need.res();
-                slack.insert(n, Res::new(pc[i] - k * held.cpus, pm[i] - k * held.mem, pa[i] - k * held.acc));
+            take(n, &mut left);
+        }
+        if left > 0 {
+            let mut rest: Vec<NodeIx> = candidates.into_iter().filter(|n| !view.released(*n)).collect();
+            rest.sort_unstable();
+            for n in rest {
+                if left == 0 {
+                    break;
+                }
+                take(n, &mut left);
             }
         }
         if left > 0 {
@@ -1454,7 +1507,7 @@ impl<'a, 'r> Round<'a, 'r> {
             }
         }
         self.w.rollback(t, m0);
-        let mut before: HashMap<NodeIx, (i64, i64, i64)> = HashMap::new();
+        let mut before: HashMap<NodeIx, (i64, i64, i64)> = HashMap::default();
         for &s in &set {
             for (n, _) in &cands[s].3.placed {
                 let i = *n as usize;
@@ -1468,8 +1521,13 @@ impl<'a, 'r> Round<'a, 'r> {
         }
         // The job's claim: free now where it fits now, else the room the stopping SPOT
         // jobs will leave. Nothing still held is handed to anyone else.
-        let mut tmp = self.w.clone();
-        let nodes = tmp.place_gang(t, r.shape, limit)?;
+        let m2 = self.w.mark();
+        let nodes = self.w.place_gang(t, r.shape, limit);
+        self.w.rollback(t, m2);
+        let Some(nodes) = nodes else {
+            self.w.rollback(t, m0);
+            return None;
+        };
         for (n, d) in nodes.iter().zip(&r.shape.needs) {
             let i = *n as usize;
             before.entry(*n).or_insert((self.w.cpus[i], self.w.mem[i], self.w.acc[i]));
@@ -1501,21 +1559,27 @@ impl<'a, 'r> Round<'a, 'r> {
 
 /// The admission round on a capacity state: quota (L3), then the order (fair share or
 /// FIFO), best-fit gang placement, EASY reservation and backfill, SPOT preemption, and
-/// stockouts (L15). Pure: the decisions depend only on the arguments.
+/// stockouts (L15). Pure: the decisions depend only on the arguments, and the cluster is
+/// left exactly as it was. The round works on the cluster's own free capacity (trial
+/// placements journaled, rolled back at the end) rather than on a copy: a copy of a large
+/// fleet's capacity index costs more than the rest of a round.
 pub fn plan<'r>(
-    c: &Cluster,
+    c: &mut Cluster,
     reqs: &'r [Request<'r>],
     quotas: &'r Quotas,
     quota_used: &'r QuotaUse,
     now: Micros,
     cfg: &SchedulerConfig,
 ) -> Vec<Decision> {
-    let mut q = Queue::build(c, reqs, cfg, now);
+    let mut w = std::mem::take(&mut c.free);
+    let mark = w.mark();
+    let c_ro: &Cluster = c;
+    let mut q = Queue::build(c_ro, reqs, cfg, now);
     let mut book = Book::new(quotas, quota_used, cfg.priority_preemption);
     for r in reqs.iter().filter(|r| !r.admitted) {
         book.want(r.project, r.metrics);
     }
-    let mut rd = Round::new(c, cfg, now, book);
+    let mut rd = Round::new(c_ro, w, cfg, now, book);
     let mut positions = Positions::new(reqs, cfg.order == Order::Fifo);
     while let Some((i, _fair)) = q.next(reqs) {
         let r = &reqs[i];
@@ -1524,7 +1588,11 @@ pub fn plan<'r>(
             break;
         }
     }
-    rd.out
+    let Round { out, w: work, .. } = rd;
+    w = work;
+    w.rollback(&c.table, mark);
+    c.free = w;
+    out
 }
 
 /// Whether a round goes on after a job.
@@ -1545,11 +1613,11 @@ struct Positions<'r> {
 
 impl<'r> Positions<'r> {
     fn new(reqs: &'r [Request], fifo: bool) -> Positions<'r> {
-        let mut totals: HashMap<&str, u32> = HashMap::new();
+        let mut totals: HashMap<&str, u32> = HashMap::default();
         for r in reqs {
             *totals.entry(r.project).or_default() += 1;
         }
-        Positions { totals, seen: HashMap::new(), fifo }
+        Positions { totals, seen: HashMap::default(), fifo }
     }
 
     fn next(&mut self, r: &Request<'r>) -> Option<Position> {
@@ -1572,7 +1640,7 @@ impl<'a> Level<'a> {
     /// their own.
     fn build(c: &Cluster, reqs: &[Request<'a>], cfg: &SchedulerConfig, now: Micros, value: i64) -> Level<'a> {
         let mut q = Level { lists: [Vec::new(), Vec::new(), Vec::new()], list: 0, at: 0, projects: Vec::new(), spot: Vec::new(), spot_at: 0 };
-        let mut pidx: HashMap<&str, usize> = HashMap::new();
+        let mut pidx: HashMap<&str, usize> = HashMap::default();
         let starve = cfg.starvation_secs.map(|s| now.saturating_sub(secs(s)));
         for (i, r) in reqs.iter().enumerate().filter(|(_, r)| r.priority == value) {
             if r.spot && cfg.preemption {
@@ -1619,27 +1687,28 @@ struct Miss {
 }
 
 impl<'a, 'r> Round<'a, 'r> {
-    fn new(c: &'a Cluster, cfg: &'a SchedulerConfig, now: Micros, book: Book<'r>) -> Round<'a, 'r> {
+    /// A round on `c`, whose free capacity `w` is (taken out of `c` for the round).
+    fn new(c: &'a Cluster, w: Work, cfg: &'a SchedulerConfig, now: Micros, book: Book<'r>) -> Round<'a, 'r> {
         Round {
             c,
             cfg,
             now,
-            w: c.free.clone(),
+            w,
             out: Vec::new(),
             resvs: Vec::new(),
             placed: Vec::new(),
             failed: Vec::new(),
             failed_long: Vec::new(),
-            empty_fit: HashMap::new(),
-            empty_fit_mixed: HashMap::new(),
-            never_uniform: HashMap::new(),
-            never_mixed: HashMap::new(),
-            failed_mixed: HashMap::new(),
-            chosen: HashSet::new(),
+            empty_fit: HashMap::default(),
+            empty_fit_mixed: HashMap::default(),
+            never_uniform: HashMap::default(),
+            never_mixed: HashMap::default(),
+            failed_mixed: HashMap::default(),
+            chosen: HashSet::default(),
             preempt_tries: 0,
             blocked: false,
             book,
-            memo: HashMap::new(),
+            memo: HashMap::default(),
             waiting_max: None,
             behind_higher: false,
         }

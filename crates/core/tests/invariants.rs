@@ -425,7 +425,7 @@ fn req<'a>(id: u64, project: &'a str, shape: &'a Shape, duration: Micros, metric
 }
 
 fn run(c: &Cluster, reqs: &[Request], now: Micros, cfg: &SchedulerConfig) -> Vec<Decision> {
-    plan(c, reqs, &Quotas::default(), &QuotaUse::default(), now, cfg)
+    plan(&mut c.clone(), reqs, &Quotas::default(), &QuotaUse::default(), now, cfg)
 }
 
 fn placed(d: &[Decision], id: u64) -> Option<Vec<String>> {
@@ -970,4 +970,41 @@ fn fair_share_remembers_past_use() {
     c.set_history("heavy", &long);
     let d = run(&c, &reqs, 0, &SchedulerConfig::default());
     assert!(placed(&d, 2).is_some() && placed(&d, 1).is_none(), "the project that used the fleet waits: {d:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// `plan` works on the cluster's own free capacity and rolls it back: the cluster is
+    /// left exactly as it was (bucket order included), so a second round on it decides
+    /// the same, whatever the round did (placements, reservations, starving jobs, SPOT
+    /// preemption).
+    #[test]
+    fn plan_leaves_the_cluster_as_it_was(
+        running in proptest::collection::vec((0usize..6, prop_oneof![Just(1u32), Just(2), Just(4), Just(8)], any::<bool>(), 1u64..20), 0..24),
+        waiting in proptest::collection::vec((1usize..4, prop_oneof![Just(1u32), Just(2), Just(4), Just(8)], 0u64..6), 1..24),
+    ) {
+        let mut c = Cluster::new(&gpu_fleet(6));
+        let now = 10 * HOUR;
+        for (k, (node, per, spot, hours)) in running.into_iter().enumerate() {
+            let d = need(&c, per);
+            let free_enough = c.running().values().filter(|r| r.placed.iter().any(|(n, _)| *n as usize == node)).map(|r| r.placed.iter().map(|(_, d)| d.acc).sum::<i64>()).sum::<i64>() + d.acc <= 8;
+            if free_enough {
+                c.start(100 + k as u64, if spot { "s" } else { "p" }, spot, now - HOUR, now + hours as Micros * HOUR, vec![(node as NodeIx, d)]);
+            }
+        }
+        let shapes: Vec<Shape> = waiting.iter().map(|(reps, per, _)| gang(&c, *reps, *per)).collect();
+        let m = BTreeMap::new();
+        let reqs: Vec<Request> = waiting.iter().zip(&shapes).enumerate().map(|(i, ((_, _, age), shape))| {
+            let mut r = req(i as u64 + 1, ["a", "b"][i % 2], shape, 2 * HOUR, &m);
+            r.submitted = now - *age as Micros * HOUR;
+            r
+        }).collect();
+        let cfg = SchedulerConfig { starvation_secs: Some(2 * 3600), ..SchedulerConfig::default() };
+        let before = format!("{c:?}");
+        let first = plan(&mut c, &reqs, &Quotas::default(), &QuotaUse::default(), now, &cfg);
+        prop_assert_eq!(&format!("{c:?}"), &before);
+        let second = plan(&mut c, &reqs, &Quotas::default(), &QuotaUse::default(), now, &cfg);
+        prop_assert_eq!(format!("{first:?}"), format!("{second:?}"));
+    }
 }

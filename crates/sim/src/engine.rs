@@ -395,7 +395,7 @@ impl Sim<'_> {
             })
             .collect();
         let t0 = Instant::now();
-        let decisions = plan(&self.cluster, &reqs, &quotas, &used, now, &policy.cfg);
+        let decisions = plan(&mut self.cluster, &reqs, &quotas, &used, now, &policy.cfg);
         self.rep.plan_secs += t0.elapsed().as_secs_f64();
         self.rep.rounds += 1;
         drop(reqs);

@@ -652,7 +652,7 @@ pub fn simulate_observed(
             })
             .collect();
         let t0 = Instant::now();
-        let decisions = plan(&cluster, &reqs, quotas, &quota_used, now, &policy.cfg);
+        let decisions = plan(&mut cluster, &reqs, quotas, &quota_used, now, &policy.cfg);
         let el = t0.elapsed().as_secs_f64();
         plan_time += el;
         round_us.push(el * 1e6);
