@@ -419,6 +419,9 @@ pub struct Cluster {
     totals: Vec<i64>,
     /// Each project's past use by dimension ([`UsageHistory`]), for fair share.
     history: HashMap<String, Vec<f64>>,
+    /// Per-node scratch space of the reservations (see [`View`]), kept between rounds so
+    /// that a round allocates none.
+    scratch: Scratch,
 }
 
 /// Positions in a vector of usage or totals by dimension: CPUs, memory, then one per
@@ -463,6 +466,7 @@ impl Cluster {
             usage: HashMap::default(),
             totals,
             history: HashMap::default(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -933,29 +937,74 @@ fn use_slack(resvs: &mut [Resv], end: Micros, held: &[(NodeIx, Need)]) {
     }
 }
 
-/// The free capacity a reservation is computed on: the round's, with changes kept per
-/// node (the holds of earlier reservations, the capacity the timeline releases).
+/// Capacity the timeline of a reservation releases: a job's replicas, or an earlier
+/// reservation's nodes (so many replicas of its need on each).
+#[derive(Clone, Copy)]
+enum Placed<'a> {
+    Each(&'a [(NodeIx, Need)]),
+    Reserved(&'a Resv),
+}
+
+/// Per-node values of a [`View`], valid where the node's stamp is the current one: a new
+/// view is one increment, not a pass over the fleet.
+#[derive(Default)]
+struct Scratch {
+    stamp: Vec<u32>,
+    /// Free CPUs, memory and accelerators, and whether the timeline released capacity
+    /// on the node.
+    vals: Vec<(i64, i64, i64, bool)>,
+    current: u32,
+}
+
+impl Scratch {
+    /// Forget every value (for a fleet of `n` nodes).
+    fn reset(&mut self, n: usize) {
+        if self.stamp.len() != n || self.current == u32::MAX {
+            self.stamp = vec![0; n];
+            self.vals = vec![(0, 0, 0, false); n];
+            self.current = 0;
+        }
+        self.current += 1;
+    }
+}
+
+/// Scratch space is no part of a cluster's state: a copy starts empty and it prints as
+/// nothing.
+impl Clone for Scratch {
+    fn clone(&self) -> Scratch {
+        Scratch::default()
+    }
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scratch")
+    }
+}
+
+/// The free capacity a reservation is computed on: the round's, with the nodes that
+/// changed (the holds of earlier reservations, the capacity the timeline releases) kept
+/// in the scratch space.
 struct View<'w> {
     w: &'w Work,
     t: &'w NodeTable,
     need: Need,
-    /// Changed nodes: free CPUs, memory and accelerators, and whether the timeline
-    /// released capacity on it.
-    changed: HashMap<NodeIx, (i64, i64, i64, bool)>,
+    s: &'w mut Scratch,
 }
 
 impl<'w> View<'w> {
-    fn new(w: &'w Work, t: &'w NodeTable, need: Need) -> View<'w> {
-        View { w, t, need, changed: HashMap::default() }
+    fn new(w: &'w Work, t: &'w NodeTable, need: Need, s: &'w mut Scratch) -> View<'w> {
+        s.reset(t.len());
+        View { w, t, need, s }
     }
 
     fn get(&self, n: NodeIx) -> (i64, i64, i64) {
-        match self.changed.get(&n) {
-            Some(&(c, m, a, _)) => (c, m, a),
-            None => {
-                let i = n as usize;
-                (self.w.cpus[i], self.w.mem[i], self.w.acc[i])
-            }
+        let i = n as usize;
+        if self.s.stamp[i] == self.s.current {
+            let (c, m, a, _) = self.s.vals[i];
+            (c, m, a)
+        } else {
+            (self.w.cpus[i], self.w.mem[i], self.w.acc[i])
         }
     }
 
@@ -969,18 +1018,17 @@ impl<'w> View<'w> {
     /// release on it.
     fn add(&mut self, n: NodeIx, cpus: i64, mem: i64, acc: i64) -> bool {
         let (c, m, a) = self.get(n);
+        let i = n as usize;
+        let was = self.s.stamp[i] == self.s.current && self.s.vals[i].3;
         let release = cpus > 0 || mem > 0 || acc > 0;
-        let e = self.changed.entry(n).or_insert((c, m, a, false));
-        e.0 = c + cpus;
-        e.1 = m + mem;
-        e.2 = a + acc;
-        let first = release && !e.3;
-        e.3 |= release;
-        first
+        self.s.stamp[i] = self.s.current;
+        self.s.vals[i] = (c + cpus, m + mem, a + acc, was || release);
+        release && !was
     }
 
     fn released(&self, n: NodeIx) -> bool {
-        self.changed.get(&n).is_some_and(|e| e.3)
+        let i = n as usize;
+        self.s.stamp[i] == self.s.current && self.s.vals[i].3
     }
 }
 
@@ -1103,6 +1151,8 @@ struct Round<'a, 'r> {
     waiting_max: Option<i64>,
     /// The job being decided waits behind a job of a higher priority class.
     behind_higher: bool,
+    /// The cluster's scratch space, for the reservations (see [`View`]).
+    scratch: Scratch,
 }
 
 /// What a memoised waiting reason depends on, besides the round's state.
@@ -1310,54 +1360,61 @@ impl<'a, 'r> Round<'a, 'r> {
     /// reservations hold or that the timeline releases are copied), so that its cost
     /// follows the nodes it looks at, not the fleet's size: a round may make up to
     /// `max_reservations` of them.
-    fn reserve(&self, r: &Request) -> Option<Resv> {
+    fn reserve(&mut self, r: &Request) -> Option<Resv> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let made = self.reserve_on(r, &mut scratch);
+        self.scratch = scratch;
+        made
+    }
+
+    fn reserve_on(&self, r: &Request, scratch: &mut Scratch) -> Option<Resv> {
         let c = self.c;
         let t = &c.table;
         let need = r.shape.max_need();
         let count = r.shape.needs.len() as i64;
-        let mut view = View::new(&self.w, t, need);
+        let mut view = View::new(&self.w, t, need, scratch);
         // Earlier reservations hold their capacity from now until their expected end:
         // this one is then placed around them and cannot delay them. Counting it as held
         // from now (not from their start) can only make this reservation later, never
         // conflict with theirs.
-        let mut held: Vec<(Micros, Vec<(NodeIx, Need)>)> = Vec::new();
         for v in &self.resvs {
-            let mut hold = Vec::new();
             for &(n, k) in &v.nodes {
                 let acc = if v.need.acc_type != NO_ACC { k * v.need.acc } else { 0 };
                 view.add(n, -k * v.need.cpus, -k * v.need.mem, acc.saturating_neg());
-                hold.extend(std::iter::repeat_n((n, v.need), k.max(0) as usize));
             }
-            held.push((v.end, hold));
         }
         // Only the candidates can hold a replica: holds only take capacity away.
         let candidates = self.w.candidates(t, &need);
         let mut total: i64 = candidates.iter().map(|&n| view.slots(n)).sum();
         let mut touched: Vec<NodeIx> = Vec::new();
-        let mut release = |view: &mut View, placed: &[(NodeIx, Need)], total: &mut i64| {
-            for (n, d) in placed {
-                if !t.usable[*n as usize] {
-                    continue;
-                }
-                let before = view.slots(*n);
-                let acc = if d.acc_type != NO_ACC { d.acc } else { 0 };
-                if view.add(*n, d.cpus, d.mem, acc) {
-                    touched.push(*n);
-                }
-                *total += view.slots(*n) - before;
+        let mut release_one = |view: &mut View, n: NodeIx, d: &Need, k: i64, total: &mut i64| {
+            if !t.usable[n as usize] {
+                return;
             }
+            let before = view.slots(n);
+            let acc = if d.acc_type != NO_ACC { k * d.acc } else { 0 };
+            if view.add(n, k * d.cpus, k * d.mem, acc) {
+                touched.push(n);
+            }
+            *total += view.slots(n) - before;
+        };
+        let mut release = |view: &mut View, placed: Placed, total: &mut i64| match placed {
+            Placed::Each(placed) => placed.iter().for_each(|(n, d)| release_one(view, *n, d, 1, total)),
+            Placed::Reserved(v) => v.nodes.iter().for_each(|(n, k)| release_one(view, *n, &v.need, *k, total)),
         };
         let mut time = self.now;
         if total < count {
             let mut done = false;
             let early: HashSet<u64> = self.release_now().map(|(id, _)| id).collect();
             for (_, run) in self.release_now() {
-                release(&mut view, &run.placed, &mut total);
+                release(&mut view, Placed::Each(&run.placed), &mut total);
             }
             if total >= count {
                 done = true;
             }
-            let mut mine: Vec<&(Micros, Vec<(NodeIx, Need)>)> = self.placed.iter().chain(held.iter()).collect();
+            // This round's placements and earlier reservations free at their expected ends.
+            let mut mine: Vec<(Micros, Placed)> = self.placed.iter().map(|p| (p.0, Placed::Each(&p.1))).collect();
+            mine.extend(self.resvs.iter().map(|v| (v.end, Placed::Reserved(v))));
             mine.sort_by_key(|p| p.0);
             let mut mine = mine.into_iter().peekable();
             let mut theirs = c.by_end.iter().filter(|(_, id)| !early.contains(id) && !self.chosen.contains(id)).peekable();
@@ -1369,12 +1426,11 @@ impl<'a, 'r> Round<'a, 'r> {
                     (None, None) => break,
                 };
                 let (end, placed) = if take_mine {
-                    let p = mine.next().expect("peeked");
-                    (p.0, &p.1)
+                    mine.next().expect("peeked")
                 } else {
                     let (end, id) = theirs.next().expect("peeked");
                     match c.running.get(id) {
-                        Some(run) => (*end, &run.placed),
+                        Some(run) => (*end, Placed::Each(&run.placed)),
                         None => continue,
                     }
                 };
@@ -1572,6 +1628,7 @@ pub fn plan<'r>(
     cfg: &SchedulerConfig,
 ) -> Vec<Decision> {
     let mut w = std::mem::take(&mut c.free);
+    let scratch = std::mem::take(&mut c.scratch);
     let mark = w.mark();
     let c_ro: &Cluster = c;
     let mut q = Queue::build(c_ro, reqs, cfg, now);
@@ -1579,7 +1636,7 @@ pub fn plan<'r>(
     for r in reqs.iter().filter(|r| !r.admitted) {
         book.want(r.project, r.metrics);
     }
-    let mut rd = Round::new(c_ro, w, cfg, now, book);
+    let mut rd = Round::new(c_ro, w, scratch, cfg, now, book);
     let mut positions = Positions::new(reqs, cfg.order == Order::Fifo);
     while let Some((i, _fair)) = q.next(reqs) {
         let r = &reqs[i];
@@ -1588,10 +1645,11 @@ pub fn plan<'r>(
             break;
         }
     }
-    let Round { out, w: work, .. } = rd;
+    let Round { out, w: work, scratch, .. } = rd;
     w = work;
     w.rollback(&c.table, mark);
     c.free = w;
+    c.scratch = scratch;
     out
 }
 
@@ -1688,7 +1746,7 @@ struct Miss {
 
 impl<'a, 'r> Round<'a, 'r> {
     /// A round on `c`, whose free capacity `w` is (taken out of `c` for the round).
-    fn new(c: &'a Cluster, w: Work, cfg: &'a SchedulerConfig, now: Micros, book: Book<'r>) -> Round<'a, 'r> {
+    fn new(c: &'a Cluster, w: Work, scratch: Scratch, cfg: &'a SchedulerConfig, now: Micros, book: Book<'r>) -> Round<'a, 'r> {
         Round {
             c,
             cfg,
@@ -1711,6 +1769,7 @@ impl<'a, 'r> Round<'a, 'r> {
             memo: HashMap::default(),
             waiting_max: None,
             behind_higher: false,
+            scratch,
         }
     }
 
