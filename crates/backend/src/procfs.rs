@@ -3,22 +3,53 @@
 
 use std::fs;
 
-/// The pids whose parent is `parent`, from `/proc/<pid>/stat`. Processes that vanish
-/// while we read are skipped.
+/// The pids whose parent is `parent`. Processes that vanish while we read are skipped.
 pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
-    children_with_state(parent).into_iter().map(|(pid, _)| pid).collect()
+    match listed_children(parent) {
+        Some(pids) => pids.into_iter().filter(|pid| fs::metadata(format!("/proc/{pid}")).is_ok()).collect(),
+        None => children_with_state(parent).into_iter().map(|(pid, _)| pid).collect(),
+    }
 }
 
 /// The children of `parent` with their state letter (`R`, `S`, `T`, `Z` for a zombie
 /// that its parent has not reaped yet, ...).
 pub fn children_with_state(parent: libc::pid_t) -> Vec<(libc::pid_t, char)> {
+    let with_state = |pid: libc::pid_t| {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        (parse_ppid(&stat)? == parent).then_some((pid, parse_state(&stat)?))
+    };
+    if let Some(pids) = listed_children(parent) {
+        return pids.into_iter().filter_map(with_state).collect();
+    }
     let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter_map(|pid| {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            (parse_ppid(&stat)? == parent).then_some((pid, parse_state(&stat)?))
-        })
-        .collect()
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok()).filter_map(with_state).collect()
+}
+
+/// The children of `parent` as its threads list them (`/proc/<pid>/task/<tid>/children`,
+/// kernels with CONFIG_PROC_CHILDREN): a read per thread of `parent` instead of one per
+/// process of the host, which a burst of replicas, each supervisor cleaning up after its
+/// program, would pay squared. None where the kernel has no such files.
+fn listed_children(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    let tasks = fs::read_dir(format!("/proc/{parent}/task")).ok()?;
+    let mut pids = Vec::new();
+    let mut any = false;
+    for tid in tasks.filter_map(|e| e.ok()) {
+        match fs::read_to_string(tid.path().join("children")) {
+            Ok(list) => {
+                any = true;
+                pids.extend(list.split_whitespace().filter_map(|p| p.parse::<libc::pid_t>().ok()));
+            }
+            // A thread that ended meanwhile; a kernel without the files has none of them.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+    }
+    if !any {
+        return None;
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Some(pids)
 }
 
 /// The state letter from a `/proc/<pid>/stat` line (the field after the command name).
@@ -51,5 +82,26 @@ mod tests {
         let me = std::process::id() as libc::pid_t;
         let parent = nix::unistd::getppid().as_raw();
         assert!(children_of(parent).contains(&me));
+    }
+
+    /// A child is listed under the thread that forked it: children started from another
+    /// thread are found too, with their state (an unreaped one is a zombie).
+    #[test]
+    fn children_of_every_thread_with_their_state() {
+        let me = std::process::id() as libc::pid_t;
+        let mut child = std::thread::spawn(|| std::process::Command::new("true").spawn().unwrap()).join().unwrap();
+        let pid = child.id() as libc::pid_t;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let listed = children_with_state(me);
+            if listed.contains(&(pid, 'Z')) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{pid} not listed as a zombie child: {listed:?}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(children_of(me).contains(&pid));
+        child.wait().unwrap();
+        assert!(!children_of(me).contains(&pid));
     }
 }
