@@ -447,6 +447,9 @@ fn spawn_launcher(
             }
         }
         let _counted = Counted(count);
+        // Launches yield to the API: a burst of replicas starting must not hold up creates
+        // and gets. The supervisors it starts inherit the priority.
+        crate::priority::background_thread();
         launch_worker(&rx, &backend, &sink, &report);
     });
     if spawned.is_err() {

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod nodeagent;
 pub mod openapi;
 pub mod paths;
+pub mod priority;
 pub mod reply;
 pub mod security;
 pub mod storage;

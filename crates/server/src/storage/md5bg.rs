@@ -24,9 +24,6 @@ use super::fsops::{self, Ns, Recorded};
 /// Objects waiting for their MD5, at most; more are left to be asked for again when read.
 const QUEUE: usize = 1024;
 
-/// The worker's niceness: its hashing yields the CPU to requests (a thread's own on Linux).
-const NICE: i32 = 10;
-
 /// An object whose MD5 is wanted: its project, bucket and name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Job {
@@ -106,8 +103,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn run(root: &Path, rx: Receiver<Job>, queued: &Mutex<HashSet<Job>>) {
-    // SAFETY: setpriority(2) on this thread's own id; failure leaves the priority as is.
-    unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, nix::unistd::gettid().as_raw() as nix::libc::id_t, NICE) };
+    crate::priority::background_thread();
     for job in rx {
         // Out of the queue before it starts: a write of the name from now on is hashed
         // by a job of its own.
