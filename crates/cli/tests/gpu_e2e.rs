@@ -146,6 +146,32 @@ fn gpus_are_exclusive_topology_aware_and_waited_for() {
     }
 }
 
+/// Jobs placed in one scheduling round are applied together (one store transaction): each
+/// gets GPUs that the jobs placed before it in the round do not hold. Four single-GPU jobs
+/// wait behind a 4-GPU job; when it ends, the next round places all four at once.
+#[test]
+fn gpus_jobs_placed_in_one_round_never_share_a_gpu() {
+    if skip_on_slurm("Slurm assigns GPUs itself (--gres)") {
+        return;
+    }
+    let (mut s, _bin) = gpu_server("");
+    s.spawn();
+    let big = name_of(&s.create("p", &gpu_job("big", 4, SHOW)));
+    wait_seen(&s, &big, 1);
+    let singles: Vec<String> = (0..4).map(|i| name_of(&s.create("p", &gpu_job(&format!("s{i}"), 1, SHOW)))).collect();
+    for j in &singles {
+        s.wait_for(j, 30, |j| j["trainyardWaitingReason"].as_str().is_some_and(|r| r.contains("GPU")));
+    }
+    cancel(&s, &big);
+    let mut devices: Vec<String> = singles.iter().map(|j| wait_seen(&s, j, 1)[0].clone()).inspect(|d| assert_eq!(d.len(), 1, "{d:?}")).map(|d| d[0].clone()).collect();
+    devices.sort();
+    devices.dedup();
+    assert_eq!(devices.len(), 4, "two jobs of one round got the same GPU: {devices:?}");
+    for j in &singles {
+        cancel(&s, j);
+    }
+}
+
 /// The replicas of one job hold disjoint GPUs: a job of a primary and three workers of
 /// one GPU each on the 4-GPU node gets four different devices (a job's own siblings count as
 /// holders, not only other jobs' replicas).

@@ -283,15 +283,17 @@ impl Store {
         Ok(outbox)
     }
 
-    /// Several jobs' transitions in one transaction (a scheduling round).
-    pub fn commit_many(&mut self, batch: &[(&Job, &[Effect])], now: Micros) -> Result<Vec<(i64, Effect)>> {
+    /// Several jobs' transitions in one transaction (one fsync for all: a scheduling
+    /// round, replicas that started or ended together). Returns each job's outbox entries,
+    /// in the order of `batch`.
+    pub fn commit_many(&mut self, batch: &[(&Job, &[Effect])], now: Micros) -> Result<Vec<Vec<(i64, Effect)>>> {
         let tx = self.conn.transaction()?;
-        let mut outbox = Vec::new();
+        let mut outboxes = Vec::with_capacity(batch.len());
         for (job, effects) in batch {
-            outbox.extend(write_job(&tx, job, effects, now)?);
+            outboxes.push(write_job(&tx, job, effects, now)?);
         }
         tx.commit()?;
-        Ok(outbox)
+        Ok(outboxes)
     }
 
     /// An effect was carried out: drop it from the outbox.

@@ -7,14 +7,17 @@ use super::*;
 
 impl Driver {
     /// The devices held on `node` by live replicas of other jobs than `except`.
-    fn gpus_held(&self, node: &str, except: u64) -> HashSet<String> {
+    /// GPUs of `node` held by jobs other than `except`: as they are, or as `staged`
+    /// (transitions decided but not installed yet) has them.
+    fn gpus_held(&self, node: &str, except: u64, staged: &Staged) -> HashSet<String> {
         // A GPU gone from nvidia-smi is given to nobody.
         let mut held: HashSet<String> = self.gpus_missing.get(node).map(|m| m.iter().cloned().collect()).unwrap_or_default();
         for (id, live) in &self.jobs {
             if *id == except {
                 continue;
             }
-            for r in live.job.replicas.iter().filter(|r| r.state.is_live() && r.node.as_deref() == Some(node)) {
+            let job = staged.get(id).map_or(&live.job, |(j, _)| j);
+            for r in job.replicas.iter().filter(|r| r.state.is_live() && r.node.as_deref() == Some(node)) {
                 held.extend(r.devices.iter().cloned());
             }
         }
@@ -23,12 +26,12 @@ impl Driver {
 
     /// The devices of the replicas `effects` launch: part of the decision, in the core
     /// (`gpu::assign_devices`), with this node's inventory and what other jobs hold.
-    pub(super) fn assign_gpus(&self, job: &mut Job, effects: &mut Vec<Effect>) {
+    pub(super) fn assign_gpus(&self, job: &mut Job, effects: &mut Vec<Effect>, staged: &Staged) {
         if self.svc.gpus.is_empty() {
             return;
         }
         let id = job.id;
-        trainyard_core::gpu::assign_devices(job, effects, &self.svc.gpus, |node| self.gpus_held(node, id));
+        trainyard_core::gpu::assign_devices(job, effects, &self.svc.gpus, |node| self.gpus_held(node, id, staged));
     }
 }
 
@@ -117,7 +120,7 @@ impl Driver {
                 let need = live.job.demand.replicas.get(i).and_then(|d| d.accelerator.clone());
                 // Other GPUs of this node, if enough are free; else another node (L9).
                 let here = need.is_some_and(|(a, c)| {
-                    let held = self.gpus_held(&node, job);
+                    let held = self.gpus_held(&node, job, &Staged::new());
                     let own: HashSet<&String> = live
                         .job
                         .replicas

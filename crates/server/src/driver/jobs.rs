@@ -256,12 +256,55 @@ impl Driver {
         if !t.changed {
             return Ok(Ok(()));
         }
-        self.assign_gpus(&mut t.job, &mut t.effects);
+        self.assign_gpus(&mut t.job, &mut t.effects, &Staged::new());
         // L23: durable before anything is reported or done.
         let outbox = Driver::timed(&self.metrics, "commit", || self.store.commit(&t.job, &t.effects, now))?;
         self.install(id, t.job);
         self.execute(id, outbox);
         Ok(Ok(()))
+    }
+
+    /// Events of several jobs at once (a round's decisions, the replicas that started or
+    /// ended together): each job stepped through its events in order, every transition
+    /// committed in one transaction (one fsync instead of one per event; L23 as for one:
+    /// nothing is installed, reported or done before it), then installed and executed
+    /// job by job in the order the jobs came. Events a job refuses or that change nothing
+    /// are dropped, as `apply` drops them for their callers that ignore refusals.
+    pub(super) fn apply_many(&mut self, events: Vec<(u64, Event)>, now: Micros) -> Result<(), StoreError> {
+        let mut staged = Staged::new();
+        let mut order: Vec<u64> = Vec::new();
+        for (id, event) in events {
+            let Some(current) = staged.get(&id).map(|(j, _)| j).or_else(|| self.jobs.get(&id).map(|l| &l.job)) else {
+                continue;
+            };
+            let Ok(mut t) = step(current, event, now, &self.svc.cfg.settings) else { continue };
+            if !t.changed {
+                continue;
+            }
+            // Devices are given seeing what the jobs staged before hold.
+            self.assign_gpus(&mut t.job, &mut t.effects, &staged);
+            match staged.get_mut(&id) {
+                Some((job, effects)) => {
+                    *job = t.job;
+                    effects.extend(t.effects);
+                }
+                None => {
+                    order.push(id);
+                    staged.insert(id, (t.job, t.effects));
+                }
+            }
+        }
+        if order.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<(&Job, &[Effect])> = order.iter().filter_map(|id| staged.get(id)).map(|(j, e)| (j, e.as_slice())).collect();
+        let outboxes = Driver::timed(&self.metrics, "commit_many", || self.store.commit_many(&batch, now))?;
+        for (id, outbox) in order.into_iter().zip(outboxes) {
+            let Some((job, _)) = staged.remove(&id) else { continue };
+            self.install(id, job);
+            self.execute(id, outbox);
+        }
+        Ok(())
     }
 
     pub(super) fn install(&mut self, id: u64, job: Job) {
@@ -512,6 +555,8 @@ impl Driver {
         let mut next_slot = 0u32;
         let mut reasons: HashMap<u64, Waiting> = HashMap::new();
         let mut changed: Vec<u64> = Vec::new();
+        // Placements are applied together (one transaction for the round's starts).
+        let mut placed: Vec<(u64, Event)> = Vec::new();
         for d in decisions {
             match d {
                 Decision::Place { job, nodes, warnings } => {
@@ -530,7 +575,7 @@ impl Driver {
                             })
                             .collect()
                     };
-                    self.apply(job, Event::Place { nodes, addresses, notes: warnings }, now)?.ok();
+                    placed.push((job, Event::Place { nodes, addresses, notes: warnings }));
                 }
                 Decision::Stockout { job, detail } => {
                     self.metrics.stockout();
@@ -565,6 +610,7 @@ impl Driver {
                 }
             }
         }
+        self.apply_many(placed, now)?;
         self.engine_reasons.retain(|id, _| self.jobs.contains_key(id));
         self.publish_waiting(&changed, reasons, now)?;
         Ok(cost)

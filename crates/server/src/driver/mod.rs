@@ -46,6 +46,11 @@ use crate::kinds::tuning_jobs::{self as study, Study, StudyConfig};
 
 pub use crate::kinds::{Create, Kind, Reply};
 
+
+/// Transitions decided and not yet installed, by job: the job as it will be and the
+/// effects to commit with it (see `Driver::apply_many`).
+type Staged = BTreeMap<u64, (Job, Vec<Effect>)>;
+
 /// What the driver is asked to do.
 pub enum Msg {
     /// Create a resource of a kind (already parsed and validated against the wire rules).
@@ -805,19 +810,23 @@ impl Driver {
         while let Ok(msg) = self.rx.try_recv() {
             queued.push(msg);
         }
-        let mut started = Vec::new();
+        // Replicas that started or ended: one transaction for all of them (L7, L23).
+        let mut replicas = Vec::new();
+        let mut exits = Vec::new();
         let mut creates = Vec::new();
         for msg in queued {
             match msg {
                 Msg::Shutdown => return Ok(Flow::Stop),
-                // Replicas that started: one transaction for all of them (L7).
-                Msg::Backend(BackendEvent::Started { run, .. }) => started.push(run),
+                Msg::Backend(BackendEvent::Started { run, .. }) => replicas.push((run.job, Event::Started { run })),
+                Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => exits.push((run, outcome, stderr_tail)),
                 // Creates that arrive together are stored together (group commit).
                 Msg::Create { project, region, new: Create::CustomJob { resource, reply } } => {
                     creates.push((NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply))
                 }
                 other => {
-                    self.apply_started(std::mem::take(&mut started))?;
+                    let now = self.now();
+                    self.apply_many(std::mem::take(&mut replicas), now)?;
+                    self.apply_exited(std::mem::take(&mut exits))?;
                     if !creates.is_empty() {
                         let now = self.now();
                         self.create_batch(std::mem::take(&mut creates), now)?;
@@ -826,7 +835,9 @@ impl Driver {
                 }
             }
         }
-        self.apply_started(started)?;
+        let now = self.now();
+        self.apply_many(replicas, now)?;
+        self.apply_exited(exits)?;
         if !creates.is_empty() {
             let now = self.now();
             self.create_batch(creates, now)?;
@@ -849,34 +860,22 @@ impl Driver {
         Ok(())
     }
 
-    /// `Started` reports, committed together: they only change replica states and log
-    /// lines, so one transaction (one fsync) serves a whole gang starting at once.
-    fn apply_started(&mut self, runs: Vec<RunId>) -> Result<(), StoreError> {
-        if runs.is_empty() {
+    /// Replicas that ended, applied together (one transaction for all, see
+    /// `apply_many`).
+    fn apply_exited(&mut self, exits: Vec<(RunId, Outcome, Vec<String>)>) -> Result<(), StoreError> {
+        if exits.is_empty() {
             return Ok(());
         }
-        let now = self.now();
-        let mut staged: BTreeMap<u64, (Job, Vec<Effect>)> = BTreeMap::new();
-        for run in runs {
-            let id = run.job;
-            let Some(current) = staged.get(&id).map(|(j, _)| j).or_else(|| self.jobs.get(&id).map(|l| &l.job)) else {
-                continue;
-            };
-            let Ok(t) = step(current, Event::Started { run }, now, &self.svc.cfg.settings) else { continue };
-            if !t.changed {
-                continue;
+        let mut events = Vec::with_capacity(exits.len());
+        for (run, outcome, stderr_tail) in exits {
+            if matches!(outcome, Outcome::OomKilled { .. }) {
+                self.metrics.oom_killed();
             }
-            let entry = staged.entry(id).or_insert_with(|| (t.job.clone(), Vec::new()));
-            entry.0 = t.job;
-            entry.1.extend(t.effects);
+            self.run_gone(&run)?;
+            events.push((run.job, Event::Exited { run, outcome, stderr_tail }));
         }
-        let batch: Vec<(&Job, &[Effect])> = staged.values().map(|(j, e)| (j, e.as_slice())).collect();
-        let outbox = Driver::timed(&self.metrics, "commit_many", || self.store.commit_many(&batch, now))?;
-        debug_assert!(outbox.is_empty(), "a start causes no world effects");
-        for (id, (job, _)) in staged {
-            self.install(id, job);
-        }
-        Ok(())
+        let now = self.now();
+        self.apply_many(events, now)
     }
 
     fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
@@ -891,15 +890,8 @@ impl Driver {
                 };
                 let _ = reply.send(r);
             }
-            Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_started(vec![run])?,
-            Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => {
-                let id = run.job;
-                if matches!(outcome, Outcome::OomKilled { .. }) {
-                    self.metrics.oom_killed();
-                }
-                self.run_gone(&run)?;
-                self.apply(id, Event::Exited { run, outcome, stderr_tail }, now)?.ok();
-            }
+            Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_many(vec![(run.job, Event::Started { run })], now)?,
+            Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => self.apply_exited(vec![(run, outcome, stderr_tail)])?,
             Msg::Executed(report) => match report {
                 crate::executor::Report::Launched { seqs } => self.store.outbox_done_many(&seqs)?,
                 crate::executor::Report::Purged { seq, error: None } => {
