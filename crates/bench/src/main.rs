@@ -22,6 +22,9 @@ use trainyard_server::driver::{now_micros, run_dir, Create, Kind};
 use trainyard_server::{Config, Engine, Msg};
 use trainyard_store::Store;
 
+
+#[path = "shared/row.rs"]
+mod row;
 const PROJECT: &str = "bench";
 const RUNNING_LINE: &str = "Job is running.";
 /// Memory limit of the reference shims, about what the driver gives an n1-standard-4
@@ -523,6 +526,12 @@ fn print_table(rows: &[Row]) {
             "{:<58} {:>4} {:>9.3} {:>9.3} {:>9.3} {:>10}",
             r.label, r.stats.n, r.stats.p50, r.stats.p90, r.stats.max, ratio
         );
+    }
+    // The baseline itself is no row of the table.
+    for r in rows.iter().filter(|r| !r.label.starts_with("[base]")) {
+        if let Some(x) = r.ratio {
+            row::row("trainyard-bench", &format!("{} p50", r.label.trim()), &format!("{:.3} ms", r.stats.p50), &format!("{:.3} ms", r.stats.p50 / x), x);
+        }
     }
 }
 

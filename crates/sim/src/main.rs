@@ -275,5 +275,22 @@ fn main() -> ExitCode {
         }
     }
     println!("targets (trainyard vs the baselines of this run):\n{}", verdict(&reports, "trainyard"));
+    // The lines `scripts/bench` collects: our round against EASY backfill's in this run.
+    let find = |n: &str| reports.iter().find(|r| r.policy == n);
+    if let (Some(o), Some(easy)) = (find("trainyard"), find("easy backfill")) {
+        let what = format!("{nodes} nodes, {} jobs", workload.len());
+        println!(
+            "bench-row: trainyard-sim | admissions per wall second, {what} | {:.0}/s | {:.0}/s EASY backfill | {:.3}x",
+            o.admissions_per_sec(),
+            easy.admissions_per_sec(),
+            o.admissions_per_sec() / easy.admissions_per_sec().max(1e-9)
+        );
+        println!(
+            "bench-row: trainyard-sim | scheduling round p99, {what} | {:.0} us | {:.0} us EASY backfill | {:.3}x",
+            o.round_p99_us,
+            easy.round_p99_us,
+            o.round_p99_us / easy.round_p99_us.max(1e-9)
+        );
+    }
     ExitCode::SUCCESS
 }

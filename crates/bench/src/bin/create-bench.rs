@@ -79,6 +79,8 @@ impl Opts {
 
 #[path = "../shared/entry.rs"]
 mod entry;
+#[path = "../shared/row.rs"]
+mod row;
 
 fn main() -> ExitCode {
     entry::main_of("create-bench", USAGE, Opts::parse, run)
@@ -324,6 +326,7 @@ fn run(o: &Opts) -> Result<()> {
             lines as f64 / jobs.max(1) as f64,
             jobs
         );
+        row::row("create-bench", &format!("creates/s, {label}"), &format!("{:.0}/s", m.per_sec), &format!("{sqlite:.0}/s SQLite 1-row txn"), m.per_sec / sqlite);
         rows.push((label, m, lines as f64 / jobs.max(1) as f64));
     }
     println!();

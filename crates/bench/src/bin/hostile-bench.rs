@@ -69,6 +69,9 @@ impl Opts {
 #[path = "../shared/entry.rs"]
 mod entry;
 
+#[path = "../shared/row.rs"]
+mod row;
+
 fn main() -> ExitCode {
     entry::main_of("hostile-bench", USAGE, Opts::parse, run)
 }
@@ -345,6 +348,8 @@ fn run(o: &Opts) -> Result<()> {
     let n = (o.rounds * o.jobs) as f64;
     println!("hostile-bench: {} calm jobs per side, {} rounds; the hostile tenant did {actions} rounds of deep-tree jobs, slow builds, listings and quota walks beside its looping job", o.jobs, o.rounds);
     println!("                        no hostile tenant   with one    ratio");
+    row::row("hostile-bench", "create p99 beside a hostile tenant", &format!("{:.2} ms", hc.p99), &format!("{:.2} ms without it", cc.p99), hc.p99 / cc.p99);
+    row::row("hostile-bench", "start p99 beside a hostile tenant", &format!("{:.2} ms", hs.p99), &format!("{:.2} ms without it", cs.p99), hs.p99 / cs.p99);
     println!("create p50 (ms)         {:>17.2}   {:>8.2}   {:>5.2}x", cc.p50, hc.p50, hc.p50 / cc.p50);
     println!("create p99 (ms)         {:>17.2}   {:>8.2}   {:>5.2}x", cc.p99, hc.p99, hc.p99 / cc.p99);
     println!("start p50 (ms)          {:>17.2}   {:>8.2}   {:>5.2}x", cs.p50, hs.p50, hs.p50 / cs.p50);

@@ -50,6 +50,9 @@ impl Opts {
 #[path = "../shared/entry.rs"]
 mod entry;
 
+#[path = "../shared/row.rs"]
+mod row;
+
 fn main() -> ExitCode {
     entry::main_of("log-bench", USAGE, Opts::parse, run)
 }
@@ -144,6 +147,7 @@ fn run(o: &Opts) -> Result<()> {
     println!("  {:<44} {:>9.3} {:>10.0} {:>8}", "program > /dev/null (its own cost)", z.as_secs_f64(), mbps(z), format!("{:.2}x", z.as_secs_f64() / f.as_secs_f64()));
     println!("  {:<44} {:>9.3} {:>10.0} {:>8}", "program > file (baseline)", f.as_secs_f64(), mbps(f), "1.00x");
     println!("  {:<44} {:>9.3} {:>10.0} {:>8}", "under the shim, to log.jsonl", s.as_secs_f64(), mbps(s), format!("{:.2}x", s.as_secs_f64() / f.as_secs_f64()));
+    row::row("log-bench", &format!("{} MB of output through the shim", o.mb), &format!("{:.3} s", s.as_secs_f64()), &format!("{:.3} s to a file", f.as_secs_f64()), s.as_secs_f64() / f.as_secs_f64());
     println!("  log.jsonl: {} bytes for {bytes} bytes of output ({:.2} bytes on disk per byte)", disk, disk as f64 / bytes as f64);
     Ok(())
 }

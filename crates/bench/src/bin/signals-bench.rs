@@ -19,6 +19,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+#[path = "../shared/row.rs"]
+mod row;
+
 fn main() -> anyhow::Result<()> {
     let n: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(1000);
     let dir = tempfile::tempdir()?;
@@ -68,6 +71,8 @@ fn main() -> anyhow::Result<()> {
     println!("| baseline: stat of the {} log and metric files | {:.2} ms | 1.00x | - |", files.len(), base * 1e3);
     println!("| hang detection: one look at every replica (mtimes, /proc CPU and state) | {:.2} ms | {:.2}x | {:.3}% (every 60 s) |", look * 1e3, look / base, 100.0 * look / 60.0);
     println!("| progress: one read of every job's progress file (what it gained: 25 lines) | {:.2} ms | {:.2}x | {:.3}% (every 5 s) |", prog * 1e3, prog / base, 100.0 * prog / 5.0);
+    row::row("signals-bench", &format!("hang detection pass, {n} replicas"), &format!("{:.2} ms", look * 1e3), &format!("{:.2} ms stat of the files", base * 1e3), look / base);
+    row::row("signals-bench", &format!("progress read pass, {n} replicas"), &format!("{:.2} ms", prog * 1e3), &format!("{:.2} ms stat of the files", base * 1e3), prog / base);
     println!("together: {:.3}% of one core (goal: under 2%)", 100.0 * (look / 60.0 + prog / 5.0));
     Ok(())
 }

@@ -131,6 +131,9 @@ impl Opts {
 #[path = "../shared/entry.rs"]
 mod entry;
 
+#[path = "../shared/row.rs"]
+mod bench_row;
+
 fn main() -> ExitCode {
     entry::main_of("start-bench", USAGE, Opts::parse, run)
 }
@@ -187,6 +190,9 @@ fn print_rows(title: &str, rows: &[Row]) {
             None => (String::new(), String::new()),
         };
         println!("  {:<74} {:>4} {:>8.2} {:>8.2} {:>8} {:>9}", r.label, r.s.n, r.s.p50, r.s.p90, ratio, over);
+        if let Some(b) = r.base {
+            bench_row::row("start-bench", &format!("{} p50", r.label.trim()), &format!("{:.2} ms", r.s.p50), &format!("{:.2} ms", b.p50), r.s.p50 / b.p50);
+        }
     }
     println!();
 }

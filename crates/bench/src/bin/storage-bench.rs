@@ -90,6 +90,9 @@ impl Opts {
 #[path = "../shared/entry.rs"]
 mod entry;
 
+#[path = "../shared/row.rs"]
+mod row;
+
 fn main() -> ExitCode {
     entry::main_of("storage-bench", USAGE, Opts::parse, run)
 }
@@ -426,6 +429,9 @@ fn run(o: &Opts) -> Result<()> {
     println!();
     println!("| {} MiB, median of {} | seconds | MiB/s | cp time / this |", o.size_mib, o.reps);
     println!("|---|---|---|---|");
+    let mb = o.size_mib;
+    row::row("storage-bench", &format!("upload {mb} MiB (fsync + rename)"), &format!("{up:.2} s"), &format!("{cp_sync:.2} s cp + fsync"), up / cp_sync);
+    row::row("storage-bench", &format!("download {mb} MiB to a file"), &format!("{down:.2} s"), &format!("{cp:.2} s cp"), down / cp);
     println!("| [base] cp | {cp:.2} | {:.0} | 1.00 |", mibs(cp));
     println!("| [base] cp + fsync | {cp_sync:.2} | {:.0} | {:.2} |", mibs(cp_sync), cp / cp_sync);
     println!("| upload (media, no MD5 sent: CRC32C, fsync + rename, answered) | {up:.2} | {:.0} | {:.2} (vs cp + fsync: {:.2}) |", mibs(up), cp / up, cp_sync / up);
