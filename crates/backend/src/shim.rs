@@ -469,18 +469,27 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             }
         }
     }
+    // Where /proc is the replica's own (below), so is /sys/fs/cgroup. On v1, detached
+    // copies of the replica's cgroup directories, attached in the program's namespace (kept
+    // open until the program started).
+    let view = match (&cgroups.memory, spec.run_as, &spec.gcs_mount, &spec.container) {
+        (Some(cg), Some(_), Some(_), None) => Some(cg),
+        _ => None,
+    };
+    let v1_view = view.filter(|cg| cg.version() == CgroupVersion::V1);
+    let memory_tree = v1_view.and_then(|cg| detached_bind(cg.path()));
+    let pids_tree = v1_view.and(cgroups.pids.as_ref()).and_then(|cg| detached_bind(cg.path()));
     let limits = Limits {
         nproc: program_nproc(spec.pids_max, spec.run_as, &cgroups),
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
         nice: spec.nice,
-        // Where /proc is the replica's own (below), so is /sys/fs/cgroup.
-        cgroup_view: match (&cgroups.memory, spec.run_as, &spec.gcs_mount, &spec.container) {
-            (Some(cg), Some(_), Some(_), None) => {
-                Some(CgroupView { v2: cg.version() == CgroupVersion::V2, v1_pids: cgroups.pids.is_some() })
-            }
-            _ => None,
-        },
+        cgroup_view: view.map(|cg| CgroupView {
+            v2: cg.version() == CgroupVersion::V2,
+            v1_pids: cgroups.pids.is_some(),
+            memory_tree: memory_tree.as_ref().map(AsRawFd::as_raw_fd),
+            pids_tree: pids_tree.as_ref().map(AsRawFd::as_raw_fd),
+        }),
     };
     let cgroup = cgroups.memory.as_ref();
     let engine_oom = (cgroup.is_none() && spec.engine_cgroup_oom).then(crate::cgroup::EngineCgroupOom::find).flatten();
@@ -530,6 +539,8 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), &cgroups, String::new()),
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, &cgroups, msg),
     };
+    // The program's namespace has its cgroup directories attached (or never will).
+    drop((memory_tree, pids_tree));
     let pid = child.pid;
     let pgid = Pid::from_raw(pid as libc::pid_t);
 
@@ -857,6 +868,30 @@ struct CgroupView {
     v2: bool,
     /// A v1 pids cgroup of the replica's own.
     v1_pids: bool,
+    /// v1: detached bind mounts of the replica's memory and pids cgroup directories
+    /// ([`detached_bind`]), where the kernel makes them.
+    memory_tree: Option<std::os::fd::RawFd>,
+    pids_tree: Option<std::os::fd::RawFd>,
+}
+
+/// `open_tree(2)`'s flag for a detached copy of the mount (a bind mount attached nowhere).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+/// `move_mount(2)`'s flag for a source given as a descriptor alone.
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+
+/// A detached bind mount of the directory `path` (`open_tree` with `OPEN_TREE_CLONE`,
+/// close-on-exec), to be attached in the program's mount namespace between fork and exec
+/// with one `move_mount`: no new cgroup v1 superblock per replica, whose lookup takes the
+/// kernel's global cgroup lock and drains dying cgroups (a tenth of a supervisor's CPU in
+/// a burst of replicas, most of it waiting on that lock). None where the kernel has no
+/// `open_tree` (before 5.2) or refuses: the program's namespace then mounts the hierarchy.
+fn detached_bind(path: &Path) -> Option<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: open_tree(2) on a NUL-terminated path; the descriptor it returns is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint) };
+    // SAFETY: a descriptor open_tree just returned, owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) })
 }
 
 /// Between fork and exec, in the replica's cgroups: a cgroup namespace rooted at them and
@@ -890,15 +925,20 @@ fn own_cgroup_view(v: CgroupView) {
         if libc::mount(c"tmpfs".as_ptr(), root, c"tmpfs".as_ptr(), flags, c"mode=0755,size=64k".as_ptr().cast()) != 0 {
             return;
         }
-        let hierarchies: &[(&std::ffi::CStr, &std::ffi::CStr)] = if v.v1_pids {
-            &[(c"/sys/fs/cgroup/memory", c"memory"), (c"/sys/fs/cgroup/pids", c"pids")]
-        } else {
-            &[(c"/sys/fs/cgroup/memory", c"memory")]
-        };
-        for (dir, controller) in hierarchies {
-            if libc::mkdir(dir.as_ptr(), 0o755) == 0
-                && libc::mount(c"cgroup".as_ptr(), dir.as_ptr(), c"cgroup".as_ptr(), flags, controller.as_ptr().cast()) == 0
-            {
+        let memory = (c"/sys/fs/cgroup/memory", c"memory", v.memory_tree);
+        let pids = (c"/sys/fs/cgroup/pids", c"pids", v.pids_tree);
+        let hierarchies: &[(&std::ffi::CStr, &std::ffi::CStr, Option<std::os::fd::RawFd>)] =
+            if v.v1_pids { &[memory, pids] } else { &[memory] };
+        for &(dir, controller, tree) in hierarchies {
+            if libc::mkdir(dir.as_ptr(), 0o755) != 0 {
+                continue;
+            }
+            // The replica's own directory as the cgroup namespace's root shows it: its
+            // detached copy attached, else the hierarchy mounted in the namespace.
+            let attached = tree.is_some_and(|fd| {
+                libc::syscall(libc::SYS_move_mount, fd, c"".as_ptr(), libc::AT_FDCWD, dir.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) == 0
+            });
+            if attached || libc::mount(c"cgroup".as_ptr(), dir.as_ptr(), c"cgroup".as_ptr(), flags, controller.as_ptr().cast()) == 0 {
                 libc::chmod(dir.as_ptr(), 0o755);
             }
         }
