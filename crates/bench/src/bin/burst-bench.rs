@@ -45,10 +45,7 @@ impl Opts {
         let mut o = Opts { jobs: 800, clients: 8 };
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let mut num = |name: &str| -> Result<usize> {
-                let v = it.next().ok_or_else(|| anyhow!("{name} needs a number"))?;
-                v.parse().map_err(|_| anyhow!("{name}: {v:?} is not a number"))
-            };
+            let mut num = |name: &str| entry::number::<usize>(&mut it, name);
             match a.as_str() {
                 "--jobs" => o.jobs = num("--jobs")?.max(1),
                 "--clients" => o.clients = num("--clients")?.max(1),
@@ -69,7 +66,7 @@ mod row;
 
 #[path = "../shared/server.rs"]
 mod server;
-use server::{agent, Server};
+use server::{agent, quantile, timed_posts, Server};
 
 fn main() -> ExitCode {
     entry::main_of("burst-bench", USAGE, Opts::parse, run)
@@ -152,7 +149,7 @@ fn healthz_p99(server: &Server, n: usize, clients: usize) -> Result<f64> {
         lat.extend(h.join().map_err(|_| anyhow!("a client thread panicked"))??);
     }
     lat.sort_by(f64::total_cmp);
-    Ok(lat[((lat.len() as f64 - 1.0) * 0.99).round() as usize])
+    Ok(quantile(&lat, 0.99))
 }
 
 struct Burst {
@@ -165,39 +162,10 @@ struct Burst {
 }
 
 fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
-    let url = Arc::new(format!("{}/v1/projects/{PROJECT}/locations/us-central1/customJobs", server.base));
+    let url = format!("{}/v1/projects/{PROJECT}/locations/us-central1/customJobs", server.base);
     let cpu0 = server.cpu_secs()?;
     let start = Instant::now();
-    let handles: Vec<_> = (0..clients)
-        .map(|c| {
-            let url = Arc::clone(&url);
-            let count = jobs / clients + usize::from(c < jobs % clients);
-            std::thread::spawn(move || -> Result<Vec<f64>> {
-                let agent = agent();
-                let mut lat = Vec::with_capacity(count);
-                for i in 0..count {
-                    let body = job_body(&format!("burst-{c}-{i}"));
-                    let t = Instant::now();
-                    let mut resp = agent
-                        .post(url.as_str())
-                        .header("Content-Type", "application/json")
-                        .send(body.as_bytes())
-                        .context("POST customJobs")?;
-                    let status = resp.status();
-                    let text = resp.body_mut().read_to_string().context("reading the reply")?;
-                    lat.push(t.elapsed().as_secs_f64() * 1000.0);
-                    if !status.is_success() {
-                        bail!("create answered {status}: {text}");
-                    }
-                }
-                Ok(lat)
-            })
-        })
-        .collect();
-    let mut lat = Vec::with_capacity(jobs);
-    for h in handles {
-        lat.extend(h.join().map_err(|_| anyhow!("a client thread panicked"))??);
-    }
+    let lat = timed_posts(&url, clients, jobs, |c, i| job_body(&format!("burst-{c}-{i}")))?;
     let created = start.elapsed().as_secs_f64();
     let agent = agent();
     let metrics = format!("{}/metrics", server.base);
@@ -214,13 +182,11 @@ fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
         std::thread::sleep(Duration::from_millis(10));
     };
     let cpu = server.cpu_secs()? - cpu0;
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
     Ok(Burst {
         creates_per_sec: jobs as f64 / created,
-        p50_ms: pct(0.5),
-        p99_ms: pct(0.99),
-        max_ms: lat[lat.len() - 1],
+        p50_ms: quantile(&lat, 0.5),
+        p99_ms: quantile(&lat, 0.99),
+        max_ms: quantile(&lat, 1.0),
         jobs_per_sec: jobs as f64 / done,
         cpu_ms_per_job: cpu * 1000.0 / jobs as f64,
     })

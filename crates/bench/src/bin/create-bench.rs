@@ -13,7 +13,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -53,10 +52,7 @@ impl Opts {
         let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let mut num = |name: &str| -> Result<usize> {
-                let v = it.next().ok_or_else(|| anyhow!("{name} needs a number"))?;
-                v.parse().map_err(|_| anyhow!("{name}: {v:?} is not a number"))
-            };
+            let mut num = |name: &str| entry::number::<usize>(&mut it, name);
             match a.as_str() {
                 "--queued" => o.queued = num("--queued")?,
                 "--clients" => o.clients = num("--clients")?.max(1),
@@ -110,7 +106,7 @@ fn job_body(name: &str) -> serde_json::Value {
 
 #[path = "../shared/server.rs"]
 mod server;
-use server::{agent, Server};
+use server::{agent, quantile, timed_posts, Server};
 
 /// `trainyard serve` on `dir` (its `trainyard.toml` and `data/`); its warnings on stderr.
 /// Up to 600 s for `/healthz`: a server recovers a long queue first.
@@ -129,44 +125,14 @@ struct Measured {
 
 /// `n` creates from `clients` threads; latency of each, wall time of all.
 fn measure(server: &Server, clients: usize, n: usize, tag: &str) -> Result<Measured> {
-    let url = Arc::new(format!("{}/v1/projects/bench/locations/us-central1/customJobs", server.base));
+    let url = format!("{}/v1/projects/bench/locations/us-central1/customJobs", server.base);
     let cpu0 = server.cpu_secs()?;
     let start = Instant::now();
-    let mut handles = Vec::new();
-    for c in 0..clients {
-        let url = Arc::clone(&url);
-        let count = n / clients + usize::from(c < n % clients);
-        let tag = tag.to_string();
-        handles.push(std::thread::spawn(move || -> Result<Vec<f64>> {
-            let agent = agent();
-            let mut lat = Vec::with_capacity(count);
-            for i in 0..count {
-                let body = job_body(&format!("{tag}-{c}-{i}")).to_string();
-                let t = Instant::now();
-                let mut resp = agent
-                    .post(url.as_str())
-                    .header("Content-Type", "application/json")
-                    .send(body.as_bytes())
-                    .context("POST customJobs")?;
-                let status = resp.status();
-                let text = resp.body_mut().read_to_string().context("reading the reply")?;
-                lat.push(t.elapsed().as_secs_f64() * 1000.0);
-                if !status.is_success() {
-                    bail!("create answered {status}: {text}");
-                }
-            }
-            Ok(lat)
-        }));
-    }
-    let mut lat = Vec::with_capacity(n);
-    for h in handles {
-        lat.extend(h.join().map_err(|_| anyhow!("a client thread panicked"))??);
-    }
+    let tag = tag.to_string();
+    let lat = timed_posts(&url, clients, n, move |c, i| job_body(&format!("{tag}-{c}-{i}")).to_string())?;
     let wall = start.elapsed().as_secs_f64();
     let cpu = server.cpu_secs()? - cpu0;
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-    Ok(Measured { per_sec: n as f64 / wall, p50_ms: pct(0.5), p99_ms: pct(0.99), cpu_ms_per_create: cpu * 1000.0 / n as f64 })
+    Ok(Measured { per_sec: n as f64 / wall, p50_ms: quantile(&lat, 0.5), p99_ms: quantile(&lat, 0.99), cpu_ms_per_create: cpu * 1000.0 / n as f64 })
 }
 
 /// `GET /metrics` `n` times, one after the other, with `stored` jobs in the store: the time

@@ -47,10 +47,7 @@ impl Opts {
         let mut o = Opts { rounds: 3, jobs: 20 };
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let mut num = |name: &str| -> Result<usize> {
-                let v = it.next().ok_or_else(|| anyhow!("{name} needs a number"))?;
-                v.parse().map_err(|_| anyhow!("{name}: {v:?} is not a number"))
-            };
+            let mut num = |name: &str| entry::number::<usize>(&mut it, name);
             match a.as_str() {
                 "--rounds" => o.rounds = num("--rounds")?.max(1),
                 "--jobs" => o.jobs = num("--jobs")?.max(2),

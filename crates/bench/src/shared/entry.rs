@@ -30,3 +30,10 @@ pub fn main_of<O>(
         }
     }
 }
+
+/// The value after option `name`, as a number.
+#[allow(dead_code)] // not every bench has numeric options
+pub fn number<T: std::str::FromStr>(it: &mut std::slice::Iter<'_, String>, name: &str) -> anyhow::Result<T> {
+    let v = it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a number"))?;
+    v.parse().map_err(|_| anyhow::anyhow!("{name}: {v:?} is not a number"))
+}

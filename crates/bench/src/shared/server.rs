@@ -82,3 +82,46 @@ pub fn free_port() -> Result<u16> {
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
+
+/// `n` POSTs of `body(client, i)` to `url` from `clients` threads with keep-alive
+/// connections, each waiting for its reply before the next; the latency of each in ms,
+/// sorted. A reply that is not a success is an error.
+#[allow(dead_code)] // not every bench creates jobs
+pub fn timed_posts(url: &str, clients: usize, n: usize, body: impl Fn(usize, usize) -> String + Send + Sync + 'static) -> Result<Vec<f64>> {
+    let url = std::sync::Arc::new(url.to_string());
+    let body = std::sync::Arc::new(body);
+    let handles: Vec<_> = (0..clients)
+        .map(|c| {
+            let (url, body) = (std::sync::Arc::clone(&url), std::sync::Arc::clone(&body));
+            let count = n / clients + usize::from(c < n % clients);
+            std::thread::spawn(move || -> Result<Vec<f64>> {
+                let agent = agent();
+                let mut lat = Vec::with_capacity(count);
+                for i in 0..count {
+                    let text = body(c, i);
+                    let t = Instant::now();
+                    let mut resp = agent.post(url.as_str()).header("Content-Type", "application/json").send(text.as_bytes()).with_context(|| format!("POST {url}"))?;
+                    let status = resp.status();
+                    let reply = resp.body_mut().read_to_string().context("reading the reply")?;
+                    lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    if !status.is_success() {
+                        bail!("POST {url} answered {status}: {reply}");
+                    }
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::with_capacity(n);
+    for h in handles {
+        lat.extend(h.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??);
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
+}
+
+/// The `p` quantile of sorted samples (nearest rank).
+#[allow(dead_code)]
+pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN)
+}
