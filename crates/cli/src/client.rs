@@ -240,13 +240,13 @@ impl CallError {
 }
 
 #[derive(Clone)]
-struct Api {
+pub(crate) struct Api {
     agent: ureq::Agent,
     t: Resolved,
 }
 
 impl Api {
-    fn new(t: Target) -> anyhow::Result<Api> {
+    pub(crate) fn new(t: Target) -> anyhow::Result<Api> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             // A server that does not answer is said to, not waited on forever. No limit
@@ -262,7 +262,7 @@ impl Api {
         format!("{}/v1/projects/{}/locations/{}", self.t.server.trim_end_matches('/'), self.t.project, self.t.region)
     }
 
-    fn admin_url(&self, path: &str) -> String {
+    pub(crate) fn admin_url(&self, path: &str) -> String {
         format!("{}/v1/admin/{path}", self.t.server.trim_end_matches('/'))
     }
 
@@ -352,7 +352,7 @@ impl Api {
     }
 
     /// A request whose answer is one JSON value.
-    fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    pub(crate) fn send(&self, method: &str, url: &str, body: Option<&Value>) -> anyhow::Result<Value> {
         Ok(self.try_send(method, url, body)?)
     }
 

@@ -2,6 +2,7 @@
 //! client commands shaped like the managed service's CLI (`custom-jobs ...`), and the
 //! replica supervisor (`shim`, started by the server itself).
 
+mod admin;
 mod cliconfig;
 mod client;
 mod jobfile;
@@ -51,6 +52,11 @@ enum Command {
     Quotas {
         #[command(subcommand)]
         command: client::QuotaCommand,
+    },
+    /// Backup and restore of the server's database.
+    Admin {
+        #[command(subcommand)]
+        command: admin::AdminCommand,
     },
     /// The CLI's own settings: server, project, region, token.
     Config {
@@ -109,6 +115,7 @@ fn main() -> ExitCode {
         Command::HpTuningJobs { command } => client::run_studies(command),
         Command::Quotas { command } => client::run_quotas(command),
         Command::Usage(args) => client::run_usage(args),
+        Command::Admin { command } => admin::run(command),
     };
     match result {
         Ok(code) => code,

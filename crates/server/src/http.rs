@@ -347,6 +347,36 @@ async fn list_quotas(State(state): State<AppState>) -> ApiResult {
     json_response(with_storage_rows(&state, v).await, false)
 }
 
+/// `POST /v1/admin/backup` with `{"to": "/absolute/path.db"}` (a `"*"` token): a consistent
+/// copy of the database written on the server's host while the server keeps serving
+/// (`trainyard_store::backup`). The target must not exist; its directory must.
+async fn backup(State(state): State<AppState>, body: axum::body::Bytes) -> ApiResult {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        to: String,
+    }
+    let b: Body = serde_json::from_slice(&body).map_err(|e| ApiError::invalid_argument(format!("Invalid JSON payload: {e}. Expected {{\"to\": \"/absolute/path\"}}.")))?;
+    let to = PathBuf::from(&b.to);
+    let started = std::time::Instant::now();
+    let copied = state
+        .readers
+        .with(move |store| {
+            use trainyard_store::backup::BackupError as E;
+            store.backup_to(&to).map_err(|e| match e {
+                E::Exists(_) => ApiError::already_exists(format!("to: {e}")),
+                E::Relative(_) => ApiError::invalid_argument(format!("to: {e}")),
+                E::Io { .. } => ApiError::failed_precondition(format!("to: {e}")),
+                other => ApiError::internal(format!("The backup failed: {other}")),
+            })
+        })
+        .await?;
+    tracing::info!("backup of the database written to {} ({} bytes, {} jobs) in {:.2} s", copied.path.display(), copied.bytes, copied.jobs, started.elapsed().as_secs_f64());
+    let mut v = serde_json::to_value(&copied).map_err(|e| ApiError::internal(format!("Cannot show the backup: {e}")))?;
+    v["seconds"] = serde_json::json!(started.elapsed().as_secs_f64());
+    Ok(([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
+}
+
 /// `GET /v1/admin/usage?from=&to=&project=`: RFC 3339 times, `from` before `to`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -554,6 +584,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/quotas:reload", axum::routing::post(reload_quotas))
         .route("/v1/admin/usage", get(usage))
         .route("/v1/admin/tokens:reload", axum::routing::post(guard::reload_tokens))
+        .route("/v1/admin/backup", axum::routing::post(backup))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_page).with_state(state.metrics.clone()))
         .route("/", get(console))

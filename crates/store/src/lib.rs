@@ -7,6 +7,7 @@
 //! Lifecycle log lines (L22) are written in the same transaction as the state they
 //! describe.
 
+pub mod backup;
 pub mod filter;
 
 use std::path::{Path, PathBuf};
@@ -791,7 +792,7 @@ mod tests {
     use trainyard_core::job::{Demand, Policy};
     use trainyard_core::{Event, Settings};
 
-    fn new_job(store: &mut Store, project: &str) -> Job {
+    pub(crate) fn new_job(store: &mut Store, project: &str) -> Job {
         let s = Settings::default();
         store
             .insert_job(
