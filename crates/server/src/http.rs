@@ -71,6 +71,11 @@ impl ReadPool {
         ReadPool { path, idle: Mutex::new(Vec::new()) }
     }
 
+    /// The database's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// Run `f` on a read connection, off the async executor.
     pub async fn with<T: Send + 'static>(
         self: &Arc<Self>,
@@ -359,18 +364,25 @@ async fn backup(State(state): State<AppState>, body: axum::body::Bytes) -> ApiRe
     let b: Body = serde_json::from_slice(&body).map_err(|e| ApiError::invalid_argument(format!("Invalid JSON payload: {e}. Expected {{\"to\": \"/absolute/path\"}}.")))?;
     let to = PathBuf::from(&b.to);
     let started = std::time::Instant::now();
-    let copied = state
-        .readers
-        .with(move |store| {
-            use trainyard_store::backup::BackupError as E;
+    // A thread of its own at background priority (a backup of a large database takes
+    // seconds of CPU and disk; requests go first), on a read connection of its own.
+    let db = state.readers.path().to_path_buf();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new().name("backup".into()).spawn(move || {
+        crate::priority::background_thread();
+        use trainyard_store::backup::BackupError as E;
+        let r = trainyard_store::Store::open(&db).map_err(|e| ApiError::internal(format!("The backup failed: {e}"))).and_then(|store| {
             store.backup_to(&to).map_err(|e| match e {
                 E::Exists(_) => ApiError::already_exists(format!("to: {e}")),
                 E::Relative(_) => ApiError::invalid_argument(format!("to: {e}")),
                 E::Io { .. } => ApiError::failed_precondition(format!("to: {e}")),
                 other => ApiError::internal(format!("The backup failed: {other}")),
             })
-        })
-        .await?;
+        });
+        let _ = tx.send(r);
+    });
+    spawned.map_err(|e| ApiError::unavailable(format!("Cannot start the backup now: {e}")))?;
+    let copied = rx.await.map_err(|_| ApiError::internal("The backup did not finish"))??;
     tracing::info!("backup of the database written to {} ({} bytes, {} jobs) in {:.2} s", copied.path.display(), copied.bytes, copied.jobs, started.elapsed().as_secs_f64());
     let mut v = serde_json::to_value(&copied).map_err(|e| ApiError::internal(format!("Cannot show the backup: {e}")))?;
     v["seconds"] = serde_json::json!(started.elapsed().as_secs_f64());

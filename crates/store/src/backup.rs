@@ -26,6 +26,11 @@ pub const DB_FILE: &str = "trainyard.db";
 /// How long a copy waits for a lock held by another connection (a checkpoint).
 const LOCK_WAIT: Duration = Duration::from_secs(30);
 
+/// Pages copied per step (1 MB of 4 KB pages), each step synced to disk, then a pause that
+/// lets the server's own commits through.
+const STEP_PAGES: std::os::raw::c_int = 256;
+const STEP_PAUSE: Duration = Duration::from_millis(2);
+
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
     #[error("{0} exists already: a backup never overwrites a file")]
@@ -68,7 +73,7 @@ impl Store {
         if !to.is_absolute() {
             return Err(BackupError::Relative(to.to_path_buf()));
         }
-        copy_database(&self.conn, to)
+        copy_database(&self.conn, to, STEP_PAGES)
     }
 }
 
@@ -91,7 +96,7 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Copied, BackupError> {
         Err(e) => return Err(io(data_dir)(e)),
     }
     let db = data_dir.join(DB_FILE);
-    copy_database(&src, &db)?;
+    copy_database(&src, &db, STEP_PAGES)?;
     drop(src);
     // An older schema is brought up to this build's, as a server's start would.
     let store = Store::open(&db)?;
@@ -123,7 +128,7 @@ fn check_backup(src: &Connection, path: &Path) -> Result<(), BackupError> {
 
 /// Copies the database of `src` to `to` in one backup step (one snapshot), written beside
 /// `to`, synced, then linked to `to` only if nothing is there.
-fn copy_database(src: &Connection, to: &Path) -> Result<Copied, BackupError> {
+fn copy_database(src: &Connection, to: &Path, step_pages: std::os::raw::c_int) -> Result<Copied, BackupError> {
     if to.exists() {
         return Err(BackupError::Exists(to.to_path_buf()));
     }
@@ -137,13 +142,23 @@ fn copy_database(src: &Connection, to: &Path) -> Result<Copied, BackupError> {
     let sql = |source| BackupError::Sql { path: to.to_path_buf(), source };
     let result = (|| {
         let mut dst = Connection::open(&partial).map_err(sql)?;
-        {
+        // The copy goes to disk as it is made, 1 MB at a time: a large file's dirty
+        // pages synced all at once would hold up every other fsync of the file system
+        // (the server's commits) for as long (ext4 commits its journal for all).
+        let synced = File::open(&partial).map_err(io(&partial))?;
+        // One read transaction over every step: the copy is the database at one moment
+        // while the writer goes on (WAL), and no step sees a newer one.
+        src.execute_batch("BEGIN; SELECT count(*) FROM sqlite_master;").map_err(sql)?;
+        let copied = (|| {
             let backup = Backup::new(src, &mut dst).map_err(sql)?;
             let started = Instant::now();
             loop {
-                match backup.step(-1).map_err(sql)? {
+                match backup.step(step_pages).map_err(sql)? {
                     StepResult::Done => break,
-                    StepResult::More => {}
+                    StepResult::More => {
+                        synced.sync_data().map_err(io(&partial))?;
+                        std::thread::sleep(STEP_PAUSE);
+                    }
                     StepResult::Busy | StepResult::Locked if started.elapsed() < LOCK_WAIT => std::thread::sleep(Duration::from_millis(20)),
                     StepResult::Busy | StepResult::Locked => {
                         return Err(sql(rusqlite::Error::SqliteFailure(
@@ -154,7 +169,14 @@ fn copy_database(src: &Connection, to: &Path) -> Result<Copied, BackupError> {
                     _ => {}
                 }
             }
-        }
+            Ok(())
+        })();
+        let _ = src.execute_batch("COMMIT;");
+        copied?;
+        // What the writer appended meanwhile could not be checkpointed past the copy's
+        // snapshot: copied into the database here, in the background, rather than by the
+        // writer's next commit, which would wait for all of it.
+        let _ = src.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
         // One file (no journal beside it), then on disk before it is linked into place.
         dst.pragma_update(None, "journal_mode", "DELETE").map_err(sql)?;
         drop(dst);
@@ -216,13 +238,17 @@ mod tests {
             n
         });
         std::thread::sleep(Duration::from_millis(50));
+        // One page a step, each step after commits of the writer: the read transaction
+        // held over the steps keeps the copy at one moment (no restart, no torn copy).
         let to = tmp.path().join("backup.db");
-        let copied = reader.backup_to(&to).unwrap();
+        let copied = copy_database(&reader.conn, &to, 1).unwrap();
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let written = t.join().unwrap();
         crate::tests::new_job(&mut writer, "p");
         assert!(copied.jobs >= 50 && copied.jobs <= 50 + written, "{copied:?} ({written} written meanwhile)");
         assert_eq!(copied.schema_version, MIGRATIONS.len() as i64);
+        let check: String = Connection::open(&to).unwrap().query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(check, "ok");
 
         // Never over a file, never from a relative path.
         assert!(matches!(reader.backup_to(&to), Err(BackupError::Exists(_))));

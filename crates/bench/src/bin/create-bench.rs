@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -24,7 +25,7 @@ use trainyard_store::{NewJob, Store};
 
 const USAGE: &str = "\
 usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick] [--metrics N]
-                    [--metrics-cost]
+                    [--metrics-cost] [--backup]
 
   --queued N    jobs queued before the long-queue measurement (default 100000)
   --clients N   concurrent clients (default 8)
@@ -32,6 +33,10 @@ usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--q
   --baseline N  one-row SQLite transactions for the baseline (default 500)
   --quick       --queued 2000 --creates 400 --baseline 100 (a smoke test)
   --metrics N   after the long-queue run, GET /metrics N times: render time p50/p99
+  --backup      after the long-queue run, the same creates again while online backups
+                of the database (POST /v1/admin/backup) run one after the other, three
+                runs with and three without, alternating: each backup's time, and the
+                median create p99 with them against without
   --metrics-cost  only this: creates against a server with metrics and one with
                 `[metrics] enabled = false`, alternating, 3 rounds each: the ratio
 
@@ -45,11 +50,12 @@ struct Opts {
     baseline: usize,
     metrics: usize,
     metrics_cost: bool,
+    backup: bool,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
-        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false };
+        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false, backup: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut num = |name: &str| entry::number::<usize>(&mut it, name);
@@ -60,6 +66,7 @@ impl Opts {
                 "--baseline" => o.baseline = num("--baseline")?.max(1),
                 "--metrics" => o.metrics = num("--metrics")?,
                 "--metrics-cost" => o.metrics_cost = true,
+                "--backup" => o.backup = true,
                 "--quick" => {
                     o.queued = 2000;
                     o.creates = 400;
@@ -133,6 +140,56 @@ fn measure(server: &Server, clients: usize, n: usize, tag: &str) -> Result<Measu
     let wall = start.elapsed().as_secs_f64();
     let cpu = server.cpu_secs()? - cpu0;
     Ok(Measured { per_sec: n as f64 / wall, p50_ms: quantile(&lat, 0.5), p99_ms: quantile(&lat, 0.99), cpu_ms_per_create: cpu * 1000.0 / n as f64 })
+}
+
+/// The same creates while online backups run one after the other (each a new file),
+/// alternating with runs without them (three of each: the server's own pauses, e.g. its
+/// scheduling rounds over the long queue, come and go): the backups' time, and the median
+/// create p99 with them against without.
+fn backup_during_creates(server: &Server, dir: &Path, o: &Opts) -> Result<()> {
+    let (mut with, mut without, mut times, mut jobs) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    for round in 0..3 {
+        without.push(measure(server, o.clients, o.creates, &format!("no-backup-{round}"))?.p99_ms);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let url = format!("{}/v1/admin/backup", server.base);
+        let (stop2, dir2) = (Arc::clone(&stop), dir.to_path_buf());
+        let backups = std::thread::spawn(move || -> Result<Vec<(f64, u64)>> {
+            let agent = agent();
+            let mut done = Vec::new();
+            while !stop2.load(std::sync::atomic::Ordering::SeqCst) || done.is_empty() {
+                let to = dir2.join(format!("backup-{round}-{}.db", done.len()));
+                let t = Instant::now();
+                let mut r = agent.post(&url).header("Content-Type", "application/json").send(serde_json::json!({ "to": to }).to_string().as_bytes())?;
+                let body = r.body_mut().read_to_string()?;
+                if !r.status().is_success() {
+                    bail!("backup answered {}: {body}", r.status());
+                }
+                let v: serde_json::Value = serde_json::from_str(&body)?;
+                done.push((t.elapsed().as_secs_f64(), v["jobs"].as_u64().unwrap_or(0)));
+                let _ = std::fs::remove_file(&to);
+            }
+            Ok(done)
+        });
+        let m = measure(server, o.clients, o.creates, &format!("backup-{round}"));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let done = backups.join().map_err(|_| anyhow!("the backup thread panicked"))??;
+        with.push(m?.p99_ms);
+        times.extend(done.iter().map(|d| d.0));
+        jobs = done.last().map_or(jobs, |d| d.1);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (w, wo) = (median(&mut with), median(&mut without));
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+    println!(
+        "long queue: {} online backups of {jobs} jobs, {mean:.2} s each; create p99 (median of 3 runs) {w:.1} ms during them against {wo:.1} ms without ({:.2}x)",
+        times.len(),
+        w / wo
+    );
+    row::row("create-bench", &format!("create p99 during online backups of {jobs} jobs ({mean:.2} s each)"), &format!("{w:.1} ms"), &format!("{wo:.1} ms without"), w / wo);
+    Ok(())
 }
 
 /// `GET /metrics` `n` times, one after the other, with `stored` jobs in the store: the time
@@ -276,6 +333,9 @@ fn run(o: &Opts) -> Result<()> {
         let m = measure(&server, o.clients, o.creates, "bench")?;
         if queued > 0 && o.metrics > 0 {
             scrape_metrics(&server, o.metrics, queued + o.creates + (o.creates / 10).max(o.clients))?;
+        }
+        if queued > 0 && o.backup {
+            backup_during_creates(&server, &dir, o)?;
         }
         // Let the rounds catch up, then count what was written per queued job.
         std::thread::sleep(Duration::from_secs(2));
