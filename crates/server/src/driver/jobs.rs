@@ -3,16 +3,28 @@
 
 use super::*;
 
+/// The cost of a scheduling round (µs) that creates still wait for before they are
+/// answered, so that on a short queue the answer shows the job admitted.
+const CHEAP_ROUND: Micros = 5_000;
+
 impl Driver {
     /// Creates that arrived together: checked one by one, then stored in one transaction
     /// (group commit: one fsync for all), then one scheduling round for all of them, then
-    /// answered.
+    /// answered. A round that costs more than `CHEAP_ROUND` (a long queue) runs after the
+    /// answers instead: creates never wait for it (the jobs are stored and QUEUED; the
+    /// round admits them a moment later).
     pub(super) fn create_batch(&mut self, batch: Vec<(NewCustomJob, Reply<CustomJob>)>, now: Micros) -> Result<(), StoreError> {
         let (items, replies): (Vec<NewCustomJob>, Vec<Reply<CustomJob>>) = batch.into_iter().unzip();
         let results = self.create_many(items, now);
-        self.maybe_schedule(now)?;
+        let cheap = self.last_round_cost <= CHEAP_ROUND;
+        if cheap {
+            self.maybe_schedule(now)?;
+        }
         for (result, reply) in results.into_iter().zip(replies) {
             let _ = reply.send(result.and_then(|id| self.render_current(id)));
+        }
+        if !cheap {
+            self.maybe_schedule(now)?;
         }
         Ok(())
     }

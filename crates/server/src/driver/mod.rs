@@ -207,6 +207,9 @@ pub struct Driver {
     /// for a whole round. A monotonic reading of the clock: a budget of the driver's CPU,
     /// not a rule.
     next_round: Duration,
+    /// What the last scheduling round cost (µs): creates wait for a cheap one before
+    /// they are answered, never for an expensive one (see `create_batch`).
+    last_round_cost: Micros,
     /// Waiting reasons of the last round, for readers.
     waiting_view: Arc<WaitingView>,
     /// Waiting reasons given by the engine (launches it holds up), merged into the view.
@@ -429,6 +432,7 @@ impl Driver {
             engine_reasons_in_flight: false,
             log_purge_in_flight: false,
             next_round: Duration::ZERO,
+            last_round_cost: 0,
             waiting_view: Arc::new(WaitingView::default()),
             engine_reasons: HashMap::new(),
             exec,
@@ -855,6 +859,7 @@ impl Driver {
         }
         self.reschedule = false;
         let cost = self.schedule_round(now)?;
+        self.last_round_cost = cost;
         // Deciding takes at most about a fifth of the driver's time, however long the queue.
         self.next_round = self.clock.monotonic() + Duration::from_micros(4 * cost.max(0) as u64);
         Ok(())
