@@ -303,19 +303,29 @@ impl Store {
         Ok(())
     }
 
-    /// Several effects were carried out: drop them in one transaction.
+    /// Several effects were carried out: drop them in one transaction, not synced to disk
+    /// by itself (the next commit's sync carries it). Lost in a crash, the effects are
+    /// carried out again at the start, as they would be had the crash come just before
+    /// this: carrying out an effect again is always safe (a launch of a run whose
+    /// supervisor exists only watches it; see the outbox's recovery).
     pub fn outbox_done_many(&mut self, seqs: &[i64]) -> Result<()> {
         if seqs.is_empty() {
             return Ok(());
         }
-        let tx = self.conn.transaction()?;
-        {
-            let mut st = tx.prepare_cached("DELETE FROM outbox WHERE seq = ?1")?;
-            for s in seqs {
-                st.execute(params![s])?;
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let done = (|| {
+            let tx = self.conn.transaction()?;
+            {
+                let mut st = tx.prepare_cached("DELETE FROM outbox WHERE seq = ?1")?;
+                for s in seqs {
+                    st.execute(params![s])?;
+                }
             }
-        }
-        tx.commit()?;
+            tx.commit()
+        })();
+        // Every other commit is synced before it returns (L23).
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        done?;
         Ok(())
     }
 

@@ -828,28 +828,34 @@ impl Driver {
                     creates.push((NewCustomJob { project, region, resource: *resource, trial: None, pipeline: None }, reply))
                 }
                 other => {
-                    let now = self.now();
-                    self.apply_many(std::mem::take(&mut replicas), now)?;
-                    self.apply_exited(std::mem::take(&mut exits))?;
-                    if !creates.is_empty() {
-                        let now = self.now();
-                        self.create_batch(std::mem::take(&mut creates), now)?;
-                    }
+                    self.flush(std::mem::take(&mut creates), std::mem::take(&mut replicas), std::mem::take(&mut exits))?;
                     self.handle(other)?;
                 }
             }
         }
-        let now = self.now();
-        self.apply_many(replicas, now)?;
-        self.apply_exited(exits)?;
-        if !creates.is_empty() {
-            let now = self.now();
-            self.create_batch(creates, now)?;
-        }
+        self.flush(creates, replicas, exits)?;
         if let Some(e) = self.fault.take() {
             return Err(e);
         }
         Ok(Flow::Continue)
+    }
+
+    /// What a turn gathered: the creates first (their clients wait for the answer; the
+    /// jobs are independent of the replicas' events), then the replicas that started, then
+    /// those that ended.
+    fn flush(
+        &mut self,
+        creates: Vec<(NewCustomJob, Reply<CustomJob>)>,
+        replicas: Vec<(u64, Event)>,
+        exits: Vec<(RunId, Outcome, Vec<String>)>,
+    ) -> Result<(), StoreError> {
+        if !creates.is_empty() {
+            let now = self.now();
+            self.create_batch(creates, now)?;
+        }
+        let now = self.now();
+        self.apply_many(replicas, now)?;
+        self.apply_exited(exits)
     }
 
     /// A scheduling round if one is wanted and its time has come.
