@@ -1,14 +1,15 @@
 //! A database written by an earlier release opens with this one: every job and tuning job
 //! is there with its state, labels and logs, jobs that were running or waiting go on by
-//! the rules, and ended jobs can be deleted. The fixture (`fixtures/store-schema2.db`,
-//! with the states it holds in `fixtures/store-schema2.json`) was written through the API
-//! by the release with database schema 2 (record format 1), the first one in users'
-//! hands; it is migrated on open. Keep it as it is, and add a fixture for each later
-//! schema or record format.
+//! the rules, and ended jobs can be deleted. Each fixture (`fixtures/store-schemaN.db`,
+//! with the states it holds in `fixtures/store-schemaN.json`) was written through the API
+//! by the release with database schema N: schema 2 (record format 1) was the first one in
+//! users' hands, schema 4 (usage accounting) the one of this series; older ones are
+//! migrated on open. Keep them as they are, and add a fixture for each later schema or
+//! record format.
 //!
-//! `TRAINYARD_FIXTURE_BIN=<that release's trainyard> cargo test -p trainyard --test
-//! compat_e2e -- --ignored write_fixture` writes it (with the binary of the release that
-//! the fixture stands for).
+//! `TRAINYARD_FIXTURE_BIN=<that release's trainyard> TRAINYARD_FIXTURE=store-schemaN cargo
+//! test -p trainyard --test compat_e2e -- --ignored write_fixture` writes one (with the
+//! binary of the release that the fixture stands for).
 
 mod common;
 
@@ -21,9 +22,9 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
 }
 
-/// What the fixture holds: display name -> state, for custom jobs and tuning jobs.
-fn manifest() -> Value {
-    let text = std::fs::read_to_string(fixtures().join("store-schema2.json")).expect("fixture manifest");
+/// What a fixture holds: display name -> state, for custom jobs and tuning jobs.
+fn manifest(fixture: &str) -> Value {
+    let text = std::fs::read_to_string(fixtures().join(format!("{fixture}.json"))).expect("fixture manifest");
     serde_json::from_str(&text).expect("manifest JSON")
 }
 
@@ -45,12 +46,38 @@ fn all(s: &Server, project: &str, collection: &str) -> Vec<Value> {
 /// L23 across releases: a database of the schema-2 release is read whole by this one.
 #[test]
 fn l23_database_of_an_earlier_release_opens_and_goes_on() {
+    opens_and_goes_on("store-schema2");
+}
+
+/// L23 across releases: a database of the schema-4 release (usage accounting) too.
+#[test]
+fn l23_database_of_the_schema_4_release_opens_and_goes_on() {
+    opens_and_goes_on("store-schema4");
+}
+
+/// A downgrade: a database of a newer release is refused at start, naming both schema
+/// versions, and left as it is.
+#[test]
+fn a_database_of_a_newer_release_is_refused_naming_both_versions() {
+    let mut s = Server::prepare("");
+    let data = s.data_dir();
+    std::fs::create_dir_all(&data).unwrap();
+    let db = data.join("trainyard.db");
+    std::fs::copy(fixtures().join("store-schema4.db"), &db).unwrap();
+    rusqlite::Connection::open(&db).unwrap().pragma_update(None, "user_version", 99).unwrap();
+    let before = std::fs::read(&db).unwrap();
+    let err = s.try_spawn().expect_err("a newer database must be refused");
+    assert!(err.contains("schema version 99") && err.contains("knows (4)"), "{err}");
+    assert!(std::fs::read(&db).unwrap() == before, "the database is left as it is");
+}
+
+fn opens_and_goes_on(fixture: &str) {
     let mut s = Server::prepare("[quotas.default]\ncustom_model_training_cpus = 1000\n");
     let data = s.data_dir();
     std::fs::create_dir_all(&data).unwrap();
-    std::fs::copy(fixtures().join("store-schema2.db"), data.join("trainyard.db")).unwrap();
+    std::fs::copy(fixtures().join(format!("{fixture}.db")), data.join("trainyard.db")).unwrap();
     s.spawn();
-    let m = manifest();
+    let m = manifest(fixture);
     let jobs = all(&s, "compat", "customJobs");
     let want = m["customJobs"].as_object().unwrap();
     assert_eq!(jobs.len(), want.len(), "{jobs:#?}");
@@ -102,8 +129,9 @@ fn l23_database_of_an_earlier_release_opens_and_goes_on() {
 /// a tuning job, two jobs running (their runs are gone when the fixture is opened: the
 /// rules restart them), and one waiting for quota; the server is killed, not stopped.
 #[test]
-#[ignore = "writes tests/fixtures/store-schema2.db; run by hand when the format changes"]
+#[ignore = "writes tests/fixtures/$TRAINYARD_FIXTURE.db; run by hand when the format changes"]
 fn write_fixture() {
+    let fixture = std::env::var("TRAINYARD_FIXTURE").expect("TRAINYARD_FIXTURE=store-schemaN: which fixture this is");
     let mut s = Server::start_with_bin(std::env::var("TRAINYARD_FIXTURE_BIN").ok(), "[quotas.default]\ncustom_model_training_cpus = 8\n");
     let job = |name: &str, script: &str| {
         let mut j = sh_job(name, script);
@@ -152,11 +180,11 @@ fn write_fixture() {
     let data = s.data_dir();
     s.kill9();
     std::fs::create_dir_all(fixtures()).unwrap();
-    let db = fixtures().join("store-schema2.db");
+    let db = fixtures().join(format!("{fixture}.db"));
     for ext in ["", "-wal", "-shm"] {
         let from = data.join(format!("trainyard.db{ext}"));
         if from.exists() {
-            std::fs::copy(&from, fixtures().join(format!("store-schema2.db{ext}"))).unwrap();
+            std::fs::copy(&from, fixtures().join(format!("{fixture}.db{ext}"))).unwrap();
         }
     }
     drop(s);
@@ -164,7 +192,7 @@ fn write_fixture() {
     conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
     conn.execute_batch("VACUUM").unwrap();
     drop(conn);
-    let conn = rusqlite::Connection::open(fixtures().join("store-schema2.db")).unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
     let mut m = json!({"customJobs": {}, "hyperparameterTuningJobs": {}});
     let mut st = conn.prepare("SELECT kind, display_name, state FROM jobs").unwrap();
     let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))).unwrap();
@@ -173,5 +201,5 @@ fn write_fixture() {
         let key = if kind == "custom" { "customJobs" } else { "hyperparameterTuningJobs" };
         m[key][name] = json!(state);
     }
-    std::fs::write(fixtures().join("store-schema2.json"), serde_json::to_string_pretty(&m).unwrap() + "\n").unwrap();
+    std::fs::write(fixtures().join(format!("{fixture}.json")), serde_json::to_string_pretty(&m).unwrap() + "\n").unwrap();
 }

@@ -206,6 +206,9 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store> {
         let conn = Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
         let mut store = Store { conn, path: path.to_owned() };
+        // A newer release's database is refused before anything is written to it (not
+        // even the journal mode).
+        store.refuse_newer()?;
         store.configure()?;
         store.migrate()?;
         Ok(store)
@@ -230,12 +233,18 @@ impl Store {
         Ok(())
     }
 
-    fn migrate(&mut self) -> Result<()> {
+    fn refuse_newer(&self) -> Result<()> {
         let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let known = MIGRATIONS.len() as i64;
         if version > known {
             return Err(StoreError::TooNew { found: version, known });
         }
+        Ok(())
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        self.refuse_newer()?;
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self.conn.transaction()?;
             tx.execute_batch(sql)?;
