@@ -28,6 +28,10 @@ struct Cli {
 enum Command {
     /// Run the API server and the scheduler.
     Serve(serve::ServeArgs),
+    /// Check what this host gives `serve` with the same arguments (cgroups, users,
+    /// directories, containers, GPUs, Slurm, tokens, the address, the clock), without
+    /// starting it: one line each with ok / warn / fail and the fix.
+    Doctor(serve::ServeArgs),
     /// Run one job in the foreground from a job file (the `--config` YAML of the known CLI).
     LocalRun(local_run::LocalRunArgs),
     /// Create, list, describe, cancel and delete CustomJobs, and stream their logs.
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
     init_tracing(level);
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
+        Command::Doctor(a) => serve::doctor(a),
         Command::LocalRun(a) => local_run::run(a),
         Command::CustomJobs(c) => client::run(c.command),
         Command::Config { command } => cliconfig::run(command),

@@ -25,24 +25,47 @@ pub struct ServeArgs {
     tokens: Option<PathBuf>,
 }
 
-pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    // Before anything is created: the data directory, database, run directories and logs
-    // (and what shims and node agents create) are for this user only.
-    trainyard_server::datadir::set_private_umask();
+/// The config `serve` runs with: the file (or the built-in defaults) and the flags over it.
+fn load(args: &ServeArgs) -> anyhow::Result<(Config, SocketAddr)> {
     let mut cfg = match &args.config {
         Some(p) => Config::load(p, args.data_dir.clone())?,
         None => Config::builtin(args.data_dir.clone()),
     };
-    if let Some(l) = args.listen {
-        cfg.listen = l;
+    if let Some(l) = &args.listen {
+        cfg.listen = l.clone();
     }
     let addr: SocketAddr = cfg
         .listen
         .parse()
         .with_context(|| format!("--listen {:?} is not an address such as 127.0.0.1:8080", cfg.listen))?;
-    if let Some(t) = args.tokens {
-        cfg.tokens_file = Some(t);
+    if let Some(t) = &args.tokens {
+        cfg.tokens_file = Some(t.clone());
     }
+    Ok((cfg, addr))
+}
+
+/// `trainyard doctor`: what this host gives `serve` with these arguments, checked without
+/// starting it (see `trainyard_server::doctor`). Exit status 0 only when nothing fails.
+pub fn doctor(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    use trainyard_server::doctor;
+    let (cfg, addr) = load(&args)?;
+    println!("trainyard doctor: {} ({})", cfg.source, env!("CARGO_PKG_VERSION"));
+    let findings = doctor::examine(&cfg, Some(addr), doctor::Scope::Full);
+    print!("{}", doctor::render(&findings));
+    Ok(if doctor::failed(&findings) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Before anything is created: the data directory, database, run directories and logs
+    // (and what shims and node agents create) are for this user only.
+    trainyard_server::datadir::set_private_umask();
+    let (cfg, addr) = load(&args)?;
+    // The host checks the start does not make on its own way (`trainyard doctor` has all).
+    let findings = trainyard_server::doctor::examine(&cfg, None, trainyard_server::doctor::Scope::Start);
+    for f in findings.iter().filter(|f| f.status != trainyard_server::doctor::Status::Ok) {
+        tracing::warn!("host check: {} {}: {}; fix: {}", f.status.word(), f.check, f.detail, f.fix.as_deref().unwrap_or(""));
+    }
+    tracing::info!("host checks: {} (trainyard doctor runs them all)", trainyard_server::doctor::summary(&findings));
     let tokens = match &cfg.tokens_file {
         Some(path) => Some(std::sync::Arc::new(trainyard_server::auth::TokenStore::open(path)?)),
         None => None,

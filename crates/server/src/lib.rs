@@ -6,6 +6,7 @@ pub mod auth;
 pub mod config;
 pub mod containers;
 pub mod datadir;
+pub mod doctor;
 pub mod driver;
 pub mod executor;
 pub mod health;

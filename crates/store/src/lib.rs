@@ -201,6 +201,21 @@ fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(StoreError::Encode)
 }
 
+/// The newest `update_time` of any job in the database at `path`, read without writing
+/// anything (None when there is no database or no job yet).
+pub fn newest_update(path: &Path) -> Result<Option<Micros>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
+    let has_jobs: i64 = conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'", [], |r| r.get(0))?;
+    if has_jobs == 0 {
+        return Ok(None);
+    }
+    Ok(conn.query_row("SELECT max(update_time) FROM jobs", [], |r| r.get(0))?)
+}
+
 impl Store {
     /// Open (creating if needed) and migrate the database at `path`.
     pub fn open(path: &Path) -> Result<Store> {

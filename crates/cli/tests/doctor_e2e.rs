@@ -1,0 +1,68 @@
+//! `trainyard doctor`: one line per check with ok / warn / fail and the fix, exit status 0
+//! only when nothing fails, the same error as `serve` for a config that does not parse,
+//! and a starting server logs the summary of the checks it runs.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_trainyard");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).env("TRAINYARD_CONTAINER_ENGINE", "none").env_remove("TRAINYARD_CONFIG").stdin(Stdio::null()).output().expect("run trainyard")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn doctor_says_what_is_missing_and_fails_only_on_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let o = run(&["doctor", "--data-dir", data.to_str().unwrap(), "--listen", &listen]);
+    let out = text(&o);
+    for check in ["data directory", "storage root", "replica users", "clock", "listen address", "containers"] {
+        assert!(out.lines().any(|l| l.contains(check) && (l.starts_with("ok ") || l.starts_with("warn "))), "{check}:\n{out}");
+    }
+    assert!(out.contains(" failures"), "{out}");
+    assert_eq!(o.status.success(), !out.contains("\nfail "), "{out}");
+    assert!(!data.exists(), "doctor made the data directory");
+
+    // The address is taken: a failure, with its fix, and exit status 1.
+    let held = std::net::TcpListener::bind(&listen).unwrap();
+    let o = run(&["doctor", "--data-dir", data.to_str().unwrap(), "--listen", &listen]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("fail  listen address") && out.contains("fix: stop what listens there"), "{out}");
+    drop(held);
+
+    // A tokens file others may read: refused as the server refuses it.
+    let tokens = tmp.path().join("tokens.toml");
+    std::fs::write(&tokens, "[[tokens]]\ntoken = \"0123456789abcdef0123456789abcdef\"\nprojects = [\"p\"]\n").unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let o = run(&["doctor", "--data-dir", data.to_str().unwrap(), "--listen", &listen, "--tokens", tokens.to_str().unwrap()]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("fail  tokens file") && l.contains("tokens.toml")), "{out}");
+
+    // A config that does not parse: the server's own error, and nothing checked.
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[node\ncpus = 4\n").unwrap();
+    let doctor = run(&["doctor", "--config", bad.to_str().unwrap(), "--data-dir", data.to_str().unwrap()]);
+    let serve = run(&["serve", "--config", bad.to_str().unwrap(), "--data-dir", data.to_str().unwrap()]);
+    assert!(!doctor.status.success() && !serve.status.success());
+    assert_eq!(String::from_utf8_lossy(&doctor.stderr), String::from_utf8_lossy(&serve.stderr));
+    assert!(String::from_utf8_lossy(&doctor.stderr).contains("bad.toml"), "{}", text(&doctor));
+}
+
+#[test]
+fn a_starting_server_logs_its_host_checks() {
+    let s = Server::start("");
+    let log = s.server_log();
+    assert!(log.contains("host checks: ") && log.contains(" failures (trainyard doctor runs them all)"), "{log}");
+}
