@@ -451,6 +451,15 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         Ok(None) => return fail_before_start(run_dir, None, &no_cgroups, format!("{} is missing", SPEC_FILE)),
         Err(e) => return fail_before_start(run_dir, None, &no_cgroups, e.to_string()),
     };
+    // The supervisor's own setup (cgroups, namespaces, the program's start) runs at its
+    // program's priority (`[replicas] nice`): a burst of replicas starting yields the CPU
+    // to the control plane as their programs do. One thread yet: every later one, and the
+    // program, inherit it.
+    if let Some(n) = spec.nice {
+        // SAFETY: setpriority(2) on this thread, no pointers; raising needs no privilege
+        // and a failure leaves the priority as it is.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) };
+    }
     let mut cgroups = ReplicaCgroups::default();
     if let (Some(base), Some(version)) = (&spec.cgroup_base, spec.cgroup_version) {
         // In a container the limit is the container's (the engine's OOM account).

@@ -263,18 +263,24 @@ pub struct Pool {
     backend: Arc<dyn Backend>,
     sink: EventSink,
     report: ReportSink,
+    /// The launch threads' nice value (see [`Pool::new`]).
+    launch_nice: i32,
 }
 
 /// Threads that take launches.
 const LAUNCH_THREADS: usize = 2;
 
 impl Pool {
-    pub fn new(backend: Arc<dyn Backend>, sink: EventSink, report: ReportSink) -> Pool {
+    /// `launch_nice`: the launch threads run at the replicas' nice value (`[replicas]
+    /// nice`), and so do the supervisors they start (a process inherits its parent
+    /// thread's): a burst of replicas starting yields the CPU to the API as the replicas'
+    /// programs do, and with `nice = 0` nothing yields.
+    pub fn new(backend: Arc<dyn Backend>, sink: EventSink, report: ReportSink, launch_nice: i32) -> Pool {
         let (tx, rx) = std::sync::mpsc::channel::<Work>();
         let launch_queue = Arc::new(Mutex::new(rx));
         let launchers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for i in 0..LAUNCH_THREADS {
-            if let Err(e) = spawn_launcher(i, &launch_queue, &launchers, &backend, &sink, &report) {
+            if let Err(e) = spawn_launcher(i, &launch_queue, &launchers, &backend, &sink, &report, launch_nice) {
                 // Fewer threads only slow launches down; with none, the next launch
                 // tries to start one (launches wait in the queue meanwhile).
                 tracing::error!("cannot start a launch thread: {e}");
@@ -315,7 +321,7 @@ impl Pool {
                 None
             }
         };
-        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, backend, sink, report }
+        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, backend, sink, report, launch_nice }
     }
 }
 
@@ -435,6 +441,7 @@ fn spawn_launcher(
     backend: &Arc<dyn Backend>,
     sink: &EventSink,
     report: &ReportSink,
+    nice: i32,
 ) -> std::io::Result<()> {
     use std::sync::atomic::Ordering;
     let (rx, count, backend, sink, report) = (Arc::clone(queue), Arc::clone(launchers), Arc::clone(backend), sink.clone(), Arc::clone(report));
@@ -447,9 +454,9 @@ fn spawn_launcher(
             }
         }
         let _counted = Counted(count);
-        // Launches yield to the API: a burst of replicas starting must not hold up creates
-        // and gets. The supervisors it starts inherit the priority.
-        crate::priority::background_thread();
+        if nice > 0 {
+            crate::priority::lower_this_thread(nice);
+        }
         launch_worker(&rx, &backend, &sink, &report);
     });
     if spawned.is_err() {
@@ -519,7 +526,7 @@ impl Executor for Pool {
                 // Never launched on the driver's thread: the launch waits in the queue
                 // for a launch thread (one is started if none runs).
                 if self.launchers.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                    if let Err(e) = spawn_launcher(0, &self.launch_queue, &self.launchers, &self.backend, &self.sink, &self.report) {
+                    if let Err(e) = spawn_launcher(0, &self.launch_queue, &self.launchers, &self.backend, &self.sink, &self.report, self.launch_nice) {
                         tracing::error!("no launch thread, and none can be started now ({e}); launches wait");
                     }
                 }

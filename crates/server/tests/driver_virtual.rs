@@ -210,7 +210,7 @@ impl Harness {
         let store = Store::open(&db).unwrap();
         let b = backend.clone() as Arc<dyn Backend>;
         let (mut driver, tx) = Driver::with_parts(svc, store, clock.clone(), move |sink, report| {
-            Arc::new(trainyard_server::executor::Pool::new(b, sink, report))
+            Arc::new(trainyard_server::executor::Pool::new(b, sink, report, 0))
         });
         driver.recover().unwrap();
         Harness { driver, tx, clock, backend, db, _dir: dir }

@@ -379,8 +379,9 @@ impl Driver {
     /// services' backend; `start` recovers the live jobs (L23).
     pub fn new(svc: Arc<Services>, store: Store) -> (Driver, Sender<Msg>) {
         let backend = Arc::clone(&svc.backend);
+        let nice = svc.cfg.replicas.nice;
         Driver::with_parts(svc, store, Arc::new(SystemClock), move |sink, report| {
-            Arc::new(crate::executor::Pool::new(backend, sink, report))
+            Arc::new(crate::executor::Pool::new(backend, sink, report, nice))
         })
     }
 
