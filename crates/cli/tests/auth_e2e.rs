@@ -141,6 +141,9 @@ fn host_directories_need_a_token_allowed_to_mount_them() {
     let (status, body) = call(&s, "POST", &url, Some(HOST), Some(&job.to_string()));
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["trainyardHostDirectories"][0], dir.path().display().to_string());
+    // A directory inside the data directory that exists (the job's run directories are
+    // made by a launch thread, maybe not yet).
+    std::fs::create_dir_all(s.data_dir().join("runs")).unwrap();
     for (bad, why) in [
         (s.data_dir().join("runs").display().to_string(), "data directory"),
         (dir.path().join("missing").display().to_string(), "cannot be used"),
