@@ -748,15 +748,25 @@ struct ReplicaCgroups {
 
 /// Kills what is left in the replica's cgroups and removes them: the memory cgroup
 /// first (it holds every process of the replica), then the pids cgroup, empty by then.
+/// Removes the replica's cgroups. A process of the replica that died after the last
+/// cleanup pass is a zombie of this subreaper until reaped, and a v1 cgroup that still
+/// counts it cannot be removed: reaped first, and again before each of a few tries.
 fn remove_cgroups(cgroups: &ReplicaCgroups) {
-    if let Some(cg) = &cgroups.memory {
-        if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
-            diag(format_args!("{e}"));
+    const TRIES: usize = 3;
+    let mut ignored = None;
+    for attempt in 1..=TRIES {
+        reap(Pid::from_raw(-1), &mut ignored);
+        let memory = cgroups.memory.as_ref().map(|cg| cg.kill_all().and_then(|()| cg.remove()));
+        reap(Pid::from_raw(-1), &mut ignored);
+        let pids = cgroups.pids.as_ref().map(|cg| cg.remove());
+        let errors: Vec<CgroupError> = [memory, pids].into_iter().flatten().filter_map(Result::err).collect();
+        if errors.is_empty() {
+            return;
         }
-    }
-    if let Some(cg) = &cgroups.pids {
-        if let Err(e) = cg.remove() {
-            diag(format_args!("{e}"));
+        if attempt == TRIES {
+            for e in errors {
+                diag(format_args!("{e}"));
+            }
         }
     }
 }
