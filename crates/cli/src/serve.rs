@@ -60,7 +60,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // (and what shims and node agents create) are for this user only.
     trainyard_server::datadir::set_private_umask();
     let (cfg, addr) = load(&args)?;
-    // The host checks the start does not make on its own way (`trainyard doctor` has all).
+    // The host checks the start does not make on its own way (`trainyard doctor` has all;
+    // the start's own ones fail or warn below as they always did).
     let findings = trainyard_server::doctor::examine(&cfg, None, trainyard_server::doctor::Scope::Start);
     for f in findings.iter().filter(|f| f.status != trainyard_server::doctor::Status::Ok) {
         tracing::warn!("host check: {} {}: {}; fix: {}", f.status.word(), f.check, f.detail, f.fix.as_deref().unwrap_or(""));

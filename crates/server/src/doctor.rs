@@ -4,7 +4,8 @@
 //!
 //! Nothing is changed, with one exception said here: the cgroup checks prove a hierarchy
 //! writable as the server does, by making `<own cgroup>/trainyard` (which the server keeps
-//! anyway) and a probe cgroup below it that is removed again.
+//! anyway) and a probe cgroup below it that is removed again. (The per-project users'
+//! check does not give the data directory the search bit, as the start does.)
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -54,8 +55,9 @@ impl Finding {
     }
 }
 
-/// Which checks: all of them (`trainyard doctor`), or those a starting server has not
-/// made anyway and that cost nothing (its start logs their summary).
+/// Which checks: all of them (`trainyard doctor`), or those a starting server does not
+/// make on its own way and that cost nothing (the output roots, the clock): its start
+/// logs their summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     Full,
@@ -64,21 +66,19 @@ pub enum Scope {
 
 /// Every check for `cfg`; `listen` is the address the server would listen on.
 pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Finding> {
-    let mut out = vec![
-        directory("data directory", &cfg.data_dir, cfg.replicas.uid_range.is_some()),
-        directory("storage root", &cfg.storage_root, cfg.replicas.uid_range.is_some()),
-    ];
-    out.extend(cfg.output_roots.iter().map(|r| output_root(r)));
-    out.push(replica_users(cfg));
+    let mut out: Vec<Finding> = cfg.output_roots.iter().map(|r| output_root(r)).collect();
     out.push(clock(&cfg.data_dir.join("trainyard.db")));
+    if scope == Scope::Start {
+        return out;
+    }
+    out.push(directory("data directory", &cfg.data_dir, cfg.replicas.uid_range.is_some()));
+    out.push(directory("storage root", &cfg.storage_root, cfg.replicas.uid_range.is_some()));
+    out.push(replica_users(cfg));
     if let Some(path) = &cfg.tokens_file {
         out.push(match crate::auth::TokenStore::open(path) {
             Ok(t) => Finding::ok("tokens file", format!("{}: {} tokens, readable by this user only", path.display(), t.current().len())),
             Err(e) => Finding::fail("tokens file", e.to_string(), "fix the file it names (mode 0600, valid TOML) or give another one with --tokens"),
         });
-    }
-    if scope == Scope::Start {
-        return out;
     }
     if let Some(addr) = listen {
         out.push(match std::net::TcpListener::bind(addr) {
@@ -178,10 +178,7 @@ fn output_root(root: &Path) -> Finding {
 }
 
 fn replica_users(cfg: &Config) -> Finding {
-    if !cfg.data_dir.exists() || !cfg.storage_root.exists() {
-        return Finding::ok("replica users", "checked at the start, once the data directory and storage root are made (what they are given)");
-    }
-    match crate::identity::check_at_start(cfg) {
+    match crate::identity::check_only(cfg) {
         Ok(note) if cfg.replicas.uid_range.is_some() || cfg.replicas.insecure_shared_user => Finding::ok("replica users", note),
         Ok(note) => Finding::warn("replica users", note, "run the server as root with [replicas] uid_range for a user per project"),
         Err(why) => Finding::fail("replica users", why, "see [replicas] in the README's configuration section"),

@@ -165,6 +165,16 @@ pub fn meta_key(project: &str) -> String {
 /// replicas as the server's user is refused unless `insecure_shared_user = true`.
 /// Returns the line to log about replicas' identity and task limit.
 pub fn check_at_start(cfg: &Config) -> Result<String, String> {
+    check(cfg, true)
+}
+
+/// The same checks without changing anything (`trainyard doctor`): the data directory and
+/// storage root are not given the search bit, and directories not made yet are skipped.
+pub fn check_only(cfg: &Config) -> Result<String, String> {
+    check(cfg, false)
+}
+
+fn check(cfg: &Config, grant: bool) -> Result<String, String> {
     let r = &cfg.replicas;
     let pids = pids_note(r.pids_max, r.uid_range.is_some());
     let Some((first, last)) = r.uid_range else {
@@ -186,8 +196,10 @@ pub fn check_at_start(cfg: &Config) -> Result<String, String> {
     }
     for dir in [&cfg.data_dir, &cfg.storage_root] {
         let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        Grant::new(&dir, "", 0).apply(RunAs { uid: first, gid: first })?;
-        for above in dir.ancestors().skip(1) {
+        if grant {
+            Grant::new(&dir, "", 0).apply(RunAs { uid: first, gid: first })?;
+        }
+        for above in dir.ancestors().skip(1).filter(|a| grant || a.exists()) {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?.permissions().mode();
             if mode & 0o001 == 0 {
