@@ -223,9 +223,9 @@ impl Store {
         let mut store = Store { conn, path: path.to_owned() };
         // A newer release's database is refused before anything is written to it (not
         // even the journal mode).
-        store.refuse_newer()?;
+        let version = store.refuse_newer()?;
         store.configure()?;
-        store.migrate()?;
+        store.migrate(version)?;
         Ok(store)
     }
 
@@ -248,18 +248,18 @@ impl Store {
         Ok(())
     }
 
-    fn refuse_newer(&self) -> Result<()> {
+    /// The database's schema version, refused if newer than this build knows.
+    fn refuse_newer(&self) -> Result<i64> {
         let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let known = MIGRATIONS.len() as i64;
         if version > known {
             return Err(StoreError::TooNew { found: version, known });
         }
-        Ok(())
+        Ok(version)
     }
 
-    fn migrate(&mut self) -> Result<()> {
-        self.refuse_newer()?;
-        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    /// The migrations after `version` (read by `refuse_newer`), each in a transaction.
+    fn migrate(&mut self, version: i64) -> Result<()> {
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self.conn.transaction()?;
             tx.execute_batch(sql)?;

@@ -46,7 +46,6 @@ use crate::kinds::tuning_jobs::{self as study, Study, StudyConfig};
 
 pub use crate::kinds::{Create, Kind, Reply};
 
-
 /// Transitions decided and not yet installed, by job: the job as it will be and the
 /// effects to commit with it (see `Driver::apply_many`).
 type Staged = BTreeMap<u64, (Job, Vec<Effect>)>;
