@@ -109,7 +109,9 @@ fn main() -> ExitCode {
         Command::LocalRun(_) => "error",
         _ => "warn",
     };
-    init_tracing(level);
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_tracing(level);
+    }
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Doctor(a) => serve::doctor(a),
@@ -131,17 +133,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// The log of commands other than `serve` (which sets its own up from its config).
 fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TRAINYARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
-    // One event, one line: user text cannot forge log lines (see `logwriter`).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(logwriter::EscapingStderr { ansi })
-        .with_ansi(ansi)
-        .try_init();
+    if let Ok(Some(note)) = logwriter::init(default, &trainyard_server::config::Log::default()) {
+        tracing::warn!("{note}");
+    }
 }
 
 /// The command that starts a shim: this very binary with `shim`.

@@ -60,6 +60,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // (and what shims and node agents create) are for this user only.
     trainyard_server::datadir::set_private_umask();
     let (cfg, addr) = load(&args)?;
+    // The log as the config asks (`[log]`), before anything is logged.
+    if let Some(note) = crate::logwriter::init("info", &cfg.log)? {
+        tracing::warn!("{note}");
+    }
     // The host checks the start does not make on its own way (`trainyard doctor` has all;
     // the start's own ones fail or warn below as they always did).
     let findings = trainyard_server::doctor::examine(&cfg, None, trainyard_server::doctor::Scope::Start);

@@ -317,6 +317,53 @@ fn audit_lines_name_the_holder_and_never_the_token() {
     }
 }
 
+/// `[log] format = "json"`: every line of the server log is one JSON object with
+/// `timestamp`, `level`, `target` and `message`; `RUST_LOG` sets levels by target; with
+/// `[log] audit_file` the audit lines go to that file alone (JSON too), whatever the levels
+/// ask, and the file is rotated by size keeping `audit_keep` older files.
+#[test]
+fn json_log_levels_by_target_and_a_rotated_audit_file() {
+    let mut s = Server::prepare("");
+    let audit = s.dir.path().join("audit/audit.log");
+    let text = std::fs::read_to_string(&s.config).unwrap()
+        + &format!("[log]\nformat = \"json\"\naudit_file = \"{}\"\naudit_max_bytes = 4096\naudit_keep = 2\n", audit.display());
+    std::fs::write(&s.config, text).unwrap();
+    // The serve module's start line at info, the server library's info lines off; the
+    // audit lines asked for too, yet they go to their file alone.
+    s.env.push(("RUST_LOG".into(), "warn,trainyard::serve=info,audit=info".into()));
+    s.spawn();
+    let path = jobs_path("alpha");
+    for i in 0..45 {
+        let r = raw(s.port, "POST", &path, Some("127.0.0.1"), None, Some(&format!("{{\"displayName\": {i}}}")));
+        assert_eq!(r.status, 400, "{}", r.body);
+    }
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let rotated = |n: u32| std::path::PathBuf::from(format!("{}.{n}", audit.display()));
+    let all_audit = || [rotated(2), rotated(1), audit.clone()].iter().map(|p| read(p)).collect::<String>();
+    wait_until("the audit lines are written", 10, || all_audit().lines().count() == 45);
+    assert!(!rotated(3).exists(), "two rotated files are kept");
+    for p in [rotated(2), rotated(1), audit.clone()] {
+        let len = std::fs::metadata(&p).unwrap().len();
+        assert!(len > 0 && len <= 4096, "{}: {len} bytes", p.display());
+    }
+    for line in all_audit().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!((v["target"].as_str(), v["holder"].as_str(), v["method"].as_str()), (Some("audit"), Some("(open mode)"), Some("POST")), "{line}");
+        assert_eq!((v["path"].as_str(), v["status"].as_u64()), (Some(path.as_str()), Some(400)), "{line}");
+    }
+    let log = s.server_log();
+    assert!(!log.is_empty());
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{log}"));
+        for k in ["timestamp", "level", "target", "message"] {
+            assert!(v[k].is_string(), "no {k}: {line}");
+        }
+        assert_ne!(v["target"], "audit", "an audit line in the server log: {line}");
+        assert!(v["level"] != "INFO" || v["target"] == "trainyard::serve", "RUST_LOG keeps other targets at warn: {line}");
+    }
+    assert!(log.contains("Trainyard serving region"), "{log}");
+}
+
 /// A displayName (or any user text) with line breaks and control characters cannot start
 /// a line of its own in the server log, nor reach a terminal raw.
 #[test]

@@ -69,6 +69,54 @@ struct File {
     metrics: Option<MetricsFile>,
     /// `[fleet]`: keeping bad nodes out.
     fleet: Option<FleetFile>,
+    /// `[log]`: the server log's format and the audit file.
+    log: Option<LogFile>,
+}
+
+/// `[log]`: `format` (`"text"` or `"json"`), and `audit_file` for the audit lines (one per
+/// mutating request) with its size before rotation and how many rotated files are kept.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogFile {
+    format: Option<LogFormat>,
+    audit_file: Option<PathBuf>,
+    audit_max_bytes: Option<u64>,
+    audit_keep: Option<u32>,
+}
+
+/// How the server writes its log lines (`[log] format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line per event for a person: time, level, target, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the fields.
+    Json,
+}
+
+/// `[log]`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Log {
+    pub format: LogFormat,
+    /// Audit lines go to this file (and no longer to the server log) when set.
+    pub audit_file: Option<PathBuf>,
+    /// The audit file is rotated (`audit.log` to `audit.log.1`...) before it would grow
+    /// past this many bytes.
+    pub audit_max_bytes: u64,
+    /// Rotated audit files kept (`.1` newest to `.N` oldest); older ones are removed.
+    pub audit_keep: u32,
+}
+
+pub const DEFAULT_AUDIT_MAX_BYTES: u64 = 64 << 20;
+pub const DEFAULT_AUDIT_KEEP: u32 = 5;
+/// The smallest `audit_max_bytes`: a few audit lines.
+pub const MIN_AUDIT_MAX_BYTES: u64 = 4096;
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { format: LogFormat::Text, audit_file: None, audit_max_bytes: DEFAULT_AUDIT_MAX_BYTES, audit_keep: DEFAULT_AUDIT_KEEP }
+    }
 }
 
 /// `[fleet]`: a node on which replicas of two or more jobs fail `quarantine_after_failures`
@@ -544,6 +592,8 @@ pub struct Config {
     pub storage: crate::storage::StorageConfig,
     /// `[metrics] enabled` (default true).
     pub metrics_enabled: bool,
+    /// `[log]`: the log's format and the audit file.
+    pub log: Log,
 }
 
 fn host_cpus() -> u32 {
@@ -650,6 +700,19 @@ impl Config {
             }
             if c.runtime.as_deref().is_some_and(|r| r.is_empty() || r.contains(char::is_whitespace)) {
                 return Err(invalid("containers.runtime", "must name one OCI runtime, e.g. \"runc\"".into()));
+            }
+        }
+        if let Some(l) = &file.log {
+            if let Some(a) = &l.audit_file {
+                if !a.is_absolute() || a.file_name().is_none() || a.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+                    return Err(invalid("log.audit_file", format!("must be the absolute path of a file without \"..\", not {}", a.display())));
+                }
+            }
+            if l.audit_max_bytes.is_some_and(|b| b < MIN_AUDIT_MAX_BYTES) {
+                return Err(invalid("log.audit_max_bytes", format!("must be at least {MIN_AUDIT_MAX_BYTES}")));
+            }
+            if l.audit_keep == Some(0) {
+                return Err(invalid("log.audit_keep", "must be at least 1 (the file is rotated, never truncated)".into()));
             }
         }
         let catalog = catalog_of(&file);
@@ -1102,6 +1165,15 @@ impl Config {
             storage: crate::storage::StorageConfig::from_file(file.storage.as_ref()),
             gpu_check_secs: file.gpu_check_secs.unwrap_or(10),
             metrics_enabled: file.metrics.as_ref().and_then(|m| m.enabled).unwrap_or(true),
+            log: match &file.log {
+                Some(l) => Log {
+                    format: l.format.unwrap_or_default(),
+                    audit_file: l.audit_file.clone(),
+                    audit_max_bytes: l.audit_max_bytes.unwrap_or(DEFAULT_AUDIT_MAX_BYTES),
+                    audit_keep: l.audit_keep.unwrap_or(DEFAULT_AUDIT_KEEP),
+                },
+                None => Log::default(),
+            },
             node_gpus,
             containers,
             replicas,
@@ -1346,6 +1418,30 @@ mod tests {
             ("[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 1\n[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 2\n".to_string(), "scheduler.priority_classes.name"),
         ] {
             let (_d, p) = write(&text);
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    /// `[log]`: read, with defaults; a bad format, a relative audit file, a size too small
+    /// to hold a few lines or no rotated file kept is refused naming its key.
+    #[test]
+    fn log_settings_are_read_and_checked() {
+        assert_eq!(Config::builtin(None).log, Log::default());
+        let (_d, p) = write("[log]\nformat = \"json\"\naudit_file = \"/var/log/trainyard/audit.log\"\n");
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert_eq!(c.log.audit_file.as_deref(), Some(Path::new("/var/log/trainyard/audit.log")));
+        assert_eq!((c.log.audit_max_bytes, c.log.audit_keep), (DEFAULT_AUDIT_MAX_BYTES, DEFAULT_AUDIT_KEEP));
+        for (text, key) in [
+            ("[log]\nformat = \"xml\"\n", "format"),
+            ("[log]\nlevel = \"debug\"\n", "level"),
+            ("[log]\naudit_file = \"audit.log\"\n", "log.audit_file"),
+            ("[log]\naudit_file = \"/var/log/../audit.log\"\n", "log.audit_file"),
+            ("[log]\naudit_max_bytes = 100\n", "log.audit_max_bytes"),
+            ("[log]\naudit_keep = 0\n", "log.audit_keep"),
+        ] {
+            let (_d, p) = write(text);
             let e = Config::load(&p, None).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }

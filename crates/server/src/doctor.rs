@@ -74,6 +74,9 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
     out.push(directory("data directory", &cfg.data_dir, cfg.replicas.uid_range.is_some()));
     out.push(directory("storage root", &cfg.storage_root, cfg.replicas.uid_range.is_some()));
     out.push(replica_users(cfg));
+    if let Some(dir) = cfg.log.audit_file.as_deref().and_then(Path::parent) {
+        out.push(directory("audit file directory", dir, false));
+    }
     if let Some(path) = &cfg.tokens_file {
         out.push(match crate::auth::TokenStore::open(path) {
             Ok(t) => Finding::ok("tokens file", format!("{}: {} tokens, readable by this user only", path.display(), t.current().len())),
