@@ -130,7 +130,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); {auth_note}",
             data_dir.display()
         );
+        // A unit of Type=notify (packaging/trainyard.service) is started once this is said;
+        // without NOTIFY_SOCKET nothing is sent.
+        if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+            tracing::warn!("cannot tell the service manager that the server is ready (NOTIFY_SOCKET): {e}");
+        }
         trainyard_server::http::serve(listener, state, limits, shutdown_signal(health)).await?;
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         anyhow::Ok(())
     })?;
     // The replicas keep running under their shims; a restarted server adopts them.

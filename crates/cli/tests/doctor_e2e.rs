@@ -66,3 +66,24 @@ fn a_starting_server_logs_its_host_checks() {
     let log = s.server_log();
     assert!(log.contains("host checks: ") && log.contains(" failures (trainyard doctor runs them all)"), "{log}");
 }
+
+/// Under a systemd unit of Type=notify (packaging/trainyard.service) the server says
+/// READY=1 on NOTIFY_SOCKET once it serves, and STOPPING=1 when it is told to stop.
+#[test]
+fn a_server_tells_its_service_manager_when_it_is_ready_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let mut s = Server::prepare("");
+    let path = s.dir.path().join("notify");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    s.env.push(("NOTIFY_SOCKET".into(), path.display().to_string()));
+    s.spawn();
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("READY=1 within 30 s");
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), "READY=1\n");
+    assert!(s.server_log().contains("Trainyard serving region"), "ready only once it serves");
+    let pid = s.pid().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let n = sock.recv(&mut buf).expect("STOPPING=1 within 30 s");
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), "STOPPING=1\n");
+}

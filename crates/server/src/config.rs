@@ -1423,6 +1423,73 @@ mod tests {
         }
     }
 
+    /// The packaged config (`packaging/config.toml`, installed as
+    /// /etc/trainyard/config.toml) sets nothing as shipped, and lists every key the server
+    /// reads: its settings, uncommented, form a valid config, and each table's keys (as the
+    /// parser's own error for an unknown key names them) are all there.
+    #[test]
+    fn the_packaged_config_lists_every_key_and_sets_none() {
+        let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/config.toml")).unwrap();
+        let (_d, p) = write(&shipped);
+        let c = Config::load(&p, Some("/var/lib/trainyard".into())).unwrap();
+        let b = Config::builtin(Some("/var/lib/trainyard".into()));
+        assert_eq!(format!("{:?}", (&c.listen, &c.settings, &c.scheduler, &c.http, &c.limits, &c.replicas, &c.containers, &c.log, &c.storage_root)),
+                   format!("{:?}", (&b.listen, &b.settings, &b.scheduler, &b.http, &b.limits, &b.replicas, &b.containers, &b.log, &b.storage_root)));
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("containers.conf");
+        std::fs::write(&conf, "").unwrap();
+        let settings: String = shipped
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            // The [slurm] table is read with the Slurm backend only.
+            .map(|l| l.replace("/etc/trainyard/containers.conf", &conf.display().to_string()).replace("backend = \"local\"", "backend = \"slurm\"") + "\n")
+            .collect();
+        let (_d, p) = write(&settings);
+        if let Err(e) = Config::load(&p, None) {
+            panic!("the packaged config's settings, uncommented: {e}\n{settings}");
+        }
+        // The keys of each table, from the parser's "unknown field, expected one of" error.
+        let keys_of = |table: &str| -> Vec<String> {
+            let probe = "zzz_not_a_key = 1\n";
+            let text = if table.is_empty() {
+                format!("{probe}{settings}")
+            } else if let Some(end) = [format!("\n[{table}]\n"), format!("\n[[{table}]]\n")].iter().find_map(|h| Some(settings.find(h.as_str())? + h.len())) {
+                format!("{}{probe}{}", &settings[..end], &settings[end..])
+            } else {
+                format!("{settings}\n[{table}]\n{probe}")
+            };
+            let (_d, p) = write(&text);
+            let e = Config::load(&p, None).unwrap_err().to_string();
+            let list = e.split("expected one of ").nth(1).or_else(|| e.split("expected ").nth(1)).unwrap_or_else(|| panic!("[{table}]: {e}"));
+            list.split('`').skip(1).step_by(2).filter(|k| *k != "zzz_not_a_key").map(String::from).collect()
+        };
+        // A key is listed in its table: `key =` among the table's settings, or a table of its own.
+        let listed = |table: &str, key: &str| -> bool {
+            let mut current = String::new();
+            for line in shipped.lines() {
+                let l = line.trim_start_matches('#').trim();
+                if let Some(h) = l.strip_prefix('[') {
+                    current = h.trim_matches(|c| c == '[' || c == ']').to_string();
+                    let full = if table.is_empty() { key.to_string() } else { format!("{table}.{key}") };
+                    if current == full || current.starts_with(&format!("{full}.")) {
+                        return true;
+                    }
+                } else if current == table && l.split('=').next().is_some_and(|k| k.trim() == key) && l.contains('=') {
+                    return true;
+                }
+            }
+            false
+        };
+        let tables = ["", "node", "machine_types", "http", "limits", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm"];
+        let mut missing = Vec::new();
+        for table in tables {
+            let keys = keys_of(table);
+            assert!(!keys.is_empty(), "[{table}]: no keys found");
+            missing.extend(keys.iter().filter(|k| !listed(table, k)).map(|k| format!("[{table}] {k}")));
+        }
+        assert!(missing.is_empty(), "keys the packaged config does not list: {missing:?}");
+    }
+
     /// `[log]`: read, with defaults; a bad format, a relative audit file, a size too small
     /// to hold a few lines or no rotated file kept is refused naming its key.
     #[test]
