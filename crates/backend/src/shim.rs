@@ -173,6 +173,57 @@ fn mount_gcs(source: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Can this host give a replica the mount namespace [`mount_gcs`] and [`hide_other_pids`]
+/// make (a namespace of its own, private, with a /proc of its own)? Tried in a child that
+/// exits at once, so nothing here changes; the error names the step the kernel refused.
+pub fn probe_mount_namespace() -> Result<(), String> {
+    const STEPS: [&str; 3] = ["unshare(CLONE_NEWNS)", "making the mount namespace private", "mounting a /proc with hidepid=2"];
+    // SAFETY: the child makes system calls on static strings and _exits (async-signal-safe
+    // after a fork, whatever threads the parent has); its namespace ends with it.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        unsafe {
+            let none = std::ptr::null::<libc::c_char>();
+            let step = if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                1
+            } else if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+                2
+            } else if libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"hidepid=2".as_ptr().cast(),
+            ) != 0
+            {
+                3
+            } else {
+                0
+            };
+            let errno = if step == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(0).clamp(1, 49) };
+            libc::_exit(step * 50 + errno);
+        }
+    }
+    let status = loop {
+        match nix::sys::wait::waitpid(Pid::from_raw(pid), None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    match status {
+        Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+        Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => {
+            let step = STEPS.get((code / 50 - 1).max(0) as usize).copied().unwrap_or("the probe");
+            Err(format!("{step}: {}", std::io::Error::from_raw_os_error(code % 50)))
+        }
+        Ok(other) => Err(format!("the probe ended unexpectedly: {other:?}")),
+        Err(e) => Err(format!("waiting for the probe: {e}")),
+    }
+}
+
 /// In the replica's mount namespace, a /proc of its own with `hidepid=2`: a program that
 /// runs as its project's user sees its own processes only, not other tenants' command
 /// lines, environments or open files (the shim, root, still sees all).

@@ -87,3 +87,49 @@ fn a_server_tells_its_service_manager_when_it_is_ready_and_stopping() {
     let n = sock.recv(&mut buf).expect("STOPPING=1 within 30 s");
     assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), "STOPPING=1\n");
 }
+
+/// Where replicas cannot have a mount namespace of their own (a root server without
+/// CAP_SYS_ADMIN, as in an unprivileged container): doctor warns with the fix, a server
+/// without tokens starts, says so and runs jobs with /gcs/ rewritten (before, every job
+/// failed at launch), and a server with tokens refuses to start, as its replicas would see
+/// other tenants' processes.
+#[test]
+fn without_mount_namespaces_doctor_warns_jobs_run_and_tokens_are_refused() {
+    if !is_root() {
+        trainyard_backend::skip_test("a server that is not root makes no mount namespaces");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // The server, as root without CAP_SYS_ADMIN (dropped from the bounding set).
+    let wrapper = tmp.path().join("trainyard-no-sys-admin");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec setpriv --bounding-set -sys_admin {BIN} \"$@\"\n")).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let wrapper = wrapper.display().to_string();
+
+    let data = tmp.path().join("data");
+    let o = Command::new(&wrapper).args(["doctor", "--data-dir", data.to_str().unwrap()]).env("TRAINYARD_CONTAINER_ENGINE", "none").output().unwrap();
+    let out = text(&o);
+    assert!(out.lines().any(|l| l.starts_with("warn  mount namespaces") && l.contains("unshare(CLONE_NEWNS)")), "{out}");
+    assert!(out.contains("fix: Run the server with CAP_SYS_ADMIN"), "{out}");
+
+    let s = Server::start_with_bin(Some(wrapper.clone()), "");
+    assert!(s.server_log().contains("replicas cannot have a mount namespace of their own on this host"), "{}", s.server_log());
+    let job = s.create("p", &sh_job("no-mount-ns", "echo ran"));
+    let done = s.wait_terminal(&name_of(&job), 30);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done}\n{}", s.logs_text(&name_of(&job)));
+    drop(s);
+
+    let tokens = tmp.path().join("tokens.toml");
+    std::fs::write(&tokens, "[[tokens]]\nname = \"ci\"\ntoken = \"ci-7f3a9d2c5e1b8046\"\nprojects = [\"p\"]\n").unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let o = Command::new(&wrapper)
+        .args(["serve", "--data-dir", data.to_str().unwrap(), "--listen", &listen, "--tokens", tokens.to_str().unwrap()])
+        .env("TRAINYARD_CONTAINER_ENGINE", "none")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("refusing to serve tokens") && out.contains("CAP_SYS_ADMIN"), "{out}");
+}

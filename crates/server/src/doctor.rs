@@ -74,6 +74,9 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
     out.push(directory("data directory", &cfg.data_dir, cfg.replicas.uid_range.is_some()));
     out.push(directory("storage root", &cfg.storage_root, cfg.replicas.uid_range.is_some()));
     out.push(replica_users(cfg));
+    if nix::unistd::geteuid().is_root() {
+        out.push(mount_namespaces(cfg));
+    }
     if let Some(dir) = cfg.log.audit_file.as_deref().and_then(Path::parent) {
         out.push(directory("audit file directory", dir, false));
     }
@@ -185,6 +188,19 @@ fn replica_users(cfg: &Config) -> Finding {
         Ok(note) if cfg.replicas.uid_range.is_some() || cfg.replicas.insecure_shared_user => Finding::ok("replica users", note),
         Ok(note) => Finding::warn("replica users", note, "run the server as root with [replicas] uid_range for a user per project"),
         Err(why) => Finding::fail("replica users", why, "see [replicas] in the README's configuration section"),
+    }
+}
+
+/// A root server gives each host replica a mount namespace of its own (/gcs, a /proc
+/// that hides other tenants' processes, its own /dev/shm).
+fn mount_namespaces(cfg: &Config) -> Finding {
+    const CHECK: &str = "mount namespaces";
+    match trainyard_backend::shim::probe_mount_namespace() {
+        Ok(()) => Finding::ok(CHECK, "each replica gets its own (/gcs, a /proc hiding other tenants' processes)"),
+        Err(why) if cfg.tokens_file.is_some() => {
+            Finding::fail(CHECK, format!("{why}: with tokens the server refuses to start (replicas would see other tenants' processes)"), crate::MOUNT_NAMESPACE_FIX)
+        }
+        Err(why) => Finding::warn(CHECK, format!("{why}: /gcs/ in command and args is rewritten instead, and replicas see the host's /proc"), crate::MOUNT_NAMESPACE_FIX),
     }
 }
 

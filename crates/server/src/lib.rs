@@ -212,7 +212,7 @@ pub fn start(
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
-    let gcs_mount = gcs_mount_point();
+    let gcs_mount = gcs_mount_point(cfg.tokens_file.is_some())?;
     let services = Arc::new(Services {
         gcs_mount,
         gpus,
@@ -273,23 +273,43 @@ pub fn start(
     Ok(Engine { tx, store_path, services, thread, waiting, health, metrics, _data_dir_lock: data_dir_lock })
 }
 
-/// Can host programs get /gcs by a mount namespace? As root, with a directory /gcs
-/// (made, empty, when missing). Said at start either way.
-fn gcs_mount_point() -> bool {
+/// Can host programs get /gcs by a mount namespace? As root, where the kernel lets this
+/// process make one (not, for example, in an unprivileged container: no CAP_SYS_ADMIN),
+/// with a directory /gcs (made, empty, when missing). Said at start either way. Without
+/// one, replicas' /proc is the host's: with tokens (several tenants) the server does not
+/// start.
+fn gcs_mount_point(tokens: bool) -> Result<bool, StartError> {
     let point = std::path::Path::new(trainyard_backend::shim::GCS_MOUNT_POINT);
     if !nix::unistd::geteuid().is_root() {
         tracing::info!("/gcs: host programs have /gcs/ in their command and args rewritten to their project's storage (not root: no mount namespaces)");
-        return false;
+        return Ok(false);
+    }
+    if let Err(why) = trainyard_backend::shim::probe_mount_namespace() {
+        if tokens {
+            return Err(StartError::Replicas(format!(
+                "replicas cannot have a mount namespace of their own on this host ({why}), so their /proc would show \
+                 other tenants' processes: refusing to serve tokens. {MOUNT_NAMESPACE_FIX}"
+            )));
+        }
+        tracing::warn!(
+            "/gcs: replicas cannot have a mount namespace of their own on this host ({why}): /gcs/ in command and args \
+             is rewritten instead, and replicas see the host's /proc. {MOUNT_NAMESPACE_FIX}"
+        );
+        return Ok(false);
     }
     if !point.is_dir() {
         if let Err(e) = std::fs::create_dir(point) {
             tracing::warn!("/gcs: cannot create {} ({e}); /gcs/ in command and args is rewritten instead", point.display());
-            return false;
+            return Ok(false);
         }
     }
     tracing::info!("/gcs: host programs see their project's buckets at /gcs (a mount namespace per replica)");
-    true
+    Ok(true)
 }
+
+/// What gives replicas their mount namespaces back.
+pub const MOUNT_NAMESPACE_FIX: &str =
+    "Run the server with CAP_SYS_ADMIN: as root on the host, or in a privileged container.";
 
 /// The key of page tokens, made once per database (so tokens outlive a restart).
 pub fn token_key(store: &mut Store) -> Result<Vec<u8>, trainyard_store::StoreError> {
