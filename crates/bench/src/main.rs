@@ -558,7 +558,7 @@ fn run(opts: &Opts) -> Result<()> {
     // The bench's jobs write no outputs: no output root besides the storage root.
     let roots = cfg.output_roots.clone();
     let engine = trainyard_server::start(cfg, shim_command, workdir, roots)?;
-    let store = Store::open(&engine.store_path)?;
+    let store = Store::connect(&engine.store)?;
     let cgroups = trainyard_backend::CgroupSupport::detect();
     let backend_line = engine.services.backend.describe();
 

@@ -121,7 +121,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
         })?;
     }
 
-    let store = Store::open(&engine.store_path)?;
+    let store = Store::connect(&engine.store)?;
     let mut cursor = Cursor::default();
     let mut printed = Printed::default();
     let sel = Selector::default();

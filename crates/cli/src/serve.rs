@@ -23,6 +23,10 @@ pub struct ServeArgs {
     /// Tokens file (TOML): bearer tokens and the projects each may use.
     #[arg(long, env = "TRAINYARD_TOKENS")]
     tokens: Option<PathBuf>,
+    /// The store: a PostgreSQL URL (postgres://user:password@host:port/db), over the
+    /// config's `[store] url`; without either, SQLite in the data directory.
+    #[arg(long, env = "TRAINYARD_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
 }
 
 /// The config `serve` runs with: the file (or the built-in defaults) and the flags over it.
@@ -40,6 +44,9 @@ fn load(args: &ServeArgs) -> anyhow::Result<(Config, SocketAddr)> {
         .with_context(|| format!("--listen {:?} is not an address such as 127.0.0.1:8080", cfg.listen))?;
     if let Some(t) = &args.tokens {
         cfg.tokens_file = Some(t.clone());
+    }
+    if let Some(url) = &args.store_url {
+        cfg.store = Some(trainyard_store::Location::from_url(url).map_err(|e| anyhow::anyhow!("--store-url (TRAINYARD_STORE_URL): {e}"))?);
     }
     Ok((cfg, addr))
 }
@@ -96,7 +103,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let source = cfg.source.clone();
     let data_dir = cfg.data_dir.clone();
     let engine = trainyard_server::start(cfg, crate::shim_command()?, workdir, roots)?;
-    let mut store = trainyard_store::Store::open(&engine.store_path)?;
+    let mut store = trainyard_store::Store::connect(&engine.store)?;
     let token_key = trainyard_server::token_key(&mut store)?;
     drop(store);
     if let (Some(t), Some(jobs)) = (&tokens, &engine.services.job_credentials) {
@@ -104,7 +111,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let state = AppState {
         tx: engine.tx.clone(),
-        readers: std::sync::Arc::new(ReadPool::new(engine.store_path.clone())),
+        readers: std::sync::Arc::new(ReadPool::new(engine.store.clone())),
         data_dir: data_dir.clone(),
         token_key,
         tokens: tokens.clone(),

@@ -71,6 +71,16 @@ struct File {
     fleet: Option<FleetFile>,
     /// `[log]`: the server log's format and the audit file.
     log: Option<LogFile>,
+    /// `[store]`: where the control plane's state is kept.
+    store: Option<StoreFile>,
+}
+
+/// `[store]`: `url` of a PostgreSQL database (`postgres://user:password@host:port/db`);
+/// without it, SQLite in the data directory.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreFile {
+    url: Option<String>,
 }
 
 /// `[log]`: `format` (`"text"` or `"json"`), and `audit_file` for the audit lines (one per
@@ -594,6 +604,9 @@ pub struct Config {
     pub metrics_enabled: bool,
     /// `[log]`: the log's format and the audit file.
     pub log: Log,
+    /// `[store] url` (or `TRAINYARD_STORE_URL`): a PostgreSQL store; None: SQLite in the
+    /// data directory.
+    pub store: Option<trainyard_store::Location>,
 }
 
 fn host_cpus() -> u32 {
@@ -649,6 +662,12 @@ pub fn default_data_dir() -> PathBuf {
 }
 
 impl Config {
+    /// Where the control plane's state is: `[store] url`, else `trainyard.db` in the data
+    /// directory.
+    pub fn store_location(&self) -> trainyard_store::Location {
+        self.store.clone().unwrap_or_else(|| trainyard_store::Location::Sqlite(self.data_dir.join(trainyard_store::backup::DB_FILE)))
+    }
+
     /// The built-in default: this host as one node that overcommits (CPU time-shared,
     /// memory limits as caps, missing accelerators tolerated with a warning), no quota
     /// limits, region us-central1.
@@ -700,6 +719,11 @@ impl Config {
             }
             if c.runtime.as_deref().is_some_and(|r| r.is_empty() || r.contains(char::is_whitespace)) {
                 return Err(invalid("containers.runtime", "must name one OCI runtime, e.g. \"runc\"".into()));
+            }
+        }
+        if let Some(url) = file.store.as_ref().and_then(|s| s.url.as_deref()) {
+            if let Err(why) = trainyard_store::Location::from_url(url) {
+                return Err(invalid("store.url", why));
             }
         }
         if let Some(l) = &file.log {
@@ -1165,6 +1189,7 @@ impl Config {
             storage: crate::storage::StorageConfig::from_file(file.storage.as_ref()),
             gpu_check_secs: file.gpu_check_secs.unwrap_or(10),
             metrics_enabled: file.metrics.as_ref().and_then(|m| m.enabled).unwrap_or(true),
+            store: file.store.as_ref().and_then(|s| s.url.as_deref()).and_then(|u| trainyard_store::Location::from_url(u).ok()),
             log: match &file.log {
                 Some(l) => Log {
                     format: l.format.unwrap_or_default(),
@@ -1480,7 +1505,7 @@ mod tests {
             }
             false
         };
-        let tables = ["", "node", "machine_types", "http", "limits", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm"];
+        let tables = ["", "node", "machine_types", "http", "limits", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm", "store"];
         let mut missing = Vec::new();
         for table in tables {
             let keys = keys_of(table);

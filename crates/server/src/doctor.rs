@@ -67,13 +67,16 @@ pub enum Scope {
 /// Every check for `cfg`; `listen` is the address the server would listen on.
 pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Finding> {
     let mut out: Vec<Finding> = cfg.output_roots.iter().map(|r| output_root(r)).collect();
-    out.push(clock(&cfg.data_dir.join("trainyard.db")));
+    out.push(clock(&cfg.store_location()));
     if scope == Scope::Start {
         return out;
     }
     out.push(directory("data directory", &cfg.data_dir, cfg.replicas.uid_range.is_some()));
     out.push(directory("storage root", &cfg.storage_root, cfg.replicas.uid_range.is_some()));
     out.push(replica_users(cfg));
+    if let Some(location) = &cfg.store {
+        out.push(store(location));
+    }
     if nix::unistd::geteuid().is_root() {
         out.push(mount_namespaces(cfg));
     }
@@ -191,6 +194,20 @@ fn replica_users(cfg: &Config) -> Finding {
     }
 }
 
+/// A PostgreSQL store (`[store] url`): reachable, and of a schema this build can use.
+fn store(location: &trainyard_store::Location) -> Finding {
+    const CHECK: &str = "store";
+    match trainyard_store::schema_version_at(location) {
+        Ok(v) if v > trainyard_store::SCHEMA_VERSION => Finding::fail(
+            CHECK,
+            format!("{location}: schema version {v}, newer than this Trainyard knows ({})", trainyard_store::SCHEMA_VERSION),
+            "run the Trainyard release that wrote it, or a newer one",
+        ),
+        Ok(v) => Finding::ok(CHECK, format!("PostgreSQL at {location}, schema version {v} (this build migrates to {})", trainyard_store::SCHEMA_VERSION)),
+        Err(e) => Finding::fail(CHECK, e.to_string(), "check [store] url (host, port, user, password, database) and that PostgreSQL accepts this host"),
+    }
+}
+
 /// A root server gives each host replica a mount namespace of its own (/gcs, a /proc
 /// that hides other tenants' processes, its own /dev/shm).
 fn mount_namespaces(cfg: &Config) -> Finding {
@@ -206,16 +223,16 @@ fn mount_namespaces(cfg: &Config) -> Finding {
 
 /// The clock is not behind the newest change in the database (time going backwards would
 /// make timeouts and backoffs wrong, L19).
-fn clock(db: &Path) -> Finding {
+fn clock(db: &trainyard_store::Location) -> Finding {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0);
     match trainyard_store::newest_update(db) {
         Ok(Some(newest)) if newest > now + 1_000_000 => Finding::fail(
             "clock",
-            format!("the clock is {:.0} s behind the newest change in {}", (newest - now) as f64 / 1e6, db.display()),
+            format!("the clock is {:.0} s behind the newest change in {db}", (newest - now) as f64 / 1e6),
             "set the clock right (NTP) before starting the server",
         ),
         Ok(_) => Finding::ok("clock", "not behind the database's newest change"),
-        Err(e) => Finding::warn("clock", format!("cannot read {}: {e}", db.display()), "check the database file's owner and mode"),
+        Err(e) => Finding::warn("clock", format!("cannot read {db}: {e}"), "check the database file's owner and mode, or that the store can be reached"),
     }
 }
 

@@ -60,20 +60,25 @@ pub struct AppState {
     pub storage: Arc<crate::storage::Storage>,
 }
 
-/// Read connections to the database, reused across requests.
+/// Read connections to the store, reused across requests.
 pub struct ReadPool {
-    path: PathBuf,
+    location: trainyard_store::Location,
     idle: Mutex<Vec<Store>>,
 }
 
 impl ReadPool {
-    pub fn new(path: PathBuf) -> ReadPool {
-        ReadPool { path, idle: Mutex::new(Vec::new()) }
+    pub fn new(location: trainyard_store::Location) -> ReadPool {
+        ReadPool { location, idle: Mutex::new(Vec::new()) }
     }
 
-    /// The database's path.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
+    /// Where the store is.
+    pub fn location(&self) -> &trainyard_store::Location {
+        &self.location
+    }
+
+    /// The SQL the store speaks (list filters are compiled to it).
+    pub fn dialect(&self) -> trainyard_store::Dialect {
+        self.location.dialect()
     }
 
     /// Run `f` on a read connection, off the async executor.
@@ -86,7 +91,7 @@ impl ReadPool {
             let taken = pool.idle.lock().ok().and_then(|mut v| v.pop());
             let store = match taken {
                 Some(s) => s,
-                None => Store::open(&pool.path).map_err(internal)?,
+                None => Store::connect(&pool.location).map_err(internal)?,
             };
             let r = f(&store);
             if let Ok(mut v) = pool.idle.lock() {
@@ -366,16 +371,17 @@ async fn backup(State(state): State<AppState>, body: axum::body::Bytes) -> ApiRe
     let started = std::time::Instant::now();
     // A thread of its own at background priority (a backup of a large database takes
     // seconds of CPU and disk; requests go first), on a read connection of its own.
-    let db = state.readers.path().to_path_buf();
+    let db = state.readers.location().clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new().name("backup".into()).spawn(move || {
         crate::priority::background_thread();
         use trainyard_store::backup::BackupError as E;
-        let r = trainyard_store::Store::open(&db).map_err(|e| ApiError::internal(format!("The backup failed: {e}"))).and_then(|store| {
+        let r = trainyard_store::Store::connect(&db).map_err(|e| ApiError::internal(format!("The backup failed: {e}"))).and_then(|store| {
             store.backup_to(&to).map_err(|e| match e {
                 E::Exists(_) => ApiError::already_exists(format!("to: {e}")),
                 E::Relative(_) => ApiError::invalid_argument(format!("to: {e}")),
                 E::Io { .. } => ApiError::failed_precondition(format!("to: {e}")),
+                E::NotSqlite(_) => ApiError::failed_precondition(e.to_string()),
                 other => ApiError::internal(format!("The backup failed: {other}")),
             })
         });

@@ -73,7 +73,8 @@ const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "L
 /// A running engine: the driver thread and what talks to it.
 pub struct Engine {
     pub tx: Sender<Msg>,
-    pub store_path: PathBuf,
+    /// Where the store is (`[store] url`, or SQLite in the data directory).
+    pub store: trainyard_store::Location,
     pub services: Arc<Services>,
     pub thread: std::thread::JoinHandle<Result<(), trainyard_store::StoreError>>,
     /// Waiting reasons of the latest scheduling round, for readers.
@@ -201,8 +202,11 @@ pub fn start(
         }
         config::BackendChoice::Slurm(_) => Default::default(),
     };
-    let store_path = cfg.data_dir.join("trainyard.db");
-    let mut store = Store::open(&store_path)?;
+    let store_location = cfg.store_location();
+    let mut store = Store::connect(&store_location)?;
+    if let trainyard_store::Location::Postgres(_) = &store_location {
+        tracing::info!("store: PostgreSQL at {store_location} (schema version {})", store.schema_version()?);
+    }
     // Tokens mode: each job's clients get a credential of its own (see `auth`).
     let job_credentials = match cfg.tokens_file {
         Some(_) => Some(Arc::new(auth::JobCredentials::new(&token_key(&mut store)?))),
@@ -270,7 +274,7 @@ pub fn start(
             r.unwrap_or_else(|_| Err(trainyard_store::StoreError::Panicked))
         })
         .map_err(StartError::Thread)?;
-    Ok(Engine { tx, store_path, services, thread, waiting, health, metrics, _data_dir_lock: data_dir_lock })
+    Ok(Engine { tx, store: store_location, services, thread, waiting, health, metrics, _data_dir_lock: data_dir_lock })
 }
 
 /// Can host programs get /gcs by a mount namespace? As root, where the kernel lets this

@@ -47,6 +47,9 @@ pub enum BackupError {
     TooNew { path: PathBuf, found: i64, known: i64 },
     #[error("{0} is not empty: a restore makes a new data directory")]
     NotEmpty(PathBuf),
+    /// `admin backup` copies an SQLite store; PostgreSQL has its own tools.
+    #[error("the store is PostgreSQL ({0}): back it up with PostgreSQL's own tools (pg_dump, or continuous archiving); `trainyard admin backup` copies an SQLite store")]
+    NotSqlite(String),
     #[error("migrating the restored database: {0}")]
     Migrate(#[from] crate::StoreError),
 }
@@ -73,7 +76,8 @@ impl Store {
         if !to.is_absolute() {
             return Err(BackupError::Relative(to.to_path_buf()));
         }
-        copy_database(&self.conn, to, STEP_PAGES)
+        let Some(conn) = self.sqlite() else { return Err(BackupError::NotSqlite(self.location().to_string())) };
+        copy_database(&conn, to, STEP_PAGES)
     }
 }
 
@@ -116,10 +120,7 @@ fn check_backup(src: &Connection, path: &Path) -> Result<(), BackupError> {
     if version > known {
         return Err(BackupError::TooNew { path: path.to_path_buf(), found: version, known });
     }
-    let has_jobs: bool = src
-        .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'", [], |r| r.get::<_, i64>(0))
-        .map(|n| n == 1)
-        .map_err(|e| not(e.to_string()))?;
+    let has_jobs = crate::sqlite_has_jobs(src).map_err(|e| not(e.to_string()))?;
     if version < 1 || !has_jobs {
         return Err(not("it has no Trainyard tables".to_string()));
     }
@@ -241,7 +242,7 @@ mod tests {
         // One page a step, each step after commits of the writer: the read transaction
         // held over the steps keeps the copy at one moment (no restart, no torn copy).
         let to = tmp.path().join("backup.db");
-        let copied = copy_database(&reader.conn, &to, 1).unwrap();
+        let copied = copy_database(&reader.sqlite().unwrap(), &to, 1).unwrap();
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let written = t.join().unwrap();
         crate::tests::new_job(&mut writer, "p");

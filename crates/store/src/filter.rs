@@ -11,8 +11,11 @@
 //! [`MAX_COMPARISONS`] comparisons, and parentheses and `NOT`s nested at most
 //! [`MAX_DEPTH`] levels deep. `AND` and `OR` chains compile to one flat SQL list each, so
 //! with these limits the SQL expression stays far below SQLite's depth limit (1000).
+//!
+//! The SQL is the store's dialect: substrings by `instr` (SQLite) or `strpos`
+//! (PostgreSQL), wildcards by `GLOB` or `LIKE`, both case-sensitive.
 
-use rusqlite::types::Value;
+use crate::sql::{Dialect, Value};
 
 /// Longest filter text, in bytes.
 pub const MAX_LEN: usize = 8192;
@@ -135,6 +138,7 @@ struct Parser<'a> {
     end: usize,
     params: Vec<Value>,
     states: &'a [&'a str],
+    dialect: Dialect,
     /// Parentheses and `NOT`s open around the current position.
     depth: usize,
     comparisons: usize,
@@ -305,25 +309,37 @@ impl Parser<'_> {
         Ok(match op {
             ":" => {
                 let p = self.param(Value::Text(value.to_string()));
-                format!("instr({column}, {p}) > 0")
+                match self.dialect {
+                    Dialect::Sqlite => format!("instr({column}, {p}) > 0"),
+                    Dialect::Postgres => format!("strpos({column}, {p}) > 0"),
+                }
             }
             "=" | "!=" if value.contains('*') => {
-                // Wildcards: `*` matches any run of characters; other GLOB characters are literal.
+                // Wildcards: `*` matches any run of characters; every other character is
+                // itself (GLOB's and LIKE's own special characters escaped).
                 let mut g = String::new();
                 for ch in value.chars() {
-                    match ch {
-                        '*' => g.push('*'),
-                        '?' | '[' | ']' => {
+                    match (self.dialect, ch) {
+                        (Dialect::Sqlite, '*') => g.push('*'),
+                        (Dialect::Sqlite, '?' | '[' | ']') => {
                             g.push('[');
                             g.push(ch);
                             g.push(']');
                         }
-                        c => g.push(c),
+                        (Dialect::Postgres, '*') => g.push('%'),
+                        (Dialect::Postgres, '%' | '_' | '\\') => {
+                            g.push('\\');
+                            g.push(ch);
+                        }
+                        (_, c) => g.push(c),
                     }
                 }
                 let p = self.param(Value::Text(g));
                 let not = if op == "!=" { "NOT " } else { "" };
-                format!("{not}({column} GLOB {p})")
+                match self.dialect {
+                    Dialect::Sqlite => format!("{not}({column} GLOB {p})"),
+                    Dialect::Postgres => format!("{not}({column} LIKE {p})"),
+                }
             }
             _ => {
                 let p = self.param(Value::Text(value.to_string()));
@@ -333,8 +349,9 @@ impl Parser<'_> {
     }
 }
 
-/// Compile a filter. `states` are the job state names by number (index = enum number).
-pub fn compile(text: &str, states: &[&str]) -> Result<Option<Compiled>, FilterError> {
+/// Compile a filter to `dialect`'s SQL. `states` are the job state names by number
+/// (index = enum number).
+pub fn compile(text: &str, states: &[&str], dialect: Dialect) -> Result<Option<Compiled>, FilterError> {
     if text.trim().is_empty() {
         return Ok(None);
     }
@@ -342,7 +359,7 @@ pub fn compile(text: &str, states: &[&str]) -> Result<Option<Compiled>, FilterEr
         return Err(FilterError { column: MAX_LEN + 1, message: format!("longer than {MAX_LEN} bytes") });
     }
     let toks = lex(text)?;
-    let mut p = Parser { toks, pos: 0, end: text.len(), params: Vec::new(), states, depth: 0, comparisons: 0 };
+    let mut p = Parser { toks, pos: 0, end: text.len(), params: Vec::new(), states, dialect, depth: 0, comparisons: 0 };
     let sql = p.conjunction()?;
     if p.pos < p.toks.len() {
         return Err(p.err("unexpected ')'"));
@@ -364,18 +381,18 @@ mod tests {
     ];
 
     fn sql(f: &str) -> String {
-        compile(f, STATES).unwrap().unwrap().sql
+        compile(f, STATES, Dialect::Sqlite).unwrap().unwrap().sql
     }
 
     fn err(f: &str) -> FilterError {
-        compile(f, STATES).unwrap_err()
+        compile(f, STATES, Dialect::Sqlite).unwrap_err()
     }
 
     #[test]
     fn compiles_the_subset() {
         assert_eq!(sql("display_name=\"a\""), "display_name = ?");
         assert_eq!(sql("state=\"JOB_STATE_RUNNING\" AND labels.team=\"nlp\""), "(state = ? AND EXISTS (SELECT 1 FROM labels l WHERE l.job_id = jobs.id AND l.key = ? AND l.value = ?))");
-        let c = compile("state=JOB_STATE_RUNNING OR state=3", STATES).unwrap().unwrap();
+        let c = compile("state=JOB_STATE_RUNNING OR state=3", STATES, Dialect::Sqlite).unwrap().unwrap();
         assert_eq!(c.sql, "(state = ? OR state = ?)");
         assert_eq!(c.params, vec![Value::Text("JOB_STATE_RUNNING".into()), Value::Text("JOB_STATE_RUNNING".into())]);
     }
@@ -389,7 +406,7 @@ mod tests {
 
     #[test]
     fn times_and_labels() {
-        let c = compile("create_time>\"2026-11-29T10:00:00Z\"", STATES).unwrap().unwrap();
+        let c = compile("create_time>\"2026-11-29T10:00:00Z\"", STATES, Dialect::Sqlite).unwrap().unwrap();
         assert_eq!(c.sql, "create_time > ?");
         assert_eq!(c.params, vec![Value::Integer(1_795_946_400_000_000)]);
         assert!(sql("labels.env:*").contains("l.key = ?)"));
@@ -398,10 +415,19 @@ mod tests {
         assert_eq!(sql("display_name=\"run-*\""), "(display_name GLOB ?)");
     }
 
+    /// PostgreSQL's spelling: `strpos` for `:`, `LIKE` with `%`, `_` and `\` escaped
+    /// for wildcards.
+    #[test]
+    fn postgres_spelling() {
+        let c = compile("display_name:x AND display_name=\"a_b%*\\\\\"", STATES, Dialect::Postgres).unwrap().unwrap();
+        assert_eq!(c.sql, "(strpos(display_name, ?) > 0 AND (display_name LIKE ?))");
+        assert_eq!(c.params, vec![Value::Text("x".into()), Value::Text("a\\_b\\%%\\\\".into())]);
+    }
+
     /// A regression found by the property test: an escaped multi-byte character.
     #[test]
     fn escaped_multibyte_character() {
-        let c = compile("display_name=\"a\\\u{10b80}b\"", STATES).unwrap().unwrap();
+        let c = compile("display_name=\"a\\\u{10b80}b\"", STATES, Dialect::Sqlite).unwrap().unwrap();
         assert_eq!(c.params, vec![Value::Text("a\u{10b80}b".into())]);
     }
 
@@ -459,7 +485,7 @@ mod tests {
         assert!(sql(&format!("{}state=1", "NOT ".repeat(MAX_DEPTH))).starts_with("(NOT (NOT"));
         // Depth is the nesting, not the count: many NOTs side by side are fine.
         let flat = vec!["NOT state=1"; 100].join(" AND ");
-        assert!(compile(&flat, STATES).is_ok());
+        assert!(compile(&flat, STATES, Dialect::Sqlite).is_ok());
     }
 
     #[test]
@@ -481,24 +507,25 @@ mod tests {
     }
 
     /// The largest SQL the limits allow (deepest nesting around the longest chain of the
-    /// deepest comparisons) runs in SQLite, whose expression depth limit is 1000.
+    /// deepest comparisons) runs in SQLite, whose expression depth limit is 1000, and in
+    /// PostgreSQL.
     #[test]
     fn the_largest_filter_within_the_limits_runs() {
-        let chain = vec!["labels.k!=\"v*\""; MAX_COMPARISONS].join(" OR ");
-        let text = format!("{}{chain}{}", "NOT (".repeat(MAX_DEPTH / 2), ")".repeat(MAX_DEPTH / 2));
-        assert!(text.len() <= MAX_LEN);
-        let c = compile(&text, STATES).unwrap().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::Store::open(&dir.path().join("t.db")).unwrap();
-        let rows = store.list_jobs("custom", "p", "r", Some((c.sql.as_str(), c.params.as_slice())), None, 10).unwrap();
-        assert!(rows.is_empty());
-        // A nested AND chain at every level as well.
-        let mut text = String::from("state=1");
-        for _ in 0..MAX_DEPTH {
-            text = format!("state=1 AND ({text})");
-        }
-        let c = compile(&text, STATES).unwrap().unwrap();
-        assert!(store.list_jobs("custom", "p", "r", Some((c.sql.as_str(), c.params.as_slice())), None, 10).unwrap().is_empty());
+        crate::testdb::each(|_, store| {
+            let chain = vec!["labels.k!=\"v*\""; MAX_COMPARISONS].join(" OR ");
+            let text = format!("{}{chain}{}", "NOT (".repeat(MAX_DEPTH / 2), ")".repeat(MAX_DEPTH / 2));
+            assert!(text.len() <= MAX_LEN);
+            let c = compile(&text, STATES, store.dialect()).unwrap().unwrap();
+            let rows = store.list_jobs("custom", "p", "r", Some((c.sql.as_str(), c.params.as_slice())), None, 10).unwrap();
+            assert!(rows.is_empty());
+            // A nested AND chain at every level as well.
+            let mut text = String::from("state=1");
+            for _ in 0..MAX_DEPTH {
+                text = format!("state=1 AND ({text})");
+            }
+            let c = compile(&text, STATES, store.dialect()).unwrap().unwrap();
+            assert!(store.list_jobs("custom", "p", "r", Some((c.sql.as_str(), c.params.as_slice())), None, 10).unwrap().is_empty());
+        });
     }
 }
 
@@ -513,7 +540,7 @@ mod no_panic {
         /// Any text compiles or gives an error with a column inside (or just past) it.
         #[test]
         fn filters_never_panic(text in prop_oneof!["[ a-z_.=!<>:()\"'*0-9A-Z-]{0,40}", "\\PC{0,30}"]) {
-            match compile(&text, &["JOB_STATE_UNSPECIFIED", "JOB_STATE_QUEUED"]) {
+            match compile(&text, &["JOB_STATE_UNSPECIFIED", "JOB_STATE_QUEUED"], Dialect::Sqlite) {
                 Ok(_) => {}
                 Err(e) => prop_assert!(e.column >= 1 && e.column <= text.len() + 1, "{e} for {text:?}"),
             }

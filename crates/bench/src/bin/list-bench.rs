@@ -18,7 +18,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use rusqlite::types::Value as SqlValue;
+use trainyard_store::Value as SqlValue;
 use rusqlite::{params, Connection};
 use serde_json::Value;
 use trainyard_core::run::Outcome;
@@ -654,7 +654,7 @@ fn pcts(mut v: Vec<f64>) -> Pcts {
 /// The statement and parameters `Store::list_jobs` runs for this request (the server asks
 /// for `page_size + 1` rows to know whether there is a next page).
 fn list_sql(filter: Option<&str>, before: Option<u64>) -> Result<(String, Vec<SqlValue>)> {
-    let compiled = trainyard_store::filter::compile(filter.unwrap_or(""), &STATE_NAMES).map_err(|e| anyhow!("{e}"))?;
+    let compiled = trainyard_store::filter::compile(filter.unwrap_or(""), &STATE_NAMES, trainyard_store::Dialect::Sqlite).map_err(|e| anyhow!("{e}"))?;
     let mut sql = String::from("SELECT id, kind, resource, core FROM jobs WHERE kind = ? AND project = ? AND region = ?");
     let mut values: Vec<SqlValue> = vec![KIND.to_string().into(), PROJECT.to_string().into(), REGION.to_string().into()];
     if let Some(b) = before {
@@ -902,10 +902,9 @@ fn run(opts: &Opts) -> Result<()> {
 
 fn show_value(v: &SqlValue) -> String {
     match v {
-        SqlValue::Null => "NULL".into(),
+        SqlValue::NullText => "NULL".into(),
         SqlValue::Integer(i) => i.to_string(),
         SqlValue::Real(f) => f.to_string(),
         SqlValue::Text(t) => format!("{t:?}"),
-        SqlValue::Blob(b) => format!("<{} bytes>", b.len()),
     }
 }

@@ -105,9 +105,35 @@ pub fn free_port() -> u16 {
 /// `TRAINYARD_TEST_BACKEND=slurm` (and a reachable cluster) the Slurm backend is chosen.
 pub fn config_text(extra: &str) -> String {
     // Top-level keys of `extra` must come before any table.
-    let (head, tail) = if slurm_backend() { (SLURM_HEAD, slurm_table()) } else { ("", String::new()) };
+    let (head, mut tail) = if slurm_backend() { (SLURM_HEAD, slurm_table()) } else { ("", String::new()) };
+    if postgres_store() && !extra.contains("[store]") {
+        tail.push_str(&format!("[store]\nurl = \"{}\"\n", new_pg_store()));
+    }
     let extra = with_own_uids(extra);
     format!("{head}{extra}\n[lifecycle]\ngrace_period_secs = 1\nstockout_backoff_secs = 1\n{tail}")
+}
+
+/// Is `TRAINYARD_TEST_STORE=postgres` asked for: every server of the tests keeps its
+/// state in a PostgreSQL schema of its own, on the server `TRAINYARD_TEST_PG_URL` names
+/// (scripts/pg/up.sh).
+pub fn postgres_store() -> bool {
+    std::env::var("TRAINYARD_TEST_STORE").is_ok_and(|v| v == "postgres")
+}
+
+/// The PostgreSQL the tests may use (`TRAINYARD_TEST_PG_URL`), if any.
+pub fn pg_url() -> Option<String> {
+    std::env::var("TRAINYARD_TEST_PG_URL").ok().filter(|u| !u.is_empty())
+}
+
+/// A store URL of a new, empty schema of its own on `TRAINYARD_TEST_PG_URL`.
+pub fn new_pg_store() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let admin = pg_url().expect("TRAINYARD_TEST_STORE=postgres needs TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+    let schema = format!("e2e_{}_{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect to TRAINYARD_TEST_PG_URL");
+    c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).expect("create a schema");
+    let sep = if admin.contains('?') { '&' } else { '?' };
+    format!("{admin}{sep}options=-csearch_path%3D{schema}")
 }
 
 /// Each server of a test process gets a range of project uids of its own (tests run side

@@ -487,16 +487,7 @@ impl Driver {
     /// Ended CustomJobs by project and state, counted once at a start (a covering index
     /// of `jobs`; never at a scrape).
     fn count_ended(&mut self) -> Result<(), StoreError> {
-        let rows = self.store.with_transaction(|tx| {
-            let mut st = tx.prepare(
-                "SELECT project, state, COUNT(*) FROM jobs WHERE kind = 'custom' \
-                 AND state IN ('JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED') GROUP BY project, state",
-            )?;
-            let rows = st
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
-        })?;
+        let rows = self.store.ended_counts()?;
         for (project, state, n) in rows {
             self.metrics.add_ended(&project, &state, n);
         }

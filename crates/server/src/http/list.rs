@@ -29,7 +29,7 @@ pub(super) async fn page<K: ResourceKind>(state: &AppState, project: &str, regio
     let ints = int_enums(&Common { alt: q.alt.clone() })?;
     let page_size = page_size(q.page_size.as_deref())?;
     let filter_text = q.filter.clone().unwrap_or_default();
-    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
+    let compiled = trainyard_store::filter::compile(&filter_text, &STATE_NAMES, state.readers.dialect()).map_err(|e| ApiError::invalid_argument(e.to_string()))?;
     let mask = parse_read_mask(q.read_mask.as_deref().unwrap_or(""), K::API_NAME)?;
     let scope = format!("{}|{project}|{region}|{filter_text}", K::STORE_KIND);
     let before = match q.page_token.as_deref() {

@@ -103,7 +103,7 @@ impl Create {
 /// columns of `jobs` with its parameters, compiled from the API's filter), newest first,
 /// with ids below `before` (the page token's position), at most `limit`.
 pub struct Page<'a> {
-    pub filter: Option<(&'a str, &'a [rusqlite::types::Value])>,
+    pub filter: Option<(&'a str, &'a [trainyard_store::Value])>,
     pub before: Option<u64>,
     pub limit: usize,
 }

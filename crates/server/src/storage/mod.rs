@@ -146,7 +146,7 @@ pub struct Storage {
     tokens: Option<Arc<crate::auth::TokenStore>>,
     /// Per-project users: new files and directories are the project's uid's.
     uid_range: Option<(u32, u32)>,
-    db_path: PathBuf,
+    store: trainyard_store::Location,
     uids: Mutex<HashMap<String, u32>>,
     sessions: upload::Sessions,
     sweeps: upload::Sweeps,
@@ -171,7 +171,7 @@ impl Storage {
             region: cfg.region.to_ascii_uppercase(),
             tokens,
             uid_range: per_project,
-            db_path: cfg.data_dir.join("trainyard.db"),
+            store: cfg.store_location(),
             uids: Mutex::new(HashMap::new()),
             sessions: Default::default(),
             sweeps: Default::default(),
@@ -315,12 +315,12 @@ impl Storage {
         if let Some(uid) = self.uids.lock().unwrap_or_else(|p| p.into_inner()).get(project) {
             return Ok(Some(RunAs { uid: *uid, gid: *uid }));
         }
-        let db = self.db_path.clone();
+        let db = self.store.clone();
         let p = project.to_string();
         let uid = tokio::task::spawn_blocking(move || -> Result<Option<u32>, String> {
             let mut last_err = String::new();
             for _ in 0..3 {
-                match trainyard_store::Store::open(&db).and_then(|mut s| s.project_uid(&p, first, last)) {
+                match trainyard_store::Store::connect(&db).and_then(|mut s| s.project_uid(&p, first, last)) {
                     Ok(u) => return Ok(u),
                     Err(e) => last_err = e.to_string(),
                 }

@@ -1,0 +1,297 @@
+//! The two databases the store runs on: an SQLite file (the embedded default, one
+//! machine) or PostgreSQL (a control plane that outlives any one host). Both get the same
+//! statements ([`crate::sql`]) through [`Exec`], inside transactions the store opens.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::sql::{placeholders, Cell, Dialect, Row, Value};
+use crate::{Result, StoreError};
+
+/// Where a store is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// An SQLite database file (`<data_dir>/trainyard.db`).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, by its URL (`postgres://user:password@host:port/db`).
+    Postgres(String),
+}
+
+impl Location {
+    /// A store URL (`[store] url`): `postgres://` or `postgresql://` are PostgreSQL's;
+    /// anything else is refused naming it.
+    pub fn from_url(url: &str) -> std::result::Result<Location, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            pg_config(url)?;
+            return Ok(Location::Postgres(url.to_string()));
+        }
+        Err(format!("{:?} is not a PostgreSQL URL (postgres://user:password@host:port/database)", redact(url)))
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Location::Sqlite(_) => Dialect::Sqlite,
+            Location::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// The SQLite file, if the store is one.
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Location::Sqlite(p) => Some(p),
+            Location::Postgres(_) => None,
+        }
+    }
+}
+
+/// The path, or the URL without its password (for messages and logs).
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(p) => write!(f, "{}", p.display()),
+            Location::Postgres(url) => write!(f, "{}", redact(url)),
+        }
+    }
+}
+
+/// A URL with the password, if any, replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    // A password given as a query parameter goes too.
+    let tail = tail
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.trim_start_matches('?') == "password" => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// How long a connection may take to be made when the URL does not say
+/// (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn pg_config(url: &str) -> std::result::Result<postgres::Config, String> {
+    let mut config: postgres::Config = url.parse().map_err(|e| format!("{}: {e}", redact(url)))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("trainyard");
+    }
+    Ok(config)
+}
+
+/// One statement at a time, inside a transaction the store opened (or on its own).
+pub(crate) trait Exec {
+    /// Rows changed.
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64>;
+    /// An INSERT; returns the new row's `key` column (its generated id).
+    fn insert(&mut self, sql: &str, params: &[Value], key: &str) -> Result<i64>;
+    fn rows(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>>;
+    /// Statements without parameters, several at once (migrations).
+    fn batch(&mut self, sql: &str) -> Result<()>;
+
+    fn row(&mut self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
+        Ok(self.rows(sql, params)?.into_iter().next())
+    }
+}
+
+/// SQLite: statements cached by the connection.
+pub(crate) struct SqliteExec<'a>(pub &'a rusqlite::Connection);
+
+impl Exec for SqliteExec<'_> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        Ok(self.0.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params))? as u64)
+    }
+
+    fn insert(&mut self, sql: &str, params: &[Value], _key: &str) -> Result<i64> {
+        self.execute(sql, params)?;
+        Ok(self.0.last_insert_rowid())
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<()> {
+        Ok(self.0.execute_batch(sql)?)
+    }
+
+    fn rows(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        use rusqlite::types::ValueRef;
+        let mut st = self.0.prepare_cached(sql)?;
+        let n = st.column_count();
+        let mut q = st.query(rusqlite::params_from_iter(params))?;
+        let mut out = Vec::new();
+        while let Some(r) = q.next()? {
+            let mut cells = Vec::with_capacity(n);
+            for i in 0..n {
+                cells.push(match r.get_ref(i)? {
+                    ValueRef::Null => Cell::Null,
+                    ValueRef::Integer(v) => Cell::Integer(v),
+                    ValueRef::Real(v) => Cell::Real(v),
+                    ValueRef::Text(t) | ValueRef::Blob(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+                });
+            }
+            out.push(Row(cells));
+        }
+        Ok(out)
+    }
+}
+
+/// Prepared statements kept per connection, at most this many (filters make statements
+/// of their own; the oldest are dropped, and closed on the server, past it).
+const MAX_STATEMENTS: usize = 256;
+
+/// A PostgreSQL connection, made again when it was lost.
+pub(crate) struct Pg {
+    config: postgres::Config,
+    url: String,
+    client: Option<postgres::Client>,
+    statements: HashMap<String, postgres::Statement>,
+}
+
+impl Pg {
+    pub(crate) fn connect(url: &str) -> Result<Pg> {
+        let config = pg_config(url).map_err(StoreError::Url)?;
+        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new() };
+        pg.client()?;
+        Ok(pg)
+    }
+
+    /// The connection, made again if it was closed (the server restarted, the network
+    /// was cut): the statement that finds it closed fails (transient), the next one runs.
+    fn client(&mut self) -> Result<&mut postgres::Client> {
+        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            self.statements.clear();
+            let client = self
+                .config
+                .connect(postgres::NoTls)
+                .map_err(|source| StoreError::Connect { location: redact(&self.url), source })?;
+            self.client = Some(client);
+        }
+        self.client.as_mut().ok_or_else(|| StoreError::Decode("no connection".into()))
+    }
+
+    /// `f` in a transaction: committed when it returns `Some`, rolled back on `None` or an
+    /// error.
+    pub(crate) fn transaction<T>(&mut self, relaxed: bool, f: impl FnOnce(&mut dyn Exec) -> Result<Option<T>>) -> Result<Option<T>> {
+        self.client()?;
+        let Pg { client: Some(client), statements, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
+        let mut tx = client.transaction()?;
+        if relaxed {
+            // Not flushed before the commit returns (see `Store::outbox_done_many`).
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+        }
+        let out = f(&mut PgExec { c: &mut tx, statements })?;
+        if out.is_some() {
+            tx.commit()?;
+        }
+        Ok(out)
+    }
+
+    /// `f` outside a transaction (each statement commits on its own).
+    pub(crate) fn run<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<T>) -> Result<T> {
+        self.client()?;
+        let Pg { client: Some(client), statements, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
+        f(&mut PgExec { c: client, statements })
+    }
+}
+
+struct PgExec<'a, C: postgres::GenericClient> {
+    c: &'a mut C,
+    statements: &'a mut HashMap<String, postgres::Statement>,
+}
+
+impl<C: postgres::GenericClient> PgExec<'_, C> {
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.c.prepare(&placeholders(sql, Dialect::Postgres))?;
+        if self.statements.len() >= MAX_STATEMENTS {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
+fn pg_params(params: &[Value]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn postgres::types::ToSql + Sync)).collect()
+}
+
+impl<C: postgres::GenericClient> Exec for PgExec<'_, C> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let st = self.statement(sql)?;
+        Ok(self.c.execute(&st, &pg_params(params))?)
+    }
+
+    fn insert(&mut self, sql: &str, params: &[Value], key: &str) -> Result<i64> {
+        let st = self.statement(&format!("{sql} RETURNING {key}"))?;
+        Ok(self.c.query_one(&st, &pg_params(params))?.try_get::<_, i64>(0)?)
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<()> {
+        Ok(self.c.batch_execute(sql)?)
+    }
+
+    fn rows(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        use postgres::types::Type;
+        let st = self.statement(sql)?;
+        let rows = self.c.query(&st, &pg_params(params))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let mut cells = Vec::with_capacity(r.len());
+            for (i, col) in r.columns().iter().enumerate() {
+                let ty = col.type_();
+                let cell = if *ty == Type::INT8 {
+                    r.try_get::<_, Option<i64>>(i)?.map(Cell::Integer)
+                } else if *ty == Type::INT4 {
+                    r.try_get::<_, Option<i32>>(i)?.map(|v| Cell::Integer(v.into()))
+                } else if *ty == Type::FLOAT8 {
+                    r.try_get::<_, Option<f64>>(i)?.map(Cell::Real)
+                } else if *ty == Type::BOOL {
+                    r.try_get::<_, Option<bool>>(i)?.map(|b| Cell::Integer(b.into()))
+                } else if <&str as postgres::types::FromSql>::accepts(ty) {
+                    r.try_get::<_, Option<String>>(i)?.map(Cell::Text)
+                } else {
+                    return Err(StoreError::Decode(format!("column {} has type {ty}, which the store does not read", col.name())));
+                };
+                cells.push(cell.unwrap_or(Cell::Null));
+            }
+            out.push(Row(cells));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_shown_without_their_password() {
+        assert_eq!(redact("postgres://ty:s3cret@db.lab:5432/trainyard"), "postgres://ty:***@db.lab:5432/trainyard");
+        assert_eq!(redact("postgres://ty@db/x?sslmode=disable&password=s3cret"), "postgres://ty@db/x?sslmode=disable&password=***");
+        assert_eq!(redact("postgresql://db.lab/trainyard"), "postgresql://db.lab/trainyard");
+        let e = Location::from_url("mysql://root:pw@db/x").unwrap_err();
+        assert!(e.contains("not a PostgreSQL URL") && !e.contains("pw"), "{e}");
+        assert!(Location::from_url("postgres://ty:pw@db:notaport/x").unwrap_err().contains("***"));
+        assert_eq!(Location::from_url("postgres://ty:pw@db/x").unwrap().to_string(), "postgres://ty:***@db/x");
+    }
+}
