@@ -25,7 +25,7 @@ use trainyard_store::{NewJob, Store};
 
 const USAGE: &str = "\
 usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick] [--metrics N]
-                    [--metrics-cost] [--backup]
+                    [--metrics-cost] [--backup] [--postgres URL]
 
   --queued N    jobs queued before the long-queue measurement (default 100000)
   --clients N   concurrent clients (default 8)
@@ -39,6 +39,9 @@ usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--q
                 median create p99 with them against without
   --metrics-cost  only this: creates against a server with metrics and one with
                 `[metrics] enabled = false`, alternating, 3 rounds each: the ratio
+  --postgres URL  only this: creates (empty queue) against a server whose store is
+                PostgreSQL (a new schema on the server at URL, whose user may create
+                schemas) and one on SQLite, alternating, 3 rounds each: creates/s and p99
 
 Build with `cargo build --release -p trainyard -p trainyard-bench`; run
 target/release/create-bench (it starts target/release/trainyard).";
@@ -51,11 +54,12 @@ struct Opts {
     metrics: usize,
     metrics_cost: bool,
     backup: bool,
+    postgres: Option<String>,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
-        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false, backup: false };
+        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false, backup: false, postgres: None };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut num = |name: &str| entry::number::<usize>(&mut it, name);
@@ -67,6 +71,7 @@ impl Opts {
                 "--metrics" => o.metrics = num("--metrics")?,
                 "--metrics-cost" => o.metrics_cost = true,
                 "--backup" => o.backup = true,
+                "--postgres" => o.postgres = Some(it.next().ok_or_else(|| anyhow!("--postgres needs a URL"))?.clone()),
                 "--quick" => {
                     o.queued = 2000;
                     o.creates = 400;
@@ -310,6 +315,9 @@ fn run(o: &Opts) -> Result<()> {
     if o.metrics_cost {
         return metrics_cost(&exe, tmp.path(), o);
     }
+    if let Some(url) = &o.postgres {
+        return postgres_against_sqlite(&exe, tmp.path(), url, o);
+    }
     println!("create-bench: {} clients, {} creates per measurement, {} queued for the long queue", o.clients, o.creates, o.queued);
     let sqlite = sqlite_baseline(tmp.path(), o.baseline)?;
     println!("baseline: SQLite one-row durable transactions: {sqlite:.0}/s");
@@ -378,6 +386,46 @@ fn run(o: &Opts) -> Result<()> {
         );
     }
     cancels_in_flight(&exe, tmp.path(), o)?;
+    Ok(())
+}
+
+/// The same creates (empty queue) against a server on a PostgreSQL store and one on
+/// SQLite, alternating so that the machine's drift falls on both; medians of 3 rounds.
+fn postgres_against_sqlite(exe: &Path, tmp: &Path, admin: &str, o: &Opts) -> Result<()> {
+    const ROUNDS: usize = 3;
+    println!("create-bench --postgres: {} clients, {} creates per measurement, {ROUNDS} rounds", o.clients, o.creates);
+    let mut client = postgres::Client::connect(admin, postgres::NoTls).context("connecting to --postgres")?;
+    let (mut pg, mut lite) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        for on_pg in [true, false] {
+            let dir = tmp.join(format!("store-{on_pg}-{round}"));
+            std::fs::create_dir_all(&dir)?;
+            let config = if on_pg {
+                let schema = format!("create_bench_{}_{round}", std::process::id());
+                client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))?;
+                let sep = if admin.contains('?') { '&' } else { '?' };
+                format!("{CONFIG}[store]\nurl = \"{admin}{sep}options=-csearch_path%3D{schema}\"\n")
+            } else {
+                CONFIG.to_string()
+            };
+            std::fs::write(dir.join("trainyard.toml"), config)?;
+            let server = start_server(exe, &dir)?;
+            measure(&server, o.clients, (o.creates / 10).max(o.clients), "warmup")?;
+            let m = measure(&server, o.clients, o.creates, "bench")?;
+            println!("round {round}, {}: {:.0} creates/s, p50 {:.1} ms, p99 {:.1} ms", if on_pg { "PostgreSQL" } else { "SQLite" }, m.per_sec, m.p50_ms, m.p99_ms);
+            if on_pg { pg.push(m) } else { lite.push(m) }
+        }
+    }
+    let median = |v: &[Measured], f: fn(&Measured) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    let (pr, lr) = (median(&pg, |m| m.per_sec), median(&lite, |m| m.per_sec));
+    let (pp, lp) = (median(&pg, |m| m.p99_ms), median(&lite, |m| m.p99_ms));
+    println!("PostgreSQL store: {pr:.0} creates/s ({:.2}x SQLite's {lr:.0}/s), p99 {pp:.1} ms (SQLite {lp:.1} ms)", pr / lr);
+    row::row("create-bench", "creates/s, PostgreSQL store", &format!("{pr:.0}/s"), &format!("{lr:.0}/s SQLite store"), pr / lr);
+    row::row("create-bench", "create p99, PostgreSQL store", &format!("{pp:.1} ms"), &format!("{lp:.1} ms SQLite store"), pp / lp);
     Ok(())
 }
 

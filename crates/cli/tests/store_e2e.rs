@@ -1,0 +1,107 @@
+//! The control plane's state on PostgreSQL (`[store] url`): a server keeps every job there
+//! (none in the data directory), goes on by the rules after a kill -9, says what it runs
+//! on in `doctor`; a store that cannot be reached, a URL that is not one and a schema of
+//! a newer release are refused at start, naming them (never the password), with no
+//! silent fallback to SQLite; `admin backup` of a PostgreSQL store says to use its tools.
+//!
+//! The tests that need a PostgreSQL server use `TRAINYARD_TEST_PG_URL`
+//! (scripts/pg/up.sh); CI always gives one.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_trainyard");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).env("TRAINYARD_CONTAINER_ENGINE", "none").env_remove("TRAINYARD_CONFIG").env_remove("TRAINYARD_STORE_URL").stdin(Stdio::null()).output().expect("run trainyard")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// The PostgreSQL of the tests; in CI its absence is a failure.
+fn pg() -> Option<String> {
+    let url = pg_url();
+    if url.is_none() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the PostgreSQL store tests: set TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+        trainyard_backend::skip_test("no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+    }
+    url
+}
+
+/// Bad store URLs stop the start naming them, without the password, and nothing is made:
+/// no SQLite database instead.
+#[test]
+fn a_store_that_cannot_be_used_is_refused_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let d = data.to_str().unwrap();
+    // Nothing listens on port 1.
+    let o = run(&["serve", "--data-dir", d, "--listen", &listen, "--store-url", "postgres://ty:s3cret@127.0.0.1:1/trainyard?connect_timeout=3"]);
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("cannot connect to the store postgres://ty:***@127.0.0.1:1/trainyard"), "{out}");
+    assert!(!out.contains("s3cret"), "the password is shown: {out}");
+    assert!(!data.join("trainyard.db").exists(), "no SQLite store made instead");
+    // Not a PostgreSQL URL: from the flag, and from the config file, naming the key.
+    let o = run(&["serve", "--data-dir", d, "--listen", &listen, "--store-url", "mysql://root:s3cret@db/x"]);
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains("--store-url") && out.contains("not a PostgreSQL URL") && !out.contains("s3cret"), "{out}");
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(&cfg, "[store]\nurl = \"sqlite:///tmp/x.db\"\n").unwrap();
+    let o = run(&["serve", "--config", cfg.to_str().unwrap(), "--data-dir", d, "--listen", &listen]);
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains("store.url") && out.contains("not a PostgreSQL URL"), "{out}");
+    // doctor says the same, as a failure with its fix.
+    let o = run(&["doctor", "--data-dir", d, "--listen", &listen, "--store-url", "postgres://ty:s3cret@127.0.0.1:1/trainyard?connect_timeout=3"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("fail  store") && l.contains("127.0.0.1:1")) && !out.contains("s3cret"), "{out}");
+}
+
+/// On PostgreSQL: jobs are kept there and not in the data directory, a server killed with
+/// kill -9 and started again has them and goes on (L23); doctor names the store; a
+/// backup is refused naming PostgreSQL's tools; a schema of a newer release is refused.
+#[test]
+fn a_server_on_postgresql_keeps_its_jobs_there() {
+    let Some(_) = pg() else { return };
+    let url = new_pg_store();
+    let mut s = Server::start(&format!("[store]\nurl = \"{url}\"\n"));
+    let done = s.create("p", &sh_job("done", "echo done"));
+    assert_eq!(s.wait_terminal(&name_of(&done), 60)["state"], "JOB_STATE_SUCCEEDED");
+    let long = name_of(&s.create("p", &sh_job("long", "sleep 3; echo slept")));
+    s.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    assert!(!s.data_dir().join("trainyard.db").exists(), "the jobs are in PostgreSQL");
+    assert!(s.server_log().contains("store: PostgreSQL at postgres://"), "{}", s.server_log());
+    s.restart();
+    assert_eq!(s.get(&name_of(&done))["state"], "JOB_STATE_SUCCEEDED");
+    let ended = s.wait_terminal(&long, 60);
+    assert_eq!(ended["state"], "JOB_STATE_SUCCEEDED", "{ended}");
+    assert!(s.logs_text(&long).contains("slept"));
+
+    let (status, body) = s.call("POST", &s.url("/v1/admin/backup"), Some(r#"{"to": "/tmp/never-written.db"}"#));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("pg_dump"), "{body}");
+    assert!(!std::path::Path::new("/tmp/never-written.db").exists());
+
+    let data = s.data_dir();
+    let o = run(&["doctor", "--data-dir", data.to_str().unwrap(), "--store-url", &url]);
+    let out = text(&o);
+    assert!(out.lines().any(|l| l.starts_with("ok    store") && l.contains("PostgreSQL at postgres://")), "{out}");
+    s.kill9();
+
+    // A newer release's schema: refused naming both versions, nothing written.
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute("UPDATE trainyard_schema SET version = 99").unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let o = run(&["serve", "--data-dir", data.to_str().unwrap(), "--listen", &listen, "--store-url", &url]);
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains("schema version 99"), "{out}");
+    let version: i64 = c.query_one("SELECT version FROM trainyard_schema", &[]).unwrap().get(0);
+    assert_eq!(version, 99);
+}
