@@ -109,7 +109,18 @@ pub(crate) trait Exec {
     fn row(&mut self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
         Ok(self.rows(sql, params)?.into_iter().next())
     }
+
+    /// PostgreSQL: `n` new values of `table`'s identity `column`, ascending, for rows this
+    /// connection inserts with them. Taken in blocks of at least `RESERVE_BLOCK` (one
+    /// round trip for many batches); values reserved and never used leave gaps, never
+    /// a value used twice.
+    fn reserve(&mut self, _table: &str, _column: &str, _n: usize) -> Result<Vec<i64>> {
+        Err(StoreError::Decode("ids are reserved on PostgreSQL only".into()))
+    }
 }
+
+/// Identity values a PostgreSQL connection reserves at once.
+pub(crate) const RESERVE_BLOCK: usize = 64;
 
 /// SQLite: statements cached by the connection.
 pub(crate) struct SqliteExec<'a>(pub &'a rusqlite::Connection);
@@ -160,12 +171,14 @@ pub(crate) struct Pg {
     url: String,
     client: Option<postgres::Client>,
     statements: HashMap<String, postgres::Statement>,
+    /// Identity values reserved and not used yet, by table.
+    reserved: HashMap<String, std::collections::VecDeque<i64>>,
 }
 
 impl Pg {
     pub(crate) fn connect(url: &str) -> Result<Pg> {
         let config = pg_config(url).map_err(StoreError::Url)?;
-        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new() };
+        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new(), reserved: HashMap::new() };
         pg.client()?;
         Ok(pg)
     }
@@ -189,15 +202,11 @@ impl Pg {
 
     /// `f` in a transaction: committed when it returns `Some`, rolled back on `None` or an
     /// error.
-    pub(crate) fn transaction<T>(&mut self, relaxed: bool, f: impl FnOnce(&mut dyn Exec) -> Result<Option<T>>) -> Result<Option<T>> {
+    pub(crate) fn transaction<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<Option<T>>) -> Result<Option<T>> {
         self.client()?;
-        let Pg { client: Some(client), statements, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
+        let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
         let mut tx = client.transaction()?;
-        if relaxed {
-            // Not flushed before the commit returns (see `Store::outbox_done_many`).
-            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
-        }
-        let out = f(&mut PgExec { c: &mut tx, statements })?;
+        let out = f(&mut PgExec { c: &mut tx, statements, reserved })?;
         if out.is_some() {
             tx.commit()?;
         }
@@ -207,14 +216,15 @@ impl Pg {
     /// `f` outside a transaction (each statement commits on its own).
     pub(crate) fn run<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<T>) -> Result<T> {
         self.client()?;
-        let Pg { client: Some(client), statements, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
-        f(&mut PgExec { c: client, statements })
+        let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
+        f(&mut PgExec { c: client, statements, reserved })
     }
 }
 
 struct PgExec<'a, C: postgres::GenericClient> {
     c: &'a mut C,
     statements: &'a mut HashMap<String, postgres::Statement>,
+    reserved: &'a mut HashMap<String, std::collections::VecDeque<i64>>,
 }
 
 impl<C: postgres::GenericClient> PgExec<'_, C> {
@@ -248,6 +258,20 @@ impl<C: postgres::GenericClient> Exec for PgExec<'_, C> {
 
     fn batch(&mut self, sql: &str) -> Result<()> {
         Ok(self.c.batch_execute(sql)?)
+    }
+
+    fn reserve(&mut self, table: &str, column: &str, n: usize) -> Result<Vec<i64>> {
+        let key = format!("{table}.{column}");
+        let have = self.reserved.get(&key).map_or(0, |q| q.len());
+        if have < n {
+            let more = (n - have).max(RESERVE_BLOCK);
+            let sql = format!("SELECT nextval(pg_get_serial_sequence('{table}', '{column}')) FROM generate_series(1, ?1::bigint)");
+            let mut ids = self.rows(&sql, &[Value::Integer(more as i64)])?.iter().map(|r| r.int(0)).collect::<Result<Vec<i64>>>()?;
+            ids.sort_unstable();
+            self.reserved.entry(key.clone()).or_default().extend(ids);
+        }
+        let q = self.reserved.entry(key).or_default();
+        Ok(q.drain(..n.min(q.len())).collect())
     }
 
     fn rows(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {

@@ -439,7 +439,7 @@ impl Store {
                 }
                 Ok(out)
             }
-            Conn::Postgres(pg) => pg.transaction(false, f),
+            Conn::Postgres(pg) => pg.transaction(f),
         }
     }
 
@@ -475,6 +475,16 @@ impl Store {
 
     /// Insert a new job and its "queued" log line in one transaction; returns the job.
     pub fn insert_job(&mut self, new: &NewJob<'_>, make: impl FnOnce(u64) -> Job) -> Result<Job> {
+        if self.dialect() == Dialect::Postgres {
+            // The ids of jobs come from the connection's reserved block, one after the
+            // other, whichever way they are inserted.
+            return self.read(|e| {
+                let id = pg_reserve(e, "jobs", "id", 1)?.pop().ok_or_else(|| StoreError::Decode("no id was reserved".into()))?;
+                let job = make(id as u64);
+                pg_insert_rows(e, std::slice::from_ref(new), std::slice::from_ref(&job))?;
+                Ok(job)
+            });
+        }
         self.write(|tx| insert_new(tx, new, make))
     }
 
@@ -482,6 +492,15 @@ impl Store {
     /// transaction (one fsync for all of them). `make(i, id)` builds the lifecycle state of
     /// `news[i]` once its id is known. All or none are stored.
     pub fn insert_jobs(&mut self, news: &[NewJob<'_>], mut make: impl FnMut(usize, u64) -> Job) -> Result<Vec<Job>> {
+        if self.dialect() == Dialect::Postgres {
+            // One statement: atomic without a transaction around it.
+            return self.read(|e| {
+                let ids = pg_reserve(e, "jobs", "id", news.len())?;
+                let jobs: Vec<Job> = ids.iter().enumerate().map(|(i, id)| make(i, *id as u64)).collect();
+                pg_insert_rows(e, news, &jobs)?;
+                Ok(jobs)
+            });
+        }
         self.write(|tx| {
             let mut out = Vec::with_capacity(news.len());
             for (i, new) in news.iter().enumerate() {
@@ -494,6 +513,9 @@ impl Store {
     /// L23: commit the job's new state, its lifecycle log lines and its world effects in
     /// one transaction. Returns the outbox entries to execute, in order.
     pub fn commit(&mut self, job: &Job, effects: &[Effect], now: Micros) -> Result<Vec<(i64, Effect)>> {
+        if self.dialect() == Dialect::Postgres {
+            return Ok(self.commit_many(&[(job, effects)], now)?.pop().unwrap_or_default());
+        }
         self.write(|tx| write_job(tx, job, effects, now))
     }
 
@@ -501,6 +523,10 @@ impl Store {
     /// round, replicas that started or ended together). Returns each job's outbox entries,
     /// in the order of `batch`.
     pub fn commit_many(&mut self, batch: &[(&Job, &[Effect])], now: Micros) -> Result<Vec<Vec<(i64, Effect)>>> {
+        if self.dialect() == Dialect::Postgres {
+            // One statement: atomic without a transaction around it.
+            return self.read(|e| pg_write_jobs(e, batch, now));
+        }
         self.write(|tx| batch.iter().map(|(job, effects)| write_job(tx, job, effects, now)).collect())
     }
 
@@ -536,7 +562,16 @@ impl Store {
                 c.pragma_update(None, "synchronous", "FULL")?;
                 done
             }
-            Conn::Postgres(pg) => pg.transaction(true, delete).map(drop),
+            Conn::Postgres(pg) => {
+                // One round trip: the transaction, its setting and the delete as one simple
+                // query (the seqs are the store's own integers).
+                let list = seqs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+                pg.run(|e| {
+                    e.batch(&format!(
+                        "BEGIN; SET LOCAL synchronous_commit = off; DELETE FROM outbox WHERE seq IN ({list}); COMMIT;"
+                    ))
+                })
+            }
         }
     }
 
@@ -951,7 +986,7 @@ fn pg_version(e: &mut dyn Exec) -> Result<i64> {
 fn pg_migrate(pg: &mut Pg) -> Result<()> {
     refuse_newer(pg.run(pg_version)?)?;
     for (i, sql) in PG_MIGRATIONS.iter().enumerate() {
-        pg.transaction(false, |tx| {
+        pg.transaction(|tx| {
             tx.execute("SELECT pg_advisory_xact_lock(?1)", values![PG_MIGRATION_LOCK])?;
             tx.batch("CREATE TABLE IF NOT EXISTS trainyard_schema (version BIGINT NOT NULL)")?;
             let now = refuse_newer(pg_version(tx)?)?;
@@ -1043,6 +1078,152 @@ fn insert_event(tx: &mut dyn Exec, job: u64, time: Micros, attempt: u32, replica
         values![job as i64, time, i64::from(attempt), replica, text],
     )?;
     Ok(())
+}
+
+/// PostgreSQL: a statement is a round trip to the database server, so a batch is written
+/// in one statement whatever its size (its tables' rows as columns, `unnest` of arrays,
+/// data-modifying `WITH` clauses: one statement is atomic, no transaction around it),
+/// with ids the connection reserved before (a block at a time). Rows go in the batch's
+/// order.
+fn pg_reserve(e: &mut dyn Exec, table: &str, column: &str, n: usize) -> Result<Vec<i64>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    e.reserve(table, column, n)
+}
+
+/// Lifecycle log lines of a batch, as five columns.
+#[derive(Default)]
+struct PgEvents {
+    job: Vec<i64>,
+    time: Vec<i64>,
+    attempt: Vec<i64>,
+    replica: Vec<Option<String>>,
+    text: Vec<Option<String>>,
+}
+
+impl PgEvents {
+    fn push(&mut self, job: u64, time: Micros, attempt: u32, replica: Option<&str>, text: &str) {
+        self.job.push(job as i64);
+        self.time.push(time);
+        self.attempt.push(attempt.into());
+        self.replica.push(replica.map(str::to_string));
+        self.text.push(Some(text.to_string()));
+    }
+
+    fn into_values(self) -> [Value; 5] {
+        [Value::Ints(self.job), Value::Ints(self.time), Value::Ints(self.attempt), Value::Texts(self.replica), Value::Texts(self.text)]
+    }
+}
+
+fn texts(v: impl IntoIterator<Item = String>) -> Value {
+    Value::Texts(v.into_iter().map(Some).collect())
+}
+
+/// `insert_new` for a batch, on PostgreSQL: the jobs (made with reserved ids), their
+/// labels and their "queued" lines in one statement.
+fn pg_insert_rows(e: &mut dyn Exec, news: &[NewJob<'_>], jobs: &[Job]) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(jobs.len());
+    let (mut kind, mut project, mut region, mut name, mut state, mut created, mut updated, mut resource, mut core) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut label_job, mut label_key, mut label_value) = (vec![], vec![], vec![]);
+    let mut events = PgEvents::default();
+    for (new, job) in news.iter().zip(jobs) {
+        let id = &(job.id as i64);
+        ids.push(*id);
+        kind.push(new.kind.to_string());
+        project.push(new.project.to_string());
+        region.push(new.region.to_string());
+        name.push(new.display_name.to_string());
+        state.push(job.state().wire_name().to_string());
+        created.push(job.create_time);
+        updated.push(job.update_time);
+        resource.push(new.resource.to_string());
+        core.push(encode(job)?);
+        for (k, v) in new.labels {
+            label_job.push(*id);
+            label_key.push(k.clone());
+            label_value.push(v.clone());
+        }
+        events.push(job.id, job.create_time, 0, None, "L3: Job queued.");
+    }
+    let mut params = vec![
+        Value::Ints(ids),
+        texts(kind),
+        texts(project),
+        texts(region),
+        texts(name),
+        texts(state),
+        Value::Ints(created),
+        Value::Ints(updated),
+        texts(resource),
+        texts(core),
+        Value::Ints(label_job),
+        texts(label_key),
+        texts(label_value),
+    ];
+    params.extend(events.into_values());
+    e.execute(
+        "WITH j AS (INSERT INTO jobs (id, kind, project, region, display_name, state, create_time, update_time, resource, core) \
+           SELECT * FROM unnest(?1::bigint[], ?2::text[], ?3::text[], ?4::text[], ?5::text[], ?6::text[], ?7::bigint[], ?8::bigint[], ?9::text[], ?10::text[])), \
+         l AS (INSERT INTO labels (job_id, key, value) SELECT * FROM unnest(?11::bigint[], ?12::text[], ?13::text[])) \
+         INSERT INTO events (job_id, time, attempt, replica, text) \
+           SELECT * FROM unnest(?14::bigint[], ?15::bigint[], ?16::bigint[], ?17::text[], ?18::text[])",
+        &params,
+    )?;
+    Ok(())
+}
+
+/// `write_job` for a batch, on PostgreSQL: every job's state, log lines and outbox
+/// entries in one statement.
+fn pg_write_jobs(e: &mut dyn Exec, batch: &[(&Job, &[Effect])], now: Micros) -> Result<Vec<Vec<(i64, Effect)>>> {
+    let (mut id, mut state, mut updated, mut terminal, mut core) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut events = PgEvents::default();
+    let mut effects: Vec<(usize, &Effect)> = Vec::new();
+    // A job twice in a batch (two transitions committed together) is written as its
+    // last: one UPDATE row per job (with two, PostgreSQL would pick either).
+    let mut last: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for (i, (job, _)) in batch.iter().enumerate() {
+        last.insert(job.id, i);
+    }
+    for (i, (job, job_effects)) in batch.iter().enumerate() {
+        if last.get(&job.id) == Some(&i) {
+            id.push(job.id as i64);
+            state.push(job.state().wire_name().to_string());
+            updated.push(job.update_time);
+            terminal.push(terminal_flag(job));
+            core.push(encode(job)?);
+        }
+        for e in job_effects.iter() {
+            match e {
+                Effect::Log(line) => events.push(job.id, now, line.attempt, line.replica.as_deref(), &line.text),
+                other => effects.push((i, other)),
+            }
+        }
+    }
+    let seqs = pg_reserve(e, "outbox", "seq", effects.len())?;
+    let mut outboxes: Vec<Vec<(i64, Effect)>> = vec![Vec::new(); batch.len()];
+    let (mut outbox_job, mut outbox_text) = (Vec::with_capacity(seqs.len()), Vec::with_capacity(seqs.len()));
+    for ((i, effect), seq) in effects.iter().zip(&seqs) {
+        outbox_job.push(batch[*i].0.id as i64);
+        outbox_text.push(encode(*effect)?);
+        outboxes[*i].push((*seq, (*effect).clone()));
+    }
+    let mut params = vec![Value::Ints(id), texts(state), Value::Ints(updated), Value::Ints(terminal), texts(core), Value::Ints(seqs), Value::Ints(outbox_job), texts(outbox_text)];
+    params.extend(events.into_values());
+    e.execute(
+        "WITH u AS (UPDATE jobs SET state = v.state, update_time = v.update_time, terminal = v.terminal, core = v.core \
+           FROM unnest(?1::bigint[], ?2::text[], ?3::bigint[], ?4::bigint[], ?5::text[]) AS v(id, state, update_time, terminal, core) \
+           WHERE jobs.id = v.id), \
+         o AS (INSERT INTO outbox (seq, job_id, effect) SELECT * FROM unnest(?6::bigint[], ?7::bigint[], ?8::text[])) \
+         INSERT INTO events (job_id, time, attempt, replica, text) \
+           SELECT * FROM unnest(?9::bigint[], ?10::bigint[], ?11::bigint[], ?12::text[], ?13::text[])",
+        &params,
+    )?;
+    Ok(outboxes)
 }
 
 fn write_job(tx: &mut dyn Exec, job: &Job, effects: &[Effect], now: Micros) -> Result<Vec<(i64, Effect)>> {
@@ -1341,6 +1522,44 @@ mod tests {
         });
     }
 
+    /// A batch writes every job's last state, its log lines and its outbox entries in the
+    /// batch's order, the same on both stores, whatever the batch's size; a job twice in
+    /// one batch ends as its second transition.
+    #[test]
+    fn batches_write_in_order() {
+        each(|_, store| {
+            let s = Settings::default();
+            let news: Vec<NewJob<'_>> = (0..5)
+                .map(|_| NewJob { kind: "custom", project: "p", region: "r", display_name: "b", labels: &[], resource: "{}" })
+                .collect();
+            let jobs = store
+                .insert_jobs(&news, |i, id| Job::new(id, "p".into(), "r".into(), &[1], Demand::default(), Policy::defaults(&s), false, i as i64))
+                .unwrap();
+            assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+            let place = |j: &Job| {
+                trainyard_core::step(j, Event::Place { nodes: vec!["n".into()], addresses: vec!["127.0.0.2:1".into()], notes: vec![] }, 10, &s).unwrap()
+            };
+            let (a, b) = (place(&jobs[0]), place(&jobs[1]));
+            let a2 = trainyard_core::step(&a.job, Event::Cancel, 11, &s).unwrap();
+            let out = store.commit_many(&[(&a.job, &a.effects), (&b.job, &b.effects), (&a2.job, &a2.effects)], 11).unwrap();
+            assert_eq!(out.len(), 3);
+            let seqs: Vec<i64> = out.iter().flatten().map(|(s, _)| *s).collect();
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+            let pending = store.pending_outbox().unwrap().0;
+            assert_eq!(pending.iter().map(|p| p.0).collect::<Vec<_>>(), seqs);
+            assert_eq!(store.get_job_by_id(1).unwrap().unwrap().job, a2.job, "the later transition");
+            assert_eq!(store.get_job_by_id(2).unwrap().unwrap().job, b.job);
+            let texts: Vec<String> = store.events(1, 0).unwrap().into_iter().map(|e| e.text).collect();
+            let expected: Vec<String> = std::iter::once("L3: Job queued.".to_string())
+                .chain([&a.effects, &a2.effects].into_iter().flatten().filter_map(|e| match e {
+                    Effect::Log(l) => Some(l.text.clone()),
+                    _ => None,
+                }))
+                .collect();
+            assert_eq!(texts, expected);
+        });
+    }
+
     /// A database made by the first schema version is migrated forward and keeps its jobs.
     #[test]
     fn old_database_is_migrated() {
@@ -1413,11 +1632,13 @@ mod tests {
         assert!(e.is_transient(), "{text}");
         let Some(admin) = testdb::pg_url() else { return };
         let (url, schema) = testdb::pg_schema(&admin);
-        let mut store = Store::connect(&Location::Postgres(url)).unwrap();
+        // A name of its own: other tests' connections are not touched.
+        let name = format!("ty_reconnect_{}", std::process::id());
+        let mut store = Store::connect(&Location::Postgres(format!("{url}&application_name={name}"))).unwrap();
         store.set_meta("k", "1").unwrap();
         // The server ends this connection (as a restart would).
         let mut c = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
-        c.batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'trainyard' AND query NOT LIKE '%pg_terminate_backend%'").unwrap();
+        c.batch_execute(&format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{name}'")).unwrap();
         let lost = store.set_meta("k", "2");
         if let Err(e) = &lost {
             assert!(e.is_transient(), "{e}");

@@ -23,6 +23,10 @@ pub enum Value {
     Text(String),
     /// A NULL where a text is expected (PostgreSQL types its parameters).
     NullText,
+    /// PostgreSQL only: a `bigint[]` (a batch's column, spread by `unnest`).
+    Ints(Vec<i64>),
+    /// PostgreSQL only: a `text[]`, NULLs allowed.
+    Texts(Vec<Option<String>>),
 }
 
 impl From<i64> for Value {
@@ -75,6 +79,9 @@ impl rusqlite::ToSql for Value {
             Value::Real(f) => ToSqlOutput::Borrowed(ValueRef::Real(*f)),
             Value::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
             Value::NullText => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Ints(_) | Value::Texts(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure("arrays are parameters of PostgreSQL statements only".into()))
+            }
         })
     }
 }
@@ -92,13 +99,19 @@ impl postgres::types::ToSql for Value {
             Value::Real(f) if <f64 as ToSql>::accepts(ty) => f.to_sql(ty, out),
             Value::Text(s) if <&str as ToSql>::accepts(ty) => s.as_str().to_sql(ty, out),
             Value::NullText if <&str as ToSql>::accepts(ty) => Ok(IsNull::Yes),
+            Value::Ints(v) if <Vec<i64> as ToSql>::accepts(ty) => v.to_sql(ty, out),
+            Value::Texts(v) if <Vec<Option<String>> as ToSql>::accepts(ty) => v.to_sql(ty, out),
             _ => Err(wrong()),
         }
     }
 
     fn accepts(ty: &postgres::types::Type) -> bool {
         use postgres::types::ToSql;
-        <i64 as ToSql>::accepts(ty) || <f64 as ToSql>::accepts(ty) || <&str as ToSql>::accepts(ty)
+        <i64 as ToSql>::accepts(ty)
+            || <f64 as ToSql>::accepts(ty)
+            || <&str as ToSql>::accepts(ty)
+            || <Vec<i64> as ToSql>::accepts(ty)
+            || <Vec<Option<String>> as ToSql>::accepts(ty)
     }
 
     postgres::types::to_sql_checked!();

@@ -906,5 +906,7 @@ fn show_value(v: &SqlValue) -> String {
         SqlValue::Integer(i) => i.to_string(),
         SqlValue::Real(f) => f.to_string(),
         SqlValue::Text(t) => format!("{t:?}"),
+        SqlValue::Ints(v) => format!("{v:?}"),
+        SqlValue::Texts(v) => format!("{v:?}"),
     }
 }
