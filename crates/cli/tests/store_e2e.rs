@@ -105,3 +105,131 @@ fn a_server_on_postgresql_keeps_its_jobs_there() {
     let version: i64 = c.query_one("SELECT version FROM trainyard_schema", &[]).unwrap().get(0);
     assert_eq!(version, 99);
 }
+
+/// A TCP relay to PostgreSQL that the test can cut (every connection closed, new ones
+/// refused) and restore: the network between the server and its store.
+struct Relay {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Relay {
+    fn to(target: std::net::SocketAddr) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::<std::net::TcpStream>::new()));
+        let (cut2, open2) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if cut2.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let Ok(server) = std::net::TcpStream::connect(target) else { continue };
+                let mut held = open2.lock().unwrap();
+                for s in [&client, &server] {
+                    held.push(s.try_clone().unwrap());
+                }
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { port, cut, open }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The store out of reach (the network to PostgreSQL cut): requests that need it are
+/// answered 503 UNAVAILABLE with Retry-After and change nothing, /healthz says why, the
+/// running job goes on; once the network is back the server goes on by itself, and the
+/// job that ran meanwhile SUCCEEDS.
+#[test]
+fn a_store_out_of_reach_is_503_with_retry_after_until_it_is_back() {
+    let Some(admin) = pg() else { return };
+    let url = new_pg_store();
+    let config: postgres::Config = admin.parse().unwrap();
+    let (host, port) = match (&config.get_hosts()[0], config.get_ports()[0]) {
+        (postgres::config::Host::Tcp(h), p) => (h.clone(), p),
+        other => panic!("TRAINYARD_TEST_PG_URL must name a TCP host: {other:?}"),
+    };
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap();
+    let relay = Relay::to(target);
+    let relayed = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", relay.port), 1);
+    assert_ne!(relayed, url, "{url}");
+    let s = Server::start(&format!("[store]\nurl = \"{relayed}\"\n"));
+    let long = name_of(&s.create("p", &sh_job("long", "sleep 4; echo through")));
+    s.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+
+    relay.cut();
+    let body = sh_job("during", "echo x").to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (mut created, mut refused) = (0, 0);
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    while refused == 0 {
+        assert!(std::time::Instant::now() < deadline, "no 503 within 20 s of the cut");
+        let mut r = agent.post(&s.jobs_url("p")).header("Content-Type", "application/json").send(body.as_bytes()).unwrap();
+        let status = r.status().as_u16();
+        let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let text = r.body_mut().read_to_string().unwrap();
+        match status {
+            200 => created += 1,
+            503 => {
+                refused += 1;
+                assert_eq!(retry.as_deref(), Some("1"), "{text}");
+                assert!(text.contains("UNAVAILABLE") && text.contains("store"), "{text}");
+            }
+            other => panic!("{other}: {text}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (status, health) = s.call("GET", &s.url("/healthz"), None);
+    assert_eq!(status, 503, "{health}");
+    assert!(health.to_string().contains("store cannot be reached"), "{health}");
+
+    relay.restore();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the server did not go on within 30 s of the network's return");
+        let r = agent.post(&s.jobs_url("p")).header("Content-Type", "application/json").send(body.as_bytes()).unwrap();
+        if r.status().as_u16() == 200 {
+            created += 1;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Readers' connections made before the cut may still be found broken: such a read
+    // is a 503 with Retry-After too (never another 5xx), and the next one is served.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, body) = s.call("GET", &s.url(&format!("/v1/{long}")), None);
+        match status {
+            200 => break,
+            503 => assert!(std::time::Instant::now() < deadline, "reads still refused 10 s after the network came back: {body}"),
+            other => panic!("{other}: {body}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let ended = s.wait_terminal(&long, 60);
+    assert_eq!(ended["state"], "JOB_STATE_SUCCEEDED", "{ended}");
+    assert!(s.logs_text(&long).contains("through"));
+    // Every acknowledged create is there, and none of the refused ones.
+    let (_, list) = s.call("GET", &format!("{}?pageSize=100", s.jobs_url("p")), None);
+    let during = list["customJobs"].as_array().unwrap().iter().filter(|j| j["displayName"] == "during").count();
+    assert_eq!(during, created, "{list}");
+}

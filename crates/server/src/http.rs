@@ -91,12 +91,17 @@ impl ReadPool {
             let taken = pool.idle.lock().ok().and_then(|mut v| v.pop());
             let store = match taken {
                 Some(s) => s,
-                None => Store::connect(&pool.location).map_err(internal)?,
+                None => Store::connect(&pool.location).map_err(crate::reply::read_failed)?,
             };
             let r = f(&store);
             if let Ok(mut v) = pool.idle.lock() {
-                if v.len() < 8 {
-                    v.push(store);
+                match &r {
+                    // The store could not be read (a database server that restarted or is
+                    // out of reach): the idle connections are likely broken as well. New
+                    // ones are made for the next readers.
+                    Err(e) if e.http_status() == 503 => v.clear(),
+                    _ if v.len() < 8 => v.push(store),
+                    _ => {}
                 }
             }
             r
@@ -205,7 +210,7 @@ async fn get_operation(
         .parse::<u64>()
         .map_err(|_| ApiError::invalid_argument(format!("Invalid operation id \"{op}\": ids are decimal numbers.")))?;
     let (p, r) = (project.clone(), region.clone());
-    let body = state.readers.with(move |s| s.get_operation(&p, &r, id).map_err(internal)).await?;
+    let body = state.readers.with(move |s| s.get_operation(&p, &r, id).map_err(crate::reply::read_failed)).await?;
     let body = body.ok_or_else(|| {
         ApiError::not_found(format!("The operation \"projects/{project}/locations/{region}/operations/{op}\" does not exist."))
     })?;
@@ -264,10 +269,10 @@ async fn job_logs(
                 .with(move |s| {
                     // Whether the job had ended is read before its lines, so that the lines
                     // written just before its end are sent before the stream stops.
-                    let terminal = s.get_job_by_id(id).map_err(internal)?.is_none_or(|j| j.job.is_terminal());
+                    let terminal = s.get_job_by_id(id).map_err(crate::reply::read_failed)?.is_none_or(|j| j.job.is_terminal());
                     // One bounded read (READ_BUDGET per file): a long log is sent batch by
                     // batch, never held whole.
-                    let e = logs::read_new(s, &dd, id, &sel2, &mut cur).map_err(internal)?;
+                    let e = logs::read_new(s, &dd, id, &sel2, &mut cur).map_err(crate::reply::read_failed)?;
                     Ok((e, terminal, cur))
                 })
                 .await;

@@ -17,10 +17,26 @@ impl From<ApiError> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, [(header::CONTENT_TYPE, "application/json")], self.0.to_json().to_string()).into_response()
+        let mut resp = (status, [(header::CONTENT_TYPE, "application/json")], self.0.to_json().to_string()).into_response();
+        // UNAVAILABLE passes by itself (a store that cannot be written now, a server that
+        // starts or stops): clients may try again after a second.
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        resp
     }
 }
 
+/// A read of the store that failed: 503 UNAVAILABLE (with Retry-After) when it may pass
+/// by itself (a database server that restarts or cannot be reached), else an internal
+/// error.
+pub fn read_failed(e: trainyard_store::StoreError) -> ApiError {
+    if e.is_transient() {
+        tracing::warn!("store read: {e}");
+        return ApiError::unavailable(format!("The server cannot read its job store now ({}); try again shortly.", e.reason()));
+    }
+    internal(e)
+}
 
 /// An internal error: logged in full, answered without its detail.
 pub fn internal(e: impl std::fmt::Display) -> ApiError {

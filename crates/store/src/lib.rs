@@ -29,9 +29,9 @@ pub enum StoreError {
     #[error("database: {0}")]
     Sql(#[from] rusqlite::Error),
     /// The PostgreSQL store cannot be reached.
-    #[error("cannot connect to the store {location}: {source}")]
+    #[error("cannot connect to the store {location}: {}", pg_detail(.source))]
     Connect { location: String, source: postgres::Error },
-    #[error("store: {0}")]
+    #[error("store: {}", pg_detail(.0))]
     Postgres(#[from] postgres::Error),
     /// A store URL that is not one.
     #[error("store URL {0}")]
@@ -49,6 +49,22 @@ pub enum StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A PostgreSQL error with what its own text leaves out ("db error"): the server's
+/// SQLSTATE and message, or the I/O error under "error connecting to server".
+fn pg_detail(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
 
 impl StoreError {
     fn sqlite_code(&self) -> Option<rusqlite::ErrorCode> {

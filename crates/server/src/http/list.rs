@@ -7,7 +7,7 @@ use serde_json::Value;
 use trainyard_api::ApiError;
 
 use crate::kinds::{Page, ResourceKind, View};
-use super::{int_enums, internal, json_response, ApiResult, AppState, Common};
+use super::{int_enums, json_response, ApiResult, AppState, Common};
 
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
@@ -43,7 +43,7 @@ pub(super) async fn page<K: ResourceKind>(state: &AppState, project: &str, regio
         .with(move |s| {
             let filter = compiled.as_ref().map(|c| (c.sql.as_str(), c.params.as_slice()));
             K::read_page(s, &p, &r, &Page { filter, before, limit: page_size + 1 })
-                .map_err(internal)?
+                .map_err(crate::reply::read_failed)?
                 .iter()
                 .map(|row| Ok((K::id(row), K::render(row, &waiting, View::List)?)))
                 .collect::<Result<Vec<(u64, Value)>, ApiError>>()

@@ -26,7 +26,7 @@ use trainyard_api::ApiError;
 use crate::kinds::{ResourceKind, View};
 use super::list::{page, ListQuery};
 use super::{
-    ask, body_bytes, check_content_type, int_enums, internal, json_response, method_not_allowed_response, parse_id, query_error, too_large,
+    ask, body_bytes, check_content_type, int_enums, json_response, method_not_allowed_response, parse_id, query_error, too_large,
     Alt, ApiResult, AppError, AppState,
 };
 use crate::driver::Msg;
@@ -42,7 +42,7 @@ pub fn routes<K: ResourceKind>() -> Router<AppState> {
 /// The row of `id`, or 404 naming the resource.
 pub(super) async fn load<K: ResourceKind>(state: &AppState, project: &str, region: &str, id: u64) -> Result<K::Row, ApiError> {
     let (p, r) = (project.to_string(), region.to_string());
-    let found = state.readers.with(move |s| K::read(s, &p, &r, id).map_err(internal)).await?;
+    let found = state.readers.with(move |s| K::read(s, &p, &r, id).map_err(crate::reply::read_failed)).await?;
     found.ok_or_else(|| ApiError::not_found(format!("The {} \"{}\" does not exist.", K::API_NAME, K::name(project, region, id))))
 }
 

@@ -69,7 +69,7 @@ async fn write(state: &AppState, project: String, region: String, op: VizierOp) 
 /// The stored row of study `id` under its parent, or 404.
 async fn row(state: &AppState, project: &str, region: &str, id: u64) -> Result<(String, String), ApiError> {
     let (p, r) = (project.to_string(), region.to_string());
-    let found = state.readers.with(move |s| s.get_other(KIND_VIZIER, &p, &r, id).map_err(internal)).await?;
+    let found = state.readers.with(move |s| s.get_other(KIND_VIZIER, &p, &r, id).map_err(crate::reply::read_failed)).await?;
     let (_, resource, core) = found.ok_or_else(|| ApiError::not_found(format!("The Study \"{}\" does not exist.", study_name(project, region, id))))?;
     Ok((resource, core))
 }
@@ -126,7 +126,7 @@ async fn list_studies(
         Some(t) => Some(read_token(&state.token_key, &scope, t)?),
     };
     let (p, r) = (project.clone(), region.clone());
-    let rows = state.readers.with(move |s| s.list_other(KIND_VIZIER, &p, &r, None, before, size + 1).map_err(internal)).await?;
+    let rows = state.readers.with(move |s| s.list_other(KIND_VIZIER, &p, &r, None, before, size + 1).map_err(crate::reply::read_failed)).await?;
     let more = rows.len() > size;
     let mut studies = Vec::new();
     let mut last = None;
@@ -160,7 +160,7 @@ async fn lookup_study(
         return Err(ApiError::invalid_argument("displayName is required.").into());
     }
     let (p, r, name) = (project.clone(), region.clone(), req.display_name.clone());
-    let found = state.readers.with(move |s| s.find_other_by_name(KIND_VIZIER, &p, &r, &name).map_err(internal)).await?;
+    let found = state.readers.with(move |s| s.find_other_by_name(KIND_VIZIER, &p, &r, &name).map_err(crate::reply::read_failed)).await?;
     let Some((id, resource, core)) = found else {
         return Err(ApiError::not_found(format!(
             "No study with displayName \"{}\" in projects/{project}/locations/{region}.",
@@ -342,7 +342,7 @@ async fn trial_verb(
 async fn operation(state: &AppState, project: String, region: String, op: &str, name: String, ints: bool) -> ApiResult {
     let id = parse_id(op, "operation")?;
     let (p, r) = (project.clone(), region.clone());
-    let body = state.readers.with(move |s| s.get_operation(&p, &r, id).map_err(internal)).await?;
+    let body = state.readers.with(move |s| s.get_operation(&p, &r, id).map_err(crate::reply::read_failed)).await?;
     let v: Option<Value> = body.map(|b| serde_json::from_str(&b)).transpose().map_err(internal)?;
     // The operation must be the one of this study or trial, not another with the same id.
     match v.filter(|v| v["name"] == name.as_str()) {
