@@ -205,19 +205,32 @@ impl Pg {
     pub(crate) fn transaction<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<Option<T>>) -> Result<Option<T>> {
         self.client()?;
         let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
-        let mut tx = client.transaction()?;
-        let out = f(&mut PgExec { c: &mut tx, statements, reserved })?;
-        if out.is_some() {
-            tx.commit()?;
+        let out = (|| {
+            let mut tx = client.transaction()?;
+            let out = f(&mut PgExec { c: &mut tx, statements, reserved })?;
+            if out.is_some() {
+                tx.commit()?;
+            }
+            Ok(out)
+        })();
+        self.forget_if_lost(out)
+    }
+
+    /// A connection found lost is not used again: the next statement makes a new one (the
+    /// client may not know it is closed yet, e.g. after a reset on write).
+    fn forget_if_lost<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.as_ref().is_err_and(StoreError::connection_lost) {
+            self.client = None;
         }
-        Ok(out)
+        r
     }
 
     /// `f` outside a transaction (each statement commits on its own).
     pub(crate) fn run<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<T>) -> Result<T> {
         self.client()?;
         let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
-        f(&mut PgExec { c: client, statements, reserved })
+        let out = f(&mut PgExec { c: client, statements, reserved });
+        self.forget_if_lost(out)
     }
 }
 

@@ -86,6 +86,12 @@ impl StoreError {
         }
     }
 
+    /// The connection to the database server is gone (it restarted, ended the session, or
+    /// the network failed): the next statement needs a new one.
+    pub(crate) fn connection_lost(&self) -> bool {
+        self.postgres_state().is_some_and(|s| s == "closed" || s.starts_with("08") || matches!(s.as_str(), "57P01" | "57P02" | "57P03"))
+    }
+
     /// A condition that may pass by itself (a full disk, an I/O error, a lock held by
     /// another process, a database server that restarts or cannot be reached): the same
     /// write may succeed later, and nothing was changed.
