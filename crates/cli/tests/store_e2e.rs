@@ -233,3 +233,73 @@ fn a_store_out_of_reach_is_503_with_retry_after_until_it_is_back() {
     let during = list["customJobs"].as_array().unwrap().iter().filter(|j| j["displayName"] == "during").count();
     assert_eq!(during, created, "{list}");
 }
+
+/// One server writes a store at a time: a second server on the same PostgreSQL store is
+/// refused at start naming the first; once the first is gone (kill -9) the second starts
+/// and has its jobs. A server cut off from the store while another one took it over
+/// stops writing when the network is back: its writes are refused (503), its health
+/// says why, and the store's jobs are the new writer's only.
+#[test]
+fn one_server_writes_a_store_at_a_time() {
+    let Some(admin) = pg() else { return };
+    let url = new_pg_store();
+    let table = format!("[store]\nurl = \"{url}\"\n");
+    let mut a = Server::start(&table);
+    let first = name_of(&a.create("p", &sh_job("first", "echo one")));
+    a.wait_terminal(&first, 60);
+
+    let mut b = Server::prepare(&table);
+    let refused = b.try_spawn().expect_err("a second writer of the store started");
+    assert!(refused.contains("another Trainyard server writes the store") && refused.contains(&format!("pid {}", a.pid().unwrap())), "{refused}");
+    a.kill9();
+    b.spawn();
+    assert_eq!(b.get(&first)["state"], "JOB_STATE_SUCCEEDED");
+
+    // b cut off from the store by the network; c takes the store over meanwhile.
+    b.kill9();
+    let config: postgres::Config = admin.parse().unwrap();
+    let (host, port) = match (&config.get_hosts()[0], config.get_ports()[0]) {
+        (postgres::config::Host::Tcp(h), p) => (h.clone(), p),
+        other => panic!("TRAINYARD_TEST_PG_URL must name a TCP host: {other:?}"),
+    };
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap();
+    let relay = Relay::to(target);
+    let relayed = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", relay.port), 1);
+    let mut cut_off = Server::prepare(&format!("[store]\nurl = \"{relayed}\"\n"));
+    cut_off.spawn();
+    relay.cut();
+    let mut c = Server::prepare(&table);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // PostgreSQL lets the lock go once it sees the cut session end.
+    while let Err(e) = c.try_spawn() {
+        assert!(e.contains("another Trainyard server writes the store"), "{e}");
+        assert!(std::time::Instant::now() < deadline, "the cut-off server's lock was never let go: {e}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let second = name_of(&c.create("p", &sh_job("second", "echo two")));
+    relay.restore();
+    // The cut-off server finds the lock taken when it connects again: it stops writing
+    // and ends (a service manager starts it again, and it is refused as `b` was), never
+    // answering a write with 200 meanwhile.
+    let body = sh_job("late", "echo late").to_string();
+    let api = cut_off.api();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = cut_off.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            break status;
+        }
+        if let Ok((code, answer)) = api.try_call("POST", &api.jobs_url("p"), Some(&body)) {
+            assert_ne!(code, 200, "a server that lost the store wrote to it: {answer}");
+        }
+        assert!(std::time::Instant::now() < deadline, "the cut-off server still runs 30 s after the network came back");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    cut_off.child = None;
+    assert!(!status.success(), "{status}");
+    let log = cut_off.server_log();
+    assert!(log.contains("the driver stops: another Trainyard server writes the store"), "{log}");
+    assert_eq!(c.wait_terminal(&second, 60)["state"], "JOB_STATE_SUCCEEDED");
+    let (_, list) = c.call("GET", &format!("{}?pageSize=100", c.jobs_url("p")), None);
+    let names: Vec<&str> = list["customJobs"].as_array().unwrap().iter().filter_map(|j| j["displayName"].as_str()).collect();
+    assert_eq!(names, ["second", "first"], "{list}");
+}

@@ -203,7 +203,9 @@ pub fn start(
         config::BackendChoice::Slurm(_) => Default::default(),
     };
     let store_location = cfg.store_location();
-    let mut store = Store::connect(&store_location)?;
+    // The driver is the store's one writer (on PostgreSQL, a second server on the same
+    // store is refused here, naming the first).
+    let mut store = Store::connect_writer(&store_location)?;
     if let trainyard_store::Location::Postgres(_) = &store_location {
         tracing::info!("store: PostgreSQL at {store_location} (schema version {})", store.schema_version()?);
     }

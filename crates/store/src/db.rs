@@ -173,14 +173,76 @@ pub(crate) struct Pg {
     statements: HashMap<String, postgres::Statement>,
     /// Identity values reserved and not used yet, by table.
     reserved: HashMap<String, std::collections::VecDeque<i64>>,
+    /// The store's one writer: every connection it makes holds the writer lock first.
+    writer: bool,
 }
+
+/// The writer lock of the store a session's `search_path` selects: an advisory lock on a
+/// key of the database and schema, held by the writer's session while it lives (a server
+/// that dies, or whose connection is lost, lets it go).
+const WRITER_KEY: &str = "('x' || substr(md5('trainyard-writer:' || current_database() || '.' || current_schema()), 1, 16))::bit(64)::bigint";
+
+/// How long a starting writer waits for the writer lock before it is refused.
+const WRITER_WAIT: Duration = Duration::from_secs(5);
 
 impl Pg {
     pub(crate) fn connect(url: &str) -> Result<Pg> {
-        let config = pg_config(url).map_err(StoreError::Url)?;
-        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new(), reserved: HashMap::new() };
-        pg.client()?;
-        Ok(pg)
+        Pg::open(url, false)
+    }
+
+    /// The connection of the store's one writer (a server's driver): refused with
+    /// [`StoreError::Fenced`] while another one holds the writer lock.
+    pub(crate) fn connect_writer(url: &str) -> Result<Pg> {
+        Pg::open(url, true)
+    }
+
+    fn open(url: &str, writer: bool) -> Result<Pg> {
+        let mut config = pg_config(url).map_err(StoreError::Url)?;
+        if writer && config.get_application_name() == Some("trainyard") {
+            // Named for whoever looks for the writer (pg_stat_activity, a refused start).
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            config.application_name(&format!("trainyard {} pid {}", host.trim(), std::process::id()).chars().take(63).collect::<String>());
+        }
+        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new(), reserved: HashMap::new(), writer };
+        // A writer that starts just after the one before it died (a restart after a
+        // crash) may find its lock not let go yet: PostgreSQL drops it once it sees that
+        // session end.
+        let deadline = std::time::Instant::now() + WRITER_WAIT;
+        loop {
+            match pg.client() {
+                Err(StoreError::Fenced(_)) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => return Err(e),
+                Ok(_) => return Ok(pg),
+            }
+        }
+    }
+
+    /// The writer lock, taken on a new connection; refused naming its holder.
+    fn lock_writer(client: &mut postgres::Client, url: &str) -> Result<()> {
+        let took: bool = client.query_one(&format!("SELECT pg_try_advisory_lock({WRITER_KEY})"), &[])?.try_get(0)?;
+        if took {
+            return Ok(());
+        }
+        let holder = client
+            .query(
+                &format!(
+                    "SELECT a.application_name, coalesce(host(a.client_addr), 'a local socket'), a.backend_start::text \
+                     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                     AND l.classid::bigint = (({WRITER_KEY}) >> 32) & 4294967295 AND l.objid::bigint = ({WRITER_KEY}) & 4294967295"
+                ),
+                &[],
+            )?
+            .first()
+            .map(|r| {
+                let (name, from, since): (Option<String>, Option<String>, Option<String>) = (r.get(0), r.get(1), r.get(2));
+                format!("\"{}\" from {} since {}", name.unwrap_or_default(), from.unwrap_or_default(), since.unwrap_or_default())
+            })
+            .unwrap_or_else(|| "another session".into());
+        Err(StoreError::Fenced(format!(
+            "another Trainyard server writes the store {} ({holder}); one server writes a store at a time",
+            redact(url)
+        )))
     }
 
     /// The connection, made again if it was closed (the server restarted, the network
@@ -191,10 +253,15 @@ impl Pg {
         }
         if self.client.is_none() {
             self.statements.clear();
-            let client = self
+            let mut client = self
                 .config
                 .connect(postgres::NoTls)
                 .map_err(|source| StoreError::Connect { location: redact(&self.url), source })?;
+            if self.writer {
+                // Also after a lost connection: the lock went with it, and another server
+                // may hold it now.
+                Pg::lock_writer(&mut client, &self.url)?;
+            }
             self.client = Some(client);
         }
         self.client.as_mut().ok_or_else(|| StoreError::Decode("no connection".into()))

@@ -41,6 +41,9 @@ pub enum StoreError {
     /// A row that does not hold what the store wrote.
     #[error("reading a row: {0}")]
     Decode(String),
+    /// Another server is the store's writer.
+    #[error("{0}")]
+    Fenced(String),
     #[error("the database has schema version {found}, newer than this Trainyard knows ({known})")]
     TooNew { found: i64, known: i64 },
     /// The thread that owned the store panicked.
@@ -115,6 +118,9 @@ impl StoreError {
     /// What went wrong, in a person's words, for a 503 and the health check.
     pub fn reason(&self) -> String {
         use rusqlite::ErrorCode::*;
+        if let StoreError::Fenced(who) = self {
+            return who.clone();
+        }
         if let Some(state) = self.postgres_state() {
             return match state.as_str() {
                 "closed" => format!("the store cannot be reached: {self}"),
@@ -425,6 +431,26 @@ impl Store {
             Conn::Postgres(pg) => pg_migrate(pg)?,
         }
         Ok(store)
+    }
+
+    /// The store's one writer (a server's driver): on PostgreSQL its connection holds the
+    /// store's writer lock, and a second server on the same store is refused with
+    /// [`StoreError::Fenced`] naming the first (on SQLite the data directory's lock does
+    /// the same). A writer whose connection was lost takes the lock again before it
+    /// writes, and stops writing if another server took it meanwhile.
+    pub fn connect_writer(location: &Location) -> Result<Store> {
+        match location {
+            Location::Sqlite(_) => Store::connect(location),
+            Location::Postgres(url) => {
+                // The lock first: a second server is refused before it migrates anything.
+                let pg = Pg::connect_writer(url)?;
+                let store = Store { conn: RefCell::new(Conn::Postgres(pg)), location: location.clone() };
+                if let Conn::Postgres(pg) = &mut *store.conn.borrow_mut() {
+                    pg_migrate(pg)?;
+                }
+                Ok(store)
+            }
+        }
     }
 
     /// A second connection to the same database, for readers.

@@ -353,6 +353,9 @@ fn api_error(e: &StoreError) -> ApiError {
     if e.is_transient() {
         return ApiError::unavailable(format!("The server cannot write its job store now ({}); try again shortly.", e.reason()));
     }
+    if let StoreError::Fenced(who) = e {
+        return ApiError::unavailable(format!("This server no longer writes its job store: {who}."));
+    }
     ApiError::internal("Internal error: the job store failed; see the server log.")
 }
 
@@ -498,7 +501,9 @@ impl Driver {
     /// of the turn.
     fn store_err(&self, e: StoreError) -> ApiError {
         let answer = api_error(&e);
-        if e.is_transient() {
+        // Transient: the turn ends in the store's recovery. Fenced (another server took
+        // the store's writer lock): the turn ends and the driver stops writing.
+        if e.is_transient() || matches!(e, StoreError::Fenced(_)) {
             self.fault.borrow_mut().get_or_insert(e);
         }
         answer
@@ -633,7 +638,7 @@ impl Driver {
                     return Ok(());
                 }
                 Err(e) if e.is_transient() => {
-                    if self.survive(e) == Flow::Stop {
+                    if self.survive(e)? == Flow::Stop {
                         return Ok(());
                     }
                 }
@@ -696,7 +701,7 @@ impl Driver {
     /// Wait until the store can be written again, answering every request meanwhile with
     /// 503 and the reason; then reload every live job from the store and adopt its runs,
     /// as after a restart (what happened meanwhile is read back from the run directories).
-    fn survive(&mut self, error: StoreError) -> Flow {
+    fn survive(&mut self, error: StoreError) -> Result<Flow, StoreError> {
         let reason = error.reason();
         tracing::error!("{reason}; answering 503 and trying again until it passes");
         self.health.set(HealthState::Degraded(reason.clone()));
@@ -704,17 +709,25 @@ impl Driver {
         loop {
             self.health.beat();
             if self.refuse_queued(&reason) == Flow::Stop {
-                return Flow::Stop;
+                return Ok(Flow::Stop);
             }
             let now = self.now();
-            if self.store.probe_write(now).is_ok() {
+            let probed = self.store.probe_write(now);
+            if let Err(e @ StoreError::Fenced(_)) = probed {
+                // Another server took the store over while it was out of reach: this one
+                // never writes it again.
+                tracing::error!("the driver stops: {}", e.reason());
+                self.health.set(HealthState::Stopped(e.reason()));
+                return Err(e);
+            }
+            if probed.is_ok() {
                 match self.resync() {
                     Ok(()) => break,
                     Err(e) if e.is_transient() => {}
                     Err(e) => {
                         tracing::error!("the driver stops: {}", e.reason());
                         self.health.set(HealthState::Stopped(e.reason()));
-                        return Flow::Stop;
+                        return Ok(Flow::Stop);
                     }
                 }
             }
@@ -723,7 +736,7 @@ impl Driver {
         }
         tracing::info!("the store can be written again; going on");
         self.health.set(HealthState::Ok);
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 
     /// Every request queued now answered 503 with `reason` (see [`refuse`]); Stop when a
