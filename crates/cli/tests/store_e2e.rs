@@ -143,6 +143,21 @@ impl Relay {
         Relay { port, cut, open }
     }
 
+    /// A relay to the PostgreSQL of `admin` (the tests' URL), and `url` (a store on it)
+    /// going through the relay.
+    fn between(admin: &str, url: &str) -> (Relay, String) {
+        let config: postgres::Config = admin.parse().unwrap();
+        let (host, port) = match (&config.get_hosts()[0], config.get_ports()[0]) {
+            (postgres::config::Host::Tcp(h), p) => (h.clone(), p),
+            other => panic!("TRAINYARD_TEST_PG_URL must name a TCP host: {other:?}"),
+        };
+        let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap();
+        let relay = Relay::to(target);
+        let relayed = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", relay.port), 1);
+        assert_ne!(relayed, url, "{url}");
+        (relay, relayed)
+    }
+
     fn cut(&self) {
         self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
         for s in self.open.lock().unwrap().drain(..) {
@@ -163,15 +178,7 @@ impl Relay {
 fn a_store_out_of_reach_is_503_with_retry_after_until_it_is_back() {
     let Some(admin) = pg() else { return };
     let url = new_pg_store();
-    let config: postgres::Config = admin.parse().unwrap();
-    let (host, port) = match (&config.get_hosts()[0], config.get_ports()[0]) {
-        (postgres::config::Host::Tcp(h), p) => (h.clone(), p),
-        other => panic!("TRAINYARD_TEST_PG_URL must name a TCP host: {other:?}"),
-    };
-    let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap();
-    let relay = Relay::to(target);
-    let relayed = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", relay.port), 1);
-    assert_ne!(relayed, url, "{url}");
+    let (relay, relayed) = Relay::between(&admin, &url);
     let s = Server::start(&format!("[store]\nurl = \"{relayed}\"\n"));
     let long = name_of(&s.create("p", &sh_job("long", "sleep 4; echo through")));
     s.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
@@ -257,14 +264,7 @@ fn one_server_writes_a_store_at_a_time() {
 
     // b cut off from the store by the network; c takes the store over meanwhile.
     b.kill9();
-    let config: postgres::Config = admin.parse().unwrap();
-    let (host, port) = match (&config.get_hosts()[0], config.get_ports()[0]) {
-        (postgres::config::Host::Tcp(h), p) => (h.clone(), p),
-        other => panic!("TRAINYARD_TEST_PG_URL must name a TCP host: {other:?}"),
-    };
-    let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap();
-    let relay = Relay::to(target);
-    let relayed = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", relay.port), 1);
+    let (relay, relayed) = Relay::between(&admin, &url);
     let mut cut_off = Server::prepare(&format!("[store]\nurl = \"{relayed}\"\n"));
     cut_off.spawn();
     relay.cut();
