@@ -392,7 +392,7 @@ pub fn schema_version_at(location: &Location) -> Result<i64> {
         Location::Sqlite(path) => {
             let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
                 .map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
-            Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+            sqlite_version(&conn)
         }
         Location::Postgres(url) => Pg::connect(url)?.run(pg_version),
     }
@@ -413,10 +413,17 @@ impl Store {
     /// Open the store at `location` and migrate it to this build's schema; a store of a
     /// newer schema is refused before anything is written to it.
     pub fn connect(location: &Location) -> Result<Store> {
+        Store::connect_as(location, false)
+    }
+
+    fn connect_as(location: &Location, writer: bool) -> Result<Store> {
         let conn = match location {
             Location::Sqlite(path) => {
                 Conn::Sqlite(rusqlite::Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?)
             }
+            // A writer takes the lock first: a second server is refused before it
+            // migrates anything.
+            Location::Postgres(url) if writer => Conn::Postgres(Pg::connect_writer(url)?),
             Location::Postgres(url) => Conn::Postgres(Pg::connect(url)?),
         };
         let store = Store { conn: RefCell::new(conn), location: location.clone() };
@@ -439,18 +446,7 @@ impl Store {
     /// the same). A writer whose connection was lost takes the lock again before it
     /// writes, and stops writing if another server took it meanwhile.
     pub fn connect_writer(location: &Location) -> Result<Store> {
-        match location {
-            Location::Sqlite(_) => Store::connect(location),
-            Location::Postgres(url) => {
-                // The lock first: a second server is refused before it migrates anything.
-                let pg = Pg::connect_writer(url)?;
-                let store = Store { conn: RefCell::new(Conn::Postgres(pg)), location: location.clone() };
-                if let Conn::Postgres(pg) = &mut *store.conn.borrow_mut() {
-                    pg_migrate(pg)?;
-                }
-                Ok(store)
-            }
-        }
+        Store::connect_as(location, true)
     }
 
     /// A second connection to the same database, for readers.
@@ -493,12 +489,7 @@ impl Store {
 
     /// `f` in one transaction, committed when it succeeds.
     fn write<T>(&self, f: impl FnOnce(&mut dyn Exec) -> Result<T>) -> Result<T> {
-        let mut out = None;
-        self.transaction(|e| {
-            out = Some(f(e)?);
-            Ok(Some(()))
-        })?;
-        out.ok_or_else(|| StoreError::Decode("a transaction returned nothing".into()))
+        self.transaction(|e| f(e).map(Some))?.ok_or_else(|| StoreError::Decode("a transaction returned nothing".into()))
     }
 
     /// `f` on its own (reads, and single statements that commit by themselves).
@@ -516,7 +507,7 @@ impl Store {
 
     pub fn schema_version(&self) -> Result<i64> {
         match &mut *self.conn.borrow_mut() {
-            Conn::Sqlite(c) => Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?),
+            Conn::Sqlite(c) => sqlite_version(c),
             Conn::Postgres(pg) => pg.run(pg_version),
         }
     }
@@ -527,7 +518,7 @@ impl Store {
             // The ids of jobs come from the connection's reserved block, one after the
             // other, whichever way they are inserted.
             return self.read(|e| {
-                let id = pg_reserve(e, "jobs", "id", 1)?.pop().ok_or_else(|| StoreError::Decode("no id was reserved".into()))?;
+                let id = e.reserve("jobs", "id", 1)?.pop().ok_or_else(|| StoreError::Decode("no id was reserved".into()))?;
                 let job = make(id as u64);
                 pg_insert_rows(e, std::slice::from_ref(new), std::slice::from_ref(&job))?;
                 Ok(job)
@@ -543,7 +534,7 @@ impl Store {
         if self.dialect() == Dialect::Postgres {
             // One statement: atomic without a transaction around it.
             return self.read(|e| {
-                let ids = pg_reserve(e, "jobs", "id", news.len())?;
+                let ids = e.reserve("jobs", "id", news.len())?;
                 let jobs: Vec<Job> = ids.iter().enumerate().map(|(i, id)| make(i, *id as u64)).collect();
                 pg_insert_rows(e, news, &jobs)?;
                 Ok(jobs)
@@ -592,18 +583,14 @@ impl Store {
         if seqs.is_empty() {
             return Ok(());
         }
-        let delete = |e: &mut dyn Exec| -> Result<Option<()>> {
-            for s in seqs {
-                e.execute("DELETE FROM outbox WHERE seq = ?1", values![*s])?;
-            }
-            Ok(Some(()))
-        };
         match &mut *self.conn.borrow_mut() {
             Conn::Sqlite(c) => {
                 c.pragma_update(None, "synchronous", "NORMAL")?;
                 let done = (|| {
                     let tx = c.transaction()?;
-                    delete(&mut SqliteExec(&tx))?;
+                    for s in seqs {
+                        SqliteExec(&tx).execute("DELETE FROM outbox WHERE seq = ?1", values![*s])?;
+                    }
                     Ok::<_, StoreError>(tx.commit()?)
                 })();
                 // Every other commit is synced before it returns (L23).
@@ -951,26 +938,20 @@ impl Store {
     /// `project_uid_next`). `None` when the range is used up.
     pub fn project_uid(&mut self, project: &str, first: u32, last: u32) -> Result<Option<u32>> {
         let key = format!("project_uid/{project}");
-        self.transaction(|tx| {
+        self.write(|tx| {
             let mut get = |k: &str| -> Result<Option<u32>> {
                 Ok(tx.row("SELECT value FROM meta WHERE key = ?1", values![k])?.map(|r| r.text(0)).transpose()?.and_then(|v| v.parse::<u32>().ok()))
             };
             if let Some(uid) = get(&key)? {
-                // Nothing written: the (empty) transaction is rolled back.
-                return Ok(Some(Err(uid)));
+                return Ok(Some(uid));
             }
             let next = get("project_uid_next")?.unwrap_or(first).max(first);
             if next > last {
-                return Ok(Some(Ok(None)));
+                return Ok(None);
             }
             set_meta(tx, &key, &next.to_string())?;
             set_meta(tx, "project_uid_next", &(next as u64 + 1).to_string())?;
-            Ok(Some(Ok(Some(next))))
-        })
-        .map(|r| match r {
-            Some(Err(uid)) => Some(uid),
-            Some(Ok(v)) => v,
-            None => None,
+            Ok(Some(next))
         })
     }
 }
@@ -995,8 +976,12 @@ fn sqlite_configure(c: &rusqlite::Connection) -> Result<()> {
 
 /// The database's schema version, refused if newer than this build knows.
 fn sqlite_refuse_newer(c: &rusqlite::Connection) -> Result<i64> {
-    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    refuse_newer(version)
+    refuse_newer(sqlite_version(c)?)
+}
+
+/// SQLite's schema version: `PRAGMA user_version` counts the migrations that ran.
+fn sqlite_version(c: &rusqlite::Connection) -> Result<i64> {
+    Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)
 }
 
 fn refuse_newer(version: i64) -> Result<i64> {
@@ -1032,8 +1017,10 @@ fn pg_version(e: &mut dyn Exec) -> Result<i64> {
 /// for the lock, then find the version moved on). A newer schema is refused before
 /// anything is written.
 fn pg_migrate(pg: &mut Pg) -> Result<()> {
-    refuse_newer(pg.run(pg_version)?)?;
-    for (i, sql) in PG_MIGRATIONS.iter().enumerate() {
+    // Every connection comes here (readers' too): only the version is read when there
+    // is nothing to do.
+    let version = refuse_newer(pg.run(pg_version)?)?;
+    for (i, sql) in PG_MIGRATIONS.iter().enumerate().skip(version as usize) {
         pg.transaction(|tx| {
             tx.execute("SELECT pg_advisory_xact_lock(?1)", values![PG_MIGRATION_LOCK])?;
             tx.batch("CREATE TABLE IF NOT EXISTS trainyard_schema (version BIGINT NOT NULL)")?;
@@ -1133,13 +1120,6 @@ fn insert_event(tx: &mut dyn Exec, job: u64, time: Micros, attempt: u32, replica
 /// data-modifying `WITH` clauses: one statement is atomic, no transaction around it),
 /// with ids the connection reserved before (a block at a time). Rows go in the batch's
 /// order.
-fn pg_reserve(e: &mut dyn Exec, table: &str, column: &str, n: usize) -> Result<Vec<i64>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    e.reserve(table, column, n)
-}
-
 /// Lifecycle log lines of a batch, as five columns.
 #[derive(Default)]
 struct PgEvents {
@@ -1252,7 +1232,7 @@ fn pg_write_jobs(e: &mut dyn Exec, batch: &[(&Job, &[Effect])], now: Micros) -> 
             }
         }
     }
-    let seqs = pg_reserve(e, "outbox", "seq", effects.len())?;
+    let seqs = e.reserve("outbox", "seq", effects.len())?;
     let mut outboxes: Vec<Vec<(i64, Effect)>> = vec![Vec::new(); batch.len()];
     let (mut outbox_job, mut outbox_text) = (Vec::with_capacity(seqs.len()), Vec::with_capacity(seqs.len()));
     for ((i, effect), seq) in effects.iter().zip(&seqs) {
