@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 use trainyard_server::http::{AppState, ReadPool};
+use trainyard_server::cluster::Member;
+use trainyard_store::lease::Fence;
 use trainyard_server::{Config, Msg};
 
 #[derive(Args)]
@@ -27,6 +29,11 @@ pub struct ServeArgs {
     /// config's `[store] url`; without either, SQLite in the data directory.
     #[arg(long, env = "TRAINYARD_STORE_URL", hide_env_values = true)]
     store_url: Option<String>,
+    /// Where the other servers on the same PostgreSQL store reach this one's API
+    /// (http://host:port), over the config's `[store] advertise_url`; default: http://
+    /// and the listen address.
+    #[arg(long, env = "TRAINYARD_ADVERTISE_URL")]
+    advertise_url: Option<String>,
 }
 
 /// The config `serve` runs with: the file (or the built-in defaults) and the flags over it.
@@ -47,6 +54,17 @@ fn load(args: &ServeArgs) -> anyhow::Result<(Config, SocketAddr)> {
     }
     if let Some(url) = &args.store_url {
         cfg.store = Some(trainyard_store::Location::from_url(url).map_err(|e| anyhow::anyhow!("--store-url (TRAINYARD_STORE_URL): {e}"))?);
+    }
+    if let Some(url) = &args.advertise_url {
+        trainyard_server::config::check_advertise_url(url).map_err(|e| anyhow::anyhow!("--advertise-url (TRAINYARD_ADVERTISE_URL): {e}"))?;
+        cfg.advertise_url = Some(url.clone());
+    }
+    if cfg.store.is_some() && cfg.advertise_url.is_none() && addr.ip().is_unspecified() {
+        bail!(
+            "listening on {addr} with a PostgreSQL store: set [store] advertise_url (or --advertise-url) to the address \
+             the other servers reach this one at, such as http://10.0.0.5:{}",
+            addr.port()
+        );
     }
     Ok((cfg, addr))
 }
@@ -102,7 +120,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let region = cfg.region.clone();
     let source = cfg.source.clone();
     let data_dir = cfg.data_dir.clone();
-    let engine = trainyard_server::start(cfg, crate::shim_command()?, workdir, roots)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // Bound once: a follower serves on it, and the same socket serves once it leads.
+    let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    listener.set_nonblocking(true).with_context(|| format!("cannot listen on {addr}"))?;
+    // Several servers on one PostgreSQL store: this one follows until it holds the lease.
+    let mut leading: Option<(std::sync::Arc<Member>, Fence)> = None;
+    if let Some(location @ trainyard_store::Location::Postgres(_)) = cfg.store.clone() {
+        let mut store = trainyard_store::Store::connect(&location)?;
+        let member = std::sync::Arc::new(Member::new(&cfg, location.clone()));
+        member.check_agreement(&store).map_err(|why| anyhow::anyhow!("{why}"))?;
+        let token_key = trainyard_server::token_key(&mut store)?;
+        drop(store);
+        let follower = follower_state(&cfg, &member, token_key, tokens.clone());
+        let limits = cfg.http.clone();
+        let what = format!("region {region} on http://{addr} (config: {source}; data: {}); {auth_note}", data_dir.display());
+        match rt.block_on(follow(std::sync::Arc::clone(&member), &listener, follower, limits, what))? {
+            Some(epoch) => leading = Some((member, Fence::new(epoch))),
+            None => return Ok(ExitCode::SUCCESS),
+        }
+    }
+    let fence = leading.as_ref().map(|(_, f)| f.clone());
+    let epoch = fence.as_ref().map(|f| f.epoch);
+    let engine = trainyard_server::start_leading(cfg, crate::shim_command()?, workdir, roots, fence)?;
+    if let Some((member, fence)) = &leading {
+        member.keep(fence.clone(), engine.metrics.clone()).context("cannot start the lease's threads")?;
+    }
     let mut store = trainyard_store::Store::connect(&engine.store)?;
     let token_key = trainyard_server::token_key(&mut store)?;
     drop(store);
@@ -124,17 +167,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tokens.clone(),
             std::sync::Arc::clone(&engine.services.storage_usage),
         )),
+        cluster: leading.as_ref().map(|(m, _)| std::sync::Arc::clone(&m.view)),
+        forward: None,
     };
     let limits = engine.services.cfg.http.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let tx = engine.tx.clone();
     let health = engine.health.clone();
     let hangup_tokens = state.tokens.clone();
+    let role = epoch.map(|e| format!(" as the leader (epoch {e})")).unwrap_or_default();
     rt.block_on(async move {
         reload_on_hangup(hangup_tokens)?;
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let listener = tokio::net::TcpListener::from_std(listener.try_clone()?).with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "Trainyard serving region {region} on http://{addr} (config: {source}; data: {}); {auth_note}",
+            "Trainyard serving region {region} on http://{addr}{role} (config: {source}; data: {}); {auth_note}",
             data_dir.display()
         );
         // A unit of Type=notify (packaging/trainyard.service) is started once this is said;
@@ -152,11 +197,86 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if engine.services.cfg.stop_node_agents {
         stop_node_agents(&engine.services.cfg.data_dir);
     }
+    // A leader that stops lets its lease go: a follower takes over at once.
+    if let (Some((member, fence)), Ok(Ok(()))) = (&leading, &driver) {
+        member.release(fence.epoch);
+    }
     match driver {
         Ok(Ok(())) => Ok(ExitCode::SUCCESS),
         Ok(Err(e)) => Err(e.into()),
         Err(_) => bail!("the driver thread panicked"),
     }
+}
+
+/// The API of a follower: reads from the store and the shared data directory, the rest
+/// forwarded to the leader (see `trainyard_server::cluster`).
+fn follower_state(
+    cfg: &Config,
+    member: &std::sync::Arc<Member>,
+    token_key: Vec<u8>,
+    tokens: Option<std::sync::Arc<trainyard_server::auth::TokenStore>>,
+) -> AppState {
+    use std::sync::Arc;
+    use trainyard_server::{metrics::Metrics, storage};
+    let usage = Arc::new(storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone()));
+    AppState {
+        // Nothing is asked of a driver here: what needs one is forwarded.
+        tx: std::sync::mpsc::channel().0,
+        readers: Arc::new(ReadPool::new(cfg.store_location())),
+        data_dir: cfg.data_dir.clone(),
+        token_key,
+        tokens: tokens.clone(),
+        waiting: Arc::default(),
+        health: Arc::default(),
+        metrics: Arc::new(if cfg.metrics_enabled { Metrics::new() } else { Metrics::disabled() }),
+        writes: Arc::new(trainyard_server::security::WriteLimiter::new(&cfg.limits)),
+        storage: Arc::new(storage::Storage::new(cfg, tokens, usage)),
+        cluster: Some(Arc::clone(&member.view)),
+        forward: Some(Arc::new(trainyard_server::cluster::Forwarder::new(Arc::clone(&member.view)))),
+    }
+}
+
+/// Serve as a follower until this server takes the lease (its epoch) or is told to stop
+/// (None).
+async fn follow(
+    member: std::sync::Arc<Member>,
+    listener: &std::net::TcpListener,
+    state: AppState,
+    limits: trainyard_server::listen::Limits,
+    what: String,
+) -> anyhow::Result<Option<i64>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let stop = Arc::new(AtomicBool::new(false));
+    let won: Arc<Mutex<Option<i64>>> = Arc::default();
+    let following = {
+        let (stop, health, metrics) = (Arc::clone(&stop), Arc::clone(&state.health), Arc::clone(&state.metrics));
+        tokio::task::spawn_blocking(move || member.follow(&stop, &health, &metrics))
+    };
+    let shutdown = {
+        let (stop, won) = (Arc::clone(&stop), Arc::clone(&won));
+        async move {
+            tokio::select! {
+                took = following => {
+                    if let (Ok(Some(epoch)), Ok(mut w)) = (took, won.lock()) {
+                        *w = Some(epoch);
+                    }
+                }
+                _ = terminated() => stop.store(true, Ordering::Relaxed),
+            }
+        }
+    };
+    let socket = tokio::net::TcpListener::from_std(listener.try_clone()?).context("cannot serve as a follower")?;
+    tracing::info!("Trainyard serving {what}, as a follower until it holds the store's lease");
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("cannot tell the service manager that the server is ready (NOTIFY_SOCKET): {e}");
+    }
+    trainyard_server::http::serve(socket, state, limits, shutdown).await?;
+    let epoch = won.lock().map(|w| *w).unwrap_or(None);
+    if let Some(e) = epoch {
+        tracing::info!("this server holds the store's lease (epoch {e}): it leads from now on");
+    }
+    Ok(epoch)
 }
 
 /// SIGHUP reads the tokens file again (as `POST /v1/admin/tokens:reload` does); a file that
@@ -203,21 +323,25 @@ async fn shutdown_signal(health: std::sync::Arc<trainyard_server::health::Health
             }
         }
     };
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            tokio::select! {
-                _ = ctrl_c => {},
-                _ = driver_ended => return,
-            }
-            return;
-        }
-    };
     tokio::select! {
-        _ = ctrl_c => {},
-        _ = term.recv() => {},
+        _ = terminated() => {},
         _ = driver_ended => return,
     }
     tracing::info!("shutting down; running replicas stay up and are adopted at the next start");
+}
+
+/// Ctrl-C or SIGTERM.
+async fn terminated() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
 }

@@ -81,7 +81,20 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct StoreFile {
     url: Option<String>,
+    /// Seconds a leader's lease lasts without renewal (several servers on PostgreSQL).
+    lease_secs: Option<u64>,
+    /// The URL other servers forward writes to this one at (its own, per server).
+    advertise_url: Option<String>,
 }
+
+/// `[store] lease_secs` when not set: a follower takes over within this (plus a round)
+/// after the leader is gone.
+pub const DEFAULT_LEASE_SECS: u64 = 5;
+
+/// Keys that are each server's own: servers on one store may differ in these (where they
+/// listen and are reached, how they reach the store, their log), and must agree on every
+/// other one.
+pub const PER_SERVER_KEYS: &[&str] = &["listen", "store.url", "store.advertise_url", "log."];
 
 /// `[log]`: `format` (`"text"` or `"json"`), and `audit_file` for the audit lines (one per
 /// mutating request) with its size before rotation and how many rotated files are kept.
@@ -607,6 +620,76 @@ pub struct Config {
     /// `[store] url` (or `TRAINYARD_STORE_URL`): a PostgreSQL store; None: SQLite in the
     /// data directory.
     pub store: Option<trainyard_store::Location>,
+    /// `[store] lease_secs`: how long the leader's lease lasts without renewal.
+    pub lease_secs: u64,
+    /// `[store] advertise_url` (or `--advertise-url`): where other servers reach this
+    /// one's API; None: `http://` and the listen address.
+    pub advertise_url: Option<String>,
+    /// The config file's keys and values (`key = value`, sorted), for servers on one
+    /// store to compare ([`Config::agreed`]).
+    pub file_keys: std::collections::BTreeMap<String, String>,
+}
+
+/// A TOML value's leaves as `a.b.c = value` (arrays whole, as written by `toml`).
+fn flatten(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&key, v, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+/// `[store] advertise_url`: an `http://host:port` URL (no path: the API's own paths are
+/// added to it).
+pub fn check_advertise_url(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url:?} is not an http:// URL such as http://10.0.0.5:8080"))?;
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains('/') || host.contains(char::is_whitespace) || !host.contains(':') {
+        return Err(format!("{url:?} is not a URL of a host and port such as http://10.0.0.5:8080"));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// What servers on one store must agree on, as `key = value` lines: the config file's
+    /// keys (but each server's own, [`PER_SERVER_KEYS`]) and the data directory and
+    /// tokens file, which servers share by path.
+    pub fn agreed(&self) -> String {
+        let mut keys = self.file_keys.clone();
+        keys.retain(|k, _| !PER_SERVER_KEYS.iter().any(|p| if p.ends_with('.') { k.starts_with(p) } else { k == p }));
+        keys.insert("data_dir".into(), format!("{:?}", self.data_dir.display().to_string()));
+        keys.insert("tokens_file".into(), format!("{:?}", self.tokens_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()));
+        keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
+    }
+
+    /// Where other servers reach this one's API.
+    pub fn advertised(&self) -> String {
+        self.advertise_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)).trim_end_matches('/').to_string()
+    }
+}
+
+/// The keys whose values differ between two [`Config::agreed`] texts, each with both.
+pub fn differing_keys(ours: &str, theirs: &str) -> Vec<String> {
+    let parse = |t: &str| -> std::collections::BTreeMap<String, String> {
+        t.lines().filter_map(|l| l.split_once(" = ")).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let (a, b) = (parse(ours), parse(theirs));
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let show = |v: Option<&String>| v.cloned().unwrap_or_else(|| "(not set)".into());
+            format!("{k} (here {}, the leader's {})", show(a.get(k)), show(b.get(k)))
+        })
+        .collect()
 }
 
 fn host_cpus() -> u32 {
@@ -725,6 +808,12 @@ impl Config {
             if let Err(why) = trainyard_store::Location::from_url(url) {
                 return Err(invalid("store.url", why));
             }
+        }
+        if file.store.as_ref().and_then(|s| s.lease_secs).is_some_and(|n| !(2..=600).contains(&n)) {
+            return Err(invalid("store.lease_secs", "must be 2 to 600 seconds".into()));
+        }
+        if let Some(a) = file.store.as_ref().and_then(|s| s.advertise_url.as_deref()) {
+            check_advertise_url(a).map_err(|why| invalid("store.advertise_url", why))?;
         }
         if let Some(l) = &file.log {
             if let Some(a) = &l.audit_file {
@@ -1019,6 +1108,9 @@ impl Config {
         }
         let mut c = Config::from_file(file, data_dir, path.display().to_string());
         c.path = Some(path.to_owned());
+        if let Ok(table) = text.parse::<toml::Table>() {
+            flatten("", &toml::Value::Table(table), &mut c.file_keys);
+        }
         c.check_roots().map_err(|(key, message)| invalid(key, message))?;
         Ok(c)
     }
@@ -1190,6 +1282,9 @@ impl Config {
             gpu_check_secs: file.gpu_check_secs.unwrap_or(10),
             metrics_enabled: file.metrics.as_ref().and_then(|m| m.enabled).unwrap_or(true),
             store: file.store.as_ref().and_then(|s| s.url.as_deref()).and_then(|u| trainyard_store::Location::from_url(u).ok()),
+            lease_secs: file.store.as_ref().and_then(|s| s.lease_secs).unwrap_or(DEFAULT_LEASE_SECS),
+            advertise_url: file.store.as_ref().and_then(|s| s.advertise_url.clone()),
+            file_keys: Default::default(),
             log: match &file.log {
                 Some(l) => Log {
                     format: l.format.unwrap_or_default(),

@@ -105,13 +105,26 @@ impl DataDirLock {
     /// Take the lock without waiting and write this process's pid into it, or say which
     /// process holds it.
     pub fn take(data_dir: &Path) -> Result<DataDirLock, LockError> {
+        DataDirLock::take_as(data_dir, false)
+    }
+
+    /// The lock shared with the other servers of one PostgreSQL store (whose lease says
+    /// which one leads), and refused while a server of another store holds it alone.
+    pub fn take_shared(data_dir: &Path) -> Result<DataDirLock, LockError> {
+        DataDirLock::take_as(data_dir, true)
+    }
+
+    fn take_as(data_dir: &Path, shared: bool) -> Result<DataDirLock, LockError> {
         let path = data_dir.join(LOCK_FILE);
         let io_err = |source: std::io::Error| LockError::Io { path: path.clone(), source };
         let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io_err)?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        let how = if shared { FlockArg::LockSharedNonblock } else { FlockArg::LockExclusiveNonblock };
+        match Flock::lock(file, how) {
             Ok(lock) => {
-                let mut f: &File = &lock;
-                f.set_len(0).and_then(|()| f.write_all(format!("{}\n", std::process::id()).as_bytes())).map_err(io_err)?;
+                if !shared {
+                    let mut f: &File = &lock;
+                    f.set_len(0).and_then(|()| f.write_all(format!("{}\n", std::process::id()).as_bytes())).map_err(io_err)?;
+                }
                 Ok(DataDirLock { _lock: lock })
             }
             Err((_, Errno::EWOULDBLOCK)) => {

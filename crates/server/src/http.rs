@@ -58,6 +58,11 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The Cloud Storage endpoint (`/storage/v1`, `/upload/...`, `/download/...`).
     pub storage: Arc<crate::storage::Storage>,
+    /// Several servers on one store: the leadership as this server sees it (None: one
+    /// server alone).
+    pub cluster: Option<Arc<crate::cluster::View>>,
+    /// A follower's forwarder to the leader (None: this server runs the driver).
+    pub forward: Option<Arc<crate::cluster::Forwarder>>,
 }
 
 /// Read connections to the store, reused across requests.
@@ -496,7 +501,11 @@ async fn metrics_page(State(metrics): State<Arc<crate::metrics::Metrics>>, heade
 /// API's error shape.
 async fn healthz(State(state): State<AppState>) -> Response {
     match state.health.unavailable() {
-        None => "ok".into_response(),
+        // Several servers: which one this is (`ok (leader, epoch 3)`).
+        None => match &state.cluster {
+            Some(view) => format!("ok ({})", view.describe()).into_response(),
+            None => "ok".into_response(),
+        },
         Some(why) => AppError(ApiError::unavailable(format!("Not healthy: {why}."))).into_response(),
     }
 }
@@ -622,6 +631,8 @@ pub fn router(state: AppState) -> Router {
         // Storage after the body limits (uploads are large), before the guard and metrics.
         .merge(crate::storage::routes(state.storage.clone()))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
+        // A follower forwards what needs the driver to the leader, which guards it.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::cluster::forward))
         .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::metrics::track_http))
         .with_state(state)
 }

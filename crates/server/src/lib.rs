@@ -3,6 +3,7 @@
 
 pub mod accounting;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod containers;
 pub mod datadir;
@@ -90,11 +91,19 @@ pub struct Engine {
 /// Start the engine: lock the data directory (one server per directory), open the store,
 /// detect cgroups, recover live jobs (L23), and run the driver on its own thread.
 /// `shim_command` starts a shim (e.g. `[current_exe, "shim"]`).
-pub fn start(
+pub fn start(cfg: Config, shim_command: Vec<OsString>, workdir: PathBuf, output_roots: Vec<PathBuf>) -> Result<Engine, StartError> {
+    start_leading(cfg, shim_command, workdir, output_roots, None)
+}
+
+/// [`start`] as the leader of a lease's epoch (several servers on one PostgreSQL store;
+/// see [`cluster`]): the driver's store connection is fenced by `fence`, and the data
+/// directory's lock is shared with the other servers of the store.
+pub fn start_leading(
     mut cfg: Config,
     shim_command: Vec<OsString>,
     workdir: PathBuf,
     output_roots: Vec<PathBuf>,
+    fence: Option<trainyard_store::lease::Fence>,
 ) -> Result<Engine, StartError> {
     metrics::count_panics();
     // The data directory is for the server's user only (see `datadir`).
@@ -115,7 +124,10 @@ pub fn start(
         Ok(note) => tracing::warn!("{note}"),
         Err(why) => return Err(StartError::Replicas(why)),
     }
-    let data_dir_lock = datadir::DataDirLock::take(&cfg.data_dir)?;
+    let data_dir_lock = match &cfg.store {
+        None => datadir::DataDirLock::take(&cfg.data_dir)?,
+        Some(_) => datadir::DataDirLock::take_shared(&cfg.data_dir)?,
+    };
     if cfg.replicas.network == config::Network::Job {
         let dir = driver::netns_dir(&cfg.data_dir);
         if !nix::unistd::geteuid().is_root() {
@@ -203,11 +215,13 @@ pub fn start(
         config::BackendChoice::Slurm(_) => Default::default(),
     };
     let store_location = cfg.store_location();
-    // The driver is the store's one writer (on PostgreSQL, a second server on the same
-    // store is refused here, naming the first).
-    let mut store = Store::connect_writer(&store_location)?;
+    // The driver is the store's one writer: on PostgreSQL, the leader of its epoch, whose
+    // writes the store refuses once another server took the lease.
+    let epoch = fence.as_ref().map(|f| f.epoch);
+    let mut store = Store::connect_leader(&store_location, fence)?;
     if let trainyard_store::Location::Postgres(_) = &store_location {
-        tracing::info!("store: PostgreSQL at {store_location} (schema version {})", store.schema_version()?);
+        let role = epoch.map(|e| format!(", leading at epoch {e}")).unwrap_or_default();
+        tracing::info!("store: PostgreSQL at {store_location} (schema version {}){role}", store.schema_version()?);
     }
     // Tokens mode: each job's clients get a credential of its own (see `auth`).
     let job_credentials = match cfg.tokens_file {
@@ -317,12 +331,12 @@ fn gcs_mount_point(tokens: bool) -> Result<bool, StartError> {
 pub const MOUNT_NAMESPACE_FIX: &str =
     "Run the server with CAP_SYS_ADMIN: as root on the host, or in a privileged container.";
 
-/// The key of page tokens, made once per database (so tokens outlive a restart).
+/// The key of page tokens, made once per database (so tokens outlive a restart, and every
+/// server on one store reads the same).
 pub fn token_key(store: &mut Store) -> Result<Vec<u8>, trainyard_store::StoreError> {
-    if let Some(k) = store.meta("page_token_key_v2")? {
-        if let Some(bytes) = unhex(&k) {
-            return Ok(bytes);
-        }
+    const KEY: &str = "page_token_key_v2";
+    if let Some(bytes) = store.meta(KEY)?.as_deref().and_then(unhex) {
+        return Ok(bytes);
     }
     let mut key = vec![0u8; 32];
     if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut key)).is_err() {
@@ -330,8 +344,14 @@ pub fn token_key(store: &mut Store) -> Result<Vec<u8>, trainyard_store::StoreErr
         key = seed.into_bytes();
     }
     let text: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    store.set_meta("page_token_key_v2", &text)?;
-    Ok(key)
+    match store.meta_or_set(KEY, &text)?.as_str() {
+        kept if unhex(kept).is_some() => Ok(unhex(kept).unwrap_or(key)),
+        // A value that is not hex (written by hand): replaced.
+        _ => {
+            store.set_meta(KEY, &text)?;
+            Ok(key)
+        }
+    }
 }
 
 /// Bytes from lowercase or uppercase hex (None: not hex, or an odd length).

@@ -287,6 +287,9 @@ pub struct Metrics {
     store_commit: HistogramFamily<OpLabels>,
     replicas: Arc<Replicas>,
     usage: UsageCounters,
+    leader: Gauge,
+    leader_epoch: Gauge,
+    lease_age: FloatGauge,
     /// `[metrics] enabled`: when false nothing is counted and `/metrics` is 404.
     enabled: bool,
 }
@@ -393,6 +396,12 @@ impl Metrics {
         }
         let usage = UsageCounters::default();
         usage.register(&mut r);
+        let leader = Gauge::default();
+        r.register("leader", "1 while this server leads the store (runs the driver), 0 while it follows", leader.clone());
+        let leader_epoch = Gauge::default();
+        r.register("leader_epoch", "The epoch of the store's lease as this server last saw it (several servers on one store)", leader_epoch.clone());
+        let lease_age = FloatGauge::default();
+        r.register_with_unit("lease_age", "Time since the leader last renewed its lease", Unit::Seconds, lease_age.clone());
         let replicas = Arc::new(Replicas { data_dir, runs: Mutex::new(HashMap::new()) });
         r.register_collector(Box::new(Arc::clone(&replicas)));
         Metrics {
@@ -421,8 +430,21 @@ impl Metrics {
             store_commit,
             replicas,
             usage,
+            leader,
+            leader_epoch,
+            lease_age,
             enabled: true,
         }
+    }
+
+    /// The store's lease as this server sees it (several servers on one store).
+    pub fn lease(&self, epoch: i64, leading: bool, age_secs: f64) {
+        if !self.enabled {
+            return;
+        }
+        self.leader.set(leading.into());
+        self.leader_epoch.set(epoch);
+        self.lease_age.set(age_secs);
     }
 
     /// Metrics turned off (`[metrics] enabled = false`): every update returns at once, the

@@ -173,76 +173,39 @@ pub(crate) struct Pg {
     statements: HashMap<String, postgres::Statement>,
     /// Identity values reserved and not used yet, by table.
     reserved: HashMap<String, std::collections::VecDeque<i64>>,
-    /// The store's one writer: every connection it makes holds the writer lock first.
-    writer: bool,
+    /// The leader's fence, for the connection of a leader's driver: every statement it
+    /// runs is in a transaction that first finds the lease still at its epoch (and holds
+    /// it there until it commits), else fails with [`StoreError::Fenced`]; while the lease
+    /// is not known to be held (renewals failed), it fails at once, transiently.
+    fence: Option<crate::lease::Fence>,
 }
 
-/// The writer lock of the store a session's `search_path` selects: an advisory lock on a
-/// key of the database and schema, held by the writer's session while it lives (a server
-/// that dies, or whose connection is lost, lets it go).
-const WRITER_KEY: &str = "('x' || substr(md5('trainyard-writer:' || current_database() || '.' || current_schema()), 1, 16))::bit(64)::bigint";
-
-/// How long a starting writer waits for the writer lock before it is refused.
-const WRITER_WAIT: Duration = Duration::from_secs(5);
+/// The lease row held in share mode by each of a leader's transactions: a server taking
+/// the lease over waits for the transactions in flight, and those that come after it
+/// find the epoch gone (see `lease`).
+const FENCE: &str = "SELECT holder FROM leader_lease WHERE id = 1 AND epoch = ?1 FOR SHARE";
 
 impl Pg {
     pub(crate) fn connect(url: &str) -> Result<Pg> {
-        Pg::open(url, false)
+        Pg::open(url, None)
     }
 
-    /// The connection of the store's one writer (a server's driver): refused with
-    /// [`StoreError::Fenced`] while another one holds the writer lock.
-    pub(crate) fn connect_writer(url: &str) -> Result<Pg> {
-        Pg::open(url, true)
+    /// The connection of a leader's driver.
+    pub(crate) fn connect_fenced(url: &str, fence: crate::lease::Fence) -> Result<Pg> {
+        Pg::open(url, Some(fence))
     }
 
-    fn open(url: &str, writer: bool) -> Result<Pg> {
+    fn open(url: &str, fence: Option<crate::lease::Fence>) -> Result<Pg> {
         let mut config = pg_config(url).map_err(StoreError::Url)?;
-        if writer && config.get_application_name() == Some("trainyard") {
-            // Named for whoever looks for the writer (pg_stat_activity, a refused start).
+        if config.get_application_name() == Some("trainyard") {
+            // Named for whoever looks at the sessions (pg_stat_activity).
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            config.application_name(&format!("trainyard {} pid {}", host.trim(), std::process::id()).chars().take(63).collect::<String>());
+            let role = if fence.is_some() { "leader" } else { "reader" };
+            config.application_name(&format!("trainyard {role} {} pid {}", host.trim(), std::process::id()).chars().take(63).collect::<String>());
         }
-        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new(), reserved: HashMap::new(), writer };
-        // A writer that starts just after the one before it died (a restart after a
-        // crash) may find its lock not let go yet: PostgreSQL drops it once it sees that
-        // session end.
-        let deadline = std::time::Instant::now() + WRITER_WAIT;
-        loop {
-            match pg.client() {
-                Err(StoreError::Fenced(_)) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-                Err(e) => return Err(e),
-                Ok(_) => return Ok(pg),
-            }
-        }
-    }
-
-    /// The writer lock, taken on a new connection; refused naming its holder.
-    fn lock_writer(client: &mut postgres::Client, url: &str) -> Result<()> {
-        let took: bool = client.query_one(&format!("SELECT pg_try_advisory_lock({WRITER_KEY})"), &[])?.try_get(0)?;
-        if took {
-            return Ok(());
-        }
-        let holder = client
-            .query(
-                &format!(
-                    "SELECT a.application_name, coalesce(host(a.client_addr), 'a local socket'), a.backend_start::text \
-                     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-                     AND l.classid::bigint = (({WRITER_KEY}) >> 32) & 4294967295 AND l.objid::bigint = ({WRITER_KEY}) & 4294967295"
-                ),
-                &[],
-            )?
-            .first()
-            .map(|r| {
-                let (name, from, since): (Option<String>, Option<String>, Option<String>) = (r.get(0), r.get(1), r.get(2));
-                format!("\"{}\" from {} since {}", name.unwrap_or_default(), from.unwrap_or_default(), since.unwrap_or_default())
-            })
-            .unwrap_or_else(|| "another session".into());
-        Err(StoreError::Fenced(format!(
-            "another Trainyard server writes the store {} ({holder}); one server writes a store at a time",
-            redact(url)
-        )))
+        let mut pg = Pg { config, url: url.to_string(), client: None, statements: HashMap::new(), reserved: HashMap::new(), fence };
+        pg.client()?;
+        Ok(pg)
     }
 
     /// The connection, made again if it was closed (the server restarted, the network
@@ -253,15 +216,10 @@ impl Pg {
         }
         if self.client.is_none() {
             self.statements.clear();
-            let mut client = self
+            let client = self
                 .config
                 .connect(postgres::NoTls)
                 .map_err(|source| StoreError::Connect { location: redact(&self.url), source })?;
-            if self.writer {
-                // Also after a lost connection: the lock went with it, and another server
-                // may hold it now.
-                Pg::lock_writer(&mut client, &self.url)?;
-            }
             self.client = Some(client);
         }
         self.client.as_mut().ok_or_else(|| StoreError::Decode("no connection".into()))
@@ -271,10 +229,22 @@ impl Pg {
     /// error.
     pub(crate) fn transaction<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<Option<T>>) -> Result<Option<T>> {
         self.client()?;
+        let fence = self.fence.clone();
+        if let Some(f) = fence.as_ref().filter(|f| !f.held()) {
+            return Err(StoreError::LeaseLapsed(f.epoch));
+        }
         let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
         let out = (|| {
             let mut tx = client.transaction()?;
-            let out = f(&mut PgExec { c: &mut tx, statements, reserved })?;
+            let mut exec = PgExec { c: &mut tx, statements, reserved };
+            if let Some(epoch) = fence.map(|f| f.epoch) {
+                if exec.rows(FENCE, &[Value::Integer(epoch)])?.is_empty() {
+                    return Err(StoreError::Fenced(format!(
+                        "this server's lease of the store (epoch {epoch}) has passed to another server; a deposed leader writes nothing"
+                    )));
+                }
+            }
+            let out = f(&mut exec)?;
             if out.is_some() {
                 tx.commit()?;
             }
@@ -293,7 +263,11 @@ impl Pg {
     }
 
     /// `f` outside a transaction (each statement commits on its own).
+    /// A leader's statements are all fenced: each in a transaction of its own.
     pub(crate) fn run<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<T>) -> Result<T> {
+        if self.fence.is_some() {
+            return self.transaction(|e| f(e).map(Some))?.ok_or_else(|| StoreError::Decode("a transaction returned nothing".into()));
+        }
         self.client()?;
         let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
         let out = f(&mut PgExec { c: client, statements, reserved });

@@ -10,6 +10,7 @@
 pub mod backup;
 pub mod db;
 pub mod filter;
+pub mod lease;
 pub mod sql;
 pub mod usage;
 
@@ -41,9 +42,16 @@ pub enum StoreError {
     /// A row that does not hold what the store wrote.
     #[error("reading a row: {0}")]
     Decode(String),
-    /// Another server is the store's writer.
+    /// This server's lease of the store has passed to another server (a deposed leader).
     #[error("{0}")]
     Fenced(String),
+    /// The leader's lease could not be renewed lately: nothing is written until it is
+    /// (transient), or until another server takes it over (then [`StoreError::Fenced`]).
+    #[error("this server's lease of the store (epoch {0}) could not be renewed lately; it writes nothing until it is")]
+    LeaseLapsed(i64),
+    /// What needs a PostgreSQL store was asked of SQLite (leases).
+    #[error("{0} needs a PostgreSQL store")]
+    NeedsPostgres(&'static str),
     #[error("the database has schema version {found}, newer than this Trainyard knows ({known})")]
     TooNew { found: i64, known: i64 },
     /// The thread that owned the store panicked.
@@ -100,6 +108,9 @@ impl StoreError {
     /// write may succeed later, and nothing was changed.
     pub fn is_transient(&self) -> bool {
         use rusqlite::ErrorCode::*;
+        if let StoreError::LeaseLapsed(_) = self {
+            return true;
+        }
         if let Some(state) = self.postgres_state() {
             // No SQLSTATE: the connection is gone. 08: connection exceptions; 53: out of
             // resources (disk full, too many connections); 57P01-57P03: the server shuts
@@ -120,6 +131,9 @@ impl StoreError {
         use rusqlite::ErrorCode::*;
         if let StoreError::Fenced(who) = self {
             return who.clone();
+        }
+        if let StoreError::LeaseLapsed(_) = self {
+            return self.to_string();
         }
         if let Some(state) = self.postgres_state() {
             return match state.as_str() {
@@ -210,6 +224,17 @@ const MIGRATIONS: &[&str] = &[
         lost_accelerator_seconds REAL NOT NULL DEFAULT 0,
         PRIMARY KEY (project, accelerator, hour)
      );",
+    // 5: the leader's lease (several servers on one PostgreSQL store; see `lease`).
+    // SQLite keeps the table so that a version means the same tables in both.
+    "CREATE TABLE leader_lease (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        epoch INTEGER NOT NULL,
+        holder TEXT NOT NULL,
+        address TEXT NOT NULL,
+        config TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        renewed_at INTEGER NOT NULL
+     );",
 ];
 
 /// The same schema in PostgreSQL, migration for migration (a version means the same
@@ -279,6 +304,15 @@ const PG_MIGRATIONS: &[&str] = &[
         preemptions BIGINT NOT NULL DEFAULT 0,
         lost_accelerator_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
         PRIMARY KEY (project, accelerator, hour)
+     );"#,
+    r#"CREATE TABLE leader_lease (
+        id BIGINT PRIMARY KEY CHECK (id = 1),
+        epoch BIGINT NOT NULL,
+        holder TEXT COLLATE "C" NOT NULL,
+        address TEXT COLLATE "C" NOT NULL,
+        config TEXT COLLATE "C" NOT NULL,
+        expires_at BIGINT NOT NULL,
+        renewed_at BIGINT NOT NULL
      );"#,
 ];
 
@@ -413,18 +447,18 @@ impl Store {
     /// Open the store at `location` and migrate it to this build's schema; a store of a
     /// newer schema is refused before anything is written to it.
     pub fn connect(location: &Location) -> Result<Store> {
-        Store::connect_as(location, false)
+        Store::connect_as(location, None)
     }
 
-    fn connect_as(location: &Location, writer: bool) -> Result<Store> {
+    fn connect_as(location: &Location, fence: Option<lease::Fence>) -> Result<Store> {
         let conn = match location {
             Location::Sqlite(path) => {
                 Conn::Sqlite(rusqlite::Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?)
             }
-            // A writer takes the lock first: a second server is refused before it
-            // migrates anything.
-            Location::Postgres(url) if writer => Conn::Postgres(Pg::connect_writer(url)?),
-            Location::Postgres(url) => Conn::Postgres(Pg::connect(url)?),
+            Location::Postgres(url) => match fence {
+                Some(fence) => Conn::Postgres(Pg::connect_fenced(url, fence)?),
+                None => Conn::Postgres(Pg::connect(url)?),
+            },
         };
         let store = Store { conn: RefCell::new(conn), location: location.clone() };
         match &mut *store.conn.borrow_mut() {
@@ -440,13 +474,17 @@ impl Store {
         Ok(store)
     }
 
-    /// The store's one writer (a server's driver): on PostgreSQL its connection holds the
-    /// store's writer lock, and a second server on the same store is refused with
-    /// [`StoreError::Fenced`] naming the first (on SQLite the data directory's lock does
-    /// the same). A writer whose connection was lost takes the lock again before it
-    /// writes, and stops writing if another server took it meanwhile.
-    pub fn connect_writer(location: &Location) -> Result<Store> {
-        Store::connect_as(location, true)
+    /// The connection of a leader's driver to a PostgreSQL store, fenced at its lease's
+    /// epoch ([`lease`]): a deposed leader's late writes are refused with
+    /// [`StoreError::Fenced`], and while its lease is not known to be held nothing is
+    /// written. The store is migrated already (the lease is taken on a migrated store).
+    /// On SQLite (one server, by the data directory's lock) or without a fence: a plain
+    /// connection.
+    pub fn connect_leader(location: &Location, fence: Option<lease::Fence>) -> Result<Store> {
+        match location {
+            Location::Postgres(_) => Store::connect_as(location, fence),
+            Location::Sqlite(_) => Store::connect(location),
+        }
     }
 
     /// A second connection to the same database, for readers.
@@ -929,6 +967,13 @@ impl Store {
         row.map(|r| r.text(0)).transpose()
     }
 
+    /// The value of `key`, set to `value` first if it has none (servers that start
+    /// together on one store all get the first one's).
+    pub fn meta_or_set(&mut self, key: &str, value: &str) -> Result<String> {
+        self.read(|e| e.execute("INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO NOTHING", values![key, value]))?;
+        self.meta(key)?.ok_or_else(|| StoreError::Decode(format!("meta key {key} is not kept")))
+    }
+
     pub fn set_meta(&mut self, key: &str, value: &str) -> Result<()> {
         self.read(|e| set_meta(e, key, value))
     }
@@ -1339,6 +1384,13 @@ pub(crate) mod testdb {
             out.push(TestStore { location: Location::Postgres(url), _dir: None, schema: Some((admin, schema)) });
         }
         out
+    }
+
+    /// A new PostgreSQL store, where the tests have one.
+    pub(crate) fn postgres() -> Option<TestStore> {
+        let admin = pg_url()?;
+        let (url, schema) = pg_schema(&admin);
+        Some(TestStore { location: Location::Postgres(url), _dir: None, schema: Some((admin, schema)) })
     }
 
     /// `f` on a new store of each kind, named in a failure.

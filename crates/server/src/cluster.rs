@@ -1,0 +1,511 @@
+//! Several servers on one PostgreSQL store, one leader at a time.
+//!
+//! Every server answers the API. The leader runs the driver (scheduling, launches, stops,
+//! timers) while it holds the store's lease ([`trainyard_store::lease`]); the others are
+//! followers: they serve reads from the store, the logs and the Cloud Storage endpoint
+//! from the shared data directory, and forward every request that needs the driver
+//! (creates, cancels, deletes, the Vizier API, administration) to the leader's address
+//! ([`forward`]). A follower polls the lease and takes it once it has expired (the
+//! leader was killed, its host is gone, it was cut off from the store), then starts the
+//! driver at the next epoch, which adopts the replicas the old leader started.
+//!
+//! The leader renews its lease every third of `[store] lease_secs`. A leader that cannot
+//! renew it before four fifths of the lease have passed since its last renewal writes
+//! nothing from then on (its driver is degraded: 503 with Retry-After), so it decides and
+//! starts nothing either, until a renewal goes through; one that finds the lease at
+//! another epoch stops at once (exit status [`DEPOSED_EXIT`]), and a supervisor starts
+//! it again, as a follower. Its store connection is fenced besides: a late write of a
+//! deposed leader is refused by the store.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use trainyard_api::ApiError;
+use trainyard_store::lease::Fence;
+use trainyard_store::{Location, Store, StoreError};
+
+use crate::http::AppState;
+
+/// The exit status of a server that lost its lease (EX_TEMPFAIL: start it again).
+pub const DEPOSED_EXIT: i32 = 75;
+
+/// How often a follower looks at the lease.
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+
+/// What this server knows of the leadership, for `/healthz`, `/metrics` and forwarding.
+pub struct View {
+    seen: RwLock<Seen>,
+    /// Milliseconds since `born` of the last renewal (the leader) or of the leader's
+    /// renewal as last seen (a follower).
+    renewed_ms: AtomicI64,
+    born: Instant,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        View {
+            seen: RwLock::default(),
+            renewed_ms: AtomicI64::new(0),
+            born: Instant::now(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// This server holds the lease.
+    pub leading: bool,
+    /// The lease's epoch (0: never taken).
+    pub epoch: i64,
+    /// The leader's API (None: no live leader now).
+    pub leader: Option<String>,
+    /// Which server leads (its host and pid).
+    pub holder: String,
+}
+
+impl View {
+    pub fn seen(&self) -> Seen {
+        self.seen.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn set(&self, seen: Seen, renewed_ago: Duration) {
+        if let Ok(mut s) = self.seen.write() {
+            *s = seen;
+        }
+        let at = self.born.elapsed().as_millis() as i64 - renewed_ago.as_millis() as i64;
+        self.renewed_ms.store(at, Ordering::Relaxed);
+    }
+
+    /// Time since the lease was last renewed.
+    pub fn lease_age(&self) -> Duration {
+        let now = self.born.elapsed().as_millis() as i64;
+        Duration::from_millis((now - self.renewed_ms.load(Ordering::Relaxed)).max(0) as u64)
+    }
+
+    /// `/healthz`'s word on the role.
+    pub fn describe(&self) -> String {
+        let s = self.seen();
+        match (&s.leader, s.leading) {
+            (_, true) => format!("leader, epoch {}", s.epoch),
+            (Some(l), false) => format!("follower of {l} ({}), epoch {}", s.holder, s.epoch),
+            (None, false) => format!("follower, no leader now (last epoch {})", s.epoch),
+        }
+    }
+}
+
+/// This server as a member of the servers on one store.
+pub struct Member {
+    location: Location,
+    /// Who this server is: its host and pid.
+    pub holder: String,
+    /// Where the others reach its API (`[store] advertise_url`).
+    pub address: String,
+    /// The config it runs with, as servers on one store must agree on it.
+    agreed: String,
+    lease_secs: u64,
+    pub view: Arc<View>,
+}
+
+impl Member {
+    pub fn new(cfg: &crate::Config, location: Location) -> Member {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Member {
+            location,
+            holder: format!("{} pid {}", host.trim(), std::process::id()),
+            address: cfg.advertised(),
+            agreed: cfg.agreed(),
+            lease_secs: cfg.lease_secs,
+            view: Arc::new(View::default()),
+        }
+    }
+
+    /// At start: a live leader that runs with another config refuses this server, naming
+    /// the keys that differ.
+    pub fn check_agreement(&self, store: &Store) -> Result<(), String> {
+        let Some(lease) = store.lease().map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        if lease.expired() {
+            return Ok(());
+        }
+        let differ = crate::config::differing_keys(&self.agreed, &lease.config);
+        if differ.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "this server's config differs from that of the leader on the same store ({} at {}): {}; servers on one store \
+             run with one config (each server's own keys, listen, store.url, store.advertise_url and [log], may differ)",
+            lease.holder,
+            lease.address,
+            differ.join("; ")
+        ))
+    }
+
+    /// Follow until the lease is this server's: its epoch, or None once `stop` is set. A
+    /// store out of reach is waited for (and said, once a minute at most).
+    /// `health` beats at each look (a follower's liveness is its following) and `metrics`
+    /// shows the lease as seen.
+    pub fn follow(
+        &self,
+        stop: &AtomicBool,
+        health: &crate::health::Health,
+        metrics: &crate::metrics::Metrics,
+    ) -> Option<i64> {
+        let mut store: Option<Store> = None;
+        let mut last_said: Option<Instant> = None;
+        let mut last_leader: Option<String> = None;
+        while !stop.load(Ordering::Relaxed) {
+            health.beat();
+            let r = self.follow_once(&mut store);
+            let seen = self.view.seen();
+            metrics.lease(
+                seen.epoch,
+                seen.leading,
+                self.view.lease_age().as_secs_f64(),
+            );
+            match r {
+                Ok(Some(epoch)) => return Some(epoch),
+                Ok(None) => {
+                    let now = self.view.seen();
+                    if now.leader != last_leader {
+                        match &now.leader {
+                            Some(l) => tracing::info!(
+                                "following the leader {l} ({}, epoch {})",
+                                now.holder,
+                                now.epoch
+                            ),
+                            None => tracing::info!("no leader now (last epoch {})", now.epoch),
+                        }
+                        last_leader = now.leader;
+                    }
+                }
+                Err(e) => {
+                    store = None;
+                    if last_said.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                        tracing::warn!("following: cannot read the lease: {e}; trying again");
+                        last_said = Some(Instant::now());
+                    }
+                }
+            }
+            std::thread::sleep(FOLLOW_POLL);
+        }
+        None
+    }
+
+    fn follow_once(&self, store: &mut Option<Store>) -> Result<Option<i64>, StoreError> {
+        if store.is_none() {
+            *store = Some(Store::connect(&self.location)?);
+        }
+        let Some(s) = store.as_ref() else {
+            return Ok(None);
+        };
+        let lease = s.lease()?;
+        if let Some(l) = lease.as_ref().filter(|l| !l.expired()) {
+            let renewed = Duration::from_micros(l.renewed_ago_us.max(0) as u64);
+            self.view.set(
+                Seen {
+                    leading: false,
+                    epoch: l.epoch,
+                    leader: Some(l.address.clone()),
+                    holder: l.holder.clone(),
+                },
+                renewed,
+            );
+            return Ok(None);
+        }
+        let last = lease.as_ref().map_or(0, |l| l.epoch);
+        self.view.set(
+            Seen {
+                leading: false,
+                epoch: last,
+                leader: None,
+                holder: String::new(),
+            },
+            self.view.lease_age(),
+        );
+        let took = s.lease_acquire(&self.holder, &self.address, &self.agreed, self.lease_secs)?;
+        if let Some(epoch) = took {
+            self.view.set(
+                Seen {
+                    leading: true,
+                    epoch,
+                    leader: Some(self.address.clone()),
+                    holder: self.holder.clone(),
+                },
+                Duration::ZERO,
+            );
+        }
+        Ok(took)
+    }
+
+    /// Keep the lease of `fence`'s epoch from now on: renewals on a thread of their own,
+    /// and a watchdog that lowers the fence (the driver writes nothing, so acts on nothing)
+    /// once four fifths of the lease have passed since the last renewal, and raises it
+    /// again when a renewal goes through. A renewal that finds another epoch stops the
+    /// process. `metrics` shows the epoch and the lease's age.
+    pub fn keep(self: &Arc<Self>, fence: Fence, metrics: Arc<crate::metrics::Metrics>) -> std::io::Result<()> {
+        let epoch = fence.epoch;
+        let lease = Duration::from_secs(self.lease_secs);
+        let deadline = lease * 4 / 5;
+        let renewed = Arc::new(std::sync::Mutex::new(Instant::now()));
+        metrics.lease(epoch, true, 0.0);
+        {
+            let me = Arc::clone(self);
+            let renewed = Arc::clone(&renewed);
+            let fence = fence.clone();
+            std::thread::Builder::new().name("lease".into()).spawn(move || {
+                let mut store: Option<Store> = None;
+                loop {
+                    std::thread::sleep(lease / 3);
+                    let started = Instant::now();
+                    let r = match store.take() {
+                        Some(s) => Ok(s),
+                        None => Store::connect(&me.location),
+                    }
+                    .and_then(|s| s.lease_renew(epoch, me.lease_secs).map(|kept| (s, kept)));
+                    match r {
+                        Ok((s, true)) => {
+                            store = Some(s);
+                            if let Ok(mut r) = renewed.lock() {
+                                *r = started;
+                            }
+                            me.view.set(
+                                Seen { leading: true, epoch, leader: Some(me.address.clone()), holder: me.holder.clone() },
+                                started.elapsed(),
+                            );
+                            if !fence.held() {
+                                tracing::info!("the lease (epoch {epoch}) is renewed again: this server goes on leading");
+                                fence.set_held(true);
+                            }
+                        }
+                        Ok((_, false)) => deposed(&format!("the store's lease is no longer at this server's epoch {epoch}: another server leads")),
+                        Err(e) => tracing::warn!("cannot renew the lease (epoch {epoch}): {e}; trying again"),
+                    }
+                }
+            })?;
+        }
+        let me = Arc::clone(self);
+        std::thread::Builder::new().name("lease-watch".into()).spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let since = renewed.lock().map(|r| r.elapsed()).unwrap_or(lease);
+            metrics.lease(epoch, true, me.view.lease_age().as_secs_f64());
+            if since >= deadline && fence.held() {
+                fence.set_held(false);
+                tracing::error!(
+                    "the lease (epoch {epoch}) was last renewed {:.1} s ago and expires at {} s: this server writes and \
+                     starts nothing until it renews it (or stops, if another server took it over)",
+                    since.as_secs_f64(),
+                    lease.as_secs()
+                );
+            }
+        })?;
+        Ok(())
+    }
+
+    /// A leader that stops lets the lease go: a follower takes it at once.
+    pub fn release(&self, epoch: i64) {
+        match Store::connect(&self.location).and_then(|s| s.lease_release(epoch)) {
+            Ok(()) => tracing::info!("the lease (epoch {epoch}) is let go: a follower takes over"),
+            Err(e) => tracing::warn!("cannot let the lease (epoch {epoch}) go ({e}); a follower takes over once it expires"),
+        }
+    }
+}
+
+/// Stop now: without a lease this server must not act (its replicas run on; the next
+/// leader adopts them).
+fn deposed(why: &str) -> ! {
+    tracing::error!(
+        "{why}; stopping now (exit status {DEPOSED_EXIT}): started again, this server follows"
+    );
+    std::process::exit(DEPOSED_EXIT)
+}
+
+/// Requests a follower forwards to the leader: those that go through the driver. Reads
+/// of jobs, operations, logs and storage, the console, `/healthz` and `/metrics` are
+/// answered by every server.
+pub fn needs_leader(method: &Method, path: &str) -> bool {
+    const EVERY_SERVER: [&str; 3] = ["/storage/", "/upload/", "/download/"];
+    if EVERY_SERVER.iter().any(|p| path.starts_with(p)) || path == "/healthz" || path == "/metrics"
+    {
+        return false;
+    }
+    if path.starts_with("/v1/admin/") || path.contains("/studies") {
+        return true;
+    }
+    !(method == Method::GET || method == Method::HEAD)
+}
+
+/// Headers of one connection, never passed on.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The forwarder of a follower: the leader's address from the view, one HTTP agent.
+pub struct Forwarder {
+    view: Arc<View>,
+    agent: ureq::Agent,
+}
+
+impl Forwarder {
+    pub fn new(view: Arc<View>) -> Forwarder {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(3)))
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
+        Forwarder { view, agent }
+    }
+}
+
+/// The middleware of a follower: requests that need the leader go to it, the rest are
+/// served here. Not a follower (`state.forward` is None): everything is served here.
+pub async fn forward(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(fwd) = state.forward.clone() else {
+        return next.run(req).await;
+    };
+    if !needs_leader(req.method(), req.uri().path()) {
+        return next.run(req).await;
+    }
+    let Some(leader) = fwd.view.seen().leader else {
+        return unavailable(
+            "There is no leader now: a server is taking the store's lease over. Try again.",
+        );
+    };
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, crate::http::MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = ApiError::new(
+                trainyard_api::Code::OutOfRange,
+                format!(
+                    "The request body is larger than the limit of {} bytes.",
+                    crate::http::MAX_BODY
+                ),
+            );
+            return crate::reply::AppError(e).into_response();
+        }
+    };
+    let url = format!(
+        "{leader}{}",
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
+    let mut out = ureq::http::Request::builder()
+        .method(parts.method.clone())
+        .uri(&url);
+    for (k, v) in &parts.headers {
+        if !HOP_BY_HOP.contains(&k.as_str()) && k != header::HOST && k != header::CONTENT_LENGTH {
+            out = out.header(k, v);
+        }
+    }
+    let agent = fwd.agent.clone();
+    let sent = tokio::task::spawn_blocking(move || -> Result<Response, String> {
+        let req = out.body(body.to_vec()).map_err(|e| e.to_string())?;
+        let mut resp = agent.run(req).map_err(|e| e.to_string())?;
+        let status = StatusCode::from_u16(resp.status().as_u16()).map_err(|e| e.to_string())?;
+        let mut headers = axum::http::HeaderMap::new();
+        for (k, v) in resp.headers() {
+            if HOP_BY_HOP.contains(&k.as_str()) || k == header::CONTENT_LENGTH {
+                continue;
+            }
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_str().as_bytes()),
+                HeaderValue::from_bytes(v.as_bytes()),
+            ) {
+                headers.append(k, v);
+            }
+        }
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_vec()
+            .map_err(|e| e.to_string())?;
+        Ok((status, headers, bytes).into_response())
+    })
+    .await;
+    match sent {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => unavailable(&format!(
+            "The leader at {leader} cannot be reached ({e}). If it is gone, a server takes over once its lease expires. Try again."
+        )),
+        Err(e) => crate::reply::AppError(ApiError::internal(format!("forwarding to the leader failed: {e}"))).into_response(),
+    }
+}
+
+/// 503 with Retry-After, in the API's error shape.
+fn unavailable(message: &str) -> Response {
+    crate::reply::AppError(ApiError::unavailable(message.to_string())).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followers_forward_what_goes_through_the_driver_and_serve_reads() {
+        let jobs = "/v1/projects/p/locations/us-central1/customJobs";
+        assert!(needs_leader(&Method::POST, jobs));
+        assert!(needs_leader(&Method::POST, &format!("{jobs}/3:cancel")));
+        assert!(needs_leader(&Method::DELETE, &format!("{jobs}/3")));
+        assert!(needs_leader(&Method::GET, "/v1/admin/nodes"));
+        assert!(needs_leader(
+            &Method::GET,
+            "/v1/projects/p/locations/us-central1/studies/1/trials"
+        ));
+        assert!(!needs_leader(&Method::GET, jobs));
+        assert!(!needs_leader(&Method::GET, &format!("{jobs}/3/logs")));
+        assert!(!needs_leader(
+            &Method::GET,
+            "/v1/projects/p/locations/us-central1/operations/4"
+        ));
+        assert!(!needs_leader(&Method::POST, "/upload/storage/v1/b/bkt/o"));
+        assert!(!needs_leader(&Method::GET, "/healthz"));
+        assert!(!needs_leader(&Method::GET, "/"));
+    }
+
+    #[test]
+    fn the_view_says_the_role() {
+        let v = View::default();
+        assert_eq!(v.describe(), "follower, no leader now (last epoch 0)");
+        v.set(
+            Seen {
+                leading: false,
+                epoch: 4,
+                leader: Some("http://a:1".into()),
+                holder: "a pid 9".into(),
+            },
+            Duration::from_secs(2),
+        );
+        assert_eq!(v.describe(), "follower of http://a:1 (a pid 9), epoch 4");
+        assert!(v.lease_age() >= Duration::from_secs(2));
+        v.set(
+            Seen {
+                leading: true,
+                epoch: 5,
+                leader: Some("http://b:1".into()),
+                holder: "b".into(),
+            },
+            Duration::ZERO,
+        );
+        assert_eq!(v.describe(), "leader, epoch 5");
+    }
+}

@@ -1,0 +1,299 @@
+//! The leader's lease: several servers on one PostgreSQL store, one of them the leader.
+//!
+//! One row (`leader_lease`, id 1) says who leads, at which epoch, until when, and where
+//! the others forward the writes that need the leader. Times are the database's clock
+//! (microseconds since the epoch), so that servers whose clocks differ agree on it.
+//!
+//! - A server takes the lease when there is none or it has expired; the epoch goes up by
+//!   one each time it changes hands ([`Store::lease_acquire`]).
+//! - The leader renews it well before it expires ([`Store::lease_renew`]); a renewal that
+//!   finds another epoch says the leader is deposed.
+//! - The leader's driver writes through a fenced connection ([`Store::connect_leader`]):
+//!   each of its transactions first holds the row at its epoch in share mode, so a
+//!   takeover (an update of that row) waits for the transactions in flight, and every
+//!   transaction after it is refused. A deposed leader's late writes change nothing.
+//! - A leader that stops releases it ([`Store::lease_release`]) for the next to take at
+//!   once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::db::Location;
+use crate::{values, Result, Store, StoreError};
+
+/// The database's clock in microseconds since the epoch.
+const NOW_US: &str = "(extract(epoch from clock_timestamp()) * 1000000)::bigint";
+
+/// The lease as a server reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub epoch: i64,
+    /// Which server holds it (its host and pid).
+    pub holder: String,
+    /// Where the holder's API is (`[store] advertise_url`).
+    pub address: String,
+    /// The config the holder runs with, as key/value lines (servers on one store agree).
+    pub config: String,
+    /// Microseconds until it expires by the database's clock (negative: expired).
+    pub expires_in_us: i64,
+    /// Microseconds since it was last taken or renewed.
+    pub renewed_ago_us: i64,
+}
+
+/// What a leader's driver writes under: its lease's epoch, and whether the lease is known
+/// to be held now (its renewals go through). Clones share the flag.
+#[derive(Clone, Debug)]
+pub struct Fence {
+    pub epoch: i64,
+    held: Arc<AtomicBool>,
+}
+
+impl Fence {
+    pub fn new(epoch: i64) -> Fence {
+        Fence { epoch, held: Arc::new(AtomicBool::new(true)) }
+    }
+
+    pub fn held(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// The lease is known held (a renewal went through) or not (none has lately).
+    pub fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::SeqCst);
+    }
+}
+
+impl Lease {
+    pub fn expired(&self) -> bool {
+        self.expires_in_us < 0
+    }
+}
+
+impl Store {
+    fn postgres_only(&self, what: &'static str) -> Result<()> {
+        match self.location() {
+            Location::Postgres(_) => Ok(()),
+            Location::Sqlite(_) => Err(StoreError::NeedsPostgres(what)),
+        }
+    }
+
+    /// The lease as it is now (None: never taken).
+    pub fn lease(&self) -> Result<Option<Lease>> {
+        self.postgres_only("a leader's lease")?;
+        let sql = format!(
+            "SELECT epoch, holder, address, config, expires_at - {NOW_US}, {NOW_US} - renewed_at FROM leader_lease WHERE id = 1"
+        );
+        let rows = self.read(|e| e.rows(&sql, &[]))?;
+        rows.first()
+            .map(|r| {
+                Ok(Lease {
+                    epoch: r.int(0)?,
+                    holder: r.text(1)?,
+                    address: r.text(2)?,
+                    config: r.text(3)?,
+                    expires_in_us: r.int(4)?,
+                    renewed_ago_us: r.int(5)?,
+                })
+            })
+            .transpose()
+    }
+
+    /// Take the lease for `secs` when nobody holds it (never taken, expired or released):
+    /// the new epoch, or None while another server holds it.
+    pub fn lease_acquire(
+        &self,
+        holder: &str,
+        address: &str,
+        config: &str,
+        secs: u64,
+    ) -> Result<Option<i64>> {
+        self.postgres_only("a leader's lease")?;
+        let sql = format!(
+            "INSERT INTO leader_lease (id, epoch, holder, address, config, expires_at, renewed_at) \
+             VALUES (1, 1, ?1, ?2, ?3, {NOW_US} + ?4, {NOW_US}) \
+             ON CONFLICT (id) DO UPDATE SET epoch = leader_lease.epoch + 1, holder = excluded.holder, \
+             address = excluded.address, config = excluded.config, expires_at = excluded.expires_at, \
+             renewed_at = excluded.renewed_at WHERE leader_lease.expires_at < {NOW_US} RETURNING epoch"
+        );
+        let micros = secs_to_micros(secs);
+        let rows = self.write(|e| e.rows(&sql, values![holder, address, config, micros]))?;
+        rows.first().map(|r| r.int(0)).transpose()
+    }
+
+    /// Renew the lease of `epoch` for `secs` from now: false when it is another epoch's
+    /// (this server was deposed).
+    pub fn lease_renew(&self, epoch: i64, secs: u64) -> Result<bool> {
+        self.postgres_only("a leader's lease")?;
+        let sql = format!("UPDATE leader_lease SET expires_at = {NOW_US} + ?2, renewed_at = {NOW_US} WHERE id = 1 AND epoch = ?1");
+        let n = self.write(|e| e.execute(&sql, values![epoch, secs_to_micros(secs)]))?;
+        Ok(n == 1)
+    }
+
+    /// Let the lease of `epoch` go (a leader that stops): the next server takes it at once.
+    pub fn lease_release(&self, epoch: i64) -> Result<()> {
+        self.postgres_only("a leader's lease")?;
+        let sql = format!(
+            "UPDATE leader_lease SET expires_at = {NOW_US} - 1 WHERE id = 1 AND epoch = ?1"
+        );
+        self.write(|e| e.execute(&sql, values![epoch]))?;
+        Ok(())
+    }
+}
+
+fn secs_to_micros(secs: u64) -> i64 {
+    i64::try_from(secs.saturating_mul(1_000_000)).unwrap_or(i64::MAX / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdb;
+
+    #[test]
+    fn a_lease_is_taken_by_one_server_at_a_time_and_the_epoch_goes_up_each_time_it_changes_hands() {
+        let Some(t) = testdb::postgres() else { return };
+        let store = t.open();
+        assert_eq!(store.lease().unwrap(), None);
+        assert_eq!(
+            store.lease_acquire("a", "http://a", "k = 1", 30).unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            store.lease_acquire("b", "http://b", "k = 1", 30).unwrap(),
+            None,
+            "held"
+        );
+        let l = store.lease().unwrap().unwrap();
+        assert_eq!(
+            (
+                l.epoch,
+                l.holder.as_str(),
+                l.address.as_str(),
+                l.config.as_str()
+            ),
+            (1, "a", "http://a", "k = 1")
+        );
+        assert!(
+            !l.expired() && l.expires_in_us > 25_000_000 && l.renewed_ago_us >= 0,
+            "{l:?}"
+        );
+        assert!(store.lease_renew(1, 30).unwrap());
+        // Released: the next server takes it at once, at the next epoch; the old epoch's
+        // renewal then says it was deposed.
+        store.lease_release(1).unwrap();
+        assert!(store.lease().unwrap().unwrap().expired());
+        assert_eq!(
+            store.lease_acquire("b", "http://b", "k = 2", 30).unwrap(),
+            Some(2)
+        );
+        assert!(!store.lease_renew(1, 30).unwrap());
+        store.lease_release(1).unwrap();
+        assert!(
+            !store.lease().unwrap().unwrap().expired(),
+            "an old epoch's release changes nothing"
+        );
+        // Expired (a leader that stopped renewing): taken over.
+        assert!(store.lease_renew(2, 0).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(
+            store.lease_acquire("c", "http://c", "", 30).unwrap(),
+            Some(3)
+        );
+    }
+
+    /// A deposed leader's late writes are refused by the store: its fenced connection
+    /// fails every statement with `Fenced` once the lease is another epoch's, also one
+    /// made again after the takeover; the new leader's writes go on.
+    #[test]
+    fn a_deposed_leaders_writes_are_refused() {
+        let Some(t) = testdb::postgres() else { return };
+        let store = t.open();
+        let location = store.location().clone();
+        let epoch = store
+            .lease_acquire("a", "http://a", "", 30)
+            .unwrap()
+            .unwrap();
+        let mut leader = Store::connect_leader(&location, Some(Fence::new(epoch))).unwrap();
+        leader.set_meta("written", "by a").unwrap();
+        store.lease_release(epoch).unwrap();
+        let next = store
+            .lease_acquire("b", "http://b", "", 30)
+            .unwrap()
+            .unwrap();
+        let e = leader.set_meta("written", "late, by a").unwrap_err();
+        assert!(matches!(e, StoreError::Fenced(_)), "{e:?}");
+        assert!(e.to_string().contains(&format!("epoch {epoch}")), "{e}");
+        assert!(matches!(
+            Store::connect_leader(&location, Some(Fence::new(epoch))).map(|_| ()),
+            Err(StoreError::Fenced(_))
+        ));
+        let fence = Fence::new(next);
+        let mut b = Store::connect_leader(&location, Some(fence.clone())).unwrap();
+        b.set_meta("written", "by b").unwrap();
+        assert_eq!(store.meta("written").unwrap().as_deref(), Some("by b"));
+        // While its renewals fail, a leader writes nothing (transiently), then goes on.
+        fence.set_held(false);
+        let e = b.set_meta("written", "while lapsed").unwrap_err();
+        assert!(matches!(e, StoreError::LeaseLapsed(n) if n == next) && e.is_transient(), "{e:?}");
+        fence.set_held(true);
+        b.set_meta("written", "renewed").unwrap();
+        assert_eq!(store.meta("written").unwrap().as_deref(), Some("renewed"));
+    }
+
+    /// A takeover waits for the deposed leader's transaction in flight (which holds the
+    /// lease row in share mode) rather than interleaving with it.
+    #[test]
+    fn a_takeover_waits_for_the_leaders_transaction_in_flight() {
+        let Some(t) = testdb::postgres() else { return };
+        let store = t.open();
+        let location = store.location().clone();
+        let epoch = store
+            .lease_acquire("a", "http://a", "", 0)
+            .unwrap()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let leader = Store::connect_leader(&location, Some(Fence::new(epoch))).unwrap();
+        let (started, go) = (
+            std::sync::mpsc::channel::<()>(),
+            std::sync::mpsc::channel::<()>(),
+        );
+        let taker = {
+            let location = location.clone();
+            let (ready, wait) = (started.0, go.1);
+            std::thread::spawn(move || {
+                let other = Store::connect(&location).unwrap();
+                wait.recv().unwrap();
+                let t = std::time::Instant::now();
+                ready.send(()).unwrap();
+                (
+                    other.lease_acquire("b", "http://b", "", 30).unwrap(),
+                    t.elapsed(),
+                )
+            })
+        };
+        leader
+            .write(|e| {
+                e.execute("INSERT INTO meta (key, value) VALUES ('in-flight', 'a') ON CONFLICT (key) DO UPDATE SET value = excluded.value", &[])?;
+                go.0.send(()).unwrap();
+                started.1.recv().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                Ok(())
+            })
+            .unwrap();
+        let (took, waited) = taker.join().unwrap();
+        assert_eq!(took, Some(epoch + 1));
+        assert!(
+            waited >= std::time::Duration::from_millis(250),
+            "the takeover did not wait for the transaction: {waited:?}"
+        );
+        assert_eq!(store.meta("in-flight").unwrap().as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn sqlite_has_no_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).unwrap();
+        assert!(matches!(store.lease(), Err(StoreError::NeedsPostgres(_))));
+        assert!(Store::connect_leader(store.location(), Some(Fence::new(3))).is_ok());
+    }
+}
