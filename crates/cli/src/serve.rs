@@ -132,13 +132,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         member.check_agreement(&store).map_err(|why| anyhow::anyhow!("{why}"))?;
         let token_key = trainyard_server::token_key(&mut store)?;
         drop(store);
-        let follower = follower_state(&cfg, &member, token_key, tokens.clone());
-        let limits = cfg.http.clone();
-        let what = format!("region {region} on http://{addr} (config: {source}; data: {}); {auth_note}", data_dir.display());
-        match rt.block_on(follow(std::sync::Arc::clone(&member), &listener, follower, limits, what))? {
-            Some(epoch) => leading = Some((member, Fence::new(epoch))),
-            None => return Ok(ExitCode::SUCCESS),
-        }
+        // A lease that is free (a server alone on its store, or restarted after its
+        // process ended) is taken at once; else this server follows until it is.
+        let epoch = match member.try_lead()? {
+            Some(epoch) => epoch,
+            None => {
+                let follower = follower_state(&cfg, &member, token_key, tokens.clone());
+                let limits = cfg.http.clone();
+                let what = format!("region {region} on http://{addr} (config: {source}; data: {}); {auth_note}", data_dir.display());
+                match rt.block_on(follow(std::sync::Arc::clone(&member), &listener, follower, limits, what))? {
+                    Some(epoch) => epoch,
+                    None => return Ok(ExitCode::SUCCESS),
+                }
+            }
+        };
+        leading = Some((member, Fence::new(epoch)));
     }
     let fence = leading.as_ref().map(|(_, f)| f.clone());
     let epoch = fence.as_ref().map(|f| f.epoch);
@@ -219,6 +227,9 @@ fn follower_state(
     use std::sync::Arc;
     use trainyard_server::{metrics::Metrics, storage};
     let usage = Arc::new(storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone()));
+    let metrics = Arc::new(if cfg.metrics_enabled { Metrics::new() } else { Metrics::disabled() });
+    let seen = member.view.seen();
+    metrics.lease(seen.epoch, seen.leading, member.view.lease_age().as_secs_f64());
     AppState {
         // Nothing is asked of a driver here: what needs one is forwarded.
         tx: std::sync::mpsc::channel().0,
@@ -228,7 +239,7 @@ fn follower_state(
         tokens: tokens.clone(),
         waiting: Arc::default(),
         health: Arc::default(),
-        metrics: Arc::new(if cfg.metrics_enabled { Metrics::new() } else { Metrics::disabled() }),
+        metrics,
         writes: Arc::new(trainyard_server::security::WriteLimiter::new(&cfg.limits)),
         storage: Arc::new(storage::Storage::new(cfg, tokens, usage)),
         cluster: Some(Arc::clone(&member.view)),

@@ -241,65 +241,157 @@ fn a_store_out_of_reach_is_503_with_retry_after_until_it_is_back() {
     assert_eq!(during, created, "{list}");
 }
 
-/// One server writes a store at a time: a second server on the same PostgreSQL store is
-/// refused at start naming the first; once the first is gone (kill -9) the second starts
-/// and has its jobs. A server cut off from the store while another one took it over
-/// stops writing when the network is back: its writes are refused (503), its health
-/// says why, and the store's jobs are the new writer's only.
+/// Servers that share a store and a data directory, with one config (the harness gives
+/// each server project uids of its own: the second one's config is the first's).
+fn pair(table: &str) -> (tempfile::TempDir, Server, Server) {
+    let shared = tempfile::tempdir().unwrap();
+    // Replicas of a root server run as their project's user and pass through here.
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let data = shared.path().join("data");
+    let mut a = Server::prepare(table).with_data_dir(data.clone());
+    a.spawn();
+    let mut b = Server::prepare(table).with_data_dir(data);
+    std::fs::copy(&a.config, &b.config).unwrap();
+    b.spawn();
+    (shared, a, b)
+}
+
+/// The text at `path` of the server on `port` (empty when it does not answer).
+fn get_text(port: u16, path: &str) -> String {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .into();
+    agent.get(&format!("http://127.0.0.1:{port}{path}")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok()).unwrap_or_default()
+}
+
+fn healthz(port: u16) -> String {
+    get_text(port, "/healthz")
+}
+
+/// Wait until the server on `port` says it leads; how long that took.
+fn wait_leading(port: u16, secs: u64) -> std::time::Duration {
+    let t0 = std::time::Instant::now();
+    loop {
+        let h = healthz(port);
+        if h.contains("leader, epoch") {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(secs), "the server on port {port} does not lead after {secs} s: {h}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Several servers on one PostgreSQL store: one leads, the other follows and answers the
+/// API (reads itself, writes forwarded to the leader). The leader killed with kill -9, the
+/// follower takes the lease over within `lease_secs` and a round, adopts the running
+/// replica (L23: it was started once and ends SUCCEEDED with every log line once) and
+/// starts new jobs. The old leader, started again, follows; a cancel through it is
+/// honoured. A server whose config differs from the leader's is refused naming the key.
 #[test]
-fn one_server_writes_a_store_at_a_time() {
+fn servers_on_one_store_have_one_leader_and_a_follower_takes_over_without_loss() {
+    let Some(_) = pg() else { return };
+    let url = new_pg_store();
+    let (_shared, mut a, b) = pair(&format!("[store]\nurl = \"{url}\"\nlease_secs = 2\n"));
+    assert!(healthz(a.port).contains("leader, epoch 1"), "{}", healthz(a.port));
+    assert!(healthz(b.port).contains(&format!("follower of http://127.0.0.1:{} ", a.port)), "{}", healthz(b.port));
+    let metrics = get_text(b.port, "/metrics");
+    assert!(metrics.contains("trainyard_leader 0") && metrics.contains("trainyard_leader_epoch 1"), "{metrics}");
+
+    // Written through the follower, run by the leader.
+    let marks = a.dir.path().join("starts");
+    let script = format!("echo started >> {}; for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done", marks.display());
+    let long = name_of(&b.create("p", &sh_job("long", &script)));
+    b.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let t0 = std::time::Instant::now();
+    a.kill9();
+    wait_leading(b.port, 30);
+    eprintln!("failover: {:.2} s from kill -9 to the follower leading (lease 2 s)", t0.elapsed().as_secs_f64());
+    assert!(healthz(b.port).contains("leader, epoch 2"), "{}", healthz(b.port));
+    let ended = b.wait_terminal(&long, 60);
+    assert_eq!(ended["state"], "JOB_STATE_SUCCEEDED", "{ended}");
+    assert_eq!(std::fs::read_to_string(&marks).unwrap(), "started\n", "the replica was started again by the new leader");
+    let logs = b.logs_text(&long);
+    for i in 1..=6 {
+        assert_eq!(logs.matches(&format!("tick {i}\n")).count() + logs.matches(&format!("\"tick {i}\"")).count(), 1, "tick {i}: {logs}");
+    }
+    let after = name_of(&b.create("p", &sh_job("after", "echo after")));
+    assert_eq!(b.wait_terminal(&after, 60)["state"], "JOB_STATE_SUCCEEDED");
+
+    // The old leader comes back as a follower; a cancel through it is honoured.
+    a.spawn();
+    assert!(healthz(a.port).contains(&format!("follower of http://127.0.0.1:{} ", b.port)), "{}", healthz(a.port));
+    let victim = name_of(&a.create("p", &sh_job("victim", "sleep 60")));
+    a.wait_for(&victim, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let (status, body) = a.call("POST", &a.url(&format!("/v1/{victim}:cancel")), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(a.wait_terminal(&victim, 60)["state"], "JOB_STATE_CANCELLED");
+    let (_, list) = a.call("GET", &format!("{}?pageSize=100", a.jobs_url("p")), None);
+    let names: Vec<&str> = list["customJobs"].as_array().unwrap().iter().filter_map(|j| j["displayName"].as_str()).collect();
+    assert_eq!(names, ["victim", "after", "long"], "{list}");
+
+    // Another config on the same store is refused, naming what differs.
+    let mut other = Server::prepare(&format!("[store]\nurl = \"{url}\"\nlease_secs = 2\n")).with_data_dir(a.data_dir());
+    let refused = other.try_spawn().expect_err("a server with another config joined the store");
+    assert!(refused.contains("config differs from that of the leader") && refused.contains("replicas.uid_range"), "{refused}");
+}
+
+/// A leader cut off from the store (the network to PostgreSQL cut) writes nothing once
+/// its lease lapses: its writes are 503 with Retry-After, never 200. The follower takes
+/// the lease over and goes on. When the network is back, the old leader finds another
+/// epoch and stops (exit status 75, for its supervisor to start it again as a follower);
+/// the store has the new leader's jobs only.
+#[test]
+fn a_leader_cut_off_from_the_store_is_deposed_and_writes_nothing() {
     let Some(admin) = pg() else { return };
     let url = new_pg_store();
-    let table = format!("[store]\nurl = \"{url}\"\n");
-    let mut a = Server::start(&table);
-    let first = name_of(&a.create("p", &sh_job("first", "echo one")));
-    a.wait_terminal(&first, 60);
-
-    let mut b = Server::prepare(&table);
-    let refused = b.try_spawn().expect_err("a second writer of the store started");
-    assert!(refused.contains("another Trainyard server writes the store") && refused.contains(&format!("pid {}", a.pid().unwrap())), "{refused}");
-    a.kill9();
-    b.spawn();
-    assert_eq!(b.get(&first)["state"], "JOB_STATE_SUCCEEDED");
-
-    // b cut off from the store by the network; c takes the store over meanwhile.
-    b.kill9();
     let (relay, relayed) = Relay::between(&admin, &url);
-    let mut cut_off = Server::prepare(&format!("[store]\nurl = \"{relayed}\"\n"));
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let data = shared.path().join("data");
+    let mut cut_off = Server::prepare(&format!("[store]\nurl = \"{relayed}\"\nlease_secs = 2\n")).with_data_dir(data.clone());
     cut_off.spawn();
+    // The same config but for the store's URL (each server's own).
+    let b = Server::prepare("").with_data_dir(data);
+    std::fs::write(&b.config, std::fs::read_to_string(&cut_off.config).unwrap().replace(&relayed, &url)).unwrap();
+    let mut b = b;
+    b.spawn();
+    let first = name_of(&cut_off.create("p", &sh_job("first", "echo one")));
+    assert_eq!(cut_off.wait_terminal(&first, 60)["state"], "JOB_STATE_SUCCEEDED");
+
     relay.cut();
-    let mut c = Server::prepare(&table);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    // PostgreSQL lets the lock go once it sees the cut session end.
-    while let Err(e) = c.try_spawn() {
-        assert!(e.contains("another Trainyard server writes the store"), "{e}");
-        assert!(std::time::Instant::now() < deadline, "the cut-off server's lock was never let go: {e}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    let second = name_of(&c.create("p", &sh_job("second", "echo two")));
-    relay.restore();
-    // The cut-off server finds the lock taken when it connects again: it stops writing
-    // and ends (a service manager starts it again, and it is refused as `b` was), never
-    // answering a write with 200 meanwhile.
+    wait_leading(b.port, 30);
+    let second = name_of(&b.create("p", &sh_job("second", "echo two")));
     let body = sh_job("late", "echo late").to_string();
     let api = cut_off.api();
+    let mut refused = 0;
+    for _ in 0..10 {
+        if let Ok((code, answer)) = api.try_call("POST", &api.jobs_url("p"), Some(&body)) {
+            assert_ne!(code, 200, "a leader cut off from the store wrote to it: {answer}");
+            refused += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(refused > 0);
+    relay.restore();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let status = loop {
         if let Some(status) = cut_off.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
             break status;
         }
         if let Ok((code, answer)) = api.try_call("POST", &api.jobs_url("p"), Some(&body)) {
-            assert_ne!(code, 200, "a server that lost the store wrote to it: {answer}");
+            assert_ne!(code, 200, "a deposed leader wrote to the store: {answer}");
         }
-        assert!(std::time::Instant::now() < deadline, "the cut-off server still runs 30 s after the network came back");
+        assert!(std::time::Instant::now() < deadline, "the deposed leader still runs 30 s after the network came back");
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     cut_off.child = None;
-    assert!(!status.success(), "{status}");
+    assert_eq!(status.code(), Some(75), "{status}");
     let log = cut_off.server_log();
-    assert!(log.contains("the driver stops: another Trainyard server writes the store"), "{log}");
-    assert_eq!(c.wait_terminal(&second, 60)["state"], "JOB_STATE_SUCCEEDED");
-    let (_, list) = c.call("GET", &format!("{}?pageSize=100", c.jobs_url("p")), None);
+    assert!(log.contains("no longer at this server's epoch 1: another server leads"), "{log}");
+    assert_eq!(b.wait_terminal(&second, 60)["state"], "JOB_STATE_SUCCEEDED");
+    let (_, list) = b.call("GET", &format!("{}?pageSize=100", b.jobs_url("p")), None);
     let names: Vec<&str> = list["customJobs"].as_array().unwrap().iter().filter_map(|j| j["displayName"].as_str()).collect();
     assert_eq!(names, ["second", "first"], "{list}");
 }

@@ -203,6 +203,38 @@ impl Member {
             return Ok(None);
         };
         let lease = s.lease()?;
+        if let Some(l) = lease
+            .as_ref()
+            .filter(|l| !l.expired() && self.gone_from_this_host(&l.holder))
+        {
+            // Its process ended on this host (a kill -9, a crash): no need to wait for the
+            // lease to expire.
+            let took = s.lease_take_over(
+                l.epoch,
+                &self.holder,
+                &self.address,
+                &self.agreed,
+                self.lease_secs,
+            )?;
+            if let Some(epoch) = took {
+                tracing::info!(
+                    "the leader {} (epoch {}) is gone from this host: taking over at once",
+                    l.holder,
+                    l.epoch
+                );
+                self.view.set(
+                    Seen {
+                        leading: true,
+                        epoch,
+                        leader: Some(self.address.clone()),
+                        holder: self.holder.clone(),
+                    },
+                    Duration::ZERO,
+                );
+                return Ok(Some(epoch));
+            }
+            return Ok(None);
+        }
         if let Some(l) = lease.as_ref().filter(|l| !l.expired()) {
             let renewed = Duration::from_micros(l.renewed_ago_us.max(0) as u64);
             self.view.set(
@@ -241,12 +273,43 @@ impl Member {
         Ok(took)
     }
 
+    /// Is `holder` a server of this host whose process has ended? (Holders are "HOST pid
+    /// N"; a live process of that pid that is not a Trainyard server counts as ended.)
+    fn gone_from_this_host(&self, holder: &str) -> bool {
+        let Some((host, pid)) = holder.rsplit_once(" pid ") else {
+            return false;
+        };
+        let Some((mine, _)) = self.holder.rsplit_once(" pid ") else {
+            return false;
+        };
+        if host != mine || holder == self.holder {
+            return false;
+        }
+        let Ok(pid) = pid.parse::<u32>() else {
+            return false;
+        };
+        match std::fs::read(format!("/proc/{pid}/cmdline")) {
+            Ok(cmdline) => !String::from_utf8_lossy(&cmdline).contains("trainyard"),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
+
+    /// Take the lease now if it is free (or its holder is gone from this host): at start,
+    /// so that a server alone on its store leads without following first.
+    pub fn try_lead(&self) -> Result<Option<i64>, StoreError> {
+        self.follow_once(&mut None)
+    }
+
     /// Keep the lease of `fence`'s epoch from now on: renewals on a thread of their own,
     /// and a watchdog that lowers the fence (the driver writes nothing, so acts on nothing)
     /// once four fifths of the lease have passed since the last renewal, and raises it
     /// again when a renewal goes through. A renewal that finds another epoch stops the
     /// process. `metrics` shows the epoch and the lease's age.
-    pub fn keep(self: &Arc<Self>, fence: Fence, metrics: Arc<crate::metrics::Metrics>) -> std::io::Result<()> {
+    pub fn keep(
+        self: &Arc<Self>,
+        fence: Fence,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> std::io::Result<()> {
         let epoch = fence.epoch;
         let lease = Duration::from_secs(self.lease_secs);
         let deadline = lease * 4 / 5;

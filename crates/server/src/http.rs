@@ -116,6 +116,18 @@ impl ReadPool {
     }
 }
 
+/// The idle connections are closed on a thread of their own: a PostgreSQL client blocks
+/// (and must not be dropped) on the async executor, where the router that holds the pool
+/// ends.
+impl Drop for ReadPool {
+    fn drop(&mut self) {
+        let idle = self.idle.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+        if !idle.is_empty() {
+            let _ = std::thread::Builder::new().name("close-readers".into()).spawn(move || drop(idle));
+        }
+    }
+}
+
 use crate::reply::internal;
 
 pub use crate::reply::AppError;

@@ -50,7 +50,10 @@ pub struct Fence {
 
 impl Fence {
     pub fn new(epoch: i64) -> Fence {
-        Fence { epoch, held: Arc::new(AtomicBool::new(true)) }
+        Fence {
+            epoch,
+            held: Arc::new(AtomicBool::new(true)),
+        }
     }
 
     pub fn held(&self) -> bool {
@@ -117,6 +120,31 @@ impl Store {
         );
         let micros = secs_to_micros(secs);
         let rows = self.write(|e| e.rows(&sql, values![holder, address, config, micros]))?;
+        rows.first().map(|r| r.int(0)).transpose()
+    }
+
+    /// Take over the lease of `epoch`, expired or not, for `secs`: for a holder known to
+    /// be gone (its process ended on this host). The new epoch, or None if the lease is no
+    /// longer at `epoch` (another server took it first).
+    pub fn lease_take_over(
+        &self,
+        epoch: i64,
+        holder: &str,
+        address: &str,
+        config: &str,
+        secs: u64,
+    ) -> Result<Option<i64>> {
+        self.postgres_only("a leader's lease")?;
+        let sql = format!(
+            "UPDATE leader_lease SET epoch = epoch + 1, holder = ?2, address = ?3, config = ?4, expires_at = {NOW_US} + ?5, \
+             renewed_at = {NOW_US} WHERE id = 1 AND epoch = ?1 RETURNING epoch"
+        );
+        let rows = self.write(|e| {
+            e.rows(
+                &sql,
+                values![epoch, holder, address, config, secs_to_micros(secs)],
+            )
+        })?;
         rows.first().map(|r| r.int(0)).transpose()
     }
 
@@ -199,6 +227,16 @@ mod tests {
             store.lease_acquire("c", "http://c", "", 30).unwrap(),
             Some(3)
         );
+        // A holder known to be gone is taken over before its lease expires, once.
+        assert_eq!(
+            store.lease_take_over(3, "d", "http://d", "", 30).unwrap(),
+            Some(4)
+        );
+        assert_eq!(
+            store.lease_take_over(3, "e", "http://e", "", 30).unwrap(),
+            None
+        );
+        assert_eq!(store.lease().unwrap().unwrap().holder, "d");
     }
 
     /// A deposed leader's late writes are refused by the store: its fenced connection
@@ -234,7 +272,10 @@ mod tests {
         // While its renewals fail, a leader writes nothing (transiently), then goes on.
         fence.set_held(false);
         let e = b.set_meta("written", "while lapsed").unwrap_err();
-        assert!(matches!(e, StoreError::LeaseLapsed(n) if n == next) && e.is_transient(), "{e:?}");
+        assert!(
+            matches!(e, StoreError::LeaseLapsed(n) if n == next) && e.is_transient(),
+            "{e:?}"
+        );
         fence.set_held(true);
         b.set_meta("written", "renewed").unwrap();
         assert_eq!(store.meta("written").unwrap().as_deref(), Some("renewed"));
