@@ -51,3 +51,5 @@ url="postgres://trainyard:$(cat "$secret")@127.0.0.1:$PORT/postgres"
 PGPASSWORD=$(cat "$secret") "$bin/psql" -h 127.0.0.1 -p "$PORT" -U trainyard -d postgres -Atqc 'SELECT 1' >/dev/null \
   || die "cannot connect to the cluster as trainyard"
 echo "export TRAINYARD_TEST_PG_URL=$url"
+# How the tests restart it (the chaos test of several servers on one store).
+echo "export TRAINYARD_TEST_PG_RESTART=$(cd "$(dirname "$0")" && pwd)/restart.sh"

@@ -639,3 +639,112 @@ pub fn id_of(job: &Value) -> u64 {
 pub fn run_dir(data: &Path, job: u64, attempt: u32, replica: &str, restart: u32) -> PathBuf {
     data.join("runs").join(job.to_string()).join(attempt.to_string()).join(replica).join(restart.to_string())
 }
+
+// --- several servers on one PostgreSQL store ---
+
+/// A TCP relay to PostgreSQL that the test can cut (every connection closed, new ones
+/// refused) and restore: the network between the server and its store.
+pub struct Relay {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Relay {
+    pub fn to(target: std::net::SocketAddr) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::<std::net::TcpStream>::new()));
+        let (cut2, open2) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if cut2.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let Ok(server) = std::net::TcpStream::connect(target) else { continue };
+                let mut held = open2.lock().unwrap();
+                for s in [&client, &server] {
+                    held.push(s.try_clone().unwrap());
+                }
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { port, cut, open }
+    }
+
+    /// A relay to the PostgreSQL of `admin` (the tests' URL), and `url` (a store on it)
+    /// going through the relay.
+    pub fn between(admin: &str, url: &str) -> (Relay, String) {
+        let config: postgres::Config = admin.parse().unwrap();
+        let (host, port) = match (&config.get_hosts()[0], config.get_ports()[0]) {
+            (postgres::config::Host::Tcp(h), p) => (h.clone(), p),
+            other => panic!("TRAINYARD_TEST_PG_URL must name a TCP host: {other:?}"),
+        };
+        let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).unwrap().next().unwrap();
+        let relay = Relay::to(target);
+        let relayed = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", relay.port), 1);
+        assert_ne!(relayed, url, "{url}");
+        (relay, relayed)
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Servers that share a store and a data directory, with one config (the harness gives
+/// each server project uids of its own: the second one's config is the first's).
+pub fn pair(table: &str) -> (tempfile::TempDir, Server, Server) {
+    let shared = tempfile::tempdir().unwrap();
+    // Replicas of a root server run as their project's user and pass through here.
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let data = shared.path().join("data");
+    let mut a = Server::prepare(table).with_data_dir(data.clone());
+    a.spawn();
+    let mut b = Server::prepare(table).with_data_dir(data);
+    std::fs::copy(&a.config, &b.config).unwrap();
+    b.spawn();
+    (shared, a, b)
+}
+
+/// The text at `path` of the server on `port` (empty when it does not answer).
+pub fn get_text(port: u16, path: &str) -> String {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .into();
+    agent.get(&format!("http://127.0.0.1:{port}{path}")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok()).unwrap_or_default()
+}
+
+pub fn healthz(port: u16) -> String {
+    get_text(port, "/healthz")
+}
+
+/// Wait until the server on `port` says it leads; how long that took.
+pub fn wait_leading(port: u16, secs: u64) -> std::time::Duration {
+    let t0 = std::time::Instant::now();
+    loop {
+        let h = healthz(port);
+        if h.contains("leader, epoch") {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(secs), "the server on port {port} does not lead after {secs} s: {h}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
