@@ -133,26 +133,33 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let token_key = trainyard_server::token_key(&mut store)?;
         drop(store);
         // A lease that is free (a server alone on its store, or restarted after its
-        // process ended) is taken at once; else this server follows until it is.
-        let epoch = match member.try_lead()? {
-            Some(epoch) => epoch,
+        // process ended) is taken at once; else this server follows until it is. It is
+        // kept from then on (renewed while the driver starts).
+        let fence = match member.try_lead()? {
+            Some(epoch) => {
+                let fence = Fence::new(epoch);
+                member.keep(fence.clone()).context("cannot start the lease's threads")?;
+                fence
+            }
             None => {
                 let follower = follower_state(&cfg, &member, token_key, tokens.clone());
-                let limits = cfg.http.clone();
+                let mut limits = cfg.http.clone();
+                // Requests in flight to a leader that is gone are not waited for long.
+                limits.shutdown_grace = limits.shutdown_grace.min(std::time::Duration::from_secs(1));
                 let what = format!("region {region} on http://{addr} (config: {source}; data: {}); {auth_note}", data_dir.display());
                 match rt.block_on(follow(std::sync::Arc::clone(&member), &listener, follower, limits, what))? {
-                    Some(epoch) => epoch,
+                    Some(fence) => fence,
                     None => return Ok(ExitCode::SUCCESS),
                 }
             }
         };
-        leading = Some((member, Fence::new(epoch)));
+        leading = Some((member, fence));
     }
     let fence = leading.as_ref().map(|(_, f)| f.clone());
     let epoch = fence.as_ref().map(|f| f.epoch);
     let engine = trainyard_server::start_leading(cfg, crate::shim_command()?, workdir, roots, fence)?;
-    if let Some((member, fence)) = &leading {
-        member.keep(fence.clone(), engine.metrics.clone()).context("cannot start the lease's threads")?;
+    if let Some((member, _)) = &leading {
+        member.report_to(engine.metrics.clone());
     }
     let mut store = trainyard_store::Store::connect(&engine.store)?;
     let token_key = trainyard_server::token_key(&mut store)?;
@@ -228,8 +235,7 @@ fn follower_state(
     use trainyard_server::{metrics::Metrics, storage};
     let usage = Arc::new(storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone()));
     let metrics = Arc::new(if cfg.metrics_enabled { Metrics::new() } else { Metrics::disabled() });
-    let seen = member.view.seen();
-    metrics.lease(seen.epoch, seen.leading, member.view.lease_age().as_secs_f64());
+    member.report_to(Arc::clone(&metrics));
     AppState {
         // Nothing is asked of a driver here: what needs one is forwarded.
         tx: std::sync::mpsc::channel().0,
@@ -247,22 +253,22 @@ fn follower_state(
     }
 }
 
-/// Serve as a follower until this server takes the lease (its epoch) or is told to stop
-/// (None).
+/// Serve as a follower until this server takes the lease (kept from that moment on: its
+/// fence) or is told to stop (None).
 async fn follow(
     member: std::sync::Arc<Member>,
     listener: &std::net::TcpListener,
     state: AppState,
     limits: trainyard_server::listen::Limits,
     what: String,
-) -> anyhow::Result<Option<i64>> {
+) -> anyhow::Result<Option<Fence>> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     let stop = Arc::new(AtomicBool::new(false));
-    let won: Arc<Mutex<Option<i64>>> = Arc::default();
+    let won: Arc<Mutex<Option<std::io::Result<Fence>>>> = Arc::default();
     let following = {
-        let (stop, health, metrics) = (Arc::clone(&stop), Arc::clone(&state.health), Arc::clone(&state.metrics));
-        tokio::task::spawn_blocking(move || member.follow(&stop, &health, &metrics))
+        let (stop, health, member) = (Arc::clone(&stop), Arc::clone(&state.health), Arc::clone(&member));
+        tokio::task::spawn_blocking(move || member.follow(&stop, &health))
     };
     let shutdown = {
         let (stop, won) = (Arc::clone(&stop), Arc::clone(&won));
@@ -270,7 +276,10 @@ async fn follow(
             tokio::select! {
                 took = following => {
                     if let (Ok(Some(epoch)), Ok(mut w)) = (took, won.lock()) {
-                        *w = Some(epoch);
+                        // Kept at once: the follower's requests in flight are let finish
+                        // meanwhile, for a moment.
+                        let fence = Fence::new(epoch);
+                        *w = Some(member.keep(fence.clone()).map(|()| fence));
                     }
                 }
                 _ = terminated() => stop.store(true, Ordering::Relaxed),
@@ -283,11 +292,11 @@ async fn follow(
         tracing::warn!("cannot tell the service manager that the server is ready (NOTIFY_SOCKET): {e}");
     }
     trainyard_server::http::serve(socket, state, limits, shutdown).await?;
-    let epoch = won.lock().map(|w| *w).unwrap_or(None);
-    if let Some(e) = epoch {
-        tracing::info!("this server holds the store's lease (epoch {e}): it leads from now on");
+    let fence = won.lock().ok().and_then(|mut w| w.take()).transpose().context("cannot start the lease's threads")?;
+    if let Some(f) = &fence {
+        tracing::info!("this server holds the store's lease (epoch {}): it leads from now on", f.epoch);
     }
-    Ok(epoch)
+    Ok(fence)
 }
 
 /// SIGHUP reads the tokens file again (as `POST /v1/admin/tokens:reload` does); a file that

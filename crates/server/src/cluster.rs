@@ -107,6 +107,8 @@ pub struct Member {
     agreed: String,
     lease_secs: u64,
     pub view: Arc<View>,
+    /// Where the lease is shown (`/metrics` of the follower, then of the leader).
+    metrics: RwLock<Option<Arc<crate::metrics::Metrics>>>,
 }
 
 impl Member {
@@ -119,6 +121,7 @@ impl Member {
             agreed: cfg.agreed(),
             lease_secs: cfg.lease_secs,
             view: Arc::new(View::default()),
+            metrics: RwLock::new(None),
         }
     }
 
@@ -146,26 +149,15 @@ impl Member {
 
     /// Follow until the lease is this server's: its epoch, or None once `stop` is set. A
     /// store out of reach is waited for (and said, once a minute at most).
-    /// `health` beats at each look (a follower's liveness is its following) and `metrics`
-    /// shows the lease as seen.
-    pub fn follow(
-        &self,
-        stop: &AtomicBool,
-        health: &crate::health::Health,
-        metrics: &crate::metrics::Metrics,
-    ) -> Option<i64> {
+    /// `health` beats at each look (a follower's liveness is its following).
+    pub fn follow(&self, stop: &AtomicBool, health: &crate::health::Health) -> Option<i64> {
         let mut store: Option<Store> = None;
         let mut last_said: Option<Instant> = None;
         let mut last_leader: Option<String> = None;
         while !stop.load(Ordering::Relaxed) {
             health.beat();
             let r = self.follow_once(&mut store);
-            let seen = self.view.seen();
-            metrics.lease(
-                seen.epoch,
-                seen.leading,
-                self.view.lease_age().as_secs_f64(),
-            );
+            self.report();
             match r {
                 Ok(Some(epoch)) => return Some(epoch),
                 Ok(None) => {
@@ -294,6 +286,21 @@ impl Member {
         }
     }
 
+    /// Show the lease in `metrics` from now on.
+    pub fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
+        if let Ok(mut m) = self.metrics.write() {
+            *m = Some(metrics);
+        }
+        self.report();
+    }
+
+    fn report(&self) {
+        if let Some(m) = self.metrics.read().ok().and_then(|m| m.clone()) {
+            let seen = self.view.seen();
+            m.lease(seen.epoch, seen.leading, self.view.lease_age().as_secs_f64());
+        }
+    }
+
     /// Take the lease now if it is free (or its holder is gone from this host): at start,
     /// so that a server alone on its store leads without following first.
     pub fn try_lead(&self) -> Result<Option<i64>, StoreError> {
@@ -301,20 +308,17 @@ impl Member {
     }
 
     /// Keep the lease of `fence`'s epoch from now on: renewals on a thread of their own,
-    /// and a watchdog that lowers the fence (the driver writes nothing, so acts on nothing)
-    /// once four fifths of the lease have passed since the last renewal, and raises it
-    /// again when a renewal goes through. A renewal that finds another epoch stops the
-    /// process. `metrics` shows the epoch and the lease's age.
-    pub fn keep(
-        self: &Arc<Self>,
-        fence: Fence,
-        metrics: Arc<crate::metrics::Metrics>,
-    ) -> std::io::Result<()> {
+    /// started as soon as the lease is taken (before the driver starts), and a watchdog
+    /// that lowers the fence (the driver writes nothing, so acts on nothing) once four
+    /// fifths of the lease have passed since the last renewal, and raises it again when a
+    /// renewal goes through. A renewal that finds another epoch stops the process. The
+    /// metrics of [`Member::report_to`] show the epoch and the lease's age.
+    pub fn keep(self: &Arc<Self>, fence: Fence) -> std::io::Result<()> {
         let epoch = fence.epoch;
         let lease = Duration::from_secs(self.lease_secs);
         let deadline = lease * 4 / 5;
         let renewed = Arc::new(std::sync::Mutex::new(Instant::now()));
-        metrics.lease(epoch, true, 0.0);
+        self.report();
         {
             let me = Arc::clone(self);
             let renewed = Arc::clone(&renewed);
@@ -354,7 +358,7 @@ impl Member {
         std::thread::Builder::new().name("lease-watch".into()).spawn(move || loop {
             std::thread::sleep(Duration::from_millis(100));
             let since = renewed.lock().map(|r| r.elapsed()).unwrap_or(lease);
-            metrics.lease(epoch, true, me.view.lease_age().as_secs_f64());
+            me.report();
             if since >= deadline && fence.held() {
                 fence.set_held(false);
                 tracing::error!(

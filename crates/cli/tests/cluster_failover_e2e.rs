@@ -1,0 +1,100 @@
+//! Failover time of two servers on one PostgreSQL store, over 20 losses of the leader of
+//! each kind, measured from the loss to the first job the new leader starts (a job
+//! created through the follower right after the loss, RUNNING):
+//!
+//! - kill -9 on this host: the follower finds the holder's process gone and takes the
+//!   lease over at once;
+//! - a frozen leader (SIGSTOP, as a host that is gone or cut off): the follower waits for
+//!   the lease to expire (`[store] lease_secs`, 2 here).
+//!
+//! The figures are printed (p50 and max); the only bound asserted is that a new leader
+//! starts the job at all (within 60 s): timings on these machines are noisy.
+//!
+//! Needs `TRAINYARD_TEST_PG_URL` (scripts/pg/up.sh); CI always gives it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LOSSES: usize = 20;
+const LEASE_SECS: u64 = 2;
+
+fn percentile(xs: &[f64], p: f64) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Lose the leader of `a` and `b` (`freeze`: SIGSTOP, else kill -9); the seconds from the
+/// loss to a job created through the other server RUNNING. The lost one is started again
+/// (as a follower).
+fn lose_leader(a: &mut Server, b: &mut Server, freeze: bool, n: usize) -> f64 {
+    let a_leads = healthz(a.port).contains("leader, epoch");
+    let (lost, other) = if a_leads { (a, b) } else { (b, a) };
+    assert!(healthz(other.port).contains("follower"), "{} / {}", healthz(lost.port), healthz(other.port));
+    let pid = lost.pid().unwrap() as i32;
+    let api = other.api();
+    let job = sh_job(&format!("after-{n}"), "sleep 1").to_string();
+    let t0 = Instant::now();
+    if freeze {
+        // SAFETY: kill(2) has no memory effects.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    } else {
+        lost.kill9();
+    }
+    // The follower forwards to the lost leader (503) until it leads itself.
+    let name = loop {
+        match api.try_call("POST", &api.jobs_url("p"), Some(&job)) {
+            Ok((200, v)) => break name_of(&v),
+            Ok((503, _)) | Err(_) => {}
+            Ok((code, v)) => panic!("create through the follower: {code} {v}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no new leader 60 s after the loss");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    loop {
+        if other.get(&name)["state"] == "JOB_STATE_RUNNING" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the new leader has not started {name} 60 s after the loss");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t0.elapsed().as_secs_f64();
+    if freeze {
+        lost.kill9();
+    }
+    lost.spawn();
+    took
+}
+
+#[test]
+fn failover_time_over_twenty_losses_of_the_leader() {
+    let Some(_) = pg_url() else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI measures failover: set TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+        trainyard_backend::skip_test("no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+        return;
+    };
+    let url = new_pg_store();
+    let (_shared, mut a, mut b) = pair(&format!("[store]\nurl = \"{url}\"\nlease_secs = {LEASE_SECS}\n"));
+    let killed: Vec<f64> = (0..LOSSES).map(|n| lose_leader(&mut a, &mut b, false, n)).collect();
+    let frozen: Vec<f64> = (0..LOSSES).map(|n| lose_leader(&mut a, &mut b, true, LOSSES + n)).collect();
+    eprintln!(
+        "failover to the first job started by the new leader, {LOSSES} losses each (lease {LEASE_SECS} s; goal lease + 2 s): \
+         kill -9 p50 {:.2} s max {:.2} s; frozen leader (lease expiry) p50 {:.2} s max {:.2} s",
+        percentile(&killed, 0.5),
+        percentile(&killed, 1.0),
+        percentile(&frozen, 0.5),
+        percentile(&frozen, 1.0)
+    );
+    // Every job the leaders acknowledged ran once and ended.
+    let leader = if healthz(a.port).contains("leader, epoch") { &a } else { &b };
+    for n in 0..2 * LOSSES {
+        let (_, list) = leader.call("GET", &format!("{}?filter=display_name%3D%22after-{n}%22", leader.jobs_url("p")), None);
+        let jobs = list["customJobs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(jobs.len(), 1, "after-{n}: {list}");
+        let ended = leader.wait_terminal(jobs[0]["name"].as_str().unwrap(), 60);
+        assert_eq!(ended["state"], "JOB_STATE_SUCCEEDED", "{ended}");
+    }
+}
