@@ -173,17 +173,26 @@ pub(crate) struct Pg {
     statements: HashMap<String, postgres::Statement>,
     /// Identity values reserved and not used yet, by table.
     reserved: HashMap<String, std::collections::VecDeque<i64>>,
-    /// The leader's fence, for the connection of a leader's driver: every statement it
-    /// runs is in a transaction that first finds the lease still at its epoch (and holds
-    /// it there until it commits), else fails with [`StoreError::Fenced`]; while the lease
-    /// is not known to be held (renewals failed), it fails at once, transiently.
+    /// The leader's fence, for the connection of a leader's driver: the session says its
+    /// epoch (`trainyard.epoch`), and the store's triggers refuse its writes once the lease
+    /// is another epoch's ([`StoreError::Fenced`]); while the lease is not known to be held
+    /// (renewals failed), it runs nothing (transiently).
     fence: Option<crate::lease::Fence>,
 }
 
-/// The lease row held in share mode by each of a leader's transactions: a server taking
-/// the lease over waits for the transactions in flight, and those that come after it
-/// find the epoch gone (see `lease`).
-const FENCE: &str = "SELECT holder FROM leader_lease WHERE id = 1 AND epoch = ?1 FOR SHARE";
+/// The lock of the lease of the store a session's `search_path` selects (an advisory
+/// lock on a key of the database and schema): the store's fence triggers take it shared
+/// in each of a leader's writing transactions, and a server taking the lease over takes it
+/// exclusively, so the takeover waits for the leader's transactions in flight, and those
+/// that write after it wait for it and then find the new epoch. Advisory locks live in
+/// memory: no row is written for them. (The same expression is in the triggers' function,
+/// PG_MIGRATIONS 5.)
+pub(crate) const LEASE_LOCK: &str =
+    "('x' || substr(md5('trainyard-lease:' || current_database() || '.' || current_schema()), 1, 16))::bit(64)::bigint";
+
+/// The SQLSTATE of the store's fence triggers: a write of a session whose
+/// `trainyard.epoch` (set by a leader's connection) is not the lease's.
+pub(crate) const FENCED_STATE: &str = "TYF01";
 
 impl Pg {
     pub(crate) fn connect(url: &str) -> Result<Pg> {
@@ -216,10 +225,14 @@ impl Pg {
         }
         if self.client.is_none() {
             self.statements.clear();
-            let client = self
+            let mut client = self
                 .config
                 .connect(postgres::NoTls)
                 .map_err(|source| StoreError::Connect { location: redact(&self.url), source })?;
+            if let Some(f) = &self.fence {
+                // What the store's fence triggers compare with the lease (see FENCED_STATE).
+                client.batch_execute(&format!("SET trainyard.epoch = '{}'", f.epoch))?;
+            }
             self.client = Some(client);
         }
         self.client.as_mut().ok_or_else(|| StoreError::Decode("no connection".into()))
@@ -228,23 +241,12 @@ impl Pg {
     /// `f` in a transaction: committed when it returns `Some`, rolled back on `None` or an
     /// error.
     pub(crate) fn transaction<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<Option<T>>) -> Result<Option<T>> {
+        self.check_fence()?;
         self.client()?;
-        let fence = self.fence.clone();
-        if let Some(f) = fence.as_ref().filter(|f| !f.held()) {
-            return Err(StoreError::LeaseLapsed(f.epoch));
-        }
         let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
         let out = (|| {
             let mut tx = client.transaction()?;
-            let mut exec = PgExec { c: &mut tx, statements, reserved };
-            if let Some(epoch) = fence.map(|f| f.epoch) {
-                if exec.rows(FENCE, &[Value::Integer(epoch)])?.is_empty() {
-                    return Err(StoreError::Fenced(format!(
-                        "this server's lease of the store (epoch {epoch}) has passed to another server; a deposed leader writes nothing"
-                    )));
-                }
-            }
-            let out = f(&mut exec)?;
+            let out = f(&mut PgExec { c: &mut tx, statements, reserved })?;
             if out.is_some() {
                 tx.commit()?;
             }
@@ -253,21 +255,33 @@ impl Pg {
         self.forget_if_lost(out)
     }
 
+    /// A leader's connection writes nothing while its lease is not known to be held.
+    fn check_fence(&self) -> Result<()> {
+        match &self.fence {
+            Some(f) if !f.held() => Err(StoreError::LeaseLapsed(f.epoch)),
+            _ => Ok(()),
+        }
+    }
+
     /// A connection found lost is not used again: the next statement makes a new one (the
     /// client may not know it is closed yet, e.g. after a reset on write).
     fn forget_if_lost<T>(&mut self, r: Result<T>) -> Result<T> {
         if r.as_ref().is_err_and(StoreError::connection_lost) {
             self.client = None;
         }
-        r
+        // The store's trigger refused a deposed leader's write.
+        r.map_err(|e| match &e {
+            StoreError::Postgres(pe) => match pe.as_db_error().filter(|d| d.code().code() == FENCED_STATE) {
+                Some(d) => StoreError::Fenced(d.message().to_string()),
+                None => e,
+            },
+            _ => e,
+        })
     }
 
     /// `f` outside a transaction (each statement commits on its own).
-    /// A leader's statements are all fenced: each in a transaction of its own.
     pub(crate) fn run<T>(&mut self, f: impl FnOnce(&mut dyn Exec) -> Result<T>) -> Result<T> {
-        if self.fence.is_some() {
-            return self.transaction(|e| f(e).map(Some))?.ok_or_else(|| StoreError::Decode("a transaction returned nothing".into()));
-        }
+        self.check_fence()?;
         self.client()?;
         let Pg { client: Some(client), statements, reserved, .. } = self else { return Err(StoreError::Decode("no connection".into())) };
         let out = f(&mut PgExec { c: client, statements, reserved });

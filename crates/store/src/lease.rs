@@ -9,9 +9,10 @@
 //! - The leader renews it well before it expires ([`Store::lease_renew`]); a renewal that
 //!   finds another epoch says the leader is deposed.
 //! - The leader's driver writes through a fenced connection ([`Store::connect_leader`]):
-//!   each of its transactions first holds the row at its epoch in share mode, so a
-//!   takeover (an update of that row) waits for the transactions in flight, and every
-//!   transaction after it is refused. A deposed leader's late writes change nothing.
+//!   each of its transactions holds the lease's lock shared and finds the lease at its
+//!   epoch, while a takeover holds it exclusively; so a takeover waits for the
+//!   transactions in flight, and every transaction after it is refused. A deposed
+//!   leader's late writes change nothing.
 //! - A leader that stops releases it ([`Store::lease_release`]) for the next to take at
 //!   once.
 
@@ -119,7 +120,10 @@ impl Store {
              renewed_at = excluded.renewed_at WHERE leader_lease.expires_at < {NOW_US} RETURNING epoch"
         );
         let micros = secs_to_micros(secs);
-        let rows = self.write(|e| e.rows(&sql, values![holder, address, config, micros]))?;
+        let rows = self.write(|e| {
+            take_over_lock(e)?;
+            e.rows(&sql, values![holder, address, config, micros])
+        })?;
         rows.first().map(|r| r.int(0)).transpose()
     }
 
@@ -140,6 +144,7 @@ impl Store {
              renewed_at = {NOW_US} WHERE id = 1 AND epoch = ?1 RETURNING epoch"
         );
         let rows = self.write(|e| {
+            take_over_lock(e)?;
             e.rows(
                 &sql,
                 values![epoch, holder, address, config, secs_to_micros(secs)],
@@ -166,6 +171,16 @@ impl Store {
         self.write(|e| e.execute(&sql, values![epoch]))?;
         Ok(())
     }
+}
+
+/// The lease's lock, exclusively, for a transaction that changes the epoch: it waits for
+/// the leader's transactions in flight (see `db::LEASE_LOCK`).
+fn take_over_lock(e: &mut dyn crate::db::Exec) -> Result<()> {
+    e.execute(
+        &format!("SELECT pg_advisory_xact_lock({})", crate::db::LEASE_LOCK),
+        &[],
+    )?;
+    Ok(())
 }
 
 fn secs_to_micros(secs: u64) -> i64 {
@@ -261,10 +276,11 @@ mod tests {
         let e = leader.set_meta("written", "late, by a").unwrap_err();
         assert!(matches!(e, StoreError::Fenced(_)), "{e:?}");
         assert!(e.to_string().contains(&format!("epoch {epoch}")), "{e}");
-        assert!(matches!(
-            Store::connect_leader(&location, Some(Fence::new(epoch))).map(|_| ()),
-            Err(StoreError::Fenced(_))
-        ));
+        // Also on a connection made after the takeover; its reads go on.
+        let mut again = Store::connect_leader(&location, Some(Fence::new(epoch))).unwrap();
+        let e = again.set_meta("written", "later, by a").unwrap_err();
+        assert!(matches!(e, StoreError::Fenced(_)), "{e:?}");
+        assert_eq!(again.meta("written").unwrap().as_deref(), Some("by a"));
         let fence = Fence::new(next);
         let mut b = Store::connect_leader(&location, Some(fence.clone())).unwrap();
         b.set_meta("written", "by b").unwrap();

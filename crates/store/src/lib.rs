@@ -305,6 +305,9 @@ const PG_MIGRATIONS: &[&str] = &[
         lost_accelerator_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
         PRIMARY KEY (project, accelerator, hour)
      );"#,
+    // The fence: a session that says its epoch (a leader's, `trainyard.epoch`) writes
+    // only while the lease is at that epoch, checked by the store itself once per
+    // statement; the lease's lock (db::LEASE_LOCK) orders it with a takeover.
     r#"CREATE TABLE leader_lease (
         id BIGINT PRIMARY KEY CHECK (id = 1),
         epoch BIGINT NOT NULL,
@@ -313,7 +316,32 @@ const PG_MIGRATIONS: &[&str] = &[
         config TEXT COLLATE "C" NOT NULL,
         expires_at BIGINT NOT NULL,
         renewed_at BIGINT NOT NULL
-     );"#,
+     );
+     CREATE FUNCTION trainyard_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$
+     DECLARE
+        mine text := current_setting('trainyard.epoch', true);
+        held bigint;
+     BEGIN
+        IF coalesce(mine, '') = '' THEN
+            RETURN NULL;
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(('x' || substr(md5('trainyard-lease:' || current_database() || '.' || current_schema()), 1, 16))::bit(64)::bigint);
+        SELECT epoch INTO held FROM leader_lease WHERE id = 1;
+        IF held IS DISTINCT FROM mine::bigint THEN
+            RAISE EXCEPTION USING ERRCODE = 'TYF01', MESSAGE = format(
+                'this server''s lease of the store (epoch %s) has passed to another server (epoch %s); a deposed leader writes nothing',
+                mine, coalesce(held::text, 'none'));
+        END IF;
+        RETURN NULL;
+     END
+     $fence$;
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON jobs FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON labels FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON outbox FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON events FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON operations FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON meta FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
+     CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON usage FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();"#,
 ];
 
 /// The advisory lock servers that start together on one PostgreSQL take while they
