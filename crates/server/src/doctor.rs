@@ -76,6 +76,7 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
     out.push(replica_users(cfg));
     if let Some(location) = &cfg.store {
         out.push(store(location));
+        out.push(leader(cfg, location));
     }
     if nix::unistd::geteuid().is_root() {
         out.push(mount_namespaces(cfg));
@@ -205,6 +206,30 @@ fn store(location: &trainyard_store::Location) -> Finding {
         ),
         Ok(v) => Finding::ok(CHECK, format!("PostgreSQL at {location}, schema version {v} (this build migrates to {})", trainyard_store::SCHEMA_VERSION)),
         Err(e) => Finding::fail(CHECK, e.to_string(), "check [store] url (host, port, user, password, database) and that PostgreSQL accepts this host"),
+    }
+}
+
+/// Several servers on one PostgreSQL store: who leads, and whether this config is the
+/// leader's (a server of another config is refused at start).
+fn leader(cfg: &Config, location: &trainyard_store::Location) -> Finding {
+    const CHECK: &str = "leader";
+    match trainyard_store::lease::lease_at(location) {
+        Ok(None) => Finding::ok(CHECK, "no server has led this store yet: the first to start leads".to_string()),
+        Ok(Some(l)) if l.expired() => Finding::ok(CHECK, format!("none now (the lease of epoch {} expired): the next server to start leads", l.epoch)),
+        Ok(Some(l)) => {
+            let led = format!("{} at {} leads (epoch {}, renewed {:.1} s ago)", l.holder, l.address, l.epoch, l.renewed_ago_us as f64 / 1e6);
+            let differ = crate::config::differing_keys(&cfg.agreed(), &l.config);
+            if differ.is_empty() {
+                Finding::ok(CHECK, format!("{led}; this server would follow it"))
+            } else {
+                Finding::fail(
+                    CHECK,
+                    format!("{led} with another config: {}", differ.join("; ")),
+                    "run every server of one store with one config (listen, store.url, store.advertise_url and [log] may differ)",
+                )
+            }
+        }
+        Err(e) => Finding::warn(CHECK, format!("cannot read the store's lease: {e}"), "see the store check"),
     }
 }
 

@@ -91,8 +91,29 @@ pub struct Engine {
 /// Start the engine: lock the data directory (one server per directory), open the store,
 /// detect cgroups, recover live jobs (L23), and run the driver on its own thread.
 /// `shim_command` starts a shim (e.g. `[current_exe, "shim"]`).
+///
+/// On a PostgreSQL store the engine leads it: the store's lease is taken (and kept) first,
+/// and refused, naming the leader, while another server holds it (`trainyard serve`
+/// follows instead: see [`cluster`]).
 pub fn start(cfg: Config, shim_command: Vec<OsString>, workdir: PathBuf, output_roots: Vec<PathBuf>) -> Result<Engine, StartError> {
-    start_leading(cfg, shim_command, workdir, output_roots, None)
+    let fence = match cfg.store.clone() {
+        Some(location @ trainyard_store::Location::Postgres(_)) => {
+            let member = Arc::new(cluster::Member::new(&cfg, location));
+            let Some(epoch) = member.try_lead()? else {
+                let seen = member.view.seen();
+                return Err(StartError::Store(trainyard_store::StoreError::Fenced(format!(
+                    "another Trainyard server leads the store ({} at {}); `trainyard serve` on the same store follows it",
+                    seen.holder,
+                    seen.leader.unwrap_or_default()
+                ))));
+            };
+            let fence = trainyard_store::lease::Fence::new(epoch);
+            member.keep(fence.clone()).map_err(StartError::Thread)?;
+            Some(fence)
+        }
+        _ => None,
+    };
+    start_leading(cfg, shim_command, workdir, output_roots, fence)
 }
 
 /// [`start`] as the leader of a lease's epoch (several servers on one PostgreSQL store;

@@ -183,6 +183,21 @@ fn take_over_lock(e: &mut dyn crate::db::Exec) -> Result<()> {
     Ok(())
 }
 
+/// The lease of the store at `location` as it is, read without migrating or writing
+/// anything (for `trainyard doctor`): None when never taken, or the schema has no lease
+/// yet.
+pub fn lease_at(location: &Location) -> Result<Option<Lease>> {
+    let Location::Postgres(url) = location else { return Err(StoreError::NeedsPostgres("a leader's lease")) };
+    if crate::schema_version_at(location)? < LEASE_SCHEMA {
+        return Ok(None);
+    }
+    let store = crate::Store::from_pg(crate::db::Pg::connect(url)?, location.clone());
+    store.lease()
+}
+
+/// The schema version that has the lease.
+const LEASE_SCHEMA: i64 = 5;
+
 fn secs_to_micros(secs: u64) -> i64 {
     i64::try_from(secs.saturating_mul(1_000_000)).unwrap_or(i64::MAX / 2)
 }

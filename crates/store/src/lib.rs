@@ -515,6 +515,11 @@ impl Store {
         }
     }
 
+    /// A store on a PostgreSQL connection as it is (not migrated: only for reading).
+    pub(crate) fn from_pg(pg: Pg, location: Location) -> Store {
+        Store { conn: RefCell::new(Conn::Postgres(pg)), location }
+    }
+
     /// A second connection to the same database, for readers.
     pub fn reopen(&self) -> Result<Store> {
         Store::connect(&self.location)
