@@ -320,6 +320,40 @@ fn l23_a_gang_survives_a_server_kill() {
     }
 }
 
+/// Two servers on one PostgreSQL store over Slurm: the leader frozen (as a host that is
+/// gone), the follower takes the lease once it expires and adopts the running gang by its
+/// Slurm records (L23): the same allocation, no replica started again, SUCCEEDED.
+#[test]
+fn l23_a_gang_survives_the_loss_of_its_leader_to_a_follower() {
+    if !ready() {
+        return;
+    }
+    let Some(_) = pg_url() else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the Slurm tests with TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+        eprintln!("SKIP: no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+        return;
+    };
+    let url = new_pg_store();
+    let (_shared, mut a, b) = pair(&format!("[store]\nurl = \"{url}\"\nlease_secs = 2\n"));
+    assert!(healthz(b.port).contains("follower"), "{}", healthz(b.port));
+    let j = b.create("p", &gang_job("gang-failover", &[("n1-standard-4", 1), ("n1-standard-4", 1)], "sleep 8; echo done"));
+    let name = name_of(&j);
+    b.wait_for(&name, 60, |j| state(j) == "JOB_STATE_RUNNING");
+    let runs = ["workerpool0-0", "workerpool1-0"].map(|r| run_dir(&b.data_dir(), id_of(&j), 0, r, 0));
+    let before: Vec<Option<u64>> = runs.iter().map(|d| slurm_job_of(d)).collect();
+    // SAFETY: kill(2) has no memory effects.
+    unsafe { libc::kill(a.pid().unwrap() as i32, libc::SIGSTOP) };
+    wait_leading(b.port, 30);
+    a.kill9();
+    let done = b.wait_terminal(&name, 120);
+    assert_eq!(state(&done), "JOB_STATE_SUCCEEDED", "{done:#}\n{}", b.logs_text(&name));
+    let after: Vec<Option<u64>> = runs.iter().map(|d| slurm_job_of(d)).collect();
+    assert_eq!(before, after, "the same allocation");
+    for r in ["workerpool0-0", "workerpool1-0"] {
+        assert!(!run_dir(&b.data_dir(), id_of(&j), 0, r, 1).exists(), "{r} was started again");
+    }
+}
+
 /// Preemption by priority on Slurm: a gang of a lower priority class (three whole-node
 /// replicas of the 4-node cluster) is preempted whole for a gang of a higher class, which
 /// runs and succeeds; the lower gang then starts again (every replica in a new allocation),

@@ -665,6 +665,12 @@ impl Config {
         keys.retain(|k, _| !PER_SERVER_KEYS.iter().any(|p| if p.ends_with('.') { k.starts_with(p) } else { k == p }));
         keys.insert("data_dir".into(), format!("{:?}", self.data_dir.display().to_string()));
         keys.insert("tokens_file".into(), format!("{:?}", self.tokens_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()));
+        if self.backend == BackendChoice::Local {
+            // The local backend's replicas are this host's processes, stopped by signals:
+            // its servers share the host (across hosts, Slurm's replicas are anyone's).
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            keys.insert("host (the local backend's)".into(), format!("{:?}", host.trim()));
+        }
         keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
     }
 
