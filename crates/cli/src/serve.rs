@@ -137,7 +137,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         // kept from then on (renewed while the driver starts).
         let fence = match member.try_lead()? {
             Some(epoch) => {
-                let fence = Fence::new(epoch);
+                let fence = member.fence(epoch);
                 member.keep(fence.clone()).context("cannot start the lease's threads")?;
                 fence
             }
@@ -249,7 +249,7 @@ fn follower_state(
         writes: Arc::new(trainyard_server::security::WriteLimiter::new(&cfg.limits)),
         storage: Arc::new(storage::Storage::new(cfg, tokens, usage)),
         cluster: Some(Arc::clone(&member.view)),
-        forward: Some(Arc::new(trainyard_server::cluster::Forwarder::new(Arc::clone(&member.view)))),
+        forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(Arc::clone(&member.view)))),
     }
 }
 
@@ -278,7 +278,7 @@ async fn follow(
                     if let (Ok(Some(epoch)), Ok(mut w)) = (took, won.lock()) {
                         // Kept at once: the follower's requests in flight are let finish
                         // meanwhile, for a moment.
-                        let fence = Fence::new(epoch);
+                        let fence = member.fence(epoch);
                         *w = Some(member.keep(fence.clone()).map(|()| fence));
                     }
                 }

@@ -5,29 +5,26 @@
 //! followers: they serve reads from the store, the logs and the Cloud Storage endpoint
 //! from the shared data directory, and forward every request that needs the driver
 //! (creates, cancels, deletes, the Vizier API, administration) to the leader's address
-//! ([`forward`]). A follower polls the lease and takes it once it has expired (the
-//! leader was killed, its host is gone, it was cut off from the store), then starts the
-//! driver at the next epoch, which adopts the replicas the old leader started.
+//! (`http::forward`). A follower polls the lease and takes it once it has expired (the
+//! leader's host is gone, it is frozen, it was cut off from the store), or at once when
+//! the leader's process has ended on this same host; then it starts the driver at the
+//! next epoch, which adopts the replicas the old leader started.
 //!
-//! The leader renews its lease every third of `[store] lease_secs`. A leader that cannot
-//! renew it before four fifths of the lease have passed since its last renewal writes
-//! nothing from then on (its driver is degraded: 503 with Retry-After), so it decides and
-//! starts nothing either, until a renewal goes through; one that finds the lease at
-//! another epoch stops at once (exit status [`DEPOSED_EXIT`]), and a supervisor starts
-//! it again, as a follower. Its store connection is fenced besides: a late write of a
-//! deposed leader is refused by the store.
+//! The leader renews its lease every third of `[store] lease_secs`, from the moment it
+//! took it. Once four fifths of the lease have passed since its last renewal it acts on
+//! nothing until one goes through: its store connection writes nothing (the driver is
+//! degraded: 503 with Retry-After) and its engine's launches, stops and signals wait
+//! ([`FencedBackend`]). One that finds the lease at another epoch stops at once (exit
+//! status [`DEPOSED_EXIT`]), and a supervisor starts it again, as a follower. The store
+//! fences it besides: its triggers refuse a deposed leader's late writes.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use trainyard_api::ApiError;
 use trainyard_store::lease::Fence;
 use trainyard_store::{Location, Store, StoreError};
 
-use crate::http::AppState;
 
 /// The exit status of a server that lost its lease (EX_TEMPFAIL: start it again).
 pub const DEPOSED_EXIT: i32 = 75;
@@ -297,7 +294,11 @@ impl Member {
     fn report(&self) {
         if let Some(m) = self.metrics.read().ok().and_then(|m| m.clone()) {
             let seen = self.view.seen();
-            m.lease(seen.epoch, seen.leading, self.view.lease_age().as_secs_f64());
+            m.lease(
+                seen.epoch,
+                seen.leading,
+                self.view.lease_age().as_secs_f64(),
+            );
         }
     }
 
@@ -316,12 +317,9 @@ impl Member {
     pub fn keep(self: &Arc<Self>, fence: Fence) -> std::io::Result<()> {
         let epoch = fence.epoch;
         let lease = Duration::from_secs(self.lease_secs);
-        let deadline = lease * 4 / 5;
-        let renewed = Arc::new(std::sync::Mutex::new(Instant::now()));
         self.report();
         {
             let me = Arc::clone(self);
-            let renewed = Arc::clone(&renewed);
             let fence = fence.clone();
             std::thread::Builder::new().name("lease".into()).spawn(move || {
                 let mut store: Option<Store> = None;
@@ -336,17 +334,11 @@ impl Member {
                     match r {
                         Ok((s, true)) => {
                             store = Some(s);
-                            if let Ok(mut r) = renewed.lock() {
-                                *r = started;
-                            }
+                            fence.renewed(started);
                             me.view.set(
                                 Seen { leading: true, epoch, leader: Some(me.address.clone()), holder: me.holder.clone() },
                                 started.elapsed(),
                             );
-                            if !fence.held() {
-                                tracing::info!("the lease (epoch {epoch}) is renewed again: this server goes on leading");
-                                fence.set_held(true);
-                            }
                         }
                         Ok((_, false)) => deposed(&format!("the store's lease is no longer at this server's epoch {epoch}: another server leads")),
                         Err(e) => tracing::warn!("cannot renew the lease (epoch {epoch}): {e}; trying again"),
@@ -355,21 +347,30 @@ impl Member {
             })?;
         }
         let me = Arc::clone(self);
-        std::thread::Builder::new().name("lease-watch".into()).spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(100));
-            let since = renewed.lock().map(|r| r.elapsed()).unwrap_or(lease);
-            me.report();
-            if since >= deadline && fence.held() {
-                fence.set_held(false);
-                tracing::error!(
-                    "the lease (epoch {epoch}) was last renewed {:.1} s ago and expires at {} s: this server writes and \
-                     starts nothing until it renews it (or stops, if another server took it over)",
-                    since.as_secs_f64(),
-                    lease.as_secs()
-                );
+        std::thread::Builder::new().name("lease-watch".into()).spawn(move || {
+            let mut held = true;
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+                me.report();
+                match (held, fence.held()) {
+                    (true, false) => tracing::error!(
+                        "the lease (epoch {epoch}) was last renewed {:.1} s ago and expires at {} s: this server writes, \
+                         starts and stops nothing until it renews it (or stops, if another server took it over)",
+                        fence.since_renewal().as_secs_f64(),
+                        lease.as_secs()
+                    ),
+                    (false, true) => tracing::info!("the lease (epoch {epoch}) is renewed again: this server goes on leading"),
+                    _ => {}
+                }
+                held = fence.held();
             }
         })?;
         Ok(())
+    }
+
+    /// The fence of a lease of `epoch` this server just took.
+    pub fn fence(&self, epoch: i64) -> Fence {
+        Fence::new(epoch, Duration::from_secs(self.lease_secs))
     }
 
     /// A leader that stops lets the lease go: a follower takes it at once.
@@ -390,164 +391,82 @@ fn deposed(why: &str) -> ! {
     std::process::exit(DEPOSED_EXIT)
 }
 
-/// Requests a follower forwards to the leader: those that go through the driver. Reads
-/// of jobs, operations, logs and storage, the console, `/healthz` and `/metrics` are
-/// answered by every server.
-pub fn needs_leader(method: &Method, path: &str) -> bool {
-    const EVERY_SERVER: [&str; 3] = ["/storage/", "/upload/", "/download/"];
-    if EVERY_SERVER.iter().any(|p| path.starts_with(p)) || path == "/healthz" || path == "/metrics"
-    {
-        return false;
-    }
-    if path.starts_with("/v1/admin/") || path.contains("/studies") {
-        return true;
-    }
-    !(method == Method::GET || method == Method::HEAD)
+/// A leader's engine: its effects on the world (launches, stops, kills, signals) wait
+/// while its lease is not known to be held, so a leader that was stopped (SIGSTOP, a
+/// frozen host) and wakes up after another server took over acts on nothing before it
+/// finds out and exits. Every call is idempotent by `RunId` besides: a launch or stop the
+/// next leader repeats from the outbox changes nothing twice.
+pub struct FencedBackend {
+    pub inner: Arc<dyn trainyard_backend::Backend>,
+    pub fence: Fence,
 }
 
-/// Headers of one connection, never passed on.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// The forwarder of a follower: the leader's address from the view, one HTTP agent.
-pub struct Forwarder {
-    view: Arc<View>,
-    agent: ureq::Agent,
-}
-
-impl Forwarder {
-    pub fn new(view: Arc<View>) -> Forwarder {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(3)))
-            .timeout_global(Some(Duration::from_secs(120)))
-            .build()
-            .into();
-        Forwarder { view, agent }
+impl trainyard_backend::Backend for FencedBackend {
+    fn launch(
+        &self,
+        runs: Vec<trainyard_backend::Launch>,
+        sink: trainyard_backend::EventSink,
+    ) -> Vec<(
+        trainyard_core::RunId,
+        Result<(), trainyard_backend::BackendError>,
+    )> {
+        self.fence.wait_held();
+        self.inner.launch(runs, sink)
     }
-}
 
-/// The middleware of a follower: requests that need the leader go to it, the rest are
-/// served here. Not a follower (`state.forward` is None): everything is served here.
-pub async fn forward(
-    axum::extract::State(state): axum::extract::State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(fwd) = state.forward.clone() else {
-        return next.run(req).await;
-    };
-    if !needs_leader(req.method(), req.uri().path()) {
-        return next.run(req).await;
+    fn adopt(
+        &self,
+        run: trainyard_core::RunId,
+        run_dir: std::path::PathBuf,
+        sink: trainyard_backend::EventSink,
+    ) -> Result<(), trainyard_backend::BackendError> {
+        self.inner.adopt(run, run_dir, sink)
     }
-    let Some(leader) = fwd.view.seen().leader else {
-        return unavailable(
-            "There is no leader now: a server is taking the store's lease over. Try again.",
-        );
-    };
-    let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, crate::http::MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => {
-            let e = ApiError::new(
-                trainyard_api::Code::OutOfRange,
-                format!(
-                    "The request body is larger than the limit of {} bytes.",
-                    crate::http::MAX_BODY
-                ),
-            );
-            return crate::reply::AppError(e).into_response();
-        }
-    };
-    let url = format!(
-        "{leader}{}",
-        parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-    );
-    let mut out = ureq::http::Request::builder()
-        .method(parts.method.clone())
-        .uri(&url);
-    for (k, v) in &parts.headers {
-        if !HOP_BY_HOP.contains(&k.as_str()) && k != header::HOST && k != header::CONTENT_LENGTH {
-            out = out.header(k, v);
-        }
-    }
-    let agent = fwd.agent.clone();
-    let sent = tokio::task::spawn_blocking(move || -> Result<Response, String> {
-        let req = out.body(body.to_vec()).map_err(|e| e.to_string())?;
-        let mut resp = agent.run(req).map_err(|e| e.to_string())?;
-        let status = StatusCode::from_u16(resp.status().as_u16()).map_err(|e| e.to_string())?;
-        let mut headers = axum::http::HeaderMap::new();
-        for (k, v) in resp.headers() {
-            if HOP_BY_HOP.contains(&k.as_str()) || k == header::CONTENT_LENGTH {
-                continue;
-            }
-            if let (Ok(k), Ok(v)) = (
-                HeaderName::from_bytes(k.as_str().as_bytes()),
-                HeaderValue::from_bytes(v.as_bytes()),
-            ) {
-                headers.append(k, v);
-            }
-        }
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(64 << 20)
-            .read_to_vec()
-            .map_err(|e| e.to_string())?;
-        Ok((status, headers, bytes).into_response())
-    })
-    .await;
-    match sent {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => unavailable(&format!(
-            "The leader at {leader} cannot be reached ({e}). If it is gone, a server takes over once its lease expires. Try again."
-        )),
-        Err(e) => crate::reply::AppError(ApiError::internal(format!("forwarding to the leader failed: {e}"))).into_response(),
-    }
-}
 
-/// 503 with Retry-After, in the API's error shape.
-fn unavailable(message: &str) -> Response {
-    crate::reply::AppError(ApiError::unavailable(message.to_string())).into_response()
+    fn stop(
+        &self,
+        run: &trainyard_core::RunId,
+        run_dir: std::path::PathBuf,
+    ) -> Result<(), trainyard_backend::BackendError> {
+        self.fence.wait_held();
+        self.inner.stop(run, run_dir)
+    }
+
+    fn kill(
+        &self,
+        run: &trainyard_core::RunId,
+        run_dir: std::path::PathBuf,
+    ) -> Result<(), trainyard_backend::BackendError> {
+        self.fence.wait_held();
+        self.inner.kill(run, run_dir)
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn waiting_reason(&self, run: &trainyard_core::RunId) -> Option<String> {
+        self.inner.waiting_reason(run)
+    }
+
+    fn signal(
+        &self,
+        run: &trainyard_core::RunId,
+        run_dir: std::path::PathBuf,
+        signal: i32,
+    ) -> Result<(), trainyard_backend::BackendError> {
+        self.fence.wait_held();
+        self.inner.signal(run, run_dir, signal)
+    }
+
+    fn held_for_resources(&self, run: &trainyard_core::RunId) -> bool {
+        self.inner.held_for_resources(run)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn followers_forward_what_goes_through_the_driver_and_serve_reads() {
-        let jobs = "/v1/projects/p/locations/us-central1/customJobs";
-        assert!(needs_leader(&Method::POST, jobs));
-        assert!(needs_leader(&Method::POST, &format!("{jobs}/3:cancel")));
-        assert!(needs_leader(&Method::DELETE, &format!("{jobs}/3")));
-        assert!(needs_leader(&Method::GET, "/v1/admin/nodes"));
-        assert!(needs_leader(
-            &Method::GET,
-            "/v1/projects/p/locations/us-central1/studies/1/trials"
-        ));
-        assert!(!needs_leader(&Method::GET, jobs));
-        assert!(!needs_leader(&Method::GET, &format!("{jobs}/3/logs")));
-        assert!(!needs_leader(
-            &Method::GET,
-            "/v1/projects/p/locations/us-central1/operations/4"
-        ));
-        assert!(!needs_leader(&Method::POST, "/upload/storage/v1/b/bkt/o"));
-        assert!(!needs_leader(&Method::GET, "/healthz"));
-        assert!(!needs_leader(&Method::GET, "/"));
-    }
 
     #[test]
     fn the_view_says_the_role() {

@@ -28,6 +28,7 @@ use trainyard_store::Store;
 use crate::driver::Msg;
 use crate::logs;
 
+pub mod forward;
 mod guard;
 mod list;
 pub mod resources;
@@ -62,7 +63,7 @@ pub struct AppState {
     /// server alone).
     pub cluster: Option<Arc<crate::cluster::View>>,
     /// A follower's forwarder to the leader (None: this server runs the driver).
-    pub forward: Option<Arc<crate::cluster::Forwarder>>,
+    pub forward: Option<Arc<forward::Forwarder>>,
 }
 
 /// Read connections to the store, reused across requests.
@@ -644,7 +645,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::storage::routes(state.storage.clone()))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
         // A follower forwards what needs the driver to the leader, which guards it.
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::cluster::forward))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward))
         .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::metrics::track_http))
         .with_state(state)
 }

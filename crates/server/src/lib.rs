@@ -107,7 +107,7 @@ pub fn start(cfg: Config, shim_command: Vec<OsString>, workdir: PathBuf, output_
                     seen.leader.unwrap_or_default()
                 ))));
             };
-            let fence = trainyard_store::lease::Fence::new(epoch);
+            let fence = member.fence(epoch);
             member.keep(fence.clone()).map_err(StartError::Thread)?;
             Some(fence)
         }
@@ -214,6 +214,11 @@ pub fn start_leading(
             })?;
             Arc::new(backend)
         }
+    };
+    // A leader's effects wait while its lease is in doubt (see `cluster::FencedBackend`).
+    let backend: Arc<dyn Backend> = match &fence {
+        Some(fence) => Arc::new(cluster::FencedBackend { inner: backend, fence: fence.clone() }),
+        None => backend,
     };
     let description = backend.describe();
     if description.contains("no writable memory cgroup") {

@@ -177,7 +177,7 @@ pub(crate) struct Pg {
     /// epoch (`trainyard.epoch`), and the store's triggers refuse its writes once the lease
     /// is another epoch's ([`StoreError::Fenced`]); while the lease is not known to be held
     /// (renewals failed), it runs nothing (transiently).
-    fence: Option<crate::lease::Fence>,
+    fence: Option<crate::fence::Fence>,
 }
 
 /// The lock of the lease of the store a session's `search_path` selects (an advisory
@@ -200,11 +200,11 @@ impl Pg {
     }
 
     /// The connection of a leader's driver.
-    pub(crate) fn connect_fenced(url: &str, fence: crate::lease::Fence) -> Result<Pg> {
+    pub(crate) fn connect_fenced(url: &str, fence: crate::fence::Fence) -> Result<Pg> {
         Pg::open(url, Some(fence))
     }
 
-    fn open(url: &str, fence: Option<crate::lease::Fence>) -> Result<Pg> {
+    fn open(url: &str, fence: Option<crate::fence::Fence>) -> Result<Pg> {
         let mut config = pg_config(url).map_err(StoreError::Url)?;
         if config.get_application_name() == Some("trainyard") {
             // Named for whoever looks at the sessions (pg_stat_activity).

@@ -16,8 +16,8 @@
 //! - A leader that stops releases it ([`Store::lease_release`]) for the next to take at
 //!   once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+
+pub use crate::fence::Fence;
 
 use crate::db::Location;
 use crate::{values, Result, Store, StoreError};
@@ -39,32 +39,6 @@ pub struct Lease {
     pub expires_in_us: i64,
     /// Microseconds since it was last taken or renewed.
     pub renewed_ago_us: i64,
-}
-
-/// What a leader's driver writes under: its lease's epoch, and whether the lease is known
-/// to be held now (its renewals go through). Clones share the flag.
-#[derive(Clone, Debug)]
-pub struct Fence {
-    pub epoch: i64,
-    held: Arc<AtomicBool>,
-}
-
-impl Fence {
-    pub fn new(epoch: i64) -> Fence {
-        Fence {
-            epoch,
-            held: Arc::new(AtomicBool::new(true)),
-        }
-    }
-
-    pub fn held(&self) -> bool {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    /// The lease is known held (a renewal went through) or not (none has lately).
-    pub fn set_held(&self, held: bool) {
-        self.held.store(held, Ordering::SeqCst);
-    }
 }
 
 impl Lease {
@@ -187,7 +161,9 @@ fn take_over_lock(e: &mut dyn crate::db::Exec) -> Result<()> {
 /// anything (for `trainyard doctor`): None when never taken, or the schema has no lease
 /// yet.
 pub fn lease_at(location: &Location) -> Result<Option<Lease>> {
-    let Location::Postgres(url) = location else { return Err(StoreError::NeedsPostgres("a leader's lease")) };
+    let Location::Postgres(url) = location else {
+        return Err(StoreError::NeedsPostgres("a leader's lease"));
+    };
     if crate::schema_version_at(location)? < LEASE_SCHEMA {
         return Ok(None);
     }
@@ -205,6 +181,7 @@ fn secs_to_micros(secs: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
     use crate::testdb;
 
     #[test]
@@ -281,7 +258,9 @@ mod tests {
             .lease_acquire("a", "http://a", "", 30)
             .unwrap()
             .unwrap();
-        let mut leader = Store::connect_leader(&location, Some(Fence::new(epoch))).unwrap();
+        let mut leader =
+            Store::connect_leader(&location, Some(Fence::new(epoch, Duration::from_secs(30))))
+                .unwrap();
         leader.set_meta("written", "by a").unwrap();
         store.lease_release(epoch).unwrap();
         let next = store
@@ -292,22 +271,27 @@ mod tests {
         assert!(matches!(e, StoreError::Fenced(_)), "{e:?}");
         assert!(e.to_string().contains(&format!("epoch {epoch}")), "{e}");
         // Also on a connection made after the takeover; its reads go on.
-        let mut again = Store::connect_leader(&location, Some(Fence::new(epoch))).unwrap();
+        let mut again =
+            Store::connect_leader(&location, Some(Fence::new(epoch, Duration::from_secs(30))))
+                .unwrap();
         let e = again.set_meta("written", "later, by a").unwrap_err();
         assert!(matches!(e, StoreError::Fenced(_)), "{e:?}");
         assert_eq!(again.meta("written").unwrap().as_deref(), Some("by a"));
-        let fence = Fence::new(next);
+        let fence = Fence::new(next, Duration::from_secs(1));
         let mut b = Store::connect_leader(&location, Some(fence.clone())).unwrap();
+        fence.renewed(Instant::now());
         b.set_meta("written", "by b").unwrap();
         assert_eq!(store.meta("written").unwrap().as_deref(), Some("by b"));
         // While its renewals fail, a leader writes nothing (transiently), then goes on.
-        fence.set_held(false);
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(!fence.held());
         let e = b.set_meta("written", "while lapsed").unwrap_err();
         assert!(
             matches!(e, StoreError::LeaseLapsed(n) if n == next) && e.is_transient(),
             "{e:?}"
         );
-        fence.set_held(true);
+        fence.renewed(Instant::now());
+        assert!(fence.held());
         b.set_meta("written", "renewed").unwrap();
         assert_eq!(store.meta("written").unwrap().as_deref(), Some("renewed"));
     }
@@ -324,7 +308,9 @@ mod tests {
             .unwrap()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let leader = Store::connect_leader(&location, Some(Fence::new(epoch))).unwrap();
+        let leader =
+            Store::connect_leader(&location, Some(Fence::new(epoch, Duration::from_secs(30))))
+                .unwrap();
         let (started, go) = (
             std::sync::mpsc::channel::<()>(),
             std::sync::mpsc::channel::<()>(),
@@ -361,11 +347,36 @@ mod tests {
         assert_eq!(store.meta("in-flight").unwrap().as_deref(), Some("a"));
     }
 
+    /// A fence is held for four fifths of the lease after a renewal; effects that wait for
+    /// it go on once a renewal goes through.
+    #[test]
+    fn a_lapsed_fence_is_waited_for_until_a_renewal() {
+        let fence = Fence::new(1, Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!fence.held());
+        let waiter = {
+            let fence = fence.clone();
+            std::thread::spawn(move || {
+                fence.wait_held();
+                Instant::now()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let renewed = Instant::now();
+        fence.renewed(renewed);
+        assert!(waiter.join().unwrap() >= renewed, "the wait ended before the renewal");
+        assert!(fence.held());
+    }
+
     #[test]
     fn sqlite_has_no_lease() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("t.db")).unwrap();
         assert!(matches!(store.lease(), Err(StoreError::NeedsPostgres(_))));
-        assert!(Store::connect_leader(store.location(), Some(Fence::new(3))).is_ok());
+        assert!(Store::connect_leader(
+            store.location(),
+            Some(Fence::new(3, Duration::from_secs(30)))
+        )
+        .is_ok());
     }
 }

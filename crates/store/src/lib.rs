@@ -9,6 +9,7 @@
 
 pub mod backup;
 pub mod db;
+pub mod fence;
 pub mod filter;
 pub mod lease;
 pub mod sql;
@@ -478,7 +479,7 @@ impl Store {
         Store::connect_as(location, None)
     }
 
-    fn connect_as(location: &Location, fence: Option<lease::Fence>) -> Result<Store> {
+    fn connect_as(location: &Location, fence: Option<fence::Fence>) -> Result<Store> {
         let conn = match location {
             Location::Sqlite(path) => {
                 Conn::Sqlite(rusqlite::Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?)
@@ -508,7 +509,7 @@ impl Store {
     /// written. The store is migrated already (the lease is taken on a migrated store).
     /// On SQLite (one server, by the data directory's lock) or without a fence: a plain
     /// connection.
-    pub fn connect_leader(location: &Location, fence: Option<lease::Fence>) -> Result<Store> {
+    pub fn connect_leader(location: &Location, fence: Option<fence::Fence>) -> Result<Store> {
         match location {
             Location::Postgres(_) => Store::connect_as(location, fence),
             Location::Sqlite(_) => Store::connect(location),
