@@ -138,12 +138,6 @@ fn all_jobs(s: &Server) -> Vec<Value> {
     }
 }
 
-fn percentile(xs: &[f64], p: f64) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 #[test]
 fn two_servers_through_kills_a_store_restart_and_a_cut_keep_every_acknowledged_job_and_cancel() {
     let Some(admin) = pg_url() else {

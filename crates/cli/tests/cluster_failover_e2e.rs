@@ -21,12 +21,6 @@ use common::*;
 const LOSSES: usize = 20;
 const LEASE_SECS: u64 = 2;
 
-fn percentile(xs: &[f64], p: f64) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 /// Lose the leader of `a` and `b` (`freeze`: SIGSTOP, else kill -9); the seconds from the
 /// loss to a job created through the other server RUNNING. The lost one is started again
 /// (as a follower).

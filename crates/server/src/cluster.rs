@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use trainyard_store::lease::Fence;
 use trainyard_store::{Location, Store, StoreError};
 
-
 /// The exit status of a server that lost its lease (EX_TEMPFAIL: start it again).
 pub const DEPOSED_EXIT: i32 = 75;
 
@@ -211,15 +210,7 @@ impl Member {
                     l.holder,
                     l.epoch
                 );
-                self.view.set(
-                    Seen {
-                        leading: true,
-                        epoch,
-                        leader: Some(self.address.clone()),
-                        holder: self.holder.clone(),
-                    },
-                    Duration::ZERO,
-                );
+                self.view.set(self.leading(epoch), Duration::ZERO);
                 return Ok(Some(epoch));
             }
             return Ok(None);
@@ -249,17 +240,19 @@ impl Member {
         );
         let took = s.lease_acquire(&self.holder, &self.address, &self.agreed, self.lease_secs)?;
         if let Some(epoch) = took {
-            self.view.set(
-                Seen {
-                    leading: true,
-                    epoch,
-                    leader: Some(self.address.clone()),
-                    holder: self.holder.clone(),
-                },
-                Duration::ZERO,
-            );
+            self.view.set(self.leading(epoch), Duration::ZERO);
         }
         Ok(took)
+    }
+
+    /// This server, leading at `epoch`.
+    fn leading(&self, epoch: i64) -> Seen {
+        Seen {
+            leading: true,
+            epoch,
+            leader: Some(self.address.clone()),
+            holder: self.holder.clone(),
+        }
     }
 
     /// Is `holder` a server of this host whose process has ended? (Holders are "HOST pid
@@ -336,7 +329,7 @@ impl Member {
                             store = Some(s);
                             fence.renewed(started);
                             me.view.set(
-                                Seen { leading: true, epoch, leader: Some(me.address.clone()), holder: me.holder.clone() },
+                                me.leading(epoch),
                                 started.elapsed(),
                             );
                         }

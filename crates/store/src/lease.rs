@@ -16,7 +16,6 @@
 //! - A leader that stops releases it ([`Store::lease_release`]) for the next to take at
 //!   once.
 
-
 pub use crate::fence::Fence;
 
 use crate::db::Location;
@@ -93,12 +92,7 @@ impl Store {
              address = excluded.address, config = excluded.config, expires_at = excluded.expires_at, \
              renewed_at = excluded.renewed_at WHERE leader_lease.expires_at < {NOW_US} RETURNING epoch"
         );
-        let micros = secs_to_micros(secs);
-        let rows = self.write(|e| {
-            take_over_lock(e)?;
-            e.rows(&sql, values![holder, address, config, micros])
-        })?;
-        rows.first().map(|r| r.int(0)).transpose()
+        self.change_hands(&sql, values![holder, address, config, secs_to_micros(secs)])
     }
 
     /// Take over the lease of `epoch`, expired or not, for `secs`: for a holder known to
@@ -117,12 +111,21 @@ impl Store {
             "UPDATE leader_lease SET epoch = epoch + 1, holder = ?2, address = ?3, config = ?4, expires_at = {NOW_US} + ?5, \
              renewed_at = {NOW_US} WHERE id = 1 AND epoch = ?1 RETURNING epoch"
         );
+        self.change_hands(
+            &sql,
+            values![epoch, holder, address, config, secs_to_micros(secs)],
+        )
+    }
+
+    /// Run `sql`, which gives the lease to this server (RETURNING its new epoch), under
+    /// the lease's lock (see `db::LEASE_LOCK`).
+    fn change_hands(&self, sql: &str, params: &[crate::sql::Value]) -> Result<Option<i64>> {
         let rows = self.write(|e| {
-            take_over_lock(e)?;
-            e.rows(
-                &sql,
-                values![epoch, holder, address, config, secs_to_micros(secs)],
-            )
+            e.execute(
+                &format!("SELECT pg_advisory_xact_lock({})", crate::db::LEASE_LOCK),
+                &[],
+            )?;
+            e.rows(sql, params)
         })?;
         rows.first().map(|r| r.int(0)).transpose()
     }
@@ -145,16 +148,6 @@ impl Store {
         self.write(|e| e.execute(&sql, values![epoch]))?;
         Ok(())
     }
-}
-
-/// The lease's lock, exclusively, for a transaction that changes the epoch: it waits for
-/// the leader's transactions in flight (see `db::LEASE_LOCK`).
-fn take_over_lock(e: &mut dyn crate::db::Exec) -> Result<()> {
-    e.execute(
-        &format!("SELECT pg_advisory_xact_lock({})", crate::db::LEASE_LOCK),
-        &[],
-    )?;
-    Ok(())
 }
 
 /// The lease of the store at `location` as it is, read without migrating or writing
@@ -182,6 +175,18 @@ fn secs_to_micros(secs: u64) -> i64 {
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    /// A new PostgreSQL store whose lease server "a" took for `secs`.
+    fn leased(secs: u64) -> Option<(testdb::TestStore, Store, Location, i64)> {
+        let t = testdb::postgres()?;
+        let store = t.open();
+        let location = store.location().clone();
+        let epoch = store
+            .lease_acquire("a", "http://a", "", secs)
+            .unwrap()
+            .unwrap();
+        Some((t, store, location, epoch))
+    }
     use crate::testdb;
 
     #[test]
@@ -251,13 +256,9 @@ mod tests {
     /// made again after the takeover; the new leader's writes go on.
     #[test]
     fn a_deposed_leaders_writes_are_refused() {
-        let Some(t) = testdb::postgres() else { return };
-        let store = t.open();
-        let location = store.location().clone();
-        let epoch = store
-            .lease_acquire("a", "http://a", "", 30)
-            .unwrap()
-            .unwrap();
+        let Some((_t, store, location, epoch)) = leased(30) else {
+            return;
+        };
         let mut leader =
             Store::connect_leader(&location, Some(Fence::new(epoch, Duration::from_secs(30))))
                 .unwrap();
@@ -300,13 +301,9 @@ mod tests {
     /// lease row in share mode) rather than interleaving with it.
     #[test]
     fn a_takeover_waits_for_the_leaders_transaction_in_flight() {
-        let Some(t) = testdb::postgres() else { return };
-        let store = t.open();
-        let location = store.location().clone();
-        let epoch = store
-            .lease_acquire("a", "http://a", "", 0)
-            .unwrap()
-            .unwrap();
+        let Some((_t, store, location, epoch)) = leased(0) else {
+            return;
+        };
         std::thread::sleep(std::time::Duration::from_millis(5));
         let leader =
             Store::connect_leader(&location, Some(Fence::new(epoch, Duration::from_secs(30))))
@@ -364,7 +361,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let renewed = Instant::now();
         fence.renewed(renewed);
-        assert!(waiter.join().unwrap() >= renewed, "the wait ended before the renewal");
+        assert!(
+            waiter.join().unwrap() >= renewed,
+            "the wait ended before the renewal"
+        );
         assert!(fence.held());
     }
 

@@ -748,3 +748,10 @@ pub fn wait_leading(port: u16, secs: u64) -> std::time::Duration {
     }
 }
 
+
+/// The `p` quantile (0 to 1) of `xs`, nearest rank.
+pub fn percentile(xs: &[f64], p: f64) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
