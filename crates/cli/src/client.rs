@@ -706,36 +706,86 @@ fn best_trial_summary(study: &Value) -> Vec<String> {
     lines
 }
 
-/// Follow one job's log (until the job ends), each line `PREFIX TIME WHO: TEXT`.
+/// Follow one job's log (until the job ends), each line `PREFIX TIME WHO: TEXT`. A stream
+/// cut before the job ended (its server restarted, or another server took over the store)
+/// is asked for again from the time of the last entry shown, without showing an entry
+/// twice; a server that does not answer is asked again for up to 2 minutes.
 fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> anyhow::Result<()> {
-    let mut url = format!("{job_url}/logs?follow=true");
+    let mut query = String::new();
     if let Some(r) = &sel.replica {
-        url.push_str(&format!("&replica={}", encode(r)));
+        query.push_str(&format!("&replica={}", encode(r)));
     }
     if let Some(a) = sel.attempt {
-        url.push_str(&format!("&attempt={a}"));
+        query.push_str(&format!("&attempt={a}"));
     }
-    if let Some(n) = sel.tail {
-        url.push_str(&format!("&tail={n}"));
+    // The last entry's time, and the entries of that time already shown.
+    let mut last: Option<(String, HashSet<String>)> = None;
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        let mut url = format!("{job_url}/logs?follow=true{query}");
+        match (&last, sel.tail, &sel.since) {
+            (Some((t, _)), _, _) => url.push_str(&format!("&since={}", encode(t))),
+            (None, tail, since) => {
+                if let Some(n) = tail {
+                    url.push_str(&format!("&tail={n}"));
+                }
+                if let Some(t) = since {
+                    url.push_str(&format!("&since={}", encode(t)));
+                }
+            }
+        }
+        let cut = match api.request("GET", &url, None) {
+            Ok(resp) => {
+                failing_since = None;
+                print_entries(BufReader::new(resp.into_body().into_reader()), prefix, &mut last)?
+            }
+            Err(e) if e.transient() => true,
+            Err(e) => return Err(e.into()),
+        };
+        // The stream ends when the job does; one cut short is asked for again.
+        if !cut {
+            match api.try_send("GET", job_url, None) {
+                Ok(v) if v["state"].as_str().is_some_and(|s| progress::exit_code(s).is_some()) => return Ok(()),
+                Ok(_) => failing_since = None,
+                Err(e) if e.transient() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let since = *failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > Duration::from_secs(120) {
+            anyhow::bail!("the log stream of {job_url} was cut and the server has not answered for 2 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
-    if let Some(t) = &sel.since {
-        url.push_str(&format!("&since={}", encode(t)));
-    }
-    let resp = api.request("GET", &url, None)?;
-    let reader = BufReader::new(resp.into_body().into_reader());
+}
+
+/// Print a stream's entries, skipping those shown already (`last`); whether the stream was
+/// cut (a read error) rather than ended.
+fn print_entries(reader: impl BufRead, prefix: &str, last: &mut Option<(String, HashSet<String>)>) -> anyhow::Result<bool> {
     let stdout = std::io::stdout();
     for line in reader.lines() {
-        let line = line.context("reading the log stream")?;
+        let Ok(line) = line else { return Ok(true) };
         let e: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let time = e["time"].as_str().unwrap_or("").to_string();
+        match last {
+            Some((t, shown)) if *t == time => {
+                if !shown.insert(line.clone()) {
+                    continue;
+                }
+            }
+            // Older than the last shown: sent again after a reconnection.
+            Some((t, _)) if time.as_str() < t.as_str() => continue,
+            _ => *last = Some((time.clone(), HashSet::from([line.clone()]))),
+        }
         let who = match e["stream"].as_str() {
             Some("event") => "trainyard".to_string(),
             _ => e["replica"].as_str().unwrap_or("?").to_string(),
         };
         let mut out = stdout.lock();
-        writeln!(out, "{prefix}{} {}: {}", e["time"].as_str().unwrap_or(""), who, e["text"].as_str().unwrap_or(""))?;
+        writeln!(out, "{prefix}{time} {}: {}", who, e["text"].as_str().unwrap_or(""))?;
         out.flush()?;
     }
-    Ok(())
+    Ok(false)
 }
 
 pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {

@@ -198,6 +198,14 @@ fn servers_on_one_store_have_one_leader_and_a_follower_takes_over_without_loss()
     let script = format!("echo started >> {}; for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done", marks.display());
     let long = name_of(&b.create("p", &sh_job("long", &script)));
     b.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    // Its log followed through the follower, whose stream is cut when it starts leading.
+    let stream = Command::new(BIN)
+        .args(["custom-jobs", "stream-logs", &long, "--server", &format!("http://127.0.0.1:{}", b.port)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
     let t0 = std::time::Instant::now();
     a.kill9();
     wait_leading(b.port, 30);
@@ -209,6 +217,13 @@ fn servers_on_one_store_have_one_leader_and_a_follower_takes_over_without_loss()
     let logs = b.logs_text(&long);
     for i in 1..=6 {
         assert_eq!(logs.matches(&format!("tick {i}\n")).count() + logs.matches(&format!("\"tick {i}\"")).count(), 1, "tick {i}: {logs}");
+    }
+    // The followed stream resumed where it was cut: every line once, and it ended with the job.
+    let streamed = stream.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&streamed.stdout);
+    assert!(streamed.status.success(), "{out}{}", String::from_utf8_lossy(&streamed.stderr));
+    for i in 1..=6 {
+        assert_eq!(out.lines().filter(|l| l.ends_with(&format!(": tick {i}"))).count(), 1, "tick {i}: {out}");
     }
     let after = name_of(&b.create("p", &sh_job("after", "echo after")));
     assert_eq!(b.wait_terminal(&after, 60)["state"], "JOB_STATE_SUCCEEDED");
