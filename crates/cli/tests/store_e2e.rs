@@ -225,8 +225,12 @@ fn servers_on_one_store_have_one_leader_and_a_follower_takes_over_without_loss()
     for i in 1..=6 {
         assert_eq!(out.lines().filter(|l| l.ends_with(&format!(": tick {i}"))).count(), 1, "tick {i}: {out}");
     }
-    let after = name_of(&b.create("p", &sh_job("after", "echo after")));
-    assert_eq!(b.wait_terminal(&after, 60)["state"], "JOB_STATE_SUCCEEDED");
+    let after = b.create("p", &sh_job("after", "echo after"));
+    assert_eq!(b.wait_terminal(&name_of(&after), 60)["state"], "JOB_STATE_SUCCEEDED");
+    // Each run says which leader's epoch launched it.
+    let launched_by = |job: &serde_json::Value| std::fs::read_to_string(run_dir(&b.data_dir(), id_of(job), 0, "workerpool0-0", 0).join("leader.epoch")).unwrap();
+    assert_eq!(launched_by(&serde_json::json!({ "name": long })), "1\n");
+    assert_eq!(launched_by(&after), "2\n");
 
     // The old leader comes back as a follower; a cancel through it is honoured.
     a.spawn();

@@ -384,6 +384,9 @@ fn deposed(why: &str) -> ! {
     std::process::exit(DEPOSED_EXIT)
 }
 
+/// The file of a run directory that holds the epoch of the leader that launched it.
+pub const LAUNCHED_BY: &str = "leader.epoch";
+
 /// A leader's engine: its effects on the world (launches, stops, kills, signals) wait
 /// while its lease is not known to be held, so a leader that was stopped (SIGSTOP, a
 /// frozen host) and wakes up after another server took over acts on nothing before it
@@ -404,6 +407,13 @@ impl trainyard_backend::Backend for FencedBackend {
         Result<(), trainyard_backend::BackendError>,
     )> {
         self.fence.wait_held();
+        // Each run says which leader started it (its epoch), for whoever adopts it later.
+        for r in &runs {
+            let at = r.run_dir.join(LAUNCHED_BY);
+            if let Err(e) = std::fs::write(&at, format!("{}\n", self.fence.epoch)) {
+                tracing::warn!("{}: cannot write {}: {e}", r.run, at.display());
+            }
+        }
         self.inner.launch(runs, sink)
     }
 
