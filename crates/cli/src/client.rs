@@ -709,7 +709,8 @@ fn best_trial_summary(study: &Value) -> Vec<String> {
 /// Follow one job's log (until the job ends), each line `PREFIX TIME WHO: TEXT`. A stream
 /// cut before the job ended (its server restarted, or another server took over the store)
 /// is asked for again from the time of the last entry shown, without showing an entry
-/// twice; a server that does not answer is asked again for up to 2 minutes.
+/// twice; a server that stops answering is asked again for up to 2 minutes (one that
+/// never answered is an error at once).
 fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> anyhow::Result<()> {
     let mut query = String::new();
     if let Some(r) = &sel.replica {
@@ -721,6 +722,7 @@ fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> any
     // The last entry's time, and the entries of that time already shown.
     let mut last: Option<(String, HashSet<String>)> = None;
     let mut failing_since: Option<Instant> = None;
+    let mut followed = false;
     loop {
         let mut url = format!("{job_url}/logs?follow=true{query}");
         match (&last, sel.tail, &sel.since) {
@@ -737,9 +739,11 @@ fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> any
         let cut = match api.request("GET", &url, None) {
             Ok(resp) => {
                 failing_since = None;
+                followed = true;
                 print_entries(BufReader::new(resp.into_body().into_reader()), prefix, &mut last)?
             }
-            Err(e) if e.transient() => true,
+            // A server that never answered is said at once, as by every command.
+            Err(e) if e.transient() && followed => true,
             Err(e) => return Err(e.into()),
         };
         // The stream ends when the job does; one cut short is asked for again.
