@@ -639,7 +639,12 @@ fn watch_adopted(run: RunId, claim: Claim, sink: EventSink) {
 fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_exit: Option<String>) {
     let run_dir = claim.run_dir.clone();
     let outcome = match shim::read_status(&run_dir) {
-        Ok(Some(status)) => outcome_from_status(&status),
+        Ok(Some(status)) => {
+            // A shim killed right after it recorded the outcome (a kill racing the
+            // program's end) may not have removed its cgroups: they go now (L20).
+            remove_cgroups(&run, &run_dir);
+            outcome_from_status(&status)
+        }
         Ok(None) => {
             clean_up_lost(&run, &run_dir);
             let how = shim_exit.map(|s| format!(" ({s})")).unwrap_or_default();
@@ -666,10 +671,16 @@ fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_ex
 /// program's pid may have been reused).
 fn clean_up_lost(run: &RunId, run_dir: &Path) {
     remove_container(run_dir);
+    remove_cgroups(run, run_dir);
+}
+
+/// The replica's cgroups, if any are left once its shim is gone: whatever is in them is
+/// killed (L20) and they are removed.
+fn remove_cgroups(run: &RunId, run_dir: &Path) {
     match replica_cgroup(run_dir) {
         Ok(Some(cg)) => {
             if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
-                tracing::warn!(%run, "cleaning up after a lost shim: {e}");
+                tracing::warn!(%run, "cleaning up after the replica's supervisor: {e}");
             }
         }
         Ok(None) => {}
