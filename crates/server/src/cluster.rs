@@ -82,10 +82,13 @@ impl View {
     }
 
     /// `/healthz`'s word on the role.
-    pub fn describe(&self) -> String {
+    /// `driving`: this process runs the driver now (a server that just took the lease
+    /// still answers as a follower until its driver has started).
+    pub fn describe(&self, driving: bool) -> String {
         let s = self.seen();
         match (&s.leader, s.leading) {
-            (_, true) => format!("leader, epoch {}", s.epoch),
+            (_, true) if driving => format!("leader, epoch {}", s.epoch),
+            (_, true) => format!("taking the lease over, epoch {}", s.epoch),
             (Some(l), false) => format!("follower of {l} ({}), epoch {}", s.holder, s.epoch),
             (None, false) => format!("follower, no leader now (last epoch {})", s.epoch),
         }
@@ -474,7 +477,7 @@ mod tests {
     #[test]
     fn the_view_says_the_role() {
         let v = View::default();
-        assert_eq!(v.describe(), "follower, no leader now (last epoch 0)");
+        assert_eq!(v.describe(false), "follower, no leader now (last epoch 0)");
         v.set(
             Seen {
                 leading: false,
@@ -484,7 +487,7 @@ mod tests {
             },
             Duration::from_secs(2),
         );
-        assert_eq!(v.describe(), "follower of http://a:1 (a pid 9), epoch 4");
+        assert_eq!(v.describe(false), "follower of http://a:1 (a pid 9), epoch 4");
         assert!(v.lease_age() >= Duration::from_secs(2));
         v.set(
             Seen {
@@ -495,6 +498,7 @@ mod tests {
             },
             Duration::ZERO,
         );
-        assert_eq!(v.describe(), "leader, epoch 5");
+        assert_eq!(v.describe(true), "leader, epoch 5");
+        assert_eq!(v.describe(false), "taking the lease over, epoch 5");
     }
 }

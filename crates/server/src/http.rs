@@ -516,7 +516,7 @@ async fn healthz(State(state): State<AppState>) -> Response {
     match state.health.unavailable() {
         // Several servers: which one this is (`ok (leader, epoch 3)`).
         None => match &state.cluster {
-            Some(view) => format!("ok ({})", view.describe()).into_response(),
+            Some(view) => format!("ok ({})", view.describe(state.forward.is_none())).into_response(),
             None => "ok".into_response(),
         },
         Some(why) => AppError(ApiError::unavailable(format!("Not healthy: {why}."))).into_response(),

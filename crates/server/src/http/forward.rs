@@ -70,7 +70,14 @@ pub async fn forward(
     if !needs_leader(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
-    let Some(leader) = fwd.view.seen().leader else {
+    let seen = fwd.view.seen();
+    // This server took the lease and is starting its driver: never forwarded to itself
+    // (the request would wait behind this very router, which stops, and be cut after it
+    // was taken), but refused, so that the client knows it was not done.
+    if seen.leading {
+        return unavailable("This server has just taken the store's lease and is starting to lead. Try again.");
+    }
+    let Some(leader) = seen.leader else {
         return unavailable(
             "There is no leader now: a server is taking the store's lease over. Try again.",
         );
