@@ -446,6 +446,9 @@ if task["type"] == "workerpool0":
     print("listening", flush=True)
     l.accept()[0].close()
     print("peer connected", flush=True)
+    # The job ends with this replica: not before the peer has probed everything (it
+    # connects again when it is done).
+    l.accept()[0].close()
     sys.exit(0)
 deadline = time.time() + 60
 while not reach(chief):
@@ -459,6 +462,7 @@ for what, target in [("server", ("127.0.0.1", int(os.environ["SERVER_PORT"]))),
                      ("host_address", (os.environ["HOST_ADDR"], int(os.environ["HOST_PORT"]))),
                      ("other_job", ("127.0.0.1", int(os.environ["OTHER_PORT"])))]:
     print(("REACHED " if reach(target) else "DENIED ") + what, flush=True)
+reach(chief)
 "#;
 
 /// The host's first non-loopback IPv4 address (the one a route to the outside uses).
