@@ -126,23 +126,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     listener.set_nonblocking(true).with_context(|| format!("cannot listen on {addr}"))?;
     // Several servers on one PostgreSQL store: this one follows until it holds the lease.
     let mut leading: Option<(std::sync::Arc<Member>, Fence)> = None;
+    let mut token_key = None;
     if let Some(location @ trainyard_store::Location::Postgres(_)) = cfg.store.clone() {
         let mut store = trainyard_store::Store::connect(&location)?;
         let member = std::sync::Arc::new(Member::new(&cfg, location.clone()));
         member.check_agreement(&store).map_err(|why| anyhow::anyhow!("{why}"))?;
-        let token_key = trainyard_server::token_key(&mut store)?;
+        let key = trainyard_server::token_key(&mut store)?;
+        token_key = Some(key.clone());
         drop(store);
         // A lease that is free (a server alone on its store, or restarted after its
         // process ended) is taken at once; else this server follows until it is. It is
         // kept from then on (renewed while the driver starts).
         let fence = match member.try_lead()? {
-            Some(epoch) => {
-                let fence = member.fence(epoch);
-                member.keep(fence.clone()).context("cannot start the lease's threads")?;
-                fence
-            }
+            Some(epoch) => member.keep(epoch).context("cannot start the lease's threads")?,
             None => {
-                let follower = follower_state(&cfg, &member, token_key, tokens.clone());
+                let follower = follower_state(&cfg, &member, key, tokens.clone());
                 let mut limits = cfg.http.clone();
                 // Requests in flight to a leader that is gone are not waited for long.
                 limits.shutdown_grace = limits.shutdown_grace.min(std::time::Duration::from_secs(1));
@@ -161,9 +159,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some((member, _)) = &leading {
         member.report_to(engine.metrics.clone());
     }
-    let mut store = trainyard_store::Store::connect(&engine.store)?;
-    let token_key = trainyard_server::token_key(&mut store)?;
-    drop(store);
+    // The key of page tokens (read already where this server followed).
+    let token_key = match token_key {
+        Some(key) => key,
+        None => trainyard_server::token_key(&mut trainyard_store::Store::connect(&engine.store)?)?,
+    };
     if let (Some(t), Some(jobs)) = (&tokens, &engine.services.job_credentials) {
         t.accept_job_credentials(std::sync::Arc::clone(jobs));
     }
@@ -197,11 +197,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "Trainyard serving region {region} on http://{addr}{role} (config: {source}; data: {}); {auth_note}",
             data_dir.display()
         );
-        // A unit of Type=notify (packaging/trainyard.service) is started once this is said;
-        // without NOTIFY_SOCKET nothing is sent.
-        if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
-            tracing::warn!("cannot tell the service manager that the server is ready (NOTIFY_SOCKET): {e}");
-        }
+        ready();
         trainyard_server::http::serve(listener, state, limits, shutdown_signal(health)).await?;
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         anyhow::Ok(())
@@ -278,8 +274,7 @@ async fn follow(
                     if let (Ok(Some(epoch)), Ok(mut w)) = (took, won.lock()) {
                         // Kept at once: the follower's requests in flight are let finish
                         // meanwhile, for a moment.
-                        let fence = member.fence(epoch);
-                        *w = Some(member.keep(fence.clone()).map(|()| fence));
+                        *w = Some(member.keep(epoch));
                     }
                 }
                 _ = terminated() => stop.store(true, Ordering::Relaxed),
@@ -288,15 +283,21 @@ async fn follow(
     };
     let socket = tokio::net::TcpListener::from_std(listener.try_clone()?).context("cannot serve as a follower")?;
     tracing::info!("Trainyard serving {what}, as a follower until it holds the store's lease");
-    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
-        tracing::warn!("cannot tell the service manager that the server is ready (NOTIFY_SOCKET): {e}");
-    }
+    ready();
     trainyard_server::http::serve(socket, state, limits, shutdown).await?;
     let fence = won.lock().ok().and_then(|mut w| w.take()).transpose().context("cannot start the lease's threads")?;
     if let Some(f) = &fence {
         tracing::info!("this server holds the store's lease (epoch {}): it leads from now on", f.epoch);
     }
     Ok(fence)
+}
+
+/// A unit of Type=notify (packaging/trainyard.service) is started once the server serves
+/// (as a follower or as the leader); without NOTIFY_SOCKET nothing is sent.
+fn ready() {
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("cannot tell the service manager that the server is ready (NOTIFY_SOCKET): {e}");
+    }
 }
 
 /// SIGHUP reads the tokens file again (as `POST /v1/admin/tokens:reload` does); a file that

@@ -140,11 +140,7 @@ fn all_jobs(s: &Server) -> Vec<Value> {
 
 #[test]
 fn two_servers_through_kills_a_store_restart_and_a_cut_keep_every_acknowledged_job_and_cancel() {
-    let Some(admin) = pg_url() else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the chaos test: set TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
-        trainyard_backend::skip_test("no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
-        return;
-    };
+    let Some(admin) = pg_or_skip("the chaos test") else { return };
     let restart_pg = std::env::var("TRAINYARD_TEST_PG_RESTART").ok().filter(|s| !s.is_empty());
     assert!(
         restart_pg.is_some() || std::env::var("CI").as_deref() != Ok("true"),
@@ -153,14 +149,8 @@ fn two_servers_through_kills_a_store_restart_and_a_cut_keep_every_acknowledged_j
     let url = new_pg_store();
     // Server a reaches the store through a relay the test cuts; b directly.
     let (relay, relayed) = Relay::between(&admin, &url);
-    let shared = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
-    let data = shared.path().join("data");
-    let mut a = Server::prepare(&format!("[store]\nurl = \"{relayed}\"\nlease_secs = 2\n")).with_data_dir(data.clone());
-    a.spawn();
-    let mut b = Server::prepare("").with_data_dir(data);
-    std::fs::write(&b.config, std::fs::read_to_string(&a.config).unwrap().replace(&relayed, &url)).unwrap();
-    b.spawn();
+    let table = format!("[store]\nurl = \"{relayed}\"\nlease_secs = 2\n");
+    let (_shared, mut a, mut b) = pair_reaching(&table, Some((&relayed, &url)));
     let marks = a.dir.path().join("marks");
     std::fs::create_dir(&marks).unwrap();
     std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();

@@ -328,11 +328,7 @@ fn l23_a_gang_survives_the_loss_of_its_leader_to_a_follower() {
     if !ready() {
         return;
     }
-    let Some(_) = pg_url() else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the Slurm tests with TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
-        eprintln!("SKIP: no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
-        return;
-    };
+    let Some(_) = pg_or_skip("the Slurm tests with a PostgreSQL store") else { return };
     let url = new_pg_store();
     let (_shared, mut a, b) = pair(&format!("[store]\nurl = \"{url}\"\nlease_secs = 2\n"));
     assert!(healthz(b.port).contains("follower"), "{}", healthz(b.port));

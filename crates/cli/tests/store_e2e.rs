@@ -25,12 +25,7 @@ fn text(o: &Output) -> String {
 
 /// The PostgreSQL of the tests; in CI its absence is a failure.
 fn pg() -> Option<String> {
-    let url = pg_url();
-    if url.is_none() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the PostgreSQL store tests: set TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
-        trainyard_backend::skip_test("no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
-    }
-    url
+    pg_or_skip("the PostgreSQL store tests")
 }
 
 /// Bad store URLs stop the start naming them, without the password, and nothing is made:
@@ -260,16 +255,9 @@ fn a_leader_cut_off_from_the_store_is_deposed_and_writes_nothing() {
     let Some(admin) = pg() else { return };
     let url = new_pg_store();
     let (relay, relayed) = Relay::between(&admin, &url);
-    let shared = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
-    let data = shared.path().join("data");
-    let mut cut_off = Server::prepare(&format!("[store]\nurl = \"{relayed}\"\nlease_secs = 2\n")).with_data_dir(data.clone());
-    cut_off.spawn();
     // The same config but for the store's URL (each server's own).
-    let b = Server::prepare("").with_data_dir(data);
-    std::fs::write(&b.config, std::fs::read_to_string(&cut_off.config).unwrap().replace(&relayed, &url)).unwrap();
-    let mut b = b;
-    b.spawn();
+    let table = format!("[store]\nurl = \"{relayed}\"\nlease_secs = 2\n");
+    let (_shared, mut cut_off, b) = pair_reaching(&table, Some((&relayed, &url)));
     let first = name_of(&cut_off.create("p", &sh_job("first", "echo one")));
     assert_eq!(cut_off.wait_terminal(&first, 60)["state"], "JOB_STATE_SUCCEEDED");
 

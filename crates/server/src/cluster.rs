@@ -112,10 +112,9 @@ pub struct Member {
 
 impl Member {
     pub fn new(cfg: &crate::Config, location: Location) -> Member {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         Member {
             location,
-            holder: format!("{} pid {}", host.trim(), std::process::id()),
+            holder: format!("{} pid {}", crate::config::this_host(), std::process::id()),
             address: cfg.advertised(),
             agreed: cfg.agreed(),
             lease_secs: cfg.lease_secs,
@@ -138,11 +137,11 @@ impl Member {
             return Ok(());
         }
         Err(format!(
-            "this server's config differs from that of the leader on the same store ({} at {}): {}; servers on one store \
-             run with one config (each server's own keys, listen, store.url, store.advertise_url and [log], may differ)",
+            "this server's config differs from that of the leader on the same store ({} at {}): {}; {}",
             lease.holder,
             lease.address,
-            differ.join("; ")
+            differ.join("; "),
+            crate::config::ONE_CONFIG
         ))
     }
 
@@ -304,15 +303,16 @@ impl Member {
         self.follow_once(&mut None)
     }
 
-    /// Keep the lease of `fence`'s epoch from now on: renewals on a thread of their own,
-    /// started as soon as the lease is taken (before the driver starts), and a watchdog
-    /// that lowers the fence (the driver writes nothing, so acts on nothing) once four
-    /// fifths of the lease have passed since the last renewal, and raises it again when a
-    /// renewal goes through. A renewal that finds another epoch stops the process. The
-    /// metrics of [`Member::report_to`] show the epoch and the lease's age.
-    pub fn keep(self: &Arc<Self>, fence: Fence) -> std::io::Result<()> {
-        let epoch = fence.epoch;
+    /// Keep the lease of `epoch`, just taken, from now on (before the driver starts): its
+    /// fence, renewed by a thread of its own. The fence lapses by itself once four fifths
+    /// of the lease have passed since the last renewal (the driver then writes, and so
+    /// acts on, nothing) and holds again when a renewal goes through; a watcher says so in
+    /// the log and keeps the metrics of [`Member::report_to`] (epoch, lease age) current.
+    /// A renewal that finds another epoch stops the process.
+    pub fn keep(self: &Arc<Self>, epoch: i64) -> std::io::Result<Fence> {
         let lease = Duration::from_secs(self.lease_secs);
+        let fence = Fence::new(epoch, lease);
+        let watched = fence.clone();
         self.report();
         {
             let me = Arc::clone(self);
@@ -343,6 +343,7 @@ impl Member {
             })?;
         }
         let me = Arc::clone(self);
+        let fence = watched.clone();
         std::thread::Builder::new().name("lease-watch".into()).spawn(move || {
             let mut held = true;
             loop {
@@ -361,12 +362,7 @@ impl Member {
                 held = fence.held();
             }
         })?;
-        Ok(())
-    }
-
-    /// The fence of a lease of `epoch` this server just took.
-    pub fn fence(&self, epoch: i64) -> Fence {
-        Fence::new(epoch, Duration::from_secs(self.lease_secs))
+        Ok(watched)
     }
 
     /// A leader that stops lets the lease go: a follower takes it at once.
@@ -487,7 +483,10 @@ mod tests {
             },
             Duration::from_secs(2),
         );
-        assert_eq!(v.describe(false), "follower of http://a:1 (a pid 9), epoch 4");
+        assert_eq!(
+            v.describe(false),
+            "follower of http://a:1 (a pid 9), epoch 4"
+        );
         assert!(v.lease_age() >= Duration::from_secs(2));
         v.set(
             Seen {

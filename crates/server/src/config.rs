@@ -96,6 +96,10 @@ pub const DEFAULT_LEASE_SECS: u64 = 5;
 /// other one.
 pub const PER_SERVER_KEYS: &[&str] = &["listen", "store.url", "store.advertise_url", "log."];
 
+/// What to do about a server whose config is not its store's leader's.
+pub const ONE_CONFIG: &str =
+    "servers on one store run with one config (each server's own keys, listen, store.url, store.advertise_url and [log], may differ)";
+
 /// `[log]`: `format` (`"text"` or `"json"`), and `audit_file` for the audit lines (one per
 /// mutating request) with its size before rotation and how many rotated files are kept.
 #[derive(Debug, Default, Deserialize)]
@@ -668,8 +672,7 @@ impl Config {
         if self.backend == BackendChoice::Local {
             // The local backend's replicas are this host's processes, stopped by signals:
             // its servers share the host (across hosts, Slurm's replicas are anyone's).
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            keys.insert("host (the local backend's)".into(), format!("{:?}", host.trim()));
+            keys.insert("host (the local backend's)".into(), format!("{:?}", this_host()));
         }
         keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
     }
@@ -678,6 +681,11 @@ impl Config {
     pub fn advertised(&self) -> String {
         self.advertise_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)).trim_end_matches('/').to_string()
     }
+}
+
+/// This host's name (empty if it cannot be read).
+pub fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
 
 /// The keys whose values differ between two [`Config::agreed`] texts, each with both.

@@ -225,7 +225,7 @@ fn leader(cfg: &Config, location: &trainyard_store::Location) -> Finding {
                 Finding::fail(
                     CHECK,
                     format!("{led} with another config: {}", differ.join("; ")),
-                    "run every server of one store with one config (listen, store.url, store.advertise_url and [log] may differ)",
+                    crate::config::ONE_CONFIG,
                 )
             }
         }

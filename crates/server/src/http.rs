@@ -200,13 +200,15 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// A request body past [`MAX_BODY`].
+fn body_too_large() -> ApiError {
+    ApiError::new(trainyard_api::Code::OutOfRange, format!("The request body is larger than the limit of {MAX_BODY} bytes."))
+}
+
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
     body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            AppError(ApiError::new(
-                trainyard_api::Code::OutOfRange,
-                format!("The request body is larger than the limit of {MAX_BODY} bytes."),
-            ))
+            AppError(body_too_large())
         } else {
             AppError(ApiError::invalid_argument(format!("Cannot read the request body: {e}")))
         }
@@ -606,10 +608,7 @@ async fn limit_announced_body(req: axum::extract::Request, next: axum::middlewar
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if announced.is_some_and(|n| n > MAX_BODY as u64) {
-        return too_large(ApiError::new(
-            trainyard_api::Code::OutOfRange,
-            format!("The request body is larger than the limit of {MAX_BODY} bytes."),
-        ));
+        return too_large(body_too_large());
     }
     next.run(req).await
 }

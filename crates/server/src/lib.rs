@@ -107,9 +107,7 @@ pub fn start(cfg: Config, shim_command: Vec<OsString>, workdir: PathBuf, output_
                     seen.leader.unwrap_or_default()
                 ))));
             };
-            let fence = member.fence(epoch);
-            member.keep(fence.clone()).map_err(StartError::Thread)?;
-            Some(fence)
+            Some(member.keep(epoch).map_err(StartError::Thread)?)
         }
         _ => None,
     };
@@ -370,10 +368,10 @@ pub fn token_key(store: &mut Store) -> Result<Vec<u8>, trainyard_store::StoreErr
         key = seed.into_bytes();
     }
     let text: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    match store.meta_or_set(KEY, &text)?.as_str() {
-        kept if unhex(kept).is_some() => Ok(unhex(kept).unwrap_or(key)),
+    match unhex(&store.meta_or_set(KEY, &text)?) {
+        Some(kept) => Ok(kept),
         // A value that is not hex (written by hand): replaced.
-        _ => {
+        None => {
             store.set_meta(KEY, &text)?;
             Ok(key)
         }

@@ -9,10 +9,10 @@
 //! - The leader renews it well before it expires ([`Store::lease_renew`]); a renewal that
 //!   finds another epoch says the leader is deposed.
 //! - The leader's driver writes through a fenced connection ([`Store::connect_leader`]):
-//!   each of its transactions holds the lease's lock shared and finds the lease at its
-//!   epoch, while a takeover holds it exclusively; so a takeover waits for the
-//!   transactions in flight, and every transaction after it is refused. A deposed
-//!   leader's late writes change nothing.
+//!   its session says its epoch, and the store's triggers, at each writing statement,
+//!   hold the lease's lock shared and find the lease at that epoch, while a takeover holds
+//!   the lock exclusively; so a takeover waits for the writes in flight, and every write
+//!   after it is refused. A deposed leader's late writes change nothing.
 //! - A leader that stops releases it ([`Store::lease_release`]) for the next to take at
 //!   once.
 

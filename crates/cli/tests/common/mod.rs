@@ -709,6 +709,12 @@ impl Relay {
 /// Servers that share a store and a data directory, with one config (the harness gives
 /// each server project uids of its own: the second one's config is the first's).
 pub fn pair(table: &str) -> (tempfile::TempDir, Server, Server) {
+    pair_reaching(table, None)
+}
+
+/// As [`pair`], `b`'s config being `a`'s with the text `swap.0` replaced by `swap.1`
+/// (the store's URL, which is each server's own: `a` reaching it through a relay).
+pub fn pair_reaching(table: &str, swap: Option<(&str, &str)>) -> (tempfile::TempDir, Server, Server) {
     let shared = tempfile::tempdir().unwrap();
     // Replicas of a root server run as their project's user and pass through here.
     std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
@@ -716,9 +722,21 @@ pub fn pair(table: &str) -> (tempfile::TempDir, Server, Server) {
     let mut a = Server::prepare(table).with_data_dir(data.clone());
     a.spawn();
     let mut b = Server::prepare(table).with_data_dir(data);
-    std::fs::copy(&a.config, &b.config).unwrap();
+    let text = std::fs::read_to_string(&a.config).unwrap();
+    std::fs::write(&b.config, swap.map_or(text.clone(), |(from, to)| text.replace(from, to))).unwrap();
     b.spawn();
     (shared, a, b)
+}
+
+/// The PostgreSQL of the tests (`TRAINYARD_TEST_PG_URL`, scripts/pg/up.sh): without one
+/// a test is skipped, saying so, but in CI, where that is a failure (`what` needs it).
+pub fn pg_or_skip(what: &str) -> Option<String> {
+    let url = pg_url();
+    if url.is_none() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs {what}: set TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+        trainyard_backend::skip_test("no TRAINYARD_TEST_PG_URL (scripts/pg/up.sh)");
+    }
+    url
 }
 
 /// The text at `path` of the server on `port` (empty when it does not answer).

@@ -85,16 +85,7 @@ pub async fn forward(
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, crate::http::MAX_BODY).await {
         Ok(b) => b,
-        Err(_) => {
-            let e = ApiError::new(
-                trainyard_api::Code::OutOfRange,
-                format!(
-                    "The request body is larger than the limit of {} bytes.",
-                    crate::http::MAX_BODY
-                ),
-            );
-            return crate::reply::AppError(e).into_response();
-        }
+        Err(_) => return crate::reply::AppError(super::body_too_large()).into_response(),
     };
     let url = format!(
         "{leader}{}",
