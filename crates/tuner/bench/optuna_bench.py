@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Optuna peers for tuner-bench: TPESampler and GPSampler on the same thirteen
-problems (see tuner-bench.rs for the list), same objectives, same noise,
+"""Optuna peers for tuner-bench: TPESampler and GPSampler on the same
+problems, the tuning set and the held-out set (see tuner-bench.rs for the list), same objectives, same noise,
 same regret definition (median over seeds of log10 of the noise-free value
 of the best observed trial minus the known optimum, floored at 1e-12), 50
 trials, 10 seeds. TPE needs only optuna; GPSampler needs torch as well.
@@ -195,9 +195,98 @@ PROBLEMS = [
 ]
 
 
+# The held-out set (see tuner-bench.rs): never used to tune the optimiser.
+
+
+def camel2(p):
+    x0, x1 = p["x0"], p["x1"]
+    return (4 - 2.1 * x0 * x0 + x0**4 / 3) * x0 * x0 + x0 * x1 + (-4 + 4 * x1 * x1) * x1 * x1
+
+
+SHEKEL_A = [[4, 4, 4, 4], [1, 1, 1, 1], [8, 8, 8, 8], [6, 6, 6, 6], [3, 7, 3, 7],
+            [2, 9, 2, 9], [5, 5, 3, 3], [8, 1, 8, 1], [6, 2, 6, 2], [7, 3.6, 7, 3.6]]
+SHEKEL_C = [0.1, 0.2, 0.2, 0.4, 0.4, 0.6, 0.3, 0.7, 0.5, 0.5]
+
+
+def shekel4(p):
+    v = [p[f"x{i}"] for i in range(4)]
+    return -sum(1 / (sum((v[j] - SHEKEL_A[i][j]) ** 2 for j in range(4)) + SHEKEL_C[i]) for i in range(10))
+
+
+ELLIPSOID_SHIFT = [1.3, -2.1, 0.7, 2.6, -0.4, -1.8]
+
+
+def ellipsoid6(p):
+    z = [p[f"x{i}"] - ELLIPSOID_SHIFT[i] for i in range(6)]
+    for i in range(6):
+        for j in range(i + 1, 6):
+            t = 0.3 + 0.5 * i + 0.25 * j
+            c, s = math.cos(t), math.sin(t)
+            z[i], z[j] = c * z[i] - s * z[j], s * z[i] + c * z[j]
+    return sum(10 ** (3 * k / 5) * z[k] ** 2 for k in range(6))
+
+
+WELL_CENTRE = [0.63, 0.27, 0.71, 0.38, 0.55, 0.19]
+
+
+def well6(p):
+    r2 = sum((p[f"x{i}"] - WELL_CENTRE[i]) ** 2 for i in range(6))
+    return 0.3 * (1 - math.exp(-r2 / 0.5)) + 0.7 * (1 - math.exp(-r2 / 0.0072))
+
+
+SALOMON_SHIFT = [2.1, -3.4, 1.7, -0.6, 3.3]
+
+
+def salomon5(p):
+    r = math.sqrt(sum((p[f"x{i}"] - SALOMON_SHIFT[i]) ** 2 for i in range(5)))
+    return 1 - math.cos(2 * math.pi * r) + 0.1 * r
+
+
+def dixonprice5(p):
+    v = [p[f"x{i}"] for i in range(5)]
+    return (v[0] - 1) ** 2 + sum((i + 1) * (2 * v[i] ** 2 - v[i - 1]) ** 2 for i in range(1, 5))
+
+
+def xgb6(p):
+    ue = math.log10(p["eta"]) + 1.2
+    ud = (p["max_depth"] - 6) / 4
+    um = (math.log2(p["min_child_weight"]) - 3) / 3
+    us = (p["subsample"] - 0.8) / 0.2
+    uc = (p["colsample"] - 0.6) / 0.3
+    booster = {"gbtree": 0.0, "dart": 0.008}.get(p["booster"], 0.04)
+    cliff = 0.2 * (ue - 0.8) if ue > 0.8 else 0.0
+    return (0.12 + 0.04 * (ue + 0.4 * ud) ** 2 + 0.02 * ud * ud + 0.01 * um * um
+            + 0.015 * us * us + 0.01 * uc * uc + cliff + booster)
+
+
+def xgb_sample(trial):
+    return {
+        "eta": trial.suggest_float("eta", 1e-3, 1.0, log=True),
+        "max_depth": trial.suggest_int("max_depth", 1, 15),
+        "min_child_weight": trial.suggest_float("min_child_weight", 1.0, 128.0, log=True),
+        "subsample": trial.suggest_float("subsample", 0.5, 1.0),
+        "colsample": trial.suggest_float("colsample", 0.3, 1.0),
+        "booster": trial.suggest_categorical("booster", ["gbtree", "dart", "gblinear"]),
+    }
+
+
+PROBLEMS += [
+    ("camel2", lambda t: {"x0": t.suggest_float("x0", -3.0, 3.0), "x1": t.suggest_float("x1", -2.0, 2.0)},
+     camel2, -1.031628453489877, 0.0),
+    ("shekel4", box(4, 0.0, 10.0), shekel4, -10.536409816692046, 0.0),
+    ("ellipsoid6", box(6, -5.0, 5.0), ellipsoid6, 0.0, 0.0),
+    ("well6", box(6, 0.0, 1.0), well6, 0.0, 0.0),
+    ("salomon5", box(5, -10.0, 10.0), salomon5, 0.0, 0.0),
+    ("dixonprice5", box(5, -10.0, 10.0), dixonprice5, 0.0, 0.0),
+    ("xgb6", xgb_sample, xgb6, 0.12, 0.0),
+]
+
+
 def make_sampler(name, seed):
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
     raise ValueError(name)
@@ -209,7 +298,7 @@ def log_regret(best, opt):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sampler", default="all", choices=["tpe", "gp", "all"])
+    ap.add_argument("--sampler", default="all", choices=["tpe", "gp", "random", "all"])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--tsv")
@@ -222,7 +311,7 @@ def main():
     except ImportError:
         pass
     samplers = ["tpe", "gp"] if args.sampler == "all" else [args.sampler]
-    checkpoints = [c for c in (10, 25, 35, 50) if c <= args.trials]
+    checkpoints = [c for c in (10, 25, 50, 100) if c <= args.trials]
     rows = []
     print(f"median log10 simple regret over {args.seeds} seeds ({args.trials} trials), optuna {optuna.__version__}")
     for name, sample, f, opt, sd in PROBLEMS:
