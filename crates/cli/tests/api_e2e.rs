@@ -496,8 +496,10 @@ fn a_taken_port_is_a_clear_error_at_start() {
 
 /// No Nagle stalls: ten logs requests on one kept-alive connection take about as long as
 /// ten on fresh connections (with Nagle's algorithm each waited for the client's delayed
-/// acknowledgement, about 40 ms, some 20 times a fresh request). Prints both; the ratio
-/// is checked against the same run's fresh connections, never a fixed time.
+/// acknowledgement, at least 40 ms on Linux, some 20 times a fresh request). Prints both.
+/// The check is against the same run's fresh connections plus most of that stall: a
+/// ratio alone failed on a loaded machine, where a kept-alive median of 5 ms against a
+/// fresh one of 2.5 ms is scheduling noise and not a stall.
 #[test]
 fn logs_on_a_kept_alive_connection_do_not_wait_for_acknowledgements() {
     let s = Server::start("");
@@ -528,5 +530,5 @@ fn logs_on_a_kept_alive_connection_do_not_wait_for_acknowledgements() {
     };
     let (k, f) = (median(&mut kept_ms), median(&mut fresh_ms));
     eprintln!("measure: logs request on a kept-alive connection {k:.2} ms, on a fresh one {f:.2} ms (median of 10)");
-    assert!(k < 2.0 * f.max(1.0), "a kept-alive request waits: {kept_ms:?} against fresh {fresh_ms:?}");
+    assert!(k < f + 30.0, "a kept-alive request waits for an acknowledgement: {kept_ms:?} against fresh {fresh_ms:?}");
 }
