@@ -240,6 +240,69 @@ for step in range(1, 9):
     assert!(hidden.get("customJobs").is_none(), "only trials here: {hidden}");
 }
 
+/// The multi-fidelity mode (label `trainyard-multi-fidelity: successive-halving`): trials
+/// report a loss at steps 1..27; once three trials have run to the end (the horizon, 27,
+/// is learnt from them), a later trial behind the best third at a rung (1, 3, 9) is
+/// stopped (at the first reading of its metric file past that rung) and ends with its
+/// last measurement. A mode it does not know is refused,
+/// naming the label, and nothing is created.
+#[test]
+fn multi_fidelity_label_stops_trials_by_successive_halving() {
+    let s = Server::start("");
+    let program = r#"
+import json, os, sys, time
+q = float([a for a in sys.argv if a.startswith("--q=")][0][4:])
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+lines = []
+for step in range(1, 28):
+    lines.append(json.dumps({"global_step": str(step), "loss": str(q + 1.0 / step)}))
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    time.sleep(0.1)
+"#;
+    let mut body = json!({
+        "displayName": "halving",
+        "labels": {"trainyard-multi-fidelity": "successive-halving"},
+        "studySpec": {
+            "metrics": [{"metricId": "loss", "goal": "MINIMIZE"}],
+            "parameters": [{"parameterId": "q", "discreteValueSpec": {"values": [0.1, 0.2, 0.3, 0.9, 0.4]}}],
+            "algorithm": "GRID_SEARCH"
+        },
+        "maxTrialCount": 5,
+        "parallelTrialCount": 1,
+        "trialJobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "containerSpec": {"imageUri": "python:3.11", "command": ["python3", "-c", program]}
+        }]}
+    });
+    let mut bad = body.clone();
+    bad["labels"]["trainyard-multi-fidelity"] = json!("hyperband-ish");
+    let (st, err) = s.call("POST", &studies_url(&s, "p"), Some(&bad.to_string()));
+    assert_eq!(st, 400, "{err}");
+    assert!(err["error"]["message"].as_str().unwrap_or_default().contains("labels.trainyard-multi-fidelity"), "{err}");
+    let (_, none) = s.call("GET", &studies_url(&s, "p"), None);
+    assert!(none.get("hyperparameterTuningJobs").is_none(), "nothing created: {none}");
+    body["displayName"] = json!("halving");
+    let (st, created) = s.call("POST", &studies_url(&s, "p"), Some(&body.to_string()));
+    assert_eq!(st, 200, "{created}");
+    let done = wait_study(&s, created["name"].as_str().unwrap(), 120);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let trials = done["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 5, "{done:#}");
+    let steps = |t: &Value| -> i64 { t["finalMeasurement"]["stepCount"].as_str().unwrap_or("0").parse().unwrap_or(0) };
+    for t in &trials[..3] {
+        assert_eq!(steps(t), 27, "ran to the end: {t:#}");
+        assert!(t.get("trainyardStoppedEarly").is_none(), "{t:#}");
+    }
+    for t in &trials[3..] {
+        assert_eq!(t["trainyardStoppedEarly"], true, "{t:#}");
+        assert!(steps(t) < 27, "stopped before the end: {t:#}");
+        assert_eq!(t["state"], "SUCCEEDED", "{t:#}");
+    }
+    assert_eq!(done["trials"][0]["parameters"][0]["value"], 0.1);
+}
+
 /// Cancel stops the running trials; the study ends CANCELLED and nothing keeps running.
 #[test]
 fn cancel_stops_running_trials() {

@@ -57,12 +57,40 @@ pub enum StoppingRule {
         min_step: Option<u64>,
         min_measurements: usize,
     },
+    /// Asynchronous successive halving (ASHA), the multi-fidelity mode: most
+    /// trials are judged on a few steps and only the best go on to more.
+    ///
+    /// The horizon `H` is `max_step`, or, when unset, the largest step any
+    /// completed trial reported (the trial's own last step if larger); with
+    /// neither, no trial is stopped. Rungs lie at `r·eta^k` below `H`, `r`
+    /// being `min_step` or, when unset, `H / eta^3` (at least 1), so that a
+    /// trial can be judged three times. A trial's value at a rung is its
+    /// value at the first step at or past the rung. A running trial is
+    /// judged at the highest rung it has reached (never at or past `H`): it
+    /// is stopped when at least `eta` ended trials have a value at that rung
+    /// and its own value is not among the best `⌈n / eta⌉` of the `n` values
+    /// there, its own counted. So about one trial in `eta` goes on from each
+    /// rung, and the steps a study spends fall by about that factor per rung,
+    /// while a trial that is among the best at every rung runs to the end.
+    SuccessiveHalving {
+        max_step: Option<u64>,
+        min_step: Option<u64>,
+        eta: u64,
+    },
 }
 
 impl StoppingRule {
     /// Median stopping with `min_completed = 3`.
     pub fn median() -> Self {
         StoppingRule::Median { min_completed: 3 }
+    }
+    /// Successive halving with `eta = 3` and the rungs from the horizon.
+    pub fn successive_halving() -> Self {
+        StoppingRule::SuccessiveHalving {
+            max_step: None,
+            min_step: None,
+            eta: 3,
+        }
     }
     /// Decay-curve stopping with `min_measurements = 4`, `margin = 0.1`.
     pub fn decay_curve() -> Self {
@@ -152,7 +180,64 @@ pub fn should_stop(rule: &StoppingRule, goal: Goal, trial: &Trial, completed: &[
             goal.better(threshold, optimistic)
         }
         StoppingRule::Convex { .. } => convex(rule, goal, &mine, &done).is_some(),
+        StoppingRule::SuccessiveHalving {
+            max_step,
+            min_step,
+            eta,
+        } => successive_halving(*max_step, *min_step, *eta, goal, &mine, &done),
     }
+}
+
+/// [`StoppingRule::SuccessiveHalving`] for a running trial's clean curve.
+fn successive_halving(
+    max_step: Option<u64>,
+    min_step: Option<u64>,
+    eta: u64,
+    goal: Goal,
+    mine: &[(u64, f64)],
+    done: &[&Trial],
+) -> bool {
+    let eta = eta.max(2);
+    let Some(own_last) = mine.last().map(|m| m.0) else {
+        return false;
+    };
+    let horizon = match max_step.filter(|h| *h > 0) {
+        Some(h) => h,
+        None => match done.iter().flat_map(|t| t.intermediate.iter().map(|m| m.0)).max() {
+            Some(h) => h.max(own_last),
+            None => return false,
+        },
+    };
+    if own_last >= horizon {
+        return false;
+    }
+    let first = min_step
+        .filter(|m| *m > 0)
+        .unwrap_or(horizon / eta.pow(3))
+        .max(1);
+    // The highest rung below the horizon that the trial has reached.
+    let mut rung = None;
+    let mut r = first;
+    while r < horizon && r <= own_last {
+        rung = Some(r);
+        r = r.saturating_mul(eta);
+    }
+    let Some(rung) = rung else {
+        return false;
+    };
+    let at_rung = |curve: &[(u64, f64)]| curve.iter().find(|m| m.0 >= rung).map(|m| m.1);
+    let Some(own) = at_rung(mine) else {
+        return false;
+    };
+    let others: Vec<f64> = done.iter().filter_map(|t| at_rung(&clean(&t.intermediate))).collect();
+    if (others.len() as u64) < eta {
+        return false;
+    }
+    let n = others.len() + 1;
+    let keep = n.div_ceil(eta as usize);
+    // Trials strictly better than this one; a tie keeps it.
+    let ahead = others.iter().filter(|v| goal.better(**v, own)).count();
+    ahead >= keep
 }
 
 /// The value a trial stopped by `rule` is expected to reach at the end, and that end's

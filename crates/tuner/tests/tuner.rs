@@ -935,3 +935,108 @@ fn bo_still_reaches_an_optimum_on_a_bound() {
         assert!(best.params["x2"].as_f64().unwrap() > 1.0 - 2e-3);
     }
 }
+
+/// Loss-like curves falling towards `last` over steps 1..=81.
+fn falling(last: f64, n: u64) -> Vec<(u64, f64)> {
+    (1..=n).map(|s| (s, last + 1.0 / s as f64)).collect()
+}
+
+/// Successive halving: rungs at 3, 9 and 27 below a horizon of 81 (eta 3); a trial is
+/// judged at the highest rung it has reached against the ended trials' values there.
+#[test]
+fn successive_halving_keeps_the_best_third_at_each_rung() {
+    let rule = StoppingRule::SuccessiveHalving {
+        max_step: Some(81),
+        min_step: None,
+        eta: 3,
+    };
+    // Five ended trials; at step 9 their losses are 0.1 + 1/9 ... 0.5 + 1/9.
+    let done: Vec<Trial> = [0.1, 0.2, 0.3, 0.4, 0.5]
+        .iter()
+        .map(|&v| curve_trial(Some(v), &falling(v, 81)))
+        .collect();
+    let running = |last: f64, upto: u64| curve_trial(None, &falling(last, upto));
+    // At step 9 with 6 values the best 2 go on: second best goes on, third does not.
+    assert!(!should_stop(&rule, Goal::Minimize, &running(0.15, 9), &done));
+    assert!(should_stop(&rule, Goal::Minimize, &running(0.25, 9), &done));
+    // Between rungs the highest one reached counts (9 until step 27).
+    assert!(should_stop(&rule, Goal::Minimize, &running(0.25, 20), &done));
+    // Before the first rung nothing is judged.
+    assert!(!should_stop(&rule, Goal::Minimize, &running(0.9, 2), &done));
+    // At the horizon nothing is stopped.
+    assert!(!should_stop(&rule, Goal::Minimize, &running(0.9, 81), &done));
+    // Fewer than eta ended trials at the rung: too early to judge.
+    assert!(!should_stop(&rule, Goal::Minimize, &running(0.9, 9), &done[..2]));
+    // The goal's direction counts: maximising, the lowest is the best no more.
+    assert!(should_stop(&rule, Goal::Maximize, &running(0.05, 9), &done));
+    // Without max_step the horizon is what the ended trials reached; without any
+    // ended trial there is none, and nothing is stopped.
+    let learnt = StoppingRule::successive_halving();
+    assert!(should_stop(&learnt, Goal::Minimize, &running(0.25, 9), &done));
+    assert!(!should_stop(&learnt, Goal::Minimize, &running(0.9, 9), &[]));
+}
+
+/// The multi-fidelity mode on a learning-curve benchmark: trials whose loss falls as
+/// `final + spread·(1 + step)^-0.7` over 81 steps, the final loss a Branin-like function
+/// of the parameters and the spread (how slowly a trial converges) varying with them, so
+/// that the early ranking is only a hint of the final one. Random search proposes the
+/// same trials in the same order with and without successive halving; with it, the best
+/// final loss of 27 full-length trials is found at a fraction of their steps.
+#[test]
+fn successive_halving_finds_as_good_a_point_with_fewer_steps() {
+    const HORIZON: u64 = 81;
+    let space = Space::new(vec![
+        ParamSpec::double("x0", -5.0, 10.0, Scale::Linear),
+        ParamSpec::double("x1", 0.0, 15.0, Scale::Linear),
+        ParamSpec::double("lr", 1e-4, 1.0, Scale::Log),
+    ]);
+    let loss = |a: &Assignment, step: u64| {
+        let b = branin(a) / 50.0;
+        let lr = a["lr"].as_f64().unwrap_or(1.0).log10();
+        // A learning rate far from 1e-2 converges slowly (and ends a little worse).
+        let spread = 0.5 + 0.4 * (lr + 2.0).powi(2);
+        b + 0.05 * (lr + 2.0).powi(2) + spread * (1.0 + step as f64).powf(-0.7)
+    };
+    let mut out = Vec::new();
+    for seed in [1u64, 2, 3, 4, 5] {
+        // Without early stopping: 27 trials of 81 steps.
+        let mut plain: Vec<Trial> = Vec::new();
+        for _ in 0..27 {
+            let a = suggest(&space, Algorithm::RandomSearch, Goal::Minimize, &plain, &[], 1, seed).unwrap().remove(0);
+            let curve: Vec<(u64, f64)> = (1..=HORIZON).map(|t| (t, loss(&a, t))).collect();
+            plain.push(Trial { value: Some(curve[curve.len() - 1].1), params: a, intermediate: curve });
+        }
+        let target = plain.iter().filter_map(|t| t.value).fold(f64::INFINITY, f64::min);
+        let plain_steps = 27 * HORIZON;
+        // With successive halving: the same proposals, until a trial that ran to the
+        // end is as good.
+        let rule = StoppingRule::successive_halving();
+        let mut halving: Vec<Trial> = Vec::new();
+        let mut steps = 0u64;
+        let mut found = None;
+        while found.is_none() && halving.len() < 27 {
+            let a = suggest(&space, Algorithm::RandomSearch, Goal::Minimize, &halving, &[], 1, seed).unwrap().remove(0);
+            let mut t = Trial { params: a, value: None, intermediate: Vec::new() };
+            for step in 1..=HORIZON {
+                t.intermediate.push((step, loss(&t.params, step)));
+                steps += 1;
+                if should_stop(&rule, Goal::Minimize, &t, &halving) {
+                    break;
+                }
+            }
+            let (last_step, last) = t.intermediate[t.intermediate.len() - 1];
+            t.value = Some(last);
+            if last_step == HORIZON && last <= target {
+                found = Some(steps);
+            }
+            halving.push(t);
+        }
+        let found = found.unwrap_or_else(|| panic!("seed {seed}: no trial as good as {target} within 27 trials"));
+        out.push((seed, found, plain_steps));
+        assert!(found < plain_steps, "seed {seed}: {found} steps against {plain_steps}");
+    }
+    let spent: u64 = out.iter().map(|o| o.1).sum();
+    let plain: u64 = out.iter().map(|o| o.2).sum();
+    eprintln!("measure: successive halving reached the best of 27 full trials in {spent} steps against {plain} ({:.2}x), per seed {out:?}", spent as f64 / plain as f64);
+    assert!(spent * 2 < plain, "{out:?}");
+}

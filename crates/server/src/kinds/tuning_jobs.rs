@@ -251,10 +251,45 @@ fn param(p: &ParameterSpec, path: &str) -> Result<tuner::ParamSpec, ApiError> {
     Ok(spec)
 }
 
+/// The label that turns a tuning job's multi-fidelity mode on; its one value is
+/// [`SUCCESSIVE_HALVING`].
+pub const MULTI_FIDELITY_LABEL: &str = "trainyard-multi-fidelity";
+/// Asynchronous successive halving over the trials' reported steps (see
+/// `tuner::StoppingRule::SuccessiveHalving`).
+pub const SUCCESSIVE_HALVING: &str = "successive-halving";
+
+/// The multi-fidelity mode of a tuning job labelled [`MULTI_FIDELITY_LABEL`]: successive
+/// halving takes the place of the early-stopping rule. `convexAutomatedStoppingSpec`'s
+/// `maxStepCount` and `minStepCount`, when given, set its horizon and first rung (else the
+/// horizon is learnt from the completed trials); a median or decay-curve spec beside the
+/// label is refused, as two rules for one decision.
+fn multi_fidelity(job: &HyperparameterTuningJob) -> Result<Option<tuner::StoppingRule>, ApiError> {
+    let Some(mode) = job.labels.get(MULTI_FIDELITY_LABEL) else { return Ok(None) };
+    if mode != SUCCESSIVE_HALVING {
+        return Err(ApiError::invalid_argument(format!(
+            "labels.{MULTI_FIDELITY_LABEL}: unknown mode \"{mode}\"; the mode is \"{SUCCESSIVE_HALVING}\"."
+        )));
+    }
+    let s = &job.study_spec;
+    if s.median_automated_stopping_spec.is_some() || s.decay_curve_stopping_spec.is_some() {
+        return Err(ApiError::invalid_argument(format!(
+            "labels.{MULTI_FIDELITY_LABEL}: successive halving decides which trials stop; drop studySpec.medianAutomatedStoppingSpec and studySpec.decayCurveStoppingSpec, or the label."
+        )));
+    }
+    let (max_step, min_step) = match s.convex_automated_stopping_spec.as_ref().map(convex_rule) {
+        Some(tuner::StoppingRule::Convex { max_step, min_step, .. }) => (max_step, min_step),
+        _ => (None, None),
+    };
+    Ok(Some(tuner::StoppingRule::SuccessiveHalving { max_step, min_step, eta: 3 }))
+}
+
 impl StudyConfig {
     pub fn from_job(job: &HyperparameterTuningJob) -> Result<StudyConfig, ApiError> {
         let max_trials = job.max_trial_count.max(1) as usize;
         let mut cfg = StudyConfig::from_spec(&job.study_spec, max_trials)?;
+        if let Some(rule) = multi_fidelity(job)? {
+            cfg.stopping = Some(rule);
+        }
         cfg.parallel = (job.parallel_trial_count.max(1) as usize).min(max_trials);
         // 0: the service decides; here: half of the trials may fail.
         cfg.max_failed = if job.max_failed_trial_count > 0 { job.max_failed_trial_count as usize } else { max_trials.div_ceil(2) };
@@ -1128,6 +1163,61 @@ mod tests {
         assert_eq!(step_count, 100);
         assert!((0.41..=0.445).contains(&value), "{value}");
         assert_eq!(s.trials[3].measurements.len(), 4, "the three reported and the prediction");
+    }
+
+    /// The label `trainyard-multi-fidelity: successive-halving` makes successive halving
+    /// the job's stopping rule (the convex spec's step counts, when given, its horizon and
+    /// first rung); a trial behind the best third at a rung is stopped and ends with its
+    /// last measurement. Another value, or a median spec beside it, is refused by name.
+    #[test]
+    fn the_multi_fidelity_label_stops_trials_by_successive_halving() {
+        let job = |labels: serde_json::Value, extra: serde_json::Value| -> HyperparameterTuningJob {
+            let mut spec = serde_json::json!({
+                "metrics": [{"metricId": "loss", "goal": "MINIMIZE"}],
+                "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}],
+                "algorithm": "RANDOM_SEARCH"
+            });
+            if let (Some(m), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+                m.extend(e.clone());
+            }
+            serde_json::from_value(serde_json::json!({
+                "displayName": "mf", "maxTrialCount": 8, "parallelTrialCount": 8, "labels": labels,
+                "studySpec": spec,
+                "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                    "containerSpec": {"imageUri": "x"}}]}
+            }))
+            .expect("job")
+        };
+        let on = serde_json::json!({"trainyard-multi-fidelity": "successive-halving"});
+        let c = StudyConfig::from_job(&job(on.clone(), serde_json::json!({}))).expect("config");
+        assert_eq!(c.stopping, Some(tuner::StoppingRule::SuccessiveHalving { max_step: None, min_step: None, eta: 3 }));
+        let c = StudyConfig::from_job(&job(on.clone(), serde_json::json!({"convexAutomatedStoppingSpec": {"maxStepCount": "81", "minStepCount": "3"}})))
+            .expect("config");
+        assert_eq!(c.stopping, Some(tuner::StoppingRule::SuccessiveHalving { max_step: Some(81), min_step: Some(3), eta: 3 }));
+        let e = StudyConfig::from_job(&job(serde_json::json!({"trainyard-multi-fidelity": "hyperbands"}), serde_json::json!({}))).unwrap_err();
+        assert!(e.message.contains("labels.trainyard-multi-fidelity") && e.message.contains("hyperbands"), "{}", e.message);
+        let e = StudyConfig::from_job(&job(on, serde_json::json!({"medianAutomatedStoppingSpec": {}}))).unwrap_err();
+        assert!(e.message.contains("medianAutomatedStoppingSpec"), "{}", e.message);
+        assert_eq!(StudyConfig::from_job(&job(serde_json::json!({}), serde_json::json!({}))).expect("config").stopping, None);
+
+        let (mut s, _) = step_now(&Study::new(1, "p".into(), "r".into(), 0), &c, Event::Advance, 1).unwrap();
+        for (i, t) in s.trials.iter_mut().enumerate() {
+            t.custom_job = Some(100 + i as u64);
+            t.state = TrialState::Active;
+        }
+        // Five trials end with losses 0.1 .. 0.5 (+ 1/step on the way).
+        let curve = |last: f64, upto: i64| (1..=upto).map(|st| (st, last + 1.0 / st as f64)).collect::<Vec<_>>();
+        for (i, trial) in ["1", "2", "3", "4", "5"].iter().enumerate() {
+            s = ended(&s, &c, trial, true, &curve(0.1 * (i + 1) as f64, 81), 2 + i as Micros).0;
+        }
+        let (s, a) = step_now(&s, &c, Event::Measurements { trial: "6".into(), measurements: curve(0.15, 9), elapsed_ms: Vec::new() }, 10).unwrap();
+        assert_eq!(s.trials[5].state, TrialState::Active, "second best of six at step 9 goes on");
+        assert!(a.is_empty(), "{a:?}");
+        let (s, a) = step_now(&s, &c, Event::Measurements { trial: "7".into(), measurements: curve(0.25, 9), elapsed_ms: Vec::new() }, 11).unwrap();
+        assert_eq!(s.trials[6].state, TrialState::Stopping, "third of six stops");
+        assert!(a.iter().any(|x| matches!(x, Action::StopTrialJob { custom_job: 106 })));
+        let (s, _) = ended(&s, &c, "7", true, &curve(0.25, 9), 12);
+        assert_eq!(s.trials[6].final_measurement, Some((9, 0.25 + 1.0 / 9.0)));
     }
 
     /// useElapsedDuration in a tuning job: the stopping rule reads the learning curve by
