@@ -19,10 +19,10 @@ impl Hyper {
     fn d(&self) -> usize {
         self.theta.len() - 2
     }
-    fn sf2(&self) -> f64 {
+    pub(crate) fn sf2(&self) -> f64 {
         self.theta[self.d()].exp()
     }
-    fn sn2(&self) -> f64 {
+    pub(crate) fn sn2(&self) -> f64 {
         self.theta[self.d() + 1].exp()
     }
 }

@@ -177,7 +177,10 @@ pub fn suggest(
 ///   suggestions already made in the same batch, are added as fantasy
 ///   observations at the posterior mean (kriging believer), so a batch
 ///   spreads out. `noise` bounds the GP's noise variance (see [`Noise`]); the
-///   other algorithms ignore it.
+///   other algorithms ignore it. Improvement is measured from the best value
+///   seen, or, with [`Noise::High`] or whenever the fitted noise is at least
+///   1% of the signal variance, from the best posterior mean at the tried
+///   points.
 #[allow(clippy::too_many_arguments)]
 pub fn suggest_with(
     space: &Space,
