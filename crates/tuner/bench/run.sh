@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Runs tuner-bench (BO and random search) and Optuna's TPE (and, with --gp,
-# Optuna's GPSampler) on the same thirteen problems and prints one combined
-# table plus the targets.
+# Runs tuner-bench (BO sequential and with 3 and 5 trials in flight, and
+# random search) and Optuna's TPE and random sampler (and, with --gp, Optuna's
+# GPSampler) on the same problems, the tuning set and the held-out set, and
+# prints one combined table per set plus the targets.
 #
 # The Optuna virtualenv lives outside the work tree (default
 # /tmp/trainyard-optuna-venv; override with TUNER_BENCH_VENV), pinned by
 # requirements.txt beside this script; --gp installs requirements-gp.txt as
 # well (GPSampler needs torch, TPE does not). Results go to TUNER_BENCH_OUT
 # (default /tmp/trainyard-tuner-bench).
-# Options: --seeds N (default 10), --trials N (default 50), --gp,
+# Options: --seeds N (default 10), --trials N (default 100), --gp,
 # --reuse-peers (keep the Optuna results already in the output directory).
 set -euo pipefail
 
@@ -17,7 +18,7 @@ root="$(cd "$here/../../.." && pwd)"
 venv="${TUNER_BENCH_VENV:-/tmp/trainyard-optuna-venv}"
 out="${TUNER_BENCH_OUT:-/tmp/trainyard-tuner-bench}"
 seeds=10
-trials=50
+trials=100
 reuse=0
 gp=0
 while [ $# -gt 0 ]; do
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$out"
-samplers=(tpe)
+samplers=(tpe random)
 [ "$gp" = 1 ] && samplers+=(gp)
 
 echo "== building tuner-bench"
@@ -41,7 +42,7 @@ have_peers=1
 for s in "${samplers[@]}"; do [ -s "$out/$s.tsv" ] || have_peers=0; done
 if [ "$reuse" = 1 ] && [ "$have_peers" = 1 ]; then
   echo "== reusing Optuna results in $out"
-  "$bench" --seeds "$seeds" --trials "$trials" --no-timing --tsv "$out/tuner.tsv"
+  "$bench" --seeds "$seeds" --trials "$trials" --parallel 3,5 --no-timing --tsv "$out/tuner.tsv"
 else
   check='import optuna'
   [ "$gp" = 1 ] && check='import optuna, torch, scipy'
@@ -57,7 +58,7 @@ else
     "$venv/bin/python" "$here/optuna_bench.py" --sampler "$s" --seeds "$seeds" --trials "$trials" --tsv "$out/$s.tsv" >"$out/$s.log" 2>&1 &
     pids+=($!)
   done
-  "$bench" --seeds "$seeds" --trials "$trials" --no-timing --tsv "$out/tuner.tsv"
+  "$bench" --seeds "$seeds" --trials "$trials" --parallel 3,5 --no-timing --tsv "$out/tuner.tsv"
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || { cat "$out/${samplers[$i]}.log"; exit 1; }
   done
