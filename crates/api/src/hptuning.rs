@@ -152,6 +152,12 @@ pub struct HyperparameterTuningJob {
     /// Stored, not honoured.
     #[serde(alias = "encryption_spec", skip_serializing_if = "Option::is_none")]
     pub encryption_spec: Option<EncryptionSpec>,
+    /// A Trainyard extension, as on a CustomJob: directories of the server's host that
+    /// every trial's containers see read-only at their own paths (`hp-tuning-jobs create
+    /// --config` sends the config file's directory when the trials' command names files
+    /// beside it); the same rules as `CustomJob.trainyardHostDirectories`.
+    #[serde(alias = "trainyard_host_directories", skip_serializing_if = "Vec::is_empty")]
+    pub trainyard_host_directories: Vec<String>,
 }
 
 impl HyperparameterTuningJob {

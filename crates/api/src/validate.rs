@@ -395,6 +395,7 @@ fn validate_output_uri(uri: &str, path: &str) -> Result {
 pub fn validate_hyperparameter_tuning_job(job: &HyperparameterTuningJob) -> Result {
     validate_display_name(&job.display_name)?;
     validate_labels(&job.labels)?;
+    validate_host_directories(&job.trainyard_host_directories)?;
     validate_study_spec(&job.study_spec, "studySpec")?;
     if job.max_trial_count <= 0 {
         return bad(format!(

@@ -600,3 +600,38 @@ fn a_broken_job_file_names_its_line_and_field() {
     let (_, list) = s.call("GET", &s.jobs_url("cli"), None);
     assert!(list.get("customJobs").is_none(), "nothing created: {list}");
 }
+
+/// `hp-tuning-jobs create --config` with a trial command that names a script beside the
+/// config file, as `custom-jobs create --config` and `local-run` take it: the path is made
+/// absolute and its directory asked for (`trainyardHostDirectories`), which the tuning
+/// job accepts and hands to every trial (it was refused as an unknown field).
+#[test]
+fn a_tuning_job_runs_a_script_beside_its_config() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Server::start("");
+    let dir = tempfile::tempdir().unwrap();
+    // Replicas may run as a project's own user: the directory must be readable by it.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("train.sh"), "u=${1#--units=}\necho \"{\\\"accuracy\\\": \\\"0.$u\\\"}\" > \"$CLOUD_ML_HP_METRIC_FILE\"\n").unwrap();
+    std::fs::set_permissions(dir.path().join("train.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let cfg = dir.path().join("study.yaml");
+    std::fs::write(
+        &cfg,
+        "studySpec:\n  metrics: [{metricId: accuracy, goal: MAXIMIZE}]\n  parameters:\n    - parameterId: units\n      integerValueSpec: {minValue: 1, maxValue: 2}\n  algorithm: GRID_SEARCH\n\
+         trialJobSpec:\n  workerPoolSpecs:\n    - machineSpec: {machineType: n1-standard-4}\n      replicaCount: 1\n      containerSpec:\n        imageUri: x\n        command: [sh, train.sh]\n",
+    )
+    .unwrap();
+    let o = trainyard(&s, &["hp-tuning-jobs", "create", "--display-name=beside", &format!("--config={}", cfg.display()), "--max-trial-count=2", "--wait", "--format=json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let done: Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let here = std::fs::canonicalize(dir.path()).unwrap().display().to_string();
+    assert_eq!(done["trainyardHostDirectories"], serde_json::json!([here]), "{done:#}");
+    let script = format!("{here}/train.sh");
+    assert_eq!(done["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], serde_json::json!(["sh", script]));
+    for t in done["trials"].as_array().unwrap() {
+        assert_eq!(t["state"], "SUCCEEDED", "{t:#}");
+        let job = s.get(t["customJob"].as_str().unwrap());
+        assert_eq!(job["trainyardHostDirectories"], serde_json::json!([here]), "{job:#}");
+    }
+}

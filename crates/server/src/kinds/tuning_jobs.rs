@@ -912,7 +912,13 @@ pub fn trial_resource(hp: &HyperparameterTuningJob, trial: &str, params: &[(Stri
     }
     let mut name = format!("{}-trial-{trial}", hp.display_name);
     name.truncate(128);
-    CustomJob { display_name: name, job_spec: spec, labels: hp.labels.clone(), ..CustomJob::default() }
+    CustomJob {
+        display_name: name,
+        job_spec: spec,
+        labels: hp.labels.clone(),
+        trainyard_host_directories: hp.trainyard_host_directories.clone(),
+        ..CustomJob::default()
+    }
 }
 
 /// The HyperparameterTuningJob as the API shows it (with or without its trials).
@@ -988,6 +994,10 @@ impl ResourceKind for TuningJobs {
 
     fn create(resource: Self::New, reply: Reply<Self::Created>) -> Create {
         Create::TuningJob { resource: Box::new(resource), reply }
+    }
+
+    fn asks_host_directories(resource: &HyperparameterTuningJob) -> bool {
+        !resource.trainyard_host_directories.is_empty()
     }
 
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<TuningJobRow>> {
