@@ -213,7 +213,7 @@ fn successive_halving(
     }
     let first = min_step
         .filter(|m| *m > 0)
-        .unwrap_or(horizon / eta.pow(3))
+        .unwrap_or(horizon / eta.saturating_pow(3))
         .max(1);
     // The highest rung below the horizon that the trial has reached.
     let mut rung = None;
