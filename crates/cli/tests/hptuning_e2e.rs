@@ -189,18 +189,7 @@ fn l23_study_survives_server_kill() {
 fn median_stopping_stops_a_clearly_worse_trial() {
     let s = Server::start("");
     // Each trial reports `accuracy = q` at steps 1..8, 0.4 s apart.
-    let program = r#"
-import json, os, sys, time
-q = float([a for a in sys.argv if a.startswith("--q=")][0][4:])
-path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
-lines = []
-for step in range(1, 9):
-    lines.append(json.dumps({"global_step": str(step), "accuracy": str(q), "trial": os.environ["CLOUD_ML_TRIAL_ID"]}))
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
-    time.sleep(0.4)
-"#;
+    let program = curve_program("accuracy", "q", 8, 0.4);
     let body = json!({
         "displayName": "stopping",
         "studySpec": {
@@ -240,6 +229,27 @@ for step in range(1, 9):
     assert!(hidden.get("customJobs").is_none(), "only trials here: {hidden}");
 }
 
+/// A trial program for `python3 -c`: it reads its `--q=` argument and writes `metric =
+/// value` (a Python expression of `q` and `step`) to its metric file at steps 1..=steps,
+/// `sleep` seconds apart, as `cloudml-hypertune` does (the whole file rewritten each time).
+fn curve_program(metric: &str, value: &str, steps: u32, sleep: f64) -> String {
+    format!(
+        r#"
+import json, os, sys, time
+q = float([a for a in sys.argv if a.startswith("--q=")][0][4:])
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+lines = []
+for step in range(1, {end}):
+    lines.append(json.dumps({{"global_step": str(step), "{metric}": str({value}), "trial": os.environ["CLOUD_ML_TRIAL_ID"]}}))
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    time.sleep({sleep})
+"#,
+        end = steps + 1
+    )
+}
+
 /// The multi-fidelity mode (label `trainyard-multi-fidelity: successive-halving`): trials
 /// report a loss at steps 1..27; once three trials have run to the end (the horizon, 27,
 /// is learnt from them), a later trial behind the best third at a rung (1, 3, 9) is
@@ -249,18 +259,7 @@ for step in range(1, 9):
 #[test]
 fn multi_fidelity_label_stops_trials_by_successive_halving() {
     let s = Server::start("");
-    let program = r#"
-import json, os, sys, time
-q = float([a for a in sys.argv if a.startswith("--q=")][0][4:])
-path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
-lines = []
-for step in range(1, 28):
-    lines.append(json.dumps({"global_step": str(step), "loss": str(q + 1.0 / step)}))
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
-    time.sleep(0.1)
-"#;
+    let program = curve_program("loss", "q + 1.0 / step", 27, 0.1);
     let mut body = json!({
         "displayName": "halving",
         "labels": {"trainyard-multi-fidelity": "successive-halving"},
