@@ -254,13 +254,13 @@ for step in range(1, {end}):
 /// report a loss at steps 1..27; once three trials have run to the end (the horizon, 27,
 /// is learnt from them), a later trial behind the best third at a rung (1, 3, 9) is
 /// stopped (at the first reading of its metric file past that rung) and ends with its
-/// last measurement. A mode it does not know is refused,
-/// naming the label, and nothing is created.
+/// last measurement. A mode it does not know is refused, naming the label, and nothing is
+/// created.
 #[test]
 fn multi_fidelity_label_stops_trials_by_successive_halving() {
     let s = Server::start("");
     let program = curve_program("loss", "q + 1.0 / step", 27, 0.1);
-    let mut body = json!({
+    let body = json!({
         "displayName": "halving",
         "labels": {"trainyard-multi-fidelity": "successive-halving"},
         "studySpec": {
@@ -282,7 +282,6 @@ fn multi_fidelity_label_stops_trials_by_successive_halving() {
     assert!(err["error"]["message"].as_str().unwrap_or_default().contains("labels.trainyard-multi-fidelity"), "{err}");
     let (_, none) = s.call("GET", &studies_url(&s, "p"), None);
     assert!(none.get("hyperparameterTuningJobs").is_none(), "nothing created: {none}");
-    body["displayName"] = json!("halving");
     let (st, created) = s.call("POST", &studies_url(&s, "p"), Some(&body.to_string()));
     assert_eq!(st, 200, "{created}");
     let done = wait_study(&s, created["name"].as_str().unwrap(), 120);

@@ -147,12 +147,7 @@ pub fn should_stop(rule: &StoppingRule, goal: Goal, trial: &Trial, completed: &[
                 return false;
             }
             let own_last = mine.last().map(|m| m.0).unwrap_or(0);
-            let horizon = done
-                .iter()
-                .flat_map(|t| t.intermediate.iter().map(|m| m.0))
-                .max()
-                .unwrap_or(own_last)
-                .max(own_last);
+            let horizon = horizon(None, &done, own_last).unwrap_or(own_last);
             let Some(pred) = predict_final(&mine, horizon) else {
                 return false;
             };
@@ -188,6 +183,17 @@ pub fn should_stop(rule: &StoppingRule, goal: Goal, trial: &Trial, completed: &[
     }
 }
 
+/// The step a trial's curve ends at: `max_step` when set, else the largest step any
+/// completed trial reported (the trial's own last step if larger); `None` with neither.
+fn horizon(max_step: Option<u64>, done: &[&Trial], own_last: u64) -> Option<u64> {
+    max_step.filter(|h| *h > 0).or_else(|| {
+        done.iter()
+            .flat_map(|t| t.intermediate.iter().map(|m| m.0))
+            .max()
+            .map(|h| h.max(own_last))
+    })
+}
+
 /// [`StoppingRule::SuccessiveHalving`] for a running trial's clean curve.
 fn successive_halving(
     max_step: Option<u64>,
@@ -201,12 +207,8 @@ fn successive_halving(
     let Some(own_last) = mine.last().map(|m| m.0) else {
         return false;
     };
-    let horizon = match max_step.filter(|h| *h > 0) {
-        Some(h) => h,
-        None => match done.iter().flat_map(|t| t.intermediate.iter().map(|m| m.0)).max() {
-            Some(h) => h.max(own_last),
-            None => return false,
-        },
+    let Some(horizon) = horizon(max_step, done, own_last) else {
+        return false;
     };
     if own_last >= horizon {
         return false;
@@ -260,9 +262,7 @@ fn convex(rule: &StoppingRule, goal: Goal, mine: &[(u64, f64)], done: &[&Trial])
         return None;
     }
     let own_last = mine.last().map(|m| m.0)?;
-    let horizon = max_step.filter(|h| *h > 0).unwrap_or_else(|| {
-        done.iter().flat_map(|t| t.intermediate.iter().map(|m| m.0)).max().unwrap_or(own_last).max(own_last)
-    });
+    let horizon = horizon(*max_step, done, own_last).unwrap_or(own_last);
     let min_step = min_step.unwrap_or(horizon / 10);
     if own_last >= horizon || !mine.iter().any(|m| m.0 > min_step) {
         return None;

@@ -936,7 +936,7 @@ fn bo_still_reaches_an_optimum_on_a_bound() {
     }
 }
 
-/// Loss-like curves falling towards `last` over steps 1..=81.
+/// Loss-like curves falling towards `last` over steps 1..=n.
 fn falling(last: f64, n: u64) -> Vec<(u64, f64)> {
     (1..=n).map(|s| (s, last + 1.0 / s as f64)).collect()
 }
@@ -1046,7 +1046,7 @@ fn successive_halving_finds_as_good_a_point_with_fewer_steps() {
 /// trial's value the expected improvement was largest far from all data, so the search
 /// went to the corners of the cube and stopped improving. Measured from the best
 /// posterior mean (as the model, when it fits noise, says it should be), the search stays
-/// with the data: few proposals next to a bound, and the basin is entered.
+/// with the data: few proposals next to a bound.
 #[test]
 fn a_narrow_basin_keeps_the_search_off_the_corners() {
     let centre = [0.63, 0.27, 0.71, 0.38, 0.55, 0.19];
