@@ -59,6 +59,11 @@ impl<'a> Encoder<'a> {
         self.flat.len()
     }
 
+    /// The GP feature of parameter `j` (its first, for a categorical one).
+    pub(crate) fn feature_of(&self, j: usize) -> usize {
+        self.offsets[j]
+    }
+
     /// The value of parameter `j` at search coordinate `z`.
     pub(crate) fn value_at(&self, j: usize, z: f64) -> Value {
         let z = z.clamp(0.0, 1.0);

@@ -25,6 +25,10 @@ impl Hyper {
     pub(crate) fn sn2(&self) -> f64 {
         self.theta[self.d() + 1].exp()
     }
+    /// The length scale of feature `i`.
+    pub(crate) fn length_scale(&self, i: usize) -> f64 {
+        self.theta[i].exp()
+    }
 }
 
 /// Bounds and prior of the log hyperparameters for `d` input dimensions.
