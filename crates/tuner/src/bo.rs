@@ -403,6 +403,13 @@ const REGION_HALVINGS: usize = 7;
 /// Branin −4.19 to −6.03 and the held-out six-hump camel −5.12 to −6.67
 /// (each better on 18 seeds of 20); over all 20 functions a mean change of
 /// −3.18 decades summed, −4.38 with 3 trials in flight and −3.07 with 5.
+/// The price, at 100 trials: on Styblinski-Tang, separable with a worse
+/// basin per coordinate, the search found the global basin on 2 seeds of
+/// 10 instead of 6 (a coordinate's other basin lies outside even the largest
+/// box, and only the stagnation escape looks there); Shekel-10 the same way,
+/// −0.34 to −0.05. Neither letting the box grow after three improvements in
+/// a row (TuRBO's expansion) nor taking the whole cube's optimum of the
+/// acquisition when it beat the box's by a factor of 7 or 55 changed that.
 fn trust_region(enc: &Encoder<'_>, h: &gp::Hyper, centre: &[f64], since: usize) -> Option<Region> {
     let p = enc.n_params();
     if enc.flat.iter().any(|fp| matches!(fp.spec.kind, ParamKind::Categorical { .. })) {
