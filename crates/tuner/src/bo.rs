@@ -426,16 +426,23 @@ fn trust_region(enc: &Encoder<'_>, h: &gp::Hyper, centre: &[f64], since: usize) 
     let mut lo = vec![0.0; p];
     let mut hi = vec![1.0; p];
     for (&j, l) in boxed.iter().zip(&ln_ls) {
-        let cells = match &enc.flat[j].spec.kind {
-            ParamKind::Integer { min, max, .. } => (max - min + 1) as f64,
-            ParamKind::Discrete { values, .. } => values.len() as f64,
-            _ => f64::INFINITY,
-        };
-        let s = (side * (l - mean).exp()).max(3.0 / cells).min(1.0);
+        let s = (side * (l - mean).exp()).max(3.0 * cell_width(&enc.flat[j].spec.kind)).min(1.0);
         lo[j] = (centre[j] - 0.5 * s).max(0.0);
         hi[j] = (centre[j] + 0.5 * s).min(1.0);
     }
     Some(Region { lo, hi, taken: Vec::new() })
+}
+
+/// The width of one value's cell in a parameter's search coordinate: a
+/// discrete, integer or categorical coordinate moves only by at least that
+/// much; 0 for a continuous one.
+fn cell_width(kind: &ParamKind) -> f64 {
+    match kind {
+        ParamKind::Categorical { values } => 1.0 / values.len() as f64,
+        ParamKind::Discrete { values, .. } => 1.0 / values.len() as f64,
+        ParamKind::Integer { min, max, .. } => 1.0 / ((max - min + 1) as f64),
+        ParamKind::Double { .. } => 0.0,
+    }
 }
 
 /// Inverse of the standard normal CDF (Acklam's rational approximation,
@@ -676,17 +683,7 @@ fn hill_climb(
     let prob = (2.0 / p as f64).min(1.0);
     // Parameters whose coordinate is discrete-valued need steps of at
     // least one cell to move at all.
-    let cell: Vec<f64> = acq
-        .enc
-        .flat
-        .iter()
-        .map(|fp| match &fp.spec.kind {
-            ParamKind::Categorical { values } => 1.0 / values.len() as f64,
-            ParamKind::Discrete { values, .. } => 1.0 / values.len() as f64,
-            ParamKind::Integer { min, max, .. } => 1.0 / ((max - min + 1) as f64),
-            ParamKind::Double { .. } => 0.0,
-        })
-        .collect();
+    let cell: Vec<f64> = acq.enc.flat.iter().map(|fp| cell_width(&fp.spec.kind)).collect();
     for _ in 0..300 {
         let mut zn = z.clone();
         let mut moved = false;

@@ -461,7 +461,6 @@ fn a_found_basin_is_refined_in_a_trust_region() {
         .map(|&seed| best(&run(&branin_space(), Algorithm::Unspecified, branin, 40, seed)) - 0.397_887_357_729_738)
         .collect();
     regrets.sort_by(f64::total_cmp);
-    eprintln!("regrets {regrets:?}");
     assert!(regrets[2] < 1e-5, "median regret {:e} after 40 trials: {regrets:?}", regrets[2]);
 }
 
