@@ -11,6 +11,8 @@
 //! - the baseline: `/bin/true` spawned and reaped by as many threads, as many times, in
 //!   the same run; the ratio of the two rates is what Trainyard's launch pipeline costs;
 //! - the server's CPU time per job (from /proc);
+//! - how many files and directories each job made, and what one new file costs on the
+//!   data directory's file system in the same run (see [`file_create_us`]);
 //! - the latency baseline: the same clients' `GET /healthz` p99 against the same server
 //!   just before the burst (what the HTTP path alone costs on this machine).
 
@@ -121,6 +123,35 @@ pub fn bare_spawn_rate(n: usize, threads: usize) -> Result<f64> {
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Microseconds to create one empty file in a new directory below `dir`, over `n` files:
+/// what the file system holding the data directory charges for each of the files and
+/// directories a replica start makes. Journal-less ext4 skips the inodes freed in the last
+/// minutes one by one (`recently_deleted`), so there it depends on what was deleted
+/// lately on the machine, and the burst's figures with it.
+fn file_create_us(dir: &Path, n: usize) -> Result<f64> {
+    let probe = dir.join("file-probe");
+    std::fs::create_dir(&probe).with_context(|| format!("creating {}", probe.display()))?;
+    let start = Instant::now();
+    for i in 0..n {
+        let p = probe.join(i.to_string());
+        std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
+/// Files and directories below `dir`, `dir` itself not counted.
+fn entries_below(dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e.with_context(|| format!("listing {}", dir.display()))?;
+        n += 1;
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            n += entries_below(&e.path())?;
+        }
+    }
+    Ok(n)
+}
+
 /// The value of one sample of a Prometheus text exposition.
 fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
@@ -198,9 +229,18 @@ fn run(o: &Opts) -> Result<()> {
     let config = dir.path().join("trainyard.toml");
     std::fs::write(&config, CONFIG).context("writing the config")?;
     let bare = bare_spawn_rate(o.jobs, o.clients)?;
+    let create_us = file_create_us(dir.path(), o.jobs)?;
     let server = start(&exe, dir.path())?;
     let healthz = healthz_p99(&server, o.jobs, o.clients)?;
     let b = burst(&server, o.jobs, o.clients)?;
+    // What the jobs left in the data directory's per-job trees.
+    let data = dir.path().join("data");
+    let mut made = 0;
+    for tree in ["runs", "progress", "trials", "venvs"] {
+        if data.join(tree).is_dir() {
+            made += entries_below(&data.join(tree))?;
+        }
+    }
     println!("burst of {} jobs running `true`, {} keep-alive clients:", o.jobs, o.clients);
     println!("| measure | value |");
     println!("|---|---|");
@@ -210,6 +250,8 @@ fn run(o: &Opts) -> Result<()> {
     println!("| create latency p50 / p99 / max | {:.1} / {:.1} / {:.1} ms |", b.p50_ms, b.p99_ms, b.max_ms);
     println!("| GET /healthz p99 before the burst (baseline) | {healthz:.1} ms |");
     println!("| server CPU per job | {:.2} ms |", b.cpu_ms_per_job);
+    println!("| files and directories made per job | {:.1} |", made as f64 / o.jobs as f64);
+    println!("| creating a file in the data directory's file system (baseline) | {create_us:.0} us |");
     let n = o.jobs;
     row::row("burst-bench", &format!("jobs of `true` end to end, {n} jobs"), &format!("{:.0}/s", b.jobs_per_sec), &format!("{bare:.0}/s bare spawn"), b.jobs_per_sec / bare);
     row::row("burst-bench", "create p99 during the burst", &format!("{:.1} ms", b.p99_ms), &format!("{healthz:.1} ms GET /healthz"), b.p99_ms / healthz);
