@@ -10,7 +10,10 @@
 //!   on `/metrics`);
 //! - the baseline: `/bin/true` spawned and reaped by as many threads, as many times, in
 //!   the same run; the ratio of the two rates is what Trainyard's launch pipeline costs;
-//! - the server's CPU time per job (from /proc);
+//! - CPU time per job: the server's, and its descendants' (the replicas'
+//!   supervisors and programs), both from /proc, against the CPU time of one bare
+//!   spawn-and-reap (this process's and its children's, from getrusage): on a noisy
+//!   machine a steadier ratio than the rates, which also count what else ran meanwhile;
 //! - how many files and directories each job made, and what one new file costs on the
 //!   data directory's file system in the same run (see [`file_create_us`]);
 //! - the latency baseline: the same clients' `GET /healthz` p99 against the same server
@@ -95,8 +98,30 @@ fn job_body(name: &str) -> String {
     .to_string()
 }
 
-/// `/bin/true` spawned and reaped `n` times from `threads` threads: runs per second.
-pub fn bare_spawn_rate(n: usize, threads: usize) -> Result<f64> {
+/// This process's user + system CPU time so far, its reaped children's included, in
+/// seconds.
+fn own_cpu_secs() -> f64 {
+    let secs = |who: libc::c_int| {
+        // SAFETY: getrusage writes into the zeroed struct we pass; it cannot fail for
+        // these arguments (and a failure leaves zeros).
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut u) };
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
+}
+
+/// The baseline: `/bin/true` spawned and reaped by threads.
+struct Bare {
+    per_sec: f64,
+    /// CPU time per spawn, the spawning threads' and the child's.
+    cpu_ms: f64,
+}
+
+/// `/bin/true` spawned and reaped `n` times from `threads` threads.
+fn bare_spawns(n: usize, threads: usize) -> Result<Bare> {
+    let cpu0 = own_cpu_secs();
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -120,7 +145,8 @@ pub fn bare_spawn_rate(n: usize, threads: usize) -> Result<f64> {
     for h in handles {
         h.join().map_err(|_| anyhow!("a baseline thread panicked"))??;
     }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
+    let per_sec = n as f64 / start.elapsed().as_secs_f64();
+    Ok(Bare { per_sec, cpu_ms: (own_cpu_secs() - cpu0) * 1000.0 / n as f64 })
 }
 
 /// Microseconds to create one empty file in a new directory below `dir`, over `n` files:
@@ -190,11 +216,14 @@ struct Burst {
     max_ms: f64,
     jobs_per_sec: f64,
     cpu_ms_per_job: f64,
+    /// The replicas' supervisors and programs (the server reaps them).
+    children_cpu_ms_per_job: f64,
 }
 
 fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
     let url = format!("{}/v1/projects/{PROJECT}/locations/us-central1/customJobs", server.base);
     let cpu0 = server.cpu_secs()?;
+    let children0 = server.descendants_cpu_secs()?;
     let start = Instant::now();
     let lat = timed_posts(&url, clients, jobs, |c, i| job_body(&format!("burst-{c}-{i}")))?;
     let created = start.elapsed().as_secs_f64();
@@ -213,6 +242,7 @@ fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
         std::thread::sleep(Duration::from_millis(10));
     };
     let cpu = server.cpu_secs()? - cpu0;
+    let children = server.descendants_cpu_secs()? - children0;
     Ok(Burst {
         creates_per_sec: jobs as f64 / created,
         p50_ms: quantile(&lat, 0.5),
@@ -220,6 +250,7 @@ fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
         max_ms: quantile(&lat, 1.0),
         jobs_per_sec: jobs as f64 / done,
         cpu_ms_per_job: cpu * 1000.0 / jobs as f64,
+        children_cpu_ms_per_job: children * 1000.0 / jobs as f64,
     })
 }
 
@@ -228,7 +259,7 @@ fn run(o: &Opts) -> Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let config = dir.path().join("trainyard.toml");
     std::fs::write(&config, CONFIG).context("writing the config")?;
-    let bare = bare_spawn_rate(o.jobs, o.clients)?;
+    let Bare { per_sec: bare, cpu_ms: bare_cpu_ms } = bare_spawns(o.jobs, o.clients)?;
     let create_us = file_create_us(dir.path(), o.jobs)?;
     let server = start(&exe, dir.path())?;
     let healthz = healthz_p99(&server, o.jobs, o.clients)?;
@@ -250,10 +281,14 @@ fn run(o: &Opts) -> Result<()> {
     println!("| create latency p50 / p99 / max | {:.1} / {:.1} / {:.1} ms |", b.p50_ms, b.p99_ms, b.max_ms);
     println!("| GET /healthz p99 before the burst (baseline) | {healthz:.1} ms |");
     println!("| server CPU per job | {:.2} ms |", b.cpu_ms_per_job);
+    println!("| supervisors' and programs' CPU per job | {:.2} ms |", b.children_cpu_ms_per_job);
+    let job_cpu = b.cpu_ms_per_job + b.children_cpu_ms_per_job;
+    println!("| CPU per bare spawn-and-reap (baseline) | {bare_cpu_ms:.2} ms ({:.3}x the job's {job_cpu:.2} ms) |", bare_cpu_ms / job_cpu);
     println!("| files and directories made per job | {:.1} |", made as f64 / o.jobs as f64);
     println!("| creating a file in the data directory's file system (baseline) | {create_us:.0} us |");
     let n = o.jobs;
     row::row("burst-bench", &format!("jobs of `true` end to end, {n} jobs"), &format!("{:.0}/s", b.jobs_per_sec), &format!("{bare:.0}/s bare spawn"), b.jobs_per_sec / bare);
+    row::row("burst-bench", "CPU per job of `true` (server, supervisor, program)", &format!("{job_cpu:.2} ms"), &format!("{bare_cpu_ms:.2} ms bare spawn"), bare_cpu_ms / job_cpu);
     row::row("burst-bench", "create p99 during the burst", &format!("{:.1} ms", b.p99_ms), &format!("{healthz:.1} ms GET /healthz"), b.p99_ms / healthz);
     Ok(())
 }

@@ -51,14 +51,27 @@ impl Server {
     /// The server's user + system CPU time so far, in seconds.
     #[allow(dead_code)] // not every bench reads it
     pub fn cpu_secs(&self) -> Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).context("reading the server's /proc stat")?;
-        // Fields after the command name (which ends with ')'): utime is the 12th, stime the 13th.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Ok((ticks(11) + ticks(12)) / hz.max(1.0))
+        // utime is the 12th field after the command name, stime the 13th.
+        stat_secs(self.child.id(), &[11, 12])
+    }
+
+    /// The user + system CPU time of the server's descendants so far, in seconds: those
+    /// it reaped (with theirs), and its live children with what they reaped (the fork
+    /// server and the supervisors it reaped). For the local backend, the replicas'
+    /// supervisors and programs.
+    #[allow(dead_code)] // not every bench reads it
+    pub fn descendants_cpu_secs(&self) -> Result<f64> {
+        let pid = self.child.id();
+        // cutime is the 14th field after the command name, cstime the 15th.
+        let mut secs = stat_secs(pid, &[13, 14])?;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).context("listing the server's threads")?.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                // A child that ended meanwhile counts once it is reaped.
+                secs += stat_secs(child, &[11, 12, 13, 14]).unwrap_or(0.0);
+            }
+        }
+        Ok(secs)
     }
 
     pub fn stop(&mut self) {
@@ -124,4 +137,16 @@ pub fn timed_posts(url: &str, clients: usize, n: usize, body: impl Fn(usize, usi
 #[allow(dead_code)]
 pub fn quantile(sorted: &[f64], p: f64) -> f64 {
     sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+/// The sum of clock-tick fields of `/proc/PID/stat` (counted from 0 after the command
+/// name, which ends with ')'), in seconds.
+fn stat_secs(pid: u32, fields: &[usize]) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.iter().map(|&i| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz.max(1.0))
 }
