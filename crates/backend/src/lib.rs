@@ -5,6 +5,7 @@
 pub mod bounded;
 pub mod cgroup;
 pub mod container;
+mod forkserver;
 mod fsutil;
 pub mod netns;
 pub mod local;

@@ -11,8 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader};
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStringExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -22,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag};
-use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
-use nix::sys::signal::{self, SigSet, Signal};
+use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
 
 use crate::cgroup::{CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
+use crate::forkserver::{self, ForkServer};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::log;
 use crate::seam::{BackendError, BackendEvent, EventSink};
@@ -44,6 +43,8 @@ const STOP_WAIT_FOR_SHIM: Duration = Duration::from_secs(5);
 /// one thread per run.
 pub struct LocalBackend {
     shim_command: Vec<OsString>,
+    /// Forks the shims (see [`crate::forkserver`]).
+    fork_server: ForkServer,
     cgroups: CgroupSupport,
     /// Where replicas' task limits are enforced (with `cgroups`).
     pids: PidsSupport,
@@ -236,6 +237,7 @@ impl LocalBackend {
     pub fn new(shim_command: Vec<OsString>, cgroups: CgroupSupport) -> LocalBackend {
         let pids = PidsSupport::detect(&cgroups);
         LocalBackend {
+            fork_server: ForkServer::new(shim_command.clone()),
             shim_command,
             cgroups,
             pids,
@@ -332,7 +334,8 @@ impl LocalBackend {
         }
         // On failure nothing was started (spawn or exec failed, the child is gone); the
         // watcher ends when `hand_over` is dropped.
-        let child = spawn_shim(&self.shim_command, &run_dir, &shim_stderr)
+        let child = self
+            .start_shim(&run_dir, &shim_stderr)
             .map_err(|source| BackendError::SpawnShim { program: program.clone(), run_dir: run_dir.clone(), source })?;
         drop(shim_stderr);
         let shim_pid = child.pid;
@@ -343,6 +346,23 @@ impl LocalBackend {
             return Err(BackendError::Thread { run_dir, source: io::Error::other("the watcher thread ended before the shim started") });
         }
         Ok(())
+    }
+
+    /// Starts a shim for `run_dir`: forked by the fork server, or, when there is none to
+    /// be had, spawned. Its stdout is a pipe to us (the `started` line), its stderr
+    /// `stderr`. An error means no shim runs.
+    fn start_shim(&self, run_dir: &Path, stderr: &File) -> io::Result<ShimChild> {
+        let (stdout_read, stdout_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (pid, forked) = match self.fork_server.fork(run_dir, &stdout_write, stderr) {
+            Some(forked) => {
+                let forked = forked?;
+                (forked.pid, Some(forked))
+            }
+            None => (spawn_shim(&self.shim_command, run_dir, &stdout_write, stderr)?, None),
+        };
+        // Our copy of the write end goes, so that the read end sees EOF when the shim exits.
+        drop(stdout_write);
+        Ok(ShimChild { pid, stdout: Some(File::from(stdout_read)), forked })
     }
 
     /// Watches a run launched by an earlier server process: `Started` if the program
@@ -494,22 +514,37 @@ fn send_started(run: &RunId, run_dir: &Path, sink: &EventSink) -> bool {
 }
 
 /// A shim this process started: its pid and the read end of its stdout. Dropping it
-/// neither kills nor reaps the shim; its watcher reaps it with [`ShimChild::wait`].
+/// neither kills nor reaps the shim; its watcher waits for it with [`ShimChild::wait`].
 struct ShimChild {
     pid: Pid,
     stdout: Option<File>,
+    /// Forked by the fork server, which reports its end; else our own child.
+    forked: Option<forkserver::Forked>,
 }
 
 impl ShimChild {
-    /// Blocks until the shim exits and reaps it.
-    fn wait(&mut self) -> io::Result<ExitStatus> {
+    /// Blocks until the shim exits (and reaps it, if it is our child). `None`: it ended,
+    /// its status unknown (its fork server went first).
+    fn wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(f) = &self.forked {
+            return Ok(match f.exit.recv() {
+                Ok(status) => Some(status),
+                Err(_) => {
+                    match &f.pidfd {
+                        Some(pidfd) => forkserver::wait_pidfd(pidfd),
+                        None => tracing::warn!(pid = self.pid.as_raw(), "the fork server is gone; waiting for the shim by its lock"),
+                    }
+                    None
+                }
+            });
+        }
         loop {
             let mut status: libc::c_int = 0;
             // SAFETY: waitpid writes only into our status variable. (nix's waitpid cannot
             // decode a death by a real-time signal.)
             let r = unsafe { libc::waitpid(self.pid.as_raw(), &mut status, 0) };
             if r == self.pid.as_raw() {
-                return Ok(ExitStatus::from_raw(status));
+                return Ok(Some(ExitStatus::from_raw(status)));
             }
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -519,66 +554,16 @@ impl ShimChild {
     }
 }
 
-/// The signals a shim blocks for its whole life (it takes them with `sigtimedwait`).
-fn shim_blocked_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
-        set.add(sig);
-    }
-    set
-}
-
 /// Starts `command` + `run_dir` as a shim with `posix_spawnp`: the child is made with
 /// vfork semantics and exec'd at once, so nothing of this (multi-threaded, possibly
 /// large) process's memory map is copied, as a fork would, stalling its other threads
-/// meanwhile; 8 replicas of a gang start from 8 threads at once. The shim gets a session
-/// of its own (it survives the server and a Ctrl-C in the server's terminal, and has no
-/// controlling terminal), is born with the signals it waits for blocked (a stop that
-/// arrives while it starts stays pending for it) and every other disposition at its
-/// default; stdin is /dev/null, stdout a pipe to us (the `started` line), stderr
-/// `stderr`. The environment is this process's. Returns once the shim was exec'd; an
-/// error means no shim runs.
-fn spawn_shim(command: &[OsString], run_dir: &Path, stderr: &File) -> io::Result<ShimChild> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let cstring = |s: &std::ffi::OsStr| {
-        CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{s:?} contains a NUL byte")))
-    };
-    let Some(program) = command.first() else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the shim command is empty"));
-    };
-    let program = cstring(program)?;
-    let mut argv = Vec::with_capacity(command.len() + 1);
-    for a in command.iter().map(|a| a.as_os_str()).chain([run_dir.as_os_str()]) {
-        argv.push(cstring(a)?);
-    }
-    let envp: Vec<CString> = std::env::vars_os()
-        .filter_map(|(k, v)| {
-            let mut kv = k.into_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            CString::new(kv).ok()
-        })
-        .collect();
-
+/// meanwhile; 8 replicas of a gang start from 8 threads at once. The shim is detached as
+/// [`forkserver::spawn_detached`] says; stdin is /dev/null, stdout a pipe to us (the `started` line),
+/// stderr `stderr`. Returns once the shim was exec'd; an error means no shim runs.
+fn spawn_shim(command: &[OsString], run_dir: &Path, stdout: &OwnedFd, stderr: &File) -> io::Result<Pid> {
+    let argv: Vec<OsString> = command.iter().cloned().chain([run_dir.as_os_str().to_owned()]).collect();
     let null = File::open("/dev/null")?;
-    let (stdout_read, stdout_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-    let mut actions = PosixSpawnFileActions::init()?;
-    actions.add_dup2(null.as_raw_fd(), 0)?;
-    actions.add_dup2(stdout_write.as_raw_fd(), 1)?;
-    actions.add_dup2(stderr.as_raw_fd(), 2)?;
-    let mut attr = PosixSpawnAttr::init()?;
-    attr.set_flags(
-        PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK
-            | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF
-            | PosixSpawnFlags::from_bits_retain(libc::c_int::from(libc::POSIX_SPAWN_SETSID)),
-    )?;
-    attr.set_sigmask(&shim_blocked_signals())?;
-    attr.set_sigdefault(&SigSet::all())?;
-    let pid = nix::spawn::posix_spawnp(&program, &actions, &attr, &argv, &envp)?;
-    // Our copy of the write end goes, so that the read end sees EOF when the shim exits.
-    drop(stdout_write);
-    Ok(ShimChild { pid, stdout: Some(File::from(stdout_read)) })
+    forkserver::spawn_detached(&argv, [null.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()])
 }
 
 /// For a shim this process spawned: its `started` line, then its exit.
@@ -600,7 +585,16 @@ fn watch_spawned(run: RunId, claim: Claim, mut child: ShimChild, sink: EventSink
         }
     }
     let exit = match child.wait() {
-        Ok(status) => status,
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            // Its fork server went first: the shim has ended (or, where the kernel has no
+            // pidfd, holds its lock until it does).
+            if let Err(e) = wait_for_shim_exit(&claim.run_dir) {
+                tracing::error!(%run, "{e}");
+            }
+            finish(run, claim, sink, started_sent, None);
+            return;
+        }
         Err(e) => {
             tracing::error!(%run, "cannot wait for the shim: {e}");
             if let Err(e) = wait_for_shim_exit(&claim.run_dir) {

@@ -420,14 +420,23 @@ pub fn main_from_args(args: Vec<String>) -> i32 {
     unsafe {
         let _ = nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn);
     }
+    if args.first().is_some_and(|a| a == crate::forkserver::FORK_SERVER_ARG) {
+        return crate::forkserver::serve(run, EXIT_SHIM_FAILED);
+    }
     let [run_dir] = args.as_slice() else {
         diag(format_args!("usage: trainyard shim <run_dir>"));
         return EXIT_USAGE;
     };
+    run(Path::new(run_dir))
+}
+
+/// A supervisor's body once its signals are set: supervises the run in `run_dir` and
+/// returns the exit code.
+fn run(run_dir: &Path) -> i32 {
     let run_dir = match std::path::absolute(run_dir) {
         Ok(p) => p,
         Err(e) => {
-            diag(format_args!("run directory {run_dir}: {e}"));
+            diag(format_args!("run directory {}: {e}", run_dir.display()));
             return EXIT_USAGE;
         }
     };

@@ -821,3 +821,81 @@ fn l22_a_chatty_program_keeps_its_latest_output_within_the_cap() {
     let current = read_log(&dir, 0).unwrap().0.iter().filter(|e| e.text.starts_with("line ")).count();
     assert!(kept.len() > current, "both files are read: {} lines, {current} in the current file", kept.len());
 }
+
+/// A process's `/proc/PID/cmdline`, its arguments without empty ones.
+fn cmdline_of(pid: i32) -> Vec<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+}
+
+/// A field of `/proc/PID/stat`, counted as proc(5) does (4: ppid, 6: session).
+fn stat_field(pid: i32, n: usize) -> i32 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    rest.split_whitespace().nth(n - 3).unwrap().parse().unwrap()
+}
+
+fn shim_pid(dir: &Path) -> i32 {
+    fs::read_to_string(dir.join("shim.pid")).unwrap().trim().parse().unwrap()
+}
+
+/// A program that says it is up, then exits 7 once `gate` exists.
+fn gated(gate: &Path) -> ShimSpec {
+    sh(&format!("echo up; while [ ! -e '{}' ]; do sleep 0.05; done; exit 7", gate.display()))
+}
+
+/// Shims are forked by the backend's fork server (not spawned by the server), each in a
+/// session of its own, with a spawned shim's command line (the shim command and its run
+/// directory).
+#[test]
+fn shims_are_forked_by_the_fork_server_and_named_by_their_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let gate = tmp.path().join("gate");
+    let run = run_id("workerpool0-0");
+    let (s, rx) = sink();
+    let b = backend();
+    b.launch(run.clone(), &dir, gated(&gate), s).unwrap();
+    wait_started(&rx);
+    let shim = shim_pid(&dir);
+    let command: Vec<String> = shim_command().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let with = |arg: String| command.iter().cloned().chain([arg]).collect::<Vec<_>>();
+    assert_eq!(cmdline_of(shim), with(dir.display().to_string()), "as a spawned shim's");
+    assert_eq!(stat_field(shim, 6), shim, "the shim leads its own session");
+    let fork_server = stat_field(shim, 4);
+    assert_ne!(fork_server, std::process::id() as i32, "the shim was spawned, not forked by the fork server");
+    assert_eq!(cmdline_of(fork_server), with("--fork-server".to_string()));
+    assert_eq!(stat_field(fork_server, 4), std::process::id() as i32);
+    fs::write(&gate, "").unwrap();
+    assert_eq!(wait_exit(&rx, &run).1, Outcome::Exited { code: 7 });
+}
+
+/// A shim outlives its fork server: killed while the program runs, the run is still
+/// reported with its program's outcome (not Lost), and the next launch gets a new fork
+/// server.
+#[test]
+fn a_run_outlives_its_fork_server_and_the_next_launch_gets_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (first, second) = (tmp.path().join("runs/1/0/workerpool0-0/0"), tmp.path().join("runs/2/0/workerpool0-0/0"));
+    let gate = tmp.path().join("gate");
+    let run = run_id("workerpool0-0");
+    let (s, rx) = sink();
+    let b = backend();
+    b.launch(run.clone(), &first, gated(&gate), s.clone()).unwrap();
+    wait_started(&rx);
+    let old_server = stat_field(shim_pid(&first), 4);
+    // SAFETY: kill(2) of the fork server this test's backend started.
+    assert_eq!(unsafe { libc::kill(old_server, libc::SIGKILL) }, 0);
+    fs::write(&gate, "").unwrap();
+    assert_eq!(wait_exit(&rx, &run).1, Outcome::Exited { code: 7 });
+
+    fs::remove_file(&gate).unwrap();
+    let next = RunId { job: 2, ..run_id("workerpool0-0") };
+    b.launch(next.clone(), &second, gated(&gate), s).unwrap();
+    wait_started(&rx);
+    let new_server = stat_field(shim_pid(&second), 4);
+    assert_ne!(new_server, old_server);
+    assert!(cmdline_of(new_server).ends_with(&["--fork-server".to_string()]));
+    fs::write(&gate, "").unwrap();
+    assert_eq!(wait_exit(&rx, &next).1, Outcome::Exited { code: 7 });
+}
