@@ -53,6 +53,8 @@ use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
 use nix::sys::wait::WaitPidFlag;
 use nix::unistd::Pid;
 
+use crate::lock;
+
 /// The argument that makes `trainyard-shim` (or `trainyard shim`) a fork server.
 pub const FORK_SERVER_ARG: &str = "--fork-server";
 
@@ -384,10 +386,6 @@ struct Conn {
     pid: Pid,
     replies: mpsc::Receiver<Message>,
     exits: Arc<Mutex<Exits>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// After a fork server could not be started, how long shims are spawned before another

@@ -29,6 +29,12 @@ pub fn skip_test(reason: &str) -> bool {
     true
 }
 
+/// Locks `m`, taking over its data if a thread panicked while holding it (the data here
+/// are sets and maps that a panic leaves consistent).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use cgroup::{CgroupError, CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
 pub use fsutil::{now_micros, write_atomic, FileError};
 pub use local::LocalBackend;

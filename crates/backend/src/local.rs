@@ -28,7 +28,7 @@ use trainyard_core::{Outcome, RunId};
 use crate::cgroup::{CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
 use crate::forkserver::{self, ForkServer};
 use crate::fsutil::{self, FileError, IoResultExt};
-use crate::log;
+use crate::{lock, log};
 use crate::seam::{BackendError, BackendEvent, EventSink};
 use crate::shim::{self, ShimError, ShimSpec, ShimStatus};
 
@@ -66,17 +66,10 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        lock_set(&self.watched).remove(&self.run_dir);
+        lock(&self.watched).remove(&self.run_dir);
     }
 }
 
-fn lock_map<K, V>(map: &Mutex<HashMap<K, V>>) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
-    map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn lock_set(set: &Mutex<HashSet<PathBuf>>) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
-    set.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// What `stop` and `kill` find in a run directory.
 enum Found {
@@ -192,17 +185,17 @@ impl LocalBackend {
         let present = c.engine.image_exists(&c.image).map_err(|message| BackendError::Unavailable { engine: engine(), message })?;
         if !present {
             let limit = Duration::from_secs(c.engine.pull_timeout_secs);
-            let first = *lock_map(&self.pulls).entry(run_dir.to_path_buf()).or_insert_with(Instant::now);
+            let first = *lock(&self.pulls).entry(run_dir.to_path_buf()).or_insert_with(Instant::now);
             let left = limit.saturating_sub(first.elapsed()).max(Duration::from_secs(1));
             let refused = |message: String, why: String| {
-                lock_map(&self.pulls).remove(run_dir);
+                lock(&self.pulls).remove(run_dir);
                 BackendError::StartRefused {
                     message: format!("the image {:?} {why} ({message}); {}", c.image, crate::container::IMAGE_FIXES),
                 }
             };
             match c.engine.pull(&c.image, left) {
                 Ok(()) => {
-                    lock_map(&self.pulls).remove(run_dir);
+                    lock(&self.pulls).remove(run_dir);
                 }
                 Err((message, true)) => return Err(refused(message, "cannot be pulled".into())),
                 Err((message, false)) if first.elapsed() >= limit => {
@@ -256,13 +249,13 @@ impl LocalBackend {
     }
 
     fn claim(&self, run_dir: &Path) -> Option<Claim> {
-        let mut set = lock_set(&self.watched);
+        let mut set = lock(&self.watched);
         set.insert(run_dir.to_path_buf())
             .then(|| Claim { watched: Arc::clone(&self.watched), run_dir: run_dir.to_path_buf() })
     }
 
     fn is_watched(&self, run_dir: &Path) -> bool {
-        lock_set(&self.watched).contains(run_dir)
+        lock(&self.watched).contains(run_dir)
     }
 
     /// Launches a run, idempotently: a run that already ended is reported from its

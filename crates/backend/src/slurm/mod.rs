@@ -85,7 +85,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -107,7 +107,7 @@ use watch::*;
 
 use crate::fsutil;
 use crate::local::{outcome_from_status, STDERR_TAIL_LINES};
-use crate::log;
+use crate::{lock, log};
 use crate::seam::{Backend, BackendError, BackendEvent, EventSink, Launch};
 use crate::shim::{self, ShimSpec, ShimStatus};
 
@@ -304,10 +304,6 @@ struct Shared {
 /// Runs replicas as Slurm batch jobs; see the module docs.
 pub struct SlurmBackend {
     shared: Arc<Shared>,
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn slurm_err(command: &str, message: impl Into<String>) -> BackendError {
