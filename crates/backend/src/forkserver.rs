@@ -121,9 +121,11 @@ pub fn serve(run: fn(&Path) -> i32, failed: i32) -> i32 {
     // shim`): each supervisor shows it with its run directory, as a spawned shim does.
     let command: Vec<Vec<u8>> =
         std::env::args_os().take_while(|a| a != FORK_SERVER_ARG).map(|a| a.into_vec()).collect();
+    let area = arg_area();
     let mut own: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
     own.push(FORK_SERVER_ARG.as_bytes());
-    set_cmdline(&own);
+    set_cmdline(area, &own);
+    let shim = Shim { command: &command, area, run, failed };
     let mut chld = SigSet::empty();
     chld.add(Signal::SIGCHLD);
     let sfd = match SignalFd::with_flags(&chld, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
@@ -154,7 +156,7 @@ pub fn serve(run: fn(&Path) -> i32, failed: i32) -> i32 {
             }
         }
         if sock_ready {
-            match take_request(&sock, &sfd, &command, run, failed) {
+            match take_request(&sock, &sfd, &shim) {
                 Ok(true) => {}
                 // The server's end is closed: the server is gone.
                 Ok(false) => return 0,
@@ -190,8 +192,20 @@ fn tell(sock: &OwnedFd, m: Message) -> io::Result<()> {
     }
 }
 
+/// What a forked supervisor is made of.
+struct Shim<'a> {
+    /// The shim command this process was started as.
+    command: &'a [Vec<u8>],
+    /// This process's argument area, the same in its children.
+    area: Option<(usize, usize)>,
+    /// The supervisor's body.
+    run: fn(&Path) -> i32,
+    /// The exit code of a supervisor that could not be set up.
+    failed: i32,
+}
+
 /// Takes one request and forks its supervisor. `Ok(false)`: end of file.
-fn take_request(sock: &OwnedFd, sfd: &SignalFd, command: &[Vec<u8>], run: fn(&Path) -> i32, failed: i32) -> io::Result<bool> {
+fn take_request(sock: &OwnedFd, sfd: &SignalFd, shim: &Shim<'_>) -> io::Result<bool> {
     let mut buf = vec![0u8; MAX_REQUEST];
     let mut space = nix::cmsg_space!([RawFd; 2]);
     let (len, fds) = loop {
@@ -227,7 +241,7 @@ fn take_request(sock: &OwnedFd, sfd: &SignalFd, command: &[Vec<u8>], run: fn(&Pa
     match unsafe { libc::fork() } {
         -1 => tell(sock, Message::ForkFailed(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)))?,
         0 => {
-            let code = become_supervisor(sfd, [stdout, stderr], command, &run_dir, run).unwrap_or(failed);
+            let code = become_supervisor(sfd, [stdout, stderr], shim, &run_dir).unwrap_or(shim.failed);
             std::process::exit(code)
         }
         pid => tell(sock, Message::Forked(pid))?,
@@ -235,9 +249,10 @@ fn take_request(sock: &OwnedFd, sfd: &SignalFd, command: &[Vec<u8>], run: fn(&Pa
     Ok(true)
 }
 
-/// In the forked child: the descriptors, session and command line of a supervisor, then
-/// the supervisor itself. Returns its exit code; None if it could not be set up.
-fn become_supervisor(sfd: &SignalFd, [stdout, stderr]: [OwnedFd; 2], command: &[Vec<u8>], run_dir: &Path, run: fn(&Path) -> i32) -> Option<i32> {
+/// In the forked child: the descriptors and command line of a supervisor, then the
+/// supervisor itself (which makes its own session first). Returns its exit code; None if
+/// it could not be set up.
+fn become_supervisor(sfd: &SignalFd, [stdout, stderr]: [OwnedFd; 2], shim: &Shim<'_>, run_dir: &Path) -> Option<i32> {
     // SAFETY: dup2 and close on descriptors this process owns; the fork server's socket
     // (fd 0, replaced by /dev/null here) and signalfd are its parent's business (closing
     // our copies leaves theirs open). No destructor of theirs runs in this process: it
@@ -253,18 +268,18 @@ fn become_supervisor(sfd: &SignalFd, [stdout, stderr]: [OwnedFd; 2], command: &[
         }
     }
     drop((stdout, stderr));
-    let _ = nix::unistd::setsid();
-    let mut args: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+    let mut args: Vec<&[u8]> = shim.command.iter().map(Vec::as_slice).collect();
     args.push(run_dir.as_os_str().as_bytes());
-    set_cmdline(&args);
-    Some(run(run_dir))
+    set_cmdline(shim.area, &args);
+    Some((shim.run)(run_dir))
 }
 
-/// Writes `args` over this process's argument area (what `/proc/PID/cmdline` and `ps`
-/// show), NUL-separated, cut to the area's size, the rest NUL. The area is the initial
-/// stack's, this process's own memory; nothing reads the old arguments after this.
-fn set_cmdline(args: &[&[u8]]) {
-    let Some((start, end)) = arg_area() else { return };
+/// Writes `args` over this process's argument `area` ([`arg_area`]: what
+/// `/proc/PID/cmdline` and `ps` show), NUL-separated, cut to the area's size, the rest
+/// NUL. The area is the initial stack's, this process's own memory; nothing reads the old
+/// arguments after this.
+fn set_cmdline(area: Option<(usize, usize)>, args: &[&[u8]]) {
+    let Some((start, end)) = area else { return };
     let Some(len) = end.checked_sub(start).filter(|l| *l > 1) else { return };
     let mut bytes = Vec::with_capacity(len);
     for a in args {
@@ -278,13 +293,11 @@ fn set_cmdline(args: &[&[u8]]) {
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, len) };
 }
 
-/// `arg_start` and `arg_end` of this process (`/proc/self/stat` fields 48 and 49).
+/// This process's argument area, `arg_start` to `arg_end` (`/proc/self/stat` fields 48
+/// and 49). A forked child's is the same.
 fn arg_area() -> Option<(usize, usize)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Field 3 (state) is the first after the command name.
-    let field = |n: usize| f.get(n - 3)?.parse::<usize>().ok();
+    let field = |n: usize| crate::procfs::stat_field(&stat, n)?.parse::<usize>().ok();
     Some((field(48)?, field(49)?))
 }
 
@@ -338,7 +351,6 @@ pub(crate) fn spawn_detached(argv: &[OsString], stdio: [std::os::fd::RawFd; 3]) 
     attr.set_sigdefault(&SigSet::all())?;
     Ok(nix::spawn::posix_spawnp(&program, &actions, &attr, &argv, &envp)?)
 }
-
 
 /// How a supervisor that a fork server forked is waited for.
 pub(crate) struct Forked {
@@ -396,42 +408,42 @@ const RETRY_AFTER: Duration = Duration::from_secs(60);
 pub(crate) struct ForkServer {
     /// The shim command (`trainyard-shim`, or `trainyard shim`).
     command: Vec<OsString>,
-    conn: Mutex<Option<Conn>>,
-    /// When a fork server last failed to start or to answer.
-    failed: Mutex<Option<Instant>>,
+    state: Mutex<State>,
+}
+
+enum State {
+    /// None started yet, or the last one is gone.
+    Idle,
+    Running(Conn),
+    /// The last one could not be started or did not answer, at this time.
+    Failed(Instant),
 }
 
 impl ForkServer {
     pub fn new(command: Vec<OsString>) -> ForkServer {
-        ForkServer { command, conn: Mutex::new(None), failed: Mutex::new(None) }
-    }
-
-    fn failed_now(&self) {
-        *lock(&self.failed) = Some(Instant::now());
+        ForkServer { command, state: Mutex::new(State::Idle) }
     }
 
     /// Forks a supervisor for `run_dir` with `stdout` and `stderr`. `None` when no fork
     /// server can be had or it did not answer (the caller starts the shim itself); an
     /// error is the fork's own (the host is out of processes or memory).
     pub fn fork(&self, run_dir: &Path, stdout: &OwnedFd, stderr: &File) -> Option<io::Result<Forked>> {
-        let mut guard = lock(&self.conn);
-        if guard.as_ref().is_some_and(|c| lock(&c.exits).closed) {
-            *guard = None;
+        let mut state = lock(&self.state);
+        match &*state {
+            State::Running(c) if lock(&c.exits).closed => *state = State::Idle,
+            State::Failed(t) if t.elapsed() >= RETRY_AFTER => *state = State::Idle,
+            _ => {}
         }
-        if guard.is_none() {
-            if lock(&self.failed).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
-                return None;
-            }
-            match start(&self.command) {
-                Ok(c) => *guard = Some(c),
+        if let State::Idle = &*state {
+            *state = match start(&self.command) {
+                Ok(c) => State::Running(c),
                 Err(e) => {
                     tracing::warn!("cannot start the fork server ({e}); starting each shim by itself");
-                    self.failed_now();
-                    return None;
+                    State::Failed(Instant::now())
                 }
-            }
+            };
         }
-        let conn = guard.as_ref()?;
+        let State::Running(conn) = &*state else { return None };
         let fds = [stdout.as_raw_fd(), stderr.as_raw_fd()];
         let sent = loop {
             match sendmsg::<()>(
@@ -447,7 +459,7 @@ impl ForkServer {
         };
         if let Err(e) = sent {
             tracing::warn!("the fork server does not take requests ({e}); starting another");
-            *guard = None;
+            *state = State::Idle;
             return None;
         }
         match conn.replies.recv_timeout(REPLY_BOUND) {
@@ -468,8 +480,7 @@ impl ForkServer {
             Ok(Message::Exited(..)) | Err(_) => {
                 tracing::warn!("the fork server did not answer; starting shims by themselves for a while");
                 let _ = nix::sys::signal::kill(conn.pid, Signal::SIGKILL);
-                *guard = None;
-                self.failed_now();
+                *state = State::Failed(Instant::now());
                 None
             }
         }

@@ -52,18 +52,21 @@ fn listed_children(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
     Some(pids)
 }
 
-/// The state letter from a `/proc/<pid>/stat` line (the field after the command name).
-pub fn parse_state(stat: &str) -> Option<char> {
-    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+/// Field `n` of a `/proc/<pid>/stat` line, numbered as proc(5) does (1: pid, 2: the
+/// command name, 3: state, 4: ppid, ...; n >= 3). The command name is in parentheses and
+/// may itself contain spaces and parentheses, so fields are counted after the last `)`.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(n.checked_sub(3)?)
 }
 
-/// The parent pid from a `/proc/<pid>/stat` line. The command name is in parentheses and
-/// may itself contain spaces and parentheses, so fields are counted after the last `)`.
+/// The state letter from a `/proc/<pid>/stat` line (the field after the command name).
+pub fn parse_state(stat: &str) -> Option<char> {
+    stat_field(stat, 3)?.chars().next()
+}
+
+/// The parent pid from a `/proc/<pid>/stat` line.
 pub fn parse_ppid(stat: &str) -> Option<libc::pid_t> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let _state = fields.next()?;
-    fields.next()?.parse().ok()
+    stat_field(stat, 4)?.parse().ok()
 }
 
 #[cfg(test)]
