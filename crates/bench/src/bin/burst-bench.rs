@@ -216,14 +216,14 @@ struct Burst {
     max_ms: f64,
     jobs_per_sec: f64,
     cpu_ms_per_job: f64,
-    /// The replicas' supervisors and programs (the server reaps them).
-    children_cpu_ms_per_job: f64,
+    /// The server's descendants: the replicas' supervisors and programs.
+    descendants_cpu_ms_per_job: f64,
 }
 
 fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
     let url = format!("{}/v1/projects/{PROJECT}/locations/us-central1/customJobs", server.base);
     let cpu0 = server.cpu_secs()?;
-    let children0 = server.descendants_cpu_secs()?;
+    let descendants0 = server.descendants_cpu_secs()?;
     let start = Instant::now();
     let lat = timed_posts(&url, clients, jobs, |c, i| job_body(&format!("burst-{c}-{i}")))?;
     let created = start.elapsed().as_secs_f64();
@@ -242,7 +242,7 @@ fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
         std::thread::sleep(Duration::from_millis(10));
     };
     let cpu = server.cpu_secs()? - cpu0;
-    let children = server.descendants_cpu_secs()? - children0;
+    let descendants = server.descendants_cpu_secs()? - descendants0;
     Ok(Burst {
         creates_per_sec: jobs as f64 / created,
         p50_ms: quantile(&lat, 0.5),
@@ -250,7 +250,7 @@ fn burst(server: &Server, jobs: usize, clients: usize) -> Result<Burst> {
         max_ms: quantile(&lat, 1.0),
         jobs_per_sec: jobs as f64 / done,
         cpu_ms_per_job: cpu * 1000.0 / jobs as f64,
-        children_cpu_ms_per_job: children * 1000.0 / jobs as f64,
+        descendants_cpu_ms_per_job: descendants * 1000.0 / jobs as f64,
     })
 }
 
@@ -281,8 +281,8 @@ fn run(o: &Opts) -> Result<()> {
     println!("| create latency p50 / p99 / max | {:.1} / {:.1} / {:.1} ms |", b.p50_ms, b.p99_ms, b.max_ms);
     println!("| GET /healthz p99 before the burst (baseline) | {healthz:.1} ms |");
     println!("| server CPU per job | {:.2} ms |", b.cpu_ms_per_job);
-    println!("| supervisors' and programs' CPU per job | {:.2} ms |", b.children_cpu_ms_per_job);
-    let job_cpu = b.cpu_ms_per_job + b.children_cpu_ms_per_job;
+    println!("| supervisors' and programs' CPU per job | {:.2} ms |", b.descendants_cpu_ms_per_job);
+    let job_cpu = b.cpu_ms_per_job + b.descendants_cpu_ms_per_job;
     println!("| CPU per bare spawn-and-reap (baseline) | {bare_cpu_ms:.2} ms ({:.3}x the job's {job_cpu:.2} ms) |", bare_cpu_ms / job_cpu);
     println!("| files and directories made per job | {:.1} |", made as f64 / o.jobs as f64);
     println!("| creating a file in the data directory's file system (baseline) | {create_us:.0} us |");
