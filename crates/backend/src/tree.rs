@@ -75,6 +75,11 @@ pub fn tenant_priority() {
 /// purge's descriptors in a table of the purge thread's own, no fork copies them. The
 /// other threads' descriptors are not touched (the copies made by the unshare are closed
 /// in the private table only).
+///
+/// The contract: such a thread never closes a descriptor of the shared table, so it
+/// never holds the last reference to anything that owns one (a backend with its fork
+/// server's socket): there its close would miss (EBADF, which aborts a debug build, or a
+/// file of its own), and the shared descriptor would stay open for good.
 pub fn private_descriptors() -> std::io::Result<()> {
     tenant_priority();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).map_err(std::io::Error::from)?;

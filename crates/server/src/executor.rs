@@ -258,8 +258,12 @@ pub struct Pool {
     launch_queue: Arc<Mutex<Receiver<Work>>>,
     /// Launch threads running.
     launchers: Arc<std::sync::atomic::AtomicUsize>,
-    /// The scanner thread's queue (None when it could not be started).
+    /// The scanner thread's queue (None when it could not be started, or the pool is
+    /// being dropped).
     scans: Option<Mutex<Sender<Work>>>,
+    /// The scanner thread, joined when the pool is dropped: it has a descriptor table of
+    /// its own and holds the backend, which must not be dropped there (see [`Drop`]).
+    scanner: Option<std::thread::JoinHandle<()>>,
     backend: Arc<dyn Backend>,
     sink: EventSink,
     report: ReportSink,
@@ -313,15 +317,32 @@ impl Pool {
                 }
             }
         }) {
-            Ok(_) => Some(Mutex::new(scan_tx)),
+            Ok(handle) => (Some(Mutex::new(scan_tx)), Some(handle)),
             Err(e) => {
                 // Without it, scans answer at once with nothing seen (L21 warns as if no
                 // checkpoint had been written).
                 tracing::error!("cannot start the checkpoint scanner thread: {e}");
-                None
+                (None, None)
             }
         };
-        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, backend, sink, report, launch_nice }
+        let (scans, scanner) = scans;
+        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, scanner, backend, sink, report, launch_nice }
+    }
+}
+
+impl Drop for Pool {
+    /// Ends the scanner and waits for it, so that its copy of the backend is gone before
+    /// the pool's own: the last owner of the backend drops it, closing what it owns (the
+    /// local backend's fork server socket), and a thread with a descriptor table of its
+    /// own would close a number that is not that socket there (EBADF, which debug builds
+    /// abort on, or one of its own files), leaving the socket open for good.
+    fn drop(&mut self) {
+        self.scans = None;
+        if let Some(scanner) = self.scanner.take() {
+            if scanner.thread().id() != std::thread::current().id() {
+                let _ = scanner.join();
+            }
+        }
     }
 }
 
@@ -542,14 +563,17 @@ impl Executor for Pool {
             }
             Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => {
                 let logs = matches!(&work, Work::PurgeLogs { .. });
-                let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
+                // Not the backend: a thread with a descriptor table of its own must never
+                // be the one that drops what owns descriptors of the shared table (the
+                // fork server's socket): its close would miss (EBADF, or another file).
+                let report = Arc::clone(&self.report);
                 let spawned = std::thread::Builder::new().name("purge".into()).spawn(move || {
                     // What it opens (a tenant's directories, unlinked as it goes) is never
                     // copied into a process the server forks meanwhile.
                     if let Err(e) = trainyard_backend::tree::private_descriptors() {
                         tracing::warn!("purge: no descriptor table of its own: {e}");
                     }
-                    guarded(work, &backend, &report)
+                    guarded(work, &report, |work| remove_files(work, &report))
                 });
                 if let Err(e) = spawned {
                     // A deleted job's entry stays in the outbox: the purge is done at the
@@ -562,7 +586,7 @@ impl Executor for Pool {
             }
             Work::Signal { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
-                if let Err(e) = std::thread::Builder::new().name("signal".into()).spawn(move || guarded(work, &backend, &report)) {
+                if let Err(e) = std::thread::Builder::new().name("signal".into()).spawn(move || guarded(work, &report, |work| run(work, &backend, &noop_sink(), &report))) {
                     tracing::warn!("cannot start a thread to send a signal: {e}");
                 }
             }
@@ -584,7 +608,7 @@ impl Executor for Pool {
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
-                    .spawn(move || guarded(work, &backend, &report));
+                    .spawn(move || guarded(work, &report, |work| run(work, &backend, &noop_sink(), &report)));
                 if let Err(e) = spawned {
                     // Out of threads: the driver tries again later (L20).
                     let error = format!("cannot start a thread: {e}");
@@ -603,17 +627,18 @@ fn noop_sink() -> EventSink {
     Arc::new(|_| {})
 }
 
-/// [`run`] on a thread of its own, a panic caught: logged, and reported as the work's
-/// failure (a stop or kill is asked again, L20) or, for a purge, as done with its files
-/// left, so that a pending effect never takes the server down or keeps it from starting.
-fn guarded(work: Work, backend: &Arc<dyn Backend>, report: &ReportSink) {
+/// `body` ([`run`], or [`remove_files`]) on a thread of its own, a panic caught: logged,
+/// and reported as the work's failure (a stop or kill is asked again, L20) or, for a
+/// purge, as done with its files left, so that a pending effect never takes the server
+/// down or keeps it from starting.
+fn guarded(work: Work, report: &ReportSink, body: impl FnOnce(Work)) {
     let what = match &work {
         Work::Stop { run, .. } => Some(Report::StopFailed { run: run.clone(), error: "the stop panicked".into() }),
         Work::Kill { run, .. } => Some(Report::KillFailed { run: run.clone(), error: "the kill panicked".into() }),
         Work::Purge { seq, .. } => Some(Report::Purged { seq: *seq, error: Some("the purge panicked".into()) }),
         _ => None,
     };
-    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(work, backend, &noop_sink(), report)));
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(work)));
     if let Err(panic) = caught {
         let message = panic
             .downcast_ref::<&str>()
@@ -667,6 +692,19 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             Ok(()) => report(Report::Killed { run }),
             Err(e) => report(Report::KillFailed { run, error: e.to_string() }),
         },
+        Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => remove_files(work, report),
+        Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
+        Work::ReadTrialMetrics { reads, periodic } => report(read_all_trial_metrics(reads, periodic)),
+        Work::EngineReasons(runs) => report(engine_reasons(backend.as_ref(), runs)),
+        Work::ReadProgress(sources) => report(read_progress(sources)),
+        Work::Suggest { study, request } => report(suggest(study, &request)),
+    }
+}
+
+/// A purge of jobs' trees, a sweep of old logs, or the removal of network namespaces:
+/// files only, no backend (see the purge thread in [`Pool`]'s `submit`).
+fn remove_files(work: Work, report: &ReportSink) {
+    match work {
         Work::Purge { seq, dirs } => {
             // Trees a job's program shaped (any depth, links, FIFOs): removed without
             // recursion and without following links.
@@ -692,11 +730,8 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
                 }
             }
         }
-        Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
-        Work::ReadTrialMetrics { reads, periodic } => report(read_all_trial_metrics(reads, periodic)),
-        Work::EngineReasons(runs) => report(engine_reasons(backend.as_ref(), runs)),
-        Work::ReadProgress(sources) => report(read_progress(sources)),
-        Work::Suggest { study, request } => report(suggest(study, &request)),
+        // Not files: never sent here.
+        _ => {}
     }
 }
 
@@ -837,3 +872,90 @@ fn launch_ready(runs: Vec<Launch>, backend: &dyn Backend, sink: &EventSink) -> V
     later
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    use std::time::Duration;
+
+    /// A backend that owns a descriptor of the shared table, as the local backend owns its
+    /// fork server's socket; its engine-reason query waits to be released. Dropped, it
+    /// says whether its descriptor was still its file in the dropping thread's table.
+    struct Owning {
+        file: Option<std::fs::File>,
+        ino: u64,
+        inside: Mutex<Sender<()>>,
+        release: Mutex<Receiver<()>>,
+        dropped: Mutex<Sender<bool>>,
+    }
+
+    impl Backend for Owning {
+        fn launch(&self, runs: Vec<Launch>, _sink: EventSink) -> Vec<(RunId, Result<(), BackendError>)> {
+            runs.into_iter().map(|l| (l.run, Ok(()))).collect()
+        }
+        fn adopt(&self, _run: RunId, _run_dir: PathBuf, _sink: EventSink) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn stop(&self, _run: &RunId, _run_dir: PathBuf) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn kill(&self, _run: &RunId, _run_dir: PathBuf) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "owning".into()
+        }
+        fn waiting_reason(&self, _run: &RunId) -> Option<String> {
+            let _ = self.inside.lock().unwrap().send(());
+            let _ = self.release.lock().unwrap().recv();
+            None
+        }
+    }
+
+    impl Drop for Owning {
+        fn drop(&mut self) {
+            let Some(file) = self.file.take() else { return };
+            // SAFETY: fstat on a number, into a zeroed buffer of ours.
+            let mut st: nix::libc::stat = unsafe { std::mem::zeroed() };
+            let ours = unsafe { nix::libc::fstat(file.as_raw_fd(), &mut st) } == 0 && st.st_ino == self.ino;
+            if !ours {
+                // Its close would miss (and abort a debug build): the test reports it.
+                std::mem::forget(file);
+            }
+            let _ = self.dropped.lock().unwrap().send(ours);
+        }
+    }
+
+    /// The backend is dropped where its descriptors are: the scanner thread (which has a
+    /// descriptor table of its own) is done with its copy before the pool's goes, even when
+    /// it was still asking the engine when the pool was dropped.
+    #[test]
+    fn the_backend_is_never_dropped_in_a_thread_with_a_private_descriptor_table() {
+        let tmp = tempfile::tempfile().unwrap();
+        let ino = tmp.metadata().unwrap().ino();
+        let (inside_tx, inside) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let (dropped_tx, dropped) = std::sync::mpsc::channel();
+        let backend = Arc::new(Owning {
+            file: Some(tmp),
+            ino,
+            inside: Mutex::new(inside_tx),
+            release: Mutex::new(release_rx),
+            dropped: Mutex::new(dropped_tx),
+        });
+        let pool = Pool::new(backend, noop_sink(), Arc::new(|_| {}), 0);
+        pool.submit(Work::EngineReasons(vec![RunId { job: 1, attempt: 0, replica: "workerpool0-0".into(), restart: 0 }]));
+        inside.recv_timeout(Duration::from_secs(10)).expect("the scanner asks the backend");
+        // Released after the pool is dropped (the launch threads have let go by then).
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = release.send(());
+        });
+        drop(pool);
+        let ours = dropped.recv_timeout(Duration::from_secs(10)).expect("the backend is dropped");
+        releaser.join().unwrap();
+        assert!(ours, "the backend was dropped in a thread where its descriptor is not its file");
+    }
+}
