@@ -409,6 +409,18 @@ impl ReplicaCgroup {
         &self.path
     }
 
+    /// Names the same directory through another root: `from` (a prefix of the path)
+    /// becomes `to`. False, and nothing changed, when the path is not below `from`.
+    pub fn rebase(&mut self, from: &Path, to: &Path) -> bool {
+        match self.path.strip_prefix(from) {
+            Ok(rest) => {
+                self.path = to.join(rest);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     pub fn version(&self) -> CgroupVersion {
         self.version
     }
@@ -686,6 +698,11 @@ impl PidsCgroup {
 
     pub fn path(&self) -> &Path {
         self.cg.path()
+    }
+
+    /// See [`ReplicaCgroup::rebase`].
+    pub fn rebase(&mut self, from: &Path, to: &Path) -> bool {
+        self.cg.rebase(from, to)
     }
 
     /// See [`ReplicaCgroup::procs_file`].

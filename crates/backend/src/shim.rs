@@ -542,26 +542,25 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // copies of the replica's cgroup directories, attached in the program's namespace (kept
     // open until the program started).
     let view = match (&cgroups.memory, spec.run_as, &spec.gcs_mount, &spec.container) {
-        (Some(cg), Some(_), Some(_), None) => Some(cg),
+        (Some(cg), Some(_), Some(_), None) => Some(cg.version()),
         _ => None,
     };
-    let v1_view = view.filter(|cg| cg.version() == CgroupVersion::V1);
-    let memory_tree = v1_view.and_then(|cg| detached_bind(cg.path()));
-    let pids_tree = v1_view.and(cgroups.pids.as_ref()).and_then(|cg| detached_bind(cg.path()));
-    let limits = Limits {
+    let v1_view = view == Some(CgroupVersion::V1);
+    let memory_tree = cgroups.memory.as_ref().filter(|_| v1_view).and_then(|cg| detached_bind(cg.path()));
+    let pids_tree = cgroups.pids.as_ref().filter(|_| v1_view).and_then(|cg| detached_bind(cg.path()));
+    let mut limits = Limits {
         nproc: program_nproc(spec.pids_max, spec.run_as, &cgroups),
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
         nice: spec.nice,
-        cgroup_view: view.map(|cg| CgroupView {
-            v2: cg.version() == CgroupVersion::V2,
+        cgroup_view: view.map(|version| CgroupView {
+            v2: version == CgroupVersion::V2,
             v1_pids: cgroups.pids.is_some(),
             memory_tree: memory_tree.as_ref().map(AsRawFd::as_raw_fd),
             pids_tree: pids_tree.as_ref().map(AsRawFd::as_raw_fd),
+            namespace_only: false,
         }),
     };
-    let cgroup = cgroups.memory.as_ref();
-    let engine_oom = (cgroup.is_none() && spec.engine_cgroup_oom).then(crate::cgroup::EngineCgroupOom::find).flatten();
     // The job's network: entered by this thread, which starts the program (the shim's
     // other threads and the engine's client, for a container, keep the host's).
     if let (Some(ns), None) = (&spec.netns, &spec.container) {
@@ -584,6 +583,22 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             }
         }
     }
+    // v1: the program's /sys/fs/cgroup is made here, in the namespace made for /gcs above,
+    // which the program shares: one mount namespace per replica instead of a second one
+    // copied and torn down for the program (the child only enters a cgroup namespace).
+    // Held to the end: the replica's cgroups are reached through it once covered.
+    let _host_cgroups = match (&memory_tree, &mut limits.cgroup_view) {
+        (Some(memory), Some(v)) if !v.v2 && (cgroups.pids.is_none() || pids_tree.is_some()) => {
+            let host = cover_cgroup_tree(&mut cgroups, memory, pids_tree.as_ref());
+            if host.is_some() {
+                *v = CgroupView { namespace_only: true, memory_tree: None, pids_tree: None, ..*v };
+            }
+            host
+        }
+        _ => None,
+    };
+    let cgroup = cgroups.memory.as_ref();
+    let engine_oom = (cgroup.is_none() && spec.engine_cgroup_oom).then(crate::cgroup::EngineCgroupOom::find).flatten();
     // Orphaned descendants (double-forked daemons) become our children, so we can find
     // and kill them when the program ends (L20).
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -951,6 +966,56 @@ struct CgroupView {
     /// ([`detached_bind`]), where the kernel makes them.
     memory_tree: Option<std::os::fd::RawFd>,
     pids_tree: Option<std::os::fd::RawFd>,
+    /// v1: `/sys/fs/cgroup` was made in the supervisor's namespace, which the program
+    /// shares ([`cover_cgroup_tree`]); the child only enters a cgroup namespace.
+    namespace_only: bool,
+}
+
+/// Where the cgroup hierarchies are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// v1, in the supervisor's own mount namespace (made for /gcs), which its program shares:
+/// `/sys/fs/cgroup` covered by a tmpfs holding the replica's own memory and pids
+/// directories (`memory` and `pids`, the detached binds of [`detached_bind`]), made
+/// read-only: what [`own_cgroup_view`] makes in a second namespace of the program's own.
+/// The supervisor and its child reach the replica's cgroups from then on through a
+/// descriptor of the covered `/sys/fs/cgroup` (`/proc/self/fd/N`, a path the cgroups are
+/// rebased on), which is returned and must be held while they are used. None, with nothing
+/// covered or changed, when a cgroup is not below `/sys/fs/cgroup` or the tmpfs cannot be
+/// mounted; a directory that cannot be attached stays empty (best effort, as in
+/// `own_cgroup_view`).
+fn cover_cgroup_tree(cgroups: &mut ReplicaCgroups, memory: &OwnedFd, pids: Option<&OwnedFd>) -> Option<OwnedFd> {
+    let root = Path::new(CGROUP_ROOT);
+    if !cgroups.memory.iter().map(ReplicaCgroup::path).chain(cgroups.pids.iter().map(PidsCgroup::path)).all(|p| p.starts_with(root)) {
+        return None;
+    }
+    let host = nix::fcntl::open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    let none = std::ptr::null::<libc::c_char>();
+    let trees = [(c"/sys/fs/cgroup/memory", Some(memory)), (c"/sys/fs/cgroup/pids", pids)];
+    // SAFETY: system calls on static NUL-terminated strings and descriptors we own.
+    unsafe {
+        if libc::mount(c"tmpfs".as_ptr(), c"/sys/fs/cgroup".as_ptr(), c"tmpfs".as_ptr(), flags, c"mode=0755,size=64k".as_ptr().cast()) != 0 {
+            return None;
+        }
+        for (dir, tree) in trees {
+            let Some(tree) = tree else { continue };
+            if libc::mkdir(dir.as_ptr(), 0o755) == 0
+                && libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), c"".as_ptr(), libc::AT_FDCWD, dir.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) == 0
+            {
+                libc::chmod(dir.as_ptr(), 0o755);
+            }
+        }
+        libc::mount(none, c"/sys/fs/cgroup".as_ptr(), none, libc::MS_REMOUNT | libc::MS_RDONLY | flags, std::ptr::null());
+    }
+    let through = PathBuf::from(format!("/proc/self/fd/{}", host.as_raw_fd()));
+    if let Some(cg) = &mut cgroups.memory {
+        cg.rebase(root, &through);
+    }
+    if let Some(cg) = &mut cgroups.pids {
+        cg.rebase(root, &through);
+    }
+    Some(host)
 }
 
 /// `open_tree(2)`'s flag for a detached copy of the mount (a bind mount attached nowhere).
@@ -986,6 +1051,10 @@ fn own_cgroup_view(v: CgroupView) {
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: system calls on static NUL-terminated strings; no memory of the parent's.
     unsafe {
+        if v.namespace_only {
+            libc::unshare(libc::CLONE_NEWCGROUP);
+            return;
+        }
         if libc::unshare(libc::CLONE_NEWCGROUP | libc::CLONE_NEWNS) != 0 {
             return;
         }

@@ -633,6 +633,19 @@ fn a_replica_sees_only_its_own_cgroup() {
     assert!(line("cgroup: ").split_whitespace().all(|c| c.ends_with(":/")), "/proc/self/cgroup names host paths:\n{out}");
     let limit: u64 = line("limit: ").parse().unwrap_or(0);
     assert!(limit > 0 && limit < 15_000_000_000, "the replica's own memory limit is shown:\n{out}");
+    // On cgroup v1 the view is made in the supervisor's own mount namespace, which the
+    // program shares: one namespace per replica, not a second one for the program.
+    if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        let ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+        let ppid = |pid: i32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+        };
+        let program = others.iter().copied().find(|p| ppid(*p).and_then(ns).is_some()).expect("the other job's program and its supervisor");
+        let supervisor = ppid(program).unwrap();
+        assert_eq!(ns(program), ns(supervisor), "the program has a mount namespace of its own besides its supervisor's");
+        assert_ne!(ns(supervisor), ns(std::process::id() as i32), "the supervisor has no mount namespace of its own");
+    }
     let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&other))), Some("{}"));
     assert_eq!(status, 200, "{body}");
 }
