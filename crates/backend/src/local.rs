@@ -462,10 +462,10 @@ impl LocalBackend {
                     while probe_lock(&run_dir)? == LockState::Held && Instant::now() < gone {
                         thread::sleep(Duration::from_millis(10));
                     }
-                    kill_cgroup(&run_dir);
+                    clean_up_lost(&run_dir);
                 }
             }
-            Found::NoShim => kill_cgroup(&run_dir),
+            Found::NoShim => clean_up_lost(&run_dir),
         }
         Ok(())
     }
@@ -629,11 +629,13 @@ fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_ex
         Ok(Some(status)) => {
             // A shim killed right after it recorded the outcome (a kill racing the
             // program's end) may not have removed its cgroups: they go now (L20).
-            remove_cgroups(&run, &run_dir);
+            if let Some(spec) = spec_of(&run_dir) {
+                remove_cgroups_of(&spec, &run_dir);
+            }
             outcome_from_status(&status)
         }
         Ok(None) => {
-            clean_up_lost(&run, &run_dir);
+            clean_up_lost(&run_dir);
             let how = shim_exit.map(|s| format!(" ({s})")).unwrap_or_default();
             Outcome::Lost { message: format!("the replica's supervisor ended without recording an outcome{how}") }
         }
@@ -655,33 +657,49 @@ fn finish(run: RunId, claim: Claim, sink: EventSink, started_sent: bool, shim_ex
 
 /// A shim that died without a status may have left its program running in the replica's
 /// cgroup: kill it there (L20). Without a cgroup nothing can be killed safely (the
-/// program's pid may have been reused).
-fn clean_up_lost(run: &RunId, run_dir: &Path) {
-    remove_container(run_dir);
-    remove_cgroups(run, run_dir);
+/// program's pid may have been reused). Also what `kill` does once the shim is gone.
+fn clean_up_lost(run_dir: &Path) {
+    let Some(spec) = spec_of(run_dir) else { return };
+    remove_container_of(&spec, run_dir);
+    remove_cgroups_of(&spec, run_dir);
+}
+
+/// The replica's spec, read once for a clean-up; None when there is none (an error is
+/// logged).
+fn spec_of(run_dir: &Path) -> Option<ShimSpec> {
+    shim::read_spec(run_dir).unwrap_or_else(|e| {
+        tracing::warn!(run_dir = %run_dir.display(), "{e}");
+        None
+    })
 }
 
 /// The replica's cgroups, if any are left once its shim is gone: whatever is in them is
-/// killed (L20) and they are removed.
-fn remove_cgroups(run: &RunId, run_dir: &Path) {
-    match replica_cgroup(run_dir) {
-        Ok(Some(cg)) => {
-            if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
-                tracing::warn!(%run, "cleaning up after the replica's supervisor: {e}");
-            }
+/// killed (L20) and they are removed, the memory cgroup first (it holds every process of
+/// the replica), then the v1 pids cgroup, empty by then.
+fn remove_cgroups_of(spec: &ShimSpec, run_dir: &Path) {
+    if let Some(cg) = replica_cgroup_of(spec) {
+        if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
+            tracing::warn!(run_dir = %run_dir.display(), "killing and removing the replica's cgroup: {e}");
         }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(%run, "{e}"),
     }
-    remove_pids_cgroup(run_dir);
+    if let Some(cg) = pids_cgroup_of(spec) {
+        if let Err(e) = cg.remove() {
+            tracing::warn!(run_dir = %run_dir.display(), "removing the replica's pids cgroup: {e}");
+        }
+    }
 }
 
 /// A run in a container: the container removed with everything in it (L20), by the
 /// engine, before its cgroup is killed (which would leave the engine's records of a
 /// container whose processes are gone).
 fn remove_container(run_dir: &Path) {
-    let Ok(Some(spec)) = shim::read_spec(run_dir) else { return };
-    if let Some(c) = spec.container {
+    if let Some(spec) = spec_of(run_dir) {
+        remove_container_of(&spec, run_dir);
+    }
+}
+
+fn remove_container_of(spec: &ShimSpec, run_dir: &Path) {
+    if let Some(c) = &spec.container {
         if let Err(e) = c.engine.remove(&c.name) {
             tracing::warn!(run_dir = %run_dir.display(), "removing the container {}: {e}", c.name);
         }
@@ -690,44 +708,20 @@ fn remove_container(run_dir: &Path) {
 
 /// The replica's cgroup, as its spec names it, if it exists.
 fn replica_cgroup(run_dir: &Path) -> Result<Option<ReplicaCgroup>, ShimError> {
-    let Some(spec) = shim::read_spec(run_dir)? else { return Ok(None) };
-    let (Some(base), Some(version)) = (spec.cgroup_base, spec.cgroup_version) else { return Ok(None) };
-    let Ok(version) = CgroupVersion::from_number(version) else { return Ok(None) };
-    let path = base.join(&spec.cgroup_name);
-    if spec.cgroup_name.is_empty() || !path.is_dir() {
-        return Ok(None);
-    }
-    Ok(Some(ReplicaCgroup::open(version, path)))
+    Ok(shim::read_spec(run_dir)?.as_ref().and_then(replica_cgroup_of))
 }
 
-/// Removes the replica's cgroup v1 pids cgroup, as its spec names it, if it exists: after
-/// its memory cgroup, which holds the same processes, was emptied.
-fn remove_pids_cgroup(run_dir: &Path) {
-    let Ok(Some(spec)) = shim::read_spec(run_dir) else { return };
-    let Some(base) = spec.pids_cgroup_base else { return };
+fn replica_cgroup_of(spec: &ShimSpec) -> Option<ReplicaCgroup> {
+    let (Some(base), Some(version)) = (&spec.cgroup_base, spec.cgroup_version) else { return None };
+    let version = CgroupVersion::from_number(version).ok()?;
     let path = base.join(&spec.cgroup_name);
-    if spec.cgroup_name.is_empty() || spec.cgroup_name.contains('/') || !path.is_dir() {
-        return;
-    }
-    if let Err(e) = PidsCgroup::open(path).remove() {
-        tracing::warn!(run_dir = %run_dir.display(), "removing the replica's pids cgroup: {e}");
-    }
+    (!spec.cgroup_name.is_empty() && path.is_dir()).then(|| ReplicaCgroup::open(version, path))
 }
 
-/// SIGKILLs everything in the replica's cgroup, if it has one (`cgroup.kill` on v2 where
-/// the kernel has it). The cgroup itself is left for the watcher to remove.
-fn kill_cgroup(run_dir: &Path) {
-    remove_container(run_dir);
-    match replica_cgroup(run_dir) {
-        Ok(Some(cg)) => {
-            if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
-                tracing::warn!(run_dir = %run_dir.display(), "killing and removing the replica's cgroup: {e}");
-            }
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(run_dir = %run_dir.display(), "{e}"),
-    }
-    remove_pids_cgroup(run_dir);
+/// The replica's cgroup v1 pids cgroup, as its spec names it, if it exists.
+fn pids_cgroup_of(spec: &ShimSpec) -> Option<PidsCgroup> {
+    let path = spec.pids_cgroup_base.as_ref()?.join(&spec.cgroup_name);
+    (!spec.cgroup_name.is_empty() && !spec.cgroup_name.contains('/') && path.is_dir()).then(|| PidsCgroup::open(path))
 }
 
 /// How long `kill` goes on killing the children of a shim that keep appearing (orphans

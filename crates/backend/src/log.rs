@@ -338,7 +338,7 @@ impl Splitter {
 pub fn pump_both(stdout: File, stderr: File, writer: &LogWriter) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
-    let mut files = [stdout, stderr];
+    let files = [stdout, stderr];
     let mut split =
         [Splitter { stream: "stdout", line: Vec::new(), open: true }, Splitter { stream: "stderr", line: Vec::new(), open: true }];
     // Never zeroed: a program that writes little never touches most of it (zeroing 64 KiB
