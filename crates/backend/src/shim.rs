@@ -1150,10 +1150,13 @@ fn drop_identity(limits: Limits) -> Result<(), ()> {
             libc::setpriority(libc::PRIO_PROCESS, 0, n);
         }
         if let Some(id) = limits.run_as {
+            // The raw system calls, which change this task's credentials only: glibc's
+            // wrappers would also signal the threads it believes this process has, which
+            // in a vfork-like child are the shim's.
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(id.gid) != 0
-                || libc::setuid(id.uid) != 0
+                || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setgid, id.gid) != 0
+                || libc::syscall(libc::SYS_setuid, id.uid) != 0
             {
                 return Err(());
             }
@@ -1179,11 +1182,59 @@ fn spawn_program(
     // `clone3` starts a child in one cgroup only; a v1 pids cgroup is a second one (and
     // v1 has no `clone3` into a cgroup anyway).
     if let Some(cg) = cgroup.filter(|cg| cg.version() == CgroupVersion::V2 && pids_cgroup.is_none()) {
-        if let Some(started) = spawn_into_cgroup(spec, program, cg, limits)? {
+        if let Some(started) = spawn_direct(spec, program, Placement::Into(cg), limits)? {
             return Ok(started);
         }
     }
+    let join = Join {
+        tasks: cgroup_file_c(cgroup.and_then(|cg| cg.thread_attach_file()))?,
+        procs: cgroup_file_c(cgroup.map(|cg| cg.procs_file()))?,
+        pids_tasks: cgroup_file_c(pids_cgroup.map(|cg| cg.tasks_file()))?,
+        pids_procs: cgroup_file_c(pids_cgroup.map(|cg| cg.procs_file()))?,
+    };
+    if let Some(started) = spawn_direct(spec, program, Placement::Join(&join), limits)? {
+        return Ok(started);
+    }
     spawn_and_move(spec, program, cgroup, pids_cgroup, limits)
+}
+
+/// Where the program's child process goes, for [`spawn_direct`].
+enum Placement<'a> {
+    /// Created inside the cgroup (v2: `clone3` with `CLONE_INTO_CGROUP`).
+    Into(&'a ReplicaCgroup),
+    /// The child joins the cgroups itself before exec: a vfork-like child (`clone` with
+    /// `CLONE_VM | CLONE_VFORK`) that shares the shim's memory until it execs, so no
+    /// page table is copied and no page of the shim's is copied on write.
+    Join(&'a Join),
+}
+
+/// The cgroup files a child writes `0` into to join them (made before the clone: no
+/// allocation after it): the memory cgroup's `tasks` (v1), else its `cgroup.procs`; then
+/// the v1 pids cgroup's, the same way. See `spawn_and_move`.
+struct Join {
+    tasks: Option<CString>,
+    procs: Option<CString>,
+    pids_tasks: Option<CString>,
+    pids_procs: Option<CString>,
+}
+
+impl Join {
+    /// In the child: joins what there is to join; the failing step, else None.
+    fn join(&self) -> Option<u8> {
+        let into = |tasks: &Option<CString>, procs: &Option<CString>| match procs {
+            None => true,
+            Some(procs) => tasks.as_deref().is_some_and(|t| write_zero(t).is_ok()) || write_zero(procs).is_ok(),
+        };
+        if !into(&self.tasks, &self.procs) {
+            return Some(STEP_CGROUP);
+        }
+        // The task limit: from here on every fork of the program counts against the
+        // replica's `pids.max`.
+        if !into(&self.pids_tasks, &self.pids_procs) {
+            return Some(STEP_PIDS_CGROUP);
+        }
+        None
+    }
 }
 
 /// A cgroup path for the child of a fork, made before the fork (no allocation after it).
@@ -1325,26 +1376,32 @@ const STEP_CWD: u8 = b'd';
 const STEP_GROUP: u8 = b'g';
 const STEP_EXEC: u8 = b'e';
 const STEP_IDENTITY: u8 = b'u';
+const STEP_CGROUP: u8 = b'c';
+const STEP_PIDS_CGROUP: u8 = b'p';
 
 extern "C" {
     static mut environ: *const *const libc::c_char;
 }
 
-/// On cgroup v2 the program is created inside its cgroup (`clone3` with
-/// `CLONE_INTO_CGROUP`) instead of moving there after a fork: a move through
-/// `cgroup.procs` takes the kernel's threadgroup lock for writing and waits for an RCU
-/// grace period (about 5 ms per start), and v2 has no cheaper file for a domain cgroup.
+/// Starts the program without `Command`'s fork. `Placement::Into` (cgroup v2): created
+/// inside its cgroup (`clone3` with `CLONE_INTO_CGROUP`) instead of moving there after a
+/// fork: a move through `cgroup.procs` takes the kernel's threadgroup lock for writing and
+/// waits for an RCU grace period (about 5 ms per start), and v2 has no cheaper file for a
+/// domain cgroup. `Placement::Join`: a vfork-like child that joins its cgroups itself, as
+/// `spawn_and_move`'s does, without copying the shim's page tables (a fork's page-table
+/// copy and the copy-on-write faults after it were a tenth of a supervisor's CPU).
 /// Otherwise as `spawn_and_move`: the same streams, working directory, process group,
 /// signals, environment (exactly `spec.env`, the last of a repeated name) and `execvp`
 /// in that environment's PATH. `Ok(None)` when this way is not available (a kernel older
-/// than 5.7, a refused call, an argument that cannot be passed): the caller then forks
-/// and moves, which also reports such arguments as `Command` does.
+/// than 5.7, a refused call, an argument that cannot be passed): the caller then tries
+/// the next way, the last being `spawn_and_move`, which also reports such arguments as
+/// `Command` does.
 ///
-/// The shim has one thread while it starts its program, so the child of this fork-like
-/// `clone3` may run ordinary code until it execs; it only makes system calls on memory
-/// prepared before, and ends in `execvp` or `_exit` (no unwinding, no `abort`: glibc's
-/// cached thread id is the parent's in a child that glibc did not fork).
-fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits: Limits) -> Result<Option<Program>, SpawnFailure> {
+/// The shim has one thread while it starts its program, so the child may run ordinary
+/// code until it execs; it only makes system calls on memory prepared before, and ends in
+/// `execvp` or `_exit` (no unwinding, no `abort`: glibc's cached thread id is the
+/// parent's in a child that glibc did not fork).
+fn spawn_direct(spec: &ShimSpec, program: &str, placement: Placement<'_>, limits: Limits) -> Result<Option<Program>, SpawnFailure> {
     use std::collections::BTreeMap;
     let launch = |what: &str, e: io::Error| SpawnFailure::Launch(format!("{what}: {e}"));
     let Ok(program_c) = CString::new(program.as_bytes()) else { return Ok(None) };
@@ -1363,8 +1420,6 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits:
     let argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect();
     let envp_p: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
 
-    let cgroup_dir = nix::fcntl::open(cg.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(|e| launch("open the replica's cgroup", e.into()))?;
     let null = File::open("/dev/null").map_err(|e| launch("open /dev/null", e))?;
     let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| launch("pipe", e.into()));
     let (out_r, out_w) = pipe()?;
@@ -1373,26 +1428,70 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits:
     let (null_fd, out_fd, err_fd, report_fd) = (null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd(), report_w.as_raw_fd());
     let cwd_p = cwd.as_ref().map(|c| c.as_ptr());
 
-    let mut args = CloneArgs {
-        flags: CLONE_INTO_CGROUP,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup_dir.as_raw_fd() as u64,
-        ..CloneArgs::default()
+    let child = ChildArgs {
+        null: null_fd,
+        out: out_fd,
+        err: err_fd,
+        report: report_fd,
+        cwd: cwd_p,
+        program: program_c.as_ptr(),
+        argv: &argv_p,
+        envp: &envp_p,
+        limits,
+        join: match placement {
+            Placement::Join(join) => Some(join),
+            Placement::Into(_) => None,
+        },
     };
-    // SAFETY: clone3 with fork semantics (no CLONE_VM): the child gets a copy of this
-    // single-threaded process and runs `exec_child`, which never returns.
-    let r = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) };
-    if r == 0 {
-        // SAFETY: in the child; every pointer was made above and is alive in this copy.
-        unsafe { exec_child(null_fd, out_fd, err_fd, report_fd, cwd_p, program_c.as_ptr(), &argv_p, &envp_p, limits) }
-    }
-    if r < 0 {
-        // Not available here (ENOSYS, E2BIG, EINVAL, EOPNOTSUPP, ...) or refused for
-        // this cgroup: the fork-and-move path tries, and reports its own errors.
-        return Ok(None);
-    }
-    let pid = r as libc::pid_t;
-    drop((null, out_w, err_w, report_w, cgroup_dir));
+    let pid = match placement {
+        Placement::Into(cg) => {
+            let cgroup_dir = nix::fcntl::open(cg.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+                .map_err(|e| launch("open the replica's cgroup", e.into()))?;
+            let mut args = CloneArgs {
+                flags: CLONE_INTO_CGROUP,
+                exit_signal: libc::SIGCHLD as u64,
+                cgroup: cgroup_dir.as_raw_fd() as u64,
+                ..CloneArgs::default()
+            };
+            // SAFETY: clone3 with fork semantics (no CLONE_VM): the child gets a copy of
+            // this single-threaded process and runs `exec_child`, which never returns.
+            let r = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) };
+            if r == 0 {
+                // SAFETY: in the child; every pointer was made above and is alive in this copy.
+                unsafe { exec_child(&child) }
+            }
+            if r < 0 {
+                // Not available here (ENOSYS, E2BIG, EINVAL, EOPNOTSUPP, ...) or refused
+                // for this cgroup: the next way tries, and reports its own errors.
+                return Ok(None);
+            }
+            r as libc::pid_t
+        }
+        Placement::Join(_) => {
+            // The child's stack: never zeroed, touched only as deep as it goes.
+            let mut stack: Vec<u8> = Vec::with_capacity(VFORK_STACK);
+            // 16-byte aligned end (the stack grows down).
+            let top = ((stack.as_mut_ptr() as usize + VFORK_STACK) & !15) as *mut libc::c_void;
+            // SAFETY: `environ` is read here and written back below, in this one thread.
+            let saved_environ = unsafe { environ };
+            // SAFETY: a vfork-like clone: the child runs `vfork_child` on `stack` in this
+            // process's memory while this thread is suspended, until the child execs or
+            // exits; `child` and everything it points to outlive that. The child only
+            // makes system calls on memory prepared above (see `exec_child`).
+            let r = unsafe {
+                libc::clone(vfork_child, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, &child as *const ChildArgs as *mut libc::c_void)
+            };
+            // SAFETY: the child set `environ` (shared memory) to `envp`, which is freed
+            // when this function returns: the shim's own is put back.
+            unsafe { environ = saved_environ };
+            drop(stack);
+            if r < 0 {
+                return Err(start_failure(program, io::Error::last_os_error()));
+            }
+            r as libc::pid_t
+        }
+    };
+    drop((null, out_w, err_w, report_w));
     // EOF: the child exec'd (the CLOEXEC write end went with it). Else the step it
     // failed at and the errno.
     let mut report = File::from(report_r);
@@ -1416,6 +1515,8 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits:
     let errno = if got == buf.len() { i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]) } else { libc::EIO };
     let e = io::Error::from_raw_os_error(errno);
     Err(match buf[0] {
+        STEP_CGROUP => SpawnFailure::Launch(format!("cannot move the program into its cgroup: {e}")),
+        STEP_PIDS_CGROUP => SpawnFailure::Launch(format!("cannot move the program into its pids cgroup: {e}")),
         STEP_GROUP => SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")),
         STEP_STDIO => SpawnFailure::Launch(format!("cannot set up the program's standard streams: {e}")),
         STEP_IDENTITY => {
@@ -1427,25 +1528,43 @@ fn spawn_into_cgroup(spec: &ShimSpec, program: &str, cg: &ReplicaCgroup, limits:
     })
 }
 
-/// The child of `spawn_into_cgroup`: standard streams, working directory, own process
-/// group, signals, environment, `execvp`; a failure is written to `report` (step and
-/// errno) and ends the child with status 127.
-///
-/// # Safety
-/// Only in the child of a fork of a single-threaded process, with valid descriptors and
-/// NUL-terminated strings and pointer arrays.
-#[allow(clippy::too_many_arguments)]
-unsafe fn exec_child(
+/// The stack of a vfork-like child ([`Placement::Join`]): what `exec_child` needs, with
+/// room to spare (pages are touched only as deep as it goes).
+const VFORK_STACK: usize = 256 * 1024;
+
+/// What the child of [`spawn_direct`] needs, all made before the clone.
+struct ChildArgs<'a> {
     null: libc::c_int,
     out: libc::c_int,
     err: libc::c_int,
     report: libc::c_int,
     cwd: Option<*const libc::c_char>,
     program: *const libc::c_char,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
     limits: Limits,
-) -> ! {
+    /// The cgroups it joins itself (a vfork-like child), if it was not created in one.
+    join: Option<&'a Join>,
+}
+
+/// The entry of a vfork-like child: [`exec_child`] on the `ChildArgs` at `arg`.
+extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `spawn_direct` passes a `ChildArgs` that outlives the child's exec.
+    unsafe { exec_child(&*(arg as *const ChildArgs<'_>)) }
+}
+
+/// The child of `spawn_direct`: its cgroups joined (a vfork-like child), standard
+/// streams, working directory, own process group, signals, environment, `execvp`; a
+/// failure is written to `report` (step and errno) and ends the child with status 127.
+///
+/// # Safety
+/// Only in the child of a fork of a single-threaded process, or of a vfork-like clone of
+/// one (its parent suspended until it execs or exits), with valid descriptors and
+/// NUL-terminated strings and pointer arrays. It makes system calls on that memory only:
+/// no allocation, no lock, no unwinding; what it writes of the shared memory is `errno`
+/// and `environ` (which the parent puts back).
+unsafe fn exec_child(a: &ChildArgs<'_>) -> ! {
+    let ChildArgs { null, out, err, report, cwd, program, argv, envp, limits, join } = *a;
     let fail = |step: u8| -> ! {
         let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
         let msg = [step, errno[0], errno[1], errno[2], errno[3]];
@@ -1455,8 +1574,12 @@ unsafe fn exec_child(
             libc::_exit(127)
         }
     };
+    if let Some(step) = join.and_then(Join::join) {
+        fail(step);
+    }
     // SAFETY: dup2/chdir/setpgid/execvp on descriptors and strings valid in this child;
-    // `environ` is this child's own copy, set to an array that outlives the exec.
+    // `environ` is set to an array that outlives the exec (a vfork-like child's parent
+    // puts its own back).
     unsafe {
         if libc::dup2(null, 0) < 0 || libc::dup2(out, 1) < 0 || libc::dup2(err, 2) < 0 {
             fail(STEP_STDIO);
@@ -1682,6 +1805,58 @@ fn kill_remaining(pgid: Pid, cgroup: Option<&ReplicaCgroup>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NO_LIMITS: Limits = Limits { nproc: None, nofile_soft: None, run_as: None, cgroup_view: None, nice: None };
+
+    fn no_join() -> Join {
+        Join { tasks: None, procs: None, pids_tasks: None, pids_procs: None }
+    }
+
+    /// The vfork-like start (what a replica's program gets on cgroup v1): the program runs
+    /// with exactly the spec's environment, in its working directory and its own process
+    /// group, its output on the pipes; the shim's own environment is intact afterwards
+    /// (the child set `environ` in the memory they share).
+    #[test]
+    fn a_vfork_like_child_runs_the_program_and_leaves_the_shim_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path_before = std::env::var_os("PATH");
+        let mut spec = ShimSpec::new(
+            vec!["sh".into(), "-c".into(), "echo \"$GREETING $(pwd) $(ps -o pgid= -p $$ | tr -d ' ') $$\"; echo oops >&2".into()],
+            vec![("GREETING".into(), "hello".into()), ("PATH".into(), "/usr/bin:/bin".into())],
+        );
+        spec.cwd = Some(dir.path().to_path_buf());
+        let join = no_join();
+        let mut p = spawn_direct(&spec, "sh", Placement::Join(&join), NO_LIMITS).ok().flatten().expect("started by the vfork-like way");
+        assert_eq!(std::env::var_os("PATH"), path_before, "the shim's environment changed");
+        let mut out = String::new();
+        p.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        let mut err = String::new();
+        p.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let mut status = 0;
+        unsafe { libc::waitpid(p.pid as i32, &mut status, 0) };
+        assert_eq!(status, 0);
+        let pid = p.pid.to_string();
+        assert_eq!(out.trim(), format!("hello {} {pid} {pid}", dir.path().display()), "environment, directory, own process group");
+        assert_eq!(err, "oops\n");
+    }
+
+    /// Its failures are told apart as `Command`'s are: a program that cannot be run is the
+    /// user's, a cgroup that cannot be joined is ours.
+    #[test]
+    fn a_vfork_like_child_reports_what_failed() {
+        let spec = ShimSpec::new(vec!["/nonexistent/program".into()], vec![]);
+        let join = no_join();
+        match spawn_direct(&spec, "/nonexistent/program", Placement::Join(&join), NO_LIMITS) {
+            Err(SpawnFailure::Start(m)) => assert!(m.contains("No such file"), "{m}"),
+            _ => panic!("a missing program is not reported as the user's start error"),
+        }
+        let spec = ShimSpec::new(vec!["true".into()], vec![]);
+        let join = Join { procs: Some(CString::new("/nonexistent/cgroup.procs").unwrap()), ..no_join() };
+        match spawn_direct(&spec, "true", Placement::Join(&join), NO_LIMITS) {
+            Err(SpawnFailure::Launch(m)) => assert!(m.contains("cannot move the program into its cgroup"), "{m}"),
+            _ => panic!("a cgroup that cannot be joined is not reported as such"),
+        }
+    }
 
     #[test]
     fn spec_wire_format() {
