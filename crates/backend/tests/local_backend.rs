@@ -473,6 +473,29 @@ fn l23_a_new_backend_adopts_a_running_replica() {
     assert_eq!(wait_exit(&rx3, &run).1, Outcome::Exited { code: 0 });
 }
 
+/// L23: a run whose server died after launching it but before its shim took the lock
+/// (the spec written, no shim running yet) is started by the next backend in the same
+/// directory, not reported lost (which would start it again elsewhere): its program runs
+/// once, and the first server's shim, should it come late, runs nothing.
+#[test]
+fn l23_a_run_launched_by_a_dead_server_before_its_shim_started_runs_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    fs::create_dir_all(&dir).unwrap();
+    let marks = tmp.path().join("marks");
+    shim::write_spec(&dir, &sh(&format!("echo started >> {}", marks.display()))).unwrap();
+    let run = run_id("workerpool0-0");
+    let (s, rx) = sink();
+    let adopting = backend();
+    adopting.adopt(run.clone(), &dir, s).unwrap();
+    let (pid, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    assert!(pid.is_some(), "the program was not reported started");
+    let late = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard-shim")).arg(&dir).status().unwrap();
+    assert_eq!(late.code(), Some(shim::EXIT_ALREADY_RAN));
+    assert_eq!(fs::read_to_string(&marks).unwrap(), "started\n");
+}
+
 /// Architecture, idempotent effects: launching one run twice runs it once, whether the
 /// second launch comes from the same backend, from a new one while it runs, or after it ended.
 #[test]
