@@ -17,11 +17,10 @@
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -990,23 +989,8 @@ fn cover_cgroup_tree(cgroups: &mut ReplicaCgroups, memory: &OwnedFd, pids: Optio
         return None;
     }
     let host = nix::fcntl::open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
-    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    let none = std::ptr::null::<libc::c_char>();
-    let trees = [(c"/sys/fs/cgroup/memory", Some(memory)), (c"/sys/fs/cgroup/pids", pids)];
-    // SAFETY: system calls on static NUL-terminated strings and descriptors we own.
-    unsafe {
-        if libc::mount(c"tmpfs".as_ptr(), c"/sys/fs/cgroup".as_ptr(), c"tmpfs".as_ptr(), flags, c"mode=0755,size=64k".as_ptr().cast()) != 0 {
-            return None;
-        }
-        for (dir, tree) in trees {
-            let Some(tree) = tree else { continue };
-            if libc::mkdir(dir.as_ptr(), 0o755) == 0
-                && libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), c"".as_ptr(), libc::AT_FDCWD, dir.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) == 0
-            {
-                libc::chmod(dir.as_ptr(), 0o755);
-            }
-        }
-        libc::mount(none, c"/sys/fs/cgroup".as_ptr(), none, libc::MS_REMOUNT | libc::MS_RDONLY | flags, std::ptr::null());
+    if !mount_v1_view(Some(memory.as_raw_fd()), pids.map(AsRawFd::as_raw_fd), pids.is_some(), false) {
+        return None;
     }
     let through = PathBuf::from(format!("/proc/self/fd/{}", host.as_raw_fd()));
     if let Some(cg) = &mut cgroups.memory {
@@ -1070,28 +1054,45 @@ fn own_cgroup_view(v: CgroupView) {
             }
             return;
         }
+        mount_v1_view(v.memory_tree, v.pids_tree, v.v1_pids, true);
+    }
+}
+
+/// cgroup v1: `/sys/fs/cgroup` covered by a tmpfs holding the replica's own `memory`
+/// directory (and, `with_pids`, its `pids` one), then made read-only. Each is its detached
+/// copy attached ([`detached_bind`]) or, where it has none and `mount_missing`, the
+/// hierarchy mounted (as the caller's cgroup namespace shows it); else it stays empty.
+/// False, with nothing mounted, when the tmpfs cannot be. System calls on static strings
+/// and descriptors only: it also runs between fork and exec. The replica's cgroup
+/// directories are the server's (0700, its umask): the program may read them (never
+/// write: their files stay root's, 0644).
+fn mount_v1_view(memory_tree: Option<RawFd>, pids_tree: Option<RawFd>, with_pids: bool, mount_missing: bool) -> bool {
+    let none = std::ptr::null::<libc::c_char>();
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    let root = c"/sys/fs/cgroup".as_ptr();
+    let memory = (c"/sys/fs/cgroup/memory", c"memory", memory_tree);
+    let pids = (c"/sys/fs/cgroup/pids", c"pids", pids_tree);
+    let hierarchies: &[(&std::ffi::CStr, &std::ffi::CStr, Option<RawFd>)] = if with_pids { &[memory, pids] } else { &[memory] };
+    // SAFETY: system calls on static NUL-terminated strings and descriptors the caller owns.
+    unsafe {
         if libc::mount(c"tmpfs".as_ptr(), root, c"tmpfs".as_ptr(), flags, c"mode=0755,size=64k".as_ptr().cast()) != 0 {
-            return;
+            return false;
         }
-        let memory = (c"/sys/fs/cgroup/memory", c"memory", v.memory_tree);
-        let pids = (c"/sys/fs/cgroup/pids", c"pids", v.pids_tree);
-        let hierarchies: &[(&std::ffi::CStr, &std::ffi::CStr, Option<std::os::fd::RawFd>)] =
-            if v.v1_pids { &[memory, pids] } else { &[memory] };
         for &(dir, controller, tree) in hierarchies {
             if libc::mkdir(dir.as_ptr(), 0o755) != 0 {
                 continue;
             }
-            // The replica's own directory as the cgroup namespace's root shows it: its
-            // detached copy attached, else the hierarchy mounted in the namespace.
             let attached = tree.is_some_and(|fd| {
                 libc::syscall(libc::SYS_move_mount, fd, c"".as_ptr(), libc::AT_FDCWD, dir.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) == 0
             });
-            if attached || libc::mount(c"cgroup".as_ptr(), dir.as_ptr(), c"cgroup".as_ptr(), flags, controller.as_ptr().cast()) == 0 {
+            let mounted = || libc::mount(c"cgroup".as_ptr(), dir.as_ptr(), c"cgroup".as_ptr(), flags, controller.as_ptr().cast()) == 0;
+            if attached || (mount_missing && mounted()) {
                 libc::chmod(dir.as_ptr(), 0o755);
             }
         }
         libc::mount(none, root, none, libc::MS_REMOUNT | libc::MS_RDONLY | flags, std::ptr::null());
     }
+    true
 }
 
 /// The soft `RLIMIT_NOFILE` a program gets at least (within the hard limit): the usual
@@ -1181,36 +1182,22 @@ fn spawn_program(
     }
     // `clone3` starts a child in one cgroup only; a v1 pids cgroup is a second one (and
     // v1 has no `clone3` into a cgroup anyway).
-    if let Some(cg) = cgroup.filter(|cg| cg.version() == CgroupVersion::V2 && pids_cgroup.is_none()) {
-        if let Some(started) = spawn_direct(spec, program, Placement::Into(cg), limits)? {
-            return Ok(started);
-        }
-    }
+    let into = cgroup.filter(|cg| cg.version() == CgroupVersion::V2 && pids_cgroup.is_none());
     let join = Join {
+        // The child has one thread: moving that thread moves the process, and costs far
+        // less than moving a process (see `ReplicaCgroup::thread_attach_file`).
         tasks: cgroup_file_c(cgroup.and_then(|cg| cg.thread_attach_file()))?,
         procs: cgroup_file_c(cgroup.map(|cg| cg.procs_file()))?,
         pids_tasks: cgroup_file_c(pids_cgroup.map(|cg| cg.tasks_file()))?,
         pids_procs: cgroup_file_c(pids_cgroup.map(|cg| cg.procs_file()))?,
     };
-    if let Some(started) = spawn_direct(spec, program, Placement::Join(&join), limits)? {
-        return Ok(started);
-    }
-    spawn_and_move(spec, program, cgroup, pids_cgroup, limits)
-}
-
-/// Where the program's child process goes, for [`spawn_direct`].
-enum Placement<'a> {
-    /// Created inside the cgroup (v2: `clone3` with `CLONE_INTO_CGROUP`).
-    Into(&'a ReplicaCgroup),
-    /// The child joins the cgroups itself before exec: a vfork-like child (`clone` with
-    /// `CLONE_VM | CLONE_VFORK`) that shares the shim's memory until it execs, so no
-    /// page table is copied and no page of the shim's is copied on write.
-    Join(&'a Join),
+    spawn_direct(spec, program, into, &join, limits)
 }
 
 /// The cgroup files a child writes `0` into to join them (made before the clone: no
 /// allocation after it): the memory cgroup's `tasks` (v1), else its `cgroup.procs`; then
-/// the v1 pids cgroup's, the same way. See `spawn_and_move`.
+/// the v1 pids cgroup's, the same way. A failure is ours (a launch failure), unlike an
+/// exec failure, which is the user's.
 struct Join {
     tasks: Option<CString>,
     procs: Option<CString>,
@@ -1242,112 +1229,6 @@ fn cgroup_file_c(path: Option<PathBuf>) -> Result<Option<CString>, SpawnFailure>
     path.map(|p| CString::new(p.as_os_str().as_bytes())).transpose().map_err(|e| SpawnFailure::Launch(format!("cgroup path: {e}")))
 }
 
-/// Fork, join the cgroup (v1: `tasks`; v2, when `clone3` could not: `cgroup.procs`) and
-/// on v1 the pids cgroup (`tasks`), exec.
-fn spawn_and_move(
-    spec: &ShimSpec,
-    program: &str,
-    cgroup: Option<&ReplicaCgroup>,
-    pids_cgroup: Option<&PidsCgroup>,
-    limits: Limits,
-) -> Result<Program, SpawnFailure> {
-    let procs = cgroup_file_c(cgroup.map(|cg| cg.procs_file()))?;
-    // The child has one thread: moving that thread moves the process, and costs far less
-    // than moving a process (see `ReplicaCgroup::thread_attach_file`).
-    let tasks = cgroup_file_c(cgroup.and_then(|cg| cg.thread_attach_file()))?;
-    let pids_procs = cgroup_file_c(pids_cgroup.map(|cg| cg.procs_file()))?;
-    let pids_tasks = cgroup_file_c(pids_cgroup.map(|cg| cg.tasks_file()))?;
-    // A CLOEXEC pipe on which the child reports, before exec, that joining the cgroup
-    // failed: that failure is ours, while an exec failure is the user's.
-    let (marker_read, marker_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
-        Ok(fds) => fds,
-        Err(e) => return Err(SpawnFailure::Launch(format!("pipe: {}", io::Error::from(e)))),
-    };
-    let marker_fd = marker_write.as_raw_fd();
-
-    let mut cmd = Command::new(program);
-    cmd.args(&spec.argv[1..])
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
-    }
-    // SAFETY: the closure runs between fork and exec (`pre_exec` is unsafe for that); it
-    // only makes async-signal-safe system calls on memory prepared before the fork (no
-    // allocation: the cgroup path is a CString already, nix passes a CStr through).
-    // `marker_fd` stays open until after `spawn` returns (`marker_write` is dropped
-    // below).
-    unsafe {
-        cmd.pre_exec(move || {
-            let marker = BorrowedFd::borrow_raw(marker_fd);
-            if let Some(procs) = &procs {
-                // `tasks` first; should it fail, `cgroup.procs`, whose error is reported.
-                let joined = tasks.as_deref().is_some_and(|t| write_zero(t).is_ok());
-                if !joined {
-                    if let Err(err) = write_zero(procs) {
-                        let _ = nix::unistd::write(marker, b"c");
-                        return Err(err);
-                    }
-                }
-            }
-            // The task limit: from here on every fork of the program counts against the
-            // replica's `pids.max` (the fork that made this child counted for the shim).
-            if let Some(procs) = &pids_procs {
-                let joined = pids_tasks.as_deref().is_some_and(|t| write_zero(t).is_ok());
-                if !joined {
-                    if let Err(err) = write_zero(procs) {
-                        let _ = nix::unistd::write(marker, b"p");
-                        return Err(err);
-                    }
-                }
-            }
-            // Its own process group, so a stop reaches all of it with killpg.
-            if let Err(e) = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
-                let _ = nix::unistd::write(marker, b"g");
-                return Err(e.into());
-            }
-            reset_signals_for_exec();
-            if drop_identity(limits).is_err() {
-                let err = io::Error::last_os_error();
-                let _ = nix::unistd::write(marker, b"u");
-                return Err(err);
-            }
-            Ok(())
-        });
-    }
-    let spawned = cmd.spawn();
-    // The child's copy of the write end is gone (exec or exit); close ours, so the read
-    // below sees either the child's byte or EOF.
-    drop(cmd);
-    drop(marker_write);
-    match spawned {
-        Ok(mut child) => Ok(Program {
-            pid: child.id(),
-            stdout: child.stdout.take().map(|o| File::from(OwnedFd::from(o))),
-            stderr: child.stderr.take().map(|o| File::from(OwnedFd::from(o))),
-        }),
-        Err(e) => {
-            let mut byte = [0u8; 1];
-            let mut marker = File::from(marker_read);
-            let ours = matches!(marker.read(&mut byte), Ok(1));
-            if ours && byte[0] == b'c' {
-                Err(SpawnFailure::Launch(format!("cannot move the program into its cgroup: {e}")))
-            } else if ours && byte[0] == b'p' {
-                Err(SpawnFailure::Launch(format!("cannot move the program into its pids cgroup: {e}")))
-            } else if ours && byte[0] == b'u' {
-                Err(SpawnFailure::Launch(format!("cannot limit the program's tasks or switch it to {:?}: {e}", limits.run_as)))
-            } else if ours {
-                Err(SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")))
-            } else {
-                Err(start_failure(program, e))
-            }
-        }
-    }
-}
-
 /// `clone3` flag: the child starts in the cgroup whose directory `CloneArgs::cgroup` is
 /// open on (cgroup v2, Linux 5.7).
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -1369,7 +1250,7 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-/// What the child of `spawn_into_cgroup` reports on its pipe when it cannot exec: the
+/// What the child of `spawn_direct` reports on its pipe when it cannot exec: the
 /// step, then the errno (native byte order).
 const STEP_STDIO: u8 = b'o';
 const STEP_CWD: u8 = b'd';
@@ -1383,40 +1264,39 @@ extern "C" {
     static mut environ: *const *const libc::c_char;
 }
 
-/// Starts the program without `Command`'s fork. `Placement::Into` (cgroup v2): created
-/// inside its cgroup (`clone3` with `CLONE_INTO_CGROUP`) instead of moving there after a
-/// fork: a move through `cgroup.procs` takes the kernel's threadgroup lock for writing and
-/// waits for an RCU grace period (about 5 ms per start), and v2 has no cheaper file for a
-/// domain cgroup. `Placement::Join`: a vfork-like child that joins its cgroups itself, as
-/// `spawn_and_move`'s does, without copying the shim's page tables (a fork's page-table
-/// copy and the copy-on-write faults after it were a tenth of a supervisor's CPU).
-/// Otherwise as `spawn_and_move`: the same streams, working directory, process group,
-/// signals, environment (exactly `spec.env`, the last of a repeated name) and `execvp`
-/// in that environment's PATH. `Ok(None)` when this way is not available (a kernel older
-/// than 5.7, a refused call, an argument that cannot be passed): the caller then tries
-/// the next way, the last being `spawn_and_move`, which also reports such arguments as
-/// `Command` does.
+/// The argument `Command` would refuse: it reports a NUL byte in the program, an argument,
+/// the environment or the working directory this way (the API refuses such jobs first).
+fn nul_byte() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data")
+}
+
+/// Starts the program: its standard streams (stdin /dev/null, stdout and stderr pipes to
+/// us), working directory, own process group, default signals, environment (exactly
+/// `spec.env`, the last of a repeated name) and `execvp` in that environment's PATH.
+///
+/// With `into` (cgroup v2), created inside that cgroup (`clone3` with `CLONE_INTO_CGROUP`)
+/// instead of moving there after a fork: a move through `cgroup.procs` takes the kernel's
+/// threadgroup lock for writing and waits for an RCU grace period (about 5 ms per start),
+/// and v2 has no cheaper file for a domain cgroup. Otherwise, or where that call is not
+/// available (a kernel older than 5.7, a refused call), a vfork-like child (`clone` with
+/// `CLONE_VM | CLONE_VFORK`) that joins its cgroups itself (`join`): it shares the shim's
+/// memory until it execs, so no page table is copied and no page of the shim's is copied
+/// on write (a fork's were a tenth of a supervisor's CPU).
 ///
 /// The shim has one thread while it starts its program, so the child may run ordinary
 /// code until it execs; it only makes system calls on memory prepared before, and ends in
 /// `execvp` or `_exit` (no unwinding, no `abort`: glibc's cached thread id is the
 /// parent's in a child that glibc did not fork).
-fn spawn_direct(spec: &ShimSpec, program: &str, placement: Placement<'_>, limits: Limits) -> Result<Option<Program>, SpawnFailure> {
+fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, join: &Join, limits: Limits) -> Result<Program, SpawnFailure> {
     use std::collections::BTreeMap;
     let launch = |what: &str, e: io::Error| SpawnFailure::Launch(format!("{what}: {e}"));
-    let Ok(program_c) = CString::new(program.as_bytes()) else { return Ok(None) };
-    let Ok(argv) = spec.argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>() else {
-        return Ok(None);
-    };
+    let refused = || start_failure(program, nul_byte());
+    let program_c = CString::new(program.as_bytes()).map_err(|_| refused())?;
+    let argv = spec.argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>().map_err(|_| refused())?;
     // As `Command::env_clear().envs(..)`: one entry per name, the last value, sorted.
     let env: BTreeMap<&str, &str> = spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let Ok(envp) = env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<Vec<_>, _>>() else {
-        return Ok(None);
-    };
-    let cwd = match spec.cwd.as_ref().map(|c| CString::new(c.as_os_str().as_bytes())).transpose() {
-        Ok(c) => c,
-        Err(_) => return Ok(None),
-    };
+    let envp = env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<Vec<_>, _>>().map_err(|_| refused())?;
+    let cwd = spec.cwd.as_ref().map(|c| CString::new(c.as_os_str().as_bytes())).transpose().map_err(|_| refused())?;
     let argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect();
     let envp_p: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
 
@@ -1425,26 +1305,20 @@ fn spawn_direct(spec: &ShimSpec, program: &str, placement: Placement<'_>, limits
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let (report_r, report_w) = pipe()?;
-    let (null_fd, out_fd, err_fd, report_fd) = (null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd(), report_w.as_raw_fd());
-    let cwd_p = cwd.as_ref().map(|c| c.as_ptr());
-
     let child = ChildArgs {
-        null: null_fd,
-        out: out_fd,
-        err: err_fd,
-        report: report_fd,
-        cwd: cwd_p,
+        null: null.as_raw_fd(),
+        out: out_w.as_raw_fd(),
+        err: err_w.as_raw_fd(),
+        report: report_w.as_raw_fd(),
+        cwd: cwd.as_ref().map(|c| c.as_ptr()),
         program: program_c.as_ptr(),
         argv: &argv_p,
         envp: &envp_p,
         limits,
-        join: match placement {
-            Placement::Join(join) => Some(join),
-            Placement::Into(_) => None,
-        },
+        join: None,
     };
-    let pid = match placement {
-        Placement::Into(cg) => {
+    let created_inside = match into {
+        Some(cg) => {
             let cgroup_dir = nix::fcntl::open(cg.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|e| launch("open the replica's cgroup", e.into()))?;
             let mut args = CloneArgs {
@@ -1460,14 +1334,16 @@ fn spawn_direct(spec: &ShimSpec, program: &str, placement: Placement<'_>, limits
                 // SAFETY: in the child; every pointer was made above and is alive in this copy.
                 unsafe { exec_child(&child) }
             }
-            if r < 0 {
-                // Not available here (ENOSYS, E2BIG, EINVAL, EOPNOTSUPP, ...) or refused
-                // for this cgroup: the next way tries, and reports its own errors.
-                return Ok(None);
-            }
-            r as libc::pid_t
+            // Below 0: not available here (ENOSYS, E2BIG, EINVAL, EOPNOTSUPP, ...) or
+            // refused for this cgroup; the child below joins it instead.
+            (r > 0).then_some(r as libc::pid_t)
         }
-        Placement::Join(_) => {
+        None => None,
+    };
+    let pid = match created_inside {
+        Some(pid) => pid,
+        None => {
+            let child = ChildArgs { join: Some(join), ..child };
             // The child's stack: never zeroed, touched only as deep as it goes.
             let mut stack: Vec<u8> = Vec::with_capacity(VFORK_STACK);
             // 16-byte aligned end (the stack grows down).
@@ -1506,7 +1382,7 @@ fn spawn_direct(spec: &ShimSpec, program: &str, placement: Placement<'_>, limits
         }
     }
     if got == 0 {
-        return Ok(Some(Program { pid: pid as u32, stdout: Some(File::from(out_r)), stderr: Some(File::from(err_r)) }));
+        return Ok(Program { pid: pid as u32, stdout: Some(File::from(out_r)), stderr: Some(File::from(err_r)) });
     }
     // The child has exited (or is about to): reap it.
     let mut status = 0;
@@ -1528,11 +1404,12 @@ fn spawn_direct(spec: &ShimSpec, program: &str, placement: Placement<'_>, limits
     })
 }
 
-/// The stack of a vfork-like child ([`Placement::Join`]): what `exec_child` needs, with
+/// The stack of a vfork-like child ([`spawn_direct`]): what `exec_child` needs, with
 /// room to spare (pages are touched only as deep as it goes).
 const VFORK_STACK: usize = 256 * 1024;
 
 /// What the child of [`spawn_direct`] needs, all made before the clone.
+#[derive(Clone, Copy)]
 struct ChildArgs<'a> {
     null: libc::c_int,
     out: libc::c_int,
@@ -1826,7 +1703,7 @@ mod tests {
         );
         spec.cwd = Some(dir.path().to_path_buf());
         let join = no_join();
-        let mut p = spawn_direct(&spec, "sh", Placement::Join(&join), NO_LIMITS).ok().flatten().expect("started by the vfork-like way");
+        let mut p = spawn_direct(&spec, "sh", None, &join, NO_LIMITS).ok().expect("started by the vfork-like way");
         assert_eq!(std::env::var_os("PATH"), path_before, "the shim's environment changed");
         let mut out = String::new();
         p.stdout.take().unwrap().read_to_string(&mut out).unwrap();
@@ -1846,15 +1723,21 @@ mod tests {
     fn a_vfork_like_child_reports_what_failed() {
         let spec = ShimSpec::new(vec!["/nonexistent/program".into()], vec![]);
         let join = no_join();
-        match spawn_direct(&spec, "/nonexistent/program", Placement::Join(&join), NO_LIMITS) {
+        match spawn_direct(&spec, "/nonexistent/program", None, &join, NO_LIMITS) {
             Err(SpawnFailure::Start(m)) => assert!(m.contains("No such file"), "{m}"),
             _ => panic!("a missing program is not reported as the user's start error"),
         }
         let spec = ShimSpec::new(vec!["true".into()], vec![]);
         let join = Join { procs: Some(CString::new("/nonexistent/cgroup.procs").unwrap()), ..no_join() };
-        match spawn_direct(&spec, "true", Placement::Join(&join), NO_LIMITS) {
+        match spawn_direct(&spec, "true", None, &join, NO_LIMITS) {
             Err(SpawnFailure::Launch(m)) => assert!(m.contains("cannot move the program into its cgroup"), "{m}"),
             _ => panic!("a cgroup that cannot be joined is not reported as such"),
+        }
+        // An argument with a NUL byte cannot be passed: the user's, as `Command` says it.
+        let spec = ShimSpec::new(vec!["echo".into(), "a\0b".into()], vec![]);
+        match spawn_direct(&spec, "echo", None, &no_join(), NO_LIMITS) {
+            Err(SpawnFailure::Start(m)) => assert_eq!(m, "cannot start \"echo\": nul byte found in provided data"),
+            _ => panic!("an argument with a NUL byte is not reported as the user's start error"),
         }
     }
 
