@@ -371,23 +371,20 @@ impl LocalBackend {
         };
         match probe_lock(&run_dir)? {
             LockState::Held => self.watch(claim, move |claim| watch_adopted(run, claim, sink)),
-            LockState::Free | LockState::Missing => {
-                // L23: launched by a server that died before the shim took the lock (a
-                // fork server's supervisor not yet running, or never to run). No program
-                // ever started here: a shim writes its pid file right after taking the
-                // lock, before anything else. It is started again in this directory, where
-                // the lock and the pid file let one shim only run the program, whether the
-                // first one still comes or not; reported lost, it would be restarted in a
-                // new directory (L10) and might run twice.
-                let never_started = !run_dir.join(shim::STATUS_FILE).exists() && !run_dir.join(shim::PID_FILE).exists();
-                match never_started.then(|| shim::read_spec(&run_dir)) {
-                    Some(Ok(Some(spec))) => {
-                        drop(claim);
-                        self.launch(run, &run_dir, spec, sink)
-                    }
-                    _ => self.watch(claim, move |claim| finish(run, claim, sink, false, None)),
+            // L23: no shim holds the run. A run a shim started (its status or pid file:
+            // a shim writes the pid file right after taking the lock) is reported from
+            // what it left; one that none started (launched by a server that died before
+            // the fork server's supervisor took the lock, which may still come or never)
+            // is started again in this directory, where the lock and the pid file let one
+            // shim only run the program. `launch` does both; reported lost, such a run
+            // would be restarted in a new directory (L10) and might run twice.
+            LockState::Free | LockState::Missing => match shim::read_spec(&run_dir) {
+                Ok(Some(spec)) => {
+                    drop(claim);
+                    self.launch(run, &run_dir, spec, sink)
                 }
-            }
+                _ => self.watch(claim, move |claim| finish(run, claim, sink, false, None)),
+            },
         }
     }
 
