@@ -582,9 +582,35 @@ impl ReplicaCgroup {
         Ok(pids.len())
     }
 
+    /// Kills what is left in the cgroup ([`Self::kill_all`]) and removes it; an empty or
+    /// already removed cgroup costs one `rmdir`.
+    pub fn kill_and_remove(&self) -> Result<(), CgroupError> {
+        if self.try_remove()? {
+            return Ok(());
+        }
+        self.kill_all()?;
+        self.remove()
+    }
+
+    /// One `rmdir`: whether the cgroup is gone (removed now, or before). `false` when the
+    /// kernel refuses while it still holds a process or a cgroup below it (`EBUSY`).
+    /// The common end of a replica: its cgroup is empty by then, and one system call
+    /// replaces reading its processes and walking its directory.
+    pub fn try_remove(&self) -> Result<bool, CgroupError> {
+        match fs::remove_dir(&self.path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(false),
+            Err(e) => Err(FileError { op: "remove cgroup", path: self.path.clone(), source: e }.into()),
+        }
+    }
+
     /// Removes the cgroup directory, retrying briefly while the kernel still counts an
     /// exiting process in it. An already removed cgroup is fine.
     pub fn remove(&self) -> Result<(), CgroupError> {
+        if self.try_remove()? {
+            return Ok(());
+        }
         // The cgroups below it first (a container engine's, left empty).
         for dir in self.children() {
             let _ = fs::remove_dir(&dir);
@@ -718,6 +744,9 @@ impl PidsCgroup {
     /// Kills whatever is still in it (nothing, once the memory cgroup was emptied: the
     /// same processes) and removes it; an already removed one is fine.
     pub fn remove(&self) -> Result<(), CgroupError> {
+        if self.cg.try_remove()? {
+            return Ok(());
+        }
         match self.cg.kill_all() {
             Ok(()) => {}
             // Removed already (by an earlier cleanup of the same run): `remove` says so.

@@ -691,7 +691,7 @@ fn spec_of(run_dir: &Path) -> Option<ShimSpec> {
 /// the replica), then the v1 pids cgroup, empty by then.
 fn remove_cgroups_of(spec: &ShimSpec, run_dir: &Path) {
     if let Some(cg) = replica_cgroup_of(spec) {
-        if let Err(e) = cg.kill_all().and_then(|()| cg.remove()) {
+        if let Err(e) = cg.kill_and_remove() {
             tracing::warn!(run_dir = %run_dir.display(), "killing and removing the replica's cgroup: {e}");
         }
     }

@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -243,25 +244,6 @@ impl LogWriter {
     }
 }
 
-/// Reads `reader` to EOF and writes one entry per line (a final line without a newline
-/// included). An entry that cannot be written is dropped and counted by the writer, and
-/// the pipe is still drained, so the program never blocks on a full pipe.
-pub fn pump(mut reader: impl Read, stream: &'static str, writer: &LogWriter) {
-    let mut split = Splitter { stream, line: Vec::new(), open: true };
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) => return split.finish(writer),
-            Ok(n) => split.feed(&buf[..n], writer),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let _ = writeln!(io::stderr(), "trainyard shim: reading the program's {stream}: {e}");
-                return;
-            }
-        }
-    }
-}
-
 fn memchr_newline(b: &[u8]) -> Option<usize> {
     b.iter().position(|&c| c == b'\n')
 }
@@ -278,7 +260,7 @@ fn encode_into(buf: &mut Vec<u8>, time: &str, stream: &str, text: &[u8]) {
     buf.extend_from_slice(b"}\n");
 }
 
-/// One line splitter per stream, for `pump_both`.
+/// One line splitter per stream, for [`Pump`].
 struct Splitter {
     stream: &'static str,
     line: Vec<u8>,
@@ -286,6 +268,10 @@ struct Splitter {
 }
 
 impl Splitter {
+    fn new(stream: &'static str) -> Splitter {
+        Splitter { stream, line: Vec::new(), open: true }
+    }
+
     /// Writes every complete line of `bytes` (and overlong pieces) as one batch, stamped
     /// with one time (they were read at one moment), and keeps the rest.
     fn feed(&mut self, bytes: &[u8], writer: &LogWriter) {
@@ -334,53 +320,51 @@ impl Splitter {
 /// L22: one reader over both of the program's pipes, so that its stdout and stderr lines
 /// keep the order in which it wrote them as far as the kernel can tell: each entry is
 /// stamped when it is read, and whichever pipe has data first is read first (when both
-/// have, stdout before stderr). Returns when both pipes are closed.
-pub fn pump_both(stdout: File, stderr: File, writer: &LogWriter) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let files = [stdout, stderr];
-    let mut split =
-        [Splitter { stream: "stdout", line: Vec::new(), open: true }, Splitter { stream: "stderr", line: Vec::new(), open: true }];
-    // Never zeroed: a program that writes little never touches most of it (zeroing 64 KiB
-    // in the pump thread's fresh malloc arena cost 16 page faults per replica).
-    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
-    while split.iter().any(|s| s.open) {
-        let ready: Vec<bool> = {
-            let mut fds: Vec<PollFd> = Vec::with_capacity(2);
-            let mut which = Vec::with_capacity(2);
-            for (i, f) in files.iter().enumerate() {
-                if split[i].open {
-                    fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-                    which.push(i);
-                }
-            }
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    let _ = writeln!(io::stderr(), "trainyard shim: waiting for the program's output: {e}");
-                    return;
-                }
-            }
-            let mut ready = vec![false; 2];
-            for (k, fd) in fds.iter().enumerate() {
-                if fd.revents().is_some_and(|r| !r.is_empty()) {
-                    ready[which[k]] = true;
-                }
-            }
-            ready
-        };
-        for i in 0..2 {
-            if !ready[i] {
+/// have, stdout before stderr). The supervisor polls the pipes beside its signals, in its
+/// one thread, and hands over which are ready: an output reader of its own would be a
+/// thread (its stack, a malloc arena, and TLB shootdowns at exit) per replica.
+pub struct Pump {
+    files: [File; 2],
+    split: [Splitter; 2],
+    /// Never zeroed: a program that writes little never touches most of it.
+    buf: Vec<u8>,
+}
+
+impl Pump {
+    pub fn new(stdout: File, stderr: File) -> Pump {
+        Pump {
+            files: [stdout, stderr],
+            split: [Splitter::new("stdout"), Splitter::new("stderr")],
+            buf: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    /// Whether a pipe is still open (its writers may still write).
+    pub fn is_open(&self) -> bool {
+        self.split.iter().any(|s| s.open)
+    }
+
+    /// The pipes still open, to poll for input: 0 is stdout, 1 stderr.
+    pub fn pipes(&self) -> impl Iterator<Item = (usize, BorrowedFd<'_>)> {
+        self.files.iter().enumerate().filter(|(i, _)| self.split[*i].open).map(|(i, f)| (i, f.as_fd()))
+    }
+
+    /// Reads once from each pipe marked ready (stdout first) and writes its complete
+    /// lines; at EOF, the last line without a newline too, and the pipe is closed for
+    /// good. A line that cannot be written is dropped and counted by the writer, and the
+    /// pipe is still drained, so the program never blocks on a full pipe.
+    pub fn read_ready(&mut self, ready: [bool; 2], writer: &LogWriter) {
+        for (i, ready) in ready.into_iter().enumerate() {
+            if !ready || !self.split[i].open {
                 continue;
             }
-            match read_into(&files[i], &mut buf) {
-                Ok(0) => split[i].finish(writer),
-                Ok(n) => split[i].feed(&buf[..n], writer),
+            match read_into(&self.files[i], &mut self.buf) {
+                Ok(0) => self.split[i].finish(writer),
+                Ok(n) => self.split[i].feed(&self.buf[..n], writer),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    let _ = writeln!(io::stderr(), "trainyard shim: reading the program's {}: {e}", split[i].stream);
-                    split[i].open = false;
+                    let _ = writeln!(io::stderr(), "trainyard shim: reading the program's {}: {e}", self.split[i].stream);
+                    self.split[i].open = false;
                 }
             }
         }
@@ -544,6 +528,22 @@ pub fn stderr_tail(run_dir: &Path, n: usize) -> Result<Vec<String>, FileError> {
 mod tests {
     use super::*;
 
+    /// `input` written into a pipe by a thread and read by a [`Pump`] to its end, as the
+    /// program's stdout (its stderr is closed at once).
+    fn split_all(input: &[u8], w: &LogWriter) {
+        let (out_r, out_w) = nix::unistd::pipe().unwrap();
+        let (err_r, err_w) = nix::unistd::pipe().unwrap();
+        drop(err_w);
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || File::from(out_w).write_all(&input).unwrap());
+        let mut pump = Pump::new(File::from(out_r), File::from(err_r));
+        while pump.is_open() {
+            let ready = [pump.pipes().any(|(i, _)| i == 0), pump.pipes().any(|(i, _)| i == 1)];
+            pump.read_ready(ready, w);
+        }
+        writer.join().unwrap();
+    }
+
     fn entry(stream: &str, text: &str) -> String {
         let e = LogEntry { time: "2026-11-29T10:00:00.000000Z".into(), stream: stream.into(), text: text.into() };
         let mut s = serde_json::to_string(&e).unwrap();
@@ -612,7 +612,7 @@ mod tests {
         // ... and stays full for a while.
         w.replace_file(File::options().write(true).open("/dev/full").unwrap());
         let input: Vec<u8> = (0..1000).flat_map(|i| format!("lost {i}\n").into_bytes()).collect();
-        pump(&input[..], "stdout", &w);
+        split_all(&input, &w);
         let e = w.write_entry("stderr", b"also lost").unwrap_err();
         assert_eq!(e.source.raw_os_error(), Some(libc::ENOSPC), "{e}");
         assert_eq!(w.dropped(), 1001);
@@ -641,7 +641,7 @@ mod tests {
         let mut input = b"one\n\ntwo \xff\n".to_vec();
         input.extend(std::iter::repeat_n(b'y', MAX_ENTRY_BYTES + 10));
         input.extend_from_slice(b"\nlast");
-        pump(&input[..], "stdout", &w);
+        split_all(&input, &w);
         let (es, _) = read_log(dir.path(), 0).unwrap();
         let texts: Vec<&str> = es.iter().map(|e| e.text.as_str()).collect();
         assert_eq!(texts[..3], ["one", "", "two \u{fffd}"]);

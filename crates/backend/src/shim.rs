@@ -17,17 +17,19 @@
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::poll::{ppoll, PollFd, PollFlags};
 use nix::sys::signal::{killpg, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
 use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -512,8 +514,8 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     };
     // The supervisor's own setup (cgroups, namespaces, the program's start) runs at its
     // program's priority (`[replicas] nice`): a burst of replicas starting yields the CPU
-    // to the control plane as their programs do. One thread yet: every later one, and the
-    // program, inherit it.
+    // to the control plane as their programs do. The supervisor has one thread; the
+    // program inherits its priority.
     if let Some(n) = spec.nice {
         // SAFETY: setpriority(2) on this thread, no pointers; raising needs no privilege
         // and a failure leaves the priority as it is.
@@ -560,8 +562,8 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             namespace_only: false,
         }),
     };
-    // The job's network: entered by this thread, which starts the program (the shim's
-    // other threads and the engine's client, for a container, keep the host's).
+    // The job's network: entered by the supervisor, whose program inherits it (the
+    // engine's client, for a container, keeps the host's).
     if let (Some(ns), None) = (&spec.netns, &spec.container) {
         if let Err(e) = crate::netns::enter(ns) {
             return fail_before_start(run_dir, None, &cgroups, format!("cannot put the replica in its job's network: {e}"));
@@ -605,8 +607,14 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         diag(format_args!("{e}; orphaned descendants may escape"));
     }
     let writer = match LogWriter::open_capped(&run_dir.join(log::LOG_FILE), spec.log_max_bytes) {
-        Ok(w) => Arc::new(w),
+        Ok(w) => w,
         Err(e) => return fail_before_start(run_dir, None, &cgroups, e.to_string()),
+    };
+    // The supervisor's signals, blocked since it was forked, are read from a descriptor
+    // polled beside the program's output.
+    let signals = match SignalFd::with_flags(&supervisor_sigset(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+        Ok(fd) => fd,
+        Err(e) => return fail_before_start(run_dir, None, &cgroups, format!("cannot wait for signals (signalfd): {e}")),
     };
 
     // In a container, the program the shim runs is the engine's client.
@@ -617,7 +625,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         },
         None => (spec.clone(), limits),
     };
-    let mut child = match spawn_program(&program_spec, cgroup, cgroups.pids.as_ref(), limits) {
+    let child = match spawn_program(&program_spec, cgroup, cgroups.pids.as_ref(), limits) {
         Ok(child) => child,
         Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), &cgroups, String::new()),
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, &cgroups, msg),
@@ -640,42 +648,11 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         let _ = out.flush();
     }
 
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let mut pumps = 0;
-    // One reader over both pipes (L22: the order of stdout and stderr lines is kept).
-    match (child.stdout.take(), child.stderr.take()) {
-        (Some(out), Some(err)) => {
-            let (writer, done_tx) = (Arc::clone(&writer), done_tx.clone());
-            let spawned = thread::Builder::new().name("pump".into()).spawn(move || {
-                log::pump_both(out, err, &writer);
-                let _ = done_tx.send(());
-            });
-            match spawned {
-                Ok(_) => pumps += 1,
-                Err(e) => diag(format_args!("cannot start the output reader: {e}")),
-            }
-        }
-        (out, err) => {
-            for (stream, reader) in [("stdout", out), ("stderr", err)] {
-                let Some(reader) = reader else { continue };
-                let (writer, done_tx) = (Arc::clone(&writer), done_tx.clone());
-                let spawned = thread::Builder::new().name(format!("pump-{stream}")).spawn(move || {
-                    log::pump(reader, stream, &writer);
-                    let _ = done_tx.send(());
-                });
-                match spawned {
-                    Ok(_) => pumps += 1,
-                    Err(e) => diag(format_args!("cannot start the {stream} reader: {e}")),
-                }
-            }
-        }
-    }
-    drop(done_tx);
-    // We reap with waitpid ourselves.
-    drop(child);
+    // One thread waits on the program's signals and reads its output (L22).
+    let mut waiter = Waiter { signals, pump: log::Pump::new(child.stdout, child.stderr), writer: &writer };
 
     let grace = Duration::try_from_secs_f64(spec.grace_seconds.max(0.0)).unwrap_or(Duration::from_secs(365 * 86_400));
-    let wait_status = supervise_until_exit(Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup, spec.container.as_ref());
+    let wait_status = supervise_until_exit(&mut waiter, Pid::from_raw(pid as libc::pid_t), pgid, grace, cgroup, spec.container.as_ref());
 
     // In a container: whether the container still exists (it does once it was created),
     // then the container removed with everything in it.
@@ -691,14 +668,10 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // L20: nothing of the replica keeps running after its program ended.
     kill_remaining(pgid, cgroup);
 
-    let drain_deadline = Instant::now() + PUMP_DRAIN_BOUND;
-    for _ in 0..pumps {
-        let left = drain_deadline.saturating_duration_since(Instant::now());
-        if done_rx.recv_timeout(left).is_err() {
-            diag(format_args!("output pipes still open after the replica was killed; the log may miss its end"));
-            break;
-        }
+    if !waiter.drain(Instant::now() + PUMP_DRAIN_BOUND) {
+        diag(format_args!("output pipes still open after the replica was killed; the log may miss its end"));
     }
+    drop(waiter);
     if let Err(e) = writer.flush() {
         diag(format_args!("{e}"));
     }
@@ -830,7 +803,7 @@ fn remove_cgroups(cgroups: &ReplicaCgroups) {
     let mut ignored = None;
     for attempt in 1..=TRIES {
         reap(Pid::from_raw(-1), &mut ignored);
-        let memory = cgroups.memory.as_ref().map(|cg| cg.kill_all().and_then(|()| cg.remove()));
+        let memory = cgroups.memory.as_ref().map(ReplicaCgroup::kill_and_remove);
         reap(Pid::from_raw(-1), &mut ignored);
         let pids = cgroups.pids.as_ref().map(|cg| cg.remove());
         let errors: Vec<CgroupError> = [memory, pids].into_iter().flatten().filter_map(Result::err).collect();
@@ -935,8 +908,8 @@ fn container_outcome(run_dir: &Path, c: &ContainerSpec, existed: bool, status: &
 /// neither kills nor reaps the program (the shim reaps with `waitpid`).
 struct Program {
     pid: u32,
-    stdout: Option<File>,
-    stderr: Option<File>,
+    stdout: File,
+    stderr: File,
 }
 
 /// What the program's child process applies to itself just before exec.
@@ -1382,7 +1355,7 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
         }
     }
     if got == 0 {
-        return Ok(Program { pid: pid as u32, stdout: Some(File::from(out_r)), stderr: Some(File::from(err_r)) });
+        return Ok(Program { pid: pid as u32, stdout: File::from(out_r), stderr: File::from(err_r) });
     }
     // The child has exited (or is about to): reap it.
     let mut status = 0;
@@ -1532,11 +1505,18 @@ fn write_zero(path: &std::ffi::CStr) -> io::Result<()> {
     }
 }
 
-/// Waits with `sigtimedwait` until the program exits; a SIGTERM/SIGINT/SIGHUP starts a
-/// stop: SIGTERM to its process group, then SIGKILL to the group and the cgroup at the
-/// end of the grace period. Reaps any other child on the way. Returns the wait status.
-fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&ReplicaCgroup>, container: Option<&ContainerSpec>) -> i32 {
-    let set = supervisor_sigset();
+/// Waits until the program exits, reading its output meanwhile; a SIGTERM/SIGINT/SIGHUP
+/// starts a stop: SIGTERM to its process group, then SIGKILL to the group and the cgroup
+/// at the end of the grace period. Reaps any other child on the way. Returns the wait
+/// status.
+fn supervise_until_exit(
+    waiter: &mut Waiter<'_>,
+    pid: Pid,
+    pgid: Pid,
+    grace: Duration,
+    cgroup: Option<&ReplicaCgroup>,
+    container: Option<&ContainerSpec>,
+) -> i32 {
     let mut main_status: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
     let mut stopping = false;
@@ -1554,7 +1534,7 @@ fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&Re
             }
             continue;
         }
-        let sig = wait_signal(&set, kill_at.map(|at| at.saturating_duration_since(now)));
+        let sig = waiter.next_signal(kill_at.map(|at| at.saturating_duration_since(now)));
         match sig {
             Some(Signal::SIGCHLD) => reap(pid, &mut main_status),
             // Passed on (the timeout warning, L19): to the container's init, or the group.
@@ -1608,21 +1588,82 @@ fn supervise_until_exit(pid: Pid, pgid: Pid, grace: Duration, cgroup: Option<&Re
     main_status.unwrap_or(0)
 }
 
-/// `sigtimedwait` (or `sigwait` without a timeout): the signal taken, or `None` on
-/// timeout or interruption.
-fn wait_signal(set: &SigSet, timeout: Option<Duration>) -> Option<Signal> {
-    let Some(t) = timeout else { return set.wait().ok() };
-    let ts = libc::timespec {
-        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: a valid set and timespec that outlive the call; no siginfo wanted. nix has
-    // no sigtimedwait.
-    let rc = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
-    if rc > 0 {
-        Signal::try_from(rc).ok()
-    } else {
-        None
+/// What the supervisor waits on, in its one thread: its signals and the program's output
+/// (L22).
+struct Waiter<'a> {
+    signals: SignalFd,
+    pump: log::Pump,
+    writer: &'a LogWriter,
+}
+
+impl Waiter<'_> {
+    /// The next signal, or `None` when `timeout` passed first or output was read (the
+    /// caller looks at its clock and asks again), or the wait failed.
+    fn next_signal(&mut self, timeout: Option<Duration>) -> Option<Signal> {
+        if !self.poll(true, timeout) {
+            return None;
+        }
+        match self.signals.read_signal() {
+            Ok(Some(info)) => Signal::try_from(info.ssi_signo as libc::c_int).ok(),
+            Ok(None) => None,
+            Err(e) => {
+                diag(format_args!("reading a signal: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Reads the program's output until its pipes close, or `deadline`: whether they
+    /// closed.
+    fn drain(&mut self, deadline: Instant) -> bool {
+        while self.pump.is_open() {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            self.poll(false, Some(deadline - now));
+        }
+        true
+    }
+
+    /// One wait for the open pipes (and the signals, when `signals`), up to `timeout`;
+    /// reads what the pipes hold. Returns whether a signal is there to be read.
+    fn poll(&mut self, signals: bool, timeout: Option<Duration>) -> bool {
+        let (signal, ready) = {
+            let mut fds = Vec::with_capacity(3);
+            let mut which = Vec::with_capacity(3);
+            if signals {
+                fds.push(PollFd::new(self.signals.as_fd(), PollFlags::POLLIN));
+                which.push(None);
+            }
+            for (i, fd) in self.pump.pipes() {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                which.push(Some(i));
+            }
+            let timeout = timeout.map(TimeSpec::from_duration);
+            match ppoll(&mut fds, timeout, None) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => return false,
+                Err(e) => {
+                    // Cannot happen for these descriptors; waiting on is all there is.
+                    diag(format_args!("waiting for the program: {e}"));
+                    std::thread::sleep(Duration::from_millis(10));
+                    return false;
+                }
+            }
+            let (mut signal, mut ready) = (false, [false; 2]);
+            for (fd, w) in fds.iter().zip(which) {
+                if fd.revents().is_some_and(|r| !r.is_empty()) {
+                    match w {
+                        Some(i) => ready[i] = true,
+                        None => signal = true,
+                    }
+                }
+            }
+            (signal, ready)
+        };
+        self.pump.read_ready(ready, self.writer);
+        signal
     }
 }
 
@@ -1706,9 +1747,9 @@ mod tests {
         let mut p = spawn_direct(&spec, "sh", None, &join, NO_LIMITS).ok().expect("started by the vfork-like way");
         assert_eq!(std::env::var_os("PATH"), path_before, "the shim's environment changed");
         let mut out = String::new();
-        p.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        p.stdout.read_to_string(&mut out).unwrap();
         let mut err = String::new();
-        p.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        p.stderr.read_to_string(&mut err).unwrap();
         let mut status = 0;
         unsafe { libc::waitpid(p.pid as i32, &mut status, 0) };
         assert_eq!(status, 0);

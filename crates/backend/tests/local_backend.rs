@@ -228,6 +228,50 @@ fn l18_stop_kills_a_program_that_ignores_sigterm_after_grace() {
     assert_eq!(outcome, Outcome::Signaled { signal: 9 });
 }
 
+/// L22/L18: the supervisor reads the program's output and takes its signals in one
+/// thread: a program that writes without pause is still stopped within its grace
+/// period, its last line is in the log, and its supervisor has no other thread.
+#[test]
+fn l22_one_supervisor_thread_reads_a_flood_of_output_and_takes_a_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let (s, rx) = sink();
+    let run = run_id("workerpool0-0");
+    let b = backend();
+    let mut spec = sh("trap 'echo stopped; exit 0' TERM; echo ready; while :; do echo flood flood flood; done");
+    // However long the stop takes to come, the flood keeps at most this much on disk.
+    spec.log_max_bytes = Some(8 << 20);
+    b.launch(run.clone(), &dir, spec, s).unwrap();
+    // A failed assertion must not leave the flood running.
+    struct KillOnDrop<'a>(&'a LocalBackend, &'a Path);
+    impl Drop for KillOnDrop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill(self.1);
+        }
+    }
+    let _guard = KillOnDrop(&b, &dir);
+    wait_started(&rx);
+    wait_for_log_line(&dir, "ready");
+    let shim_pid = fs::read_to_string(dir.join(shim::PID_FILE)).unwrap();
+    let threads = fs::read_dir(format!("/proc/{}/task", shim_pid.trim())).unwrap().count();
+    assert_eq!(threads, 1, "the supervisor has threads besides its own");
+    b.stop(&dir).unwrap();
+    let (_, outcome, _) = wait_exit(&rx, &run);
+    assert_eq!(outcome, Outcome::Exited { code: 0 });
+    // The whole log, read in the pieces `read_log` gives.
+    let (mut entries, mut offset) = (Vec::new(), 0);
+    loop {
+        let (more, next) = read_log(&dir, offset).unwrap();
+        if more.is_empty() {
+            break;
+        }
+        entries.extend(more);
+        offset = next;
+    }
+    assert_eq!(entries.last().map(|e| e.text.as_str()), Some("stopped"));
+    assert!(entries.iter().filter(|e| e.text == "flood flood flood").count() > 2, "the flood is in the log");
+}
+
 /// L18: a stop issued right after launch, before the shim even holds its lock, is not lost.
 #[test]
 fn l18_stop_right_after_launch_reaches_the_program() {
