@@ -63,9 +63,7 @@ impl Driver {
         if !gang.is_empty() {
             self.exec.submit(Work::Launch(gang));
         }
-        if let Err(e) = self.store.outbox_done_many(&done) {
-            tracing::error!("outbox: {e}");
-        }
+        self.effects_done(&done);
     }
 
     /// Remove a deleted job's directories (off this thread).
@@ -197,9 +195,7 @@ impl Driver {
         if !gang.is_empty() {
             self.exec.submit(Work::Launch(gang));
         }
-        if let Err(e) = self.store.outbox_done_many(&done) {
-            tracing::error!("outbox: {e}");
-        }
+        self.effects_done(&done);
     }
 }
 

@@ -192,6 +192,9 @@ pub struct Driver {
     metric_read_in_flight: bool,
     /// Launches put off while the engine could not take them.
     later: Vec<launch::Later>,
+    /// Outbox entries carried out this turn, dropped from the store in one transaction at
+    /// its end (see [`Driver::effects_done`]).
+    effects_done: Vec<i64>,
     /// Purges that failed, by outbox entry: how many times, and when they are tried again
     /// (with `Effect::Purge`'s job).
     purge_tries: HashMap<i64, launch::PurgeRetry>,
@@ -430,6 +433,7 @@ impl Driver {
             last_metric_poll: 0,
             metric_read_in_flight: false,
             later: Vec::new(),
+            effects_done: Vec::new(),
             purge_tries: HashMap::new(),
             last_backend_poll: 0,
             engine_reasons_in_flight: false,
@@ -768,6 +772,8 @@ impl Driver {
         self.cpu_seen.clear();
         self.log_purge_in_flight = false;
         self.later.clear();
+        // Read back from the outbox by the recovery, and carried out again.
+        self.effects_done.clear();
         self.stops.clear();
         self.engine_reasons.clear();
         self.scans.clear();
@@ -776,8 +782,35 @@ impl Driver {
     }
 
     /// One turn of the loop: timers that are due, a scheduling round if one is wanted,
-    /// then the messages that arrive within `max_wait` (or before the next timer).
+    /// then the messages that arrive within `max_wait` (or before the next timer); at its
+    /// end, the outbox entries it carried out are dropped.
     pub fn turn(&mut self, max_wait: Duration) -> Result<Flow, StoreError> {
+        let flow = self.turn_body(max_wait);
+        self.drop_effects_done();
+        flow
+    }
+
+    /// Outbox entries carried out: dropped from the store at the end of the turn, all in
+    /// one transaction, instead of one transaction each time some were (in a burst of
+    /// short jobs, several per job: its log lines, its launch). Lost in a crash, they are
+    /// carried out again at the start, which is always safe (see
+    /// `Store::outbox_done_many`).
+    pub(super) fn effects_done(&mut self, seqs: &[i64]) {
+        self.effects_done.extend_from_slice(seqs);
+    }
+
+    fn drop_effects_done(&mut self) {
+        if self.effects_done.is_empty() {
+            return;
+        }
+        let done = std::mem::take(&mut self.effects_done);
+        if let Err(e) = self.store.outbox_done_many(&done) {
+            // Left in the outbox: carried out again at the next start.
+            tracing::error!("outbox: {e}");
+        }
+    }
+
+    fn turn_body(&mut self, max_wait: Duration) -> Result<Flow, StoreError> {
         self.health.beat();
         let now = self.now();
         self.on_time(now)?;
@@ -908,7 +941,7 @@ impl Driver {
             Msg::Backend(BackendEvent::Started { run, .. }) => self.apply_many(vec![(run.job, Event::Started { run })], now)?,
             Msg::Backend(BackendEvent::Exited { run, outcome, stderr_tail }) => self.apply_exited(vec![(run, outcome, stderr_tail)])?,
             Msg::Executed(report) => match report {
-                crate::executor::Report::Launched { seqs } => self.store.outbox_done_many(&seqs)?,
+                crate::executor::Report::Launched { seqs } => self.effects_done(&seqs),
                 crate::executor::Report::Purged { seq, error: None } => {
                     self.purge_tries.remove(&seq);
                     self.store.outbox_done(seq)?
