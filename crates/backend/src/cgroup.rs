@@ -238,7 +238,7 @@ fn parse_mountinfo_line(line: &str) -> Option<Mount> {
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
-fn unescape_mountinfo(s: &str) -> String {
+pub(crate) fn unescape_mountinfo(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -588,7 +588,12 @@ impl ReplicaCgroup {
         if self.try_remove()? {
             return Ok(());
         }
-        self.kill_all()?;
+        match self.kill_all() {
+            Ok(()) => {}
+            // Removed meanwhile (by another cleanup of the same run): `remove` says so.
+            Err(CgroupError::File(e)) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         self.remove()
     }
 
@@ -744,16 +749,7 @@ impl PidsCgroup {
     /// Kills whatever is still in it (nothing, once the memory cgroup was emptied: the
     /// same processes) and removes it; an already removed one is fine.
     pub fn remove(&self) -> Result<(), CgroupError> {
-        if self.cg.try_remove()? {
-            return Ok(());
-        }
-        match self.cg.kill_all() {
-            Ok(()) => {}
-            // Removed already (by an earlier cleanup of the same run): `remove` says so.
-            Err(CgroupError::File(e)) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        self.cg.remove()
+        self.cg.kill_and_remove()
     }
 }
 
@@ -1087,6 +1083,8 @@ mod tests {
     #[test]
     fn mountinfo_octal_escapes() {
         assert_eq!(unescape_mountinfo(r"/a\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("a\\134b"), "a\\b");
+        assert_eq!(unescape_mountinfo("trailing\\04"), "trailing\\04");
     }
 
     /// A supervisor in an engine's cgroup (a Slurm step) sees the OOM kills of its own

@@ -68,25 +68,8 @@ fn is_mount_point(dir: &Path) -> io::Result<bool> {
 }
 
 /// The mount points of a mountinfo text (field 5, octal escapes undone).
-fn mount_points(info: &str) -> impl Iterator<Item = String> + '_ {
-    info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape_octal)
-}
-
-fn unescape_octal(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+pub fn mount_points(info: &str) -> impl Iterator<Item = String> + '_ {
+    info.lines().filter_map(|l| l.split(' ').nth(4)).map(crate::cgroup::unescape_mountinfo)
 }
 
 /// Is `path` a live namespace (a bind mount of the namespace file system)?
@@ -190,8 +173,6 @@ mod tests {
                     37 35 0:4 / /run/x rw - tmpfs tmpfs rw\n";
         let points: Vec<String> = mount_points(info).collect();
         assert_eq!(points, vec!["/mnt/with space".to_string(), "/run/x".to_string()]);
-        assert_eq!(unescape_octal("a\\134b"), "a\\b");
-        assert_eq!(unescape_octal("trailing\\04"), "trailing\\04");
     }
 
     fn is_root() -> bool {

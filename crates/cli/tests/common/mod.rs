@@ -529,18 +529,10 @@ impl Drop for Server {
 /// mounted there by a server).
 pub fn unmount_under(dir: &Path) {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-    // The mount point is the fifth field, with space, tab, newline and backslash escaped
-    // in octal.
-    let unescape = |p: &str| p.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\");
-    let mut points: Vec<String> =
-        info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| Path::new(p).starts_with(dir)).collect();
+    let mut points: Vec<String> = trainyard_backend::netns::mount_points(&info).filter(|p| Path::new(p).starts_with(dir)).collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.len()));
     for p in points {
-        let Ok(c) = std::ffi::CString::new(p) else { continue };
-        // SAFETY: a NUL-terminated path that outlives the call.
-        unsafe {
-            libc::umount2(c.as_ptr(), libc::MNT_DETACH);
-        }
+        let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
