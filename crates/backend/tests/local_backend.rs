@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use trainyard_backend::shim::{self, ShimSpec};
-use trainyard_backend::{read_log, BackendEvent, CgroupSupport, LocalBackend};
+use trainyard_backend::{read_log, BackendEvent, CgroupSupport, LocalBackend, LogEntry};
 use trainyard_core::{Outcome, RunId};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -88,6 +88,20 @@ fn wait_for_log_line(run_dir: &Path, text: &str) {
         }
         assert!(Instant::now() < deadline, "log line {text:?} did not appear in {DEADLINE:?}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Every entry of the run's log: `read_log` returns at most a few MiB per call, so it is
+/// read on until the offset stops moving.
+fn read_whole_log(run_dir: &Path) -> Vec<LogEntry> {
+    let (mut entries, mut offset) = (Vec::new(), 0);
+    loop {
+        let (more, next) = read_log(run_dir, offset).unwrap();
+        entries.extend(more);
+        if next == offset {
+            return entries;
+        }
+        offset = next;
     }
 }
 
@@ -243,13 +257,7 @@ fn l22_one_supervisor_thread_reads_a_flood_of_output_and_takes_a_stop() {
     spec.log_max_bytes = Some(8 << 20);
     b.launch(run.clone(), &dir, spec, s).unwrap();
     // A failed assertion must not leave the flood running.
-    struct KillOnDrop<'a>(&'a LocalBackend, &'a Path);
-    impl Drop for KillOnDrop<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill(self.1);
-        }
-    }
-    let _guard = KillOnDrop(&b, &dir);
+    let _guard = common::KillOnDrop(&b, dir.clone());
     wait_started(&rx);
     wait_for_log_line(&dir, "ready");
     let shim_pid = fs::read_to_string(dir.join(shim::PID_FILE)).unwrap();
@@ -258,16 +266,7 @@ fn l22_one_supervisor_thread_reads_a_flood_of_output_and_takes_a_stop() {
     b.stop(&dir).unwrap();
     let (_, outcome, _) = wait_exit(&rx, &run);
     assert_eq!(outcome, Outcome::Exited { code: 0 });
-    // The whole log, read in the pieces `read_log` gives.
-    let (mut entries, mut offset) = (Vec::new(), 0);
-    loop {
-        let (more, next) = read_log(&dir, offset).unwrap();
-        if more.is_empty() {
-            break;
-        }
-        entries.extend(more);
-        offset = next;
-    }
+    let entries = read_whole_log(&dir);
     assert_eq!(entries.last().map(|e| e.text.as_str()), Some("stopped"));
     assert!(entries.iter().filter(|e| e.text == "flood flood flood").count() > 2, "the flood is in the log");
 }
@@ -708,16 +707,7 @@ fn measure_latency_and_log_throughput() {
     b.launch(run.clone(), &dir, spec, s).unwrap();
     assert_eq!(wait_exit(&rx, &run).1, Outcome::Exited { code: 0 });
     let elapsed = t0.elapsed();
-    // read_log returns at most a few MiB per call: read on until the offset stops moving.
-    let (mut entries, mut offset) = (Vec::new(), 0);
-    loop {
-        let (more, next) = read_log(&dir, offset).unwrap();
-        entries.extend(more);
-        if next == offset {
-            break;
-        }
-        offset = next;
-    }
+    let entries = read_whole_log(&dir);
     assert_eq!(entries.len(), lines);
     assert_eq!(entries.last().unwrap().text, lines.to_string());
     let bytes = fs::metadata(dir.join("log.jsonl")).unwrap().len();

@@ -79,15 +79,6 @@ fn wait_exit(rx: &Receiver<BackendEvent>) -> (Outcome, Vec<String>) {
     }
 }
 
-/// Kills a replica when dropped, so that a failed test leaves no fork bomb running.
-struct KillOnDrop<'a>(&'a LocalBackend, PathBuf);
-
-impl Drop for KillOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.kill(&self.1);
-    }
-}
-
 fn log_lines(dir: &Path) -> Vec<String> {
     read_log(dir, 0).map(|(entries, _)| entries.into_iter().map(|e| e.text).collect()).unwrap_or_default()
 }
@@ -143,7 +134,7 @@ fn a_fork_bomb_leaves_another_replica_of_its_uid_room_to_fork() {
     .join("\n");
     let (sink_a, rx_a) = common::sink();
     backend.launch(run_id("workerpool0-0"), &dir_a, python(&bomb, UID), sink_a).unwrap();
-    let _kill_a = KillOnDrop(&backend, dir_a.clone());
+    let _kill_a = common::KillOnDrop(&backend, dir_a.clone());
     let deadline = Instant::now() + DEADLINE;
     let line = loop {
         if let Some(l) = log_lines(&dir_a).iter().find_map(|l| l.strip_prefix("forked ").map(str::to_string)) {
