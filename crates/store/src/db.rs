@@ -190,6 +190,12 @@ pub(crate) struct Pg {
 pub(crate) const LEASE_LOCK: &str =
     "('x' || substr(md5('trainyard-lease:' || current_database() || '.' || current_schema()), 1, 16))::bit(64)::bigint";
 
+/// How long a session of this store may sit idle inside a transaction before the
+/// database ends it (`idle_in_transaction_session_timeout`): far longer than any of its
+/// transactions waits between two statements, and the bound of how long a takeover of the
+/// lease waits, past its expiry, for a leader that froze in the middle of a transaction.
+pub(crate) const IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The SQLSTATE of the store's fence triggers: a write of a session whose
 /// `trainyard.epoch` (set by a leader's connection) is not the lease's.
 pub(crate) const FENCED_STATE: &str = "TYF01";
@@ -229,6 +235,11 @@ impl Pg {
                 .config
                 .connect(postgres::NoTls)
                 .map_err(|source| StoreError::Connect { location: redact(&self.url), source })?;
+            // A session idle inside a transaction holds what the transaction locked: a
+            // leader's, the lease's lock (shared, see LEASE_LOCK) or the lease's row. Its
+            // server frozen or cut off there, a takeover would wait for it for good; the
+            // database ends such a session instead, and the takeover goes on.
+            client.batch_execute(&format!("SET idle_in_transaction_session_timeout = {}", IDLE_IN_TRANSACTION.as_millis()))?;
             if let Some(f) = &self.fence {
                 // What the store's fence triggers compare with the lease (see FENCED_STATE).
                 client.batch_execute(&format!("SET trainyard.epoch = '{}'", f.epoch))?;

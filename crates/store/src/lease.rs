@@ -121,6 +121,10 @@ impl Store {
     /// the lease's lock (see `db::LEASE_LOCK`).
     fn change_hands(&self, sql: &str, params: &[crate::sql::Value]) -> Result<Option<i64>> {
         let rows = self.write(|e| {
+            // Bounded: a server that cannot get the lock says so and tries again at its
+            // next look, rather than hanging (a holder's session idle in a transaction is
+            // ended by the database, see db::IDLE_IN_TRANSACTION).
+            e.execute("SET LOCAL lock_timeout = 5000", &[])?;
             e.execute(
                 &format!("SELECT pg_advisory_xact_lock({})", crate::db::LEASE_LOCK),
                 &[],
@@ -342,6 +346,49 @@ mod tests {
             "the takeover did not wait for the transaction: {waited:?}"
         );
         assert_eq!(store.meta("in-flight").unwrap().as_deref(), Some("a"));
+    }
+
+    /// A leader frozen in the middle of a transaction (SIGSTOP, a host cut off) holds the
+    /// lease's lock shared for as long as its session lives: the database ends a session
+    /// idle in a transaction (db::IDLE_IN_TRANSACTION), so the takeover goes through
+    /// without it, and the frozen transaction's write is not kept.
+    #[test]
+    fn a_takeover_is_not_held_up_for_good_by_a_leader_frozen_in_a_transaction() {
+        let Some((_t, store, location, epoch)) = leased(0) else {
+            return;
+        };
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let (in_tx, thaw) = (std::sync::mpsc::channel::<()>(), std::sync::mpsc::channel::<()>());
+        let frozen = {
+            let (in_tx, thaw) = (in_tx.0, thaw.1);
+            std::thread::spawn(move || {
+                let leader = Store::connect_leader(&location, Some(Fence::new(epoch, Duration::from_secs(30)))).unwrap();
+                leader.write(|e| {
+                    e.execute("INSERT INTO meta (key, value) VALUES ('frozen', 'a')", &[])?;
+                    in_tx.send(()).unwrap();
+                    // Frozen until the takeover is through (or a minute, if it never is).
+                    let _ = thaw.recv_timeout(Duration::from_secs(60));
+                    e.execute("INSERT INTO meta (key, value) VALUES ('thawed', 'a')", &[])?;
+                    Ok(())
+                })
+            })
+        };
+        in_tx.1.recv().unwrap();
+        let t = Instant::now();
+        let took = loop {
+            // A try that met the lock's timeout is tried again, as a follower does.
+            match store.lease_acquire("b", "http://b", "", 30) {
+                Ok(took) => break took,
+                Err(e) => assert!(t.elapsed() < Duration::from_secs(30), "{e}"),
+            }
+        };
+        let waited = t.elapsed();
+        thaw.0.send(()).unwrap();
+        assert_eq!(took, Some(epoch + 1));
+        assert!(waited < Duration::from_secs(30), "the takeover waited {waited:?} for the frozen leader");
+        assert!(frozen.join().unwrap().is_err(), "the frozen leader's transaction went on");
+        assert_eq!(store.meta("frozen").unwrap(), None);
+        assert_eq!(store.meta("thawed").unwrap(), None);
     }
 
     /// A fence is held for four fifths of the lease after a renewal; effects that wait for
