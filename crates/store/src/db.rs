@@ -85,10 +85,32 @@ pub fn redact(url: &str) -> String {
 /// (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A connection's data unacknowledged this long ends it (`tcp_user_timeout`), and one
+/// idle this long is probed (`keepalives_idle`, then every second, three times), unless the
+/// URL says otherwise: a network that drops every packet without a word (a host or link
+/// gone) fails a statement in seconds, and the server goes on as it does when the store is
+/// out of reach, instead of waiting for the kernel's retransmissions to give up (about
+/// 15 minutes).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+const KEEPALIVES_IDLE: Duration = Duration::from_secs(5);
+
 fn pg_config(url: &str) -> std::result::Result<postgres::Config, String> {
     let mut config: postgres::Config = url.parse().map_err(|e| format!("{}: {e}", redact(url)))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    // The client library's default idle time is two hours: taken for not set.
+    if config.get_keepalives() && config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(KEEPALIVES_IDLE);
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(Duration::from_secs(1));
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(3);
+        }
     }
     if config.get_application_name().is_none() {
         config.application_name("trainyard");
@@ -386,6 +408,102 @@ impl<C: postgres::GenericClient> Exec for PgExec<'_, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{testdb, Store};
+    use std::net::{TcpListener, TcpStream};
+    use std::process::Command;
+    use std::time::Instant;
+
+    /// A TCP relay to `target` on a port of its own, for as long as the test runs.
+    fn relay(target: std::net::SocketAddr) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(target) else { continue };
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        port
+    }
+
+    /// Every packet to and from a local port dropped (iptables), until dropped itself.
+    struct Cut(u16);
+
+    impl Cut {
+        fn rule(&self, op: &str, dir: &str) -> bool {
+            let port = self.0.to_string();
+            Command::new("iptables")
+                .args(["-w", op, "INPUT", "-i", "lo", "-p", "tcp", dir, &port, "-j", "DROP"])
+                .status()
+                .is_ok_and(|s| s.success())
+        }
+
+        /// None (the test skipped, failing in CI) where this process cannot add the rules.
+        fn new(port: u16) -> Option<Cut> {
+            let cut = Cut(port);
+            if cut.rule("-I", "--dport") && cut.rule("-I", "--sport") {
+                return Some(cut);
+            }
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true and iptables cannot drop packets here (root and netfilter needed)");
+            eprintln!("SKIP: iptables cannot drop packets here (root and netfilter needed)");
+            None
+        }
+    }
+
+    impl Drop for Cut {
+        fn drop(&mut self) {
+            self.rule("-D", "--dport");
+            self.rule("-D", "--sport");
+        }
+    }
+
+    /// A network that drops every packet between a server and its store, without a reset
+    /// or a close (a host or a link gone), fails a statement in seconds (TCP_USER_TIMEOUT)
+    /// instead of after the kernel's retransmissions give up (about 15 minutes); once the
+    /// network is back, the store is used again on a new connection. Only this test's
+    /// connection is cut: it goes through a relay whose port's packets are dropped.
+    #[test]
+    fn a_store_cut_off_without_a_word_fails_a_statement_in_seconds() {
+        let Some(admin) = testdb::pg_url() else { return };
+        let (url, schema) = testdb::pg_schema(&admin);
+        let config = pg_config(&admin).unwrap();
+        let (postgres::config::Host::Tcp(host), Some(&pg_port)) = (&config.get_hosts()[0], config.get_ports().first()) else {
+            panic!("TRAINYARD_TEST_PG_URL must name a TCP host")
+        };
+        let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), pg_port)).unwrap().next().unwrap();
+        let port = relay(target);
+        let relayed = url.replacen(&format!("{host}:{pg_port}"), &format!("127.0.0.1:{port}"), 1);
+        assert_ne!(relayed, url);
+        let mut store = Store::connect(&Location::Postgres(relayed)).unwrap();
+        store.set_meta("k", "v").unwrap();
+        let cut = Cut::new(port);
+        if cut.is_some() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let r = store.meta("k");
+                let _ = tx.send((r.is_err(), t0.elapsed(), store));
+            });
+            let (failed, took, back) = rx
+                .recv_timeout(Duration::from_secs(90))
+                .expect("a statement on a cut connection still waits after 90 s");
+            assert!(failed, "the statement went through a cut network");
+            eprintln!("a statement on a cut network failed after {took:?}");
+            drop(cut);
+            // The network is back: a new connection (the first statement may find the
+            // old one closed).
+            let again = (0..3).find_map(|_| back.meta("k").ok());
+            assert_eq!(again, Some(Some("v".to_string())));
+        }
+        if let Ok(mut c) = postgres::Client::connect(&admin, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+        }
+    }
 
     #[test]
     fn urls_are_shown_without_their_password() {
