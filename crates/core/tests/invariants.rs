@@ -446,6 +446,38 @@ fn reason(d: &[Decision], id: u64) -> String {
         .unwrap_or_else(|| panic!("no Wait for job {id}: {d:?}"))
 }
 
+/// `max_reservations`: the first job that does not fit and the oldest starving jobs after
+/// it hold a reservation, at most this many; the rest wait without one (`[scheduler]
+/// max_reservations`, 1 being EASY backfill's one).
+#[test]
+fn at_most_max_reservations_jobs_hold_a_reservation() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    c.start(100, "a", false, 0, HOUR, vec![(0 as NodeIx, n8)]);
+    c.start(101, "a", false, 0, 2 * HOUR, vec![(1 as NodeIx, n8)]);
+    let m = BTreeMap::new();
+    let whole = gang(&c, 1, 8);
+    let now = 5 * HOUR;
+    // Three whole-node jobs, all past the starvation bound (2 h).
+    let reqs: Vec<Request> = (1..=3)
+        .map(|i| {
+            let mut r = req(i, "b", &whole, HOUR, &m);
+            r.submitted = 0;
+            r
+        })
+        .collect();
+    let reserved = |max: usize| {
+        let cfg = SchedulerConfig { max_reservations: max, ..SchedulerConfig::default() };
+        run(&c, &reqs, now, &cfg)
+            .iter()
+            .filter(|d| matches!(d, Decision::Wait { kind, reserved_at: Some(_), .. } if *kind == trainyard_core::schedule::KIND_RESERVED))
+            .count()
+    };
+    assert_eq!(reserved(64), 3);
+    assert_eq!(reserved(2), 2);
+    assert_eq!(reserved(1), 1, "EASY's one");
+}
+
 /// EASY backfill: the head that does not fit gets a reservation; a later job starts only
 /// if it ends before the reservation or uses nodes the reservation does not need.
 #[test]

@@ -377,6 +377,9 @@ struct SchedulerFile {
     preemption: Option<bool>,
     /// A job waiting this long goes ahead of the fair order; 0: never.
     starvation_secs: Option<u64>,
+    /// At most this many jobs hold a reservation at once: EASY's head, then the oldest
+    /// jobs past the starvation bound (1: EASY backfill's one).
+    max_reservations: Option<usize>,
     /// A SPOT job is preempted only after it has run this long.
     spot_min_runtime_secs: Option<u64>,
     /// Fair-share weight per project (default 1).
@@ -902,6 +905,12 @@ impl Config {
         }
         let mut class_names: Vec<&str> = Vec::new();
         if let Some(sc) = &file.scheduler {
+            if sc.max_reservations == Some(0) {
+                return Err(invalid(
+                    "scheduler.max_reservations",
+                    "must be at least 1: the first job that does not fit always holds a reservation (1 is EASY backfill)".into(),
+                ));
+            }
             for (p, w) in &sc.weights {
                 if !(w.is_finite() && *w > 0.0) {
                     return Err(invalid(&format!("scheduler.weights.{p}"), format!("must be a positive number, not {w}")));
@@ -1329,6 +1338,7 @@ impl Config {
                     if let Some(secs) = f.starvation_secs {
                         c.starvation_secs = (secs > 0).then_some(secs);
                     }
+                    c.max_reservations = f.max_reservations.unwrap_or(c.max_reservations);
                     c.spot_min_runtime_secs = f.spot_min_runtime_secs.unwrap_or(c.spot_min_runtime_secs);
                     c.priority_preemption = f.priority_preemption.unwrap_or(c.priority_preemption);
                     c.min_runtime_secs = f.min_runtime_secs.unwrap_or(c.min_runtime_secs);
@@ -1555,6 +1565,18 @@ mod tests {
             let e = Config::load(&p, None).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
+    }
+
+    /// `[scheduler] max_reservations` reaches the scheduler; 0 is refused naming the key
+    /// (the first job that does not fit always holds one).
+    #[test]
+    fn max_reservations_is_read_and_zero_is_refused() {
+        assert_eq!(Config::builtin(None).scheduler.max_reservations, 64);
+        let (_d, p) = write("[scheduler]\nmax_reservations = 1\n");
+        assert_eq!(Config::load(&p, None).unwrap().scheduler.max_reservations, 1);
+        let (_d, p) = write("[scheduler]\nmax_reservations = 0\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("scheduler.max_reservations") && e.contains("at least 1"), "{e}");
     }
 
     /// The packaged config (`packaging/config.toml`, installed as
