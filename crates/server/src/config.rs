@@ -367,6 +367,10 @@ struct MachineTypeFile {
     accelerator_required: bool,
 }
 
+/// The most `[scheduler] max_reservations` may be: each reservation costs every
+/// scheduling round a pass over the running jobs.
+const MAX_RESERVATIONS_LIMIT: usize = 1024;
+
 /// `[scheduler]`: how waiting work is ordered and placed.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -905,11 +909,22 @@ impl Config {
         }
         let mut class_names: Vec<&str> = Vec::new();
         if let Some(sc) = &file.scheduler {
-            if sc.max_reservations == Some(0) {
-                return Err(invalid(
-                    "scheduler.max_reservations",
-                    "must be at least 1: the first job that does not fit always holds a reservation (1 is EASY backfill)".into(),
-                ));
+            match sc.max_reservations {
+                Some(0) => {
+                    return Err(invalid(
+                        "scheduler.max_reservations",
+                        "must be at least 1: the first job that does not fit always holds a reservation (1 is EASY backfill)".into(),
+                    ))
+                }
+                Some(n) if n > MAX_RESERVATIONS_LIMIT => {
+                    return Err(invalid(
+                        "scheduler.max_reservations",
+                        format!(
+                            "must be at most {MAX_RESERVATIONS_LIMIT}, not {n}: each reservation costs the scheduling round a pass over the running jobs"
+                        ),
+                    ))
+                }
+                _ => {}
             }
             for (p, w) in &sc.weights {
                 if !(w.is_finite() && *w > 0.0) {
@@ -1567,16 +1582,19 @@ mod tests {
         }
     }
 
-    /// `[scheduler] max_reservations` reaches the scheduler; 0 is refused naming the key
-    /// (the first job that does not fit always holds one).
+    /// `[scheduler] max_reservations` reaches the scheduler; 0 (the first job that does
+    /// not fit always holds one) and more than 1024 are refused naming the key.
     #[test]
-    fn max_reservations_is_read_and_zero_is_refused() {
+    fn max_reservations_is_read_and_out_of_range_is_refused() {
         assert_eq!(Config::builtin(None).scheduler.max_reservations, 64);
         let (_d, p) = write("[scheduler]\nmax_reservations = 1\n");
         assert_eq!(Config::load(&p, None).unwrap().scheduler.max_reservations, 1);
         let (_d, p) = write("[scheduler]\nmax_reservations = 0\n");
         let e = Config::load(&p, None).unwrap_err().to_string();
         assert!(e.contains("scheduler.max_reservations") && e.contains("at least 1"), "{e}");
+        let (_d, p) = write("[scheduler]\nmax_reservations = 1025\n");
+        let e = Config::load(&p, None).unwrap_err().to_string();
+        assert!(e.contains("scheduler.max_reservations") && e.contains("at most 1024"), "{e}");
     }
 
     /// The packaged config (`packaging/config.toml`, installed as
