@@ -579,7 +579,8 @@ fn env_var_names_are_not_empty_and_have_no_equals_sign() {
 fn python_package_fields_have_no_nul() {
     validate_custom_job(&python_job(good_python())).expect("valid python package");
     let p = "jobSpec.workerPoolSpecs[0].pythonPackageSpec";
-    let cases: [(fn(&mut PythonPackageSpec), String); 7] = [
+    type Case = (fn(&mut PythonPackageSpec), String);
+    let cases: [Case; 7] = [
         (
             |s| s.python_module = "trainer\0task".into(),
             format!("{p}.pythonModule {NUL}"),

@@ -64,8 +64,7 @@ fn l21_checkpoint_example_resumes_after_kill() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = Vec::new();
     let mut killed = false;
-    loop {
-        let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else { break };
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) {
         seen.push(line.clone());
         // After the first checkpoint, kill the program (not the server, not the shim).
         if !killed && line.contains("checkpoint") && line.contains("step 10") {

@@ -1016,8 +1016,11 @@ mod tests {
         Node { name: format!("n{i}"), cpus: 16, memory_bytes: 64 << 30, accelerators, up: true, schedulable: i % 7 != 3 }
     }
 
+    /// Free CPUs, memory and accelerators, the buckets, positions and levels.
+    type State = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<Vec<Vec<NodeIx>>>, Vec<u32>, Vec<u32>);
+
     /// Everything a placement reads: amounts, buckets and the order within them.
-    fn state(w: &Work) -> (Vec<i64>, Vec<i64>, Vec<i64>, Vec<Vec<Vec<NodeIx>>>, Vec<u32>, Vec<u32>) {
+    fn state(w: &Work) -> State {
         (w.cpus.clone(), w.mem.clone(), w.acc.clone(), w.buckets.clone(), w.pos.clone(), w.level.clone())
     }
 

@@ -592,6 +592,8 @@ pub struct TrialLink {
 impl Job {
     /// A new job (L3: it starts QUEUED). `pools[i]` is the replica count of pool i
     /// (0 for an empty placeholder pool).
+    // Eight parts of a new job, each of its own type but the two strings.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: u64,
         project: String,

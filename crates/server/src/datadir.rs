@@ -57,14 +57,10 @@ pub fn cloexec_inherited_fds() -> usize {
     for fd in fds {
         // SAFETY: the descriptor is only looked at and flagged, never closed or taken.
         let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        match fcntl(borrowed, FcntlArg::F_GETFD) {
-            Ok(flags) if flags & FdFlag::FD_CLOEXEC.bits() == 0 => {
-                if fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).is_ok() {
-                    marked += 1;
-                }
-            }
-            // Closed meanwhile (the directory's own descriptor), or already marked.
-            _ => {}
+        // Not when closed meanwhile (the directory's own descriptor) or already marked.
+        let unmarked = fcntl(borrowed, FcntlArg::F_GETFD).is_ok_and(|flags| flags & FdFlag::FD_CLOEXEC.bits() == 0);
+        if unmarked && fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).is_ok() {
+            marked += 1;
         }
     }
     marked

@@ -347,7 +347,12 @@ mod tests {
     use super::*;
     use trainyard_core::schedule::Node;
 
-    fn job(pools: &[(&str, u32, Option<(&str, u32)>)]) -> CustomJob {
+    /// A pool: machine type, replica count, and an accelerator type and count.
+    type Pool<'a> = (&'a str, u32, Option<(&'a str, u32)>);
+    /// A node: name, CPUs, memory in GiB, and an accelerator type and count.
+    type NodeSpec<'a> = (&'a str, u32, u64, Option<(&'a str, u32)>);
+
+    fn job(pools: &[Pool<'_>]) -> CustomJob {
         let specs: Vec<serde_json::Value> = pools
             .iter()
             .map(|(mt, n, acc)| {
@@ -364,7 +369,7 @@ mod tests {
         trainyard_api::parse_custom_job(body.to_string().as_bytes()).expect("a valid job")
     }
 
-    fn fleet(nodes: &[(&str, u32, u64, Option<(&str, u32)>)]) -> Fleet {
+    fn fleet(nodes: &[NodeSpec<'_>]) -> Fleet {
         let nodes = nodes
             .iter()
             .map(|(name, cpus, gib, acc)| Node {

@@ -521,9 +521,8 @@ pub fn simulate_observed(
     let by_id: HashMap<u64, usize> = jobs.iter().enumerate().map(|(i, j)| (j.id, i)).collect();
     let mut now: Micros = first_submit;
     let mut end_t: Micros = first_submit;
-    loop {
-        // All events at the next instant.
-        let Some(Reverse((t, _, _))) = heap.peek().copied() else { break };
+    // All events at the next instant.
+    while let Some(Reverse((t, _, _))) = heap.peek().copied() {
         // Account busy GPU time.
         let dt = (t - last_t) as f64;
         busy_all += busy as f64 * dt;

@@ -398,6 +398,8 @@ pub struct OtherState {
 }
 
 /// The connection a store holds.
+// A store holds one, for its whole life: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Conn {
     Sqlite(rusqlite::Connection),
     Postgres(Pg),

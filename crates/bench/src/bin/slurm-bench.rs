@@ -5,6 +5,7 @@
 //!    first GET that shows `JOB_STATE_RUNNING`; the baseline is `sbatch --wrap 'touch
 //!    started; sleep 1'` to the marker file appearing. Both sides polled every 10 ms;
 //!    samples alternate between the two.
+//!
 //! 1b. gang create-to-RUNNING: a four-replica job (one allocation, a step per replica),
 //!    from the create request to `JOB_STATE_RUNNING` (every replica started, L7); the
 //!    baseline is `sbatch --ntasks=4` of the same shape whose script starts the same four

@@ -613,7 +613,7 @@ fn with_etag(mut policy: Value) -> Value {
 /// The bucket's policy as kept (the default one until one is set), with its etag.
 fn read_policy(root: &std::path::Path, project: &str, bucket: &str) -> GcsResult<Value> {
     let policy = match std::fs::read(iam_file(root, project, bucket)) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| GcsError::internal("the stored IAM policy", &e.to_string()))?,
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| GcsError::internal("the stored IAM policy", e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => default_policy(project, bucket),
         Err(e) => return Err(GcsError::io("cannot read the bucket's IAM policy", &e)),
     };
