@@ -327,12 +327,14 @@ fn l15_job_impossible_after_the_fleet_shrinks_fails() {
 /// created after a batch job of another project starts first once the node frees, and the
 /// batch job's waiting reason says work of a higher class goes ahead of it (naming no
 /// project). A label naming no class is refused (400) naming the label and the classes,
-/// and creates nothing.
+/// and creates nothing; the urgent class is open to project b alone (`projects`), so
+/// project a's job naming it is refused (403) naming the class and the project, and
+/// creates nothing.
 #[test]
 fn a_job_of_a_higher_priority_class_starts_first() {
     let s = Server::start(
         "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[scheduler]\ndefault_priority_class = \"batch\"\n\
-         [[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 1000\n[[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n",
+         [[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 1000\nprojects = [\"b\"]\n[[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n",
     );
     let labelled = |name: &str, class: &str| {
         let mut j = sh_job(name, "sleep 300");
@@ -358,6 +360,12 @@ fn a_job_of_a_higher_priority_class_starts_first() {
     assert_eq!(status, 400, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("trainyard-priority-class") && message.contains("urgent, batch"), "{message}");
+    let (_, after) = s.call("GET", &s.jobs_url("a"), None);
+    assert_eq!(before["customJobs"].as_array().map(Vec::len), after["customJobs"].as_array().map(Vec::len), "nothing created");
+    let (status, body) = s.call("POST", &s.jobs_url("a"), Some(&labelled("mine-first", "urgent").to_string()));
+    assert_eq!((status, body["error"]["status"].as_str()), (403, Some("PERMISSION_DENIED")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("\"urgent\"") && message.contains("\"a\""), "{message}");
     let (_, after) = s.call("GET", &s.jobs_url("a"), None);
     assert_eq!(before["customJobs"].as_array().map(Vec::len), after["customJobs"].as_array().map(Vec::len), "nothing created");
     for j in [&urgent, &batch] {
@@ -492,13 +500,68 @@ fn fair_share_remembers_a_projects_past_use() {
     }
 }
 
-/// Bad nodes kept out (`[fleet] quarantine_after_failures`): three jobs' replicas die by a
-/// signal on node n1 (the best fit); each job's retry goes to n2 (away from the node it
-/// failed on) and succeeds, and n1 is quarantined after the third: the next job, which
-/// would fit n1 best, lands on n2. `nodes list` shows it with its failures, the metric
+/// The supervisor of a job's first run on `node`, killed once the job runs there: the
+/// run is lost, which is evidence about the node (L9).
+fn lose_run_on(s: &Server, job: &Value, node: &str) {
+    let name = name_of(job);
+    s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    assert_eq!(node_of(s, job, "workerpool0-0", 0), node, "placed on {node} first (best fit)");
+    let pid_file = run_dir(&s.data_dir(), id_of(job), 0, "workerpool0-0", 0).join("shim.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let pid = std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<i32>().ok());
+        if let Some(pid) = pid.filter(|p| *p > 0) {
+            assert!(sigkill(pid), "the supervisor {pid} of {name} is gone before it was killed");
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no {}", pid_file.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// L9: a tenant cannot quarantine the fleet. Three jobs of project evil that kill
+/// themselves (`kill -KILL $$`) and a log line a failure rule sends away from its node
+/// (`exclude_node`) count nothing towards a quarantine: both nodes stay UP and the victim
+/// project's job runs.
+#[test]
+fn l9_a_tenant_killing_its_own_replicas_quarantines_no_node() {
+    if skip_on_slurm("local nodes") {
+        return;
+    }
+    let s = Server::start(&format!(
+        "{TWO_NODES}[fleet]\nquarantine_after_failures = 3\n\
+         [[lifecycle.failure_rules]]\nname = \"nccl\"\nlog_pattern = \"NCCL error\"\naction = \"exclude_node\"\n"
+    ));
+    let mut evil = Vec::new();
+    for k in 0..3 {
+        let mut job = sh_job(&format!("evil-{k}"), "kill -KILL $$");
+        job["jobSpec"]["scheduling"] = serde_json::json!({"restartJobOnWorkerRestart": true});
+        evil.push(name_of(&s.create("evil", &job)));
+    }
+    evil.push(name_of(&s.create("evil", &sh_job("evil-nccl", "echo NCCL error >&2; exit 1"))));
+    for name in &evil {
+        let done = s.wait_terminal(name, 120);
+        assert_eq!(done["state"], "JOB_STATE_FAILED", "{done:#}\n{}", s.logs_text(name));
+    }
+    for n in ["n1", "n2"] {
+        let (_, node) = s.call("GET", &s.url(&format!("/v1/admin/nodes/{n}")), None);
+        assert_eq!(node["state"], "UP", "{node:#}");
+    }
+    let victim = name_of(&s.create("victim", &sh_job("victim", "echo victim ran")));
+    let done = s.wait_terminal(&victim, 60);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    let metrics = ureq::get(&s.url("/metrics")).call().expect("GET /metrics").into_body().read_to_string().expect("body");
+    assert!(metrics.lines().any(|l| l == "trainyard_node_quarantines_total 0"), "{metrics}");
+}
+
+/// L9: bad nodes kept out (`[fleet] quarantine_after_failures`). Runs lost on node n1
+/// (their supervisor killed: evidence about the node) are counted per project: three of
+/// project p's jobs alone leave n1 UP; a fourth, of project q, quarantines it. Each job's
+/// retry goes to n2 (away from the node it failed on) and succeeds; the next job, which
+/// would fit n1 best, lands on n2. `nodes list` shows n1 with its failures, the metric
 /// counts it, it survives a restart, and `nodes undrain` lets it back in.
 #[test]
-fn a_node_that_fails_three_jobs_is_quarantined_and_the_next_job_lands_elsewhere() {
+fn l9_lost_runs_of_two_projects_quarantine_a_node_and_the_next_job_lands_elsewhere() {
     if skip_on_slurm("local nodes") {
         return;
     }
@@ -506,20 +569,26 @@ fn a_node_that_fails_three_jobs_is_quarantined_and_the_next_job_lands_elsewhere(
         "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n[[nodes]]\nname = \"n2\"\ncpus = 8\nmemory_gb = 32\n\
          [fleet]\nquarantine_after_failures = 3\n",
     );
-    let script = "if [ \"$TRAINYARD_NODE\" = n1 ]; then kill -9 $$; fi; echo ran on $TRAINYARD_NODE";
-    for k in 0..3 {
+    let script = "if [ \"$TRAINYARD_NODE\" = n1 ]; then sleep 300; fi; echo ran on $TRAINYARD_NODE";
+    for (k, project) in ["p", "p", "p", "q"].into_iter().enumerate() {
         // A replica's restart is a job retry (L12a): its new attempt is placed again.
-        let mut job = sh_job(&format!("bad-{k}"), script);
+        let mut job = sh_job(&format!("lost-{k}"), script);
         job["jobSpec"]["scheduling"] = serde_json::json!({"restartJobOnWorkerRestart": true});
-        let j = s.create("p", &job);
+        let j = s.create(project, &job);
+        lose_run_on(&s, &j, "n1");
         let done = s.wait_terminal(&name_of(&j), 60);
         let log = s.logs_text(&name_of(&j));
         assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{log}");
         assert!(log.contains("ran on n2"), "retried away from n1:\n{log}");
+        let (_, n1) = s.call("GET", &s.url("/v1/admin/nodes/n1"), None);
+        if project == "p" {
+            assert_eq!(n1["state"], "UP", "project p alone quarantines no node: {n1:#}");
+        }
     }
     let (_, n1) = s.call("GET", &s.url("/v1/admin/nodes/n1"), None);
     assert_eq!(n1["state"], "QUARANTINED", "{n1:#}");
-    assert_eq!(n1["quarantine"]["failures"].as_array().map(Vec::len), Some(3), "{n1:#}");
+    assert_eq!(n1["quarantine"]["failures"].as_array().map(Vec::len), Some(4), "{n1:#}");
+    assert!(n1["quarantine"]["reason"].as_str().is_some_and(|r| r.contains("of 2 projects")), "{n1:#}");
     let next = s.create("p", &sh_job("next", "echo next on $TRAINYARD_NODE"));
     let done = s.wait_terminal(&name_of(&next), 60);
     assert!(s.logs_text(&name_of(&next)).contains("next on n2"), "{done:#}");

@@ -91,7 +91,8 @@ pub enum RuleAction {
     Transient,
     /// The job fails now (as a user error is, L13).
     Permanent,
-    /// A job retry (L12) away from the replica's node, which it counts against (quarantine).
+    /// A job retry (L12) away from the replica's node, for this job only (a log line is no
+    /// evidence about the node: it does not count towards its quarantine, L9).
     ExcludeNode,
 }
 

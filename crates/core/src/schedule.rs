@@ -350,6 +350,18 @@ pub struct PriorityClasses {
     pub classes: Vec<(String, i64)>,
     pub default: Option<String>,
     pub projects: BTreeMap<String, String>,
+    /// The classes open only to some projects (`[[scheduler.priority_classes]] projects`):
+    /// class name -> the projects that may use it. A class not here is open to every project.
+    pub allowed: BTreeMap<String, Vec<String>>,
+}
+
+/// Why a job cannot have the priority class it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PriorityError {
+    /// No such class (a bad argument).
+    Unknown(String),
+    /// The class is not open to the job's project (a permission).
+    NotAllowed(String),
 }
 
 impl PriorityClasses {
@@ -358,14 +370,30 @@ impl PriorityClasses {
         self.classes.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
+    /// Whether `project` may use the class `name` (a class without `projects` is open).
+    pub fn allows(&self, name: &str, project: &str) -> bool {
+        self.allowed.get(name).is_none_or(|ps| ps.iter().any(|p| p == project))
+    }
+
     /// The priority of a job of `project` whose label names `label`; an unknown class is
-    /// an error naming the label and the classes there are.
-    pub fn priority(&self, label: Option<&str>, project: &str) -> Result<i64, String> {
+    /// an error naming the label and the classes there are, and a class not open to the
+    /// project one naming the class and the project. The project's own class and the
+    /// default are open to it (the configuration is refused otherwise).
+    pub fn priority(&self, label: Option<&str>, project: &str) -> Result<i64, PriorityError> {
         match label {
-            Some(name) => self.value(name).ok_or_else(|| {
-                let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
-                format!("labels.{PRIORITY_CLASS_LABEL}: {}", unknown_priority_class(name, &names))
-            }),
+            Some(name) => {
+                let value = self.value(name).ok_or_else(|| {
+                    let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
+                    PriorityError::Unknown(format!("labels.{PRIORITY_CLASS_LABEL}: {}", unknown_priority_class(name, &names)))
+                })?;
+                if !self.allows(name, project) {
+                    return Err(PriorityError::NotAllowed(format!(
+                        "labels.{PRIORITY_CLASS_LABEL}: the priority class {name:?} is not open to project {project:?} \
+                         ([[scheduler.priority_classes]] projects)"
+                    )));
+                }
+                Ok(value)
+            }
             None => Ok(self.projects.get(project).or(self.default.as_ref()).and_then(|n| self.value(n)).unwrap_or(0)),
         }
     }

@@ -81,8 +81,10 @@ pub enum Effect {
     Purge { job: u64 },
     /// Send `signal` to the run's program (L19 warned: the timeout warning), nothing else.
     Signal { run: RunId, signal: i32 },
-    /// A replica failed on `node` in a way that may be the node's (a signal death, a lost
-    /// run, a failure rule's `exclude_node`): counted towards its quarantine.
+    /// A replica failed on `node` in a way that is evidence about the node, not the job (a
+    /// lost run, the engine failing to launch it): counted towards the node's quarantine.
+    /// A death by a signal, an exit, an OOM or a failure rule's match is the job's own and
+    /// never emits this (L9).
     NodeFailed { node: String, replica: String, what: String },
 }
 
@@ -494,6 +496,8 @@ impl Cx<'_> {
             Outcome::LaunchFailed { message } => {
                 // L16: a failure of Trainyard or its engine.
                 self.job.replicas[idx].state = ReplicaState::Idle;
+                // L9: the engine failing to launch is evidence about the node.
+                self.node_failed(idx, format!("could not be launched: {message}"), false);
                 self.log_rule("L16", Some(&name), format!("Replica {name} could not be launched: {message}"));
                 self.log_rule("L16", None, INTERNAL_MESSAGE);
                 let error = JobError { code: code::INTERNAL, message: INTERNAL_MESSAGE.to_string() };
@@ -518,7 +522,9 @@ impl Cx<'_> {
         };
         self.log_rule("L13", Some(&name), format!("Replica {name} exited with status {status}; failure rule {rule} matched: {what}."));
         if action == RuleAction::ExcludeNode {
-            self.node_failed(idx, format!("exited with status {status} (failure rule {rule})"), true);
+            // L9: the job avoids the node; the node's quarantine does not count it (a log
+            // line a tenant writes is no evidence about the node).
+            self.avoid_node(idx, true);
         }
         self.job.replicas[idx].state = ReplicaState::Idle;
         let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
@@ -538,11 +544,10 @@ impl Cx<'_> {
         self.retry_or_fail(RetryKind::TransientExit, format!("replica {name} exited with transient status {status}"), error);
     }
 
-    /// A failure that may be its node's: counted towards the node's quarantine, and the
-    /// job's next placements avoid the node when another fits.
-    fn node_failed(&mut self, idx: usize, what: String, retry: bool) {
-        let Some(node) = self.job.replicas[idx].node.clone() else { return };
-        // L12: the retry this failure causes is placed again, away from the node.
+    /// The job's next placements avoid the replica's node when another fits; `retry`: the
+    /// retry this failure causes is placed again (L12), away from the node.
+    fn avoid_node(&mut self, idx: usize, retry: bool) -> Option<String> {
+        let node = self.job.replicas[idx].node.clone()?;
         self.job.place_again |= retry;
         if !self.job.avoid_nodes.contains(&node) {
             if self.job.avoid_nodes.len() >= crate::job::MAX_AVOID_NODES {
@@ -550,6 +555,13 @@ impl Cx<'_> {
             }
             self.job.avoid_nodes.push(node.clone());
         }
+        Some(node)
+    }
+
+    /// L9: a failure that is evidence about its node (a lost run, a launch the engine
+    /// could not make): the job avoids the node, and the node's quarantine counts it.
+    fn node_failed(&mut self, idx: usize, what: String, retry: bool) {
+        let Some(node) = self.avoid_node(idx, retry) else { return };
         let replica = self.job.replicas[idx].name.clone();
         self.effects.push(Effect::NodeFailed { node, replica, what });
     }
@@ -560,7 +572,14 @@ impl Cx<'_> {
         let status = outcome.exit_status();
         let what = describe(outcome);
         let retries = self.job.policy.restarts_become_retries() || self.job.replicas[idx].failures >= self.settings.max_worker_restarts;
-        self.node_failed(idx, what.clone(), retries);
+        if matches!(outcome, Outcome::Lost { .. }) {
+            // L9: a run lost with its supervisor (or its node) says something of the node.
+            self.node_failed(idx, what.clone(), retries);
+        } else {
+            // L9: a death by a signal is the job's own (its program, or another of its
+            // processes, sent it); the job's retry avoids the node, nothing is counted.
+            self.avoid_node(idx, retries);
+        }
         let error = JobError { code: code::INVALID_ARGUMENT, message: exit_message(&name, status, "Error", &tail) };
         if self.job.policy.restarts_become_retries() {
             // L12a: any replica restart becomes a job retry.

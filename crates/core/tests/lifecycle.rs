@@ -289,6 +289,28 @@ fn l10_non_permanent_restart_same_node() {
     assert_eq!(h.launches().len(), 1);
 }
 
+/// L9: only evidence about a node counts towards its quarantine: a lost run and a launch
+/// the engine could not make emit `NodeFailed`; a death by a signal (the tenant can send
+/// it to itself), an exit and an OOM never do.
+#[test]
+fn l9_only_evidence_about_the_node_counts_towards_its_quarantine() {
+    let node_failed = |h: &H| h.effects.iter().filter(|e| matches!(e, Effect::NodeFailed { node, .. } if node == "local")).count();
+    let mut h = H::new(job(&[1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::Signaled { signal: 9 });
+    assert_eq!(node_failed(&h), 0, "kill -KILL $$ is the job's own");
+    h.start_all().exit("workerpool0-0", Outcome::Lost { message: "the supervisor ended".into() });
+    assert_eq!(node_failed(&h), 1, "a lost run");
+    let mut h = H::new(job(&[1]));
+    h.place().start_all().exit("workerpool0-0", Outcome::LaunchFailed { message: "the engine failed".into() });
+    assert_eq!(node_failed(&h), 1, "a launch the engine could not make");
+    assert!(h.job.avoid_nodes.iter().any(|n| n == "local"), "and the retry avoids the node");
+    for outcome in [Outcome::Exited { code: 1 }, Outcome::OomKilled { status: 137 }, Outcome::Exited { code: 0 }] {
+        let mut h = H::new(job(&[1]));
+        h.place().start_all().exit("workerpool0-0", outcome.clone());
+        assert_eq!(node_failed(&h), 0, "{outcome:?}");
+    }
+}
+
 /// L10, L13: a replica that called exit(N != 0) is a user code exception: permanent.
 #[test]
 fn l10_exit_code_is_permanent() {
@@ -942,7 +964,8 @@ fn l13_failure_rules_come_first_and_are_named() {
     exit_with(&mut h, 3, "uncorrectable ECC error");
     assert_eq!(h.job.attempt, 1);
     assert!(h.logs().iter().any(|l| l.contains("exclude_node") && l.contains("away from node local")), "{:?}", h.logs());
-    assert!(h.effects.iter().any(|e| matches!(e, Effect::NodeFailed { node, .. } if node == "local")), "counted towards its node's quarantine");
+    assert!(h.job.avoid_nodes.iter().any(|n| n == "local"), "the job avoids the node");
+    assert!(!h.effects.iter().any(|e| matches!(e, Effect::NodeFailed { .. })), "L9: a log match is the job's, not evidence about the node");
     h.place().start_all();
     exit_with(&mut h, 1, "plain failure");
     assert_eq!(h.state(), State::Failed, "no rule matches: the table decides (permanent)");

@@ -303,9 +303,12 @@ pub const DEFAULT_REPLICA_NICE: i32 = 10;
 /// `[replicas] venv_build_timeout_secs` when not set: 15 minutes.
 pub const DEFAULT_VENV_BUILD_TIMEOUT_SECS: u64 = 900;
 
-/// The first and last uid of the default range: far above the ids of a host's accounts
-/// and below the 2^31 of signed interfaces.
-pub const DEFAULT_UID_RANGE: (u32, u32) = (200_000, 299_999);
+/// The first and last uid of the default range (0x70000000 and 100,000 more): far above
+/// a host's accounts, above the subordinate ids `useradd` hands out (100000 up to
+/// login.defs' SUB_UID_MAX, 600100000) that rootless podman maps containers into, above
+/// systemd-nspawn's container ranges (up to 0x6FFFFFFF), and below the 2^31 of signed
+/// interfaces. A start checks that no account or subordinate range overlaps it.
+pub const DEFAULT_UID_RANGE: (u32, u32) = (1_879_048_192, 1_879_148_191);
 /// Tasks per replica by default: room for data loaders and thread pools, not for a fork
 /// bomb.
 pub const DEFAULT_PIDS_MAX: u64 = 4096;
@@ -409,6 +412,8 @@ struct SchedulerFile {
 struct PriorityClassFile {
     name: String,
     value: i64,
+    /// The projects that may use the class; without the key, every project may.
+    projects: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -945,11 +950,25 @@ impl Config {
                 if class_names.contains(&c.name.as_str()) {
                     return Err(invalid("scheduler.priority_classes.name", format!("{:?} is listed twice", c.name)));
                 }
+                if let Some(ps) = &c.projects {
+                    if let Some(bad) = ps.iter().find(|p| p.is_empty() || p.contains('/')) {
+                        return Err(invalid(
+                            "scheduler.priority_classes.projects",
+                            format!("class {:?}: {bad:?} is not a project id (a non-empty name without /)", c.name),
+                        ));
+                    }
+                }
                 class_names.push(&c.name);
             }
             if let Some(d) = &sc.default_priority_class {
                 if !class_names.contains(&d.as_str()) {
                     return Err(invalid("scheduler.default_priority_class", trainyard_core::schedule::unknown_priority_class(d, &class_names)));
+                }
+                if sc.priority_classes.iter().any(|c| &c.name == d && c.projects.is_some()) {
+                    return Err(invalid(
+                        "scheduler.default_priority_class",
+                        format!("{d:?} is open only to the projects of its `projects` key; the default class is every project's, so it must be open to all"),
+                    ));
                 }
             }
         }
@@ -996,6 +1015,14 @@ impl Config {
                     (PROJECT_PRIORITY_CLASS, QuotaValue::Name(n)) if project != "default" => {
                         if !class_names.contains(&n.as_str()) {
                             return Err(invalid(&key, trainyard_core::schedule::unknown_priority_class(n, &class_names)));
+                        }
+                        let name = project.trim_start_matches("projects.");
+                        let closed = file.scheduler.iter().flat_map(|s| &s.priority_classes).find(|c| &c.name == n).and_then(|c| c.projects.as_ref());
+                        if closed.is_some_and(|ps| !ps.iter().any(|p| p == name)) {
+                            return Err(invalid(
+                                &key,
+                                format!("project {name:?} may not use the priority class {n:?}: it is not in that class's projects ([[scheduler.priority_classes]] projects)"),
+                            ));
                         }
                     }
                     (PROJECT_PRIORITY_CLASS, _) if project == "default" => {
@@ -1381,6 +1408,12 @@ impl Config {
                         _ => None,
                     })
                     .collect(),
+                allowed: file
+                    .scheduler
+                    .iter()
+                    .flat_map(|s| &s.priority_classes)
+                    .filter_map(|c| Some((c.name.clone(), c.projects.clone()?)))
+                    .collect(),
             },
             storage_limits: file.quotas.split().1,
             source,
@@ -1495,6 +1528,7 @@ fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trainyard_core::schedule::PriorityError;
 
     fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
@@ -1565,7 +1599,7 @@ mod tests {
         assert_eq!(c.priority_classes.priority(None, "other"), Ok(0));
         assert_eq!(c.priority_classes.priority(Some("urgent"), "other"), Ok(100));
         let e = c.priority_classes.priority(Some("asap"), "other").unwrap_err();
-        assert!(e.contains("trainyard-priority-class") && e.contains("urgent, batch"), "{e}");
+        assert!(matches!(&e, PriorityError::Unknown(m) if m.contains("trainyard-priority-class") && m.contains("urgent, batch")), "{e:?}");
         assert_eq!(c.quotas.limit("research", "custom_model_training_cpus"), Some(8), "the quotas beside it");
         for (text, key) in [
             (format!("{classes}[quotas.projects.p]\npriority_class = \"asap\"\n"), "quotas.projects.p.priority_class"),
@@ -1575,11 +1609,33 @@ mod tests {
             ("[scheduler]\ndefault_priority_class = \"x\"\n".to_string(), "scheduler.default_priority_class"),
             ("[[scheduler.priority_classes]]\nname = \"A b\"\nvalue = 1\n".to_string(), "scheduler.priority_classes.name"),
             ("[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 1\n[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 2\n".to_string(), "scheduler.priority_classes.name"),
+            (format!("{CLOSED}[quotas.projects.evil]\npriority_class = \"urgent\"\n"), "quotas.projects.evil.priority_class"),
+            (format!("{CLOSED}[scheduler]\ndefault_priority_class = \"urgent\"\n"), "scheduler.default_priority_class"),
+            ("[[scheduler.priority_classes]]\nname = \"a\"\nvalue = 1\nprojects = [\"\"]\n".to_string(), "scheduler.priority_classes.projects"),
         ] {
             let (_d, p) = write(&text);
             let e = Config::load(&p, None).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
+    }
+
+    const CLOSED: &str = "[[scheduler.priority_classes]]\nname = \"urgent\"\nvalue = 1000\nprojects = [\"ops\"]\n\
+                          [[scheduler.priority_classes]]\nname = \"batch\"\nvalue = 0\n";
+
+    /// A priority class with `projects` is open to those projects alone: another
+    /// project's job naming it is refused as a permission (403), the listed project's is
+    /// not, a class without the key stays open to all, and a listed project may have it
+    /// as its own default.
+    #[test]
+    fn a_priority_class_with_projects_is_open_to_those_alone() {
+        let (_d, p) = write(&format!("{CLOSED}[quotas.projects.ops]\npriority_class = \"urgent\"\n"));
+        let c = Config::load(&p, None).unwrap();
+        assert_eq!(c.priority_classes.priority(Some("urgent"), "ops"), Ok(1000));
+        assert_eq!(c.priority_classes.priority(None, "ops"), Ok(1000));
+        let e = c.priority_classes.priority(Some("urgent"), "evil").unwrap_err();
+        assert!(matches!(&e, PriorityError::NotAllowed(m) if m.contains("\"urgent\"") && m.contains("\"evil\"")), "{e:?}");
+        assert_eq!(c.priority_classes.priority(Some("batch"), "evil"), Ok(0));
+        assert_eq!(c.priority_classes.priority(None, "evil"), Ok(0));
     }
 
     /// `[scheduler] max_reservations` reaches the scheduler; 0 (the first job that does

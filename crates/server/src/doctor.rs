@@ -111,7 +111,29 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
         }
     }
     out.push(containers(cfg));
+    if let Some(f) = priority_classes(&cfg.priority_classes) {
+        out.push(f);
+    }
     out
+}
+
+/// Priority classes above the default that every project may use: any tenant can give
+/// its jobs that priority (and preempt the others' with it).
+fn priority_classes(pc: &trainyard_core::schedule::PriorityClasses) -> Option<Finding> {
+    if pc.classes.is_empty() {
+        return None;
+    }
+    let default = pc.default.as_deref().and_then(|d| pc.value(d)).unwrap_or(0);
+    let open: Vec<&str> = pc.classes.iter().filter(|(n, v)| *v > default && !pc.allowed.contains_key(n)).map(|(n, _)| n.as_str()).collect();
+    Some(if open.is_empty() {
+        Finding::ok("priority classes", "every class above the default is open only to the projects it lists")
+    } else {
+        Finding::warn(
+            "priority classes",
+            format!("{} above the default ({default}) and open to every project: any tenant may give its jobs that priority", open.join(", ")),
+            "list the projects that may use each with `projects = [...]` in its [[scheduler.priority_classes]] table",
+        )
+    })
 }
 
 /// One line per finding (`ok    data directory  /var/lib/trainyard ...`), the fix below
@@ -325,6 +347,20 @@ fn containers(cfg: &Config) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_open_priority_class_above_the_default_is_warned_about() {
+        let mut pc = trainyard_core::schedule::PriorityClasses {
+            classes: vec![("urgent".into(), 1000), ("batch".into(), 0)],
+            default: Some("batch".into()),
+            ..Default::default()
+        };
+        let f = priority_classes(&pc).expect("a finding");
+        assert!(f.status == Status::Warn && f.detail.contains("urgent"), "{f:?}");
+        pc.allowed.insert("urgent".into(), vec!["ops".into()]);
+        assert_eq!(priority_classes(&pc).map(|f| f.status), Some(Status::Ok));
+        assert!(priority_classes(&Default::default()).is_none(), "no classes, nothing to say");
+    }
 
     #[test]
     fn directories_say_what_is_wrong_and_the_fix() {

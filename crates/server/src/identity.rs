@@ -215,6 +215,18 @@ fn check(cfg: &Config, grant: bool) -> Result<String, String> {
             }
         }
     }
+    for (file, kind) in ID_FILES {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        if let Some(clash) = id_range_clash(&text, kind, first, last) {
+            return Err(format!(
+                "[replicas] uid_range ({first}-{last}) is not free on this host: {file} has {clash}; a replica would share \
+                 that id (its files, processes and limits). Choose a range no account or subordinate range uses \
+                 (the default is {}-{})",
+                crate::config::DEFAULT_UID_RANGE.0,
+                crate::config::DEFAULT_UID_RANGE.1
+            ));
+        }
+    }
     let note = format!("replicas run as a user of their project's own (uids {first}-{last}, no supplementary groups); {pids}");
     // An output root that per-project users cannot reach fails only the jobs that use it:
     // said at start, not refused.
@@ -230,6 +242,45 @@ fn check(cfg: &Config, grant: bool) -> Result<String, String> {
         }
     }
     Ok(note)
+}
+
+/// The host's id files a project's uid range must not overlap: accounts and groups
+/// (`name:x:id:...`), subordinate ranges (`name:first:count`, what rootless container
+/// engines map containers into).
+const ID_FILES: [(&str, IdFile); 4] =
+    [("/etc/passwd", IdFile::Accounts), ("/etc/group", IdFile::Accounts), ("/etc/subuid", IdFile::Subordinate), ("/etc/subgid", IdFile::Subordinate)];
+
+#[derive(Clone, Copy, Debug)]
+enum IdFile {
+    Accounts,
+    Subordinate,
+}
+
+/// The first entry of `text` (an id file of `kind`) whose ids meet `first..=last`, as
+/// said to an administrator (`the entry "podman:200000:65536" (line 3)`).
+fn id_range_clash(text: &str, kind: IdFile, first: u32, last: u32) -> Option<String> {
+    for (i, line) in text.lines().enumerate() {
+        let fields: Vec<&str> = line.split(':').collect();
+        let (lo, hi) = match kind {
+            IdFile::Accounts => {
+                let Some(id) = fields.get(2).and_then(|f| f.parse::<u64>().ok()) else { continue };
+                (id, id)
+            }
+            IdFile::Subordinate => {
+                let (Some(start), Some(count)) = (fields.get(1).and_then(|f| f.parse::<u64>().ok()), fields.get(2).and_then(|f| f.parse::<u64>().ok())) else {
+                    continue;
+                };
+                if count == 0 {
+                    continue;
+                }
+                (start, start + count - 1)
+            }
+        };
+        if lo <= last as u64 && hi >= first as u64 {
+            return Some(format!("the entry {line:?} (line {})", i + 1));
+        }
+    }
+    None
 }
 
 /// How the task limit is enforced on this host.
@@ -288,6 +339,21 @@ fn usable_by_others(dir: &Path) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_uid_range_that_meets_an_account_or_a_subordinate_range_is_named() {
+        let subuid = "root:100000:65536\npodman:165536:65536\n";
+        let clash = id_range_clash(subuid, IdFile::Subordinate, 200_000, 299_999).expect("podman's range meets it");
+        assert!(clash.contains("podman:165536:65536") && clash.contains("line 2"), "{clash}");
+        assert_eq!(id_range_clash(subuid, IdFile::Subordinate, 231_072, 299_999), None, "165536 + 65536 - 1 = 231071");
+        assert!(id_range_clash(subuid, IdFile::Subordinate, 231_071, 231_071).is_some());
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/:/usr/sbin/nologin\n# comment\nbad line\n";
+        assert!(id_range_clash(passwd, IdFile::Accounts, 65_534, 65_534).is_some_and(|c| c.contains("nobody")));
+        let (lo, hi) = crate::config::DEFAULT_UID_RANGE;
+        assert_eq!(id_range_clash(passwd, IdFile::Accounts, lo, hi), None);
+        let useradd_max = "u:600100000:65536\n";
+        assert_eq!(id_range_clash(useradd_max, IdFile::Subordinate, lo, hi), None, "above useradd's subordinate ids");
+    }
 
     #[test]
     fn a_replica_path_holds_only_directories_others_can_search() {

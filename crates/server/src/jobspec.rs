@@ -171,7 +171,10 @@ pub fn prepare(
     }
     // Its priority class: its label's, else its project's, else the default.
     let label = job.labels.get(trainyard_core::schedule::PRIORITY_CLASS_LABEL).map(String::as_str);
-    policy.priority = priorities.priority(label, project).map_err(ApiError::invalid_argument)?;
+    policy.priority = priorities.priority(label, project).map_err(|e| match e {
+        trainyard_core::schedule::PriorityError::Unknown(m) => ApiError::invalid_argument(m),
+        trainyard_core::schedule::PriorityError::NotAllowed(m) => ApiError::permission_denied(m),
+    })?;
     Ok(Prepared { pools, demand, policy, checkpoints: job.job_spec.base_output_directory.is_some() })
 }
 

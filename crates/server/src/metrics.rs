@@ -273,6 +273,7 @@ pub struct Metrics {
     hangs: Counter,
     stockouts: Counter,
     quarantines: Counter,
+    quarantine_refusals: Counter,
     progress_step: Family<JobIdLabels, Gauge>,
     progress_ratio: Family<JobIdLabels, FloatGauge>,
     progress_rate: Family<JobIdLabels, FloatGauge>,
@@ -346,7 +347,13 @@ impl Metrics {
         let stockouts = Counter::default();
         r.register("stockouts", "Placements that found no capacity (L15)", stockouts.clone());
         let quarantines = Counter::default();
-        r.register("node_quarantines", "Nodes quarantined after replica failures of several jobs ([fleet] quarantine_after_failures)", quarantines.clone());
+        r.register("node_quarantines", "Nodes quarantined after replica failures of several projects' jobs ([fleet] quarantine_after_failures)", quarantines.clone());
+        let quarantine_refusals = Counter::default();
+        r.register(
+            "node_quarantine_refusals",
+            "Quarantines not made because no other node would have taken placements",
+            quarantine_refusals.clone(),
+        );
         let progress_step = Family::<JobIdLabels, Gauge>::default();
         r.register("job_progress_step", "The step a running job's program last reported (TRAINYARD_PROGRESS_FILE)", progress_step.clone());
         let progress_ratio = Family::<JobIdLabels, FloatGauge>::default();
@@ -416,6 +423,7 @@ impl Metrics {
             hangs,
             stockouts,
             quarantines,
+            quarantine_refusals,
             progress_step,
             progress_ratio,
             progress_rate,
@@ -638,6 +646,13 @@ impl Metrics {
     pub fn node_quarantined(&self) {
         if self.enabled {
             self.quarantines.inc();
+        }
+    }
+
+    /// A quarantine was refused: the node was the last usable one.
+    pub fn quarantine_refused(&self) {
+        if self.enabled {
+            self.quarantine_refusals.inc();
         }
     }
 

@@ -2,6 +2,7 @@
 //! administration views.
 
 use super::*;
+use trainyard_core::quarantine::Verdict;
 use trainyard_core::schedule::UsageHistory;
 
 impl Driver {
@@ -155,7 +156,7 @@ impl Driver {
                 "since": trainyard_core::schedule::rfc3339(q.since),
                 "reason": q.reason,
                 "failures": q.failures.iter().map(|f| serde_json::json!({
-                    "job": f.job.to_string(), "replica": f.replica, "time": trainyard_core::schedule::rfc3339(f.at), "what": f.what,
+                    "job": f.job.to_string(), "project": f.project, "replica": f.replica, "time": trainyard_core::schedule::rfc3339(f.at), "what": f.what,
                 })).collect::<Vec<_>>(),
             })),
         })
@@ -264,28 +265,61 @@ impl Driver {
         Ok(())
     }
 
-    /// A replica of job `job` failed on `node` in a way that may be the node's: counted,
-    /// and the node quarantined when the count says so (never the single node of a fleet
-    /// that overcommits, the default workstation).
+    /// L9: a replica of job `job` failed on `node` in a way that is evidence about the
+    /// node: counted (per project: one project's failures alone never quarantine), and the
+    /// node quarantined when the count says so, unless no other node would take placements
+    /// then (never the single node of a fleet that overcommits, the default workstation).
     pub(super) fn node_failed(&mut self, job: u64, node: &str, replica: String, what: String) {
         let now = self.now();
         if self.fleet.overcommit || self.quarantined.contains_key(node) || !self.fleet.nodes.iter().any(|n| n.name == node) {
             return;
         }
-        let f = trainyard_core::quarantine::Failure { job, replica, at: now, what };
-        let Some(failures) = self.quarantine.record(node, f) else { return };
-        let mut jobs: Vec<u64> = failures.iter().map(|f| f.job).collect();
-        jobs.sort_unstable();
-        jobs.dedup();
+        let project = self.jobs.get(&job).map(|l| l.job.project.clone()).unwrap_or_default();
+        let others_usable = self.fleet.nodes.iter().any(|n| n.name != node && n.schedulable && !self.quarantined.contains_key(&n.name));
+        let f = trainyard_core::quarantine::Failure { job, project, replica, at: now, what };
         let q = self.svc.cfg.quarantine;
+        let (failures, refused) = match self.quarantine.record(node, f, others_usable) {
+            Verdict::Counted => return,
+            Verdict::Quarantine(failures) => (failures, false),
+            Verdict::Refused(failures) => (failures, true),
+        };
+        let count = |f: &[trainyard_core::quarantine::Failure], of: fn(&trainyard_core::quarantine::Failure) -> String| {
+            f.iter().map(of).collect::<BTreeSet<String>>().len()
+        };
         let reason = format!(
-            "{} replica failures of {} jobs within {} s ([fleet] quarantine_after_failures = {})",
+            "{} replica failures of {} jobs of {} projects within {} s ([fleet] quarantine_after_failures = {})",
             failures.len(),
-            jobs.len(),
+            count(&failures, |f| f.job.to_string()),
+            count(&failures, |f| f.project.clone()),
             q.window_secs,
             q.after_failures
         );
+        if refused {
+            tracing::warn!("node {node} is not quarantined ({reason}): no other node would take placements");
+            self.metrics.quarantine_refused();
+            let text = format!(
+                "node {node} is not quarantined ({reason}): it is the last node that takes placements, and jobs would wait for \
+                 none; an administrator can drain it (`trainyard nodes drain {node}`)."
+            );
+            self.tell_failed_jobs(&failures, "L9", &text, now);
+            return;
+        }
         self.quarantine_node(node, reason, failures, now);
+    }
+
+    /// A line in the log of each live job among `failures`.
+    fn tell_failed_jobs(&mut self, failures: &[trainyard_core::quarantine::Failure], rule: &str, text: &str, now: Micros) {
+        let mut told = BTreeSet::new();
+        for f in failures {
+            if !told.insert(f.job) {
+                continue;
+            }
+            let Some(live) = self.jobs.get(&f.job) else { continue };
+            let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text: format!("{rule}: {text}") });
+            if let Err(e) = self.store.commit(&live.job, &[line], now) {
+                tracing::warn!("job {}: a line about node quarantine could not be logged: {e}", f.job);
+            }
+        }
     }
 
     /// No new placements on `node` until `nodes undrain` lifts it; what runs there is left
@@ -297,18 +331,7 @@ impl Driver {
         }
         self.metrics.node_quarantined();
         // The jobs that failed there are told, in their logs.
-        let mut told = BTreeSet::new();
-        for f in &failures {
-            if !told.insert(f.job) {
-                continue;
-            }
-            let Some(live) = self.jobs.get(&f.job) else { continue };
-            let text = format!("L9: node {node} is quarantined ({reason}): no new placements there.");
-            let line = Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: None, text });
-            if let Err(e) = self.store.commit(&live.job, &[line], now) {
-                tracing::warn!("job {}: the quarantine of node {node} could not be logged: {e}", f.job);
-            }
-        }
+        self.tell_failed_jobs(&failures, "L9", &format!("node {node} is quarantined ({reason}): no new placements there."), now);
         self.quarantined.insert(node.to_string(), Quarantined { since: now, reason, failures });
         self.reschedule = true;
         self.save_quarantine();
