@@ -196,20 +196,39 @@ fn prometheus_scrapes_the_server() {
     assert_eq!(found.as_deref(), Some("1"), "last answer: {last}\nprometheus log:\n{plog}");
 }
 
-/// With a tokens file, `/metrics` is served like `/healthz` (no token), and refused API
-/// calls are counted under their route with their code.
+/// With a tokens file, `/metrics` (every project's jobs and usage) needs an administrator's
+/// `"*"` token: none is 401, a project's token 403, as for `/v1/admin`; refused API calls
+/// are counted under their route with their code.
 #[test]
-fn metrics_need_no_token() {
+fn metrics_need_an_admin_token_in_tokens_mode() {
     const TOKEN: &str = "metrics-token-0123456789abcdef";
+    const ADMIN: &str = "metrics-admin-9876543210fedcba";
     let tokens = tempfile::tempdir().expect("tempdir");
     let file = tokens.path().join("tokens.toml");
-    std::fs::write(&file, format!("[[tokens]]\ntoken = \"{TOKEN}\"\nprojects = [\"alpha\"]\n")).expect("tokens");
+    std::fs::write(
+        &file,
+        format!("[[tokens]]\ntoken = \"{TOKEN}\"\nprojects = [\"alpha\"]\n[[tokens]]\ntoken = \"{ADMIN}\"\nprojects = [\"*\"]\naccess = \"read-only\"\n"),
+    )
+    .expect("tokens");
     std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
     let s = Server::start(&format!("tokens_file = \"{}\"\n", file.display()));
     let (status, _) = s.call("GET", &s.jobs_url("alpha"), None);
     assert_eq!(status, 401);
-    let (ctype, text) = metrics_text(&s);
-    assert!(ctype.starts_with("text/plain"), "{ctype}");
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let get = |token: Option<&str>| {
+        let mut r = agent.get(&s.url("/metrics"));
+        if let Some(t) = token {
+            r = r.header("Authorization", &format!("Bearer {t}"));
+        }
+        let resp = r.call().expect("GET /metrics");
+        (resp.status().as_u16(), resp.into_body().read_to_string().unwrap_or_default())
+    };
+    assert_eq!(get(None).0, 401, "no token");
+    let (status, body) = get(Some(TOKEN));
+    assert_eq!(status, 403, "a project's token: {body}");
+    assert!(!body.contains("trainyard_"), "{body}");
+    let (status, text) = get(Some(ADMIN));
+    assert_eq!(status, 200, "{text}");
     let refused = "trainyard_http_request_duration_seconds_count{method=\"GET\",route=\"/v1/projects/{project}/locations/{region}/customJobs\",code=\"401\"}";
     assert_eq!(value(&text, refused), Some(1.0), "{text}");
 }

@@ -815,24 +815,28 @@ fn tokens_confine_buckets_to_their_projects() {
     call("DELETE", "/storage/v1/b/data/o/x.txt", Some(&ro_a), None).assert_error(403, "forbidden");
     let r = call("POST", "/upload/storage/v1/b/data/o?uploadType=resumable&name=z", Some(&ro_a), Some(b""));
     r.assert_error(403, "forbidden");
-    // Another project's bucket: 403.
+    // Another project's bucket: 404, the very answer to a bucket nobody has (no oracle
+    // of other projects' bucket names).
     assert_eq!(call("POST", "/storage/v1/b", Some(&rw_a), Some(br#"{"name": "alpha-only"}"#)).status, 200);
-    call("GET", "/storage/v1/b/alpha-only/o", Some(&rw_b), None).assert_error(403, "forbidden");
-    call("GET", "/storage/v1/b/alpha-only", Some(&rw_b), None).assert_error(403, "forbidden");
-    up(&rw_b, "alpha-only", "w.txt", b"w").assert_error(403, "forbidden");
-    call("GET", "/storage/v1/b/no-such-bucket/o", Some(&rw_b), None).assert_error(404, "notFound");
+    let theirs = call("GET", "/storage/v1/b/alpha-only/o", Some(&rw_b), None);
+    theirs.assert_error(404, "notFound");
+    call("GET", "/storage/v1/b/alpha-only", Some(&rw_b), None).assert_error(404, "notFound");
+    up(&rw_b, "alpha-only", "w.txt", b"w").assert_error(404, "notFound");
+    let nobodys = call("GET", "/storage/v1/b/alpha-onlz/o", Some(&rw_b), None);
+    nobodys.assert_error(404, "notFound");
+    assert_eq!(theirs.json()["error"]["message"].as_str().map(|m| m.replace("alpha-only", "X")), nobodys.json()["error"]["message"].as_str().map(|m| m.replace("alpha-onlz", "X")));
     // A bucket mapped to beta in the config is beta's whatever alpha's namespace holds.
     std::fs::create_dir_all(root(&s).join("alpha/mapped")).unwrap();
     std::fs::create_dir_all(root(&s).join("beta/mapped")).unwrap();
-    up(&rw_a, "mapped", "m.txt", b"m").assert_error(403, "forbidden");
+    up(&rw_a, "mapped", "m.txt", b"m").assert_error(404, "notFound");
     assert_eq!(up(&rw_b, "mapped", "m.txt", b"m").status, 200);
     assert!(root(&s).join("beta/mapped/m.txt").exists() && !root(&s).join("alpha/mapped/m.txt").exists());
     // ... and alpha's token can neither read it nor list it, whatever alpha's namespace holds.
     std::fs::write(root(&s).join("alpha/mapped/m.txt"), b"alpha's own").unwrap();
-    call("GET", "/storage/v1/b/mapped/o/m.txt?alt=media", Some(&rw_a), None).assert_error(403, "forbidden");
-    call("GET", "/download/storage/v1/b/mapped/o/m.txt?alt=media", Some(&ro_a), None).assert_error(403, "forbidden");
-    call("GET", "/storage/v1/b/mapped/o/m.txt", Some(&rw_a), None).assert_error(403, "forbidden");
-    call("GET", "/storage/v1/b/mapped/o", Some(&rw_a), None).assert_error(403, "forbidden");
+    call("GET", "/storage/v1/b/mapped/o/m.txt?alt=media", Some(&rw_a), None).assert_error(404, "notFound");
+    call("GET", "/download/storage/v1/b/mapped/o/m.txt?alt=media", Some(&ro_a), None).assert_error(404, "notFound");
+    call("GET", "/storage/v1/b/mapped/o/m.txt", Some(&rw_a), None).assert_error(404, "notFound");
+    call("GET", "/storage/v1/b/mapped/o", Some(&rw_a), None).assert_error(404, "notFound");
     assert_eq!(call("GET", "/storage/v1/b/mapped/o/m.txt?alt=media", Some(&rw_b), None).body, b"m");
     std::fs::remove_file(root(&s).join("alpha/mapped/m.txt")).unwrap();
     // Listing buckets: one's own project only.

@@ -89,8 +89,9 @@ pub struct Tokens {
 enum Bearer<'a> {
     None,
     Unknown,
-    /// A job's credential whose job has ended.
-    Ended(u64),
+    /// A job credential that is not that of a running job: forged, or its job has ended
+    /// (or never ran here). One answer for all, so that it tells nothing of which jobs run.
+    NotRunningJob,
     Known(Cow<'a, Grant>),
 }
 
@@ -108,6 +109,11 @@ pub struct JobCredentials {
 }
 
 const JOB_CREDENTIAL_PREFIX: &str = "tyj1.";
+
+/// The one answer to a job credential that is not accepted, forged or its job ended: the
+/// same words and status either way, so that a guess tells nothing of which jobs run.
+const NOT_A_RUNNING_JOB: &str =
+    "Request had invalid authentication credentials: a job's credential is accepted only while its job runs.";
 
 impl JobCredentials {
     pub fn new(key: &[u8]) -> JobCredentials {
@@ -152,9 +158,10 @@ impl JobCredentials {
             live.get(&job).cloned()
         };
         let Some(project) = project else {
-            // Ended, or never made here: either way not a credential for now. The MAC
-            // cannot be checked without the project, which is gone with the job.
-            return Some(Bearer::Ended(job));
+            // Ended, or never made here: either way not a credential for now (the MAC
+            // cannot be checked without the project, which is gone with the job), said as
+            // a forged one is.
+            return Some(Bearer::NotRunningJob);
         };
         // The MAC, as `credential` writes it (lowercase hex), checked in constant time
         // (`verify_slice`).
@@ -163,7 +170,7 @@ impl JobCredentials {
             .zip(crate::unhex(given).filter(|_| lowercase_hex))
             .is_some_and(|(m, given)| hmac::Mac::verify_slice(m, &given).is_ok());
         if !genuine {
-            return Some(Bearer::Unknown);
+            return Some(Bearer::NotRunningJob);
         }
         Some(Bearer::Known(Cow::Owned(Grant {
             name: format!("job {job}"),
@@ -343,11 +350,7 @@ impl Tokens {
                 ))
             }
             Bearer::Unknown => return Err(ApiError::unauthenticated("Request had invalid authentication credentials.")),
-            Bearer::Ended(job) => {
-                return Err(ApiError::unauthenticated(format!(
-                    "Request had invalid authentication credentials: the credential of job {job} is no longer valid (the job has ended)."
-                )))
-            }
+            Bearer::NotRunningJob => return Err(ApiError::unauthenticated(NOT_A_RUNNING_JOB)),
             Bearer::Known(g) => g,
         };
         if !grant.all_projects && !grant.projects.iter().any(|p| p == project) {
@@ -527,9 +530,10 @@ mod tests {
         t.jobs = Some(Arc::clone(&jobs));
         let cred = jobs.credential(7, "p1");
         let bearer = format!("Bearer {cred}");
-        // Not live (yet, or any more): refused, naming the job.
+        // Not live (yet, or any more): refused, as a forged one is (no oracle of which
+        // jobs run).
         let e = t.check(Some(&bearer), "p1", false).unwrap_err();
-        assert!(e.message.contains("job 7") && e.message.contains("has ended"), "{}", e.message);
+        assert_eq!((e.code, e.message.as_str()), (trainyard_api::Code::Unauthenticated, NOT_A_RUNNING_JOB));
         jobs.live(7, "p1");
         assert_eq!(t.check(Some(&bearer), "p1", true).unwrap(), "job 7");
         assert_eq!(t.holder(Some(&bearer)).as_deref(), Some("job 7"));
@@ -539,15 +543,18 @@ mod tests {
         assert_eq!(t.check(Some(&bearer), "p2", false).unwrap_err().code, trainyard_api::Code::PermissionDenied);
         // Another job's number with this MAC, or this job under another project: refused.
         let forged = cred.replacen("tyj1.7.", "tyj1.8.", 1);
+        let not_running = t.check(Some(&format!("Bearer {forged}")), "p1", false).unwrap_err();
         jobs.live(8, "p1");
-        assert_eq!(t.check(Some(&format!("Bearer {forged}")), "p1", false).unwrap_err().code, trainyard_api::Code::Unauthenticated);
+        let running = t.check(Some(&format!("Bearer {forged}")), "p1", false).unwrap_err();
+        assert_eq!((running.code, running.message.as_str()), (trainyard_api::Code::Unauthenticated, NOT_A_RUNNING_JOB));
+        assert_eq!((not_running.code, &not_running.message), (running.code, &running.message), "a forged credential tells nothing of whether job 8 runs");
         let elsewhere = jobs.credential(7, "p2");
         assert_eq!(t.check(Some(&format!("Bearer {elsewhere}")), "p1", false).unwrap_err().code, trainyard_api::Code::Unauthenticated);
         // Another server's key: refused.
         let other = JobCredentials::new(b"another key").credential(7, "p1");
         assert_eq!(t.check(Some(&format!("Bearer {other}")), "p1", false).unwrap_err().code, trainyard_api::Code::Unauthenticated);
         jobs.ended(7);
-        assert!(t.check(Some(&bearer), "p1", false).unwrap_err().message.contains("has ended"));
+        assert_eq!(t.check(Some(&bearer), "p1", false).unwrap_err().message, NOT_A_RUNNING_JOB);
     }
 
     #[test]

@@ -153,11 +153,12 @@ fn reads_by_post(method: &Method, path: &str) -> bool {
     *method == Method::POST && (path.ends_with("/studies:lookup") || path.ends_with("/trials:listOptimalTrials"))
 }
 
-/// Authentication of `/v1/projects/{project}/...` (a token for the project) and
-/// `/v1/admin/...` (a `"*"` token); other paths need none.
+/// Authentication of `/v1/projects/{project}/...` (a token for the project),
+/// `/v1/admin/...` and `/metrics` (a `"*"` token: the metrics show every project's jobs
+/// and usage); other paths need none.
 pub(crate) fn authenticate(tokens: &crate::auth::Tokens, req: &axum::extract::Request) -> Result<(), ApiError> {
     let path = req.uri().path();
-    let project = if path.starts_with("/v1/admin") {
+    let project = if path.starts_with("/v1/admin") || path == "/metrics" {
         Some("*")
     } else {
         path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or(""))

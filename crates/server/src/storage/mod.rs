@@ -202,10 +202,11 @@ impl Storage {
 
     /// The project of `bucket` for this request, checked against its token: the
     /// config's `[storage.buckets]`; with tokens, the token's project whose namespace has
-    /// the bucket (several: `default_project` among them, else 400), 403 when only
-    /// projects the token may not use (or only read) have it; in open mode
-    /// `default_project`, else the only namespace that has it (several: 400). 404 when
-    /// no namespace has it.
+    /// the bucket (several: `default_project` among them, else 400), 403 when the token
+    /// may only read it; in open mode `default_project`, else the only namespace that
+    /// has it (several: 400). 404 when no namespace has it, and also when only projects
+    /// the token may not read have it: the same answer for "not yours" and "not there",
+    /// so that a name tells nothing of other projects' buckets.
     pub async fn project_for(&self, headers: &HeaderMap, uri: &axum::http::Uri, bucket: &str, write: bool) -> GcsResult<String> {
         check_bucket(bucket)?;
         let auth = self.auth(headers);
@@ -215,8 +216,12 @@ impl Storage {
                 return Err(t.check(auth, "", write).err().map(GcsError::from).unwrap_or_else(|| GcsError::new(401, "required", "Unauthenticated.")));
             }
         }
+        let no_bucket = || GcsError::not_found(format!("The specified bucket {bucket:?} does not exist."));
         if let Some(p) = self.cfg.buckets.get(bucket) {
             if let Some(t) = &tokens {
+                if t.check(auth, p, false).is_err() {
+                    return Err(no_bucket());
+                }
                 t.check(auth, p, write).map_err(|e| self.refused(bucket, e))?;
             }
             return Ok(p.clone());
@@ -229,7 +234,6 @@ impl Storage {
         let root = self.root.clone();
         let b = bucket.to_string();
         let have = blocking(move || fsops::projects_with_bucket(&root, &b)).await?;
-        let no_bucket = || GcsError::not_found(format!("The specified bucket {bucket:?} does not exist."));
         match &tokens {
             None => match have.as_slice() {
                 [] => Err(no_bucket()),
@@ -250,9 +254,7 @@ impl Storage {
                             Some(p) if write => Err(self.refused(bucket, t.check(auth, p, true).err().unwrap_or_else(|| {
                                 trainyard_api::ApiError::permission_denied("The token may only read this bucket.")
                             }))),
-                            _ => Err(GcsError::forbidden(format!(
-                                "The token may not use bucket {bucket:?}: it is in a project the token is not for."
-                            ))),
+                            _ => Err(no_bucket()),
                         }
                     }
                     several => match (caller_project(uri).filter(|c| several.contains(&c)), &self.cfg.default_project) {
