@@ -12,6 +12,7 @@ pub mod local;
 pub mod log;
 mod procfs;
 pub mod seam;
+pub mod seccomp;
 pub mod shim;
 pub mod slurm;
 pub mod tree;

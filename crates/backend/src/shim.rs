@@ -554,6 +554,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         nofile_soft: raise_nofile(),
         run_as: spec.run_as,
         nice: spec.nice,
+        seccomp: spec.run_as.and_then(|_| tenant_filter()),
         cgroup_view: view.map(|version| CgroupView {
             v2: version == CgroupVersion::V2,
             v1_pids: cgroups.pids.is_some(),
@@ -567,6 +568,14 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     if let (Some(ns), None) = (&spec.netns, &spec.container) {
         if let Err(e) = crate::netns::enter(ns) {
             return fail_before_start(run_dir, None, &cgroups, format!("cannot put the replica in its job's network: {e}"));
+        }
+    }
+    // A program of a per-project user gets an IPC namespace of the replica's own: SysV
+    // shared memory, semaphores and message queues are neither seen nor left on the host
+    // (they go with the namespace when the replica ends). A container has its engine's.
+    if let (Some(_), None) = (spec.run_as, &spec.container) {
+        if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC) {
+            return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its IPC namespace (unshare(CLONE_NEWIPC)): {e}"));
         }
     }
     if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {
@@ -620,7 +629,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // In a container, the program the shim runs is the engine's client.
     let (program_spec, limits) = match &spec.container {
         Some(c) => match engine_program(run_dir, &spec, c, cgroup) {
-            Ok(p) => (p, Limits { nproc: None, run_as: None, cgroup_view: None, nice: None, ..limits }),
+            Ok(p) => (p, Limits { nproc: None, run_as: None, cgroup_view: None, nice: None, seccomp: None, ..limits }),
             Err(msg) => return fail_before_start(run_dir, None, &cgroups, msg),
         },
         None => (spec.clone(), limits),
@@ -926,6 +935,15 @@ struct Limits {
     cgroup_view: Option<CgroupView>,
     /// `ShimSpec::nice`.
     nice: Option<i32>,
+    /// A program of a per-project user: the system calls it may not make
+    /// ([`crate::seccomp`]), installed last, just before exec.
+    seccomp: Option<&'static [libc::sock_filter]>,
+}
+
+/// The tenant filter ([`crate::seccomp::tenant_program`]), built once.
+fn tenant_filter() -> Option<&'static [libc::sock_filter]> {
+    static FILTER: std::sync::OnceLock<Option<Vec<libc::sock_filter>>> = std::sync::OnceLock::new();
+    FILTER.get_or_init(crate::seccomp::tenant_program).as_deref()
 }
 
 /// The replica's cgroups, for [`own_cgroup_view`].
@@ -1132,6 +1150,12 @@ fn drop_identity(limits: Limits) -> Result<(), ()> {
                 || libc::syscall(libc::SYS_setgid, id.gid) != 0
                 || libc::syscall(libc::SYS_setuid, id.uid) != 0
             {
+                return Err(());
+            }
+        }
+        if let Some(program) = limits.seccomp {
+            // Last: the calls above are made before the filter is in force.
+            if !crate::seccomp::install(program) {
                 return Err(());
             }
         }
@@ -1369,7 +1393,10 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
         STEP_GROUP => SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")),
         STEP_STDIO => SpawnFailure::Launch(format!("cannot set up the program's standard streams: {e}")),
         STEP_IDENTITY => {
-            SpawnFailure::Launch(format!("cannot limit the program's tasks or switch it to {:?}: {e}", limits.run_as))
+            SpawnFailure::Launch(format!(
+                "cannot limit the program's tasks, switch it to {:?} or install its system call filter: {e}",
+                limits.run_as
+            ))
         }
         // As `Command` reports them: a working directory or exec failure, the user's
         // unless the host ran out of something.
@@ -1724,7 +1751,7 @@ fn kill_remaining(pgid: Pid, cgroup: Option<&ReplicaCgroup>) {
 mod tests {
     use super::*;
 
-    const NO_LIMITS: Limits = Limits { nproc: None, nofile_soft: None, run_as: None, cgroup_view: None, nice: None };
+    const NO_LIMITS: Limits = Limits { nproc: None, nofile_soft: None, run_as: None, cgroup_view: None, nice: None, seccomp: None };
 
     fn no_join() -> Join {
         Join { tasks: None, procs: None, pids_tasks: None, pids_procs: None }

@@ -598,6 +598,35 @@ fn a_replica_has_its_own_dev_shm_and_no_inherited_descriptor() {
     assert!(!Path::new("/dev/shm").join(&marker).exists(), "the job's shared memory stayed on the host");
 }
 
+/// A replica shares nothing of SysV IPC with the host or other tenants (an IPC namespace
+/// of its own: a segment it makes is not the host's and goes with it), and may not make a
+/// user namespace (the tenant system call filter, `crates/backend/src/seccomp.rs`).
+#[test]
+fn a_replica_has_its_own_ipc_and_no_user_namespaces() {
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
+        return;
+    }
+    if skip_on_slurm("checked on the local backend (the shim is the same)") || skip_in_containers("a container has the engine's profile") {
+        return;
+    }
+    let s = Server::start("");
+    let script = "echo uid=$(id -u); ipcmk -M 65536 >/dev/null && echo MADE; \
+                  echo segments=$(tail -n +2 /proc/sysvipc/shm | wc -l); \
+                  unshare -Ur true 2>&1; echo userns=$?; sleep 1";
+    let j = s.create("ipc", &sh_job("ipc", script));
+    let done = s.wait_terminal(&name_of(&j), 60);
+    let out = s.logs_text(&name_of(&j));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+    assert!(out.contains("MADE") && out.contains("segments=1"), "its own segment alone:\n{out}");
+    assert!(out.lines().any(|l| l.trim_end().ends_with(" userns=1")), "unshare -Ur must be refused:\n{out}");
+    assert!(out.contains("Operation not permitted"), "{out}");
+    let uid = out.lines().find_map(|l| l.split(" uid=").nth(1)).map(str::trim).unwrap_or_else(|| panic!("{out}")).to_string();
+    let host = std::fs::read_to_string("/proc/sysvipc/shm").unwrap_or_default();
+    // Columns: key shmid perms size cpid lpid nattch uid gid ...
+    let left: Vec<&str> = host.lines().skip(1).filter(|l| l.split_whitespace().nth(7) == Some(uid.as_str())).collect();
+    assert!(left.is_empty(), "the job's segment is on the host:\n{left:?}");
+}
+
 /// A replica sees its own cgroups at `/sys/fs/cgroup` and nothing else of the host's tree:
 /// no other process (the server, another project's program) is listed in any
 /// `cgroup.procs` it can read, its own memory limit is there, and `/proc/self/cgroup`
