@@ -144,6 +144,43 @@ impl Acq<'_, '_> {
     }
 }
 
+/// The most completed trials the model is conditioned on: the best quarter of them by
+/// value, the rest the most recent (a study's trials come in the order they ran).
+pub const MAX_CONDITIONED: usize = 300;
+
+/// The most pending trials added as fantasies (the most recent).
+pub const MAX_PENDING_FANTASIES: usize = 100;
+
+/// The completed trials the model sees (all of them up to [`MAX_CONDITIONED`]), in their
+/// order.
+fn conditioning_set(completed: &[Trial], goal: Goal) -> Vec<&Trial> {
+    if completed.len() <= MAX_CONDITIONED {
+        return completed.iter().collect();
+    }
+    let best_n = MAX_CONDITIONED / 4;
+    let mut by_value: Vec<(usize, f64)> = completed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.value.filter(|v| v.is_finite()).map(|v| (i, goal.to_max(v))))
+        .collect();
+    by_value.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut keep = vec![false; completed.len()];
+    for (i, _) in by_value.iter().take(best_n) {
+        keep[*i] = true;
+    }
+    let mut kept = keep.iter().filter(|k| **k).count();
+    for i in (0..completed.len()).rev() {
+        if kept >= MAX_CONDITIONED {
+            break;
+        }
+        if !keep[i] {
+            keep[i] = true;
+            kept += 1;
+        }
+    }
+    completed.iter().zip(keep).filter(|(_, k)| *k).map(|(t, _)| t).collect()
+}
+
 pub(crate) fn suggest(
     enc: &Encoder<'_>,
     goal: Goal,
@@ -169,10 +206,16 @@ pub(crate) fn suggest(
     ]));
 
     // Observations: infeasible trials (no value, or a non-finite one) count
-    // as the worst feasible value seen.
-    let mut xs = Vec::with_capacity(completed.len());
-    let mut raw: Vec<Option<f64>> = Vec::with_capacity(completed.len());
-    for t in completed {
+    // as the worst feasible value seen. At most MAX_CONDITIONED of them (the
+    // best and the most recent): the model's cost grows with the cube of their
+    // number, and one study of thousands of trials must not hold a core for
+    // minutes.
+    let conditioned = conditioning_set(completed, goal);
+    let pending_len = pending.len();
+    let pending = &pending[pending.len().saturating_sub(MAX_PENDING_FANTASIES)..];
+    let mut xs = Vec::with_capacity(conditioned.len());
+    let mut raw: Vec<Option<f64>> = Vec::with_capacity(conditioned.len());
+    for t in &conditioned {
         xs.push(enc.features(&t.params)?);
         raw.push(t.value.filter(|v| v.is_finite()).map(|v| goal.to_max(v)));
     }
@@ -181,7 +224,7 @@ pub(crate) fn suggest(
     let mut model: Option<(Vec<Vec<f64>>, Vec<f64>, gp::Hyper)> = None;
 
     for k in 0..count {
-        let index = completed.len() + pending.len() + k;
+        let index = completed.len() + pending_len + k;
         if index < n_init || feasible.len() < 2 {
             let a = design_point(enc, &halton, &mut rng, index, &used);
             used.insert(canonical_key(&enc.flat, &a));
@@ -240,7 +283,7 @@ pub(crate) fn suggest(
             fy.iter().copied().fold(f64::NEG_INFINITY, f64::max)
         };
         // Best observed points seed the local search.
-        let mut order: Vec<usize> = (0..completed.len()).filter(|&i| raw[i].is_some()).collect();
+        let mut order: Vec<usize> = (0..conditioned.len()).filter(|&i| raw[i].is_some()).collect();
         order.sort_by(|&a, &b| {
             raw[b]
                 .partial_cmp(&raw[a])
@@ -249,7 +292,7 @@ pub(crate) fn suggest(
         let incumbents: Vec<Vec<f64>> = order
             .iter()
             .take(3)
-            .map(|&i| enc.coords(&completed[i].params, 0.5))
+            .map(|&i| enc.coords(&conditioned[i].params, 0.5))
             .collect();
         let exclude = match incumbents.first() {
             Some(inc) if k == 0 && stalled(&raw, n_init, p) => {
@@ -721,6 +764,29 @@ fn hill_climb(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A study of thousands of trials conditions the model on at most MAX_CONDITIONED:
+    /// the best quarter and the most recent, in their order; a small one on all.
+    #[test]
+    fn the_model_sees_the_best_and_the_most_recent_trials_at_most() {
+        let trial = |v: f64| Trial::new(Assignment::new(), Some(v));
+        let few: Vec<Trial> = (0..50).map(|i| trial(i as f64)).collect();
+        assert_eq!(conditioning_set(&few, Goal::Minimize).len(), 50);
+        // 3,000 trials; minimising, the best are the lowest values, spread early.
+        let many: Vec<Trial> = (0..3000).map(|i| trial(if i % 40 == 0 { -(i as f64) } else { i as f64 })).collect();
+        let kept = conditioning_set(&many, Goal::Minimize);
+        assert_eq!(kept.len(), MAX_CONDITIONED);
+        let values: Vec<f64> = kept.iter().filter_map(|t| t.value).collect();
+        let best = -2960.0;
+        assert!(values.contains(&best), "the best trial is kept");
+        assert!(values.contains(&2999.0), "the most recent trial is kept");
+        assert!(values.contains(&-40.0), "an early good trial is kept");
+        assert!(!values.contains(&41.0), "an early poor trial is not");
+        let mut sorted = kept.iter().map(|t| many.iter().position(|m| std::ptr::eq(m, *t))).collect::<Vec<_>>();
+        let order = sorted.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "in their order");
+    }
 
     #[test]
     fn log_ei_is_monotone_and_finite() {
