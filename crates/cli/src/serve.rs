@@ -167,6 +167,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let (Some(t), Some(jobs)) = (&tokens, &engine.services.job_credentials) {
         t.accept_job_credentials(std::sync::Arc::clone(jobs));
     }
+    let shares = engine.services.cfg.limits.shares();
     let state = AppState {
         tx: engine.tx.clone(),
         readers: std::sync::Arc::new(ReadPool::new(engine.store.clone())),
@@ -177,10 +178,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         health: engine.health.clone(),
         metrics: engine.metrics.clone(),
         writes: std::sync::Arc::new(trainyard_server::security::WriteLimiter::new(&engine.services.cfg.limits)),
+        shares: std::sync::Arc::clone(&shares),
         storage: std::sync::Arc::new(trainyard_server::storage::Storage::new(
             &engine.services.cfg,
             tokens.clone(),
             std::sync::Arc::clone(&engine.services.storage_usage),
+            shares,
         )),
         cluster: leading.as_ref().map(|(m, _)| std::sync::Arc::clone(&m.view)),
         forward: None,
@@ -232,6 +235,7 @@ fn follower_state(
     let usage = Arc::new(storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone()));
     let metrics = Arc::new(if cfg.metrics_enabled { Metrics::new() } else { Metrics::disabled() });
     member.report_to(Arc::clone(&metrics));
+    let shares = cfg.limits.shares();
     AppState {
         // Nothing is asked of a driver here: what needs one is forwarded.
         tx: std::sync::mpsc::channel().0,
@@ -243,7 +247,8 @@ fn follower_state(
         health: Arc::default(),
         metrics,
         writes: Arc::new(trainyard_server::security::WriteLimiter::new(&cfg.limits)),
-        storage: Arc::new(storage::Storage::new(cfg, tokens, usage)),
+        shares: Arc::clone(&shares),
+        storage: Arc::new(storage::Storage::new(cfg, tokens, usage, shares)),
         cluster: Some(Arc::clone(&member.view)),
         forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(Arc::clone(&member.view)))),
     }

@@ -484,3 +484,118 @@ fn a_projects_storage_limit_holds_for_uploads_and_for_jobs_writes() {
     let log = s.logs_text(&name);
     assert!(log.contains("written") && !log.contains("L12"), "stopped after its write, not retried: {log}");
 }
+
+/// Start a media upload that announces `length` bytes and sends 10 of them: it holds its
+/// place (a storage stream, its reserved bytes) until the connection is dropped.
+fn trickled_upload(s: &Server, project: &str, name: &str, length: usize) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut t = std::net::TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
+    write!(
+        t,
+        "POST /upload/storage/v1/b/bkt-{project}/o?uploadType=media&name={name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n0123456789"
+    )
+    .expect("write");
+    t
+}
+
+/// Retry `f` (an upload's status) for up to 10 s until it is `want`: a dropped
+/// connection's upload ends when the server reads its end.
+fn eventually(want: u16, mut f: impl FnMut() -> (u16, Value)) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let (status, body) = f();
+        if status == want {
+            return body;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still {status}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The storage limit holds against uploads made together: an upload reserves its declared
+/// length when it starts, so a second one that would pass the limit with it is refused
+/// (429 naming `storage_gb`) while the first is still arriving, and allowed once the first
+/// is gone; an open resumable session's declared bytes count until it is cancelled. And a
+/// project's object streams are its share (`limits.max_storage_streams_per_project`): one
+/// more is 429 naming the key while another project's uploads go through.
+#[test]
+fn concurrent_uploads_and_open_sessions_cannot_pass_a_storage_limit_together() {
+    // 0.002 GiB: 2,147,483 bytes.
+    let s = Server::start("[quotas.projects.small]\nstorage_gb = 0.002\n[limits]\nmax_storage_streams_per_project = 1\n");
+    let upload = |project: &str, name: &str, bytes: usize| {
+        let url = s.url(&format!(
+            "/upload/storage/v1/b/bkt-{project}/o?uploadType=media&name={name}"
+        ));
+        s.call_raw(
+            "POST",
+            &url,
+            Some(vec![7u8; bytes]),
+            "application/octet-stream",
+        )
+    };
+    for project in ["small", "other"] {
+        let (status, body) = s.call(
+            "POST",
+            &s.url(&format!("/storage/v1/b?project={project}")),
+            Some(&json!({"name": format!("bkt-{project}")}).to_string()),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let first = trickled_upload(&s, "small", "first", 1_500_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, body) = upload("small", "second", 1_500_000);
+    assert_eq!(
+        status, 429,
+        "the second upload would pass the limit with the first's bytes: {body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("storage_gb") && message.contains("\"small\""),
+        "{message}"
+    );
+    // A small upload fits the limit but not the project's one storage stream.
+    let (status, body) = upload("small", "tiny", 1000);
+    assert_eq!(status, 429, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("limits.max_storage_streams_per_project") && message.contains("\"small\""),
+        "{message}"
+    );
+    let (status, body) = upload("other", "meanwhile", 1000);
+    assert_eq!(status, 200, "another project's upload goes through: {body}");
+    drop(first);
+    eventually(200, || upload("small", "second", 1_500_000));
+    // A resumable session declaring 500,000 bytes: with the 1,500,000 stored, 200,000
+    // more would pass the limit until the session is cancelled.
+    let start = s.url("/upload/storage/v1/b/bkt-small/o?uploadType=resumable&name=session");
+    let r = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .post(&start)
+        .header("X-Upload-Content-Length", "500000")
+        .header("Content-Type", "application/json")
+        .send("{}")
+        .expect("start a session");
+    assert_eq!(r.status().as_u16(), 200);
+    let location = r
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert!(location.contains("upload_id="), "{location}");
+    let (status, body) = upload("small", "third", 200_000);
+    assert_eq!(status, 429, "the open session's bytes count: {body}");
+    let (status, body) = s.call("DELETE", &location, None);
+    assert_eq!(status, 499, "{body}");
+    let (status, body) = upload("small", "third", 200_000);
+    assert_eq!(
+        status, 200,
+        "the cancelled session no longer counts: {body}"
+    );
+}

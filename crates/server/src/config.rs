@@ -322,6 +322,13 @@ struct LimitsFile {
     /// Mutating requests (create, cancel, delete) per second per project, and the burst.
     writes_per_second_per_project: Option<f64>,
     write_burst_per_project: Option<u64>,
+    /// Connections counted for a project at once (the rest of `http.max_connections`
+    /// stays for the others).
+    max_connections_per_project: Option<u64>,
+    /// `logs?follow=true` streams of a project open at once.
+    max_log_streams_per_project: Option<u64>,
+    /// Object uploads and downloads of a project streaming at once.
+    max_storage_streams_per_project: Option<u64>,
 }
 
 /// Per-project limits (`[limits]`).
@@ -330,13 +337,35 @@ pub struct Limits {
     pub max_live_jobs_per_project: usize,
     pub writes_per_second_per_project: f64,
     pub write_burst_per_project: f64,
+    pub max_connections_per_project: usize,
+    pub max_log_streams_per_project: usize,
+    pub max_storage_streams_per_project: usize,
+}
+
+impl Limits {
+    /// Each project's share of the server's connections and streams.
+    pub fn shares(&self) -> std::sync::Arc<crate::shares::Shares> {
+        crate::shares::Shares::new(
+            self.max_connections_per_project,
+            self.max_log_streams_per_project,
+            self.max_storage_streams_per_project,
+        )
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
         // Well above what a project's sweep or batch queue needs, well below what would
-        // let one project take the server from the others.
-        Limits { max_live_jobs_per_project: 10_000, writes_per_second_per_project: 200.0, write_burst_per_project: 1_000.0 }
+        // let one project take the server from the others: a quarter of the default
+        // `http.max_connections` (1024) and of the server's storage streams (64).
+        Limits {
+            max_live_jobs_per_project: 10_000,
+            writes_per_second_per_project: 200.0,
+            write_burst_per_project: 1_000.0,
+            max_connections_per_project: 256,
+            max_log_streams_per_project: 64,
+            max_storage_streams_per_project: 16,
+        }
     }
 }
 
@@ -1123,8 +1152,16 @@ impl Config {
             if l.max_live_jobs_per_project == Some(0) {
                 return Err(invalid("limits.max_live_jobs_per_project", "must be at least 1".into()));
             }
-            if l.write_burst_per_project == Some(0) {
-                return Err(invalid("limits.write_burst_per_project", "must be at least 1".into()));
+            let at_least_one = [
+                ("write_burst_per_project", l.write_burst_per_project),
+                ("max_connections_per_project", l.max_connections_per_project),
+                ("max_log_streams_per_project", l.max_log_streams_per_project),
+                ("max_storage_streams_per_project", l.max_storage_streams_per_project),
+            ];
+            for (key, value) in at_least_one {
+                if value == Some(0) {
+                    return Err(invalid(&format!("limits.{key}"), "must be at least 1".into()));
+                }
             }
             if l.writes_per_second_per_project.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
                 return Err(invalid("limits.writes_per_second_per_project", "must be a number above 0".into()));
@@ -1447,6 +1484,11 @@ impl Config {
                     l.max_live_jobs_per_project = f.max_live_jobs_per_project.map_or(l.max_live_jobs_per_project, |n| n as usize);
                     l.writes_per_second_per_project = f.writes_per_second_per_project.unwrap_or(l.writes_per_second_per_project);
                     l.write_burst_per_project = f.write_burst_per_project.map_or(l.write_burst_per_project, |n| n as f64);
+                    let count = |v: Option<u64>, d: usize| v.map_or(d, |n| usize::try_from(n).unwrap_or(usize::MAX));
+                    l.max_connections_per_project = count(f.max_connections_per_project, l.max_connections_per_project);
+                    l.max_log_streams_per_project = count(f.max_log_streams_per_project, l.max_log_streams_per_project);
+                    l.max_storage_streams_per_project =
+                        count(f.max_storage_streams_per_project, l.max_storage_streams_per_project);
                 }
                 l
             },
@@ -1939,13 +1981,34 @@ mod tests {
     #[test]
     fn project_limits() {
         assert_eq!(Config::builtin(None).limits, Limits::default());
-        let (_d, p) = write("[limits]\nmax_live_jobs_per_project = 5\nwrites_per_second_per_project = 2.5\nwrite_burst_per_project = 7\n");
+        let (_d, p) = write(
+            "[limits]\nmax_live_jobs_per_project = 5\nwrites_per_second_per_project = 2.5\nwrite_burst_per_project = 7\n\
+             max_connections_per_project = 9\nmax_log_streams_per_project = 3\nmax_storage_streams_per_project = 2\n",
+        );
         let l = Config::load(&p, None).unwrap().limits;
-        assert_eq!(l, Limits { max_live_jobs_per_project: 5, writes_per_second_per_project: 2.5, write_burst_per_project: 7.0 });
-        for bad in ["max_live_jobs_per_project = 0", "writes_per_second_per_project = 0.0", "write_burst_per_project = 0", "rate = 1"] {
+        assert_eq!(
+            l,
+            Limits {
+                max_live_jobs_per_project: 5,
+                writes_per_second_per_project: 2.5,
+                write_burst_per_project: 7.0,
+                max_connections_per_project: 9,
+                max_log_streams_per_project: 3,
+                max_storage_streams_per_project: 2,
+            }
+        );
+        for (bad, key) in [
+            ("max_live_jobs_per_project = 0", "limits.max_live_jobs_per_project"),
+            ("writes_per_second_per_project = 0.0", "limits.writes_per_second_per_project"),
+            ("write_burst_per_project = 0", "limits.write_burst_per_project"),
+            ("max_connections_per_project = 0", "limits.max_connections_per_project"),
+            ("max_log_streams_per_project = 0", "limits.max_log_streams_per_project"),
+            ("max_storage_streams_per_project = 0", "limits.max_storage_streams_per_project"),
+            ("rate = 1", "rate"),
+        ] {
             let (_d, p) = write(&format!("[limits]\n{bad}\n"));
             let e = Config::load(&p, None).unwrap_err().to_string();
-            assert!(e.contains("trainyard.toml") && e.contains("limits") || e.contains("rate"), "{bad}: {e}");
+            assert!(e.contains(key), "{bad}: {e}");
         }
     }
 

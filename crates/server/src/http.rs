@@ -55,6 +55,8 @@ pub struct AppState {
     pub health: Arc<crate::health::Health>,
     /// Mutating requests per project (`[limits]`).
     pub writes: Arc<crate::security::WriteLimiter>,
+    /// Each project's share of connections and streams (`[limits]`).
+    pub shares: Arc<crate::shares::Shares>,
     /// What `/metrics` shows; requests are timed into it.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The Cloud Storage endpoint (`/storage/v1`, `/upload/...`, `/download/...`).
@@ -276,10 +278,22 @@ async fn job_logs(
         return Err(ApiError::invalid_argument(format!("tail: at most {MAX_TAIL} entries")).into());
     }
     let mut tail = q.tail.map(|n| (n, std::collections::VecDeque::with_capacity(n.min(1024))));
+    // A followed stream holds one of its project's (`limits.max_log_streams_per_project`)
+    // until it ends.
+    let stream_share = match follow {
+        true => Some(
+            state
+                .shares
+                .take(crate::shares::Share::LogStreams, &project)
+                .map_err(|o| o.api_error())?,
+        ),
+        false => None,
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let readers = Arc::clone(&state.readers);
     let data_dir = state.data_dir.clone();
     tokio::spawn(async move {
+        let _stream_share = stream_share;
         let mut cursor = logs::Cursor::default();
         // Followed logs are read again soon after lines came, less often while none do.
         let mut pause = FOLLOW_FIRST;
@@ -328,7 +342,9 @@ async fn job_logs(
                 pause = FOLLOW_FIRST;
                 continue;
             }
-            if !follow || terminal {
+            // A client that went away gives its stream (and its project's share) back now,
+            // not when the job next writes a line.
+            if !follow || terminal || tx.is_closed() {
                 break;
             }
             tokio::time::sleep(pause).await;

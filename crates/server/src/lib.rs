@@ -26,6 +26,7 @@ pub mod paths;
 pub mod priority;
 pub mod reply;
 pub mod security;
+pub mod shares;
 pub mod storage;
 pub mod stuck;
 pub mod venv;

@@ -11,7 +11,9 @@
 //! - A keep-alive connection with no request is closed after `idle_timeout`, and so is a
 //!   connection whose client has not taken any of the response for that long.
 //! - At most `max_connections` connections are served at once; further clients wait in the
-//!   kernel's listen backlog until one closes.
+//!   kernel's listen backlog until one closes. Each connection carries a
+//!   [`crate::shares::ConnectionShare`], the project it is counted for, so that one
+//!   project cannot hold them all (`limits.max_connections_per_project`).
 //! - Accept errors such as EMFILE (no file descriptor left) are tried again after a short
 //!   backoff (10 ms doubling to 1 s) and logged at most every 5 s, never a busy loop and
 //!   never the end of the server.
@@ -175,9 +177,12 @@ async fn connection(
     let body_timeout = limits.body_timeout;
     let stall_only_prefixes = limits.stall_only_prefixes.clone();
     let service_watch = Arc::clone(&watch);
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+    // The project this connection is counted for ([`crate::shares`]), for as long as it lives.
+    let share = Arc::new(crate::shares::ConnectionShare::default());
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         let app = app.clone();
         let watch = Arc::clone(&service_watch);
+        req.extensions_mut().insert(Arc::clone(&share));
         watch.set(BUSY);
         let timer = (!req.body().is_end_stream()).then(|| Box::pin(tokio::time::sleep(body_timeout)));
         // Uploads of objects may take longer than the body timeout: theirs only stall.

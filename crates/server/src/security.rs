@@ -198,6 +198,7 @@ mod tests {
             max_live_jobs_per_project: 10,
             writes_per_second_per_project: 2.0,
             write_burst_per_project: 3.0,
+            ..crate::config::Limits::default()
         });
         let t0 = std::time::Instant::now();
         for _ in 0..3 {

@@ -32,14 +32,26 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         Some(t) => authenticate(t, &req).err(),
     };
     let project = path.strip_prefix("/v1/projects/").and_then(|rest| rest.split('/').next()).unwrap_or("").to_string();
+    let over_share = match &refused {
+        None => counted_for(&project, tokens.as_deref(), &req).and_then(|whose| {
+            let conn = req
+                .extensions()
+                .get::<std::sync::Arc<crate::shares::ConnectionShare>>()?;
+            conn.claim(&state.shares, &whose).err()
+        }),
+        Some(_) => None,
+    };
     let throttled = match (&refused, is_mutating(&method, &path) && !project.is_empty()) {
-        (None, true) => state.writes.take(&project, std::time::Instant::now()).err(),
+        (None, true) if over_share.is_none() => {
+            state.writes.take(&project, std::time::Instant::now()).err()
+        }
         _ => None,
     };
-    let mut resp = match (refused, throttled) {
-        (Some(e), _) => AppError(e).into_response(),
-        (None, Some(wait)) => state.writes.refuse(&project, wait),
-        (None, None) => next.run(req).await,
+    let mut resp = match (refused, over_share, throttled) {
+        (Some(e), _, _) => AppError(e).into_response(),
+        (None, Some(over), _) => over.response(),
+        (None, None, Some(wait)) => state.writes.refuse(&project, wait),
+        (None, None, None) => next.run(req).await,
     };
     if is_mutating(&method, &path) {
         tracing::info!(
@@ -57,6 +69,31 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     resp
+}
+
+/// Whom a request's connection is counted for ([`crate::shares`]): the project of its path,
+/// else (storage's paths) the projects of its token; nobody for an administrator's token,
+/// for paths of no project in open mode, and for requests without a known token.
+fn counted_for(
+    project: &str,
+    tokens: Option<&crate::auth::Tokens>,
+    req: &axum::extract::Request,
+) -> Option<String> {
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let projects = tokens.and_then(|t| t.projects_of(auth));
+    if projects
+        .as_ref()
+        .is_some_and(|p| p.iter().any(|p| p == "*"))
+    {
+        return None;
+    }
+    if !project.is_empty() {
+        return Some(project.to_string());
+    }
+    projects.filter(|p| !p.is_empty()).map(|p| p.join(","))
 }
 
 /// `POST /v1/admin/tokens:reload` (a `"*"` token, checked by [`guard`]): read the tokens

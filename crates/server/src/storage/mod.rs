@@ -32,6 +32,7 @@ mod names;
 mod upload;
 pub mod usage;
 
+use crate::shares::Share;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -114,7 +115,8 @@ impl Default for StorageConfig {
         StorageConfig {
             default_project: None,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
-            upload_expiry: Duration::from_secs(7 * 24 * 3600),
+            // Hours, not the service's week: an open session's bytes hold its project's storage.
+            upload_expiry: Duration::from_secs(6 * 3600),
             buckets: BTreeMap::new(),
         }
     }
@@ -157,13 +159,27 @@ pub struct Storage {
     md5: md5bg::Md5Worker,
     /// Per-project storage limits and sizes (`storage_gb`).
     usage: Arc<usage::StorageUsage>,
+    /// Each project's share of the transfers (`limits.max_storage_streams_per_project`).
+    shares: Arc<crate::shares::Shares>,
 }
 
 /// Transfers streaming at once, at most.
 pub const MAX_TRANSFERS: usize = 64;
 
+/// A transfer's place: one of its project's storage streams and one of the server's, held
+/// while its bytes move.
+pub struct TransferSlot {
+    _project: crate::shares::Held,
+    _server: tokio::sync::OwnedSemaphorePermit,
+}
+
 impl Storage {
-    pub fn new(cfg: &crate::Config, tokens: Option<Arc<crate::auth::TokenStore>>, usage: Arc<usage::StorageUsage>) -> Storage {
+    pub fn new(
+        cfg: &crate::Config,
+        tokens: Option<Arc<crate::auth::TokenStore>>,
+        usage: Arc<usage::StorageUsage>,
+        shares: Arc<crate::shares::Shares>,
+    ) -> Storage {
         let per_project = cfg.replicas.uid_range.filter(|_| nix::unistd::geteuid().is_root());
         Storage {
             root: cfg.storage_root.clone(),
@@ -178,6 +194,7 @@ impl Storage {
             transfers: Arc::new(tokio::sync::Semaphore::new(MAX_TRANSFERS)),
             md5: md5bg::Md5Worker::new(cfg.storage_root.clone()),
             usage,
+            shares,
         }
     }
 
@@ -192,8 +209,15 @@ impl Storage {
         tokio::task::spawn_blocking(move || usage.report()).await.unwrap_or_default()
     }
 
-    async fn transfer_slot(&self) -> GcsResult<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.transfers).acquire_owned().await.map_err(|_| GcsError::new(503, "backendError", "The server is shutting down."))
+    /// One of `project`'s storage streams (429 naming `limits.max_storage_streams_per_project`
+    /// when it has them all), then one of the server's (waited for).
+    async fn transfer_slot(&self, project: &str) -> GcsResult<TransferSlot> {
+        let mine = self.shares.take(Share::StorageStreams, project).map_err(|o| GcsError::from(o.api_error()))?;
+        let server = Arc::clone(&self.transfers)
+            .acquire_owned()
+            .await
+            .map_err(|_| GcsError::new(503, "backendError", "The server is shutting down."))?;
+        Ok(TransferSlot { _project: mine, _server: server })
     }
 
     fn auth<'a>(&self, headers: &'a HeaderMap) -> Option<&'a str> {
@@ -817,7 +841,7 @@ async fn read_object(s: &Storage, req: Request, prefix: &str) -> GcsResult<Respo
     if !media {
         return Ok(json_ok(opened.info.resource(&base_url(&parts.headers), &p.bucket, &p.object)));
     }
-    let slot = s.transfer_slot().await?;
+    let slot = s.transfer_slot(&proj).await?;
     download(opened, &parts.headers, &parts.method, slot)
 }
 
@@ -870,7 +894,7 @@ fn header_value(s: &str) -> Option<HeaderValue> {
 
 /// The bytes of an opened object (all, or the asked range), streamed from the file by a
 /// blocking reader: constant memory whatever the size.
-fn download(o: fsops::Opened, headers: &HeaderMap, method: &Method, slot: tokio::sync::OwnedSemaphorePermit) -> GcsResult<Response> {
+fn download(o: fsops::Opened, headers: &HeaderMap, method: &Method, slot: TransferSlot) -> GcsResult<Response> {
     let info = o.info;
     let size = info.size;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
@@ -926,7 +950,7 @@ const DOWNLOAD_AHEAD: usize = 2;
 
 /// `len` bytes of `file` from `first`, read by a thread of its own a few chunks ahead
 /// (it holds `slot` until it ends: the response was sent, or dropped).
-fn stream_file(file: std::fs::File, first: u64, len: u64, slot: tokio::sync::OwnedSemaphorePermit) -> GcsResult<Body> {
+fn stream_file(file: std::fs::File, first: u64, len: u64, slot: TransferSlot) -> GcsResult<Body> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(DOWNLOAD_AHEAD);
     let _ = nix::fcntl::posix_fadvise(&file, first as i64, len as i64, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
     let reader = move || {
@@ -1048,16 +1072,58 @@ struct Target {
     bucket_fd: OwnedFd,
     uploads: OwnedFd,
     owner: Option<RunAs>,
-    /// The project's size and storage limit, when it has one.
-    quota: Option<usage::Full>,
+    /// The upload's bytes in its project's storage limit.
+    reservation: Reservation,
 }
 
 impl Target {
-    /// 429 when `bytes` more would pass the project's storage limit.
+    /// Reserve `bytes` (the upload's total so far) in the project's storage limit, or 429
+    /// when they would pass it with what the project stores and its other uploads under
+    /// way have reserved.
     fn fits(&self, bytes: u64) -> GcsResult<()> {
-        match &self.quota {
-            Some(q) if q.used.saturating_add(bytes) > q.limit => Err(storage_full(q, Some(bytes))),
-            _ => Ok(()),
+        self.reservation.grow(bytes)
+    }
+
+    /// The upload is the resumable session `id`: its bytes stay reserved from request to
+    /// request, until the session is published, cancelled or expires.
+    fn for_session(mut self, id: &str) -> Target {
+        self.reservation.release_now();
+        self.reservation.key = usage::session_reservation(id);
+        self.reservation.keep = true;
+        self
+    }
+}
+
+/// An upload's bytes in its project's storage limit ([`usage::StorageUsage::reserve`]),
+/// given back when dropped (a single request's upload) or kept (a resumable session's,
+/// given back by [`Reservation::release_now`]).
+struct Reservation {
+    usage: Arc<usage::StorageUsage>,
+    project: String,
+    key: String,
+    keep: bool,
+}
+
+impl Reservation {
+    fn grow(&self, bytes: u64) -> GcsResult<()> {
+        self.usage.reserve(&self.project, &self.key, bytes).map_err(|q| storage_full(&q, Some(bytes)))
+    }
+
+    /// What is reserved goes back to `bytes` (a chunk taken back).
+    fn shrink(&self, bytes: u64) {
+        self.usage.release(&self.project, &self.key);
+        let _ = self.usage.reserve(&self.project, &self.key, bytes);
+    }
+
+    fn release_now(&self) {
+        self.usage.release(&self.project, &self.key);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.release_now();
         }
     }
 }
@@ -1074,16 +1140,23 @@ async fn target(s: &Arc<Storage>, headers: &HeaderMap, uri: &axum::http::Uri, bu
     let root = s.root.clone();
     let (p, b) = (project.clone(), bucket.to_string());
     let usage = Arc::clone(&s.usage);
-    let (bucket_fd, uploads, quota) = blocking(move || {
+    let reservation = Reservation {
+        usage: Arc::clone(&usage),
+        project: project.clone(),
+        key: format!("upload:{}", upload::random_id()),
+        keep: false,
+    };
+    let (bucket_fd, uploads) = blocking(move || {
+        // The walk (when the size last seen is old) happens here, off the executor.
         let quota = usage.limit(&p).map(|limit| usage::Full { project: p.clone(), used: usage.used(&p), limit });
-        if let Some(q) = quota.as_ref().filter(|q| q.used >= q.limit) {
+        if let Some(q) = quota.as_ref().filter(|q| q.used > q.limit) {
             return Err(storage_full(q, None));
         }
         let (ns, fd) = open_bucket(&root, &p, &b)?;
-        Ok((fd, ns.uploads()?, quota))
+        Ok((fd, ns.uploads()?))
     })
     .await?;
-    Ok(Target { project, bucket: bucket.to_string(), bucket_fd, uploads, owner, quota })
+    Ok(Target { project, bucket: bucket.to_string(), bucket_fd, uploads, owner, reservation })
 }
 
 fn new_temp(uploads: &OwnedFd) -> GcsResult<TempFile> {
@@ -1176,7 +1249,7 @@ async fn upload_media(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataStre
     let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
     t.fits(content_length(&parts.headers).unwrap_or(0))?;
     let hashes = Hashes::new(expected.wants_md5());
-    let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(hashes), s.transfer_slot().await?)?;
+    let mut w = Writer::start(new_temp(&t.uploads)?, HashSink::Own(hashes), s.transfer_slot(&t.project).await?)?;
     while let Some(chunk) = next_chunk(stream).await? {
         if w.written + chunk.len() as u64 > max {
             return Err(too_large(max));
@@ -1201,6 +1274,8 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
     header_hashes(&parts.headers, &mut expected)?;
     let pre = Preconditions::from_query(&q)?;
     let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
+    // The declared length (the object and its metadata part) is reserved at once.
+    t.fits(content_length(&parts.headers).unwrap_or(0))?;
     // Started once the metadata part is read: whether the MD5 is computed as the bytes
     // come depends on its `md5Hash`.
     let mut w: Option<Writer> = None;
@@ -1224,7 +1299,7 @@ async fn upload_multipart(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyData
                     expected.md5 = expected.md5.take().or(e.md5);
                     upload_meta = Some(UploadMeta { name: Some(name), ..m });
                     let hashes = HashSink::Own(Hashes::new(expected.wants_md5()));
-                    w = Some(Writer::start(new_temp(&t.uploads)?, hashes, s.transfer_slot().await?)?);
+                    w = Some(Writer::start(new_temp(&t.uploads)?, hashes, s.transfer_slot(&t.project).await?)?);
                 }
                 multipart::Piece::MediaType(t) => media_type = t,
                 multipart::Piece::Data(d) => {
@@ -1271,19 +1346,25 @@ async fn resumable_start(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyDataS
     }
     let meta = stored_meta(&m, h("x-upload-content-type"))?;
     let pre = Preconditions::from_query(&q)?;
-    let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
     let id = upload::random_id();
+    let t = target(s, &parts.headers, &parts.uri, &bucket).await?.for_session(&id);
+    // A declared size is reserved from the start; else the bytes are, as they come.
+    t.fits(total.unwrap_or(0))?;
     let session = SessionFile { bucket: bucket.clone(), name, meta, expected, total, pre, created_us: meta::now_us(), done: None };
     let uploads = t.uploads;
     let sid = id.clone();
-    blocking(move || {
+    let made = blocking(move || {
         let dup = uploads.try_clone().map_err(|e| GcsError::io("cannot start the upload", &e))?;
         let mut part = TempFile::create(dup, format!("{sid}.part"))?;
         upload::save_session(&uploads, &sid, &session)?;
         part.remove_on_drop(false);
         Ok(())
     })
-    .await?;
+    .await;
+    if made.is_err() {
+        t.reservation.release_now();
+    }
+    made?;
     let location = format!(
         "{}/upload/storage/v1/b/{}/o?uploadType=resumable&upload_id={id}",
         base_url(&parts.headers),
@@ -1339,7 +1420,7 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     };
     let mut extra = Expected::default();
     header_hashes(&parts.headers, &mut extra)?;
-    let t = target(s, &parts.headers, &parts.uri, &bucket).await?;
+    let t = target(s, &parts.headers, &parts.uri, &bucket).await?.for_session(&id);
     let key = upload::session_key(&t.project, &id);
     let lock = s.sessions.get(&key);
     let guard = lock.lock_owned().await;
@@ -1411,7 +1492,7 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     }
     let before = guard.hashes.clone();
     part.file.seek_to(len).map_err(|e| GcsError::io("cannot write the upload", &e))?;
-    let slot = s.transfer_slot().await?;
+    let slot = s.transfer_slot(&t.project).await?;
     let mut w = Writer::start(part, HashSink::Session(guard), slot)?;
     let mut over = false;
     let mut full = None;
@@ -1420,8 +1501,8 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
             over = true;
             break;
         }
-        // The bytes already received are in the namespace (its uploads directory).
-        if let Err(e) = t.fits(w.written + chunk.len() as u64) {
+        // The session's bytes so far and this chunk's, reserved.
+        if let Err(e) = t.fits(len + w.written + chunk.len() as u64) {
             full = Some(e);
             break;
         }
@@ -1436,6 +1517,7 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
             g.hashes = before;
         }
         let _ = nix::unistd::ftruncate(&part.file, len as i64);
+        t.reservation.shrink(len);
         return Err(full);
     }
     if over || short {
@@ -1444,6 +1526,7 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
             g.hashes = before;
         }
         let _ = nix::unistd::ftruncate(&part.file, len as i64);
+        t.reservation.shrink(len);
         return Err(if over && expect_len.is_none() {
             too_large(max)
         } else {
@@ -1468,13 +1551,15 @@ async fn resumable_put_inner(s: &Arc<Storage>, parts: &Parts, stream: &mut BodyD
     }
 }
 
-/// Ends a session whose upload failed a check: its files are removed and it is forgotten.
-async fn drop_session(s: &Storage, uploads: OwnedFd, sid: String, key: &str) -> GcsResult<()> {
+/// Ends a session whose upload failed a check: its files are removed, its bytes no longer
+/// reserved, and it is forgotten.
+async fn drop_session(s: &Storage, t: &Target, uploads: OwnedFd, sid: String, key: &str) -> GcsResult<()> {
     blocking(move || {
         upload::remove_session(&uploads, &sid);
         Ok(())
     })
     .await?;
+    t.reservation.release_now();
     s.sessions.forget(key);
     Ok(())
 }
@@ -1518,20 +1603,21 @@ async fn finish_session(
         match computed {
             Ok(m) => md5 = Some(m),
             Err(e) => {
-                drop_session(s, uploads, sid, key).await?;
+                drop_session(s, &t, uploads, sid, key).await?;
                 return Err(e);
             }
         }
     }
     if let Err(why) = expected.verify(&crc, md5.as_deref()) {
-        drop_session(s, uploads, sid, key).await?;
+        drop_session(s, &t, uploads, sid, key).await?;
         return Err(GcsError::invalid(why));
     }
     let mut meta = session.meta.clone();
     meta.crc32c = Some(crc);
     meta.md5_hash = md5;
     let base = base_url(headers);
-    let Target { project, bucket, bucket_fd, owner, .. } = t;
+    let size = hashes.len;
+    let Target { project, bucket, bucket_fd, owner, reservation, .. } = t;
     let name = session.name.clone();
     let pre = session.pre.clone();
     let r = blocking(move || {
@@ -1553,6 +1639,11 @@ async fn finish_session(
     })
     .await;
     s.sessions.forget(key);
+    if r.is_ok() {
+        s.usage.added(&project, size);
+    }
+    // Published (its bytes counted as the object's) or removed: reserved no more.
+    reservation.release_now();
     let (v, pending, bucket, name) = r?;
     if pending {
         s.md5.request(&project, &bucket, &name);
@@ -1568,7 +1659,7 @@ async fn resumable_cancel(State(s): St, req: Request) -> Response {
         let bucket = bucket_of(parts.uri.path(), "/upload/storage/v1")?;
         let q = query(parts.uri.query())?;
         let id = session_id(&q)?;
-        let t = target(&s, &parts.headers, &parts.uri, &bucket).await?;
+        let t = target(&s, &parts.headers, &parts.uri, &bucket).await?.for_session(&id);
         let key = upload::session_key(&t.project, &id);
         let lock = s.sessions.get(&key);
         let _guard = lock.lock().await;
@@ -1583,6 +1674,9 @@ async fn resumable_cancel(State(s): St, req: Request) -> Response {
         })
         .await?;
         s.sessions.forget(&key);
+        if found {
+            t.reservation.release_now();
+        }
         if !found {
             return Err(GcsError::not_found("No such upload session."));
         }

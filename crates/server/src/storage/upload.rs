@@ -69,7 +69,7 @@ impl Writer {
     /// Start the writer's thread (its own, not the runtime's blocking pool: it lives as
     /// long as the upload). `permit` is one of the server's transfer slots, held until the
     /// thread ends.
-    pub fn start(mut tmp: TempFile, mut sink: HashSink, permit: tokio::sync::OwnedSemaphorePermit) -> GcsResult<Writer> {
+    pub fn start(mut tmp: TempFile, mut sink: HashSink, permit: super::TransferSlot) -> GcsResult<Writer> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(IN_FLIGHT);
         let (done_tx, done) = tokio::sync::oneshot::channel::<Written>();
         let body = move || {

@@ -3,9 +3,17 @@
 //! whether an upload fits.
 //!
 //! A namespace's size is the sum of the sizes of its regular files, found by a walk that
-//! follows no link and never recurses (a tenant shapes the tree). Walks are cached for
-//! [`FRESH`]; an upload through the API adds its bytes to the cached size at once, and what
-//! jobs write is seen at the next walk. The API refuses an upload that would pass the
+//! follows no link and never recurses (a tenant shapes the tree), plus its uploads under
+//! way. Walks are cached for [`FRESH`]; an upload through the API adds its bytes to the
+//! cached size at once, and what jobs write is seen at the next walk.
+//!
+//! An upload **reserves** its bytes before it writes them ([`StorageUsage::reserve`]): its
+//! declared length when it starts, then its bytes as they arrive. What is reserved counts
+//! for every other upload of the project, so concurrent uploads cannot pass the limit
+//! together. A resumable session's bytes stay reserved from chunk to chunk until it is
+//! published, cancelled or expired; a walk finds the sessions' data files on disk
+//! (the server's own uploads directory, left out of the objects' walk), so that they count
+//! after a restart too. The API refuses an upload that would pass the
 //! limit (429); a job's writes cannot be refused on an ordinary filesystem, so the
 //! watcher ([`watch`]) walks the limited namespaces every [`WATCH_EVERY`] and reports the
 //! projects over their limit, whose running jobs the driver then stops.
@@ -28,6 +36,14 @@ pub struct StorageUsage {
     root: PathBuf,
     limits: RwLock<StorageLimits>,
     sizes: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Per project, the bytes of its uploads under way, by upload (`upload:ID` for a
+    /// single request, `session:ID` for a resumable session).
+    pending: Mutex<HashMap<String, HashMap<String, u64>>>,
+}
+
+/// The key of a resumable session's reservation.
+pub fn session_reservation(id: &str) -> String {
+    format!("session:{id}")
 }
 
 /// A project over (or about to pass) its limit.
@@ -65,7 +81,63 @@ pub fn shown(bytes: u64) -> String {
 
 impl StorageUsage {
     pub fn new(root: PathBuf, limits: StorageLimits) -> StorageUsage {
-        StorageUsage { root, limits: RwLock::new(limits), sizes: Mutex::new(HashMap::new()) }
+        StorageUsage { root, limits: RwLock::new(limits), sizes: Mutex::new(HashMap::new()), pending: Mutex::new(HashMap::new()) }
+    }
+
+    /// The bytes of `project`'s uploads under way.
+    fn pending_total(&self, project: &str) -> u64 {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.get(project).map_or(0, |m| m.values().fold(0u64, |a, b| a.saturating_add(*b)))
+    }
+
+    /// Reserve `bytes` for the upload `key` of `project` (its total so far: a reservation
+    /// only grows), or say that the project's objects, its other uploads under way and
+    /// these bytes would pass its limit. No limit: nothing is kept. Does not walk: the
+    /// size last seen is used ([`Self::used`] is called when an upload starts).
+    pub fn reserve(&self, project: &str, key: &str, bytes: u64) -> Result<(), Full> {
+        let Some(limit) = self.limit(project) else { return Ok(()) };
+        let objects = self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(project).map_or(0, |(n, _)| *n);
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = pending.entry(project.to_string()).or_default();
+        let held = mine.get(key).copied().unwrap_or(0);
+        if bytes <= held {
+            return Ok(());
+        }
+        let others = mine.iter().filter(|(k, _)| k.as_str() != key).fold(0u64, |a, (_, b)| a.saturating_add(*b));
+        let used = objects.saturating_add(others);
+        if used.saturating_add(bytes) > limit {
+            return Err(Full { project: project.to_string(), used: used.saturating_add(held), limit });
+        }
+        mine.insert(key.to_string(), bytes);
+        Ok(())
+    }
+
+    /// The upload `key` of `project` ended (published: its bytes were [`added`](Self::added)
+    /// first; or given up).
+    pub fn release(&self, project: &str, key: &str) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = pending.get_mut(project) {
+            m.remove(key);
+            if m.is_empty() {
+                pending.remove(project);
+            }
+        }
+    }
+
+    /// The resumable sessions' data on disk, as the walk found it: each session reserves
+    /// at least that (more while a chunk is arriving), and sessions gone from disk
+    /// (published, cancelled, expired) reserve nothing.
+    fn sessions_seen(&self, project: &str, on_disk: HashMap<String, u64>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = pending.entry(project.to_string()).or_default();
+        mine.retain(|k, _| !k.starts_with("session:") || on_disk.contains_key(k));
+        for (k, n) in on_disk {
+            let v = mine.entry(k).or_insert(0);
+            *v = (*v).max(n);
+        }
+        if mine.is_empty() {
+            pending.remove(project);
+        }
     }
 
     /// The limits read again (`POST /v1/admin/quotas:reload`).
@@ -83,18 +155,21 @@ impl StorageUsage {
         l.default.is_some() || !l.projects.is_empty()
     }
 
-    /// The bytes `project` stores (walked when the last walk is older than [`FRESH`]).
-    /// Blocking: call it off the async executor.
+    /// The bytes `project` stores and has reserved (walked when the last walk is older
+    /// than [`FRESH`]). Blocking: call it off the async executor.
     pub fn used(&self, project: &str) -> u64 {
         let cached = self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(project).copied();
-        if let Some((n, at)) = cached {
-            if at.elapsed() < FRESH {
-                return n;
+        let objects = match cached {
+            Some((n, at)) if at.elapsed() < FRESH => n,
+            _ => {
+                let ns = self.root.join(project);
+                let n = namespace_size(&ns);
+                self.sessions_seen(project, session_sizes(&ns));
+                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(project.to_string(), (n, Instant::now()));
+                n
             }
-        }
-        let n = namespace_size(&self.root.join(project));
-        self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(project.to_string(), (n, Instant::now()));
-        n
+        };
+        objects.saturating_add(self.pending_total(project))
     }
 
     /// An upload of `bytes` to `project` was stored.
@@ -123,7 +198,8 @@ impl StorageUsage {
             let limit = self.limit(&project);
             let used = match limit {
                 Some(_) => self.used(&project),
-                None => self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(&project).map(|(n, _)| *n).unwrap_or(0),
+                None => self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(&project).map(|(n, _)| *n).unwrap_or(0)
+                    + self.pending_total(&project),
             };
             if limit.is_some() || used > 0 {
                 out.push((project, used, limit));
@@ -162,7 +238,8 @@ impl StorageUsage {
 }
 
 /// The sum of the sizes of the regular files below `dir`: iterative, links not followed
-/// (a link counts as nothing), one directory open at a time.
+/// (a link counts as nothing), one directory open at a time. The server's uploads
+/// directory is left out: uploads under way count by their reservations.
 pub fn namespace_size(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
@@ -170,6 +247,9 @@ pub fn namespace_size(dir: &Path) -> u64 {
     while let Some(d) = todo.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for e in entries.flatten() {
+            if d.as_path() == dir && e.file_name() == super::fsops::UPLOADS_DIR {
+                continue;
+            }
             let Ok(m) = std::fs::symlink_metadata(e.path()) else { continue };
             let t = m.file_type();
             if t.is_dir() {
@@ -180,6 +260,21 @@ pub fn namespace_size(dir: &Path) -> u64 {
         }
     }
     total
+}
+
+/// The resumable sessions' data files in a namespace's uploads directory (`ID.part`), by
+/// their reservation's key.
+fn session_sizes(ns: &Path) -> HashMap<String, u64> {
+    let Ok(entries) = std::fs::read_dir(ns.join(super::fsops::UPLOADS_DIR)) else { return HashMap::new() };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".part")?;
+            let m = std::fs::symlink_metadata(e.path()).ok().filter(|m| m.file_type().is_file())?;
+            Some((session_reservation(id), std::os::unix::fs::MetadataExt::size(&m)))
+        })
+        .collect()
 }
 
 /// Every [`WATCH_EVERY`], the projects over their limit go to `report` (on a thread of
@@ -248,5 +343,42 @@ mod tests {
         u.set_limits(StorageLimits::default());
         assert_eq!(u.room("p"), Ok(None));
         assert!(u.over().is_empty());
+    }
+
+    #[test]
+    fn uploads_under_way_reserve_their_bytes_and_sessions_on_disk_count() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("p/b")).unwrap();
+        std::fs::write(t.path().join("p/b/o"), vec![0u8; 100]).unwrap();
+        let limits = StorageLimits { default: Some(1000), projects: Default::default() };
+        let u = StorageUsage::new(t.path().to_path_buf(), limits);
+        assert_eq!(u.used("p"), 100);
+        // Two uploads of 500 declared at once: the first is reserved, the second would
+        // pass the limit with it.
+        u.reserve("p", "upload:a", 500).expect("first");
+        let full = u.reserve("p", "upload:b", 500).unwrap_err();
+        assert_eq!((full.used, full.limit), (600, 1000));
+        assert_eq!(u.used("p"), 600, "what is reserved is in use");
+        u.reserve("p", "upload:b", 400).expect("what is left");
+        assert!(u.reserve("p", "upload:a", 300).is_ok(), "a reservation never shrinks by a smaller total");
+        assert!(u.reserve("p", "upload:a", 501).is_err());
+        // The first is published (its bytes are the object's now) and reserves no more.
+        u.added("p", 500);
+        u.release("p", "upload:a");
+        assert_eq!(u.used("p"), 1000);
+        u.release("p", "upload:b");
+        // A resumable session's data on disk counts after a walk (a restart: nothing in
+        // memory), and no longer once its files are gone.
+        let ups = t.path().join("p").join(super::super::fsops::UPLOADS_DIR);
+        std::fs::create_dir_all(&ups).unwrap();
+        std::fs::write(ups.join("s1.part"), vec![0u8; 300]).unwrap();
+        std::fs::write(ups.join("tmp-x"), vec![0u8; 50]).unwrap();
+        let again = StorageUsage::new(t.path().to_path_buf(), StorageLimits { default: Some(1000), projects: Default::default() });
+        assert_eq!(again.used("p"), 100 + 300, "objects and the open session; a temporary file is an upload's, reserved by it");
+        assert!(again.reserve("p", "upload:c", 601).is_err());
+        again.reserve("p", &session_reservation("s1"), 350).expect("the session grows");
+        std::fs::remove_file(ups.join("s1.part")).unwrap();
+        again.sizes.lock().unwrap().clear();
+        assert_eq!(again.used("p"), 100, "a session gone from disk reserves nothing");
     }
 }
