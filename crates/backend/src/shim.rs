@@ -573,9 +573,16 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     // A program of a per-project user gets an IPC namespace of the replica's own: SysV
     // shared memory, semaphores and message queues are neither seen nor left on the host
     // (they go with the namespace when the replica ends). A container has its engine's.
+    // Where the host makes no namespaces for the server (no CAP_SYS_ADMIN: then there is
+    // no /gcs mount either, the server said so at start and refuses tokens), the replica
+    // keeps the host's.
     if let (Some(_), None) = (spec.run_as, &spec.container) {
-        if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC) {
-            return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its IPC namespace (unshare(CLONE_NEWIPC)): {e}"));
+        match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EPERM) if spec.gcs_mount.is_none() => {}
+            Err(e) => {
+                return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its IPC namespace (unshare(CLONE_NEWIPC)): {e}"));
+            }
         }
     }
     if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {

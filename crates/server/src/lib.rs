@@ -338,7 +338,7 @@ fn gcs_mount_point(tokens: bool) -> Result<bool, StartError> {
         }
         tracing::warn!(
             "/gcs: replicas cannot have a mount namespace of their own on this host ({why}): /gcs/ in command and args \
-             is rewritten instead, and replicas see the host's /proc. {MOUNT_NAMESPACE_FIX}"
+             is rewritten instead, and replicas see the host's /proc and SysV IPC. {MOUNT_NAMESPACE_FIX}"
         );
         return Ok(false);
     }
