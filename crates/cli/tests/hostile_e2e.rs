@@ -535,3 +535,70 @@ fn a_tenants_random_trees_cannot_stall_crash_or_lead_the_server_outside() {
     assert_eq!(std::fs::read_dir(canary.path()).unwrap().count(), 1, "something was made in the canary directory");
     assert!(s.server_log().lines().all(|l| !l.contains("panicked")), "{}", s.server_log());
 }
+
+/// Stack dumps never hold up another tenant's observations: three jobs of one project
+/// run six Python processes each that go silent (`trainyard-hang-after-secs=3`), and the
+/// server's `py-spy` (a hostile stand-in here, on the server's PATH) writes more than a
+/// pipe holds and never ends. The dumps run on the project's own dump threads, bounded
+/// in time, so the other project's progress keeps being read meanwhile; the silent jobs'
+/// logs get their processes' wait channels and no kernel stack.
+#[test]
+fn one_projects_stack_dumps_never_hold_up_another_projects_progress() {
+    let mut s = Server::prepare("");
+    let fake = s.dir.path().join("fake-bin");
+    std::fs::create_dir_all(&fake).expect("mkdir");
+    let calls = s.dir.path().join("py-spy-calls");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\nhead -c 2000000 /dev/zero | tr '\\0' x\nexec sleep 600\n",
+        calls.display()
+    );
+    std::fs::write(fake.join("py-spy"), script).expect("fake py-spy");
+    std::fs::set_permissions(fake.join("py-spy"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = std::env::var("PATH").unwrap_or_default();
+    s.env.push(("PATH".into(), format!("{}:{path}", fake.display())));
+    s.spawn();
+    let victim = s.create(
+        "victim",
+        &sh_job("steady", "i=0; while true; do i=$((i+1)); echo \"{\\\"step\\\": $i, \\\"total\\\": 1000000}\" >> \"$TRAINYARD_PROGRESS_FILE\"; sleep 0.2; done"),
+    );
+    let victim = name_of(&victim);
+    s.wait_for(&victim, 60, |j| j["trainyardProgress"]["step"].is_string());
+    let mut evil = Vec::new();
+    for i in 0..3 {
+        let mut job = sh_job(&format!("silent-{i}"), "for n in 1 2 3 4 5 6; do python3 -c 'import time; time.sleep(600)' & done; wait");
+        job["labels"] = json!({"trainyard-hang-after-secs": "3"});
+        evil.push(name_of(&s.create("evil", &job)));
+    }
+    // The victim's step as the API shows it, for 30 s of the attack.
+    let t0 = Instant::now();
+    let (mut changes, mut last, mut since, mut longest) = (0, String::new(), Instant::now(), Duration::ZERO);
+    while t0.elapsed() < Duration::from_secs(30) {
+        let step = s.get(&victim)["trainyardProgress"]["step"].as_str().unwrap_or("").to_string();
+        if step != last {
+            changes += 1;
+            longest = longest.max(since.elapsed());
+            since = Instant::now();
+            last = step;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    longest = longest.max(since.elapsed());
+    let dumps = std::fs::read_to_string(&calls).unwrap_or_default().lines().count();
+    eprintln!("measure: {dumps} py-spy runs of the other project; the victim's progress changed {changes} times in 30 s, the longest still {longest:?} (read every 5 s)");
+    assert!(dumps >= 3, "every silent job was dumped: {dumps} py-spy runs\n{}", s.server_log());
+    // Read every 5 s: about 6 changes in 30 s. A blocked observing thread showed none.
+    assert!(changes >= 3, "the victim's progress kept being read: {changes} changes, the longest still {longest:?}");
+    for name in &evil {
+        let until = Instant::now() + Duration::from_secs(60);
+        let mut log = s.logs_text(name);
+        while !log.contains("processes when its silence was reported") && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(200));
+            log = s.logs_text(name);
+        }
+        assert!(log.contains("(python3), state S") && log.contains("waiting in"), "{log}");
+        assert!(!log.contains("[<0>]") && !log.contains("+0x"), "no kernel stack in a tenant's log:\n{log}");
+        assert!(log.len() < 200_000, "the dump is bounded: {} bytes", log.len());
+        s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
+    }
+    s.call("POST", &s.url(&format!("/v1/{victim}:cancel")), Some("{}"));
+}

@@ -50,7 +50,11 @@ pub enum Work {
     /// `paths::newest_mtime`); hang detection, each running replica's latest write (the
     /// modification times of its files: its log, its metric file). Answered with
     /// `Report::Observed`.
-    Observe { job: u64, checkpoints: Option<Confined>, activity: Vec<ReplicaWatch> },
+    /// Stack dumps asked for (a replica whose silence is about to be reported) are taken
+    /// on the project's dump threads (see `tenant_work`), bounded by
+    /// `stuck::DUMP_BUDGET`, and the answer waits for them: one project's dumps never
+    /// hold up another job's observation.
+    Observe { job: u64, project: String, checkpoints: Option<Confined>, activity: Vec<ReplicaWatch> },
     /// Tuning trials' metric files, read (a tenant's files: on the observing thread, never
     /// the driver's); answered with `Report::TrialMetrics`.
     /// `periodic`: the driver's read of running trials (one at a time), else trials'
@@ -64,9 +68,21 @@ pub enum Work {
     /// Running jobs' progress files (a tenant's files: on the observing thread); answered
     /// with `Report::ProgressRead`.
     ReadProgress(Vec<ProgressSource>),
-    /// A tuning study's suggestion (a GP fit may take a while), on a thread of its own;
-    /// answered with `Report::Suggested`.
-    Suggest { study: u64, request: Box<crate::kinds::tuning_jobs::SuggestRequest> },
+    /// A tuning study's suggestion (a GP fit may take a while), on the project's
+    /// suggestion threads (see `tenant_work`); answered with `Report::Suggested`.
+    Suggest { study: u64, project: String, request: Box<crate::kinds::tuning_jobs::SuggestRequest> },
+    /// A Vizier study's suggest request `op`, as `Suggest`; answered with
+    /// `Report::VizierSuggested`.
+    VizierSuggest { study: u64, op: u64, project: String, request: Box<crate::kinds::tuning_jobs::SuggestRequest> },
+    /// The study was deleted or ended: its suggestion under way (`Suggest`, or
+    /// `VizierSuggest` with `vizier`) stops at its next look, answered with a
+    /// cancellation.
+    CancelSuggest { study: u64, vizier: bool },
+}
+
+/// The key of a study's suggestions in the suggestion gate.
+fn suggest_key(study: u64, vizier: bool) -> String {
+    format!("{}/{study}", if vizier { "vizier" } else { "tuning" })
 }
 
 /// One trial's metric file to read: its study and trial, the file, the metrics asked for
@@ -222,6 +238,8 @@ pub enum Report {
     LogsPurged { cutoff: Option<Micros> },
     /// What `Work::Suggest` computed (an error: its message).
     Suggested { study: u64, result: Result<Vec<trainyard_tuner::Assignment>, String> },
+    /// What `Work::VizierSuggest` computed.
+    VizierSuggested { study: u64, op: u64, result: Result<Vec<trainyard_tuner::Assignment>, trainyard_tuner::TunerError> },
 }
 
 /// The answer to an observation that could not be made (its thread is gone, or it
@@ -269,7 +287,20 @@ pub struct Pool {
     report: ReportSink,
     /// The launch threads' nice value (see [`Pool::new`]).
     launch_nice: i32,
+    /// Studies' suggestions: one at a time per project (a project's studies take one core
+    /// at most), as many as the cores in all (at least two, so that one project's long
+    /// batch never holds up every other project's).
+    suggestions: crate::tenant_work::Gate,
 }
+
+/// Stack dumps of replicas, at once per project and in all (see `tenant_work`).
+const DUMPS_PER_PROJECT: usize = 2;
+const DUMPS_TOTAL: usize = 4;
+/// The replicas of one job dumped per observation (replicas of one job silent together
+/// mostly show the same thing).
+const DUMPED_REPLICAS: usize = 2;
+/// Tenant work runs at this nice value: the API and the replicas come first.
+const TENANT_WORK_NICE: i32 = 10;
 
 /// Threads that take launches.
 const LAUNCH_THREADS: usize = 2;
@@ -292,6 +323,7 @@ impl Pool {
         }
         let (scan_tx, scan_rx) = std::sync::mpsc::channel::<Work>();
         let scanner_report = Arc::clone(&report);
+        let dumps = crate::tenant_work::Gate::new("dump", DUMPS_PER_PROJECT, DUMPS_TOTAL, TENANT_WORK_NICE);
         let scanner_backend = Arc::clone(&backend);
         let scans = match std::thread::Builder::new().name("checkpoint-scan".into()).spawn(move || {
             // See `tree::private_descriptors`: the tenants' directories it opens stay its own.
@@ -302,7 +334,22 @@ impl Pool {
                 // A panic (a defect) answers with nothing seen, and the thread goes on.
                 let fallback = nothing_seen(&work);
                 let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match work {
-                    Work::Observe { job, checkpoints, activity } => Some(observe(job, checkpoints.as_ref(), &activity)),
+                    Work::Observe { job, project, checkpoints, activity } => {
+                        let seen = observe(job, checkpoints.as_ref(), &activity);
+                        let wanted: Vec<(String, std::path::PathBuf)> =
+                            activity.iter().filter(|w| w.dump).take(DUMPED_REPLICAS).map(|w| (w.replica.clone(), w.run_dir.clone())).collect();
+                        if wanted.is_empty() {
+                            Some(seen)
+                        } else {
+                            let report = Arc::clone(&scanner_report);
+                            let deadline = std::time::Instant::now() + crate::stuck::DUMP_BUDGET;
+                            dumps.submit(&project, &format!("job/{job}"), Box::new(move |stop| {
+                                // A dump thread that could not start: answered without dumps.
+                                report(if stop.load(std::sync::atomic::Ordering::SeqCst) { seen } else { with_dumps(seen, &wanted, deadline) })
+                            }));
+                            None
+                        }
+                    }
                     Work::ReadTrialMetrics { reads, periodic } => Some(read_all_trial_metrics(reads, periodic)),
                     Work::EngineReasons(runs) => Some(engine_reasons(scanner_backend.as_ref(), runs)),
                     Work::ReadProgress(sources) => Some(read_progress(sources)),
@@ -326,7 +373,9 @@ impl Pool {
             }
         };
         let (scans, scanner) = scans;
-        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, scanner, backend, sink, report, launch_nice }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let suggestions = crate::tenant_work::Gate::new("suggest", 1, cores.max(2), TENANT_WORK_NICE);
+        Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, scanner, backend, sink, report, launch_nice, suggestions }
     }
 }
 
@@ -446,12 +495,26 @@ pub fn observe(job: u64, checkpoints: Option<&Confined>, activity: &[ReplicaWatc
             let pids = crate::stuck::replica_pids(&w.run_dir);
             let cpu = crate::stuck::cpu_seconds(&pids);
             let stopped = crate::stuck::all_stopped(&pids);
-            let dump = w.dump.then(|| crate::stuck::stack_dump(&pids)).filter(|d| !d.is_empty());
-            ReplicaSeen { replica: w.replica.clone(), newest, cpu, stopped, dump }
+            ReplicaSeen { replica: w.replica.clone(), newest, cpu, stopped, dump: None }
         })
         .collect();
     let (newest, entries, truncated) = scan.map_or((None, 0, false), |s| (s.newest, s.entries, s.truncated));
     Report::Observed { job, newest, entries, truncated, activity }
+}
+
+/// An observation with the stack dumps of `wanted` (replica, run directory) taken by
+/// `deadline` (on a dump thread: see `Work::Observe`).
+fn with_dumps(mut seen: Report, wanted: &[(String, std::path::PathBuf)], deadline: std::time::Instant) -> Report {
+    if let Report::Observed { activity, .. } = &mut seen {
+        for (replica, dir) in wanted {
+            let pids = crate::stuck::replica_pids(dir);
+            let dump = crate::stuck::stack_dump(&pids, deadline);
+            if let Some(a) = activity.iter_mut().find(|a| a.replica == *replica) {
+                a.dump = (!dump.is_empty()).then_some(dump);
+            }
+        }
+    }
+    seen
 }
 
 /// A launch thread on `queue`, counted in `launchers` while it runs.
@@ -536,13 +599,25 @@ impl Executor for Pool {
                     }
                 }
             }
-            Work::Suggest { study, request } => {
+            Work::Suggest { study, project, request } => {
                 let report = Arc::clone(&self.report);
-                let spawned = std::thread::Builder::new().name(format!("suggest-{study}")).spawn(move || report(suggest(study, &request)));
-                if let Err(e) = spawned {
-                    (self.report)(Report::Suggested { study, result: Err(format!("cannot start a thread for the tuner: {e}")) });
-                }
+                self.suggestions.submit(&project, &suggest_key(study, false), Box::new(move |stop| report(suggest(study, &request, stop))));
             }
+            Work::VizierSuggest { study, op, project, request } => {
+                let report = Arc::clone(&self.report);
+                self.suggestions.submit(
+                    &project,
+                    &suggest_key(study, true),
+                    Box::new(move |stop| {
+                        // A panic of the optimiser answers the request with an error instead
+                        // of leaving it pending for ever.
+                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request.compute(stop)))
+                            .unwrap_or_else(|_| Err(trainyard_tuner::TunerError::Unsupported("the optimiser panicked; see the server log".into())));
+                        report(Report::VizierSuggested { study, op, result })
+                    }),
+                );
+            }
+            Work::CancelSuggest { study, vizier } => self.suggestions.cancel(&suggest_key(study, vizier)),
             Work::Launch { .. } => {
                 // Never launched on the driver's thread: the launch waits in the queue
                 // for a launch thread (one is started if none runs).
@@ -604,7 +679,9 @@ impl Executor for Pool {
                     | Work::ReadTrialMetrics { .. }
                     | Work::EngineReasons(_)
                     | Work::ReadProgress(_)
-                    | Work::Suggest { .. } => return,
+                    | Work::Suggest { .. }
+                    | Work::VizierSuggest { .. }
+                    | Work::CancelSuggest { .. } => return,
                 };
                 let spawned = std::thread::Builder::new()
                     .name(if kill { "kill".into() } else { "stop".into() })
@@ -693,11 +770,15 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             Err(e) => report(Report::KillFailed { run, error: e.to_string() }),
         },
         Work::Purge { .. } | Work::PurgeLogs { .. } | Work::RemoveNetns { .. } => remove_files(work, report),
-        Work::Observe { job, checkpoints, activity } => report(observe(job, checkpoints.as_ref(), &activity)),
+        Work::Observe { job, checkpoints, activity, .. } => report(observe(job, checkpoints.as_ref(), &activity)),
         Work::ReadTrialMetrics { reads, periodic } => report(read_all_trial_metrics(reads, periodic)),
         Work::EngineReasons(runs) => report(engine_reasons(backend.as_ref(), runs)),
         Work::ReadProgress(sources) => report(read_progress(sources)),
-        Work::Suggest { study, request } => report(suggest(study, &request)),
+        Work::Suggest { study, request, .. } => report(suggest(study, &request, &std::sync::atomic::AtomicBool::new(false))),
+        Work::VizierSuggest { study, op, request, .. } => {
+            report(Report::VizierSuggested { study, op, result: request.compute(&std::sync::atomic::AtomicBool::new(false)) })
+        }
+        Work::CancelSuggest { .. } => {}
     }
 }
 
@@ -736,8 +817,8 @@ fn remove_files(work: Work, report: &ReportSink) {
 }
 
 /// A study's suggestion; a tuner that panics (a defect) is an error of this suggestion.
-fn suggest(study: u64, request: &crate::kinds::tuning_jobs::SuggestRequest) -> Report {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request.run()))
+fn suggest(study: u64, request: &crate::kinds::tuning_jobs::SuggestRequest, stop: &std::sync::atomic::AtomicBool) -> Report {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request.run(stop)))
         .unwrap_or_else(|_| Err("the tuner panicked (see the server log)".into()));
     Report::Suggested { study, result }
 }
@@ -914,6 +995,18 @@ mod tests {
         }
     }
 
+    impl Owning {
+        /// One whose engine-reason query never waits.
+        fn idle() -> Owning {
+            let (inside, _) = std::sync::mpsc::channel();
+            let (release_tx, release) = std::sync::mpsc::channel();
+            let _ = release_tx.send(());
+            std::mem::forget(release_tx);
+            let (dropped, _) = std::sync::mpsc::channel();
+            Owning { file: None, ino: 0, inside: Mutex::new(inside), release: Mutex::new(release), dropped: Mutex::new(dropped) }
+        }
+    }
+
     impl Drop for Owning {
         fn drop(&mut self) {
             let Some(file) = self.file.take() else { return };
@@ -957,5 +1050,64 @@ mod tests {
         let ours = dropped.recv_timeout(Duration::from_secs(10)).expect("the backend is dropped");
         releaser.join().unwrap();
         assert!(ours, "the backend was dropped in a thread where its descriptor is not its file");
+    }
+
+    /// A study's request: 20 random trials of a 2-parameter space, `count` suggestions
+    /// (a huge count runs for ever unless stopped).
+    fn request(count: usize) -> Box<crate::kinds::tuning_jobs::SuggestRequest> {
+        use trainyard_tuner as tuner;
+        let space = tuner::Space::new(vec![
+            tuner::ParamSpec::double("x", 0.0, 1.0, tuner::Scale::Linear),
+            tuner::ParamSpec::double("y", 0.0, 1.0, tuner::Scale::Linear),
+        ]);
+        let mut completed = Vec::new();
+        for i in 0..20u32 {
+            let mut a = tuner::Assignment::new();
+            let (x, y) = (f64::from(i % 5) / 5.0, f64::from(i / 5) / 4.0);
+            a.insert("x".into(), tuner::Value::Double(x));
+            a.insert("y".into(), tuner::Value::Double(y));
+            completed.push(tuner::Trial::new(a, Some((x - 0.3).powi(2) + (y - 0.6).powi(2))));
+        }
+        Box::new(crate::kinds::tuning_jobs::SuggestRequest {
+            space,
+            algorithm: tuner::Algorithm::Unspecified,
+            goal: tuner::Goal::Minimize,
+            completed,
+            pending: Vec::new(),
+            count,
+            seed: 7,
+            noise: tuner::Noise::Unspecified,
+        })
+    }
+
+    /// A project's endless suggestion holds only its own turn: another project's study is
+    /// answered meanwhile, and the endless one stops once its study is deleted (answered
+    /// with a cancellation).
+    #[test]
+    fn a_deleted_studys_suggestion_stops_and_another_projects_goes_on_meanwhile() {
+        let (tx, rx) = std::sync::mpsc::channel::<Report>();
+        let tx = Mutex::new(tx);
+        let report: ReportSink = Arc::new(move |r| {
+            let _ = tx.lock().unwrap().send(r);
+        });
+        let backend = Arc::new(Owning::idle());
+        let pool = Pool::new(backend, noop_sink(), report, 0);
+        pool.submit(Work::VizierSuggest { study: 1, op: 10, project: "evil".into(), request: request(1_000_000) });
+        pool.submit(Work::Suggest { study: 2, project: "evil".into(), request: request(1) });
+        pool.submit(Work::Suggest { study: 3, project: "victim".into(), request: request(1) });
+        match rx.recv_timeout(Duration::from_secs(60)).expect("the victim's answer") {
+            Report::Suggested { study: 3, result: Ok(v) } => assert_eq!(v.len(), 1),
+            other => panic!("the victim's study is answered first: {other:?}"),
+        }
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "the evil project's second study waits for its turn");
+        pool.submit(Work::CancelSuggest { study: 1, vizier: true });
+        match rx.recv_timeout(Duration::from_secs(60)).expect("the cancelled answer") {
+            Report::VizierSuggested { study: 1, op: 10, result } => assert_eq!(result, Err(trainyard_tuner::TunerError::Cancelled)),
+            other => panic!("{other:?}"),
+        }
+        match rx.recv_timeout(Duration::from_secs(60)).expect("the next in line") {
+            Report::Suggested { study: 2, result: Ok(v) } => assert_eq!(v.len(), 1),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -29,6 +29,7 @@ pub mod security;
 pub mod shares;
 pub mod storage;
 pub mod stuck;
+pub mod tenant_work;
 pub mod venv;
 
 use std::ffi::OsString;

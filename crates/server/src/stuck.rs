@@ -1,8 +1,9 @@
 //! What a replica that shows no progress is doing: its processes' CPU time (a progress
 //! signal besides its output), and a stack dump taken before the service acts on a hang
 //! or a straggler (`py-spy dump` for Python programs where py-spy is on the server's
-//! PATH, else each thread's kernel stack and wait channel from `/proc`). Read on the
-//! observing thread, never the driver's.
+//! PATH, else each thread's wait channel from `/proc`). Progress signals are read on the
+//! observing thread, never the driver's; dumps, which may wait on a tenant's processes,
+//! on threads of their own (see `tenant_work`), bounded in time and size.
 
 use std::io::Read;
 use std::path::Path;
@@ -11,7 +12,13 @@ use std::time::{Duration, Instant};
 /// The most processes looked at, and of text kept, per replica.
 const MAX_PROCS: usize = 64;
 const MAX_DUMP: usize = 16 * 1024;
-const PY_SPY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most time one py-spy run takes, and the Python processes of a replica it is run on.
+const PY_SPY_TIMEOUT: Duration = Duration::from_secs(3);
+const MAX_PY_SPY: usize = 4;
+/// The most time the dumps of one job's replicas take, from the moment they are asked
+/// for (waiting for the project's turn included): less than the job's tick waits for
+/// its observation (`SCAN_HOLD`).
+pub const DUMP_BUDGET: Duration = Duration::from_secs(6);
 
 /// The replica's processes: those of its cgroup where it has one, else its program.
 pub fn replica_pids(run_dir: &Path) -> Vec<i32> {
@@ -70,19 +77,31 @@ pub fn all_stopped(pids: &[i32]) -> bool {
     !states.is_empty() && states.iter().all(|s| *s == 'T' || *s == 't')
 }
 
-/// A stack dump of the replica's processes, bounded.
-pub fn stack_dump(pids: &[i32]) -> String {
+/// A stack dump of the replica's processes, bounded in size and in time: it ends by
+/// `deadline` whatever the processes are (py-spy is killed there, and processes not
+/// reached are named as skipped). What goes to the job's log holds each thread's wait
+/// channel and, for Python, py-spy's frames; the kernel stacks (kernel symbols and
+/// offsets, which a tenant must not see) go to the server's log only, for its
+/// administrator.
+pub fn stack_dump(pids: &[i32], deadline: Instant) -> String {
     let mut out = String::new();
-    for &pid in pids {
+    let mut kernel = String::new();
+    let mut py_spied = 0;
+    for (i, &pid) in pids.iter().enumerate() {
         if out.len() >= MAX_DUMP {
             out.push_str("... (cut)\n");
+            break;
+        }
+        if Instant::now() >= deadline {
+            out.push_str(&format!("... {} more processes not dumped (out of time)\n", pids.len() - i));
             break;
         }
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
         let state = stat(pid).map(|(s, _)| s).unwrap_or('?');
         out.push_str(&format!("process {pid} ({comm}), state {state}\n"));
-        if comm.starts_with("python") {
-            if let Some(text) = py_spy(pid) {
+        if comm.starts_with("python") && py_spied < MAX_PY_SPY {
+            py_spied += 1;
+            if let Some(text) = py_spy(pid, deadline) {
                 out.push_str(&text);
                 continue;
             }
@@ -93,51 +112,88 @@ pub fn stack_dump(pids: &[i32]) -> String {
             let tid = t.file_name().to_string_lossy().into_owned();
             let wchan = std::fs::read_to_string(dir.join("wchan")).unwrap_or_default();
             out.push_str(&format!("  thread {tid}: waiting in {}\n", if wchan.is_empty() || wchan == "0" { "-" } else { wchan.trim() }));
-            if let Ok(stack) = std::fs::read_to_string(dir.join("stack")) {
-                for line in stack.lines().take(24) {
-                    out.push_str("    ");
-                    out.push_str(line.trim());
-                    out.push('\n');
+            if kernel.len() < MAX_DUMP {
+                if let Ok(stack) = std::fs::read_to_string(dir.join("stack")) {
+                    kernel.push_str(&format!("thread {tid} of process {pid}:\n"));
+                    for line in stack.lines().take(24) {
+                        kernel.push_str("    ");
+                        kernel.push_str(line.trim());
+                        kernel.push('\n');
+                    }
                 }
             }
         }
     }
-    if out.len() > MAX_DUMP {
-        let mut cut = MAX_DUMP;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
+    if !kernel.is_empty() {
+        tracing::info!("kernel stacks of a replica whose silence is reported:\n{}", cut(kernel, MAX_DUMP).trim_end());
     }
-    out
+    cut(out, MAX_DUMP)
 }
 
-/// `py-spy dump --pid <pid>`, where py-spy is on the server's PATH; None when it is not or
-/// it fails (the kernel stacks are shown instead).
-fn py_spy(pid: i32) -> Option<String> {
-    let mut child = std::process::Command::new("py-spy")
-        .args(["dump", "--pid", &pid.to_string()])
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+    }
+    text
+}
+
+/// `py-spy dump --pid <pid>`, where py-spy is on the server's PATH; None when it is not,
+/// it fails, or it has not ended by `deadline` (killed then; the wait channels are shown
+/// instead). Its output is read as it comes (a dump larger than a pipe's buffer never
+/// blocks it), the first MAX_DUMP bytes kept and the rest thrown away.
+fn py_spy(pid: i32, deadline: Instant) -> Option<String> {
+    let text = bounded_output(std::process::Command::new("py-spy").args(["dump", "--pid", &pid.to_string()]), deadline)?;
+    Some(format!("py-spy dump:\n{text}"))
+}
+
+/// What a program wrote to its standard output (its first MAX_DUMP bytes) when it ended
+/// well by `deadline` (and within PY_SPY_TIMEOUT); None otherwise.
+fn bounded_output(command: &mut std::process::Command, deadline: Instant) -> Option<String> {
+    use std::os::unix::process::CommandExt;
+    let mut child = command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
+        // A group of its own: what it started is killed with it.
+        .process_group(0)
         .spawn()
         .ok()?;
-    let deadline = Instant::now() + PY_SPY_TIMEOUT;
-    loop {
+    let mut stdout = child.stdout.take()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Detached: a process that keeps the pipe open keeps only this thread.
+    std::thread::Builder::new()
+        .name("dump-read".into())
+        .spawn(move || {
+            let mut kept = Vec::new();
+            let _ = (&mut stdout).take(MAX_DUMP as u64).read_to_end(&mut kept);
+            let _ = tx.send(kept);
+            // The rest is read and dropped, so that the program never blocks on a full pipe.
+            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+        })
+        .ok()?;
+    let deadline = deadline.min(Instant::now() + PY_SPY_TIMEOUT);
+    let ended = loop {
         match child.try_wait() {
-            Ok(Some(status)) => {
-                let mut text = String::new();
-                child.stdout.take()?.take(MAX_DUMP as u64).read_to_string(&mut text).ok()?;
-                return (status.success() && !text.is_empty()).then(|| format!("py-spy dump:\n{text}"));
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => break None,
         }
+    };
+    if !ended.is_some_and(|s| s.success()) {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = child.wait();
+        return None;
     }
+    let kept = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(200))).ok()?;
+    let text = String::from_utf8_lossy(&kept).into_owned();
+    (!text.is_empty()).then_some(text)
 }
 
 #[cfg(test)]
@@ -159,12 +215,27 @@ mod tests {
         let pid = child.id() as i32;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
         std::thread::sleep(Duration::from_millis(100));
-        let dump = stack_dump(&[pid]);
+        let dump = stack_dump(&[pid], Instant::now() + Duration::from_secs(5));
         let stopped = all_stopped(&[pid]);
         let _ = child.kill();
         let _ = child.wait();
         assert!(dump.contains(&format!("process {pid} (sleep), state T")), "{dump}");
         assert!(stopped && !all_stopped(&[me]));
         assert!(dump.contains("thread"), "{dump}");
+        assert!(!dump.contains("[<0>]") && !dump.contains("+0x"), "no kernel stack in a tenant's dump: {dump}");
+    }
+
+    /// A dump program that writes more than a pipe holds is read as it writes (it is not
+    /// blocked, its output is cut at the bound), and one that never ends is killed at
+    /// the deadline.
+    #[test]
+    fn a_dump_program_is_read_as_it_writes_and_killed_at_its_deadline() {
+        let big = "head -c 1000000 /dev/zero | tr '\\0' x";
+        let text = bounded_output(std::process::Command::new("sh").args(["-c", big]), Instant::now() + Duration::from_secs(20)).expect("output");
+        assert_eq!(text.len(), MAX_DUMP);
+        let t0 = Instant::now();
+        let hung = format!("{big}; sleep 60");
+        assert!(bounded_output(std::process::Command::new("sh").args(["-c", &hung]), Instant::now() + Duration::from_millis(500)).is_none());
+        assert!(t0.elapsed() < Duration::from_secs(30), "killed at its deadline, not at the end of its sleep: {:?}", t0.elapsed());
     }
 }

@@ -3,6 +3,7 @@
 //! the acquisition search, and kriging-believer batches.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::encode::Encoder;
 use crate::gp::{self, Gp};
@@ -181,6 +182,7 @@ fn conditioning_set(completed: &[Trial], goal: Goal) -> Vec<&Trial> {
     completed.iter().zip(keep).filter(|(_, k)| *k).map(|(t, _)| t).collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn suggest(
     enc: &Encoder<'_>,
     goal: Goal,
@@ -189,6 +191,7 @@ pub(crate) fn suggest(
     count: usize,
     seed: u64,
     noise: Noise,
+    stop: &AtomicBool,
 ) -> Result<Vec<Assignment>, TunerError> {
     let p = enc.n_params();
     let n_init = initial_design_size(p);
@@ -224,6 +227,9 @@ pub(crate) fn suggest(
     let mut model: Option<(Vec<Vec<f64>>, Vec<f64>, gp::Hyper)> = None;
 
     for k in 0..count {
+        if stop.load(Ordering::Relaxed) {
+            return Err(TunerError::Cancelled);
+        }
         let index = completed.len() + pending_len + k;
         if index < n_init || feasible.len() < 2 {
             let a = design_point(enc, &halton, &mut rng, index, &used);
@@ -248,6 +254,9 @@ pub(crate) fn suggest(
                 *v -= lowest;
             }
             let h = fit_hyper(&xs, &y, &mut rng, noise);
+            if stop.load(Ordering::Relaxed) {
+                return Err(TunerError::Cancelled);
+            }
             // Pending trials become fantasies at the posterior mean (kriging
             // believer); conditioning on the mean leaves the mean unchanged,
             // so all of them can be added at once.

@@ -25,6 +25,7 @@ mod stopping;
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use bo::initial_design_size;
 pub use rng::splitmix64;
@@ -78,6 +79,8 @@ pub enum TunerError {
     Unsupported(String),
     /// Every point of a finite search space has been completed or is pending.
     Exhausted,
+    /// The caller's stop flag was set (see [`suggest_until`]).
+    Cancelled,
 }
 
 impl fmt::Display for TunerError {
@@ -94,6 +97,7 @@ impl fmt::Display for TunerError {
             }
             TunerError::Unsupported(m) => f.write_str(m),
             TunerError::Exhausted => f.write_str("the search space is exhausted"),
+            TunerError::Cancelled => f.write_str("the suggestion was cancelled"),
         }
     }
 }
@@ -192,6 +196,28 @@ pub fn suggest_with(
     seed: u64,
     noise: Noise,
 ) -> Result<Vec<Assignment>, TunerError> {
+    let never = AtomicBool::new(false);
+    suggest_until(space, algorithm, goal, completed, pending, count, seed, noise, &never)
+}
+
+/// [`suggest_with`] that gives up with [`TunerError::Cancelled`] once `stop` is set: it
+/// is looked at before the model is fitted and before each suggestion of a batch, so
+/// that a deleted study's work ends within one fit.
+#[allow(clippy::too_many_arguments)]
+pub fn suggest_until(
+    space: &Space,
+    algorithm: Algorithm,
+    goal: Goal,
+    completed: &[Trial],
+    pending: &[Assignment],
+    count: usize,
+    seed: u64,
+    noise: Noise,
+    stop: &AtomicBool,
+) -> Result<Vec<Assignment>, TunerError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(TunerError::Cancelled);
+    }
     space.validate()?;
     if count == 0 {
         return Ok(Vec::new());
@@ -239,7 +265,7 @@ pub fn suggest_with(
         }
         Algorithm::Unspecified => {
             let enc = encode::Encoder::new(flat.clone());
-            bo::suggest(&enc, goal, completed, pending, count, seed, noise)
+            bo::suggest(&enc, goal, completed, pending, count, seed, noise, stop)
         }
     }
 }

@@ -1119,3 +1119,33 @@ fn a_narrow_basin_keeps_the_search_off_the_corners() {
     let share = near as f64 / coords as f64;
     assert!(share < 0.1, "{:.1}% of coordinates within 0.1% of a bound; best values {bests:?}", 100.0 * share);
 }
+
+/// A stop flag set before or while a batch is computed ends it with `Cancelled` (a
+/// deleted study's work stops), and a flag never set changes nothing.
+#[test]
+fn a_set_stop_flag_cancels_a_suggestion() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use trainyard_tuner::{suggest_until, Noise};
+    let space = branin_space();
+    let done = run(&space, Algorithm::RandomSearch, branin, 20, 3);
+    let stop = AtomicBool::new(false);
+    let free = suggest_until(&space, Algorithm::Unspecified, Goal::Minimize, &done, &[], 3, 1, Noise::Unspecified, &stop);
+    assert_eq!(free.expect("no stop: suggestions").len(), 3);
+    stop.store(true, Ordering::SeqCst);
+    for alg in [Algorithm::Unspecified, Algorithm::RandomSearch, Algorithm::GridSearch] {
+        let r = suggest_until(&space, alg, Goal::Minimize, &done, &[], 3, 1, Noise::Unspecified, &stop);
+        assert_eq!(r, Err(TunerError::Cancelled), "{alg:?}");
+    }
+    // Set while the batch runs: another thread sets it after the first fit.
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let setter = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    let r = suggest_until(&space, Algorithm::Unspecified, Goal::Minimize, &done, &[], 100_000, 1, Noise::Unspecified, &stop);
+    setter.join().expect("setter");
+    assert_eq!(r, Err(TunerError::Cancelled), "a batch under way stops at its next look");
+}

@@ -389,7 +389,8 @@ impl Driver {
                 match self.scans.get(&id).copied() {
                     None => {
                         self.scans.insert(id, now);
-                        self.exec.submit(crate::executor::Work::Observe { job: id, checkpoints, activity });
+                        let project = self.jobs.get(&id).map(|l| l.job.project.clone()).unwrap_or_default();
+                        self.exec.submit(crate::executor::Work::Observe { job: id, project, checkpoints, activity });
                         self.hold_deadline(id, now + SCAN_HOLD);
                         continue;
                     }

@@ -72,8 +72,6 @@ pub enum Msg {
     StorageFull(Vec<crate::storage::usage::Full>),
     /// A write of the Vizier API (a study or its trials).
     Vizier { call: Box<VizierCall>, reply: Reply<VizierAnswer> },
-    /// The optimiser's answer to a Vizier study's pending suggest request.
-    VizierSuggested { study: u64, op: u64, result: vizier::Suggested },
     /// Delete an ended resource of a kind: answered with the done Operation; its files
     /// are purged through the outbox.
     Delete { kind: Kind, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
@@ -374,7 +372,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         // A suggestion that cannot be stored now is computed again by the resync.
-        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(..) | Msg::StorageFull(_) | Msg::VizierSuggested { .. } => {}
+        Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(..) | Msg::StorageFull(_) => {}
     }
     Flow::Continue
 }
@@ -954,6 +952,7 @@ impl Driver {
                 crate::executor::Report::EngineReasons(heard) => self.engine_reasons_heard(heard, now)?,
                 crate::executor::Report::ProgressRead(seen) => self.progress_read(seen, now)?,
                 crate::executor::Report::Suggested { study, result } => self.study_events.push((study, study::Event::Suggested(result))),
+                crate::executor::Report::VizierSuggested { study, op, result } => self.vizier_suggested(study, op, result, now),
                 other => self.stop_report(other, now),
             },
             Msg::NodeLost(node) => {
@@ -977,7 +976,6 @@ impl Driver {
                 let r = self.vizier(*call, now);
                 let _ = reply.send(r);
             }
-            Msg::VizierSuggested { study, op, result } => self.vizier_suggested(study, op, result, now),
             Msg::Shutdown => {}
         }
         Ok(())

@@ -73,7 +73,8 @@ impl Driver {
             | Report::TrialMetrics { .. }
             | Report::EngineReasons(_)
             | Report::ProgressRead(_)
-            | Report::Suggested { .. } => return,
+            | Report::Suggested { .. }
+            | Report::VizierSuggested { .. } => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
         if let Some(delay) = t.rule.reported(report, grace, now) {

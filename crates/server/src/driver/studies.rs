@@ -160,11 +160,16 @@ impl Driver {
                         tracing::error!("stopping trial job {custom_job}: {e}");
                     }
                 }
-                study::Action::Suggest(request) => self.exec.submit(crate::executor::Work::Suggest { study: id, request }),
+                study::Action::Suggest(request) => {
+                    let project = self.studies.get(&id).map(|l| l.study.project.clone()).unwrap_or_default();
+                    self.exec.submit(crate::executor::Work::Suggest { study: id, project, request })
+                }
                 study::Action::Log(_) => {}
             }
         }
         if self.studies.get(&id).is_some_and(|l| l.study.is_terminal()) {
+            // A suggestion under way (the job was cancelled meanwhile) stops.
+            self.exec.submit(crate::executor::Work::CancelSuggest { study: id, vizier: false });
             tracing::info!("hyperparameter tuning job {id} ended");
             self.studies.remove(&id);
         }

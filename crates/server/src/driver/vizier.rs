@@ -279,6 +279,8 @@ impl Driver {
         for (op, body) in answered {
             self.vizier_notify(op, body);
         }
+        // Its suggestion under way stops (its answer, a cancellation, finds no study).
+        self.exec.submit(crate::executor::Work::CancelSuggest { study: id, vizier: true });
         tracing::info!("study {id} deleted");
         Ok(serde_json::json!({}))
     }
@@ -350,22 +352,21 @@ impl Driver {
         let Some(pending) = loaded.study.pending.first() else { return };
         let (completed, handed_out, goal) = loaded.study.suggest_inputs(&loaded.engine);
         let (op, count, seed) = (pending.op, pending.count, loaded.study.seed);
-        let cfg = loaded.engine.cfg.clone();
-        let tx = self.tx.clone();
+        let cfg = &loaded.engine.cfg;
+        let request = crate::kinds::tuning_jobs::SuggestRequest {
+            space: cfg.space.clone(),
+            algorithm: cfg.algorithm,
+            goal,
+            completed,
+            pending: handed_out,
+            count,
+            seed,
+            noise: cfg.noise,
+        };
         self.vizier_running.insert(id, (project.to_string(), region.to_string(), op));
-        let spawned = std::thread::Builder::new().name(format!("suggest-{id}")).spawn(move || {
-            // A panic of the optimiser answers the request with an error instead of
-            // leaving it pending for ever.
-            let result = std::panic::catch_unwind(|| tuner::suggest_with(&cfg.space, cfg.algorithm, goal, &completed, &handed_out, count, seed, cfg.noise))
-                .unwrap_or_else(|_| Err(tuner::TunerError::Unsupported("the optimiser panicked; see the server log".into())));
-            let _ = tx.send(Msg::VizierSuggested { study: id, op, result });
-        });
-        if let Err(e) = spawned {
-            // Without a thread the request stays pending; the next request or a restart
-            // tries again.
-            tracing::error!("study {id}: cannot start computing its suggestions: {e}");
-            self.vizier_running.remove(&id);
-        }
+        // On the project's suggestion threads (see `tenant_work`): one project's studies
+        // never hold up another's, and deleting the study stops it.
+        self.exec.submit(crate::executor::Work::VizierSuggest { study: id, op, project: project.to_string(), request: Box::new(request) });
     }
 
     /// The optimiser answered suggest request `op` of study `id`: its trials and the done

@@ -480,12 +480,18 @@ pub struct SuggestRequest {
 impl SuggestRequest {
     /// The tuner's answer, as [`Event::Suggested`] carries it (a finite space that has
     /// run out answers with none).
-    pub fn run(&self) -> Result<Vec<tuner::Assignment>, String> {
-        match tuner::suggest_with(&self.space, self.algorithm, self.goal, &self.completed, &self.pending, self.count, self.seed, self.noise) {
+    /// `stop`: set when the study is deleted or ended (the work stops at its next look).
+    pub fn run(&self, stop: &std::sync::atomic::AtomicBool) -> Result<Vec<tuner::Assignment>, String> {
+        match self.compute(stop) {
             Ok(v) => Ok(v),
             Err(tuner::TunerError::Exhausted) => Ok(Vec::new()),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// The tuner's own answer.
+    pub fn compute(&self, stop: &std::sync::atomic::AtomicBool) -> Result<Vec<tuner::Assignment>, tuner::TunerError> {
+        tuner::suggest_until(&self.space, self.algorithm, self.goal, &self.completed, &self.pending, self.count, self.seed, self.noise, stop)
     }
 }
 
@@ -1040,7 +1046,7 @@ pub(crate) fn step_now(study: &Study, cfg: &StudyConfig, event: Event, now: Micr
     for a in actions {
         match a {
             Action::Suggest(request) => {
-                let (next, more) = step(&s, cfg, Event::Suggested(request.run()), now)?;
+                let (next, more) = step(&s, cfg, Event::Suggested(request.run(&Default::default())), now)?;
                 s = next;
                 out.extend(more);
             }
@@ -1118,7 +1124,7 @@ mod tests {
         assert!(matches!(a.as_slice(), [Action::Log(l)] if l.contains("singular matrix")), "{a:?}");
         let (s, a) = step(&s, &c, Event::Advance, 4).unwrap();
         let [Action::Suggest(request)] = a.as_slice() else { panic!("asked again: {a:?}") };
-        let mut answer = request.run().unwrap();
+        let mut answer = request.run(&Default::default()).unwrap();
         answer.push(answer[0].clone());
         let (s, a) = step(&s, &c, Event::Suggested(Ok(answer)), 5).unwrap();
         assert_eq!(s.trials.len(), 2, "as many as there is room for");
