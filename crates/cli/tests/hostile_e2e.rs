@@ -600,5 +600,10 @@ fn one_projects_stack_dumps_never_hold_up_another_projects_progress() {
         assert!(log.len() < 200_000, "the dump is bounded: {} bytes", log.len());
         s.call("POST", &s.url(&format!("/v1/{name}:cancel")), Some("{}"));
     }
+    let metrics = ureq::get(&s.url("/metrics")).call().expect("metrics").into_body().read_to_string().expect("text");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("trainyard_tenant_work_cpu_seconds_total{") && l.contains("project=\"evil\"") && l.contains("work=\"dump\"")),
+        "the dumps' CPU time is counted for their project:\n{metrics}"
+    );
     s.call("POST", &s.url(&format!("/v1/{victim}:cancel")), Some("{}"));
 }

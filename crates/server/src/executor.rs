@@ -240,6 +240,8 @@ pub enum Report {
     Suggested { study: u64, result: Result<Vec<trainyard_tuner::Assignment>, String> },
     /// What `Work::VizierSuggest` computed.
     VizierSuggested { study: u64, op: u64, result: Result<Vec<trainyard_tuner::Assignment>, trainyard_tuner::TunerError> },
+    /// CPU seconds a project's work took on the server (`work`: "dump" or "suggest").
+    TenantCpu { project: String, work: &'static str, seconds: f64 },
 }
 
 /// The answer to an observation that could not be made (its thread is gone, or it
@@ -323,7 +325,7 @@ impl Pool {
         }
         let (scan_tx, scan_rx) = std::sync::mpsc::channel::<Work>();
         let scanner_report = Arc::clone(&report);
-        let dumps = crate::tenant_work::Gate::new("dump", DUMPS_PER_PROJECT, DUMPS_TOTAL, TENANT_WORK_NICE);
+        let dumps = crate::tenant_work::Gate::new("dump", DUMPS_PER_PROJECT, DUMPS_TOTAL, TENANT_WORK_NICE, cpu_counter(&report, "dump"));
         let scanner_backend = Arc::clone(&backend);
         let scans = match std::thread::Builder::new().name("checkpoint-scan".into()).spawn(move || {
             // See `tree::private_descriptors`: the tenants' directories it opens stay its own.
@@ -374,7 +376,7 @@ impl Pool {
         };
         let (scans, scanner) = scans;
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let suggestions = crate::tenant_work::Gate::new("suggest", 1, cores.max(2), TENANT_WORK_NICE);
+        let suggestions = crate::tenant_work::Gate::new("suggest", 1, cores.max(2), TENANT_WORK_NICE, cpu_counter(&report, "suggest"));
         Pool { launches: Mutex::new(tx), launch_queue, launchers, scans, scanner, backend, sink, report, launch_nice, suggestions }
     }
 }
@@ -500,6 +502,12 @@ pub fn observe(job: u64, checkpoints: Option<&Confined>, activity: &[ReplicaWatc
         .collect();
     let (newest, entries, truncated) = scan.map_or((None, 0, false), |s| (s.newest, s.entries, s.truncated));
     Report::Observed { job, newest, entries, truncated, activity }
+}
+
+/// The CPU seconds of a project's `work` (see `tenant_work`), reported for `/metrics`.
+fn cpu_counter(report: &ReportSink, work: &'static str) -> crate::tenant_work::CpuCounter {
+    let report = Arc::clone(report);
+    Arc::new(move |project: &str, seconds| report(Report::TenantCpu { project: project.to_string(), work, seconds }))
 }
 
 /// An observation with the stack dumps of `wanted` (replica, run directory) taken by
@@ -1080,6 +1088,17 @@ mod tests {
         })
     }
 
+    /// The next report other than CPU counts.
+    fn answer(rx: &Receiver<Report>, wait: Duration) -> Result<Report, std::sync::mpsc::RecvTimeoutError> {
+        let until = std::time::Instant::now() + wait;
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))? {
+                Report::TenantCpu { .. } => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
     /// A project's endless suggestion holds only its own turn: another project's study is
     /// answered meanwhile, and the endless one stops once its study is deleted (answered
     /// with a cancellation).
@@ -1095,17 +1114,17 @@ mod tests {
         pool.submit(Work::VizierSuggest { study: 1, op: 10, project: "evil".into(), request: request(1_000_000) });
         pool.submit(Work::Suggest { study: 2, project: "evil".into(), request: request(1) });
         pool.submit(Work::Suggest { study: 3, project: "victim".into(), request: request(1) });
-        match rx.recv_timeout(Duration::from_secs(60)).expect("the victim's answer") {
+        match answer(&rx, Duration::from_secs(60)).expect("the victim's answer") {
             Report::Suggested { study: 3, result: Ok(v) } => assert_eq!(v.len(), 1),
             other => panic!("the victim's study is answered first: {other:?}"),
         }
-        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "the evil project's second study waits for its turn");
+        assert!(answer(&rx, Duration::from_millis(300)).is_err(), "the evil project's second study waits for its turn");
         pool.submit(Work::CancelSuggest { study: 1, vizier: true });
-        match rx.recv_timeout(Duration::from_secs(60)).expect("the cancelled answer") {
+        match answer(&rx, Duration::from_secs(60)).expect("the cancelled answer") {
             Report::VizierSuggested { study: 1, op: 10, result } => assert_eq!(result, Err(trainyard_tuner::TunerError::Cancelled)),
             other => panic!("{other:?}"),
         }
-        match rx.recv_timeout(Duration::from_secs(60)).expect("the next in line") {
+        match answer(&rx, Duration::from_secs(60)).expect("the next in line") {
             Report::Suggested { study: 2, result: Ok(v) } => assert_eq!(v.len(), 1),
             other => panic!("{other:?}"),
         }

@@ -55,6 +55,12 @@ pub fn count_panics() {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantWorkLabels {
+    pub project: String,
+    pub work: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -274,6 +280,7 @@ pub struct Metrics {
     stockouts: Counter,
     quarantines: Counter,
     quarantine_refusals: Counter,
+    tenant_cpu: Family<TenantWorkLabels, FloatCounter>,
     progress_step: Family<JobIdLabels, Gauge>,
     progress_ratio: Family<JobIdLabels, FloatGauge>,
     progress_rate: Family<JobIdLabels, FloatGauge>,
@@ -354,6 +361,13 @@ impl Metrics {
             "Quarantines not made because no other node would have taken placements",
             quarantine_refusals.clone(),
         );
+        let tenant_cpu = Family::<TenantWorkLabels, FloatCounter>::default();
+        r.register_with_unit(
+            "tenant_work_cpu",
+            "CPU time the server spent for a project: stack dumps of its replicas (work=dump), its studies' suggestions (work=suggest)",
+            Unit::Seconds,
+            tenant_cpu.clone(),
+        );
         let progress_step = Family::<JobIdLabels, Gauge>::default();
         r.register("job_progress_step", "The step a running job's program last reported (TRAINYARD_PROGRESS_FILE)", progress_step.clone());
         let progress_ratio = Family::<JobIdLabels, FloatGauge>::default();
@@ -424,6 +438,7 @@ impl Metrics {
             stockouts,
             quarantines,
             quarantine_refusals,
+            tenant_cpu,
             progress_step,
             progress_ratio,
             progress_rate,
@@ -653,6 +668,13 @@ impl Metrics {
     pub fn quarantine_refused(&self) {
         if self.enabled {
             self.quarantine_refusals.inc();
+        }
+    }
+
+    /// CPU seconds the server spent on `work` for `project` (see `tenant_work`).
+    pub fn tenant_cpu(&self, project: &str, work: &str, seconds: f64) {
+        if self.enabled && seconds > 0.0 {
+            self.tenant_cpu.get_or_create(&TenantWorkLabels { project: project.to_string(), work: work.to_string() }).inc_by(seconds);
         }
     }
 

@@ -4,8 +4,8 @@
 //! all; the rest wait in order of arrival, a project at its share passed over for the
 //! next one, so that one tenant's pile of work delays only its own. A piece can be
 //! cancelled by its key (a deleted study's suggestion): the flag it is handed is set,
-//! and it stops at its next look. The CPU seconds each project's pieces used are
-//! counted.
+//! and it stops at its next look. The CPU seconds each piece used are told to the
+//! gate's counter, by project.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A piece of work: it is handed its cancel flag, and looks at it between steps.
 pub type Run = Box<dyn FnOnce(&AtomicBool) + Send>;
+
+/// Told the CPU seconds of each piece that ended, with its project.
+pub type CpuCounter = Arc<dyn Fn(&str, f64) + Send + Sync>;
 
 struct Task {
     project: String,
@@ -37,7 +40,7 @@ struct Inner {
     total: usize,
     nice: i32,
     state: Mutex<State>,
-    cpu: Mutex<HashMap<String, f64>>,
+    cpu: CpuCounter,
 }
 
 impl Inner {
@@ -55,9 +58,9 @@ pub struct Gate {
 
 impl Gate {
     /// `name` names its threads; `nice`: their nice value (0 keeps the server's).
-    pub fn new(name: &'static str, per_project: usize, total: usize, nice: i32) -> Gate {
+    pub fn new(name: &'static str, per_project: usize, total: usize, nice: i32, cpu: CpuCounter) -> Gate {
         let (per_project, total) = (per_project.max(1), total.max(1));
-        Gate { inner: Arc::new(Inner { name, per_project, total, nice, state: Mutex::default(), cpu: Mutex::default() }) }
+        Gate { inner: Arc::new(Inner { name, per_project, total, nice, state: Mutex::default(), cpu }) }
     }
 
     /// Run `run` for `project` when its turn comes. A piece whose thread cannot be
@@ -90,11 +93,6 @@ impl Gate {
         for t in st.waiting.iter().filter(|t| t.key == key) {
             t.cancel.store(true, Ordering::SeqCst);
         }
-    }
-
-    /// CPU seconds used so far by each project's pieces.
-    pub fn cpu_seconds(&self) -> HashMap<String, f64> {
-        self.inner.cpu.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
     /// Pieces running and waiting.
@@ -147,9 +145,7 @@ impl Gate {
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cancel))).is_err() {
                     tracing::error!("{} work of project {project} ({key}) panicked", gate.inner.name);
                 }
-                if let Ok(mut cpu) = gate.inner.cpu.lock() {
-                    *cpu.entry(project.clone()).or_default() += (thread_cpu() - before).max(0.0);
-                }
+                (gate.inner.cpu)(&project, (thread_cpu() - before).max(0.0));
                 let noop: Run = Box::new(|_| {});
                 task = gate.next(&Task { project, key, cancel, run: noop });
             }
@@ -206,7 +202,9 @@ mod tests {
     /// once; a cancelled key stops its running and waiting pieces.
     #[test]
     fn a_project_at_its_share_waits_and_others_go_first() {
-        let gate = Gate::new("test", 2, 3, 0);
+        let used = Arc::new(Mutex::new(HashMap::<String, f64>::new()));
+        let counted = Arc::clone(&used);
+        let gate = Gate::new("test", 2, 3, 0, Arc::new(move |p: &str, s| *counted.lock().unwrap().entry(p.to_string()).or_default() += s));
         let (tx, rx) = channel();
         let mut releases = Vec::new();
         for i in 0..4 {
@@ -234,13 +232,13 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "{:?}", gate.load());
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(gate.cpu_seconds().contains_key("evil"));
+        assert!(used.lock().unwrap().get("evil").is_some_and(|s| *s > 0.0), "the CPU of its pieces is counted");
     }
 
     /// A piece that panics gives its slot back.
     #[test]
     fn a_panicking_piece_frees_its_slot() {
-        let gate = Gate::new("test", 1, 1, 0);
+        let gate = Gate::new("test", 1, 1, 0, Arc::new(|_: &str, _| {}));
         gate.submit("p", "a", Box::new(|_| panic!("a defect")));
         let (tx, rx) = channel();
         gate.submit("p", "b", Box::new(move |_| {

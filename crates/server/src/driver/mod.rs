@@ -953,6 +953,7 @@ impl Driver {
                 crate::executor::Report::ProgressRead(seen) => self.progress_read(seen, now)?,
                 crate::executor::Report::Suggested { study, result } => self.study_events.push((study, study::Event::Suggested(result))),
                 crate::executor::Report::VizierSuggested { study, op, result } => self.vizier_suggested(study, op, result, now),
+                crate::executor::Report::TenantCpu { project, work, seconds } => self.metrics.tenant_cpu(&project, work, seconds),
                 other => self.stop_report(other, now),
             },
             Msg::NodeLost(node) => {

@@ -74,7 +74,8 @@ impl Driver {
             | Report::EngineReasons(_)
             | Report::ProgressRead(_)
             | Report::Suggested { .. }
-            | Report::VizierSuggested { .. } => return,
+            | Report::VizierSuggested { .. }
+            | Report::TenantCpu { .. } => return,
         };
         let Some(t) = self.stops.get_mut(&run) else { return };
         if let Some(delay) = t.rule.reported(report, grace, now) {
