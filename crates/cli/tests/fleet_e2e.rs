@@ -470,6 +470,38 @@ fn l3_l5_a_borrowing_project_gives_quota_back_when_the_lender_submits() {
     s.call("POST", &s.url(&format!("/v1/{first}:cancel")), Some("{}"));
 }
 
+/// L3, L5: a job that may not be preempted for priority any more
+/// (`max_preemptions_per_job = 0` here) and borrows because its own quota could never
+/// hold it (two replicas, 8 CPUs, on a quota of 4) gives the lender its quota back after
+/// `reclaim_after_secs`: the lender's job runs and ends within that bound, not when the
+/// borrower ends.
+#[test]
+fn l3_l5_a_lenders_quota_comes_back_within_reclaim_after_secs() {
+    if skip_on_slurm("local nodes") {
+        return;
+    }
+    let s = Server::start(
+        "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n[[nodes]]\nname = \"n2\"\ncpus = 4\nmemory_gb = 16\n\n\
+         [scheduler]\npriority_preemption = true\nmax_preemptions_per_job = 0\nreclaim_after_secs = 3\n\
+         [quotas.projects.a]\ncustom_model_training_cpus = 4\n[quotas.projects.b]\ncustom_model_training_cpus = 4\n\
+         [[quotas.cohorts]]\nname = \"lab\"\nprojects = [\"a\", \"b\"]\n",
+    );
+    let mut wide = sh_job("wide", "sleep 300");
+    let mut pool = wide["jobSpec"]["workerPoolSpecs"][0].clone();
+    pool["replicaCount"] = serde_json::json!("1");
+    wide["jobSpec"]["workerPoolSpecs"].as_array_mut().expect("pools").push(pool);
+    let wide = name_of(&s.create("a", &wide));
+    s.wait_for(&wide, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let t0 = std::time::Instant::now();
+    let lender = name_of(&s.create("b", &sh_job("lender", "sleep 1")));
+    let done = s.wait_terminal(&lender, 120);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}");
+    eprintln!("measure: the lender's job ended {:?} after its create (reclaim_after_secs = 3)", t0.elapsed());
+    let log = s.logs_text(&wide);
+    assert!(log.contains("gives its quota back"), "the borrower was preempted for the lender:\n{log}");
+    s.call("POST", &s.url(&format!("/v1/{wide}:cancel")), Some("{}"));
+}
+
 /// Fair share with memory (`[scheduler] usage_half_life_secs`): project a ran a job, so
 /// when one node frees, project b's job starts before a's older one; the past use is shown
 /// in `GET /v1/admin/quotas`, aged as the formula says.

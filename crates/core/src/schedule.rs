@@ -219,6 +219,11 @@ pub struct SchedulerConfig {
     pub min_runtime_secs: u64,
     /// A job is preempted for priority at most this many times; then it is not chosen.
     pub max_preemptions_per_job: u32,
+    /// A job past `max_preemptions_per_job` that runs on quota its cohort lent (its own
+    /// quota could never hold it) gives that quota back to a lender who wants it at its
+    /// next checkpoint, or once it has run this long: a lender's quota is never pinned
+    /// until the job ends.
+    pub reclaim_after_secs: u64,
     /// Fair share with memory: a project's past use counts with weights that halve every
     /// this many seconds (see [`UsageHistory`]); 0: only what it holds now.
     pub usage_half_life_secs: u64,
@@ -242,6 +247,7 @@ impl Default for SchedulerConfig {
             priority_preemption: false,
             min_runtime_secs: 600,
             max_preemptions_per_job: 3,
+            reclaim_after_secs: 3600,
             usage_half_life_secs: 7 * 24 * 3600,
             explain: true,
         }
@@ -758,6 +764,40 @@ fn may_borrow(j: &Job, cfg: &SchedulerConfig, quotas: &Quotas) -> bool {
         || j.demand.metrics.iter().any(|(m, v)| quotas.limit(&j.project, m).is_some_and(|q| *v > q))
 }
 
+/// When a round may decide differently with nothing else changed: the earliest time a
+/// running job becomes one a waiting job may preempt (a SPOT job past
+/// `spot_min_runtime_secs`, a job past `min_runtime_secs` for a higher class) or one a
+/// lender may reclaim its quota from (`reclaim_after_secs`). None when no job waits or
+/// nothing changes with time; the driver runs a round then.
+pub fn next_change(jobs: &[&Job], cfg: &SchedulerConfig, now: Micros) -> Option<Micros> {
+    if !jobs.iter().any(|j| j.wants_placement(now)) {
+        return None;
+    }
+    let mut times = Vec::new();
+    for j in jobs.iter().filter(|j| j.holds_capacity() && !matches!(j.phase, Phase::Stopping { .. })) {
+        let start = j.admitted_at().unwrap_or(now);
+        if cfg.preemption && j.policy.spot {
+            times.push(start.saturating_add(secs(cfg.spot_min_runtime_secs)));
+        }
+        if cfg.priority_preemption {
+            if j.retries.preemptions < cfg.max_preemptions_per_job {
+                times.push(start.saturating_add(secs(cfg.min_runtime_secs).max(j.policy.min_runtime)));
+            } else if j.holds_quota() {
+                times.push(start.saturating_add(secs(cfg.reclaim_after_secs)));
+            }
+        }
+    }
+    times.into_iter().filter(|t| *t > now).min()
+}
+
+/// L3, L5: a job preempted `max_preemptions_per_job` times that holds lent quota may
+/// still give it back once it has written a checkpoint in its current run (stopping it
+/// then loses only what came after) or has run `reclaim_after_secs`.
+fn reclaim_bound_passed(j: &Job, cfg: &SchedulerConfig, now: Micros) -> bool {
+    let start = j.admitted_at().unwrap_or(now);
+    j.checkpoint.last_write.is_some_and(|w| w > start) || now.saturating_sub(start) >= secs(cfg.reclaim_after_secs)
+}
+
 /// The quota held now and, in projects of cohorts, by which jobs (what a reclaim may take
 /// back, the cheapest first: least accelerator-time lost since the last checkpoint).
 pub fn quota_held(jobs: &[&Job], quotas: &Quotas, cfg: &SchedulerConfig, now: Micros) -> QuotaUse {
@@ -784,7 +824,7 @@ pub fn quota_held(jobs: &[&Job], quotas: &Quotas, cfg: &SchedulerConfig, now: Mi
                 project: j.project.clone(),
                 metrics: j.demand.metrics.clone(),
                 releasing: matches!(&j.phase, Phase::Stopping { then: After::Preempted { requeue: true, .. }, .. }),
-                reclaimable: !stopping && j.retries.preemptions < cfg.max_preemptions_per_job,
+                reclaimable: !stopping && (j.retries.preemptions < cfg.max_preemptions_per_job || reclaim_bound_passed(j, cfg, now)),
                 cost: if running { units.max(1) * (now - since).max(0) as u128 } else { 0 },
                 start,
             }
@@ -817,7 +857,8 @@ fn quota_reason(check: &Check) -> Option<(&'static str, String)> {
             KIND_LENT,
             format!(
                 "Waiting for quota its project lends to cohort {cohort}: it comes back as the jobs borrowing it end \
-                 (reclaim by preemption needs [scheduler] priority_preemption, and jobs that may still be preempted)"
+                 (reclaim by preemption needs [scheduler] priority_preemption; a job preempted max_preemptions_per_job \
+                 times gives it back at its next checkpoint or after reclaim_after_secs)"
             ),
         ),
     })

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use trainyard_core::job::{Demand, Policy, ReplicaDemand, MINUTE};
 use trainyard_core::quota::lending;
 use trainyard_core::schedule::{
-    quota_usage, schedule_with, Cohort, Decision, Fleet, Hints, Node, Quotas, SchedulerConfig, KIND_LENT, KIND_QUOTA, KIND_RECLAIM,
+    next_change, quota_usage, schedule_with, Cohort, Decision, Fleet, Hints, Node, Quotas, SchedulerConfig, KIND_LENT, KIND_QUOTA, KIND_RECLAIM,
 };
 use trainyard_core::{step, Effect, Event, Job, Micros, Outcome, Settings, State};
 
@@ -214,6 +214,40 @@ fn a_job_preempted_too_often_does_not_borrow() {
     assert!(wait_of(&d, 2).expect("waits").1.contains("may not borrow"), "{d:?}");
     let d = round(&jobs, &q, &f, &SchedulerConfig::default(), 10);
     assert!(placed(&d, 2), "without reclaim nothing is preempted, so it may: {d:?}");
+}
+
+/// L3, L5: a job past `max_preemptions_per_job` that borrows (its own quota could never
+/// hold it) gives the lender its quota back within a bound: at its next checkpoint, or
+/// once it has run `reclaim_after_secs`; before that, the lender waits.
+#[test]
+fn l3_l5_a_lenders_quota_comes_back_within_a_bound_past_max_preemptions() {
+    let q = quotas();
+    let f = fleet(false);
+    let cfg = SchedulerConfig { reclaim_after_secs: 3600, ..reclaim_on() };
+    let start = |jobs: &mut Vec<Job>| {
+        let d = round(jobs, &q, &f, &cfg, 10);
+        assert!(placed(&d, 2), "12 CPUs: more than a's quota, so it borrows: {d:?}");
+        apply(jobs, &d, 10);
+        jobs.push(job(3, "b", 8, 20));
+    };
+    let mut jobs = vec![job(2, "a", 12, 1)];
+    jobs[0].retries.preemptions = 3;
+    start(&mut jobs);
+    let d = round(&jobs, &q, &f, &cfg, 30 * MINUTE);
+    assert!(reclaimed(&d).is_empty(), "within the bound, the lender waits: {d:?}");
+    let live: Vec<&Job> = jobs.iter().collect();
+    let admitted = jobs[0].admitted_at().expect("admitted");
+    assert_eq!(next_change(&live, &cfg, 30 * MINUTE), Some(admitted + 60 * MINUTE), "a round is due when the bound passes");
+    assert_eq!(next_change(&live[..1], &cfg, 30 * MINUTE), None, "no round is due while nobody waits");
+    let d = round(&jobs, &q, &f, &cfg, 60 * MINUTE + 10);
+    assert_eq!(reclaimed(&d), vec![2], "past reclaim_after_secs, the quota comes back: {d:?}");
+    // A checkpoint written in its current run: given back at once.
+    let mut jobs = vec![job(2, "a", 12, 1)];
+    jobs[0].retries.preemptions = 3;
+    start(&mut jobs);
+    jobs[0].checkpoint.last_write = Some(5 * MINUTE);
+    let d = round(&jobs, &q, &f, &cfg, 6 * MINUTE);
+    assert_eq!(reclaimed(&d), vec![2], "at its checkpoint: {d:?}");
 }
 
 proptest! {

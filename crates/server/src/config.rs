@@ -432,6 +432,8 @@ struct SchedulerFile {
     min_runtime_secs: Option<u64>,
     /// A job is preempted for priority at most this many times.
     max_preemptions_per_job: Option<u32>,
+    /// Past that, a job on lent quota gives it back at its next checkpoint or after this long.
+    reclaim_after_secs: Option<u64>,
     /// Fair share remembers past use with this half-life; 0: only what runs now.
     usage_half_life_secs: Option<u64>,
 }
@@ -1422,6 +1424,7 @@ impl Config {
                     c.priority_preemption = f.priority_preemption.unwrap_or(c.priority_preemption);
                     c.min_runtime_secs = f.min_runtime_secs.unwrap_or(c.min_runtime_secs);
                     c.max_preemptions_per_job = f.max_preemptions_per_job.unwrap_or(c.max_preemptions_per_job);
+                    c.reclaim_after_secs = f.reclaim_after_secs.unwrap_or(c.reclaim_after_secs);
                     c.usage_half_life_secs = f.usage_half_life_secs.unwrap_or(c.usage_half_life_secs);
                     c.weights = f.weights.clone();
                 }

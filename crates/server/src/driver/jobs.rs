@@ -545,6 +545,10 @@ impl Driver {
         self.age_usage(now)?;
         let cost = self.decide_round(now)?;
         self.last_held = self.holdings();
+        self.round_at = {
+            let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
+            trainyard_core::schedule::next_change(&live, &self.svc.cfg.scheduler, now)
+        };
         Ok(cost)
     }
 

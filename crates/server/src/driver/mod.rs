@@ -207,6 +207,9 @@ pub struct Driver {
     /// for a whole round. A monotonic reading of the clock: a budget of the driver's CPU,
     /// not a rule.
     next_round: Duration,
+    /// When a round may decide differently with nothing else changed (a running job
+    /// becomes preemptible or reclaimable: `schedule::next_change`).
+    round_at: Option<Micros>,
     /// What the last scheduling round cost (µs): creates wait for a cheap one before
     /// they are answered, never for an expensive one (see `create_batch`).
     last_round_cost: Micros,
@@ -437,6 +440,7 @@ impl Driver {
             engine_reasons_in_flight: false,
             log_purge_in_flight: false,
             next_round: Duration::ZERO,
+            round_at: None,
             last_round_cost: 0,
             waiting_view: Arc::new(WaitingView::default()),
             engine_reasons: HashMap::new(),
@@ -826,7 +830,7 @@ impl Driver {
         self.flush_usage(now, false)?;
         let mut next = self.deadlines.first().map(|&(t, _)| t);
         let purge_at = self.purge_tries.values().filter_map(|p| p.at).min();
-        for t in [self.later.iter().map(|l| l.at).min(), self.next_stop_timer(), purge_at].into_iter().flatten() {
+        for t in [self.later.iter().map(|l| l.at).min(), self.next_stop_timer(), purge_at, self.round_at].into_iter().flatten() {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         let mut wait = next.map_or(max_wait, |t| Duration::from_micros((t - self.now()).max(0) as u64).min(max_wait));
@@ -895,6 +899,10 @@ impl Driver {
 
     /// A scheduling round if one is wanted and its time has come.
     fn maybe_schedule(&mut self, now: Micros) -> Result<(), StoreError> {
+        if self.round_at.is_some_and(|t| t <= now) {
+            self.round_at = None;
+            self.reschedule = true;
+        }
         if !self.reschedule || self.clock.monotonic() < self.next_round {
             return Ok(());
         }
