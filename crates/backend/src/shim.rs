@@ -142,6 +142,11 @@ pub struct ShimSpec {
     /// object. Host programs only (a container has its own mount).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcs_mount: Option<PathBuf>,
+    /// A directory of the replica's own, bind-mounted at `/tmp` in its mount namespace
+    /// (with `gcs_mount` and `run_as`): replicas share no `/tmp` (no planted link at a
+    /// fixed name, no file left for the next tenant); emptied when the replica ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_tmp: Option<PathBuf>,
     /// The most bytes of output kept for the run (the log rotates at half of it); `None`:
     /// no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,6 +266,17 @@ fn private_dev_shm(memory_limit: Option<u64>) -> Result<(), String> {
     .map_err(|e| format!("mounting a tmpfs of the replica's own on /dev/shm: {e}"))
 }
 
+/// In the replica's mount namespace, `dir` (the replica's own, in its run directory,
+/// which the program's user cannot replace: the run directory is root's) at `/tmp`,
+/// without set-user-id programs or device files.
+fn private_tmp(dir: &Path) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    mount(Some(dir), "/tmp", None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| format!("bind-mounting {} at /tmp: {e}", dir.display()))?;
+    mount(None::<&str>, "/tmp", None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV, None::<&str>)
+        .map_err(|e| format!("remounting /tmp nosuid,nodev: {e}"))
+}
+
 /// An unprivileged identity for the program (see `ShimSpec::run_as`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunAs {
@@ -298,6 +314,7 @@ impl ShimSpec {
             pids_cgroup_base: None,
             container: None,
             gcs_mount: None,
+            private_tmp: None,
             log_max_bytes: None,
             netns: None,
             engine_cgroup_oom: false,
@@ -598,6 +615,11 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             if let Err(e) = private_dev_shm(spec.memory_limit_bytes) {
                 return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /dev/shm: {e}"));
             }
+            if let Some(tmp) = &spec.private_tmp {
+                if let Err(e) = private_tmp(tmp) {
+                    return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /tmp: {e}"));
+                }
+            }
         }
     }
     // v1: the program's /sys/fs/cgroup is made here, in the namespace made for /gcs above,
@@ -719,6 +741,12 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         ));
     }
     remove_cgroups(&cgroups);
+    // What the replica left in its /tmp goes with it (nothing of it runs any more).
+    if let Some(tmp) = &spec.private_tmp {
+        if let Err(e) = crate::tree::remove_tree(tmp) {
+            diag(format_args!("cannot empty the replica's /tmp {}: {e}", tmp.display()));
+        }
+    }
     Ok(0)
 }
 

@@ -852,3 +852,58 @@ fn a_job_network_build_reaches_the_package_index_and_nothing_else() {
     let requests = seen.lock().unwrap().clone();
     assert!(requests.iter().any(|r| r.starts_with("GET /simple/trainyard-probe/ ")), "{requests:?}");
 }
+
+/// Replicas share no `/tmp`: each replica of a project's user has one of its own
+/// (`TMPDIR=/tmp`), so another tenant's link planted at a fixed name is not there to
+/// follow, nothing one leaves is seen by the next, and what a replica left goes when it
+/// ends. (With the data directory under the host's /tmp, as in most tests, replicas keep
+/// the host's: here it is under /var/tmp.)
+#[test]
+fn replicas_have_a_tmp_of_their_own_emptied_when_they_end() {
+    if !is_root() && trainyard_backend::skip_test("per-project users need a root server") {
+        return;
+    }
+    if skip_on_slurm("checked on the local backend (the shim is the same)") || skip_in_containers("a container has the engine's /tmp") {
+        return;
+    }
+    let outside = tempfile::Builder::new().prefix("trainyard-tmp-e2e").tempdir_in("/var/tmp").expect("a directory under /var/tmp");
+    std::fs::set_permissions(outside.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).expect("chmod");
+    let mut s = Server::prepare("").with_data_dir(outside.path().join("data"));
+    s.spawn();
+    assert!(s.server_log().contains("each replica of a project's user has a /tmp of its own"), "{}", s.server_log());
+    // The planter leaves a link at a fixed name pointing into its own storage, and a file.
+    let planter = s.create(
+        "evil",
+        &sh_job("planter", "ln -s /gcs/loot/stolen /tmp/shared-name; echo secret > /tmp/evil-file; echo TMPDIR=$TMPDIR; ls -a /tmp; sleep 600"),
+    );
+    s.wait_for(&name_of(&planter), 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.logs_text(&name_of(&planter)).contains("evil-file") {
+        assert!(Instant::now() < deadline, "{}", s.logs_text(&name_of(&planter)));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let victim = s.create(
+        "victim",
+        &sh_job("victim", "echo TMPDIR=$TMPDIR; echo entries=$(ls -A /tmp | wc -l); echo mine > /tmp/shared-name; [ -L /tmp/shared-name ] && echo FOLLOWED || echo PLAIN; mktemp"),
+    );
+    let done = s.wait_terminal(&name_of(&victim), 60);
+    let out = s.logs_text(&name_of(&victim));
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{done:#}\n{out}");
+    assert!(out.contains("TMPDIR=/tmp") && out.contains("entries=0") && out.contains("PLAIN"), "a /tmp of its own:\n{out}");
+    assert!(out.contains("/tmp/tmp."), "mktemp works in it:\n{out}");
+    assert!(!Path::new("/tmp/evil-file").exists() && !Path::new("/tmp/shared-name").exists(), "nothing on the host's /tmp");
+    let loot = s.data_dir().join("storage/evil/loot/stolen");
+    assert!(!loot.exists(), "the victim's write went through the planted link");
+    // The victim's /tmp went with it; the planter's stays while it runs.
+    let dir = |job: &Value, replica: &str| run_dir(&s.data_dir(), id_of(job), 0, replica, 0).join("tmp");
+    assert!(!dir(&victim, "workerpool0-0").exists(), "the ended replica's /tmp is gone");
+    assert!(dir(&planter, "workerpool0-0").join("evil-file").exists());
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&planter))), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&name_of(&planter), 60);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dir(&planter, "workerpool0-0").exists() {
+        assert!(Instant::now() < deadline, "the cancelled replica's /tmp stays");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -259,8 +259,10 @@ pub fn start_leading(
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     let gcs_mount = gcs_mount_point(cfg.tokens_file.is_some())?;
+    let private_tmp = gcs_mount && private_tmp_possible(&cfg, &output_roots);
     let services = Arc::new(Services {
         gcs_mount,
+        private_tmp,
         gpus,
         containers,
         node_agent,
@@ -351,6 +353,27 @@ fn gcs_mount_point(tokens: bool) -> Result<bool, StartError> {
     }
     tracing::info!("/gcs: host programs see their project's buckets at /gcs (a mount namespace per replica)");
     Ok(true)
+}
+
+/// Can replicas of per-project users get a `/tmp` of their own? Not when a directory they
+/// need (the data directory with their run directories and working directories, the
+/// storage root, an output root) lies under the host's /tmp, which theirs would hide:
+/// then they keep the host's (their TMPDIR stays their own), said at start.
+fn private_tmp_possible(cfg: &Config, output_roots: &[PathBuf]) -> bool {
+    let needed = [cfg.data_dir.as_path(), cfg.storage_root.as_path()].into_iter().chain(output_roots.iter().map(PathBuf::as_path));
+    let under_tmp: Vec<String> = needed
+        .filter(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()).starts_with("/tmp"))
+        .map(|p| p.display().to_string())
+        .collect();
+    if under_tmp.is_empty() {
+        tracing::info!("/tmp: each replica of a project's user has a /tmp of its own (TMPDIR=/tmp), emptied when it ends");
+        return true;
+    }
+    tracing::warn!(
+        "/tmp: replicas see the host's /tmp (their TMPDIR is their own): {} lies under /tmp, which a /tmp of their own would hide",
+        under_tmp.join(", ")
+    );
+    false
 }
 
 /// What gives replicas their mount namespaces back.

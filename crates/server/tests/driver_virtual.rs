@@ -202,6 +202,7 @@ impl Harness {
         containers: None,
         gpus: Default::default(),
         gcs_mount: false,
+        private_tmp: false,
         job_credentials: None,
         storage_usage: Arc::new(trainyard_server::storage::usage::StorageUsage::new(cfg.storage_root.clone(), cfg.storage_limits.clone())),
             cfg,

@@ -695,6 +695,21 @@ impl<'a> Planning<'a> {
         if let Some(ns) = self.namespace() {
             if svc.gcs_mount {
                 shim.gcs_mount = Some(std::path::absolute(ns.path()).unwrap_or_else(|_| ns.path()));
+                // A /tmp of the replica's own, in its run directory: TMPDIR and /tmp are
+                // the same place, shared with no other replica.
+                if svc.private_tmp && self.run_as.is_some() {
+                    let rel = self.run_rel.join("tmp");
+                    grants.push(Grant::new(data_dir, &rel, self.run_rel.components().count()));
+                    let tmp = data_dir.join(&rel);
+                    shim.private_tmp = Some(std::path::absolute(&tmp).unwrap_or(tmp));
+                    // The default TMPDIR (its home) becomes /tmp; one the job set stays.
+                    let home = data_dir.join(&self.run_rel).join("home").display().to_string();
+                    for (k, v) in shim.env.iter_mut() {
+                        if k == "TMPDIR" && *v == home {
+                            *v = "/tmp".into();
+                        }
+                    }
+                }
             } else {
                 gcs_rewrite = Some(format!("{}/", ns.path().display()));
             }

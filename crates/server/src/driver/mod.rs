@@ -121,6 +121,9 @@ pub struct Services {
     /// Host programs see the project's buckets at /gcs through a mount namespace (root,
     /// and /gcs exists); otherwise /gcs/ in their command and args is rewritten.
     pub gcs_mount: bool,
+    /// Replicas of per-project users get a `/tmp` of their own (with `gcs_mount`, unless a
+    /// directory they need lies under the host's /tmp: see `private_tmp_possible`).
+    pub private_tmp: bool,
     /// The GPU inventory of each node that has one (discovered at start).
     pub gpus: BTreeMap<String, trainyard_core::gpu::Inventory>,
     /// In tokens mode, the credentials given to jobs (accepted while their job is live).
