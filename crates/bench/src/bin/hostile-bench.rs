@@ -11,7 +11,12 @@
 //!   `/dev/shm` and forks bursts of processes up to its task limit;
 //! - jobs that make a tree 20,000 levels deep and are deleted (a purge of each);
 //! - package jobs whose `setup.py` sleeps (its venv build, the replica's first step);
-//! - listings of its bucket full of such trees, and `GET /v1/admin/quotas` (a walk of it).
+//! - listings of its bucket full of such trees, and `GET /v1/admin/quotas` (a walk of it);
+//! - more `logs?follow=true` streams than its share, never read, and media uploads that
+//!   send one byte and stall, more than its share of storage streams, reopened as the
+//!   server closes them;
+//! - a job of six silent Python processes that is reported hung (a stack dump of each of
+//!   its replicas) and a py-spy on the server's PATH that writes 2 MB and never ends.
 //!
 //! Printed: create p50/p99 and start p50/p99 with and without the hostile tenant, and
 //! their ratios (the goal is within 1.2x). The hostile tenant's programs compete for the
@@ -142,6 +147,65 @@ const DEEP_TREE: &str = "import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in ran
 
 const SLOW_SETUP: &str = "import time\ntime.sleep(3600)\n";
 
+/// Silent Python processes: the job is reported hung, and its processes dumped.
+const SILENT: &str = "for n in 1 2 3 4 5 6; do python3 -c 'import time; time.sleep(3600)' & done; wait";
+
+/// A py-spy that writes more than a pipe holds and never ends.
+const HOSTILE_PY_SPY: &str = "#!/bin/sh\nhead -c 2000000 /dev/zero | tr '\\0' x\nexec sleep 3600\n";
+
+/// Log streams and stalled uploads the hostile tenant keeps open (past its shares:
+/// `max_log_streams_per_project` 64, `max_storage_streams_per_project` 16).
+const LOG_STREAMS: usize = 80;
+const STALLED_UPLOADS: usize = 24;
+
+/// A request written on a new connection to `addr` (`host:port`), left open.
+fn open_request(addr: &str, head: &str) -> Option<std::net::TcpStream> {
+    use std::io::Write;
+    let mut t = std::net::TcpStream::connect(addr).ok()?;
+    t.write_all(head.as_bytes()).ok()?;
+    Some(t)
+}
+
+/// Is the connection still open (no end of stream, no error, when peeked at)?
+fn open(t: &std::net::TcpStream) -> bool {
+    let _ = t.set_nonblocking(true);
+    let mut b = [0u8; 1];
+    let alive = match t.peek(&mut b) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    };
+    let _ = t.set_nonblocking(false);
+    alive
+}
+
+/// Keeps `LOG_STREAMS` follow streams of `job` and `STALLED_UPLOADS` stalled uploads
+/// open until `stop`, reopening those the server closed; returns how many were opened.
+fn floods(addr: String, job: String, stop: Arc<AtomicBool>) -> usize {
+    let stream = format!("GET /v1/{job}/logs?follow=true HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let upload = format!(
+        "POST /upload/storage/v1/b/hostile-bucket/o?uploadType=media&name=stalled HTTP/1.1\r\nHost: {addr}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: 10000000\r\n\r\nx"
+    );
+    let (mut logs, mut uploads, mut opened) = (Vec::new(), Vec::new(), 0);
+    while !stop.load(Ordering::SeqCst) {
+        logs.retain(open);
+        uploads.retain(open);
+        while logs.len() < LOG_STREAMS {
+            let Some(t) = open_request(&addr, &stream) else { break };
+            logs.push(t);
+            opened += 1;
+        }
+        while uploads.len() < STALLED_UPLOADS {
+            let Some(t) = open_request(&addr, &upload) else { break };
+            uploads.push(t);
+            opened += 1;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    opened
+}
+
 fn job(name: &str, command: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
         "displayName": name,
@@ -207,7 +271,8 @@ fn rfc3339_micros(v: &serde_json::Value) -> Option<i64> {
 }
 
 /// One calm round: `n` jobs, each created then waited for until it starts.
-fn calm_round(api: &Api, n: usize, creates: &mut Vec<f64>, starts: &mut Vec<f64>) -> Result<()> {
+/// `reads`: the time of a GET of each job once it started (the tenant's other API calls).
+fn calm_round(api: &Api, n: usize, creates: &mut Vec<f64>, starts: &mut Vec<f64>, reads: &mut Vec<f64>) -> Result<()> {
     for i in 0..n {
         let t = Instant::now();
         let name = api.create("calm", &job(&format!("calm-{i}"), serde_json::json!(["true"])))?;
@@ -222,6 +287,12 @@ fn calm_round(api: &Api, n: usize, creates: &mut Vec<f64>, starts: &mut Vec<f64>
             }
             _ => bail!("calm job without a start: {v}"),
         }
+        let t = Instant::now();
+        let (status, v) = api.call("GET", &format!("/v1/{name}"), None)?;
+        if status != 200 {
+            bail!("GET {name}: {status} {v}");
+        }
+        reads.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     Ok(())
 }
@@ -232,6 +303,13 @@ fn hostile(api: Api, data: PathBuf, stop: Arc<AtomicBool>) -> Result<usize> {
     let mut body = job("loop", serde_json::json!(["python3", "-c", HOSTILE_LOOP]));
     body["jobSpec"]["baseOutputDirectory"] = serde_json::json!({"outputUriPrefix": "gs://hostile-bucket/out"});
     let looping = api.create("hostile", &body)?;
+    let mut silent = job("silent", serde_json::json!(["sh", "-c", SILENT]));
+    silent["labels"] = serde_json::json!({"trainyard-hang-after-secs": "2"});
+    let silent = api.create("hostile", &silent)?;
+    let flood = {
+        let (addr, job, stop) = (api.base.trim_start_matches("http://").to_string(), looping.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || floods(addr, job, stop))
+    };
     // A package whose setup.py sleeps: the build is its own replica's first step.
     let pkg = data.join("storage/hostile/hostile-bucket/pkgs/slow");
     std::fs::create_dir_all(pkg.join("trainer")).context("making the slow package")?;
@@ -256,6 +334,9 @@ fn hostile(api: Api, data: PathBuf, stop: Arc<AtomicBool>) -> Result<usize> {
         actions += 1;
     }
     api.call("POST", &format!("/v1/{looping}:cancel"), Some(&serde_json::json!({})))?;
+    api.call("POST", &format!("/v1/{silent}:cancel"), Some(&serde_json::json!({})))?;
+    let opened = flood.join().map_err(|_| anyhow!("the flood thread panicked"))?;
+    eprintln!("the hostile tenant opened {opened} log streams and stalled uploads");
     Ok(actions)
 }
 
@@ -304,23 +385,30 @@ fn run(o: &Opts) -> Result<()> {
         eprintln!("keeping {}", dir.path().display());
     }
     std::fs::write(dir.path().join("trainyard.toml"), CONFIG)?;
+    // The hostile py-spy, first on the server's PATH.
+    let fake = dir.path().join("fake-bin");
+    std::fs::create_dir_all(&fake)?;
+    std::fs::write(fake.join("py-spy"), HOSTILE_PY_SPY)?;
+    std::fs::set_permissions(fake.join("py-spy"), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap_or_default());
     let data = dir.path().join("data");
     let _leftovers = Leftovers(dir.path().to_path_buf());
     let server = Server::start(&exe, &dir.path().join("trainyard.toml"), &data, Duration::from_secs(60), |c| {
-        c.current_dir(dir.path()).env("TRAINYARD_LOG", std::env::var("HOSTILE_BENCH_LOG").unwrap_or_else(|_| "error".into())).stderr(Stdio::inherit());
+        c.current_dir(dir.path()).env("PATH", &path).env("TRAINYARD_LOG", std::env::var("HOSTILE_BENCH_LOG").unwrap_or_else(|_| "error".into())).stderr(Stdio::inherit());
     })?;
     let api = || Api { base: server.base.clone(), agent: agent() };
     let (status, v) = api().call("POST", "/storage/v1/b?project=hostile", Some(&serde_json::json!({"name": "hostile-bucket"})))?;
     if status != 200 {
         bail!("creating the hostile bucket: {status} {v}");
     }
-    calm_round(&api(), 3, &mut Vec::new(), &mut Vec::new())?;
+    calm_round(&api(), 3, &mut Vec::new(), &mut Vec::new(), &mut Vec::new())?;
     let (mut calm_c, mut calm_s, mut host_c, mut host_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut calm_r, mut host_r) = (Vec::new(), Vec::new());
     let (mut calm_cpu, mut host_cpu) = (0.0, 0.0);
     let mut actions = 0;
     for round in 0..o.rounds {
         let t = server.cpu_secs()?;
-        calm_round(&api(), o.jobs, &mut calm_c, &mut calm_s)?;
+        calm_round(&api(), o.jobs, &mut calm_c, &mut calm_s, &mut calm_r)?;
         calm_cpu += server.cpu_secs()? - t;
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -331,7 +419,7 @@ fn run(o: &Opts) -> Result<()> {
         // Let the tenant get going (its loop job running, a deep tree being made).
         std::thread::sleep(Duration::from_secs(3));
         let t = server.cpu_secs()?;
-        let measured = calm_round(&api(), o.jobs, &mut host_c, &mut host_s);
+        let measured = calm_round(&api(), o.jobs, &mut host_c, &mut host_s, &mut host_r);
         host_cpu += server.cpu_secs()? - t;
         stop.store(true, Ordering::SeqCst);
         actions += tenant.join().map_err(|_| anyhow!("the hostile tenant panicked"))??;
@@ -342,15 +430,19 @@ fn run(o: &Opts) -> Result<()> {
         let _ = dir.keep();
     }
     let (cc, cs, hc, hs) = (stats(&mut calm_c), stats(&mut calm_s), stats(&mut host_c), stats(&mut host_s));
+    let (cr, hr) = (stats(&mut calm_r), stats(&mut host_r));
     let n = (o.rounds * o.jobs) as f64;
     println!("hostile-bench: {} calm jobs per side, {} rounds; the hostile tenant did {actions} rounds of deep-tree jobs, slow builds, listings and quota walks beside its looping job", o.jobs, o.rounds);
     println!("                        no hostile tenant   with one    ratio");
     row::row("hostile-bench", "create p99 beside a hostile tenant", &format!("{:.2} ms", hc.p99), &format!("{:.2} ms without it", cc.p99), hc.p99 / cc.p99);
     row::row("hostile-bench", "start p99 beside a hostile tenant", &format!("{:.2} ms", hs.p99), &format!("{:.2} ms without it", cs.p99), hs.p99 / cs.p99);
+    row::row("hostile-bench", "get p99 beside a hostile tenant", &format!("{:.2} ms", hr.p99), &format!("{:.2} ms without it", cr.p99), hr.p99 / cr.p99);
     println!("create p50 (ms)         {:>17.2}   {:>8.2}   {:>5.2}x", cc.p50, hc.p50, hc.p50 / cc.p50);
     println!("create p99 (ms)         {:>17.2}   {:>8.2}   {:>5.2}x", cc.p99, hc.p99, hc.p99 / cc.p99);
     println!("start p50 (ms)          {:>17.2}   {:>8.2}   {:>5.2}x", cs.p50, hs.p50, hs.p50 / cs.p50);
     println!("start p99 (ms)          {:>17.2}   {:>8.2}   {:>5.2}x", cs.p99, hs.p99, hs.p99 / cs.p99);
+    println!("get p50 (ms)            {:>17.2}   {:>8.2}   {:>5.2}x", cr.p50, hr.p50, hr.p50 / cr.p50);
+    println!("get p99 (ms)            {:>17.2}   {:>8.2}   {:>5.2}x", cr.p99, hr.p99, hr.p99 / cr.p99);
     println!(
         "server CPU per calm job (ms) {:>12.2}   {:>8.2}   (all of the server's CPU in the round, the hostile tenant's requests included)",
         calm_cpu * 1000.0 / n,
