@@ -69,7 +69,7 @@ fn read_write() -> String {
 }
 
 #[derive(Clone, Debug)]
-struct Grant {
+pub(crate) struct Grant {
     name: String,
     all_projects: bool,
     projects: Vec<String>,
@@ -86,13 +86,31 @@ pub struct Tokens {
 }
 
 /// What a request's `Authorization` header carries.
-enum Bearer<'a> {
+pub(crate) enum Bearer<'a> {
     None,
     Unknown,
     /// A job credential that is not that of a running job: forged, or its job has ended
     /// (or never ran here). One answer for all, so that it tells nothing of which jobs run.
     NotRunningJob,
     Known(Cow<'a, Grant>),
+}
+
+impl Bearer<'_> {
+    /// The holder's name, or None when the header carries no known token.
+    pub fn holder(&self) -> Option<&str> {
+        match self {
+            Bearer::Known(g) => Some(&g.name),
+            _ => None,
+        }
+    }
+
+    /// The projects the token may use (`"*"` for all), or None when it is not known.
+    pub fn projects(&self) -> Option<&[String]> {
+        match self {
+            Bearer::Known(g) => Some(&g.projects),
+            _ => None,
+        }
+    }
 }
 
 /// Per-job credentials, in tokens mode: each replica's clients find one (a
@@ -306,8 +324,9 @@ impl Tokens {
     }
 
     /// What the `Authorization` header carries: a token of the file, a live job's
-    /// credential, or neither.
-    fn lookup(&self, authorization: Option<&str>) -> Bearer<'_> {
+    /// credential, or neither. Looked up once per request (a digest, or a MAC for a job's
+    /// credential): the guard passes it on (`check_bearer`, `Bearer::projects`).
+    pub(crate) fn lookup(&self, authorization: Option<&str>) -> Bearer<'_> {
         let Some(token) = Tokens::bearer(authorization) else { return Bearer::None };
         if let Some(g) = self.grants.get(&digest(token)) {
             return Bearer::Known(Cow::Borrowed(g));
@@ -343,7 +362,12 @@ impl Tokens {
     /// Check a request's `Authorization` header for `project`; `write` for methods that
     /// change something. Returns the holder's name.
     pub fn check(&self, authorization: Option<&str>, project: &str, write: bool) -> Result<String, ApiError> {
-        let grant = match self.lookup(authorization) {
+        Tokens::check_bearer(self.lookup(authorization), project, write)
+    }
+
+    /// [`Tokens::check`] of a token already looked up.
+    pub(crate) fn check_bearer(bearer: Bearer<'_>, project: &str, write: bool) -> Result<String, ApiError> {
+        let grant = match bearer {
             Bearer::None => {
                 return Err(ApiError::unauthenticated(
                     "Request is missing required authentication credential. Expected an \"Authorization: Bearer TOKEN\" header.",
@@ -537,7 +561,7 @@ mod tests {
         jobs.live(7, "p1");
         assert_eq!(t.check(Some(&bearer), "p1", true).unwrap(), "job 7");
         assert_eq!(t.holder(Some(&bearer)).as_deref(), Some("job 7"));
-        assert_eq!(t.projects_of(Some(&bearer)), Some(vec!["p1".to_string()]));
+        assert_eq!(t.lookup(Some(&bearer)).projects(), Some(&["p1".to_string()][..]));
         assert!(!t.allows_host_directories(Some(&bearer)));
         // Its project only.
         assert_eq!(t.check(Some(&bearer), "p2", false).unwrap_err().code, trainyard_api::Code::PermissionDenied);

@@ -156,7 +156,7 @@ fn reads_by_post(method: &Method, path: &str) -> bool {
 /// Authentication of `/v1/projects/{project}/...` (a token for the project),
 /// `/v1/admin/...` and `/metrics` (a `"*"` token: the metrics show every project's jobs
 /// and usage); other paths need none.
-pub(crate) fn authenticate(tokens: &crate::auth::Tokens, req: &axum::extract::Request) -> Result<(), ApiError> {
+pub(crate) fn authenticate(bearer: crate::auth::Bearer<'_>, req: &axum::extract::Request) -> Result<(), ApiError> {
     let path = req.uri().path();
     let project = if path.starts_with("/v1/admin") || path == "/metrics" {
         Some("*")
@@ -165,8 +165,7 @@ pub(crate) fn authenticate(tokens: &crate::auth::Tokens, req: &axum::extract::Re
     };
     let Some(project) = project else { return Ok(()) };
     let write = !matches!(*req.method(), Method::GET | Method::HEAD) && !reads_by_post(req.method(), path);
-    let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    tokens.check(auth, project, write).map(|_| ())
+    crate::auth::Tokens::check_bearer(bearer, project, write).map(|_| ())
 }
 
 /// Read the tokens file again and log the outcome; `via` says what asked (SIGHUP, the

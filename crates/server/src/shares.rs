@@ -51,7 +51,9 @@ impl Share {
 /// The projects' held shares.
 #[derive(Debug)]
 pub struct Shares {
-    limits: [(Share, usize); 3],
+    connections: usize,
+    log_streams: usize,
+    storage_streams: usize,
     held: Mutex<HashMap<(Share, String), usize>>,
 }
 
@@ -122,36 +124,30 @@ impl Shares {
     /// The shares of `[limits]`: `max_connections_per_project`,
     /// `max_log_streams_per_project`, `max_storage_streams_per_project`.
     pub fn new(connections: usize, log_streams: usize, storage_streams: usize) -> Arc<Shares> {
-        Arc::new(Shares {
-            limits: [
-                (Share::Connections, connections),
-                (Share::LogStreams, log_streams),
-                (Share::StorageStreams, storage_streams),
-            ],
-            held: Mutex::new(HashMap::new()),
-        })
+        Arc::new(Shares { connections, log_streams, storage_streams, held: Mutex::new(HashMap::new()) })
     }
 
     fn limit(&self, share: Share) -> usize {
-        self.limits
-            .iter()
-            .find(|(s, _)| *s == share)
-            .map_or(usize::MAX, |(_, n)| *n)
+        match share {
+            Share::Connections => self.connections,
+            Share::LogStreams => self.log_streams,
+            Share::StorageStreams => self.storage_streams,
+        }
     }
 
     /// Take one of `project`'s `share`, or say which limit it is at.
     pub fn take(self: &Arc<Self>, share: Share, project: &str) -> Result<Held, OverShare> {
         let limit = self.limit(share);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let n = held.entry((share, project.to_string())).or_insert(0);
-        if *n >= limit {
+        // A refusal leaves nothing behind (no entry of 0 for each name refused).
+        if held.get(&(share, project.to_string())).copied().unwrap_or(0) >= limit {
             return Err(OverShare {
                 share,
                 project: project.to_string(),
                 limit,
             });
         }
-        *n += 1;
+        *held.entry((share, project.to_string())).or_insert(0) += 1;
         Ok(Held {
             shares: Arc::clone(self),
             share,
@@ -269,5 +265,66 @@ mod tests {
             1,
             "a closed connection gives its share back"
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Fuzz of the shares: any sequence of takes, drops and connection claims by three
+        /// projects agrees with a model (a take succeeds exactly while the project holds
+        /// fewer than its limit; an over-share names its limit), and once everything is
+        /// dropped nothing is held.
+        #[test]
+        fn shares_agree_with_a_model_whatever_the_order(
+            ops in proptest::collection::vec((0u8..4, 0usize..3, 0usize..3, 0usize..8), 1..200),
+            limits in (0usize..4, 0usize..4, 0usize..4),
+        ) {
+            let s = Shares::new(limits.0, limits.1, limits.2);
+            let kinds = [Share::Connections, Share::LogStreams, Share::StorageStreams];
+            let projects = ["evil", "victim", "other"];
+            let mut held: Vec<Held> = Vec::new();
+            let conns: Vec<ConnectionShare> = (0..4).map(|_| ConnectionShare::default()).collect();
+            for (op, k, p, i) in ops {
+                let (share, project) = (kinds[k], projects[p]);
+                match op {
+                    0 | 1 => {
+                        let before = s.held(share, project);
+                        match s.take(share, project) {
+                            Ok(h) => {
+                                proptest::prop_assert!(before < s.limit(share));
+                                held.push(h);
+                            }
+                            Err(over) => {
+                                proptest::prop_assert_eq!(before, s.limit(share));
+                                proptest::prop_assert_eq!(over.limit, s.limit(share));
+                                proptest::prop_assert!(over.message().contains(share.key()));
+                            }
+                        }
+                    }
+                    2 => {
+                        if !held.is_empty() {
+                            held.swap_remove(i % held.len());
+                        }
+                    }
+                    _ => {
+                        let _ = conns[i % conns.len()].claim(&s, project);
+                    }
+                }
+                for share in kinds {
+                    for project in projects {
+                        let mine = held.iter().filter(|h| h.share == share && h.project == project).count();
+                        let by_conns = conns
+                            .iter()
+                            .filter(|c| share == Share::Connections && c.0.lock().unwrap().as_ref().is_some_and(|h| h.project() == project))
+                            .count();
+                        proptest::prop_assert_eq!(s.held(share, project), mine + by_conns);
+                        proptest::prop_assert!(s.held(share, project) <= s.limit(share));
+                    }
+                }
+            }
+            drop(held);
+            drop(conns);
+            proptest::prop_assert!(s.held.lock().unwrap().is_empty());
+        }
     }
 }

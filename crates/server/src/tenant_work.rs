@@ -246,4 +246,57 @@ mod tests {
         }));
         assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
     }
+
+    /// Fuzz: 300 pieces of five projects, of random lengths, some cancelled as they go:
+    /// never more than a project's share or the total run at once, and every piece runs
+    /// exactly once.
+    #[test]
+    fn shares_hold_under_a_random_load() {
+        use std::sync::atomic::AtomicUsize;
+        let gate = Gate::new("fuzz", 2, 5, 0, Arc::new(|_: &str, _| {}));
+        let running: Arc<Vec<AtomicUsize>> = Arc::new((0..5).map(|_| AtomicUsize::new(0)).collect());
+        let total = Arc::new(AtomicUsize::new(0));
+        let (worst, ran) = (Arc::new(Mutex::new((0usize, 0usize))), Arc::new(AtomicUsize::new(0)));
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..300 {
+            let p = (next() % 5) as usize;
+            let micros = next() % 3000;
+            let (running, total, worst, ran) = (Arc::clone(&running), Arc::clone(&total), Arc::clone(&worst), Arc::clone(&ran));
+            gate.submit(&format!("p{p}"), &format!("k{i}"), Box::new(move |cancel| {
+                let mine = running[p].fetch_add(1, Ordering::SeqCst) + 1;
+                let all = total.fetch_add(1, Ordering::SeqCst) + 1;
+                {
+                    let mut w = worst.lock().unwrap();
+                    *w = (w.0.max(mine), w.1.max(all));
+                }
+                if !cancel.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_micros(micros));
+                }
+                running[p].fetch_sub(1, Ordering::SeqCst);
+                total.fetch_sub(1, Ordering::SeqCst);
+                ran.fetch_add(1, Ordering::SeqCst);
+            }));
+            if next() % 4 == 0 {
+                gate.cancel(&format!("k{}", next() % (i + 1)));
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while ran.load(Ordering::SeqCst) < 300 {
+            assert!(std::time::Instant::now() < deadline, "{} of 300 ran", ran.load(Ordering::SeqCst));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (per_project, all) = *worst.lock().unwrap();
+        assert!(per_project <= 2 && all <= 5, "at most 2 per project and 5 in all at once: {per_project}, {all}");
+        // The last pieces' threads give their slots back just after they ran.
+        while gate.load() != (0, 0) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", gate.load());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }

@@ -16,24 +16,25 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let tokens = state.tokens.as_ref().map(|t| t.current());
-    let holder = match &tokens {
+    // The token is looked up once: its holder, its check and whose share it counts in.
+    let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let bearer = tokens.as_ref().map(|t| t.lookup(auth.as_deref()));
+    let holder = match &bearer {
         None => "(open mode)".to_string(),
-        Some(t) => {
-            let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-            match (auth, t.holder(auth)) {
-                (_, Some(name)) => name,
-                (None, None) => "(no token)".to_string(),
-                (Some(_), None) => "(unknown token)".to_string(),
-            }
-        }
+        Some(b) => match (&auth, b.holder()) {
+            (_, Some(name)) => name.to_string(),
+            (None, None) => "(no token)".to_string(),
+            (Some(_), None) => "(unknown token)".to_string(),
+        },
     };
-    let refused = match &tokens {
+    let projects = bearer.as_ref().and_then(|b| b.projects()).map(<[String]>::to_vec);
+    let refused = match bearer {
         None => check_open_mode_host(&req).err(),
-        Some(t) => authenticate(t, &req).err(),
+        Some(b) => authenticate(b, &req).err(),
     };
     let project = path.strip_prefix("/v1/projects/").and_then(|rest| rest.split('/').next()).unwrap_or("").to_string();
     let over_share = match &refused {
-        None => counted_for(&project, tokens.as_deref(), &req).and_then(|whose| {
+        None => counted_for(&project, projects.as_deref()).and_then(|whose| {
             let conn = req
                 .extensions()
                 .get::<std::sync::Arc<crate::shares::ConnectionShare>>()?;
@@ -74,20 +75,8 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
 /// Whom a request's connection is counted for ([`crate::shares`]): the project of its path,
 /// else (storage's paths) the projects of its token; nobody for an administrator's token,
 /// for paths of no project in open mode, and for requests without a known token.
-fn counted_for(
-    project: &str,
-    tokens: Option<&crate::auth::Tokens>,
-    req: &axum::extract::Request,
-) -> Option<String> {
-    let auth = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let projects = tokens.and_then(|t| t.projects_of(auth));
-    if projects
-        .as_ref()
-        .is_some_and(|p| p.iter().any(|p| p == "*"))
-    {
+fn counted_for(project: &str, projects: Option<&[String]>) -> Option<String> {
+    if projects.is_some_and(|p| p.iter().any(|p| p == "*")) {
         return None;
     }
     if !project.is_empty() {

@@ -379,7 +379,8 @@ impl Storage {
         tokio::task::spawn_blocking(move || {
             if let Ok(Some(ns)) = Ns::open(&me.root, &p, false, None) {
                 if let Ok(up) = ns.uploads() {
-                    let n = upload::sweep(up, &p, me.cfg.upload_expiry, &me.sessions);
+                    let release = |id: &str| me.usage.release(&p, &usage::session_reservation(id));
+                    let n = upload::sweep(up, &p, me.cfg.upload_expiry, &me.sessions, &release);
                     if n > 0 {
                         tracing::info!("storage: removed {n} abandoned uploads of project {p:?}");
                     }

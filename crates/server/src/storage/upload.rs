@@ -396,7 +396,8 @@ impl Sweeps {
 /// Remove what abandoned uploads left in a namespace's uploads directory: sessions not
 /// touched for `expiry` (their data and session files; not one a request is using now),
 /// and temporary files older than an hour (a server killed during an upload).
-pub fn sweep(uploads: OwnedFd, project: &str, expiry: Duration, sessions: &Sessions) -> usize {
+/// `expired` is told each session removed (its reservation is given back at once).
+pub fn sweep(uploads: OwnedFd, project: &str, expiry: Duration, sessions: &Sessions, expired: &dyn Fn(&str)) -> usize {
     let Ok(dup) = uploads.try_clone() else { return 0 };
     let Ok(mut d) = nix::dir::Dir::from_fd(dup) else { return 0 };
     let now = std::time::SystemTime::now();
@@ -424,6 +425,7 @@ pub fn sweep(uploads: OwnedFd, project: &str, expiry: Duration, sessions: &Sessi
         if newest.is_some_and(|a| a > expiry) && !sessions.busy(&key) {
             remove_session(&uploads, id);
             sessions.forget(&key);
+            expired(id);
             removed += 1;
         }
     }
@@ -453,5 +455,27 @@ mod tests {
         }
         assert!(valid_session_id(&random_id()));
         assert!(!valid_session_id("../../etc/passwd"));
+    }
+
+    /// An expired session is removed and said (its reservation is given back then, not
+    /// at the next walk); a fresh one stays.
+    #[test]
+    fn a_swept_session_is_said() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (old, fresh) = (random_id(), random_id());
+        for id in [&old, &fresh] {
+            std::fs::write(dir.path().join(format!("{id}.json")), "{}").expect("session");
+            std::fs::write(dir.path().join(format!("{id}.part")), "data").expect("part");
+        }
+        let past = std::time::SystemTime::now() - Duration::from_secs(7200);
+        for f in [format!("{old}.json"), format!("{old}.part")] {
+            let file = std::fs::File::options().write(true).open(dir.path().join(f)).expect("open");
+            file.set_modified(past).expect("mtime");
+        }
+        let fd: OwnedFd = std::fs::File::open(dir.path()).expect("dir").into();
+        let said = std::sync::Mutex::new(Vec::new());
+        let n = sweep(fd, "p", Duration::from_secs(3600), &Sessions::default(), &|id| said.lock().unwrap().push(id.to_string()));
+        assert_eq!((n, said.into_inner().unwrap()), (1, vec![old.clone()]));
+        assert!(!dir.path().join(format!("{old}.part")).exists() && dir.path().join(format!("{fresh}.part")).exists());
     }
 }
