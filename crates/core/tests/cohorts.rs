@@ -141,11 +141,19 @@ fn l3_borrowing_and_lending_limits_bound_the_loan() {
     let d = round(&jobs, &q, &f, &reclaim_on(), 10);
     assert!(placed(&d, 1) && !placed(&d, 2), "{d:?}");
     assert!(wait_of(&d, 2).expect("waits").1.contains("it may borrow at most 4 from cohort lab (borrowing_limit)"), "{d:?}");
+    // Exactly the borrowing limit: admitted.
+    let exact = vec![job(1, "a", 8, 0), job(2, "a", 4, 1)];
+    let d = round(&exact, &q, &f, &reclaim_on(), 10);
+    assert!(placed(&d, 1) && placed(&d, 2), "borrowing exactly its borrowing_limit is allowed: {d:?}");
     let mut q = quotas();
     q.lending_limits.insert("b".into(), [(CPUS.to_string(), 5)].into());
     let d = round(&jobs, &q, &f, &reclaim_on(), 10);
     assert!(placed(&d, 1) && !placed(&d, 2), "{d:?}");
     assert!(wait_of(&d, 2).expect("waits").1.contains("cohort lab has 5 unused to lend"), "{d:?}");
+    // Exactly the lending limit: admitted.
+    let exact = vec![job(1, "a", 8, 0), job(2, "a", 5, 1)];
+    let d = round(&exact, &q, &f, &reclaim_on(), 10);
+    assert!(placed(&d, 1) && placed(&d, 2), "borrowing exactly what the lender may lend is allowed: {d:?}");
     // L4: a job above its quota plus all its cohort could lend can never run.
     assert_eq!(q.exceeded_by("a", &[(CPUS.to_string(), 13)].into()), Vec::<String>::new());
     assert_eq!(q.exceeded_by("a", &[(CPUS.to_string(), 14)].into()), vec![CPUS.to_string()]);

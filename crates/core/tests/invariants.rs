@@ -974,6 +974,35 @@ fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
     assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &on)).is_empty());
 }
 
+/// Priority preemption with three classes: a job of the middle class preempts only work
+/// of a lower class, never the top class's, even when stopping the top job would lose
+/// less; with only top-class work running, it preempts nothing.
+#[test]
+fn a_middle_class_job_never_preempts_a_higher_class() {
+    let mut c = Cluster::new(&gpu_fleet(2));
+    let n8 = need(&c, 8);
+    c.start(100, "a", false, 0, 10 * HOUR, vec![(0 as NodeIx, n8)]);
+    c.start(101, "a", false, 0, 10 * HOUR, vec![(1 as NodeIx, n8)]);
+    // The top job saved a checkpoint a moment ago: the cheapest to stop, and untouchable.
+    c.set_priority(100, 200, true, 4 * HOUR);
+    c.set_priority(101, 0, true, 0);
+    let whole = gang(&c, 1, 8);
+    let m = BTreeMap::new();
+    let middle = Request { priority: 100, ..req(1, "b", &whole, HOUR, &m) };
+    let on = SchedulerConfig { priority_preemption: true, ..SchedulerConfig::default() };
+    let victims = |d: &[Decision]| -> Vec<u64> {
+        d.iter()
+            .filter_map(|d| match d {
+                Decision::Preempt { job, .. } => Some(*job),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(victims(&run(&c, std::slice::from_ref(&middle), 4 * HOUR, &on)), vec![101]);
+    c.set_priority(101, 200, true, 0);
+    assert!(victims(&run(&c, std::slice::from_ref(&middle), 4 * HOUR, &on)).is_empty(), "only higher classes run");
+}
+
 /// Fair share with memory: a project's past use ages with its half-life (half of it gone
 /// after one half-life, what it holds meanwhile counted in), and ranks it: of two projects
 /// that hold nothing now, the one that used the fleet before waits behind the other, even
@@ -1006,6 +1035,33 @@ fn fair_share_remembers_past_use() {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Priority preemption, whatever the classes: every job preempted for a waiting job is
+    /// of a lower class than the waiting job's.
+    #[test]
+    fn every_priority_victim_is_below_the_waiters_class(
+        running in proptest::collection::vec((0i64..4, 0i64..4), 1..6),
+        waiter in 0i64..4,
+    ) {
+        let nodes = running.len();
+        let mut c = Cluster::new(&gpu_fleet(nodes));
+        let n8 = need(&c, 8);
+        for (i, (class, saved)) in running.iter().enumerate() {
+            let id = 100 + i as u64;
+            c.start(id, "a", false, 0, 10 * HOUR, vec![(i as NodeIx, n8)]);
+            c.set_priority(id, class * 100, true, saved * HOUR);
+        }
+        let whole = gang(&c, 1, 8);
+        let m = BTreeMap::new();
+        let w = Request { priority: waiter * 100, ..req(1, "b", &whole, HOUR, &m) };
+        let on = SchedulerConfig { priority_preemption: true, ..SchedulerConfig::default() };
+        for d in run(&c, std::slice::from_ref(&w), 4 * HOUR, &on) {
+            if let Decision::Preempt { job, .. } = d {
+                let class = running[(job - 100) as usize].0 * 100;
+                prop_assert!(class < w.priority, "job {} of class {} preempted for a job of class {}", job, class, w.priority);
+            }
+        }
+    }
 
     /// `plan` works on the cluster's own free capacity and rolls it back: the cluster is
     /// left exactly as it was (bucket order included), so a second round on it decides

@@ -237,6 +237,10 @@ async fn get_operation(
         ApiError::not_found(format!("The operation \"projects/{project}/locations/{region}/operations/{op}\" does not exist."))
     })?;
     let v: Value = serde_json::from_str(&body).map_err(internal)?;
+    let stored = v["name"].as_str().and_then(crate::kinds::place_of);
+    if !crate::kinds::belongs(stored, &project, &region, &format!("operation {id}")) {
+        return Err(ApiError::not_found(format!("The operation \"projects/{project}/locations/{region}/operations/{op}\" does not exist.")).into());
+    }
     json_response(v, ints)
 }
 

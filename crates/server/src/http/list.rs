@@ -45,6 +45,7 @@ pub(super) async fn page<K: ResourceKind>(state: &AppState, project: &str, regio
             K::read_page(s, &p, &r, &Page { filter, before, limit: page_size + 1 })
                 .map_err(crate::reply::read_failed)?
                 .iter()
+                .filter(|row| crate::kinds::belongs(K::stored_place(row), &p, &r, K::API_NAME))
                 .map(|row| Ok((K::id(row), K::render(row, &waiting, View::List)?)))
                 .collect::<Result<Vec<(u64, Value)>, ApiError>>()
         })

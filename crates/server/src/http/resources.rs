@@ -43,7 +43,8 @@ pub fn routes<K: ResourceKind>() -> Router<AppState> {
 pub(super) async fn load<K: ResourceKind>(state: &AppState, project: &str, region: &str, id: u64) -> Result<K::Row, ApiError> {
     let (p, r) = (project.to_string(), region.to_string());
     let found = state.readers.with(move |s| K::read(s, &p, &r, id).map_err(crate::reply::read_failed)).await?;
-    found.ok_or_else(|| ApiError::not_found(format!("The {} \"{}\" does not exist.", K::API_NAME, K::name(project, region, id))))
+    let what = format!("{} {id}", K::API_NAME);
+    found.filter(|row| crate::kinds::belongs(K::stored_place(row), project, region, &what)).ok_or_else(|| ApiError::not_found(format!("The {} \"{}\" does not exist.", K::API_NAME, K::name(project, region, id))))
 }
 
 /// The id and row a `GET` or `DELETE` of `.../{segment}` is about, or the answer when there

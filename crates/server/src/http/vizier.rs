@@ -77,7 +77,12 @@ async fn row(state: &AppState, project: &str, region: &str, id: u64) -> Result<(
 /// Study `id` read, or 404, or an internal error naming the damage of its record.
 async fn study(state: &AppState, project: &str, region: &str, id: u64) -> Result<(wire::Study, crate::kinds::studies::Engine, VizierStudy), ApiError> {
     let (resource, core) = row(state, project, region, id).await?;
-    read_vizier_study(id, &resource, &core).map_err(damaged)
+    let (resource, engine, st) = read_vizier_study(id, &resource, &core).map_err(damaged)?;
+    // A second check above the store: the record's own project and region.
+    if !crate::kinds::belongs(Some((st.project.clone(), st.region.clone())), project, region, &format!("study {id}")) {
+        return Err(ApiError::not_found(format!("The Study \"{}\" does not exist.", study_name(project, region, id))));
+    }
+    Ok((resource, engine, st))
 }
 
 fn damaged(damage: String) -> ApiError {
@@ -131,11 +136,15 @@ async fn list_studies(
     let mut studies = Vec::new();
     let mut last = None;
     for (id, resource, core) in rows.into_iter().take(size) {
+        last = Some(id);
+        let stored = serde_json::from_str::<Value>(&resource).ok().and_then(|v| v["name"].as_str().and_then(crate::kinds::place_of));
+        if !crate::kinds::belongs(stored, &project, &region, &format!("study {id}")) {
+            continue;
+        }
         studies.push(render_vizier_study(id, &resource, &core).unwrap_or_else(|damage| {
             // Shown, not hidden: a record that cannot be read is listed as INACTIVE.
             serde_json::json!({"name": study_name(&project, &region, id), "state": "INACTIVE", "inactiveReason": damaged(damage).message})
         }));
-        last = Some(id);
     }
     let mut resp = serde_json::Map::new();
     if !studies.is_empty() {

@@ -125,6 +125,10 @@ impl ResourceKind for CustomJobs {
         !resource.trainyard_host_directories.is_empty()
     }
 
+    fn stored_place(row: &StoredJob) -> Option<(String, String)> {
+        Some((row.job.project.clone(), row.job.region.clone()))
+    }
+
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<StoredJob>> {
         store.get_job(KIND_CUSTOM, project, region, id)
     }

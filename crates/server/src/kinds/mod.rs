@@ -166,6 +166,33 @@ pub trait ResourceKind: Send + Sync + 'static {
     fn name(project: &str, region: &str, id: u64) -> String {
         format!("projects/{project}/locations/{region}/{}/{id}", Self::COLLECTION)
     }
+
+    /// The project and region the row's own record names (not the request's): a second
+    /// check above the store's filter, so that a row of another project is never shown
+    /// (see `http::resources::load`). None for a damaged record.
+    fn stored_place(row: &Self::Row) -> Option<(String, String)>;
+}
+
+/// The project and region of a resource name `projects/{p}/locations/{r}/...`.
+pub fn place_of(name: &str) -> Option<(String, String)> {
+    let mut parts = name.split('/');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("projects"), Some(p), Some("locations"), Some(r)) if !p.is_empty() && !r.is_empty() => Some((p.to_string(), r.to_string())),
+        _ => None,
+    }
+}
+
+/// Does a row whose record names `stored` belong under `project` and `region`? A row that
+/// does not is a defect of the store's filter: said in the server's log, and answered as
+/// if there were no such row.
+pub fn belongs(stored: Option<(String, String)>, project: &str, region: &str, what: &str) -> bool {
+    match stored {
+        Some((p, r)) if p != project || r != region => {
+            tracing::error!("the store answered a read of {what} under {project}/{region} with a record of {p}/{r}; not shown");
+            false
+        }
+        _ => true,
+    }
 }
 
 /// A create body parsed by `parse` and checked by `validate` (the wire rules).

@@ -186,6 +186,10 @@ impl ResourceKind for TrainingPipelines {
         Create::Pipeline { resource: Box::new(resource), reply }
     }
 
+    fn stored_place(row: &PipelineRow) -> Option<(String, String)> {
+        row.record.as_ref().ok().and_then(|(r, _)| super::place_of(&r.name))
+    }
+
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<PipelineRow>> {
         Ok(store.get_other(KIND_PIPELINE, project, region, id)?.map(|row| PipelineRow::new(project, region, row)))
     }

@@ -1006,6 +1006,10 @@ impl ResourceKind for TuningJobs {
         !resource.trainyard_host_directories.is_empty()
     }
 
+    fn stored_place(row: &TuningJobRow) -> Option<(String, String)> {
+        row.record.as_ref().ok().and_then(|(r, _)| super::place_of(&r.name))
+    }
+
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<TuningJobRow>> {
         Ok(store.get_other(KIND_STUDY, project, region, id)?.map(|row| TuningJobRow::new(project, region, row)))
     }
