@@ -75,6 +75,12 @@ fn a_backup_taken_while_serving_restores_every_job() {
     let restored = s.dir.path().join("restored");
     let o = trainyard(&s, &["admin", "restore", "--from", backup.to_str().unwrap(), "--data-dir", restored.to_str().unwrap(), "--format", "json"]);
     assert!(o.status.success(), "{}", text(&o));
+    // The restored database is its owner's alone, whatever the CLI's umask: the data
+    // directory is passable by the replicas' users.
+    for f in std::fs::read_dir(&restored).unwrap().flatten() {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&f.metadata().unwrap().permissions());
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", f.path().display());
+    }
     // Not into a directory that has something in it; not from a file that is no backup.
     let o = trainyard(&s, &["admin", "restore", "--from", backup.to_str().unwrap(), "--data-dir", restored.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("not empty"), "{}", text(&o));

@@ -195,6 +195,19 @@ fn directory(check: &'static str, dir: &Path, passable: bool) -> Finding {
         if check == "data directory" && mode & !allowed != 0 {
             return Finding::warn(check, format!("{} has mode {mode:04o}", dir.display()), format!("the server tightens it to {allowed:04o} at its start (or chmod {allowed:o} {})", dir.display()));
         }
+        if check == "data directory" {
+            // The database readable by others (a copy made by hand): the server makes it
+            // its owner's at its start, unless it is not the server's user's.
+            let open: Vec<String> = ["trainyard.db", "trainyard.db-wal", "trainyard.db-shm"]
+                .iter()
+                .map(|f| dir.join(f))
+                .filter(|f| std::fs::symlink_metadata(f).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o077 != 0))
+                .map(|f| f.display().to_string())
+                .collect();
+            if !open.is_empty() {
+                return Finding::warn(check, format!("{} readable by other users", open.join(", ")), format!("chmod 600 {} (the server does it at its start when they are its user's)", open.join(" ")));
+            }
+        }
         Finding::ok(check, format!("{} (mode {mode:04o})", dir.display()))
     } else {
         Finding::ok(check, format!("{} (made at the start, in {})", dir.display(), existing.display()))

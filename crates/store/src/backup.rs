@@ -105,6 +105,8 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Copied, BackupError> {
     // An older schema is brought up to this build's, as a server's start would.
     let store = Store::open(&db)?;
     drop(store);
+    // Readable by the owner alone (Store::open made it so; the files the close left too).
+    crate::private_files(&db);
     summary(&db)
 }
 

@@ -154,6 +154,24 @@ impl StoreError {
     }
 }
 
+/// The database and its WAL and shared-memory files readable by their owner alone, whatever
+/// umask made them (a restore from a shell's 022; a copy made by hand): the directory may be
+/// passable for the replicas' users (0711), so a file readable by others would be readable
+/// by any of them by name. Best effort: a file that cannot be changed (not the caller's) is
+/// left as it is, and `trainyard doctor` names it.
+pub(crate) fn private_files(db: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = PathBuf::from(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
 /// Schema migrations, applied in order; `PRAGMA user_version` counts how many ran.
 const MIGRATIONS: &[&str] = &[
     // 1: jobs, labels, outbox, lifecycle events, operations.
@@ -499,6 +517,9 @@ impl Store {
                 let version = sqlite_refuse_newer(c)?;
                 sqlite_configure(c)?;
                 sqlite_migrate(c, version)?;
+                if let Location::Sqlite(path) = location {
+                    private_files(path);
+                }
             }
             Conn::Postgres(pg) => pg_migrate(pg)?,
         }
