@@ -533,7 +533,31 @@ pub fn from_body<T: DeserializeOwned>(body: &[u8], root: &str) -> Result<T, ApiE
             "Invalid JSON payload received. Expected a JSON object for '{root}'."
         )));
     }
-    serde_json::from_str(text).map_err(|e| map_serde_error(&e, text, root))
+    match serde_json::from_str(text) {
+        Ok(v) => Ok(v),
+        // proto3's JSON mapping: `null` is accepted for any field and means its default
+        // (an empty list, no message). Only when a null was refused is the body read
+        // again with every null member left out (so errors name the field as when absent).
+        Err(e) if e.to_string().starts_with("invalid type: null") => {
+            let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| map_serde_error(&e, text, root))?;
+            drop_nulls(&mut v);
+            let again = v.to_string();
+            serde_json::from_str(&again).map_err(|e| map_serde_error(&e, &again, root))
+        }
+        Err(e) => Err(map_serde_error(&e, text, root)),
+    }
+}
+
+/// Object members whose value is `null`, at any depth, left out.
+fn drop_nulls(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
@@ -788,6 +812,17 @@ mod tests {
         assert_eq!(to_snake_case("workerPoolSpecs"), "worker_pool_specs");
         assert_eq!(to_snake_case("worker_pool_specs"), "worker_pool_specs");
         assert_eq!(to_snake_case("name"), "name");
+    }
+
+    /// proto3's JSON mapping: a `null` member is its field's default, so a null list gets
+    /// the words of a missing one (the validator's), not the parser's.
+    #[test]
+    fn a_null_member_is_read_as_absent() {
+        let job = crate::types::parse_custom_job(br#"{"displayName": "x", "jobSpec": {"workerPoolSpecs": null, "scheduling": null}}"#);
+        let missing = crate::types::parse_custom_job(br#"{"displayName": "x", "jobSpec": {}}"#);
+        assert_eq!(job.expect("a null list is an empty one"), missing.expect("parsed"));
+        let bad = crate::types::parse_custom_job(br#"{"displayName": null, "jobSpec": {"workerPoolSpecs": [{"replicaCount": "x"}]}}"#).unwrap_err();
+        assert!(bad.message.contains("replica_count"), "other errors still name their field: {}", bad.message);
     }
 
     #[test]

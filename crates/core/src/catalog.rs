@@ -39,10 +39,55 @@ pub struct Catalog {
     pub reserved: Vec<ReservedTier>,
 }
 
+/// The candidate `name` is most likely a typo of: the nearest by edit distance (letters
+/// swapped count once), if it is within a third of the name's length and nearer than any
+/// other candidate.
+pub fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
+    let bound = (name.chars().count() / 3).max(1);
+    let mut best: Option<(usize, &str, bool)> = None;
+    for c in candidates {
+        let d = edit_distance(name, c);
+        if d > bound {
+            continue;
+        }
+        best = match best {
+            Some((bd, bc, _)) if d > bd => Some((bd, bc, false)),
+            Some((bd, bc, _)) if d == bd => Some((bd, bc, true)),
+            _ => Some((d, c, false)),
+        };
+    }
+    best.filter(|(_, _, tied)| !tied).map(|(_, c, _)| c)
+}
+
+/// The optimal string alignment distance: insertions, deletions, substitutions and
+/// swaps of two neighbours, each counting one.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CatalogError {
-    #[error("machineType \"{0}\" is not offered in this region")]
-    UnknownMachineType(String),
+    /// The name, and a hint: the offered name it is most likely a typo of, if any.
+    #[error("machineType \"{0}\" is not offered in this region{1}")]
+    UnknownMachineType(String, String),
     #[error("acceleratorType {accelerator} is not offered with machineType \"{machine}\"")]
     AcceleratorNotOffered { machine: String, accelerator: String },
     #[error("acceleratorCount {count} is not allowed for {accelerator} on machineType \"{machine}\"; allowed: {allowed:?}")]
@@ -138,7 +183,10 @@ impl Catalog {
     /// Check a machine type and its accelerators against the catalog. `accelerator` is
     /// the wire name and count, None when the request sets no accelerator.
     pub fn check(&self, machine: &str, accelerator: Option<(&str, u32)>) -> Result<&MachineType, CatalogError> {
-        let m = self.get(machine).ok_or_else(|| CatalogError::UnknownMachineType(machine.to_string()))?;
+        let m = self.get(machine).ok_or_else(|| {
+            let hint = closest(machine, self.machine_types.keys().map(String::as_str)).map(|c| format!(" (did you mean \"{c}\"?)")).unwrap_or_default();
+            CatalogError::UnknownMachineType(machine.to_string(), hint)
+        })?;
         match accelerator {
             None if m.accelerator_required => Err(CatalogError::AcceleratorRequired(machine.to_string())),
             None => Ok(m),
@@ -221,7 +269,10 @@ mod tests {
         assert!(matches!(c.check("e2-standard-4", Some(("NVIDIA_TESLA_T4", 1))), Err(CatalogError::AcceleratorNotOffered { .. })));
         assert!(matches!(c.check("a2-highgpu-1g", None), Err(CatalogError::AcceleratorRequired(_))));
         assert!(c.check("a2-highgpu-1g", Some(("NVIDIA_TESLA_A100", 1))).is_ok());
-        assert!(matches!(c.check("n9-giant", None), Err(CatalogError::UnknownMachineType(_))));
+        assert!(matches!(c.check("n9-giant", None), Err(CatalogError::UnknownMachineType(_, _))));
+        let typo = c.check("n1-standrad-4", None).unwrap_err().to_string();
+        assert!(typo.ends_with("(did you mean \"n1-standard-4\"?)"), "{typo}");
+        assert!(!c.check("n9-giant", None).unwrap_err().to_string().contains("did you mean"), "no guess far from every name");
         assert_eq!(c.get("g2-standard-24").unwrap().accelerators["NVIDIA_L4"], vec![2]);
     }
 

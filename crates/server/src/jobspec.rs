@@ -75,7 +75,7 @@ pub fn prepare(
             .check(&ms.machine_type, accel.as_ref().map(|(a, c)| (a.as_str(), *c)))
             .map_err(|e| {
                 let field = match e {
-                    trainyard_core::catalog::CatalogError::UnknownMachineType(_) => "machineType",
+                    trainyard_core::catalog::CatalogError::UnknownMachineType(..) => "machineType",
                     trainyard_core::catalog::CatalogError::CountNotAllowed { .. } => "acceleratorCount",
                     _ => "acceleratorType",
                 };
