@@ -75,6 +75,10 @@ pub struct Engine {
     /// run fails with a StartError (`[containers] pull_timeout_secs`).
     #[serde(default = "default_pull_timeout_secs")]
     pub pull_timeout_secs: u64,
+    /// As `pull_timeout_secs`, for a registry that cannot be reached at all (see
+    /// [`registry_unreachable`]); the smaller of the two applies then.
+    #[serde(default = "default_offline_pull_timeout_secs")]
+    pub offline_pull_timeout_secs: u64,
 }
 
 /// `[containers] pull_timeout_secs` when not set: ten minutes.
@@ -82,6 +86,13 @@ pub const DEFAULT_PULL_TIMEOUT_SECS: u64 = 600;
 
 fn default_pull_timeout_secs() -> u64 {
     DEFAULT_PULL_TIMEOUT_SECS
+}
+
+/// `[containers] offline_pull_timeout_secs` when not set: a minute.
+pub const DEFAULT_OFFLINE_PULL_TIMEOUT_SECS: u64 = 60;
+
+fn default_offline_pull_timeout_secs() -> u64 {
+    DEFAULT_OFFLINE_PULL_TIMEOUT_SECS
 }
 
 /// What a user can do about an image that is not on the host and cannot be pulled.
@@ -312,6 +323,24 @@ pub fn last_error_line(stderr: &str) -> Option<String> {
 
 /// A pull the registry refused (no such image, no access): the user's. Anything else (a
 /// registry that cannot be reached, a timeout) is not.
+/// Does a failed pull's message say the registry could not be reached at all (no
+/// network, a name that does not resolve, nothing listening), rather than a slow or
+/// interrupted transfer? Such a pull is given up after `offline_pull_timeout_secs`.
+pub fn registry_unreachable(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "no such host",
+        "temporary failure in name resolution",
+        "network is unreachable",
+        "no route to host",
+        "connection refused",
+        "server misbehaving",
+        "dial tcp",
+    ]
+    .iter()
+    .any(|s| m.contains(s))
+}
+
 pub fn pull_refused(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     [
@@ -406,6 +435,21 @@ pub fn probe(engine: &Engine) -> Result<EngineInfo, String> {
 mod tests {
     use super::*;
 
+    /// An offline registry is told from a slow or refused pull.
+    #[test]
+    fn an_unreachable_registry_is_told_from_other_pull_failures() {
+        for offline in [
+            "pinging container registry registry-1.docker.io: dial tcp: lookup registry-1.docker.io: no such host",
+            "Get \"https://quay.io/v2/\": dial tcp 1.2.3.4:443: connect: network is unreachable",
+            "lookup ghcr.io on 127.0.0.53:53: server misbehaving",
+        ] {
+            assert!(registry_unreachable(offline), "{offline}");
+        }
+        for other in ["reading manifest latest in docker.io/library/nosuch: manifest unknown", "unexpected EOF", "context deadline exceeded"] {
+            assert!(!registry_unreachable(other), "{other}");
+        }
+    }
+
     fn spec() -> ContainerSpec {
         ContainerSpec {
             engine: Engine {
@@ -414,6 +458,7 @@ mod tests {
                 env: vec![],
                 pull: Pull::Never,
                 pull_timeout_secs: DEFAULT_PULL_TIMEOUT_SECS,
+                offline_pull_timeout_secs: DEFAULT_OFFLINE_PULL_TIMEOUT_SECS,
             },
             image: "localhost/img:1".into(),
             name: "trainyard-1-0-workerpool0-0-0-00000000".into(),

@@ -205,16 +205,31 @@ impl LocalBackend {
                     );
                     return Err(refused(message, why));
                 }
+                // Offline: bounded by what a user waits for, not by a slow pull's bound.
+                Err((message, false))
+                    if crate::container::registry_unreachable(&message)
+                        && first.elapsed() >= Duration::from_secs(c.engine.offline_pull_timeout_secs) =>
+                {
+                    let why = format!(
+                        "could not be pulled: its registry could not be reached for {}s ([containers] offline_pull_timeout_secs)",
+                        c.engine.offline_pull_timeout_secs
+                    );
+                    return Err(refused(message, why));
+                }
                 Err((message, false)) => {
+                    let (secs, key) = if crate::container::registry_unreachable(&message) {
+                        (c.engine.offline_pull_timeout_secs.min(c.engine.pull_timeout_secs), "offline_pull_timeout_secs")
+                    } else {
+                        (c.engine.pull_timeout_secs, "pull_timeout_secs")
+                    };
                     return Err(BackendError::Unavailable {
                         engine: format!("the registry of {}", c.image),
                         message: format!(
-                            "pulling {}: {message} (the run fails after {}s of this, [containers] pull_timeout_secs; {})",
+                            "pulling {}: {message} (the run fails after {secs}s of this, [containers] {key}; {})",
                             c.image,
-                            c.engine.pull_timeout_secs,
                             crate::container::IMAGE_FIXES
                         ),
-                    })
+                    });
                 }
             }
         }

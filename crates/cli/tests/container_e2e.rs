@@ -318,6 +318,31 @@ fn an_unreachable_registry_fails_the_job_after_pull_timeout_secs() {
     assert!(!log.contains("attempt 1"), "a StartError is never retried (L12): {log}");
 }
 
+/// Offline is bounded by what a user waits for: a registry that cannot be reached at all
+/// fails the job after `[containers] offline_pull_timeout_secs`, however long
+/// `pull_timeout_secs` lets a slow pull go on.
+#[test]
+fn an_unreachable_registry_fails_after_offline_pull_timeout_secs_not_pull_timeout_secs() {
+    if !enabled() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = podman_failing_pulls(dir.path(), UNREACHABLE);
+    let s = Server::start(&format!(
+        "[containers]\nengine = \"podman\"\nprogram = \"{}\"\npull_timeout_secs = 600\noffline_pull_timeout_secs = 3\n",
+        fake.display()
+    ));
+    let job = create_as_is(&s, "p", &image_job("offline", "python:3.12", &["python3", "-c", "print(1)"], &[]));
+    let name = name_of(&job);
+    let pending = s.wait_for(&name, 30, |j| {
+        j["trainyardWaitingReason"].as_str().is_some_and(|r| r.contains("offline_pull_timeout_secs")) || j["state"] == "JOB_STATE_FAILED"
+    });
+    let done = s.wait_terminal(&name, 60);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done}\n{pending}");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("could not be reached for 3s") && message.contains("offline_pull_timeout_secs"), "{message}");
+}
+
 /// A short name that resolves to nothing can never be pulled: the replica fails at once
 /// with a StartError, without waiting for the pull timeout.
 #[test]

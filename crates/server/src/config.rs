@@ -183,6 +183,8 @@ struct ContainersFile {
     pull: Option<trainyard_backend::container::Pull>,
     /// How long a pull may go on failing before the run fails (seconds).
     pull_timeout_secs: Option<u64>,
+    /// How long a pull may go on failing because the registry cannot be reached at all.
+    offline_pull_timeout_secs: Option<u64>,
     /// A containers.conf for the engine (`CONTAINERS_CONF`).
     containers_conf: Option<PathBuf>,
     /// The OCI runtime (`podman --runtime`), e.g. "runc".
@@ -215,6 +217,10 @@ pub struct Containers {
     /// `[containers] pull_timeout_secs` (default 600): a pull that has not succeeded by
     /// then fails the replica with a StartError.
     pub pull_timeout_secs: u64,
+    /// `[containers] offline_pull_timeout_secs` (default 60, at most `pull_timeout_secs`):
+    /// a registry that cannot be reached at all (offline, no such host) fails the replica
+    /// by then, however long a slow pull may take.
+    pub offline_pull_timeout_secs: u64,
     pub containers_conf: Option<PathBuf>,
     pub runtime: Option<String>,
     pub program: Option<PathBuf>,
@@ -230,6 +236,7 @@ impl Default for Containers {
             engine: EngineSetting::default(),
             pull: trainyard_backend::container::Pull::default(),
             pull_timeout_secs: trainyard_backend::container::DEFAULT_PULL_TIMEOUT_SECS,
+            offline_pull_timeout_secs: trainyard_backend::container::DEFAULT_OFFLINE_PULL_TIMEOUT_SECS,
             containers_conf: None,
             runtime: None,
             program: None,
@@ -1365,6 +1372,9 @@ impl Config {
                 engine: c.engine.unwrap_or_default(),
                 pull: c.pull.unwrap_or_default(),
                 pull_timeout_secs: c.pull_timeout_secs.unwrap_or(trainyard_backend::container::DEFAULT_PULL_TIMEOUT_SECS),
+                offline_pull_timeout_secs: c
+                    .offline_pull_timeout_secs
+                    .unwrap_or(trainyard_backend::container::DEFAULT_OFFLINE_PULL_TIMEOUT_SECS),
                 containers_conf: c.containers_conf.clone(),
                 runtime: c.runtime.clone(),
                 program: c.program.clone(),

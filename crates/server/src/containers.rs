@@ -74,6 +74,7 @@ pub fn resolve(cfg: &Config) -> Result<Option<ContainerEngine>, String> {
         env,
         pull: c.pull,
         pull_timeout_secs: c.pull_timeout_secs,
+        offline_pull_timeout_secs: c.offline_pull_timeout_secs,
     };
     let mut info = match probe(&engine) {
         Ok(info) => info,
