@@ -1553,9 +1553,9 @@ impl<'a, 'r> Round<'a, 'r> {
     }
 
     /// Free `r`'s room by preempting the cheapest set of SPOT jobs (or by claiming the
-    /// room of SPOT jobs already stopping). Returns the jobs to preempt and the number
-    /// of stopping jobs waited for.
-    fn preempt_for(&mut self, r: &Request, limit: Option<&HashMap<NodeIx, Res>>) -> Option<(Vec<u64>, usize)> {
+    /// room of jobs already stopping for a preemption). Returns the jobs to preempt and
+    /// the stopping jobs waited for.
+    fn preempt_for(&mut self, r: &Request, limit: Option<&HashMap<NodeIx, Res>>) -> Option<(Vec<u64>, Vec<u64>)> {
         let c = self.c;
         let t = &c.table;
         let min_run = secs(self.cfg.spot_min_runtime_secs);
@@ -1668,12 +1668,12 @@ impl<'a, 'r> Round<'a, 'r> {
         let claimed: Vec<(NodeIx, Need)> = nodes.iter().copied().zip(r.shape.needs.iter().copied()).collect();
         self.placed.push((self.now.saturating_add(r.duration), claimed));
         let mut preempt = Vec::new();
-        let mut stopping = 0;
+        let mut stopping = Vec::new();
         for &s in &set {
             let (_, _, id, run) = cands[s];
             self.chosen.insert(id);
             if run.stopping {
-                stopping += 1;
+                stopping.push(id);
             } else {
                 preempt.push(id);
             }
@@ -2096,13 +2096,24 @@ impl<'a, 'r> Round<'a, 'r> {
             self.out.push(Decision::Preempt { job: *v, reason, by_priority, reclaim: false });
         }
         if self.cfg.explain {
+            // Each job by what it is: SPOT (preempted now or stopping), of a lower class
+            // (preempted now), or already stopping for an earlier preemption.
+            let spot = victims.iter().chain(&stopping).filter(|v| c.running.get(v).is_some_and(|run| run.spot)).count();
+            let earlier = stopping.iter().filter(|v| c.running.get(v).is_some_and(|run| !run.spot)).count();
+            let mut parts = Vec::new();
+            if spot > 0 {
+                parts.push(counted(spot, "SPOT job", "SPOT jobs"));
+            }
+            if lower > 0 {
+                parts.push(counted(lower, "job of a lower priority", "jobs of a lower priority"));
+            }
+            if earlier > 0 {
+                parts.push(counted(earlier, "job stopping already", "jobs stopping already"));
+            }
+            let verb = if spot + lower + earlier == 1 { "is" } else { "are" };
             let reason = format!(
-                "Waiting for capacity held by other jobs: {} being preempted for it; it starts when they have stopped",
-                if lower == 0 {
-                    counted(victims.len() + stopping, "SPOT job is", "SPOT jobs are")
-                } else {
-                    counted(victims.len() + stopping, "job of a lower priority or SPOT is", "jobs of a lower priority or SPOT are")
-                },
+                "Waiting for capacity held by other jobs: {} {verb} being preempted for it; it starts when they have stopped",
+                parts.join(" and ")
             );
             self.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position, reserved_at: None });
         }

@@ -964,7 +964,15 @@ fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
     let now = 4 * HOUR;
     let d = run(&c, std::slice::from_ref(&urgent), now, &on);
     assert_eq!(preempted(&d), vec![(101, Some(100))], "{d:?}");
-    assert!(reason(&d, 1).contains("being preempted for it"), "{}", reason(&d, 1));
+    assert!(reason(&d, 1).contains("1 job of a lower priority is being preempted for it"), "{}", reason(&d, 1));
+    // Next round the victim is stopping: the job waits for it, and no SPOT job is named
+    // where there is none.
+    let mut stopping = c.clone();
+    stopping.mark_stopping(101);
+    let d = run(&stopping, std::slice::from_ref(&urgent), now + SECOND, &on);
+    assert!(preempted(&d).is_empty(), "{d:?}");
+    let r = reason(&d, 1);
+    assert!(r.contains("1 job stopping already is being preempted for it") && !r.contains("SPOT"), "{r}");
     assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &SchedulerConfig::default())).is_empty(), "off");
     // Of its own class, or not preemptible now: never.
     let same = Request { priority: 0, ..urgent.clone() };
