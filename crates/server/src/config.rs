@@ -548,19 +548,9 @@ pub const PROJECT_PRIORITY_CLASS: &str = "priority_class";
 /// `[quotas.projects.P] storage_gb`).
 pub const STORAGE_QUOTA: &str = "storage_gb";
 
-/// Per-project limits of stored bytes (`storage_gb`, in GiB), from the quotas tables.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StorageLimits {
-    pub default: Option<u64>,
-    pub projects: BTreeMap<String, u64>,
-}
-
-impl StorageLimits {
-    /// The bytes `project` may store, if limited.
-    pub fn limit(&self, project: &str) -> Option<u64> {
-        self.projects.get(project).copied().or(self.default)
-    }
-}
+/// Per-project limits of stored bytes (`storage_gb`), kept by the storage's accounting
+/// (which the config names, never the other way round).
+pub use crate::storage::usage::StorageLimits;
 
 impl QuotasFile {
     /// The counted quotas (for the scheduler) and the storage limits.

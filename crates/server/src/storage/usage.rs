@@ -23,7 +23,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::config::StorageLimits;
+/// Per-project limits of stored bytes (`storage_gb`, in GiB), from the quotas tables
+/// (`[quotas.projects.P] storage_gb`, read by `config`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StorageLimits {
+    pub default: Option<u64>,
+    pub projects: std::collections::BTreeMap<String, u64>,
+}
+
+impl StorageLimits {
+    /// The bytes `project` may store, if limited.
+    pub fn limit(&self, project: &str) -> Option<u64> {
+        self.projects.get(project).copied().or(self.default)
+    }
+}
+
 
 /// How long a walked size is used before the namespace is walked again.
 pub const FRESH: Duration = Duration::from_secs(10);
