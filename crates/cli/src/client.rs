@@ -967,6 +967,10 @@ fn build_job(
         job["jobSpec"]["workerPoolSpecs"] = Value::Array(specs);
     }
     if job["jobSpec"]["workerPoolSpecs"].as_array().is_none_or(Vec::is_empty) {
+        // A job file's own mistake (a misspelt key) first, by its line.
+        if let Some(p) = &config {
+            crate::jobfile::check(p, &job)?;
+        }
         bail!(
             "a job needs at least one worker pool: give --worker-pool-spec=machine-type=n1-standard-4,replica-count=1,\
              container-image-uri=IMAGE (once per pool), or --config=job.yaml{}",
@@ -1418,6 +1422,21 @@ mod tests {
     fn build_job_without_a_pool_says_how_to_give_one() {
         let e = build_job(Some("x".into()), &[], None, &[], &[], &[], &PathPolicy::Keep).unwrap_err().to_string();
         assert!(e.contains("at least one worker pool") && e.contains("--worker-pool-spec=") && e.contains("--config"), "{e}");
+    }
+
+    /// `create --config` reads the file `local-run` reads: snake_case names are taken, and
+    /// a misspelt key is named with its line (not "has no worker pool").
+    #[test]
+    fn build_job_reads_snake_case_files_and_names_a_misspelt_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let snake = dir.path().join("snake.yaml");
+        std::fs::write(&snake, "worker_pool_specs:\n  - machine_spec: {machine_type: n1-standard-4}\n    replica_count: 1\n    container_spec: {image_uri: x, command: [\"true\"]}\n").unwrap();
+        let j = build_job(None, &[], Some(snake), &[], &[], &[], &PathPolicy::Keep).expect("a snake_case file");
+        assert_eq!(j["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"], "n1-standard-4");
+        let typo = dir.path().join("typo.yaml");
+        std::fs::write(&typo, "workerPoolSpec:\n  - machineSpec: {machineType: n1-standard-4}\n").unwrap();
+        let e = build_job(None, &[], Some(typo), &[], &[], &[], &PathPolicy::Keep).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("workerPoolSpec") && !e.contains("has none"), "{e}");
     }
 
     #[test]

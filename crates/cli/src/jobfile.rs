@@ -34,6 +34,15 @@ pub fn read(path: &Path, display_name: Option<&str>) -> anyhow::Result<Value> {
             }
         }
     }
+    // One reader for every command: the API's own parser takes camelCase and snake_case
+    // names (as the known CLI's --config does) and gives the job back in the API's names,
+    // so what follows (flags merged in, paths, the request) sees one spelling. A file the
+    // parser refuses is kept as written, for `check` to name its mistake and line.
+    if let Ok(parsed) = trainyard_api::parse_custom_job(job.to_string().as_bytes()) {
+        if let Ok(normal) = serde_json::to_value(&parsed) {
+            job = normal;
+        }
+    }
     Ok(job)
 }
 
@@ -270,6 +279,26 @@ mod tests {
         assert_eq!(v["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"], "n1-standard-4");
         let job = trainyard_api::parse_custom_job(v.to_string().as_bytes()).unwrap();
         assert_eq!(job.job_spec.worker_pool_specs.len(), 1);
+    }
+
+    /// One reader: a snake_case file (as the SDK and many YAML files write it) reads as
+    /// the camelCase one, labels' own keys untouched.
+    #[test]
+    fn a_snake_case_file_reads_as_the_camel_case_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("snake.yaml");
+        std::fs::write(
+            &p,
+            "worker_pool_specs:\n  - machine_spec: {machine_type: n1-standard-4}\n    replica_count: 1\n    container_spec: {image_uri: x, command: [python3, t.py]}\n",
+        )
+        .unwrap();
+        let v = read(&p, None).unwrap();
+        assert_eq!(v["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"], "n1-standard-4", "{v}");
+        assert_eq!(v["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"], json!(["python3", "t.py"]), "{v}");
+        let q = dir.path().join("job.yaml");
+        std::fs::write(&q, "display_name: d\nlabels: {my_team: a}\njob_spec:\n  worker_pool_specs:\n  - machine_spec: {machine_type: n1-standard-4}\n    replica_count: 1\n    container_spec: {image_uri: x}\n").unwrap();
+        let v = read(&q, None).unwrap();
+        assert_eq!((v["displayName"].as_str(), v["labels"]["my_team"].as_str()), (Some("d"), Some("a")), "{v}");
     }
 
     #[test]
