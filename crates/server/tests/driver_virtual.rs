@@ -184,8 +184,25 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// An executor whose observations of jobs' files never answer (a file system that hangs);
+/// everything else is the real pool's.
+struct NoObservations(Arc<trainyard_server::executor::Pool>);
+
+impl trainyard_server::executor::Executor for NoObservations {
+    fn submit(&self, work: trainyard_server::executor::Work) {
+        if !matches!(work, trainyard_server::executor::Work::Observe { .. }) {
+            self.0.submit(work);
+        }
+    }
+}
+
 impl Harness {
     fn new(script: Script) -> Harness {
+        Harness::with(script, false)
+    }
+
+    /// `hung_scans`: observations of jobs' files never answer.
+    fn with(script: Script, hung_scans: bool) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let cfg = Config::builtin(Some(dir.path().join("data")));
         std::fs::create_dir_all(&cfg.data_dir).unwrap();
@@ -211,7 +228,12 @@ impl Harness {
         let store = Store::open(&db).unwrap();
         let b = backend.clone() as Arc<dyn Backend>;
         let (mut driver, tx) = Driver::with_parts(svc, store, clock.clone(), move |sink, report| {
-            Arc::new(trainyard_server::executor::Pool::new(b, sink, report, 0))
+            let pool = Arc::new(trainyard_server::executor::Pool::new(b, sink, report, 0));
+            if hung_scans {
+                Arc::new(NoObservations(pool)) as Arc<dyn trainyard_server::executor::Executor>
+            } else {
+                pool
+            }
         });
         driver.recover().unwrap();
         Harness { driver, tx, clock, backend, db, _dir: dir }
@@ -477,6 +499,25 @@ fn l21_checkpoint_scan_is_off_the_driver_thread_and_stays_below_its_root() {
     assert_eq!(h.job(id).checkpoint.last_write, Some(start + 3 * HOUR));
     assert_eq!(h.state(id), "JOB_STATE_RUNNING");
     h.cancel(id);
+}
+
+/// L19 fires at its own time and never waits for an observation of the job's files: a job
+/// that watches for hangs (every tick of it looks at its replicas' writes first) times out
+/// at `scheduling.timeout` even when that observation never answers.
+#[test]
+fn l19_the_timeout_never_waits_for_a_scan_of_the_jobs_files() {
+    let mut h = Harness::with(Script::default(), true);
+    let body = serde_json::json!({"displayName": "v", "labels": {"trainyard-hang-after-secs": "600"}, "jobSpec": {
+        "workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                             "containerSpec": {"imageUri": "i", "command": ["sleep", "6000"]}}],
+        "scheduling": {"timeout": "100s"}}});
+    let id = h.create_body(body);
+    h.until("running", |h| h.state(id) == "JOB_STATE_RUNNING");
+    h.clock.advance(101);
+    // The clock stays where it is: the timeout must not wait for SCAN_HOLD to pass.
+    h.until("the timeout applied at once", |h| !matches!(h.job(id).phase, trainyard_core::Phase::Running { .. }));
+    let log = Store::open(&h.db).unwrap().events(id, 0).unwrap().into_iter().map(|e| e.text).collect::<Vec<_>>().join("\n");
+    assert!(log.contains("L19"), "{log}");
 }
 
 /// A deleted job's files that cannot be removed (here a mount point inside its run
