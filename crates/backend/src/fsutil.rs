@@ -107,11 +107,7 @@ pub fn now_micros() -> i64 {
 /// Formats microseconds since the epoch as RFC 3339 in UTC with six fractional digits:
 /// `2026-11-29T10:00:00.123456Z` (the epoch itself for an instant `time` cannot hold).
 pub fn format_rfc3339_micros(micros: i64) -> String {
-    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
-        .ok()
-        .and_then(|t| t.format(&fmt).ok())
-        .unwrap_or_else(|| "1970-01-01T00:00:00.000000Z".into())
+    trainyard_core::clock_text::rfc3339(micros, trainyard_core::clock_text::Digits::Micros)
 }
 
 #[cfg(test)]

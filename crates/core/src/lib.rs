@@ -3,6 +3,7 @@
 
 pub mod capacity;
 pub mod catalog;
+pub mod clock_text;
 pub mod collections;
 pub mod env;
 pub mod fleet;

@@ -1284,11 +1284,7 @@ fn starving_note(cfg: &SchedulerConfig) -> String {
 /// RFC 3339 (UTC, seconds) of a time in µs since the epoch (the epoch itself for an
 /// instant `time` cannot hold).
 pub fn rfc3339(us: Micros) -> String {
-    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-    time::OffsetDateTime::from_unix_timestamp(us.div_euclid(SECOND))
-        .ok()
-        .and_then(|t| t.format(&fmt).ok())
-        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
+    crate::clock_text::rfc3339(us, crate::clock_text::Digits::Seconds)
 }
 
 fn fmt_dur(us: Micros) -> String {

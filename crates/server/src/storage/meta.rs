@@ -227,11 +227,7 @@ pub fn now_us() -> i64 {
 
 /// RFC 3339 with milliseconds, UTC, as the API writes times.
 pub fn rfc3339(us: i64) -> String {
-    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
-    time::OffsetDateTime::from_unix_timestamp_nanos(us as i128 * 1000)
-        .ok()
-        .and_then(|t| t.format(&fmt).ok())
-        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".into())
+    trainyard_core::clock_text::rfc3339(us, trainyard_core::clock_text::Digits::Millis)
 }
 
 /// Read the metadata attribute of an open file; None when there is none, it does not
