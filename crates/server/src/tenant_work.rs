@@ -111,18 +111,18 @@ impl Gate {
         st.flags.push((task.key.clone(), Arc::clone(&task.cancel)));
     }
 
-    /// The slot of a piece that ended is given back, and the first waiting piece whose
-    /// project has room takes one.
-    fn next(&self, done: &Task) -> Option<Task> {
+    /// The slot of `project`'s piece that ended (its cancel flag `done`) is given back,
+    /// and the first waiting piece whose project has room takes one.
+    fn next(&self, project: &str, done: &Arc<AtomicBool>) -> Option<Task> {
         let mut st = self.inner.state();
         st.total = st.total.saturating_sub(1);
-        if let Some(n) = st.running.get_mut(&done.project) {
+        if let Some(n) = st.running.get_mut(project) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                st.running.remove(&done.project);
+                st.running.remove(project);
             }
         }
-        if let Some(i) = st.flags.iter().position(|(_, f)| Arc::ptr_eq(f, &done.cancel)) {
+        if let Some(i) = st.flags.iter().position(|(_, f)| Arc::ptr_eq(f, done)) {
             st.flags.swap_remove(i);
         }
         let i = st.waiting.iter().position(|t| self.has_room(&st, &t.project))?;
@@ -146,8 +146,7 @@ impl Gate {
                     tracing::error!("{} work of project {project} ({key}) panicked", gate.inner.name);
                 }
                 (gate.inner.cpu)(&project, (thread_cpu() - before).max(0.0));
-                let noop: Run = Box::new(|_| {});
-                task = gate.next(&Task { project, key, cancel, run: noop });
+                task = gate.next(&project, &cancel);
             }
         });
         match spawned {
@@ -157,11 +156,10 @@ impl Gate {
             }
             Err(e) => {
                 tracing::error!("cannot start a thread for {} work of project {}: {e}", self.inner.name, task.project);
-                let Task { project, key, cancel, run } = task;
+                let Task { project, cancel, run, .. } = task;
                 cancel.store(true, Ordering::SeqCst);
                 run(&cancel);
-                let noop: Run = Box::new(|_| {});
-                if let Some(next) = self.next(&Task { project, key, cancel, run: noop }) {
+                if let Some(next) = self.next(&project, &cancel) {
                     self.start(next);
                 }
             }
