@@ -737,20 +737,26 @@ impl Job {
         Some(admitted.saturating_add(self.policy.timeout).saturating_sub(self.policy.timeout_warning))
     }
 
+    /// L19: when the job's time limit, or the warning before it, is due next (None before
+    /// admission and once the job is stopping for another reason).
+    pub fn timeout_due(&self) -> Option<Micros> {
+        let admitted = self.admitted_at()?;
+        if matches!(self.phase, Phase::Stopping { .. }) {
+            return None;
+        }
+        let limit = admitted.saturating_add(self.policy.timeout);
+        Some(self.timeout_warning_due().map_or(limit, |w| w.min(limit)))
+    }
+
     /// The next moment at which `step(.., Event::Tick, ..)` has something to do, or (for
     /// a retry backoff that has not ended by `now`) at which the job wants placement.
     pub fn next_deadline(&self, settings: &Settings, now: Micros) -> Option<Micros> {
         let mut best: Option<Micros> = None;
         let mut consider = |t: Micros| best = Some(best.map_or(t, |b| b.min(t)));
-        if let Some(admitted) = self.admitted_at() {
-            // L19: the timeout runs from admission; a job already stopping for another
-            // reason is left to finish stopping.
-            if !matches!(self.phase, Phase::Stopping { .. }) {
-                consider(admitted.saturating_add(self.policy.timeout));
-                if let Some(t) = self.timeout_warning_due() {
-                    consider(t);
-                }
-            }
+        // L19: the timeout runs from admission; a job already stopping for another reason
+        // is left to finish stopping.
+        if let Some(t) = self.timeout_due() {
+            consider(t);
         }
         match &self.phase {
             Phase::Pending { wait: Wait::Placement { not_before }, .. } if *not_before > now => consider(*not_before),

@@ -387,10 +387,7 @@ impl Driver {
             let activity = self.activity_files(id);
             // L19: a timeout (or its warning) that is due fires now, on its own, never
             // after a scan of the job's files (one that hangs would hold it SCAN_HOLD).
-            let l19_due = self.jobs.get(&id).is_some_and(|l| {
-                let due = |t: Micros| t <= now;
-                l.job.admitted_at().is_some_and(|a| due(a.saturating_add(l.job.policy.timeout))) || l.job.timeout_warning_due().is_some_and(due)
-            });
+            let l19_due = self.jobs.get(&id).and_then(|l| l.job.timeout_due()).is_some_and(|t| t <= now);
             if !l19_due && (checkpoints.is_some() || !activity.is_empty()) {
                 match self.scans.get(&id).copied() {
                     None => {
