@@ -137,14 +137,15 @@ async fn list_studies(
     let mut last = None;
     for (id, resource, core) in rows.into_iter().take(size) {
         last = Some(id);
-        let stored = serde_json::from_str::<Value>(&resource).ok().and_then(|v| v["name"].as_str().and_then(crate::kinds::place_of));
-        if !crate::kinds::belongs(stored, &project, &region, &format!("study {id}")) {
-            continue;
-        }
-        studies.push(render_vizier_study(id, &resource, &core).unwrap_or_else(|damage| {
+        let study = render_vizier_study(id, &resource, &core).unwrap_or_else(|damage| {
             // Shown, not hidden: a record that cannot be read is listed as INACTIVE.
             serde_json::json!({"name": study_name(&project, &region, id), "state": "INACTIVE", "inactiveReason": damaged(damage).message})
-        }));
+        });
+        // The name rendered from the record's own state, as `study` checks it for a get.
+        let stored = study["name"].as_str().and_then(crate::kinds::place_of);
+        if crate::kinds::belongs(stored, &project, &region, &format!("study {id}")) {
+            studies.push(study);
+        }
     }
     let mut resp = serde_json::Map::new();
     if !studies.is_empty() {
