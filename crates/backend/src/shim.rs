@@ -1292,8 +1292,19 @@ const STEP_IDENTITY: u8 = b'u';
 const STEP_CGROUP: u8 = b'c';
 const STEP_PIDS_CGROUP: u8 = b'p';
 
-extern "C" {
-    static mut environ: *const *const libc::c_char;
+/// The places `execvp` would try for `program` in the program's own environment (`env`,
+/// the last value of each name): the program itself if its name has a slash, else each
+/// directory of that environment's PATH (glibc's `/bin:/usr/bin` without one; an empty
+/// entry is the working directory). Made before the clone, so the child searches without
+/// reading or writing the process's `environ`, which a vfork-like child shares with every
+/// thread of its parent.
+fn exec_candidates(program: &str, env: &std::collections::BTreeMap<&str, &str>) -> Result<Vec<CString>, io::Error> {
+    let c = |s: String| CString::new(s).map_err(|_| nul_byte());
+    if program.contains('/') {
+        return Ok(vec![c(program.to_string())?]);
+    }
+    let path = env.get("PATH").copied().unwrap_or("/bin:/usr/bin");
+    path.split(':').map(|dir| c(if dir.is_empty() { program.to_string() } else { format!("{}/{program}", dir.trim_end_matches('/')) })).collect()
 }
 
 /// The argument `Command` would refuse: it reports a NUL byte in the program, an argument,
@@ -1323,7 +1334,9 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
     use std::collections::BTreeMap;
     let launch = |what: &str, e: io::Error| SpawnFailure::Launch(format!("{what}: {e}"));
     let refused = || start_failure(program, nul_byte());
-    let program_c = CString::new(program.as_bytes()).map_err(|_| refused())?;
+    if program.contains('\0') {
+        return Err(refused());
+    }
     let argv = spec.argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>().map_err(|_| refused())?;
     // As `Command::env_clear().envs(..)`: one entry per name, the last value, sorted.
     let env: BTreeMap<&str, &str> = spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -1331,6 +1344,18 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
     let cwd = spec.cwd.as_ref().map(|c| CString::new(c.as_os_str().as_bytes())).transpose().map_err(|_| refused())?;
     let argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect();
     let envp_p: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
+    if program.is_empty() {
+        return Err(start_failure(program, io::Error::from_raw_os_error(libc::ENOENT)));
+    }
+    let candidates = exec_candidates(program, &env).map_err(|_| refused())?;
+    let candidates_p: Vec<*const libc::c_char> = candidates.iter().map(|c| c.as_ptr()).collect();
+    // A file without a `#!` line is run by /bin/sh, as execvp does: [sh, file, args...],
+    // the file put in by the child.
+    let mut script_argv: Vec<*const libc::c_char> =
+        [c"/bin/sh".as_ptr(), std::ptr::null()].into_iter().chain(argv_p.iter().skip(1).copied()).collect();
+    if argv_p.len() <= 1 {
+        script_argv.push(std::ptr::null());
+    }
 
     let null = File::open("/dev/null").map_err(|e| launch("open /dev/null", e))?;
     let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| launch("pipe", e.into()));
@@ -1343,7 +1368,8 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
         err: err_w.as_raw_fd(),
         report: report_w.as_raw_fd(),
         cwd: cwd.as_ref().map(|c| c.as_ptr()),
-        program: program_c.as_ptr(),
+        candidates: &candidates_p,
+        script_argv: script_argv.as_mut_ptr(),
         argv: &argv_p,
         envp: &envp_p,
         limits,
@@ -1380,8 +1406,6 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
             let mut stack: Vec<u8> = Vec::with_capacity(VFORK_STACK);
             // 16-byte aligned end (the stack grows down).
             let top = ((stack.as_mut_ptr() as usize + VFORK_STACK) & !15) as *mut libc::c_void;
-            // SAFETY: `environ` is read here and written back below, in this one thread.
-            let saved_environ = unsafe { environ };
             // SAFETY: a vfork-like clone: the child runs `vfork_child` on `stack` in this
             // process's memory while this thread is suspended, until the child execs or
             // exits; `child` and everything it points to outlive that. The child only
@@ -1389,9 +1413,6 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
             let r = unsafe {
                 libc::clone(vfork_child, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, &child as *const ChildArgs as *mut libc::c_void)
             };
-            // SAFETY: the child set `environ` (shared memory) to `envp`, which is freed
-            // when this function returns: the shim's own is put back.
-            unsafe { environ = saved_environ };
             drop(stack);
             if r < 0 {
                 return Err(start_failure(program, io::Error::last_os_error()));
@@ -1451,7 +1472,11 @@ struct ChildArgs<'a> {
     err: libc::c_int,
     report: libc::c_int,
     cwd: Option<*const libc::c_char>,
-    program: *const libc::c_char,
+    /// The paths to try in turn ([`exec_candidates`]).
+    candidates: &'a [*const libc::c_char],
+    /// `[/bin/sh, <file>, args..., NULL]`: the child writes the file into the second
+    /// place before running a file the kernel cannot (`ENOEXEC`).
+    script_argv: *mut *const libc::c_char,
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     limits: Limits,
@@ -1474,9 +1499,10 @@ extern "C" fn vfork_child(arg: *mut libc::c_void) -> libc::c_int {
 /// one (its parent suspended until it execs or exits), with valid descriptors and
 /// NUL-terminated strings and pointer arrays. It makes system calls on that memory only:
 /// no allocation, no lock, no unwinding; what it writes of the shared memory is `errno`
-/// and `environ` (which the parent puts back).
+/// and the second place of `script_argv`, never `environ` (other threads of a vfork-like
+/// child's parent may be reading it).
 unsafe fn exec_child(a: &ChildArgs<'_>) -> ! {
-    let ChildArgs { null, out, err, report, cwd, program, argv, envp, limits, join } = *a;
+    let ChildArgs { null, out, err, report, cwd, candidates, script_argv, argv, envp, limits, join } = *a;
     let fail = |step: u8| -> ! {
         let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
         let msg = [step, errno[0], errno[1], errno[2], errno[3]];
@@ -1489,9 +1515,8 @@ unsafe fn exec_child(a: &ChildArgs<'_>) -> ! {
     if let Some(step) = join.and_then(Join::join) {
         fail(step);
     }
-    // SAFETY: dup2/chdir/setpgid/execvp on descriptors and strings valid in this child;
-    // `environ` is set to an array that outlives the exec (a vfork-like child's parent
-    // puts its own back).
+    // SAFETY: dup2/chdir/setpgid/execve on descriptors, strings and arrays valid in this
+    // child, each array NULL-terminated.
     unsafe {
         if libc::dup2(null, 0) < 0 || libc::dup2(out, 1) < 0 || libc::dup2(err, 2) < 0 {
             fail(STEP_STDIO);
@@ -1509,8 +1534,26 @@ unsafe fn exec_child(a: &ChildArgs<'_>) -> ! {
         if drop_identity(limits).is_err() {
             fail(STEP_IDENTITY);
         }
-        environ = envp.as_ptr();
-        libc::execvp(program, argv.as_ptr());
+        // execvp's search, in the program's environment: a place that does not exist or
+        // cannot be reached is passed over; one that cannot be run (EACCES) is remembered;
+        // any other failure ends the search with its errno.
+        let mut denied = false;
+        for &file in candidates {
+            libc::execve(file, argv.as_ptr(), envp.as_ptr());
+            match *libc::__errno_location() {
+                libc::ENOEXEC => {
+                    *script_argv.add(1) = file;
+                    libc::execve(c"/bin/sh".as_ptr(), script_argv as *const *const libc::c_char, envp.as_ptr());
+                    fail(STEP_EXEC)
+                }
+                libc::EACCES => denied = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => fail(STEP_EXEC),
+            }
+        }
+        if denied {
+            *libc::__errno_location() = libc::EACCES;
+        }
     }
     fail(STEP_EXEC)
 }
@@ -1794,8 +1837,8 @@ mod tests {
 
     /// The vfork-like start (what a replica's program gets on cgroup v1): the program runs
     /// with exactly the spec's environment, in its working directory and its own process
-    /// group, its output on the pipes; the shim's own environment is intact afterwards
-    /// (the child set `environ` in the memory they share).
+    /// group, its output on the pipes, found in that environment's PATH; the process's own
+    /// environment is never touched (the child shares its memory with every thread).
     #[test]
     fn a_vfork_like_child_runs_the_program_and_leaves_the_shim_intact() {
         let dir = tempfile::tempdir().unwrap();
@@ -1818,6 +1861,49 @@ mod tests {
         let pid = p.pid.to_string();
         assert_eq!(out.trim(), format!("hello {} {pid} {pid}", dir.path().display()), "environment, directory, own process group");
         assert_eq!(err, "oops\n");
+    }
+
+    /// The program is looked for as execvp does, in the PATH of the program's environment
+    /// (not the shim's): missing places are passed over, a file that cannot be run is
+    /// remembered (EACCES if nothing else is found), a file without `#!` is run by /bin/sh.
+    #[test]
+    fn a_vfork_like_child_searches_the_programs_path_as_execvp_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::create_dir(&a).unwrap();
+        fs::create_dir(&b).unwrap();
+        fs::write(a.join("prog"), "echo from-a\n").unwrap();
+        fs::set_permissions(a.join("prog"), fs::Permissions::from_mode(0o644)).unwrap();
+        // Written by another process: a descriptor open for writing in this one would be
+        // copied into the children that other tests start meanwhile, and the file could
+        // not be run while they hold it (ETXTBSY).
+        let written = std::process::Command::new("sh")
+            .args(["-c", "printf 'echo from-b \"$1\"\\n' > \"$0\" && chmod 755 \"$0\""])
+            .arg(b.join("prog"))
+            .status()
+            .unwrap();
+        assert!(written.success());
+        let run = |path: String| {
+            let spec = ShimSpec::new(vec!["prog".into(), "x".into()], vec![("PATH".into(), path)]);
+            spawn_direct(&spec, "prog", None, &no_join(), NO_LIMITS).map(|mut p| {
+                let mut out = String::new();
+                p.stdout.read_to_string(&mut out).unwrap();
+                let mut status = 0;
+                unsafe { libc::waitpid(p.pid as i32, &mut status, 0) };
+                out
+            })
+        };
+        let out = run(format!("/nonexistent:{}:{}", a.display(), b.display())).ok().expect("found in b");
+        assert_eq!(out, "from-b x\n");
+        match run(format!("/nonexistent:{}", a.display())) {
+            Err(SpawnFailure::Start(m)) => assert!(m.contains("Permission denied"), "{m}"),
+            _ => panic!("a file that cannot be run is not reported as such"),
+        }
+        match run("/nonexistent".into()) {
+            Err(SpawnFailure::Start(m)) => assert!(m.contains("No such file"), "{m}"),
+            _ => panic!("a program found nowhere is not reported as such"),
+        }
     }
 
     /// Its failures are told apart as `Command`'s are: a program that cannot be run is the
