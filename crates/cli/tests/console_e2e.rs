@@ -453,14 +453,22 @@ fn study() -> Value {
 fn restarts_job(dir: &Path) -> Value {
     let worker = format!(
         "f={}/restart-marker-$RANK; n=$(cat $f 2>/dev/null || echo 0); echo $((n+1)) > $f; echo worker run $n; sleep 0.3; \
-         if [ $n -lt 2 ]; then echo dying >&2; kill -9 $$; fi; sleep 1; echo worker done",
+         if [ $n -lt 2 ]; then echo dying >&2; kill -9 $$; fi; sleep 1; echo worker done; touch {}/worker-done-$RANK",
+        dir.display(),
+        dir.display()
+    );
+    // The primary ends the job (L17): it waits for both workers' last runs (at most 60 s),
+    // which on a busy machine may end after its own ten steps.
+    let chief = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do echo step $i; sleep 0.3; done; \
+         for i in $(seq 600); do [ $(ls {}/worker-done-* 2>/dev/null | wc -l) -ge 2 ] && break; sleep 0.1; done",
         dir.display()
     );
     json!({
         "displayName": "restarts",
         "jobSpec": {"workerPoolSpecs": [
             {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
-             "containerSpec": {"imageUri": "python:3.11", "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo step $i; sleep 0.3; done"]}},
+             "containerSpec": {"imageUri": "python:3.11", "command": ["sh", "-c", chief]}},
             {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "2",
              "containerSpec": {"imageUri": "python:3.11", "command": ["sh", "-c", worker]}}
         ]}
