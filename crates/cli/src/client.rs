@@ -97,8 +97,12 @@ pub struct PathFlags {
 pub struct WaitFlag {
     /// Wait until the job ends, with a progress line on stderr; exit 0 when it SUCCEEDED,
     /// 1 when it FAILED, 130 when it was cancelled (Ctrl-C stops waiting, the job goes on).
+    /// A CustomJob's output is printed as it comes, as local-run prints it.
     #[arg(long)]
     wait: bool,
+    /// With --wait: leave the job's output out (the progress line and the end only).
+    #[arg(long, requires = "wait")]
+    no_logs: bool,
 }
 
 #[derive(Subcommand)]
@@ -450,10 +454,10 @@ fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Re
     let api = Api::new(target)?;
     let url = api.resource_url(kind.collection, id)?;
     let mut v = api.send("GET", &url, None)?;
-    // A CustomJob's decision trail: each lifecycle event with the rule that made it.
+    // A CustomJob's events: what happened, each with the rule that made it.
     if kind.collection == CUSTOM_JOBS.collection {
-        if let (Some(trail), Some(obj)) = (decision_trail(&api, &url), v.as_object_mut()) {
-            obj.insert("decisions".into(), Value::Array(trail));
+        if let (Some(trail), Some(obj)) = (events(&api, &url, format), v.as_object_mut()) {
+            obj.insert("events".into(), Value::Array(trail));
         }
     }
     // A study's best trial, summed up at the top.
@@ -476,16 +480,24 @@ fn describe(kind: &Kind, target: Target, id: &str, format: Format) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-/// The lifecycle events of a job's log, `TIME RULE: TEXT` each; `None` when the log
-/// cannot be read (the job is described without it).
-fn decision_trail(api: &Api, url: &str) -> Option<Vec<Value>> {
+/// The lifecycle events of a job's log: `TIME TEXT [RULE]` each, in words first, or with
+/// `--format=json` an object with `time`, `text` and `rule`; `None` when the log cannot be
+/// read (the job is described without it).
+fn events(api: &Api, url: &str, format: Format) -> Option<Vec<Value>> {
     let mut resp = api.request("GET", &format!("{url}/logs"), None).ok()?;
     let text = resp.body_mut().read_to_string().ok()?;
     Some(
         text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["stream"] == "event")
-            .map(|e| Value::String(format!("{} {}", e["time"].as_str().unwrap_or(""), e["text"].as_str().unwrap_or(""))))
+            .filter_map(|l| serde_json::from_str::<trainyard_server::logs::Entry>(l).ok())
+            .filter(|e| e.stream == "event")
+            .map(|e| {
+                let words = trainyard_server::logs::plain_text(&e.text);
+                match (format, &e.rule) {
+                    (Format::Json, rule) => serde_json::json!({"time": e.time, "text": words, "rule": rule}),
+                    (_, Some(rule)) => Value::String(format!("{} {words} [{rule}]", e.time)),
+                    (_, None) => Value::String(format!("{} {words}", e.time)),
+                }
+            })
             .collect(),
     )
 }
@@ -510,11 +522,11 @@ fn delete(kind: &Kind, target: Target, id: &str) -> anyhow::Result<ExitCode> {
 
 /// After a create: the message (or the resource with `--format`), and with `--wait` the
 /// wait until the job ends.
-fn created(kind: &Kind, api: &Api, resource: Value, wait: bool, format: Option<Format>) -> anyhow::Result<ExitCode> {
+fn created(kind: &Kind, api: &Api, resource: Value, wait: WaitFlag, format: Option<Format>) -> anyhow::Result<ExitCode> {
     let name = resource["name"].as_str().unwrap_or("").to_string();
     let noun = kind.title;
     let cmd = kind.command;
-    if !wait {
+    if !wait.wait {
         match format {
             Some(f) => print_value(&resource, f)?,
             None => {
@@ -532,7 +544,10 @@ fn created(kind: &Kind, api: &Api, resource: Value, wait: bool, format: Option<F
         let _ = std::io::stdout().flush();
     }
     let url = api.resource_url(kind.collection, &name)?;
-    let (code, end) = wait_for(kind, api, &url, &name)?;
+    // A CustomJob's output, followed beside the wait (a tuning job's trials have
+    // `stream-logs`, with a prefix per trial).
+    let output = (format.is_none() && !wait.no_logs && kind.collection == CUSTOM_JOBS.collection).then(|| follow_in_background(api, &url));
+    let (code, end) = wait_for(kind, api, &url, &name, output)?;
     if let Some(f) = format {
         print_value(&end, f)?;
     }
@@ -546,10 +561,37 @@ extern "C" fn on_interrupt(_: nix::libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Poll a job until it ends, with a progress line; returns the exit code for its end
-/// state and the ended job. A server that stops answering for a while (a restart) is
-/// waited for; Ctrl-C stops waiting (exit 130) and leaves the job alone.
-fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8, Value)> {
+/// A job's log entries, followed on a thread of their own until the job ends ([`follow_log`]),
+/// each sent as the line the logs API gave; the channel closes when the thread ends.
+fn follow_in_background(api: &Api, url: &str) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (api, url) = (api.clone(), url.to_string());
+    std::thread::spawn(move || {
+        let sent = follow_entries(&api, &url, &LogSelection::default(), &mut |line: &str, _: &Value| {
+            tx.send(line.to_string()).map_err(|_| anyhow::anyhow!("no longer read"))
+        });
+        if let Err(e) = sent {
+            let _ = tx.send(format!("{{\"stream\":\"event\",\"replica\":\"service\",\"time\":\"\",\"attempt\":0,\"restart\":0,\"text\":{}}}", Value::String(format!("cannot follow the job's output: {e:#}"))));
+        }
+    });
+    rx
+}
+
+/// Prints `lines` (the job's log entries as the logs API gives them) as local-run prints
+/// them, after clearing the progress line.
+fn print_output(lines: impl Iterator<Item = String>, progress: &mut Progress, printed: &mut crate::local_run::Printed) {
+    let entries: Vec<trainyard_server::logs::Entry> = lines.filter_map(|l| serde_json::from_str(&l).ok()).collect();
+    if !entries.is_empty() {
+        progress.clear();
+        crate::local_run::print_entries(&entries, printed);
+    }
+}
+
+/// Poll a job until it ends, with a progress line (and the job's output, from `output`);
+/// returns the exit code for its end state and the ended job. A server that stops
+/// answering for a while (a restart) is waited for; Ctrl-C stops waiting (exit 130) and
+/// leaves the job alone.
+fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str, output: Option<std::sync::mpsc::Receiver<String>>) -> anyhow::Result<(u8, Value)> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let action = SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESTART, SigSet::empty());
     // SAFETY: the handler only stores to an atomic.
@@ -559,7 +601,11 @@ fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8
     let mut progress = Progress::stderr("");
     let mut failing_since: Option<Instant> = None;
     let mut next_poll = Instant::now();
+    let mut printed = crate::local_run::Printed::default();
     loop {
+        if let Some(o) = &output {
+            print_output(o.try_iter(), &mut progress, &mut printed);
+        }
         if INTERRUPTED.load(Ordering::SeqCst) {
             progress.clear();
             eprintln!("Stopped waiting; {} [{name}] goes on. Cancel it with: trainyard {} cancel {id}", kind.title, kind.command);
@@ -572,11 +618,23 @@ fn wait_for(kind: &Kind, api: &Api, url: &str, name: &str) -> anyhow::Result<(u8
                     failing_since = None;
                     let state = v["state"].as_str().unwrap_or("").to_string();
                     if let Some(code) = progress::exit_code(&state) {
+                        // The rest of the output: its stream ends with the job (10 s at
+                        // most, for a server slow to say so).
+                        if let Some(o) = &output {
+                            let until = Instant::now() + Duration::from_secs(10);
+                            while Instant::now() < until {
+                                match o.recv_timeout(Duration::from_millis(100)) {
+                                    Ok(line) => print_output(std::iter::once(line).chain(o.try_iter()), &mut progress, &mut printed),
+                                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                                }
+                            }
+                        }
                         progress.clear();
                         eprintln!("{} [{name}] ended: {state} after {}.", kind.title, progress::duration(progress.elapsed()));
                         if let Some(msg) = v["error"]["message"].as_str() {
-                            let code = trainyard_api::Code::describe_number(v["error"]["code"].as_i64().unwrap_or(2));
-                            eprintln!("error (code {code}): {msg}");
+                            let (first, cut) = printed.shorten(msg);
+                            eprintln!("{}", crate::local_run::error_line(v["error"]["code"].as_i64().unwrap_or(2), first, cut));
                         }
                         return Ok((code, v));
                     }
@@ -712,6 +770,24 @@ fn best_trial_summary(study: &Value) -> Vec<String> {
 /// twice; a server that stops answering is asked again for up to 2 minutes (one that
 /// never answered is an error at once).
 fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    follow_entries(api, job_url, sel, &mut |_, e| {
+        let who = match e["stream"].as_str() {
+            Some("event") => "trainyard".to_string(),
+            _ => e["replica"].as_str().unwrap_or("?").to_string(),
+        };
+        let text = e["text"].as_str().unwrap_or("");
+        let text = if e["stream"] == "event" { trainyard_server::logs::plain_text(text) } else { text };
+        let mut out = stdout.lock();
+        writeln!(out, "{prefix}{} {}: {}", e["time"].as_str().unwrap_or(""), who, text)?;
+        out.flush()?;
+        Ok(())
+    })
+}
+
+/// Each entry of a job's log, given to `emit` (its line as the logs API sent it, and that
+/// line read), following the log until the job ends; see [`follow_log`].
+fn follow_entries(api: &Api, job_url: &str, sel: &LogSelection, emit: &mut dyn FnMut(&str, &Value) -> anyhow::Result<()>) -> anyhow::Result<()> {
     let mut query = String::new();
     if let Some(r) = &sel.replica {
         query.push_str(&format!("&replica={}", encode(r)));
@@ -740,7 +816,7 @@ fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> any
             Ok(resp) => {
                 failing_since = None;
                 followed = true;
-                print_entries(BufReader::new(resp.into_body().into_reader()), prefix, &mut last)?
+                new_entries(BufReader::new(resp.into_body().into_reader()), &mut last, emit)?
             }
             // A server that never answered is said at once, as by every command.
             Err(e) if e.transient() && followed => true,
@@ -763,10 +839,9 @@ fn follow_log(api: &Api, job_url: &str, prefix: &str, sel: &LogSelection) -> any
     }
 }
 
-/// Print a stream's entries, skipping those shown already (`last`); whether the stream was
-/// cut (a read error) rather than ended.
-fn print_entries(reader: impl BufRead, prefix: &str, last: &mut Option<(String, HashSet<String>)>) -> anyhow::Result<bool> {
-    let stdout = std::io::stdout();
+/// A stream's entries to `emit`, skipping those given already (`last`); whether the stream
+/// was cut (a read error) rather than ended.
+fn new_entries(reader: impl BufRead, last: &mut Option<(String, HashSet<String>)>, emit: &mut dyn FnMut(&str, &Value) -> anyhow::Result<()>) -> anyhow::Result<bool> {
     for line in reader.lines() {
         let Ok(line) = line else { return Ok(true) };
         let e: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
@@ -781,13 +856,7 @@ fn print_entries(reader: impl BufRead, prefix: &str, last: &mut Option<(String, 
             Some((t, _)) if time.as_str() < t.as_str() => continue,
             _ => *last = Some((time.clone(), HashSet::from([line.clone()]))),
         }
-        let who = match e["stream"].as_str() {
-            Some("event") => "trainyard".to_string(),
-            _ => e["replica"].as_str().unwrap_or("?").to_string(),
-        };
-        let mut out = stdout.lock();
-        writeln!(out, "{prefix}{time} {}: {}", who, e["text"].as_str().unwrap_or(""))?;
-        out.flush()?;
+        emit(&line, &e)?;
     }
     Ok(false)
 }
@@ -799,7 +868,7 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             let policy = PathPolicy::of(&api, paths);
             let body = build_job(display_name, &worker_pool_specs, config, &args, &command, &labels, &policy)?;
             let job = api.send("POST", &format!("{}/{}", api.base(), CUSTOM_JOBS.collection), Some(&body))?;
-            created(&CUSTOM_JOBS, &api, job, wait.wait, format.format)
+            created(&CUSTOM_JOBS, &api, job, wait, format.format)
         }
         JobCommand::List { target, limit, page_size, filter, format } => {
             list(&CUSTOM_JOBS, target, limit, page_size, filter, format.format)
@@ -1327,7 +1396,7 @@ pub fn run_studies(cmd: StudyCommand) -> anyhow::Result<ExitCode> {
                 job["labels"] = self::labels(&labels)?;
             }
             let resource = api.send("POST", &format!("{}/{}", api.base(), TUNING_JOBS.collection), Some(&job))?;
-            created(&TUNING_JOBS, &api, resource, wait.wait, format.format)
+            created(&TUNING_JOBS, &api, resource, wait, format.format)
         }
         // One page of at most 1000, as this command (which has no --limit) has always listed.
         StudyCommand::List { target, filter, format } => list(&TUNING_JOBS, target, Some(1000), None, filter, format.format),

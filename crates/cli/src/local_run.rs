@@ -166,8 +166,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
         // The replica's stderr was printed as it came (and a StartError's message with the
         // job's failure event): the error's copy of its last lines is not printed again.
         let (first, tail) = printed.shorten(&e.message);
-        let code = trainyard_api::Code::describe_number(i64::from(e.code));
-        eprintln!("[trainyard] error (code {code}): {first}{}", if tail { format!(" {ABOVE}") } else { String::new() });
+        eprintln!("[trainyard] {}", error_line(i64::from(e.code), first, tail));
     }
     if temporary {
         let _ = std::fs::remove_dir_all(&data_dir);
@@ -197,11 +196,20 @@ pub fn prefix(e: &logs::Entry) -> String {
 /// Said in place of a job error's last lines of stderr already printed.
 const ABOVE: &str = "(its last lines of stderr are above)";
 
+/// A job's error as the last line of a command that waited on it: what happened first, in
+/// the error's words, then the service's code (`3 (INVALID_ARGUMENT)` is the API's code,
+/// not the program's exit status, which the message gives). `cut`: the message's last
+/// lines of stderr were printed already and are left out.
+pub(crate) fn error_line(code: i64, message: &str, cut: bool) -> String {
+    let code = trainyard_api::Code::describe_number(code);
+    format!("error: {message}{} [error code {code}]", if cut { format!(" {ABOVE}") } else { String::new() })
+}
+
 /// The stderr lines printed so far (the newest few thousand): a job error's copy of its
 /// replica's last lines of stderr is not printed again when they were all printed already
 /// (a StartError's message, which no program printed, is).
 #[derive(Default)]
-struct Printed {
+pub(crate) struct Printed {
     lines: std::collections::VecDeque<String>,
 }
 
@@ -217,7 +225,7 @@ impl Printed {
 
     /// `message` without the `Last lines of stderr:` it ends with when every one of them
     /// was printed, and whether it was cut.
-    fn shorten<'a>(&self, message: &'a str) -> (&'a str, bool) {
+    pub(crate) fn shorten<'a>(&self, message: &'a str) -> (&'a str, bool) {
         match trainyard_core::step::split_stderr_tail(message) {
             (first, Some(tail)) if tail.lines().filter(|l| !l.is_empty()).all(|l| self.lines.iter().any(|p| p == l)) => (first, true),
             _ => (message, false),
@@ -225,14 +233,17 @@ impl Printed {
     }
 }
 
-fn print_entries(entries: &[logs::Entry], printed: &mut Printed) {
+pub(crate) fn print_entries(entries: &[logs::Entry], printed: &mut Printed) {
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
     let mut out = stdout.lock();
     let mut err = stderr.lock();
     for e in entries {
+        // An event in words, without its rule id (the logs API and `describe
+        // --format=json` keep it).
         let line = match (e.stream.as_str(), printed.shorten(&e.text)) {
-            ("event", (first, true)) => format!("{} {first} {ABOVE}", prefix(e)),
+            ("event", (first, true)) => format!("{} {} {ABOVE}", prefix(e), logs::plain_text(first)),
+            ("event", _) => format!("{} {}", prefix(e), logs::plain_text(&e.text)),
             _ => format!("{} {}", prefix(e), e.text),
         };
         if e.stream == "stderr" {

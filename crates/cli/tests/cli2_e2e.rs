@@ -126,7 +126,9 @@ fn every_printing_command_takes_format() {
 }
 
 /// `create --wait`: a progress line (plain lines on state changes when stderr is not a
-/// terminal, with the waiting reason), and the exit code of the job's end: 0, 1, 130.
+/// terminal, with the waiting reason), the job's output as it comes (events in words,
+/// without their rule ids; none with `--no-logs`), and the exit code of the job's end: 0,
+/// 1, 130.
 #[test]
 fn create_wait_reports_progress_and_exits_with_the_job() {
     let s = Server::start("[quotas.default]\ncustom_model_training_cpus = 4\n");
@@ -139,6 +141,26 @@ fn create_wait_reports_progress_and_exits_with_the_job() {
     assert!(err.contains("CustomJob [projects/cli/locations/us-central1/customJobs/1] ended: JOB_STATE_SUCCEEDED after"), "{err}");
     // One line per state, not one per poll.
     assert_eq!(err.matches("JOB_STATE_RUNNING").count(), 1, "{err}");
+    // The output, as local-run prints it; events in words.
+    assert!(stdout(&o).contains("[workerpool0-0] done"), "{}", text(&o));
+    assert!(err.contains("[trainyard] Job is running.") && err.contains("[trainyard] Job completed successfully."), "{err}");
+    assert!(!err.contains("L17"), "{err}");
+
+    // Its end said in words first: the program's status, then the service's code; the
+    // stderr lines printed already are not repeated.
+    let o = trainyard(&s, &["custom-jobs", "create", "--display-name=said", POOL, "--command=sh,-c,echo before; echo why >&2; exit 3", "--wait"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = stderr(&o);
+    assert!(stdout(&o).contains("[workerpool0-0] before"), "{}", text(&o));
+    assert!(err.contains("[workerpool0-0] why"), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(last.starts_with("error: The replica workerpool0-0 exited with a non-zero status of 3.") && last.ends_with("[error code 3 (INVALID_ARGUMENT)]"), "{err}");
+    assert_eq!(err.matches("why").count(), 1, "{err}");
+
+    // --no-logs: the progress and the end only.
+    let o = trainyard(&s, &["custom-jobs", "create", "--display-name=quiet", POOL, "--command=sh,-c,echo hush", "--wait", "--no-logs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!text(&o).contains("hush") && !text(&o).contains("[trainyard]"), "{}", text(&o));
 
     // FAILED: 1, with the job's error.
     let o = trainyard(&s, &["custom-jobs", "create", "--display-name=bad", POOL, "--command=sh,-c,exit 3", "--wait", "--format=json"]);

@@ -68,15 +68,19 @@ fn create_list_describe_logs_cancel() {
     let out = text(&o);
     assert!(out.contains("displayName: from-cli"), "{out}");
     assert!(out.contains("state: JOB_STATE_SUCCEEDED"), "{out}");
-    // The decision trail: every lifecycle event with its rule.
-    assert!(out.contains("decisions:") && out.contains("L7: Job is running.") && out.contains("L17: Job completed successfully."), "{out}");
+    // The events in words, each with the rule that made it after them.
+    assert!(out.contains("events:") && out.contains("Job is running. [L7]") && out.contains("Job completed successfully. [L17]"), "{out}");
+    let o = cli(&s, &["describe", id, "--format=json"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o)).unwrap();
+    let ran = v["events"].as_array().into_iter().flatten().find(|e| e["rule"] == "L7").cloned().unwrap_or_default();
+    assert_eq!(ran["text"], "Job is running.", "{v}");
 
     let o = cli(&s, &["stream-logs", &name]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("workerpool0-0: hello from cli"), "{out}");
     assert!(out.contains("workerpool0-0: args first second"), "{out}");
-    assert!(out.contains("trainyard: L17: Job completed successfully."), "{out}");
+    assert!(out.contains("trainyard: Job completed successfully."), "{out}");
 
     // Cancelling a finished job: the service's error, non-zero exit.
     let o = cli(&s, &["cancel", id]);

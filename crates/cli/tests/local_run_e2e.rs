@@ -43,7 +43,8 @@ fn l13_failing_example_exits_nonzero() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("The replica workerpool0-0 exited with a non-zero status of 3."), "{stderr}");
-    assert!(stderr.contains("error (code 3 (INVALID_ARGUMENT))"), "{stderr}");
+    assert!(stderr.contains("[trainyard] error: The replica workerpool0-0 exited with a non-zero status of 3."), "{stderr}");
+    assert!(stderr.contains("[error code 3 (INVALID_ARGUMENT)]"), "{stderr}");
     assert_eq!(stderr.matches("ValueError: bad record at line 1337").count(), 1, "{stderr}");
     assert!(stderr.contains("[workerpool0-0] ValueError: bad record at line 1337"), "{stderr}");
 }

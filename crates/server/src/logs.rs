@@ -8,8 +8,8 @@ use serde::Serialize;
 use trainyard_api::Timestamp;
 use trainyard_store::{Store, StoreError};
 
-/// One entry as the logs API and the CLI show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// One entry as the logs API and the CLI show it (and as the CLI reads it back).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Entry {
     pub time: String,
     pub attempt: u32,
@@ -32,6 +32,15 @@ pub fn cited_rule(text: &str) -> Option<String> {
     let digits = head.strip_prefix('L')?;
     let n = digits.trim_end_matches(|c: char| c.is_ascii_lowercase());
     (!n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit()) && digits.len() <= n.len() + 1).then(|| head.to_string())
+}
+
+/// An event's text as a person reads it: without the rule id it starts with (`L11: `),
+/// which the entry's `rule` field keeps.
+pub fn plain_text(text: &str) -> &str {
+    match cited_rule(text) {
+        Some(rule) => text[rule.len()..].trim_start_matches(':').trim_start(),
+        None => text,
+    }
 }
 
 /// Which entries a reader wants.
@@ -196,5 +205,8 @@ mod tests {
         assert_eq!(cited_rule("Lx: y"), None);
         assert_eq!(cited_rule("loss: 0.5"), None);
         assert_eq!(cited_rule("L123: too long"), None);
+        // In words, the rule left to the entry's field.
+        assert_eq!(plain_text("L12a: Replica x is restarting."), "Replica x is restarting.");
+        assert_eq!(plain_text("loss: 0.5"), "loss: 0.5");
     }
 }
