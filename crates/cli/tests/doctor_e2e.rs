@@ -60,11 +60,19 @@ fn doctor_says_what_is_missing_and_fails_only_on_failures() {
     assert!(String::from_utf8_lossy(&doctor.stderr).contains("bad.toml"), "{}", text(&doctor));
 }
 
+/// A starting server logs its host checks; doctor on the data directory it holds says so,
+/// as a failure naming its pid (a server started there would be refused).
 #[test]
 fn a_starting_server_logs_its_host_checks() {
     let s = Server::start("");
     let log = s.server_log();
     assert!(log.contains("host checks: ") && log.contains(" failures (trainyard doctor runs them all)"), "{log}");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let o = run(&["doctor", "--data-dir", s.data_dir().to_str().unwrap(), "--listen", &listen]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let pid = s.pid().expect("the server's pid");
+    assert!(out.lines().any(|l| l.starts_with("fail  data directory in use") && l.contains(&format!("pid {pid}"))), "{out}");
 }
 
 /// Under a systemd unit of Type=notify (packaging/trainyard.service) the server says

@@ -123,21 +123,44 @@ impl DataDirLock {
                 }
                 Ok(DataDirLock { _lock: lock })
             }
-            Err((_, Errno::EWOULDBLOCK)) => {
-                // The holder writes its pid right after taking the lock: give it a moment.
-                let mut pid = None;
-                for _ in 0..20 {
-                    pid = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<u32>().ok());
-                    if pid.is_some() {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                Err(LockError::Busy { dir: data_dir.to_owned(), pid })
-            }
+            Err((_, Errno::EWOULDBLOCK)) => Err(busy(data_dir)),
             Err((_, errno)) => Err(io_err(errno.into())),
         }
     }
+
+    /// Whether a server could take the lock now (`shared`: as a server of a PostgreSQL
+    /// store), without taking it: `Busy` with the holder's pid when another server holds
+    /// it. Nothing is created or written (`doctor` asks this of a directory it only looks
+    /// at); a directory without a lock file is free.
+    pub fn probe(data_dir: &Path, shared: bool) -> Result<(), LockError> {
+        let path = data_dir.join(LOCK_FILE);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(LockError::Io { path, source }),
+        };
+        let how = if shared { FlockArg::LockSharedNonblock } else { FlockArg::LockExclusiveNonblock };
+        match Flock::lock(file, how) {
+            Ok(_released_on_drop) => Ok(()),
+            Err((_, Errno::EWOULDBLOCK)) => Err(busy(data_dir)),
+            Err((_, errno)) => Err(LockError::Io { path, source: errno.into() }),
+        }
+    }
+}
+
+/// The lock of `data_dir` is held: by the pid its file names (the holder writes it right
+/// after taking the lock: it is given a moment).
+fn busy(data_dir: &Path) -> LockError {
+    let path = data_dir.join(LOCK_FILE);
+    let mut pid = None;
+    for _ in 0..20 {
+        pid = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<u32>().ok());
+        if pid.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    LockError::Busy { dir: data_dir.to_owned(), pid }
 }
 
 /// `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
@@ -166,9 +189,23 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
         assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+        // A probe (doctor's) says the same and changes nothing.
+        let e = DataDirLock::probe(dir.path(), false).unwrap_err();
+        assert!(matches!(e, LockError::Busy { pid: Some(p), .. } if p == std::process::id()), "{e}");
+        assert!(DataDirLock::probe(dir.path(), true).is_err(), "a shared lock is refused beside an exclusive one");
         drop(first);
+        DataDirLock::probe(dir.path(), false).unwrap();
         let again = DataDirLock::take(dir.path()).unwrap();
         drop(again);
+        // Servers of one PostgreSQL store share it: a probe for another of them passes.
+        let shared = DataDirLock::take_shared(dir.path()).unwrap();
+        DataDirLock::probe(dir.path(), true).unwrap();
+        assert!(DataDirLock::probe(dir.path(), false).is_err());
+        drop(shared);
+        // No lock file: free, and none is made.
+        let empty = tempfile::tempdir().unwrap();
+        DataDirLock::probe(empty.path(), false).unwrap();
+        assert!(!empty.path().join(LOCK_FILE).exists());
     }
 
     #[test]

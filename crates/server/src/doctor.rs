@@ -72,6 +72,7 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
         return out;
     }
     out.push(directory("data directory", &cfg.data_dir, cfg.replicas.uid_range.is_some()));
+    out.push(data_dir_holder(&cfg.data_dir, cfg.store.is_some()));
     out.push(directory("storage root", &cfg.storage_root, cfg.replicas.uid_range.is_some()));
     out.push(replica_users(cfg));
     if let Some(location) = &cfg.store {
@@ -357,9 +358,41 @@ fn containers(cfg: &Config) -> Finding {
     }
 }
 
+/// Is the data directory free for a server of this config (`shared`: servers of one
+/// PostgreSQL store share it), or held by another one?
+fn data_dir_holder(dir: &Path, shared: bool) -> Finding {
+    const CHECK: &str = "data directory in use";
+    match crate::datadir::DataDirLock::probe(dir, shared) {
+        Ok(()) => Finding::ok(CHECK, if shared { "by no server of another store" } else { "by no other server" }),
+        Err(e @ crate::datadir::LockError::Busy { pid, .. }) => Finding::fail(
+            CHECK,
+            e.to_string(),
+            match pid {
+                Some(pid) => format!("a server started with this config would be refused: stop that one (systemctl stop trainyard, or kill {pid}) or give this one another data_dir"),
+                None => "a server started with this config would be refused: stop the other one or give this one another data_dir".to_string(),
+            },
+        ),
+        Err(e) => Finding::warn(CHECK, e.to_string(), "check the data directory's owner and mode"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A data directory another server holds is a failure naming its pid; once it is
+    /// free, ok.
+    #[test]
+    fn a_data_directory_held_by_another_server_is_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(data_dir_holder(tmp.path(), false).status, Status::Ok);
+        let held = crate::datadir::DataDirLock::take(tmp.path()).unwrap();
+        let f = data_dir_holder(tmp.path(), false);
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(f.detail.contains(&format!("pid {}", std::process::id())) && f.fix.as_deref().unwrap_or("").contains("kill"), "{f:?}");
+        drop(held);
+        assert_eq!(data_dir_holder(tmp.path(), false).status, Status::Ok);
+    }
 
     #[test]
     fn an_open_priority_class_above_the_default_is_warned_about() {
