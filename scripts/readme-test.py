@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Runs the commands of README.md ("Two commands", "A five-minute tour", "Vizier studies",
-the Cloud Storage snippet) and of examples/README.md literally, as a new user types them,
-and checks what the text says they print: ids, exit codes, states.
+"""Runs the commands of README.md and docs/*.md (the sections RUN names, by file and
+heading: "Two commands", "A five-minute tour", the SDK snippets, "Vizier studies", the
+Cloud Storage snippet) and of examples/README.md literally, as a new user types them, and
+checks what the text says they print: ids, exit codes, states. Every snippet after the
+tour runs against the server that ran it: none depends on a fresh server's ids.
 
 Nothing in the text is edited. What a user's machine would hold is moved through the
 environment: a fresh HOME and TRAINYARD_DATA_DIR, `target/release` on PATH (as the tour
@@ -10,9 +12,13 @@ says), and, as root, a network namespace of its own so that the README's literal
 
 Every command of those blocks must have an expectation below, and every expectation must
 match a command of the text: a README change that breaks a command, or a command added
-without a check, fails the run.
+without a check, fails the run. Every shell block (```sh, ```console, ```bash) of README.md
+and docs/*.md is either run or exempted by an HTML comment on the line right before its
+fence, `<!-- not run by scripts/readme-test.py: REASON -->`; a shell block with neither
+fails the run, naming its file and line.
 
-Usage: scripts/readme-test.py [--keep]   (SDK snippets use $TRAINYARD_SDK_VENV or .venv)
+Usage: scripts/readme-test.py [--keep] [--docs-only]   (SDK snippets use $TRAINYARD_SDK_VENV
+or .venv; --docs-only: only check that every shell block is run or exempted, no server)
 """
 
 import json
@@ -46,37 +52,64 @@ def check(name, ok, detail=""):
 # Reading the text
 
 
-def section(text, heading):
-    """The lines of a `## heading` section (up to the next heading of the same level)."""
-    level = heading.split(" ")[0]
-    lines = text.splitlines()
-    out, inside = [], False
-    for line in lines:
-        if line.strip() == heading:
+# The documents whose shell blocks are either run or exempted, and the sections that are
+# run, in this order, by file and heading. The first two run on a fresh server; the others
+# after the tour, on the server that ran it.
+DOCS = ["README.md"] + sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))
+TWO_COMMANDS = ("README.md", "## Two commands", "Two commands")
+TOUR = ("README.md", "## A five-minute tour", "tour")
+RUN = [
+    ("README.md", "## The Python SDK", "sdk"),
+    ("docs/tuning.md", "## Hyperparameter tuning jobs", "tuning"),
+    ("docs/tuning.md", "## Vizier studies", "vizier"),
+    ("docs/storage.md", "# Cloud Storage endpoint", "storage"),
+]
+SHELL = {"sh", "console", "bash", "shell"}
+EXEMPT = re.compile(r"^<!-- not run by scripts/readme-test\.py: (\S.*\S) -->$")
+
+
+def numbered(path):
+    """A document's lines, each with its line number: [(n, line)]."""
+    return list(enumerate((REPO / path).read_text().splitlines(), 1))
+
+
+def section(path, heading):
+    """The numbered lines of a `## heading` section of a document (up to the next heading
+    of the same level or above, outside code blocks); `# Title` is the whole document."""
+    level = len(heading.split(" ")[0])
+    out, inside, fence = [], False, False
+    for n, line in numbered(path):
+        if line.startswith("```"):
+            fence = not fence
+        heading_here = not fence and re.match(r"(#+) ", line)
+        if not inside and heading_here and line.strip() == heading:
             inside = True
             continue
-        if inside and line.startswith(level + " "):
+        if inside and heading_here and len(heading_here.group(1)) <= level:
             break
         if inside:
-            out.append(line)
+            out.append((n, line))
     if not inside:
-        raise SystemExit(f"README has no section {heading!r}")
+        raise SystemExit(f"{path} has no section {heading!r}")
     return out
 
 
 def blocks(lines):
-    """Fenced code blocks: (language, [lines])."""
-    out, cur, lang = [], None, None
-    for line in lines:
+    """Fenced code blocks of numbered lines: (language, [lines], the fence's line number,
+    the line before the fence)."""
+    out, cur, lang, start, before, prev = [], None, None, 0, "", ""
+    for n, line in lines:
         if line.startswith("```"):
             if cur is None:
-                lang, cur = line[3:].strip(), []
+                lang, cur, start, before = line[3:].strip(), [], n, prev
             else:
-                out.append((lang, cur))
+                out.append((lang, cur, start, before))
                 cur = None
+            prev = line
             continue
         if cur is not None:
             cur.append(line)
+        prev = line
     return out
 
 
@@ -293,10 +326,14 @@ EXPECT = {
     "trainyard local-run examples/multi-replica/job.yaml": expect(0, out=[r"primary: ranks \[1, 2\], sum 3"], err=[SUCCEEDED]),
     "trainyard local-run examples/failing/job.yaml": expect(
         1,
-        err=[r"JOB_STATE_FAILED", r"^\[workerpool0-0\] ValueError: bad record at line 1337$", r"error \(code 3 \(INVALID_ARGUMENT\)\): .*\(its last lines of stderr are above\)$"],
+        err=[
+            r"JOB_STATE_FAILED",
+            r"^\[workerpool0-0\] ValueError: bad record at line 1337$",
+            r"error: The replica workerpool0-0 exited with a non-zero status of 3\. .*\(its last lines of stderr are above\) \[error code 3 \(INVALID_ARGUMENT\)\]$",
+        ],
         err_count={"ValueError: bad record": 1},
     ),
-    "trainyard local-run examples/oom/job.yaml": expect(1, err=[r"JOB_STATE_FAILED", r"error \(code 8 \(RESOURCE_EXHAUSTED\)\): .*ran out of memory"]),
+    "trainyard local-run examples/oom/job.yaml": expect(1, err=[r"JOB_STATE_FAILED", r"error: The replica workerpool0-0 ran out of memory.* \[error code 8 \(RESOURCE_EXHAUSTED\)\]$"]),
     "python3 examples/sdk/from_local_script.py": expect(0, out=[r"customJobs/\d+ JOB_STATE_SUCCEEDED"], sdk=True),
     "python3 examples/sdk/custom_training_job.py": expect(
         0, out=[r"trainingPipelines/\d+ PIPELINE_STATE_SUCCEEDED projects/local/locations/us-central1/customJobs/\d+"], sdk=True
@@ -418,25 +455,92 @@ def python_block(env, code, name):
     check(name, p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
 
 
+def run_section(env, doc, heading, where, seen, ran, created):
+    """Runs one section's blocks in order: a ```yaml block whose first line names a file
+    (`# study.yaml`) is written for the commands after it, ```python blocks run in the
+    SDK's venv, ```sh blocks run command by command; a block exempted by the comment before
+    its fence is not run."""
+    for lang, lines, line, before in blocks(section(doc, heading)):
+        if EXEMPT.match(before.strip()):
+            continue
+        if lang == "yaml":
+            first = lines[0] if lines else ""
+            target = re.match(r"#\s*(\S+\.yaml)\s*$", first)
+            if target:  # a file the text asks to write (study.yaml)
+                path = REPO / target.group(1)
+                if path.exists():
+                    check(f"{where}: {target.group(1)} would not overwrite a file of the repository", False, str(path))
+                    continue
+                path.write_text("\n".join(lines) + "\n")
+                created.append(path)
+            continue
+        if lang == "python":
+            python_block(env, "\n".join(lines) + "\n", f"{where}: the SDK snippet ({doc}:{line})")
+            ran.add((doc, line))
+            continue
+        if lang == "sh":
+            run_shell_block(env, commands(lines), where, seen)
+            ran.add((doc, line))
+
+
 def cargo_run_targets(env):
-    """Every `cargo run ... -p PKG` of the README names a binary cargo can choose: with
-    `--bin`, one that exists; without, the package's only binary or its `default-run`
-    (the README's first command once failed for want of one)."""
-    text = (REPO / "README.md").read_text()
+    """Every `cargo run ... -p PKG` of README.md and docs/*.md names a binary cargo can
+    choose: with `--bin`, one that exists; without, the package's only binary or its
+    `default-run` (the README's first command once failed for want of one)."""
     code, out, err = env.run("cargo metadata --no-deps --format-version 1 --offline", timeout=120)
     if not check("cargo metadata", code == 0, err[-2000:]):
         return
     packages = {p["name"]: p for p in json.loads(out)["packages"]}
-    for m in sorted(set(re.findall(r"cargo run[^`\n]*", text))):
-        words = m.split()
-        pkg = words[words.index("-p") + 1] if "-p" in words else "trainyard"
-        bins = [t["name"] for t in packages.get(pkg, {}).get("targets", []) if "bin" in t["kind"]]
-        if "--bin" in words:
-            ok, why = words[words.index("--bin") + 1] in bins, f"no binary named so in {pkg}: {bins}"
-        else:
-            ok = len(bins) == 1 or bool(packages.get(pkg, {}).get("default_run"))
-            why = f"package {pkg} has binaries {bins} and no default-run: cargo cannot choose"
-        check(f"README: `{m.strip()}` names a binary", ok, why)
+    for doc in DOCS:
+        text = (REPO / doc).read_text()
+        for m in sorted(set(re.findall(r"cargo run[^`\n]*", text))):
+            words = m.split()
+            pkg = words[words.index("-p") + 1] if "-p" in words else "trainyard"
+            bins = [t["name"] for t in packages.get(pkg, {}).get("targets", []) if "bin" in t["kind"]]
+            if "--bin" in words:
+                ok, why = words[words.index("--bin") + 1] in bins, f"no binary named so in {pkg}: {bins}"
+            else:
+                ok = len(bins) == 1 or bool(packages.get(pkg, {}).get("default_run"))
+                why = f"package {pkg} has binaries {bins} and no default-run: cargo cannot choose"
+            check(f"{doc}: `{m.strip()}` names a binary", ok, why)
+
+
+def planned_runs():
+    """The blocks that run_section runs: (file, fence line) of every ```sh and ```python
+    block, not exempted, of the sections run."""
+    out = set()
+    for doc, heading, _ in [TWO_COMMANDS, TOUR] + RUN:
+        for lang, _, line, before in blocks(section(doc, heading)):
+            if lang in ("sh", "python") and not EXEMPT.match(before.strip()):
+                out.add((doc, line))
+    return out
+
+
+def shell_blocks_run_or_exempted(ran):
+    """Every shell block of README.md and docs/*.md is run (`ran`: (file, fence line)) or
+    exempted, with a reason, by the comment on the line right before its fence; a run
+    block carries no such comment."""
+    run = exempt = 0
+    for doc in DOCS:
+        for lang, _, line, before in blocks(numbered(doc)):
+            if lang not in SHELL:
+                continue
+            exempted = EXEMPT.match(before.strip())
+            if (doc, line) in ran:
+                run += 1
+                if exempted:
+                    check(f"{doc}:{line}: a ```{lang} block run and exempted", False, "it is run: drop the comment before its fence")
+            elif exempted:
+                exempt += 1
+            else:
+                check(
+                    f"{doc}:{line}: a ```{lang} block neither run nor exempted",
+                    False,
+                    f"{doc} line {line}: run it (a section of RUN in scripts/readme-test.py, with expectations) or put "
+                    "<!-- not run by scripts/readme-test.py: REASON --> on the line right before its fence",
+                )
+    check(f"shell blocks of README.md and docs/*.md: {run} run, {exempt} exempted with a reason", True)
+    return run, exempt
 
 
 def finish():
@@ -450,6 +554,9 @@ def finish():
 
 
 def main():
+    if "--docs-only" in sys.argv:
+        shell_blocks_run_or_exempted(planned_runs())
+        return finish()
     if os.geteuid() == 0 and os.environ.get("TRAINYARD_README_NETNS") != "1":
         # A network namespace of its own: the README's 127.0.0.1:8080 is free.
         env = dict(os.environ, TRAINYARD_README_NETNS="1")
@@ -463,42 +570,28 @@ def main():
     except OSError:
         pass
 
-    readme = (REPO / "README.md").read_text()
-    examples = (REPO / "examples" / "README.md").read_text()
+    # Every shell block is run or exempted: known before anything runs.
+    planned = planned_runs()
+    shell_blocks_run_or_exempted(planned)
+
     tmp = Path(tempfile.mkdtemp(prefix="trainyard-readme-"))
     # Replicas run as per-project users on a root server: they must pass through it.
     tmp.chmod(0o755)
     (tmp / "snippet-cwd").mkdir()
     env = Env(tmp)
     seen = set()
+    ran = set()  # (file, fence line) of every block run
     created = []
     try:
         # "Build once: `cargo build --release -p trainyard`, then put target/release on your PATH."
-        tour = section(readme, "## A five-minute tour")
-        m = re.search(r"Build once: `([^`]+)`, then put `target/release` on your `PATH`", "\n".join(tour))
+        tour = section(*TOUR[:2])
+        m = re.search(r"Build once: `([^`]+)`, then put `target/release` on your `PATH`", "\n".join(l for _, l in tour))
         if not check("tour: the build command is given", m, "the tour no longer says how to build"):
             return finish()
-        for lang, lines in blocks(section(readme, "## Two commands")):
-            run_shell_block(env, commands(lines), "Two commands", seen)
+        run_section(env, *TWO_COMMANDS, seen, ran, created)
         code, out, err = env.run(m.group(1), timeout=1800)
         check(f"tour: {m.group(1)}", code == 0, err[-3000:])
-        for lang, lines in blocks(tour):
-            if lang == "yaml":
-                first = lines[0] if lines else ""
-                target = re.match(r"#\s*(\S+\.yaml)\s*$", first)
-                if target:  # a file the text asks to write (study.yaml)
-                    path = REPO / target.group(1)
-                    if path.exists():
-                        check(f"tour: {target.group(1)} would not overwrite a file of the repository", False, str(path))
-                        continue
-                    path.write_text("\n".join(lines) + "\n")
-                    created.append(path)
-                continue
-            if lang == "python":
-                python_block(env, "\n".join(lines) + "\n", "tour: the SDK snippet")
-                continue
-            if lang == "sh":
-                run_shell_block(env, commands(lines), "tour", seen)
+        run_section(env, *TOUR, seen, ran, created)
         # What the text says happens after the commands.
         try:
             wait_for(lambda: job_state("local", 2) == "JOB_STATE_CANCELLED", 120, "job 2 CANCELLED after `cancel 2`")
@@ -516,22 +609,17 @@ def main():
         except urllib.error.HTTPError as e:
             check("tour: job 1 is gone after delete", e.code == 404, f"GET answered {e.code}")
 
-        # The Vizier section on the server that ran the tour: no snippet depends on a
+        # The other sections on the server that ran the tour: no snippet depends on a
         # fresh server's ids.
-        viz = section(readme, "## Vizier studies")
-        for lang, lines in blocks(viz):
-            if lang == "sh":
-                run_shell_block(env, commands(lines), "vizier", seen)
-        gcs = section(readme, "### Cloud Storage endpoint")
-        for lang, lines in blocks(gcs):
-            if lang == "python":
-                python_block(env, "\n".join(lines) + "\n", "storage: the SDK snippet")
+        for doc, heading, where in RUN:
+            run_section(env, doc, heading, where, seen, ran, created)
 
-        ex = examples
-        for lang, lines in blocks(ex.splitlines()):
+        for lang, lines, _, _ in blocks(numbered("examples/README.md")):
             if lang == "sh":
                 run_shell_block(env, commands(lines), "examples", seen)
         cargo_run_targets(env)
+        for doc, line in sorted(planned - ran):
+            check(f"{doc}:{line}: the block was run", False, "a block of a section in RUN did not run")
         for k in EXPECT:
             if k not in seen:
                 check(f"expectation used: {k[:100]}", False, "no README command matches this expectation any more")
