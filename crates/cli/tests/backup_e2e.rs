@@ -56,6 +56,8 @@ fn a_backup_taken_while_serving_restores_every_job() {
     let v: Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["jobs"], 4, "{v}");
     assert!(v["bytes"].as_u64().unwrap_or(0) > 0, "{v}");
+    // The copy is private, as the database is.
+    assert_private_tree(&backup);
 
     // Never over an existing file: refused, naming it, the file unchanged.
     let kept = std::fs::read(&backup).unwrap();
@@ -77,10 +79,7 @@ fn a_backup_taken_while_serving_restores_every_job() {
     assert!(o.status.success(), "{}", text(&o));
     // The restored database is its owner's alone, whatever the CLI's umask: the data
     // directory is passable by the replicas' users.
-    for f in std::fs::read_dir(&restored).unwrap().flatten() {
-        let mode = std::os::unix::fs::PermissionsExt::mode(&f.metadata().unwrap().permissions());
-        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", f.path().display());
-    }
+    assert_private_tree(&restored);
     // Not into a directory that has something in it; not from a file that is no backup.
     let o = trainyard(&s, &["admin", "restore", "--from", backup.to_str().unwrap(), "--data-dir", restored.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("not empty"), "{}", text(&o));
@@ -107,4 +106,8 @@ fn a_backup_taken_while_serving_restores_every_job() {
     let (status, _) = r.call("POST", &r.url(&format!("/v1/{long}:cancel")), Some("{}"));
     assert_eq!(status, 200);
     r.wait_terminal(&long, 60);
+    // Both data directories, after a backup, a restore and a server's work on each: every
+    // file private.
+    assert_private_tree(&r.data_dir());
+    assert_private_tree(&s.data_dir());
 }

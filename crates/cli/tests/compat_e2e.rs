@@ -123,6 +123,9 @@ fn opens_and_goes_on(fixture: &str) {
     // Ended jobs can be deleted.
     let (status, body) = s.call("DELETE", &s.url(&format!("/v1/{}", name_of(failed))), None);
     assert_eq!(status, 200, "{body}");
+    // The old database was copied in readable by all (the fixture's mode): upgraded, it
+    // and everything beside it are the server's alone.
+    assert_private_tree(&data);
 }
 
 /// Writes the fixture with this release (see the module docs): ended jobs of each kind,

@@ -227,7 +227,7 @@ fn replica_users(cfg: &Config) -> Finding {
     match crate::identity::check_only(cfg) {
         Ok(note) if cfg.replicas.uid_range.is_some() || cfg.replicas.insecure_shared_user => Finding::ok("replica users", note),
         Ok(note) => Finding::warn("replica users", note, "run the server as root with [replicas] uid_range for a user per project"),
-        Err(why) => Finding::fail("replica users", why, "see [replicas] in the README's configuration section"),
+        Err(why) => Finding::fail("replica users", why, "see [replicas] in docs/configuration.md"),
     }
 }
 

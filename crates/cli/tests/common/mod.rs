@@ -572,6 +572,29 @@ pub fn sigkill(pid: i32) -> bool {
     unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
 }
 
+/// Everything under `root` (itself included, links not followed) is its owner's alone: no
+/// file other users may read or write, no directory they may list or write (passing
+/// through, the search bit, is allowed: the data directory is 0711 for the replicas'
+/// users). Panics naming each that is not.
+pub fn assert_private_tree(root: &Path) {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let mut open = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+        let mode = m.permissions().mode() & 0o7777;
+        let t = m.file_type();
+        let bad = if t.is_dir() { 0o066 } else if t.is_symlink() || t.is_socket() { 0 } else { 0o077 };
+        if mode & bad != 0 {
+            open.push(format!("{} ({mode:04o})", p.display()));
+        }
+        if t.is_dir() {
+            todo.extend(std::fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
+        }
+    }
+    assert!(open.is_empty(), "open to other users under {}:\n{}", root.display(), open.join("\n"));
+}
+
 /// Is this test running as root (mounts, cgroups)?
 pub fn is_root() -> bool {
     // SAFETY: geteuid(2) has no effects.
