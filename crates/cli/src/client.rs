@@ -446,7 +446,37 @@ fn list(
     columns.extend_from_slice(kind.columns);
     columns.push(("CREATE_TIME", |j| text(&j["createTime"])));
     print_list(&items, &columns, format)?;
+    if items.is_empty() && filter.is_none() && format == Format::Table {
+        eprintln!("{}", empty_list_note(&api, kind));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Said (on stderr) when a list is empty: which project and region were asked, and, when
+/// the project is none this server knows (no quota, no use, as the caller may see them in
+/// `/v1/admin/quotas`), the nearest known one: a typo in `--project` is not an empty table
+/// and nothing more.
+fn empty_list_note(api: &Api, kind: &Kind) -> String {
+    let (project, region) = (&api.t.project, &api.t.region);
+    let mut note = format!("No {}s in project {project} ({region}).", kind.title);
+    let Ok(v) = api.try_send("GET", &api.admin_url("quotas"), None) else { return note };
+    let mut known: Vec<String> = ["quotas", "usageHistory"]
+        .iter()
+        .flat_map(|k| v[*k].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["project"].as_str().map(str::to_string))
+        .filter(|p| p != "*")
+        .collect();
+    known.sort();
+    known.dedup();
+    if known.is_empty() || known.contains(project) {
+        return note;
+    }
+    note.push_str(&format!(" This server knows no project {project:?} (none of its jobs has run and it has no quota of its own)"));
+    match trainyard_core::catalog::closest(project, known.iter().map(String::as_str)) {
+        Some(c) => note.push_str(&format!("; did you mean --project={c}?")),
+        None => note.push_str(&format!("; projects it knows: {}.", known.join(", "))),
+    }
+    note
 }
 
 /// `describe`: one resource, by id or name, as the server shows it.

@@ -157,6 +157,13 @@ fn create_wait_reports_progress_and_exits_with_the_job() {
     assert!(last.starts_with("error: The replica workerpool0-0 exited with a non-zero status of 3.") && last.ends_with("[error code 3 (INVALID_ARGUMENT)]"), "{err}");
     assert_eq!(err.matches("why").count(), 1, "{err}");
 
+    // A typo in --project: not just an empty table; the nearest project the server knows.
+    let o = trainyard(&s, &["custom-jobs", "list", "--project=clj"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(stderr(&o).contains("No CustomJobs in project clj (us-central1).") && stderr(&o).contains("did you mean --project=cli?"), "{}", text(&o));
+    let o = trainyard(&s, &["hp-tuning-jobs", "list"]);
+    assert_eq!(stderr(&o).trim(), "No HyperparameterTuningJobs in project cli (us-central1).", "a known project: no guess");
+
     // --no-logs: the progress and the end only.
     let o = trainyard(&s, &["custom-jobs", "create", "--display-name=quiet", POOL, "--command=sh,-c,echo hush", "--wait", "--no-logs"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
