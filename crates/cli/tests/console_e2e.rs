@@ -602,7 +602,7 @@ fn console_in_headless_chromium() {
     c.click("#state-chips a.chip[data-state=FAILED]");
     c.wait_for("the failed jobs", "location.hash.includes('state=FAILED') && document.getElementById('filter-sent') !== null", 10);
     c.wait_for("only failed rows", "(() => { const r = [...document.querySelectorAll('table.list tr.row')]; return r.length > 0 && r.every(tr => tr.querySelector('.st').textContent === 'failed'); })()", 10);
-    assert_eq!(c.eval("document.getElementById('filter-sent').textContent"), json!("state=\"JOB_STATE_FAILED\""));
+    assert_eq!(c.eval("document.getElementById('filter-sent').textContent"), json!("state=\"JOB_STATE_FAILED\" AND (NOT labels.trainyard_study:*)"));
     // The AIP-160 filter box.
     c.eval("(() => { const i = document.querySelector('input.filter'); i.value = 'display_name:\"restarts\"'; i.form.requestSubmit(); })()");
     c.wait_for("the filtered list", "location.hash.includes('filter=') && (document.querySelector('table.list td.empty') || {}).textContent === 'No job matches this filter.'", 10);
@@ -641,6 +641,9 @@ fn console_in_headless_chromium() {
     let lines = c.count("#log .l");
     assert!(lines >= 20, "log lines shown: {lines}");
     assert!(c.eval("document.getElementById('log').textContent").as_str().unwrap_or("").contains("worker done"));
+    // A long line wraps between words, a word only when it is longer than the line.
+    let wrap = c.eval("(s => s.wordBreak + ' ' + s.overflowWrap)(getComputedStyle(document.querySelector('#log .l')))");
+    assert_eq!(wrap, json!("normal anywhere"), "log lines wrapped mid-word");
     c.eval("document.querySelector('details.transitions').open = true");
     c.assert_clean("job page with restarts");
     c.screenshot("03-job-restarts");
@@ -786,14 +789,16 @@ fn console_in_headless_chromium() {
     assert_eq!(c.count("#trials tr.measurements svg.spark"), 1);
     c.assert_clean("study page");
     c.screenshot("10-study");
-    // Tuning trials can be left out of the jobs list (they carry trainyard_study).
+    // Tuning trials (they carry trainyard_study) are left out of the jobs list unless
+    // asked for: the study's page lists them.
     let trial_rows = "[...document.querySelectorAll('table.list tr.row')].filter(tr => tr.textContent.includes('-trial-')).length";
     c.open(&format!("{root}#/jobs"));
-    c.wait_for("the trials in the list", &format!("{trial_rows} === 5"), 20);
-    c.click("#hide-trials input");
-    c.wait_for("the list without trials", &format!("location.hash.includes('trials=hide') && document.querySelectorAll('table.list tr.row').length > 0 && {trial_rows} === 0"), 20);
+    c.wait_for("the list without trials", &format!("document.querySelectorAll('table.list tr.row').length > 0 && {trial_rows} === 0"), 20);
     assert!(c.eval("document.getElementById('filter-sent').textContent").as_str().unwrap_or("").contains("NOT labels.trainyard_study:*"));
     c.assert_clean("jobs list without trials");
+    c.click("#hide-trials input");
+    c.wait_for("the trials in the list", &format!("location.hash.includes('trials=show') && {trial_rows} === 5"), 20);
+    c.assert_clean("jobs list with trials");
 
     // -- A training pipeline and its CustomJob. ----------------------------------------------
     let backing = s.get(&pname)["trainingTaskMetadata"]["backingCustomJob"].as_str().unwrap().to_string();
@@ -815,6 +820,10 @@ fn console_in_headless_chromium() {
     let waiting = c.wait_for("the waiting job", &format!("(document.querySelector('#queue tr[data-name=\"{}\"]') || {{}}).textContent", name_of(&waiter)), 20);
     assert!(waiting.as_str().unwrap_or("").contains("Waiting for GPUs"), "{waiting}");
     assert!(c.count("#quotas tr") >= 2, "quotas");
+    // Past use: each number right-aligned under a right-aligned header that says what it is.
+    c.wait_for("past use", "document.querySelectorAll('#usage-history tbody tr').length > 0", 20);
+    let aligned = c.eval("[...document.querySelectorAll('#usage-history th')].map(t => getComputedStyle(t).textAlign + ':' + t.textContent).join(',')");
+    assert_eq!(aligned, json!("left:Project,right:CPUs (average),right:Memory GiB (average),left:Accelerators (average)"));
     c.assert_clean("nodes page");
     c.screenshot("12-nodes-and-queue");
     c.click("#nodes tr.row a");
@@ -832,9 +841,13 @@ fn console_in_headless_chromium() {
     let view = c.wait_for("the page's card", "(t => t.includes('This page could not be shown') && t)(document.getElementById('view').innerText)", 20);
     assert_eq!(view.as_str().unwrap_or("").matches("does not exist").count(), 1, "{view}");
     assert_eq!(c.eval("document.getElementById('banner').hidden"), json!(true), "the error is shown twice");
+    // A bad filter: said once, in the list, in the API's words (no request line before them).
     c.open(&format!("{root}#/jobs?filter=state%3D"));
-    let banner = c.wait_for("the filter's error", "!document.getElementById('banner').hidden && document.getElementById('banner').innerText", 20);
-    assert!(banner.as_str().unwrap_or("").contains("Invalid filter"), "{banner}");
+    let said = c.wait_for("the filter's error", "(document.querySelector('table.list td.errtext') || {}).textContent", 20);
+    assert!(said.as_str().unwrap_or("").starts_with("INVALID_ARGUMENT: ") && said.as_str().unwrap_or("").contains("Invalid filter"), "{said}");
+    assert_eq!(c.eval("document.getElementById('view').innerText.split('Invalid filter').length - 1"), json!(1), "said more than once on the page");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(c.eval("document.getElementById('banner').hidden"), json!(true), "the filter's error is in the banner too");
     c.eval("setTimeout(() => { throw new Error('console-e2e thrown'); }, 0); Promise.reject(new Error('console-e2e rejected')); 0");
     let banner = c.wait_for("the script errors", "(t => t.includes('console-e2e thrown') && t.includes('console-e2e rejected') && t)(document.getElementById('banner').innerText)", 10);
     assert!(banner.as_str().unwrap_or("").contains("JavaScript error"), "{banner}");

@@ -17,11 +17,11 @@ const $ = (id) => document.getElementById(id);
 // that fails says so in its place, never leaving a blank page.
 
 const bannerItems = new Map();
-function showError(message, key) {
+function showError(message, key, request) {
   key = key || message;
   message = String(message);
   for (const [k, v] of bannerItems) if (k === key || v.message === message) bannerItems.delete(k);
-  bannerItems.set(key, { message, at: new Date() });
+  bannerItems.set(key, { message, request, at: new Date() });
   while (bannerItems.size > 6) bannerItems.delete(bannerItems.keys().next().value);
   renderBanner();
 }
@@ -30,7 +30,7 @@ function clearError(key) {
 }
 function renderBanner() {
   const list = $("banner-list");
-  put(list, ...[...bannerItems.values()].map((e) => h("li", {}, h("span", { class: "when" }, clock(e.at.getTime())), " ", e.message)));
+  put(list, ...[...bannerItems.values()].map((e) => h("li", { title: e.request || null }, h("span", { class: "when" }, clock(e.at.getTime())), " ", e.message)));
   $("banner").hidden = bannerItems.size === 0;
 }
 $("banner-close").addEventListener("click", () => { bannerItems.clear(); renderBanner(); });
@@ -214,9 +214,11 @@ function codeName(code) {
 }
 
 class ApiError extends Error {
-  constructor(message, status) {
+  /** `message` in the API's words; `request` (`GET /v1/...`) for the banner's tooltip. */
+  constructor(message, status, request) {
     super(message);
     this.status = status;
+    this.request = request;
   }
 }
 /** An abort (the page was left) as fetch() itself says it. */
@@ -229,7 +231,7 @@ async function errorOf(r, method, path, signal) {
   const e = body && body.error;
   let msg = e ? `${e.status || r.status}: ${e.message}` : `${r.status} ${r.statusText}`;
   if (r.status === 401 || r.status === 403) msg += " (check the token in the header)";
-  return new ApiError(`${method} ${path.replace(/\?.*/, "")}: ${msg}`, r.status);
+  return new ApiError(msg, r.status, `${method} ${path.replace(/\?.*/, "")}`);
 }
 /** A request to the API; the parsed JSON answer, or an ApiError in the API's words. */
 async function api(path, opts = {}) {
@@ -375,7 +377,7 @@ function every(pg, ms, fn) {
 /** An error for the banner (aborted requests are not errors). */
 function report(e, key) {
   if (!e || e.name === "AbortError") return;
-  showError(e.message || String(e), key);
+  showError(e.message || String(e), key, e.request);
 }
 
 function parseHash() {
@@ -467,6 +469,14 @@ window.addEventListener("hashchange", route);
  * `load()` reads the current page again (for the periodic refresh), `load(true)` goes
  * back to the first page.
  */
+/**
+ * A list's failure is said in its table (by `pagedTable`), not again in the banner; but a
+ * missing or refused token is the header's business, said in the banner for every page.
+ */
+const saidInTable = (e) => {
+  if (e && (e.status === 401 || e.status === 403)) report(e, "list");
+};
+
 function pagedTable(pg, { path, collection, columns, href, empty, after }) {
   const tbody = h("tbody");
   const info = h("span", { class: "muted" });
@@ -481,7 +491,7 @@ function pagedTable(pg, { path, collection, columns, href, empty, after }) {
     try {
       await read(first);
     } catch (e) {
-      // The table says why it is empty; the banner says it too (the caller reports).
+      // The table says why it is empty (the caller need not say it again).
       if (e.name !== "AbortError") {
         put(tbody, h("tr", {}, h("td", { colspan: columns.length, class: "errtext empty" }, e.message)));
         prev.disabled = next.disabled = true;
@@ -509,12 +519,12 @@ function pagedTable(pg, { path, collection, columns, href, empty, after }) {
     clearError("list");
     if (after) after(items);
   }
-  prev.addEventListener("click", () => { if (at > 0) { at--; load().catch((e) => report(e, "list")); } });
+  prev.addEventListener("click", () => { if (at > 0) { at--; load().catch(saidInTable); } });
   next.addEventListener("click", () => {
     if (!nextToken) return;
     tokens[at + 1] = nextToken;
     at++;
-    load().catch((e) => report(e, "list"));
+    load().catch(saidInTable);
   });
   return { el, load };
 }
@@ -530,7 +540,7 @@ function filterBox(q, section, examples, stateExample) {
   } },
   h("label", {}, "Filter ", input), h("button", { type: "submit" }, "Apply"),
   q.get("filter") ? h("a", { href: hashWith([section], new URLSearchParams([...q].filter(([k]) => k !== "filter"))) }, "clear") : null,
-  h("span", { class: "muted hint" }, "AIP-160: ", stateExample === false ? null : [h("code", {}, 'state="JOB_STATE_RUNNING"'), ", "], h("code", {}, 'display_name:"x"'), ", ", h("code", {}, 'create_time>"2026-01-01T00:00:00Z"'), ", ", h("code", {}, 'labels.team="a"'), ", AND OR NOT"));
+  h("span", { class: "muted hint", title: "The filter language of the API (AIP-160)" }, "For example: ", stateExample === false ? null : [h("code", {}, 'state="JOB_STATE_RUNNING"'), ", "], h("code", {}, 'display_name:"x"'), ", ", h("code", {}, 'create_time>"2026-01-01T00:00:00Z"'), ", ", h("code", {}, 'labels.team="a"'), ", AND OR NOT"));
   return form;
 }
 
@@ -543,8 +553,9 @@ const COUNT_PAGES = 20;
 async function jobsList(pg, q) {
   document.title = "Jobs · Trainyard";
   const typed = (q.get("filter") || "").trim();
-  // Tuning trials (label trainyard_study) can be left out: they crowd the list.
-  const hideTrials = q.get("trials") === "hide";
+  // Tuning trials (label trainyard_study) are left out unless asked for: they crowd the
+  // list (a study's page lists its own).
+  const hideTrials = q.get("trials") !== "show";
   const noTrials = "NOT labels.trainyard_study:*";
   const userFilter = hideTrials ? (typed ? `${noTrials} AND (${typed})` : noTrials) : typed;
   const state = (q.get("state") || "").toUpperCase().replace(/^JOB_STATE_/, "");
@@ -552,7 +563,7 @@ async function jobsList(pg, q) {
   const filter = stateFilter && userFilter ? `${stateFilter} AND (${userFilter})` : stateFilter || userFilter;
   const trialsToggle = h("label", { class: "muted small", id: "hide-trials" }, h("input", { type: "checkbox", checked: hideTrials ? "" : null, onchange: (ev) => {
     const nq = new URLSearchParams(q);
-    if (ev.target.checked) nq.set("trials", "hide"); else nq.delete("trials");
+    if (ev.target.checked) nq.delete("trials"); else nq.set("trials", "show");
     location.hash = hashWith(["jobs"], nq);
   } }), " hide tuning trials");
   const chips = h("div", { class: "chips", id: "state-chips" }, h("span", { class: "muted" }, "counting…"));
@@ -561,7 +572,7 @@ async function jobsList(pg, q) {
     path: () => base() + "/customJobs?pageSize=100" + (filter ? "&filter=" + enc(filter) : ""),
     collection: "customJobs",
     href: (j) => hashWith(["jobs", lastSegment(j.name)]),
-    empty: filter ? "No job matches this filter." : `No jobs in project ${project()} (${region()}).`,
+    empty: typed || state ? "No job matches this filter." : `No jobs in project ${project()} (${region()}).`,
     after: (items) => hangs.check(items),
     columns: [
       { h: "Name", cls: "id", cell: (j) => h("a", { href: hashWith(["jobs", lastSegment(j.name)]), title: j.name }, lastSegment(j.name)) },
@@ -608,9 +619,10 @@ async function jobsList(pg, q) {
     put(chips, mk("", total, "All"), ...known.filter((st) => counts.get(st) || st === state).map((st) => mk(st, counts.get(st) || 0, st.replace(/_/g, " ").toLowerCase())),
       capped ? h("span", { class: "muted small" }, ` (counted the newest ${COUNT_PAGES * 1000})`) : null);
   }
-  await table.load(true).catch((e) => report(e, "list"));
-  count().catch((e) => { put(chips, h("span", { class: "muted" }, "counts unavailable")); report(e); });
-  every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
+  // The list's own failure (a bad filter, a server gone) is said once, in the table.
+  await table.load(true).catch(saidInTable);
+  count().catch(() => put(chips, h("span", { class: "muted" }, "counts unavailable")));
+  every(pg, 3000, () => table.load().catch(saidInTable));
   every(pg, 10000, count);
 }
 
@@ -1527,7 +1539,7 @@ function drawTimeline(box, legend, model, job) {
     const key = (cls, text) => h("span", { class: "key" }, s("svg", { width: 14, height: 10 }, s("rect", { x: 0, y: 0, width: 14, height: 10, rx: 2, class: cls })), " ", text);
     legend.append(key("ph ph-queued", "queued / waiting"), key("ph ph-provisioning", "provisioning"), key("ph ph-running", "job running"),
       key("seg seg-live", "replica running"), key("seg seg-ok", "succeeded"), key("seg seg-restarted", "restarted"), key("seg seg-retried", "attempt retried"),
-      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"), key("hang-span", "hung (L22, nothing since)"),
+      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"), h("span", { title: "rule L22" }, key("hang-span", "hung: no output or progress since")),
       h("span", { class: "muted small" }, " ◆ lifecycle event with its rule (hover for the reason); times are local"));
   }
 }
@@ -1569,8 +1581,8 @@ function tuningList(pg, q) {
   });
   view.append(h("section", { class: "card" }, h("h2", {}, "Hyperparameter tuning jobs ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
     filterBox(q, "tuning", 'e.g. display_name:"sweep"'), table.el));
-  every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
-  return table.load(true).catch((e) => report(e, "list"));
+  every(pg, 3000, () => table.load().catch(saidInTable));
+  return table.load(true).catch(saidInTable);
 }
 
 const metricValue = (measurement, id) => {
@@ -1766,8 +1778,8 @@ function pipelinesList(pg, q) {
   });
   view.append(h("section", { class: "card" }, h("h2", {}, "Training pipelines ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
     filterBox(q, "pipelines", 'e.g. display_name:"train"', false), table.el));
-  every(pg, 3000, () => table.load().catch((e) => report(e, "list")));
-  return table.load(true).catch((e) => report(e, "list"));
+  every(pg, 3000, () => table.load().catch(saidInTable));
+  return table.load(true).catch(saidInTable);
 }
 
 async function pipelinePage(pg, id) {
@@ -1906,7 +1918,9 @@ async function nodesPage(pg) {
       const hist = body.usageHistory || [];
       if (hist.length) quotasBox.append(h("h3", {}, "Past use (fair share)"),
         h("table", { class: "list", id: "usage-history" },
-          h("thead", {}, h("tr", {}, ["Project", "CPUs", "Memory (GiB)", "Accelerators"].map((x) => h("th", {}, x)))),
+          // Numbers right-aligned under right-aligned headers; what each number is, said.
+          h("thead", {}, h("tr", {}, h("th", {}, "Project"), h("th", { class: "num", title: "CPUs held, on average" }, "CPUs (average)"),
+            h("th", { class: "num", title: "GiB of memory held, on average" }, "Memory GiB (average)"), h("th", {}, "Accelerators (average)"))),
           h("tbody", {}, hist.map((u) => h("tr", {}, h("td", {}, u.project), h("td", { class: "num" }, String(u.cpus)), h("td", { class: "num" }, String(u.memoryGb)),
             h("td", {}, Object.entries(u.accelerators || {}).map(([k, v]) => `${v} × ${k}`).join(", ") || "—"))))),
         h("p", { class: "muted small" }, `What each project held, averaged with weights that halve every ${Math.round(Number(body.usageHalfLifeSecs) / 3600)} h; it counts in the fair-share order.`));
@@ -1968,7 +1982,8 @@ async function nodesPage(pg) {
       const n = (x) => (Math.round(x * 1000) / 1000).toString();
       put(usageBox,
         h("table", { class: "list", id: "usage-table" },
-          h("thead", {}, h("tr", {}, ["Project", "Accelerator", "CPU-h", "GPU-h", "Memory GB-h", "Used CPU-h", "Used memory GB-h", "Succeeded", "Failed", "Cancelled", "Preemptions", "GPU-h lost"].map((x) => h("th", {}, x)))),
+          h("thead", {}, h("tr", {}, h("th", {}, "Project"), h("th", {}, "Accelerator"),
+            ["Reserved CPU-h", "GPU-h", "Reserved memory GB-h", "Used CPU-h", "Used memory GB-h", "Succeeded", "Failed", "Cancelled", "Preemptions", "GPU-h lost"].map((x) => h("th", { class: "num" }, x)))),
           h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.acceleratorType),
             ...[r.cpuHours, r.gpuHours, r.memoryGbHours, r.usedCpuHours, r.usedMemoryGbHours].map((x) => h("td", { class: "num" }, n(x))),
             ...[r.jobsSucceeded, r.jobsFailed, r.jobsCancelled, r.preemptions].map((x) => h("td", { class: "num" }, String(x))),
