@@ -800,6 +800,32 @@ fn console_in_headless_chromium() {
     c.wait_for("the trials in the list", &format!("location.hash.includes('trials=show') && {trial_rows} === 5"), 20);
     c.assert_clean("jobs list with trials");
 
+    // -- A Vizier study: on the list, and its page with each trial's parameters and final
+    //    measurement, the optimal one marked. ---------------------------------------------
+    let studies = s.url(&format!("/v1/projects/{PROJECT}/locations/us-central1/studies"));
+    let spec = r#"{"displayName": "console-vizier", "studySpec": {"metrics": [{"metricId": "acc", "goal": "MAXIMIZE"}],
+        "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}]}}"#;
+    let (st, vstudy) = s.call("POST", &studies, Some(spec));
+    assert_eq!(st, 200, "{vstudy}");
+    let vid = lastseg(vstudy["name"].as_str().unwrap());
+    for (lr, acc) in [(0.01, 0.8), (0.05, 0.9)] {
+        let (st, t) = s.call("POST", &format!("{studies}/{vid}/trials"), Some(&json!({"parameters": [{"parameterId": "lr", "value": lr}]}).to_string()));
+        assert_eq!(st, 200, "{t}");
+        let done = json!({"finalMeasurement": {"metrics": [{"metricId": "acc", "value": acc}]}}).to_string();
+        let (st, t) = s.call("POST", &s.url(&format!("/v1/{}:complete", t["name"].as_str().unwrap())), Some(&done));
+        assert_eq!(st, 200, "{t}");
+    }
+    c.click("#nav a[data-section=studies]");
+    c.wait_for("the study on the list", "[...document.querySelectorAll('table.list tr.row')].some(tr => tr.textContent.includes('console-vizier') && tr.textContent.includes('maximize acc'))", 20);
+    c.assert_clean("Vizier studies");
+    c.open(&format!("{root}#/studies/{vid}"));
+    c.wait_for("the study's trials", "document.querySelectorAll('#vizier-trials tr.trial').length === 2", 20);
+    let best = c.eval("[...document.querySelectorAll('#vizier-trials tr.trial.best')].map(tr => tr.textContent).join('|')");
+    assert!(best.as_str().unwrap_or("").contains("0.05") && best.as_str().unwrap_or("").contains("0.9") && !best.as_str().unwrap_or("").contains("0.8"), "the optimal trial: {best}");
+    assert_eq!(c.eval("document.getElementById('vizier-counts').textContent"), json!("2 (2 succeeded, 1 optimal)"));
+    c.assert_clean("Vizier study page");
+    c.screenshot("10b-vizier-study");
+
     // -- A training pipeline and its CustomJob. ----------------------------------------------
     let backing = s.get(&pname)["trainingTaskMetadata"]["backingCustomJob"].as_str().unwrap().to_string();
     c.open(&format!("{root}#/pipelines"));

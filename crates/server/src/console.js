@@ -436,6 +436,7 @@ async function route() {
     jobs: id ? () => jobPage(pg, id) : () => jobsList(pg, q),
     tuning: id ? () => studyPage(pg, id) : () => tuningList(pg, q),
     pipelines: id ? () => pipelinePage(pg, id) : () => pipelinesList(pg, q),
+    studies: id ? () => vizierStudyPage(pg, id) : () => vizierStudiesList(pg),
     nodes: id ? () => nodePage(pg, id) : () => nodesPage(pg),
     queue: () => nodesPage(pg),
   };
@@ -1752,6 +1753,89 @@ async function studyPage(pg, id) {
   }
   show();
   every(pg, 3000, async () => { if (!isTerminal(study.state)) await refresh(); });
+}
+
+// ---------------------------------------------------------------------------------------
+// Vizier studies (the SDK's `aiplatform.Study`, `google-vizier`): list and page, with
+// their trials as the clients reported them and the optimal ones marked.
+
+/** A study's objectives: `maximize accuracy, minimize latency`. */
+const objectives = (spec) => ((spec && spec.metrics) || []).map((m) => `${String(m.goal || "").replace(/^GOAL_TYPE_UNSPECIFIED$/, "?").toLowerCase()} ${m.metricId}`).join(", ") || "—";
+
+/** `grid search`; unspecified is the service's default (Bayesian optimisation). */
+const algorithmName = (a) => (!a || a === "ALGORITHM_UNSPECIFIED" ? "default (Bayesian optimisation)" : String(a).toLowerCase().replace(/_/g, " "));
+
+function vizierStudiesList(pg) {
+  document.title = "Vizier studies · Trainyard";
+  const table = pagedTable(pg, {
+    path: () => base() + "/studies?pageSize=100",
+    collection: "studies",
+    href: (st) => hashWith(["studies", lastSegment(st.name)]),
+    empty: `No Vizier studies in project ${project()} (${region()}).`,
+    columns: [
+      { h: "Name", cls: "id", cell: (st) => h("a", { href: hashWith(["studies", lastSegment(st.name)]), title: st.name }, lastSegment(st.name)) },
+      { h: "Display name", cell: (st) => st.displayName || "" },
+      { h: "State", cell: (st) => chip(st.state) },
+      { h: "Objectives", cell: (st) => objectives(st.studySpec) },
+      { h: "Algorithm", cell: (st) => algorithmName((st.studySpec || {}).algorithm) },
+      { h: "Created", cls: "time", cell: (st) => timeCell(st.createTime) },
+    ],
+  });
+  view.append(h("section", { class: "card" }, h("h2", {}, "Vizier studies ", h("span", { class: "muted small" }, `${project()} · ${region()}`)),
+    h("p", { class: "muted small" }, "Studies a client asks for suggestions (Vizier). A tuning job's own trials are under Tuning."), table.el));
+  every(pg, 3000, () => table.load().catch(saidInTable));
+  return table.load(true).catch(saidInTable);
+}
+
+async function vizierStudyPage(pg, id) {
+  const path = `/v1/projects/${enc(project())}/locations/${enc(region())}/studies/${enc(id)}`;
+  document.title = `Study ${id} · Trainyard`;
+  const heading = h("h2", {});
+  const summary = h("div", {});
+  const trialsBox = h("div", { id: "vizier-trials" });
+  view.append(h("div", { class: "crumbs" }, h("a", { href: "#/studies" }, "Vizier"), " / ", id),
+    h("section", { class: "card" }, heading, summary),
+    h("section", { class: "card" }, h("h3", {}, "Trials"), trialsBox));
+  const value = (v) => (typeof v === "number" ? (Math.round(v * 1e6) / 1e6).toString() : String(v));
+  async function load() {
+    const study = await api(path, { signal: pg.signal });
+    const trials = [];
+    let token = "";
+    do {
+      const body = await api(`${path}/trials?pageSize=1000${token ? "&pageToken=" + enc(token) : ""}`, { signal: pg.signal });
+      trials.push(...(body.trials || []));
+      token = body.nextPageToken || "";
+    } while (token);
+    const optimal = await api(`${path}/trials:listOptimalTrials`, { method: "POST", body: {}, signal: pg.signal });
+    const best = new Set((optimal.optimalTrials || []).map((t) => t.name));
+    const spec = study.studySpec || {};
+    put(heading, study.displayName || `Study ${id}`, " ", chip(study.state, "big"));
+    put(summary, h("dl", { class: "fields" },
+      h("dt", {}, "Objectives"), h("dd", {}, objectives(spec)),
+      h("dt", {}, "Parameters"), h("dd", {}, (spec.parameters || []).map((p) => p.parameterId).join(", ") || "—"),
+      h("dt", {}, "Algorithm"), h("dd", {}, algorithmName(spec.algorithm)),
+      h("dt", {}, "Trials"), h("dd", { id: "vizier-counts" }, `${trials.length} (${trials.filter((t) => t.state === "SUCCEEDED").length} succeeded, ${best.size} optimal)`),
+      h("dt", {}, "Created"), h("dd", {}, timeCell(study.createTime)),
+      study.inactiveReason ? [h("dt", {}, "Inactive because"), h("dd", {}, study.inactiveReason)] : null));
+    const metricIds = (spec.metrics || []).map((m) => m.metricId);
+    const paramIds = (spec.parameters || []).map((p) => p.parameterId);
+    put(trialsBox, trials.length ? h("table", { class: "list" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Trial"), h("th", {}, "State"), ...paramIds.map((p) => h("th", { class: "num" }, p)),
+        ...metricIds.map((m) => h("th", { class: "num" }, m)), h("th", {}, "Client"), h("th", { class: "time" }, "Started"), h("th", { class: "time" }, "Ended"))),
+      h("tbody", {}, trials.map((t) => {
+        const params = new Map((t.parameters || []).map((p) => [p.parameterId, p.value]));
+        const metrics = new Map(((t.finalMeasurement || {}).metrics || []).map((m) => [m.metricId, m.value]));
+        return h("tr", { class: `trial${best.has(t.name) ? " best" : ""}`, "data-trial": t.id || lastSegment(t.name) },
+          h("td", {}, t.id || lastSegment(t.name), best.has(t.name) ? h("span", { class: "best-tag", title: "on the Pareto front (or the best, with one objective)" }, " ★ optimal") : null),
+          h("td", {}, chip(t.state), t.infeasibleReason ? h("div", { class: "why" }, t.infeasibleReason) : null),
+          ...paramIds.map((p) => h("td", { class: "num" }, params.has(p) ? value(params.get(p)) : "—")),
+          ...metricIds.map((m) => h("td", { class: "num" }, metrics.has(m) ? value(metrics.get(m)) : "—")),
+          h("td", {}, t.clientId || ""), h("td", { class: "time" }, timeCell(t.startTime)), h("td", { class: "time" }, timeCell(t.endTime)));
+      })))
+      : h("p", { class: "muted" }, "No trials yet: a client asks for them with suggest."));
+  }
+  await load();
+  every(pg, 3000, load);
 }
 
 // ---------------------------------------------------------------------------------------
