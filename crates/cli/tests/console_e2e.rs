@@ -632,6 +632,25 @@ fn console_in_headless_chromium() {
     assert!(c.count("#timeline svg rect.seg-restarted") >= 4, "two restarts of each of two replicas");
     assert!(c.count("#timeline svg rect.seg-ok") >= 3, "every replica's last run succeeded");
     assert!(c.count("#timeline svg g.mk[data-rule~=L11]") >= 2, "L11 markers");
+    // Every rule label is inside the drawing (the job's last ones are at its right edge).
+    let clipped = c.eval("(svg => [...svg.querySelectorAll('text.rule')].filter(t => { const b = t.getBBox(); return b.x < 0 || b.x + b.width > svg.width.baseVal.value; }).map(t => t.textContent))(document.querySelector('#timeline svg'))");
+    assert_eq!(clipped, json!([]), "rule labels cut at the edge");
+    // The same for a job whose last events cluster at the right edge (preempted and
+    // started again just before it ended): its long label goes left of its marker.
+    let edge = c.eval(r#"(() => {
+      const m = new TimelineModel(), t0 = Date.parse("2026-01-01T00:00:00Z"), at = (ms) => new Date(t0 + ms).toISOString();
+      const ev = (ms, rule, text) => ({ time: at(ms), stream: "event", replica: "service", attempt: 0, restart: 0, text: `${rule}: ${text}`, rule });
+      [ev(0, "L3", "Job queued."), ev(60000, "L15", "Preempted."), ev(60001, "L5", "Admitted."), ev(60002, "L6", "Provisioning."), ev(60003, "L7", "Running.")].forEach((e) => m.add(e));
+      const box = document.createElement("div");
+      box.style.width = "800px";
+      document.body.append(box);
+      drawTimeline(box, document.createElement("div"), m, { createTime: at(0), endTime: at(60003), state: "JOB_STATE_SUCCEEDED" });
+      const svg = box.querySelector("svg");
+      const out = [...svg.querySelectorAll("text.rule")].map((t) => { const b = t.getBBox(); return `${t.textContent}:${b.x >= 0 && b.x + b.width <= svg.width.baseVal.value}`; });
+      box.remove();
+      return out.join(",");
+    })()"#);
+    assert_eq!(edge, json!("L3:true,L15·L5·L6·L7:true"), "a label at the right edge");
     assert!(c.count("#timeline svg rect.ph-running") >= 1, "the job row shows running");
     let rows = c.eval("[...document.querySelectorAll('#timeline svg text.label')].map(t => t.textContent).join(',')");
     assert_eq!(rows, json!("job,workerpool0-0,workerpool1-0,workerpool1-1"));

@@ -1521,8 +1521,10 @@ function drawTimeline(box, legend, model, job) {
       title(c.evs.map((ev) => `${clock(ev.t, true)} · attempt ${ev.attempt} · ${ev.replica}\n${ev.text}`).join("\n\n")));
     const label = rules.join("·");
     if (label && (lastLabel.get(c.row) === undefined || xx - lastLabel.get(c.row) > 8)) {
-      g.append(s("text", { x: xx + 5, y: rowY(c.row) + 9, class: "rule" }, label));
-      lastLabel.set(c.row, xx + 5 + label.length * 6);
+      // Right of the marker, or left of it where the label would pass the right edge.
+      const fits = xx + 5 + label.length * 6 < W - 4;
+      g.append(s("text", { x: fits ? xx + 5 : xx - 5, y: rowY(c.row) + 9, class: "rule", "text-anchor": fits ? "start" : "end" }, label));
+      lastLabel.set(c.row, fits ? xx + 5 + label.length * 6 : xx);
     }
     // A hang report says when, in the row itself (its text is the marker's tooltip).
     if (hang) {
