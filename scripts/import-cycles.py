@@ -3,8 +3,12 @@
 
 A module is a file of a crate's `src/` (`driver/mod.rs` is `driver`, `http/list.rs` is
 `http::list`). Module A imports B when A's code (not its comments or test module) names
-`crate::B...` or `super::...` resolving to B (in a `use` or inline); a module's own
-submodules, its parents and the crate root do not count. Circles are the strongly connected components of more than one module.
+`crate::B...`, `super::...` or `self::...` resolving to B (in a `use` or inline), a
+submodule of its own by name (`jobs::start` in `driver`), or its parent by `super::*`.
+Parents and their submodules count like any other pair: a parent that uses its child and
+a child that uses an item of its parent are a circle (declaring `mod child;` is no use of
+it). The crate root does not count. Circles are the strongly connected components of
+more than one module.
 
     scripts/import-cycles.py            print the circles of every crate
     scripts/import-cycles.py --check    also fail (exit 1) on a circle not listed in
@@ -60,21 +64,31 @@ def edges(mods):
     out = {m: set() for m in mods}
     for m, text in mods.items():
         me = m.split("::")
-        for prefix, rest in re.findall(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
+        # `mod child;` declares a child; it is no use of it.
+        text = re.sub(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*;", "", text, flags=re.M)
+        refs = []
+        for prefix, rest in re.findall(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
             segs = rest.strip(":").split("::")
             if prefix == "super":
                 # `super` from a file module `a::b` is `a`; from `a::b` (a dir mod.rs) too.
                 segs = me[:-1] + segs
-            target = resolve(segs)
-            if target and target != m and not target.startswith(m + "::") and not m.startswith(target + "::"):
-                out[m].add(target)
+            elif prefix == "self":
+                segs = me + segs
+            refs.append(segs)
+        # `use super::*`: everything of the parent.
+        if len(me) > 1 and re.search(r"\bsuper::\*", text):
+            refs.append(me[:-1])
+        # A child named by its own name (`jobs::start`, `use jobs::{...}`).
+        for child in (n for n in names if n.startswith(m + "::") and n.count("::") == m.count("::") + 1):
+            if re.search(r"(?<![:\w])" + re.escape(child.rsplit("::", 1)[1]) + r"::", text):
+                refs.append(child.split("::"))
         # `use crate::{a, b::c}` groups
         for group in re.findall(r"\bcrate::\{([^}]*)\}", text):
-            for item in group.split(","):
-                segs = item.strip().split("::")
-                target = resolve(segs)
-                if target and target != m and not target.startswith(m + "::") and not m.startswith(target + "::"):
-                    out[m].add(target)
+            refs.extend(item.strip().split("::") for item in group.split(","))
+        for segs in refs:
+            target = resolve(segs)
+            if target and target != m:
+                out[m].add(target)
     return out
 
 

@@ -20,7 +20,7 @@ pub use crate::kinds::custom_jobs::{job_name, render, KIND_CUSTOM};
 pub use crate::kinds::pipelines::{pipeline_name, render_pipeline, KIND_PIPELINE};
 pub use crate::kinds::tuning_jobs::{render_study, study_name, trial_resource, KIND_STUDY};
 pub use vizier::{read_vizier_study, render_vizier_study, VizierAnswer, VizierCall, VizierOp, KIND_VIZIER};
-pub use crate::kinds::custom_jobs::{Waiting, WaitingView};
+pub use crate::kinds::waiting::{Waiting, WaitingView};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};

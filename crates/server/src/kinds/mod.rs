@@ -37,29 +37,20 @@
 //! and status codes every kind gets is described in `http::resources`.
 
 pub mod custom_jobs;
+pub mod kind;
 pub mod pipelines;
 pub mod studies;
 pub mod tuning_jobs;
+pub mod waiting;
 
-use serde_json::Value;
-use trainyard_api::{ApiError, CustomJob, HyperparameterTuningJob, TrainingPipeline};
-use trainyard_store::Store;
-
-pub use custom_jobs::{CustomJobs, WaitingView};
+pub use custom_jobs::CustomJobs;
+pub use kind::{belongs, place_of, Create, Kind, Page, Reply, ResourceKind, View};
+pub use waiting::{Waiting, WaitingView};
 pub use pipelines::TrainingPipelines;
 pub use tuning_jobs::TuningJobs;
 
-/// Where the driver's answer to a request goes.
-pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, ApiError>>;
-
-/// A kind of resource the driver creates, cancels and deletes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    CustomJob,
-    TuningJob,
-    Pipeline,
-}
-
+// The names of each kind, by the kind's own constants (an inherent impl of `kind::Kind`:
+// the shared room names no kind).
 impl Kind {
     /// Its key in the store's `jobs` table.
     pub fn store_key(self) -> &'static str {
@@ -78,128 +69,6 @@ impl Kind {
             Kind::Pipeline => TrainingPipelines::API_NAME,
         }
     }
-}
-
-/// A new resource of some kind (parsed and validated against the wire rules), with where
-/// the driver's answer goes.
-pub enum Create {
-    CustomJob { resource: Box<CustomJob>, reply: Reply<CustomJob> },
-    TuningJob { resource: Box<HyperparameterTuningJob>, reply: Reply<Value> },
-    Pipeline { resource: Box<TrainingPipeline>, reply: Reply<TrainingPipeline> },
-}
-
-impl Create {
-    /// Answers it with an error (the driver cannot take it now).
-    pub fn refuse(self, e: ApiError) {
-        match self {
-            Create::CustomJob { reply, .. } => drop(reply.send(Err(e))),
-            Create::TuningJob { reply, .. } => drop(reply.send(Err(e))),
-            Create::Pipeline { reply, .. } => drop(reply.send(Err(e))),
-        }
-    }
-}
-
-/// Which rows a list page holds: those that pass `filter` (an SQL condition over the
-/// columns of `jobs` with its parameters, compiled from the API's filter), newest first,
-/// with ids below `before` (the page token's position), at most `limit`.
-pub struct Page<'a> {
-    pub filter: Option<(&'a str, &'a [trainyard_store::Value])>,
-    pub before: Option<u64>,
-    pub limit: usize,
-}
-
-/// How much of a resource is shown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum View {
-    /// `GET` of one resource: everything, with the parts a list leaves out (a tuning
-    /// job's trials).
-    Get,
-    /// A row of a list method.
-    List,
-}
-
-/// One kind of resource the API serves. See the module documentation.
-pub trait ResourceKind: Send + Sync + 'static {
-    /// The collection segment of its paths: `customJobs`.
-    const COLLECTION: &'static str;
-    /// Its kind in the store's `jobs` table (`KIND_CUSTOM`), also the first part of the
-    /// scope its page tokens are bound to.
-    const STORE_KIND: &'static str;
-    /// Which kind the driver is told of (`Msg::Cancel`, `Msg::Delete`).
-    const KIND: Kind;
-    /// Its name in the API: `CustomJob`. Error messages name it, and a `readMask` is
-    /// checked against the fields of the schema of that name.
-    const API_NAME: &'static str;
-
-    /// A create body, parsed and validated.
-    type New: Send + 'static;
-    /// What the driver answers a create with (shown as the created resource).
-    type Created: serde::Serialize + Send + 'static;
-    /// A stored row as read, a damaged one included.
-    type Row: Send + 'static;
-
-    /// Parse and validate a create body against the wire rules.
-    fn parse(body: &[u8]) -> Result<Self::New, ApiError>;
-    /// A create of one, with where its answer goes (the driver's `Msg::Create` carries it).
-    fn create(resource: Self::New, reply: Reply<Self::Created>) -> Create;
-
-    /// The row of `id` under `project` and `region`, if there is one.
-    fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<Self::Row>>;
-    /// A page of rows under `project` and `region`.
-    fn read_page(store: &Store, project: &str, region: &str, page: &Page<'_>) -> trainyard_store::Result<Vec<Self::Row>>;
-
-    /// The row's id (the position of page tokens).
-    fn id(row: &Self::Row) -> u64;
-    /// The state of a row that has not ended, which keeps it from being deleted; None once
-    /// it has ended. A damaged record counts as ended: the driver quarantines it as FAILED.
-    fn live_state(row: &Self::Row) -> Option<&'static str>;
-    /// The row as the API shows it.
-    fn render(row: &Self::Row, waiting: &WaitingView, view: View) -> Result<Value, ApiError>;
-
-    /// Does the new resource ask for directories of the server's host
-    /// (`trainyardHostDirectories`), which only some callers may?
-    fn asks_host_directories(_resource: &Self::New) -> bool {
-        false
-    }
-
-    /// Its resource name: `projects/{project}/locations/{region}/{COLLECTION}/{id}`.
-    fn name(project: &str, region: &str, id: u64) -> String {
-        format!("projects/{project}/locations/{region}/{}/{id}", Self::COLLECTION)
-    }
-
-    /// The project and region the row's own record names (not the request's): a second
-    /// check above the store's filter, so that a row of another project is never shown
-    /// (see `http::resources::load`). None for a damaged record.
-    fn stored_place(row: &Self::Row) -> Option<(String, String)>;
-}
-
-/// The project and region of a resource name `projects/{p}/locations/{r}/...`.
-pub fn place_of(name: &str) -> Option<(String, String)> {
-    let mut parts = name.split('/');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("projects"), Some(p), Some("locations"), Some(r)) if !p.is_empty() && !r.is_empty() => Some((p.to_string(), r.to_string())),
-        _ => None,
-    }
-}
-
-/// Does a row whose record names `stored` belong under `project` and `region`? A row that
-/// does not is a defect of the store's filter: said in the server's log, and answered as
-/// if there were no such row.
-pub fn belongs(stored: Option<(String, String)>, project: &str, region: &str, what: &str) -> bool {
-    match stored {
-        Some((p, r)) if p != project || r != region => {
-            tracing::error!("the store answered a read of {what} under {project}/{region} with a record of {p}/{r}; not shown");
-            false
-        }
-        _ => true,
-    }
-}
-
-/// A create body parsed by `parse` and checked by `validate` (the wire rules).
-pub(crate) fn checked<T>(body: &[u8], parse: fn(&[u8]) -> Result<T, ApiError>, validate: fn(&T) -> Result<(), ApiError>) -> Result<T, ApiError> {
-    let resource = parse(body)?;
-    validate(&resource)?;
-    Ok(resource)
 }
 
 #[cfg(test)]

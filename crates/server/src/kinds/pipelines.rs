@@ -9,7 +9,8 @@ use trainyard_core::{Micros, State};
 use trainyard_store::Store;
 
 use super::custom_jobs::job_name;
-use super::{checked, Create, Kind, Page, Reply, ResourceKind, View, WaitingView};
+use super::kind::{checked, Create, Kind, Page, Reply, ResourceKind, View};
+use super::waiting::WaitingView;
 use crate::reply::internal;
 
 /// The stored state of a pipeline (the `core` column of its row).
@@ -187,7 +188,7 @@ impl ResourceKind for TrainingPipelines {
     }
 
     fn stored_place(row: &PipelineRow) -> Option<(String, String)> {
-        row.record.as_ref().ok().and_then(|(r, _)| super::place_of(&r.name))
+        row.record.as_ref().ok().and_then(|(r, _)| super::kind::place_of(&r.name))
     }
 
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<PipelineRow>> {

@@ -20,7 +20,8 @@ use trainyard_store::Store;
 use trainyard_tuner as tuner;
 
 use super::custom_jobs::job_name;
-use super::{checked, Create, Kind, Page, Reply, ResourceKind, View, WaitingView};
+use super::kind::{checked, Create, Kind, Page, Reply, ResourceKind, View};
+use super::waiting::WaitingView;
 
 /// A parameter value as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1007,7 +1008,7 @@ impl ResourceKind for TuningJobs {
     }
 
     fn stored_place(row: &TuningJobRow) -> Option<(String, String)> {
-        row.record.as_ref().ok().and_then(|(r, _)| super::place_of(&r.name))
+        row.record.as_ref().ok().and_then(|(r, _)| super::kind::place_of(&r.name))
     }
 
     fn read(store: &Store, project: &str, region: &str, id: u64) -> trainyard_store::Result<Option<TuningJobRow>> {

@@ -265,7 +265,7 @@ pub fn delete_object(bucket: BorrowedFd<'_>, name: &str, check: impl FnOnce(&Obj
         Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => return Ok(false),
         Err(e) => return Err(GcsError::errno("cannot open the object's directory", e)),
     };
-    let _lock = super::commit_lock(name);
+    let _lock = commit_lock(name);
     let Some(cur) = current(parent.as_fd(), last)? else { return Ok(false) };
     check(&cur)?;
     match nix::unistd::unlinkat(parent.as_fd(), last, UnlinkatFlags::NoRemoveDir) {
@@ -302,7 +302,7 @@ pub fn record_md5(bucket: BorrowedFd<'_>, name: &str, file: &File, generation: i
         Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => return Ok(Recorded::Superseded),
         Err(e) => return Err(GcsError::errno("cannot open the object's directory", e)),
     };
-    let _lock = super::commit_lock(name);
+    let _lock = commit_lock(name);
     let hashed = nix::sys::stat::fstat(file.as_fd()).map_err(|e| GcsError::errno("cannot stat the object", e))?;
     match nix::sys::stat::fstatat(parent.as_fd(), last, AtFlags::AT_SYMLINK_NOFOLLOW) {
         // The same inode: the descriptor held since the hashing keeps its number from
@@ -384,7 +384,7 @@ impl TempFile {
             let (fd, _) = open_or_make_dir(parent.as_fd(), c.as_os_str(), owner, &shown)?;
             parent = fd;
         }
-        let _lock = super::commit_lock(name);
+        let _lock = commit_lock(name);
         let cur = current(parent.as_fd(), last)?;
         pre.check(cur.as_ref())?;
         let now = meta::now_us();
@@ -536,3 +536,13 @@ pub fn read_dir_entries(dir: &mut nix::dir::Dir) -> Vec<(String, bool)> {
     }
     out
 }
+
+/// One lock per object name's shard: a write's generation is decided and published, and
+/// a delete checks and removes, under it.
+pub(super) fn commit_lock(name: &str) -> std::sync::MutexGuard<'static, ()> {
+    static LOCKS: std::sync::OnceLock<Vec<std::sync::Mutex<()>>> = std::sync::OnceLock::new();
+    let locks = LOCKS.get_or_init(|| (0..64).map(|_| std::sync::Mutex::new(())).collect());
+    let h = name.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3));
+    locks[(h % 64) as usize].lock().unwrap_or_else(|p| p.into_inner())
+}
+

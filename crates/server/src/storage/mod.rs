@@ -36,7 +36,7 @@ use crate::shares::Share;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, BodyDataStream, Bytes};
@@ -163,15 +163,10 @@ pub struct Storage {
     shares: Arc<crate::shares::Shares>,
 }
 
+pub use upload::TransferSlot;
+
 /// Transfers streaming at once, at most.
 pub const MAX_TRANSFERS: usize = 64;
-
-/// A transfer's place: one of its project's storage streams and one of the server's, held
-/// while its bytes move.
-pub struct TransferSlot {
-    _project: crate::shares::Held,
-    _server: tokio::sync::OwnedSemaphorePermit,
-}
 
 impl Storage {
     pub fn new(
@@ -409,15 +404,6 @@ fn caller_project(uri: &axum::http::Uri) -> Option<String> {
 /// Run blocking file work off the executor.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> GcsResult<T> + Send + 'static) -> GcsResult<T> {
     tokio::task::spawn_blocking(f).await.map_err(|e| GcsError::internal("a file operation failed", e))?
-}
-
-/// One lock per object name's shard: a write's generation is decided and published, and
-/// a delete checks and removes, under it.
-pub(crate) fn commit_lock(name: &str) -> MutexGuard<'static, ()> {
-    static LOCKS: OnceLock<Vec<Mutex<()>>> = OnceLock::new();
-    let locks = LOCKS.get_or_init(|| (0..64).map(|_| Mutex::new(())).collect());
-    let h = name.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3));
-    locks[(h % 64) as usize].lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The routes, for `http::router` (outside the API's body limit: uploads are large).

@@ -69,7 +69,7 @@ impl Writer {
     /// Start the writer's thread (its own, not the runtime's blocking pool: it lives as
     /// long as the upload). `permit` is one of the server's transfer slots, held until the
     /// thread ends.
-    pub fn start(mut tmp: TempFile, mut sink: HashSink, permit: super::TransferSlot) -> GcsResult<Writer> {
+    pub fn start(mut tmp: TempFile, mut sink: HashSink, permit: TransferSlot) -> GcsResult<Writer> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(IN_FLIGHT);
         let (done_tx, done) = tokio::sync::oneshot::channel::<Written>();
         let body = move || {
@@ -438,6 +438,13 @@ pub fn sweep(uploads: OwnedFd, project: &str, expiry: Duration, sessions: &Sessi
         }
     }
     removed
+}
+
+/// A transfer's place: one of its project's storage streams and one of the server's, held
+/// while its bytes move.
+pub struct TransferSlot {
+    pub(super) _project: crate::shares::Held,
+    pub(super) _server: tokio::sync::OwnedSemaphorePermit,
 }
 
 #[cfg(test)]
