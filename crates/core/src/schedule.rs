@@ -1306,11 +1306,12 @@ fn describe(t: &NodeTable, shape: &Shape) -> String {
     let plural = if k == 1 { "" } else { "s" };
     if shape.uniform && k > 0 {
         let d = &shape.needs[0];
-        let gib = d.mem as f64 / (1u64 << 30) as f64;
+        // 1.5 GiB as it is, never rounded to 2.
+        let gib = crate::capacity::gib_text(d.mem);
         if d.acc_type == NO_ACC {
-            format!("{k} replica{plural} of {} CPUs and {gib:.0} GiB", d.cpus)
+            format!("{k} replica{plural} of {} CPUs and {gib} GiB", d.cpus)
         } else {
-            format!("{k} replica{plural} of {} x {} ({} CPUs, {gib:.0} GiB)", d.acc, t.acc_name(d.acc_type), d.cpus)
+            format!("{k} replica{plural} of {} x {} ({} CPUs, {gib} GiB)", d.acc, t.acc_name(d.acc_type), d.cpus)
         }
     } else {
         format!("{k} replicas of mixed sizes")

@@ -297,6 +297,28 @@ fn l4_request_above_limit() {
     assert!(quotas.exceeded_by("big", &demand).is_empty());
 }
 
+/// A waiting reason gives a replica's memory as it is (1.5 GiB), not rounded to a whole
+/// GiB.
+#[test]
+fn l3_a_waiting_reason_gives_memory_unrounded() {
+    let fleet = Fleet { nodes: vec![node("n1", 2)], overcommit: false };
+    let mut holder = queued(1, "p", 2, 1, 0);
+    let mut small = queued(2, "p", 1, 1, 1);
+    for j in [&mut holder, &mut small] {
+        let s = Settings::default();
+        let demand = Demand {
+            metrics: [("custom_model_training_cpus".to_string(), 2)].into(),
+            replicas: vec![ReplicaDemand { cpus: 2, memory_bytes: 3 << 29, accelerator: None }],
+        };
+        *j = Job::new(j.id, "p".into(), "r".into(), &[1], demand, Policy::defaults(&s), false, j.create_time);
+    }
+    let jobs = [holder, small];
+    let refs: Vec<&Job> = jobs.iter().collect();
+    let d = schedule(&refs, &fleet, &Quotas::default(), 10);
+    let reason = d.iter().find_map(|d| match d { Decision::Wait { job: 2, reason, .. } => Some(reason.to_string()), _ => None }).unwrap_or_default();
+    assert!(reason.contains("1 replica of 2 CPUs and 1.5 GiB"), "{reason}\n{d:?}");
+}
+
 /// L15: capacity held by other jobs is not a stockout (the job waits QUEUED); nodes down
 /// or drained are.
 #[test]
