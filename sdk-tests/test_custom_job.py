@@ -291,3 +291,25 @@ def test_enum_encoding_int_both_ways(sdk, server):
     r = _rest(server, "POST", "customJobs", params=INT_ENUMS, data=json.dumps(body))
     assert r.status_code == 200, r.text
     assert r.json()["jobSpec"]["scheduling"]["strategy"] == 1
+
+
+def test_default_grpc_transport_is_explained_in_the_server_log(server):
+    """The SDK's default transport (gRPC over TLS) against this plain-HTTP server: the
+    client can only show a failed handshake; the server's log says what it was and what to
+    change (api_transport="rest", an http:// endpoint)."""
+    import google.auth.credentials
+    from google.cloud import aiplatform_v1
+
+    client = aiplatform_v1.JobServiceClient(
+        credentials=google.auth.credentials.AnonymousCredentials(),
+        client_options={"api_endpoint": f"127.0.0.1:{server['port']}"},
+    )
+    with pytest.raises(api_exceptions.GoogleAPICallError) as e:
+        client.list_custom_jobs(parent=f"projects/{PROJECT}/locations/{LOCATION}", timeout=10, retry=None)
+    assert "handshake" in str(e.value).lower() or "ssl" in str(e.value).lower(), str(e.value)
+    said = "began a TLS handshake on this port, which serves plain HTTP"
+    end = time.monotonic() + 10
+    while said not in server["log"].read_text(errors="replace") and time.monotonic() < end:
+        time.sleep(0.1)
+    log = server["log"].read_text(errors="replace")
+    assert said in log and 'api_transport="rest"' in log, log[-3000:]

@@ -20,6 +20,10 @@
 //! - At shutdown the listener closes, idle connections close, requests in flight finish,
 //!   and whatever still runs after `shutdown_grace` (a `follow=true` log stream) is cut.
 //!
+//! - A client that begins a TLS handshake on this plain-HTTP port (the Vertex AI SDK with
+//!   its default gRPC transport) is told of in the server's log, with what to change; it
+//!   itself only sees its handshake fail.
+//!
 //! One watcher per connection holds the deadlines: the connection's I/O and its requests
 //! tell it where the connection is (waiting for a head, serving a request, idle), and it
 //! drops the connection when the deadline of that state passes.
@@ -105,7 +109,7 @@ pub async fn serve(
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, _peer)) => {
+            Ok((stream, peer)) => {
                 backoff = Duration::ZERO;
                 // Every response goes out at once: with Nagle's algorithm the last piece of
                 // a chunked body waits for the client's delayed acknowledgement (about 40 ms
@@ -113,7 +117,7 @@ pub async fn serve(
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!("TCP_NODELAY: {e}");
                 }
-                conns.spawn(connection(stream, app.clone(), limits.clone(), stop_rx.clone(), permit));
+                conns.spawn(connection(stream, peer, app.clone(), limits.clone(), stop_rx.clone(), permit));
             }
             // The client went away before it was accepted: nothing to wait for.
             Err(e) if is_connection_error(&e) => {}
@@ -167,6 +171,7 @@ fn is_connection_error(e: &io::Error) -> bool {
 /// Serve one connection until it ends, a deadline passes, or shutdown (gracefully).
 async fn connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     app: axum::Router,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
@@ -217,7 +222,31 @@ async fn connection(
             }
         }
     }
+    if watch.tls_hello.load(Ordering::SeqCst) {
+        tls_client(peer);
+    }
 }
+
+/// Connections whose first byte began a TLS handshake (see [`tls_client`]).
+pub static TLS_HANDSHAKES: AtomicU64 = AtomicU64::new(0);
+
+/// A client spoke TLS to this plain-HTTP port: said in the server's log (at most every 5
+/// s), since all the client itself can show is a failed handshake.
+fn tls_client(peer: std::net::SocketAddr) {
+    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    TLS_HANDSHAKES.fetch_add(1, Ordering::Relaxed);
+    let due = LAST.lock().map(|mut last| due(&mut last)).unwrap_or(false);
+    if due {
+        tracing::warn!(
+            "a client at {peer} began a TLS handshake on this port, which serves plain HTTP: it sees \"Ssl handshake failed ... \
+             WRONG_VERSION_NUMBER\". The Vertex AI SDK does this with its default transport (gRPC over TLS): pass \
+             api_transport=\"rest\" and api_endpoint=\"http://HOST:PORT\" to aiplatform.init"
+        );
+    }
+}
+
+/// The first byte of a TLS handshake record (a ClientHello); no HTTP request starts with it.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Where a connection is: waiting for (or reading) a request head, serving a request, or
 /// idle between requests.
@@ -233,6 +262,10 @@ struct Watch {
     /// 0, or 1 + the milliseconds since epoch when a write began to wait for the client.
     write_blocked: AtomicU64,
     notify: Notify,
+    /// Has the connection's first byte been read, and was it a TLS handshake record's
+    /// (0x16)?
+    first_read: std::sync::atomic::AtomicBool,
+    tls_hello: std::sync::atomic::AtomicBool,
 }
 
 impl Watch {
@@ -242,6 +275,8 @@ impl Watch {
             state: AtomicU64::new(HEAD),
             write_blocked: AtomicU64::new(0),
             notify: Notify::new(),
+            first_read: std::sync::atomic::AtomicBool::new(false),
+            tls_hello: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -320,6 +355,9 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            if !self.watch.first_read.swap(true, Ordering::SeqCst) && buf.filled()[before] == TLS_HANDSHAKE_RECORD {
+                self.watch.tls_hello.store(true, Ordering::SeqCst);
+            }
             self.watch.bytes_read();
         }
         r
