@@ -593,8 +593,8 @@ impl Cluster {
         true
     }
 
-    /// A SPOT job was told to stop for a preemption: no longer a candidate; its capacity
-    /// frees when it has stopped (`finish`).
+    /// A job is stopping (preempted, cancelled, timed out, failed): no longer a candidate;
+    /// its capacity frees when it has stopped (`finish`), and a preemption counts it first.
     pub fn mark_stopping(&mut self, id: u64) {
         if let Some(r) = self.running.get_mut(&id) {
             r.spot = false;
@@ -667,12 +667,14 @@ pub fn schedule_with(
             .filter_map(|(r, d)| Some((c.node(r.node.as_deref()?)?, c.table.need(d))))
             .collect();
         let stopping = matches!(j.phase, Phase::Stopping { .. });
-        let preempted = matches!(&j.phase, Phase::Stopping { then: After::Preempted { .. }, .. });
         let start = j.admitted_at().unwrap_or(now);
         // A stopping job frees its capacity soon.
         let end = if stopping { now } else { start.saturating_add(duration(j)) };
         c.start(j.id, &j.project, j.policy.spot && !stopping, start, end, placed);
-        if preempted {
+        // Preempted, cancelled, timed out or failed: what it holds is being freed, and a
+        // preemption counts it before it chooses anyone (a job preempted for capacity that
+        // a cancel frees a moment later loses its work for nothing).
+        if stopping {
             c.mark_stopping(j.id);
         }
         if cfg.priority_preemption && !stopping {
@@ -2104,14 +2106,20 @@ impl<'a, 'r> Round<'a, 'r> {
             if lower > 0 {
                 parts.push(counted(lower, "job of a lower priority", "jobs of a lower priority"));
             }
-            if earlier > 0 {
-                parts.push(counted(earlier, "job stopping already", "jobs stopping already"));
-            }
-            let verb = if spot + lower + earlier == 1 { "is" } else { "are" };
-            let reason = format!(
-                "Waiting for capacity held by other jobs: {} {verb} being preempted for it; it starts when they have stopped",
-                parts.join(" and ")
-            );
+            let verb = if spot + lower == 1 { "is" } else { "are" };
+            let stopping_already = counted(earlier, "job that is stopping already", "jobs that are stopping already");
+            let reason = match (parts.is_empty(), earlier > 0) {
+                (true, _) => format!("Waiting for capacity being freed: {stopping_already} will free what it needs; it starts when they have stopped"),
+                (false, false) => format!(
+                    "Waiting for capacity held by other jobs: {} {verb} being preempted for it; it starts when they have stopped",
+                    parts.join(" and ")
+                ),
+                (false, true) => format!(
+                    "Waiting for capacity held by other jobs: {} {verb} being preempted for it, and {stopping_already} will free the rest; \
+                     it starts when they have stopped",
+                    parts.join(" and ")
+                ),
+            };
             self.out.push(Decision::Wait { job: r.id, kind: KIND_PREEMPTING, reason: reason.into(), position, reserved_at: None });
         }
         true

@@ -994,7 +994,7 @@ fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
     let d = run(&stopping, std::slice::from_ref(&urgent), now + SECOND, &on);
     assert!(preempted(&d).is_empty(), "{d:?}");
     let r = reason(&d, 1);
-    assert!(r.contains("1 job stopping already is being preempted for it") && !r.contains("SPOT"), "{r}");
+    assert!(r.contains("Waiting for capacity being freed: 1 job that is stopping already will free what it needs") && !r.contains("SPOT"), "{r}");
     assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &SchedulerConfig::default())).is_empty(), "off");
     // Of its own class, or not preemptible now: never.
     let same = Request { priority: 0, ..urgent.clone() };
@@ -1002,6 +1002,85 @@ fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
     c.set_priority(100, 0, false, 0);
     c.set_priority(101, 0, false, 3 * HOUR);
     assert!(preempted(&run(&c, std::slice::from_ref(&urgent), now, &on)).is_empty());
+}
+
+/// A preemption counts capacity already being freed: with a job cancelled and still
+/// stopping, a job of a higher class waits for that job's capacity instead of preempting
+/// another (which would have lost its work for nothing, the cancelled job gone moments
+/// later); once the cancelled job is gone it starts there, and nothing is ever preempted.
+#[test]
+fn a_preemption_counts_capacity_being_freed_by_a_cancel() {
+    let s = Settings::default();
+    let fleet = gpu_fleet(2);
+    let quotas = Quotas::default();
+    let on = SchedulerConfig { priority_preemption: true, ..SchedulerConfig::default() };
+    let mut jobs = vec![gpu_job(1, "a", 1, 8, false, 0), gpu_job(2, "a", 1, 8, false, 0)];
+    let d = schedule_with(&jobs.iter().collect::<Vec<_>>(), &fleet, &quotas, 0, &on, &Hints::default());
+    for dec in &d {
+        if let Decision::Place { job, nodes, .. } = dec {
+            let j = jobs.iter_mut().find(|j| j.id == *job).unwrap();
+            let t = step(j, Event::Place { nodes: nodes.clone(), addresses: vec![], notes: vec![] }, 0, &s).unwrap();
+            *j = settle(t.job, t.effects, 0);
+        }
+    }
+    assert!(jobs.iter().all(|j| j.state() == State::Running), "{:?}", jobs.iter().map(|j| j.state()).collect::<Vec<_>>());
+    // Two hours in, job 1 is cancelled; its replica has not stopped yet.
+    let now = 2 * HOUR;
+    jobs[0] = step(&jobs[0], Event::Cancel, now, &s).unwrap().job;
+    assert_eq!(jobs[0].state(), State::Cancelling);
+    let mut urgent = gpu_job(3, "b", 1, 8, false, now);
+    urgent.policy.priority = 100;
+    jobs.push(urgent);
+    let refs: Vec<&Job> = jobs.iter().collect();
+    let d = schedule_with(&refs, &fleet, &quotas, now + SECOND, &on, &Hints::default());
+    assert!(!d.iter().any(|d| matches!(d, Decision::Preempt { .. })), "a needless preemption: {d:?}");
+    let why = d.iter().find_map(|d| match d { Decision::Wait { job: 3, reason, .. } => Some(reason.to_string()), _ => None }).unwrap_or_default();
+    assert!(why.contains("stopping") && !why.contains("lower priority"), "{why}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A preemption counts capacity being freed first: on whole-node jobs, a waiter of a
+    /// higher class that fits in what is free and what stopping jobs hold preempts no one;
+    /// otherwise it preempts just the number of lower-class jobs it still lacks.
+    #[test]
+    fn a_preemption_takes_only_what_is_not_being_freed(nodes in proptest::collection::vec(0u8..3, 1..7), replicas in 1usize..4) {
+        let mut c = Cluster::new(&gpu_fleet(nodes.len()));
+        let n8 = need(&c, 8);
+        let (mut free, mut stopping, mut lower) = (0usize, 0usize, 0usize);
+        for (i, kind) in nodes.iter().enumerate() {
+            let id = 100 + i as u64;
+            match kind {
+                0 => free += 1,
+                1 => {
+                    c.start(id, "a", false, 0, 10 * HOUR, vec![(i as NodeIx, n8)]);
+                    c.mark_stopping(id);
+                    stopping += 1;
+                }
+                _ => {
+                    c.start(id, "a", false, 0, 10 * HOUR, vec![(i as NodeIx, n8)]);
+                    c.set_priority(id, 0, true, 0);
+                    lower += 1;
+                }
+            }
+        }
+        let whole = gang(&c, replicas, 8);
+        let m = BTreeMap::new();
+        let waiter = Request { priority: 100, ..req(1, "b", &whole, HOUR, &m) };
+        let on = SchedulerConfig { priority_preemption: true, ..SchedulerConfig::default() };
+        let d = run(&c, std::slice::from_ref(&waiter), 4 * HOUR, &on);
+        let preempted = d.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count();
+        if free >= replicas {
+            prop_assert!(placed(&d, 1).is_some(), "{:?}", d);
+        } else if free + stopping >= replicas {
+            prop_assert_eq!(preempted, 0, "{:?}", d);
+        } else if free + stopping + lower >= replicas {
+            prop_assert_eq!(preempted, replicas - free - stopping, "{:?}", d);
+        } else {
+            prop_assert_eq!(preempted, 0, "{:?}", d);
+        }
+    }
 }
 
 /// Priority preemption with three classes: a job of the middle class preempts only work
