@@ -5,7 +5,7 @@
 //! and streams its log (one request, the reader's scroll position kept), the cancel button
 //! asks first and then cancels (real mouse clicks), the study page plots its trials, the
 //! pipeline page links its CustomJob, the nodes page shows GPUs and the queue, and errors
-//! (API, JavaScript, unhandled rejections) reach the banner. Hangs (L22) show as a badge
+//! (API, JavaScript, unhandled rejections) reach the banner. Hangs (TY4) show as a badge
 //! on the jobs list and on the job page with their time and text; a job page opens on its
 //! log's newest lines and loads earlier ones on demand. Screenshots go to
 //! `target/console-screenshots/`; the first paint of a job page with a 10,000-line log is
@@ -932,10 +932,10 @@ fn lastseg(name: &str) -> String {
 const OUT_LINES: &str = "[...document.querySelectorAll('#log .l.out')].map(l => l.lastChild.textContent)";
 
 /// Hangs (label `trainyard-hang-after-secs`): two replicas that print once and then go
-/// silent are reported (L22); the jobs list shows a "hang" badge on their RUNNING jobs and
+/// silent are reported (TY4); the jobs list shows a "hang" badge on their RUNNING jobs and
 /// not on a job that keeps printing; one of the two prints again and loses its badge while
 /// the list is shown; the other's page (reached by a click) says which replica is hung,
-/// since when and the L22 text, and marks it on the timeline (a marker with the time on
+/// since when and the TY4 text, and marks it on the timeline (a marker with the time on
 /// the replica's row, a band up to now).
 #[test]
 fn console_shows_hangs_on_the_list_and_the_job_page() {
@@ -958,7 +958,7 @@ fn console_shows_hangs_on_the_list_and_the_job_page() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let report = reported(&hung).unwrap();
-    assert_eq!(report["rule"], "L22", "{report}");
+    assert_eq!(report["rule"], "TY4", "{report}");
     assert!(reported(&steady).is_none(), "a job that prints is not hung: {}", s.logs_text(&name_of(&steady)));
     for j in [&hung, &waking, &steady] {
         assert_eq!(s.get(&name_of(j))["state"], "JOB_STATE_RUNNING");
@@ -975,7 +975,7 @@ fn console_shows_hangs_on_the_list_and_the_job_page() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(c.eval(&format!("{} === null", badge(&steady))), json!(true), "no badge on a job that prints");
     let tip = c.eval(&format!("{}.title", badge(&hung)));
-    assert!(tip.as_str().unwrap_or("").contains("workerpool0-0: reported hung at") && tip.as_str().unwrap_or("").contains("L22: Replica workerpool0-0 may be hung"), "{tip}");
+    assert!(tip.as_str().unwrap_or("").contains("workerpool0-0: reported hung at") && tip.as_str().unwrap_or("").contains("TY4: Replica workerpool0-0 may be hung"), "{tip}");
     assert_eq!(c.eval(&format!("{}.closest('td').querySelector('.st').textContent", badge(&hung))), json!("running"));
     c.assert_clean("jobs list with hangs");
     c.screenshot("15-jobs-hang-badge");
@@ -986,7 +986,7 @@ fn console_shows_hangs_on_the_list_and_the_job_page() {
     assert_eq!(c.eval(&format!("{} !== null", badge(&hung))), json!(true), "the hung job keeps its badge");
     c.assert_clean("jobs list after a wake-up");
 
-    // -- The hung job's page, by a click: who, since when, the L22 text, the timeline. -------
+    // -- The hung job's page, by a click: who, since when, the TY4 text, the timeline. -------
     c.click(&format!("table.list tr.row[data-name=\"{}\"] td.id a", name_of(&hung)));
     c.wait_for("the job page", &format!("location.hash === '#/jobs/{}'", job_id(&hung)), 10);
     let item = c.wait_for("the hang notice", "(document.querySelector('#job-hang .hang-item[data-replica=\"workerpool0-0\"]') || {}).textContent", 20);
@@ -995,9 +995,9 @@ fn console_shows_hangs_on_the_list_and_the_job_page() {
     let when = c.eval(&format!("dateTime(micros({}) / 1000)", serde_json::to_string(&report["time"]).unwrap()));
     let when = when.as_str().unwrap_or("?");
     assert!(item.contains(&format!("reported hung at {when}")), "{item} (report at {when})");
-    assert!(item.contains(report["text"].as_str().unwrap()), "the L22 text: {item}");
+    assert!(item.contains(report["text"].as_str().unwrap()), "the TY4 text: {item}");
     assert_eq!(c.count("#hang-slot .hang-badge"), 1, "the badge by the job's state");
-    c.wait_for("the hang on the timeline", "document.querySelectorAll('#timeline svg g.mk-hang[data-rule~=L22]').length === 1 && document.querySelectorAll('#timeline svg rect.hang-span[data-replica=\"workerpool0-0\"]').length === 1", 10);
+    c.wait_for("the hang on the timeline", "document.querySelectorAll('#timeline svg g.mk-hang[data-rule~=TY4]').length === 1 && document.querySelectorAll('#timeline svg rect.hang-span[data-replica=\"workerpool0-0\"]').length === 1", 10);
     // The marker is on the replica's row (row 1, under the job's), labelled with the time.
     let label = c.eval("document.querySelector('#timeline svg g.mk-hang text.hang-label').textContent");
     let clock = c.eval(&format!("'hung ' + clock(micros({}) / 1000)", serde_json::to_string(&report["time"]).unwrap()));
@@ -1013,13 +1013,13 @@ fn console_shows_hangs_on_the_list_and_the_job_page() {
     assert!(mark_tip.as_str().unwrap_or("").contains("may be hung"), "{mark_tip}");
     c.eval("document.querySelector('details.transitions').open = true");
     let transitions = c.eval("document.querySelector('details.transitions').textContent");
-    assert!(transitions.as_str().unwrap_or("").contains("L22"), "{transitions}");
+    assert!(transitions.as_str().unwrap_or("").contains("TY4"), "{transitions}");
     c.assert_clean("hung job page");
     c.screenshot("16-job-hang");
 
     // -- The woken job's page: its report stays on the timeline, it is not hung now. --------
     c.open(&format!("{root}#/jobs/{}", job_id(&waking)));
-    c.wait_for("the L22 marker", "document.querySelectorAll('#timeline svg g.mk-hang').length === 1 && ((document.getElementById('log') || {}).textContent || '').includes('awake again')", 20);
+    c.wait_for("the TY4 marker", "document.querySelectorAll('#timeline svg g.mk-hang').length === 1 && ((document.getElementById('log') || {}).textContent || '').includes('awake again')", 20);
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(c.count("#job-hang .hang-item"), 0, "not hung after printing again");
     assert_eq!(c.count("#hang-slot .hang-badge") + c.count("#timeline svg rect.hang-span"), 0);

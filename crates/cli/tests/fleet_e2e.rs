@@ -171,6 +171,7 @@ fn l9_node_loss_restarts_replicas_elsewhere() {
 /// SPOT: a SPOT job runs on idle capacity; when non-SPOT work needs the node, the SPOT job
 /// gets SIGTERM and its grace period, waits PENDING, and runs again when capacity returns,
 /// counted against no retry budget.
+/// Holds TY1 (docs/lifecycle.md).
 #[test]
 fn spot_job_is_preempted_and_comes_back() {
     let s = Server::start("[[nodes]]\nname = \"only\"\ncpus = 4\nmemory_gb = 16\n\n[scheduler]\nspot_min_runtime_secs = 0\n");
@@ -475,6 +476,7 @@ fn l3_l5_a_borrowing_project_gives_quota_back_when_the_lender_submits() {
 /// hold it (two replicas, 8 CPUs, on a quota of 4) gives the lender its quota back after
 /// `reclaim_after_secs`: the lender's job runs and ends within that bound, not when the
 /// borrower ends.
+/// Holds TY3 (docs/lifecycle.md).
 #[test]
 fn l3_l5_a_lenders_quota_comes_back_within_reclaim_after_secs() {
     if skip_on_slurm("local nodes") {
@@ -555,6 +557,7 @@ fn lose_run_on(s: &Server, job: &Value, node: &str) {
 /// themselves (`kill -KILL $$`) and a log line a failure rule sends away from its node
 /// (`exclude_node`) count nothing towards a quarantine: both nodes stay UP and the victim
 /// project's job runs.
+/// Holds TY8 (docs/lifecycle.md).
 #[test]
 fn l9_a_tenant_killing_its_own_replicas_quarantines_no_node() {
     if skip_on_slurm("local nodes") {
@@ -592,6 +595,7 @@ fn l9_a_tenant_killing_its_own_replicas_quarantines_no_node() {
 /// retry goes to n2 (away from the node it failed on) and succeeds; the next job, which
 /// would fit n1 best, lands on n2. `nodes list` shows n1 with its failures, the metric
 /// counts it, it survives a restart, and `nodes undrain` lets it back in.
+/// Holds TY8 (docs/lifecycle.md).
 #[test]
 fn l9_lost_runs_of_two_projects_quarantine_a_node_and_the_next_job_lands_elsewhere() {
     if skip_on_slurm("local nodes") {

@@ -407,6 +407,7 @@ fn usage_report_gpu_hours_equal_the_sum_over_the_jobs_runs() {
 /// GPU health: a GPU that reports uncorrectable ECC errors (here from the fake nvidia-smi)
 /// quarantines its node at once: `nodes` shows it QUARANTINED with the reason, and the
 /// next GPU job lands on the other node.
+/// Holds TY8 (docs/lifecycle.md).
 #[test]
 fn a_gpu_with_ecc_errors_quarantines_its_node() {
     if skip_on_slurm("the fake nvidia-smi is on this host") {

@@ -11,7 +11,7 @@ fn state(j: &Value) -> &str {
     j["state"].as_str().unwrap_or("")
 }
 
-/// L6, L7, L8, L17, L22: a two-pool job gets its environment, runs, succeeds when the
+/// L6, L7, L8, L17, L22, TY4: a two-pool job gets its environment, runs, succeeds when the
 /// primary exits 0 (the worker is shut down), and its logs hold every line.
 #[test]
 fn l8_l17_multi_replica_success() {
@@ -341,7 +341,7 @@ fn gcs_paths_and_pip_isolation_for_host_programs() {
 }
 
 /// Hang detection (label `trainyard-hang-after-secs`): a replica that stops writing is
-/// reported (L22, once), one that writes slowly but steadily is not; with
+/// reported (TY4, once), one that writes slowly but steadily is not; with
 /// `trainyard-hang-restart` the silent one is restarted, counted as a signal death (L10).
 #[test]
 fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
@@ -359,7 +359,7 @@ fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
     }
     let text = s.logs_text(&name_of(&a));
     assert_eq!(text.matches("may be hung").count(), 1, "reported once: {text}");
-    assert!(text.contains("L22: Replica workerpool0-0 may be hung: no output to its log"), "{text}");
+    assert!(text.contains("TY4: Replica workerpool0-0 may be hung: no output to its log"), "{text}");
     assert!(text.find("may be hung") < text.find("stdout: done"), "reported while silent, before its last line: {text}");
     assert!(!s.logs_text(&name_of(&b)).contains("may be hung"), "{}", s.logs_text(&name_of(&b)));
     let metrics = ureq::get(&s.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
@@ -379,7 +379,7 @@ fn hang_detection_reports_a_silent_replica_and_not_a_slow_one() {
 /// L13 extended on a real server: a failure rule on a log pattern retries a job whose exit
 /// status alone would be permanent, and its log names the rule.
 #[test]
-fn l13_a_failure_rule_on_a_log_pattern_retries_the_job() {
+fn ty9_l12_a_failure_rule_on_a_log_pattern_retries_the_job() {
     let s = Server::start(
         "[[lifecycle.failure_rules]]\nname = \"flaky-io\"\nlog_pattern = \"Input/output error\"\naction = \"transient\"\n",
     );
@@ -399,7 +399,7 @@ fn l13_a_failure_rule_on_a_log_pattern_retries_the_job() {
 /// to the program that long before its time limit, once; the program writes a last
 /// checkpoint and ends.
 #[test]
-fn l19_the_timeout_warning_reaches_the_program_before_the_limit() {
+fn ty6_the_timeout_warning_reaches_the_program_before_the_limit() {
     let s = Server::start("");
     let mut job = sh_job(
         "warned",
@@ -448,7 +448,7 @@ fn l21_a_restarted_replica_is_given_its_latest_checkpoint() {
 /// and resumes from its step, and the job SUCCEEDS. Prints the time from the stop to the
 /// report and to progress again.
 #[test]
-fn l22_l10_a_stopped_rank_is_a_straggler_restarted_and_the_job_succeeds() {
+fn ty5_l10_a_stopped_rank_is_a_straggler_restarted_and_the_job_succeeds() {
     if skip_in_containers("the test stops a host process by its pid") || skip_on_slurm("one gang's timing on the development cluster; the local backend shows the rule") {
         return;
     }

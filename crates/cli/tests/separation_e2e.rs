@@ -440,6 +440,7 @@ fn l21_a_symlink_farm_in_checkpoints_does_not_slow_other_projects_creates() {
 /// nothing); `GET /v1/admin/quotas` shows the project's size and limit; a job whose writes
 /// take the project past its limit is stopped and fails with RESOURCE_EXHAUSTED naming the
 /// limit, not retried; another project is not limited.
+/// Holds TY7 (docs/lifecycle.md).
 #[test]
 fn a_projects_storage_limit_holds_for_uploads_and_for_jobs_writes() {
     // 0.002 GiB: about 2 MiB.

@@ -102,6 +102,7 @@ mod tests {
     /// L9: three failures of two projects' jobs within the window quarantine; one
     /// project's failures alone (however many jobs), or failures spread beyond the
     /// window, do not.
+    /// Holds TY8 (docs/lifecycle.md).
     #[test]
     fn l9_failures_of_two_projects_within_the_window_quarantine() {
         let mut t = Tracker::new(3, 3600 * SECOND);

@@ -79,7 +79,7 @@ pub enum Effect {
     /// The job was deleted: remove what the server kept of it on disk (run directories,
     /// venv, trial metric files; its outputs under baseOutputDirectory stay).
     Purge { job: u64 },
-    /// Send `signal` to the run's program (L19 warned: the timeout warning), nothing else.
+    /// Send `signal` to the run's program (TY6: the timeout warning before L19), nothing else.
     Signal { run: RunId, signal: i32 },
     /// A replica failed on `node` in a way that is evidence about the node, not the job (a
     /// lost run, the engine failing to launch it): counted towards the node's quarantine.
@@ -172,7 +172,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
 fn failure_rule(error: &JobError) -> &'static str {
     match error.code {
         code::INVALID_ARGUMENT => "L13",
-        code::RESOURCE_EXHAUSTED if error.message.contains("storage_gb") => "L4",
+        code::RESOURCE_EXHAUSTED if error.message.contains("storage_gb") => "TY7",
         code::RESOURCE_EXHAUSTED if error.message.contains("memory") => "L14",
         code::RESOURCE_EXHAUSTED => "L15",
         code::INTERNAL => "L16",
@@ -341,8 +341,8 @@ impl Cx<'_> {
         }
     }
 
-    /// A quota the job cannot go on under (its project's storage): the attempt ends and
-    /// the job fails, not retried.
+    /// TY7: a quota the job cannot go on under (its project's storage): the attempt ends
+    /// and the job fails, not retried.
     fn storage_full(&mut self, message: String) {
         let error = JobError { code: code::RESOURCE_EXHAUSTED, message };
         match &self.job.phase {
@@ -443,7 +443,7 @@ impl Cx<'_> {
             self.finish_if_down();
             return;
         }
-        // L13 extended: the failure rules first (the first that matches decides).
+        // TY9: the failure rules first (the first that matches decides), then L13's table.
         let status_of = match &outcome {
             Outcome::Exited { code } if *code != 0 => Some(*code),
             Outcome::Signaled { signal } => Some(128 + signal),
@@ -510,7 +510,7 @@ impl Cx<'_> {
         self.end_attempt(After::Fail(JobError { code, message }));
     }
 
-    /// L13 extended: a failure rule decided (`[[lifecycle.failure_rules]]`).
+    /// TY9: a failure rule decided (`[[lifecycle.failure_rules]]`).
     fn by_rule(&mut self, idx: usize, status: i32, rule: &str, action: crate::job::RuleAction, tail: Vec<String>) {
         use crate::job::RuleAction;
         let name = self.job.replicas[idx].name.clone();
@@ -520,7 +520,7 @@ impl Cx<'_> {
             RuleAction::Permanent => "permanent: the job fails".to_string(),
             RuleAction::ExcludeNode => format!("exclude_node: the job is retried (L12) away from node {node}"),
         };
-        self.log_rule("L13", Some(&name), format!("Replica {name} exited with status {status}; failure rule {rule} matched: {what}."));
+        self.log_rule("TY9", Some(&name), format!("Replica {name} exited with status {status}; failure rule {rule} matched: {what}."));
         if action == RuleAction::ExcludeNode {
             // L9: the job avoids the node; the node's quarantine does not count it (a log
             // line a tenant writes is no evidence about the node).
@@ -766,17 +766,17 @@ impl Cx<'_> {
         }
     }
 
-    /// SPOT preemption: shut the attempt down, then wait for capacity.
+    /// TY1, SPOT preemption: shut the attempt down, then wait for capacity.
     fn preempt(&mut self, reason: String) {
         if !self.job.policy.spot || !matches!(self.job.phase, Phase::Pending { .. } | Phase::Running { .. }) {
             return;
         }
-        self.log_rule("L9", None, format!("SPOT job preempted: {reason}."));
+        self.log_rule("TY1", None, format!("SPOT job preempted: {reason}."));
         self.end_attempt(After::Preempted { reason, requeue: false });
     }
 
-    /// A preemption for a job of a higher priority class (any job; the scheduler decides
-    /// which): shut the attempt down, then wait for capacity; counted only as a
+    /// TY2 (a job of a higher priority class) and TY3 (a cohort's lender takes its quota
+    /// back, `requeue`): a preemption of any job the scheduler chose: shut the attempt down, then wait for capacity; counted only as a
     /// preemption, never as a worker restart (L11) or a job retry (L12).
     fn preempt_for_priority(&mut self, reason: String, requeue: bool) {
         if !matches!(self.job.phase, Phase::Pending { .. } | Phase::Running { .. }) {
@@ -786,17 +786,17 @@ impl Cx<'_> {
         let n = self.job.retries.preemptions;
         if requeue {
             self.log_rule(
-                "L3",
+                "TY3",
                 None,
                 format!("Job preempted ({n} so far): {reason}; it gives its quota back and goes back to the queue (not counted by L11 or L12)."),
             );
         } else {
-            self.log_rule("L9", None, format!("Job preempted ({n} so far): {reason}; it goes back to the queue (not counted by L11 or L12)."));
+            self.log_rule("TY2", None, format!("Job preempted ({n} so far): {reason}; it goes back to the queue (not counted by L11 or L12)."));
         }
         self.end_attempt(After::Preempted { reason, requeue });
     }
 
-    /// L19 warned: `timeout_warning` before the time limit, every live replica gets the
+    /// TY6: `timeout_warning` before the time limit (L19), every live replica gets the
     /// warning signal, once, so that it can write a last checkpoint.
     fn timeout_warning(&mut self) {
         let Some(due) = self.job.timeout_warning_due() else { return };
@@ -811,7 +811,7 @@ impl Cx<'_> {
             .filter(|&i| matches!(self.job.replicas[i].state, ReplicaState::Launching | ReplicaState::Running { .. }))
             .map(|i| self.run_id(i))
             .collect();
-        self.log_rule("L19", None, format!("The job's time limit is {left}s away: {name} sent to every replica, to write a last checkpoint."));
+        self.log_rule("TY6", None, format!("The job's time limit is {left}s away: {name} sent to every replica, to write a last checkpoint."));
         for run in runs {
             self.effects.push(Effect::Signal { run, signal });
         }
@@ -891,7 +891,7 @@ impl Cx<'_> {
 }
 
 impl Cx<'_> {
-    /// Hangs and stragglers (L22). A replica that shows no progress (output to its log, its
+    /// Hangs (TY4) and stragglers (TY5). A replica that shows no progress (output to its log, its
     /// checkpoint directory or its metric file, CPU time) for `hang_after` is silent: a
     /// straggler when another replica of the job went on within that time, else hung.
     /// Reported once per run (a stack dump of it goes to the log with the report), and
@@ -939,7 +939,7 @@ impl Cx<'_> {
                      for {quiet}s (allowed: {secs}s), and no other replica goes on{then}."
                 )
             };
-            self.log_rule("L22", Some(&name), text);
+            self.log_rule(if others_go_on { "TY5" } else { "TY4" }, Some(&name), text);
             if restart {
                 let run = self.run_id(idx);
                 self.effects.push(Effect::Stop { run, grace: self.settings.grace_period_secs as Micros * crate::job::SECOND });

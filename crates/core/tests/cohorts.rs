@@ -106,6 +106,7 @@ fn placed(d: &[Decision], id: u64) -> bool {
 
 /// L3 with a cohort: a project runs past its quota on what its cohort's other project
 /// does not use; a project in no cohort does not.
+/// Holds TY3 (docs/lifecycle.md).
 #[test]
 fn l3_a_project_borrows_its_cohorts_unused_quota() {
     let q = quotas();
@@ -132,6 +133,7 @@ fn l3_a_project_borrows_its_cohorts_unused_quota() {
 }
 
 /// Borrowing and lending limits bound what moves between a cohort's projects.
+/// Holds TY3 (docs/lifecycle.md).
 #[test]
 fn l3_borrowing_and_lending_limits_bound_the_loan() {
     let f = fleet(false);

@@ -608,6 +608,7 @@ fn fair_share_order_and_weights() {
 
 /// SPOT: non-SPOT work that does not fit preempts the cheapest set of SPOT jobs (least
 /// work lost), never a non-SPOT job, and not a SPOT job that has just started.
+/// Holds TY1 (docs/lifecycle.md).
 #[test]
 fn spot_preemption_picks_the_cheapest_set() {
     let mut c = Cluster::new(&gpu_fleet(3));
@@ -962,6 +963,7 @@ fn fair_share_orders_jobs_of_one_priority_class() {
 /// preempts the cheapest running work of lower classes (the fewest accelerator-hours lost
 /// since their last checkpoint), never a job that is not preemptible now (its minimum run
 /// time, its preemptions used up) nor one of its own class; off, nothing is preempted.
+/// Holds TY2 (docs/lifecycle.md).
 #[test]
 fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
     let mut c = Cluster::new(&gpu_fleet(2));
@@ -1008,6 +1010,7 @@ fn a_higher_priority_job_preempts_the_cheapest_lower_priority_work() {
 /// stopping, a job of a higher class waits for that job's capacity instead of preempting
 /// another (which would have lost its work for nothing, the cancelled job gone moments
 /// later); once the cancelled job is gone it starts there, and nothing is ever preempted.
+/// Holds TY2 (docs/lifecycle.md).
 #[test]
 fn a_preemption_counts_capacity_being_freed_by_a_cancel() {
     let s = Settings::default();
@@ -1044,6 +1047,7 @@ proptest! {
     /// A preemption counts capacity being freed first: on whole-node jobs, a waiter of a
     /// higher class that fits in what is free and what stopping jobs hold preempts no one;
     /// otherwise it preempts just the number of lower-class jobs it still lacks.
+    /// Holds TY2 (docs/lifecycle.md).
     #[test]
     fn a_preemption_takes_only_what_is_not_being_freed(nodes in proptest::collection::vec(0u8..3, 1..7), replicas in 1usize..4) {
         let mut c = Cluster::new(&gpu_fleet(nodes.len()));
@@ -1086,6 +1090,7 @@ proptest! {
 /// Priority preemption with three classes: a job of the middle class preempts only work
 /// of a lower class, never the top class's, even when stopping the top job would lose
 /// less; with only top-class work running, it preempts nothing.
+/// Holds TY2 (docs/lifecycle.md).
 #[test]
 fn a_middle_class_job_never_preempts_a_higher_class() {
     let mut c = Cluster::new(&gpu_fleet(2));

@@ -819,10 +819,10 @@ fn stale_reports_are_dropped() {
     assert!(!t.changed);
 }
 
-/// SPOT preemption: SIGTERM and grace, then the job waits for capacity and starts a fresh
-/// attempt; no retry budget is spent; the replicas keep their names and addresses (L9).
+/// TY1, SPOT preemption: SIGTERM and grace, then the job waits for capacity and starts a
+/// fresh attempt; no retry budget is spent; the replicas keep their names and addresses.
 #[test]
-fn l9_spot_preemption_is_not_counted() {
+fn ty1_spot_preemption_is_not_counted() {
     let mut h = H::new(job_with(&[1, 1], |p| p.spot = true));
     h.place().start_all();
     let addr = h.job.replica("workerpool1-0").unwrap().address.clone();
@@ -865,11 +865,11 @@ fn l11_l12_a_priority_preemption_is_no_restart_or_retry() {
     assert_eq!((h.state(), h.job.attempt), (State::Running, 1));
 }
 
-/// Hang detection: a running replica silent for the job's allowed time is reported once,
-/// citing L22; new output clears it; with hang_restart it is stopped, and its signal death
+/// TY4, hang detection: a running replica silent for the job's allowed time is reported
+/// once, citing TY4; new output clears it; with hang_restart it is stopped, and its signal death
 /// restarts it as L10 does (counted, L11).
 #[test]
-fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
+fn ty4_hang_detection_reports_and_restarts_a_silent_replica() {
     let mut h = H::new(job_with(&[1], |p| p.hang_after = 60 * SECOND));
     h.place().start_all();
     let start = h.now;
@@ -879,7 +879,7 @@ fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
     assert_eq!(h.job.hang_due(0), Some(start + 90 * SECOND));
     assert_eq!(h.job.next_deadline(&h.s, h.now), Some(start + 90 * SECOND));
     h.at(61 * SECOND).ev(Event::Tick);
-    assert!(h.logs().iter().any(|l| l.starts_with("L22: Replica workerpool0-0 may be hung") && l.contains("(allowed: 60s)")), "{:?}", h.logs());
+    assert!(h.logs().iter().any(|l| l.starts_with("TY4: Replica workerpool0-0 may be hung") && l.contains("(allowed: 60s)")), "{:?}", h.logs());
     assert!(matches!(h.job.health(), trainyard_core::job::Health::Hang { ref replica, .. } if replica == "workerpool0-0"));
     assert_eq!(h.job.hang_due(0), None, "reported once");
     assert_eq!(h.stops(), 0, "no restart unless asked");
@@ -906,11 +906,11 @@ fn l22_hang_detection_reports_and_restarts_a_silent_replica() {
     assert_eq!(h.job.replicas[0].hung_since, None, "the new run starts afresh");
 }
 
-/// L4 (quotas), storage: a running job of a project over its `storage_gb` is stopped
+/// TY7, the storage limit: a running job of a project over its `storage_gb` is stopped
 /// (SIGTERM and the grace period, like any shutdown) and FAILED with RESOURCE_EXHAUSTED and
 /// the message, without a retry; a queued job of that project is failed at once.
 #[test]
-fn l4_storage_full_stops_a_running_job_and_fails_it_without_a_retry() {
+fn ty7_storage_full_stops_a_running_job_and_fails_it_without_a_retry() {
     let message = "The job was stopped: Project \"p\" stores 2.00 GiB of its storage limit of 1.00 GiB (storage_gb ...)";
     let mut h = H::new(job(&[1]));
     h.at(SECOND).place().start_all();
@@ -937,12 +937,12 @@ fn rule(name: &str, codes: &[i32], pattern: Option<&str>, action: trainyard_core
     }
 }
 
-/// L13 extended: failure rules come before the built-in table, the first that matches
+/// TY9, failure rules (before L13's table): failure rules come before the built-in table, the first that matches
 /// decides, and the job's log names it: a log pattern retries an exit whose status alone
 /// is permanent, a rule can make a transient status permanent, exclude_node retries naming
 /// the node; an exit no rule matches goes by the table.
 #[test]
-fn l13_failure_rules_come_first_and_are_named() {
+fn ty9_failure_rules_come_first_and_are_named() {
     use trainyard_core::job::RuleAction::*;
     let exit_with = |h: &mut H, code: i32, line: &str| {
         let run = h.run("workerpool0-0");
@@ -982,10 +982,10 @@ fn l13_a_jobs_own_transient_codes() {
     assert_eq!(h.state(), State::Failed);
 }
 
-/// L19 warned: `timeout_warning` before the limit every live replica gets the warning
+/// TY6, the timeout warning: `timeout_warning` before the limit (L19) every live replica gets the warning
 /// signal, once, with an event; the deadline is indexed so that it comes on time.
 #[test]
-fn l19_a_warning_signal_comes_before_the_time_limit_once() {
+fn ty6_a_warning_signal_comes_before_the_time_limit_once() {
     let mut h = H::new(job_with(&[1, 1], |p| {
         p.timeout = 100 * SECOND;
         p.timeout_warning = 30 * SECOND;
@@ -1004,11 +1004,11 @@ fn l19_a_warning_signal_comes_before_the_time_limit_once() {
     assert_eq!(h.state(), State::Running);
 }
 
-/// L22, L10: in a job of three replicas, one silent while the others go on is a
+/// TY5, L10: in a job of three replicas, one silent while the others go on is a
 /// straggler (named in the log and the job's health), and with `hang_restart` it alone is
 /// restarted (L10, counted by L11); all silent is a hang of each.
 #[test]
-fn l22_l10_a_straggler_is_told_from_a_hang_and_restarted() {
+fn ty5_l10_a_straggler_is_told_from_a_hang_and_restarted() {
     use trainyard_core::job::Health;
     let mut h = H::new(job_with(&[1, 2], |p| {
         p.hang_after = 60 * SECOND;
@@ -1022,7 +1022,7 @@ fn l22_l10_a_straggler_is_told_from_a_hang_and_restarted() {
         }
     }
     h.at(61 * SECOND).ev(Event::Tick);
-    assert!(h.logs().iter().any(|l| l.starts_with("L22: Replica workerpool1-1 is a straggler") && l.contains("while other replicas go on")), "{:?}", h.logs());
+    assert!(h.logs().iter().any(|l| l.starts_with("TY5: Replica workerpool1-1 is a straggler") && l.contains("while other replicas go on")), "{:?}", h.logs());
     assert!(matches!(h.job.health(), Health::Straggler { ref replica, .. } if replica == "workerpool1-1"), "{:?}", h.job.health());
     assert_eq!(h.stops(), 1, "only the straggler is stopped");
     // While it stops and starts again the others wait for it: past their own allowed

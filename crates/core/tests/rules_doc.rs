@@ -29,13 +29,24 @@ fn sources() -> Vec<(String, String)> {
     out
 }
 
-/// The rule ids in `text`: `L` then one or two digits and an optional `a`, as a word.
+/// The rule ids in `text`, as words: the seed's, `L` then one or two digits and an
+/// optional `a`; Trainyard's own, `TY` then one or two digits.
 fn ids(text: &str) -> BTreeSet<String> {
     let b = text.as_bytes();
     let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut out = BTreeSet::new();
     for i in 0..b.len() {
-        if b[i] != b'L' || (i > 0 && word(b[i - 1])) {
+        if i > 0 && word(b[i - 1]) {
+            continue;
+        }
+        if b[i..].starts_with(b"TY") {
+            let digits = b[i + 2..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if (1..=2).contains(&digits) && !b.get(i + 2 + digits).is_some_and(|c| word(*c)) {
+                out.insert(text[i..i + 2 + digits].to_string());
+            }
+            continue;
+        }
+        if b[i] != b'L' {
             continue;
         }
         let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
@@ -146,4 +157,5 @@ fn the_files_and_tests_the_lifecycle_document_names_exist() {
 #[test]
 fn rule_ids_are_found_as_words_only() {
     assert_eq!(ids("L11, L12a and (L3); not XL5, L123, L7x or L12ab"), ["L11", "L12a", "L3"].map(String::from).into());
+    assert_eq!(ids("TY4 and (TY9); not TY, TY123, TY4a, XTY5 or TYPE"), ["TY4", "TY9"].map(String::from).into());
 }

@@ -1791,6 +1791,7 @@ mod tests {
 
     /// Failure rules and the timeout warning are read; a rule without a condition, a bad
     /// regex, an unknown action or signal is refused naming it.
+    /// Holds TY6 and TY9 (docs/lifecycle.md).
     #[test]
     fn failure_rules_and_the_timeout_warning_are_checked() {
         let (_d, p) = write(

@@ -302,23 +302,23 @@ const entryKey = (e) => `${e.time}|${e.attempt}|${e.replica}|${e.restart}|${e.st
 // ---------------------------------------------------------------------------------------
 // Hangs. The server watches the replicas of a job that asks for it ([lifecycle]
 // hang_after_secs, label trainyard-hang-after-secs): one silent that long (no log line,
-// checkpoint or metric file) is reported once, as an L22 event of that replica in the
+// checkpoint or metric file) is reported once, as a TY4 (or, beside replicas that go on, TY5) event of that replica in the
 // job's log ("... it may be hung"). The CustomJob resource says nothing of it, so the
 // console reads hangs from the log, by one rule for the jobs list and the job page:
-//   a replica is hung while its L22 report is the newest thing of it in the log (no line
+//   a replica is hung while its TY4/TY5 report is the newest thing of it in the log (no line
 //   of its own and no lifecycle event of it, such as a restart or an exit, came after)
 //   and no later attempt of the job has begun.
 // Metric-file and checkpoint writes end a hang for the server but are not in the log, so
 // a replica that only writes those stays "hung" here until it prints or is restarted.
 
 const HANG_LABEL = "trainyard-hang-after-secs";
-const isHangReport = (e) => e.stream === "event" && (e.rule === "L22" || /^L22: /.test(e.text || "")) && /may be hung|is a straggler/.test(e.text || "");
+const isHangReport = (e) => e.stream === "event" && (e.rule === "TY4" || e.rule === "TY5" || /^TY[45]: /.test(e.text || "")) && /may be hung|is a straggler/.test(e.text || "");
 // The stack dump logged with a report is part of it, not a sign of life.
 const isHangDump = (e) => e.stream === "event" && /processes when its silence was reported/.test(e.text || "");
 
 /**
  * The replica's current hang from entries of its log (its lines and events, in any order;
- * the job's own events may be there too): {us, time, text, attempt} of its L22 report, or
+ * the job's own events may be there too): {us, time, text, attempt} of its TY4/TY5 report, or
  * null.
  */
 function currentHang(entries, replica) {
@@ -1286,7 +1286,7 @@ function phaseOf(text) {
 
 class TimelineModel {
   constructor() {
-    // replica -> {segs: Map "a/r" -> seg, events: [], hang: its newest L22 report,
+    // replica -> {segs: Map "a/r" -> seg, events: [], hang: its newest TY4/TY5 report,
     // lastUs: its newest other entry (µs)}
     this.rows = new Map();
     this.service = [];
@@ -1331,7 +1331,7 @@ class TimelineModel {
     if (t > this.maxT) this.maxT = t;
     if (!this.attempts.has(a) || t < this.attempts.get(a)) this.attempts.set(a, t);
     if (e.stream === "event") {
-      const ev = { t, attempt: a, replica: e.replica, rule: e.rule || (/^(L\d+[a-z]?):/.exec(e.text || "") || [])[1] || "", text: String(e.text || ""), time: e.time, hang: isHangReport(e) };
+      const ev = { t, attempt: a, replica: e.replica, rule: e.rule || (/^(L\d+[a-z]?|TY\d+):/.exec(e.text || "") || [])[1] || "", text: String(e.text || ""), time: e.time, hang: isHangReport(e) };
       this.events.push(ev);
       if (e.replica === "service" || !e.replica) {
         this.service.push(ev);
@@ -1482,7 +1482,7 @@ function drawTimeline(box, legend, model, job) {
   });
   svg.append(segsG);
 
-  // Hangs: a band from the L22 report to now on a replica hung now (the rule at
+  // Hangs: a band from the TY4/TY5 report to now on a replica hung now (the rule at
   // currentHang); every report also gets its own marker below.
   if (state === "RUNNING") {
     const hangsG = s("g", { class: "hangs" });
@@ -1542,7 +1542,7 @@ function drawTimeline(box, legend, model, job) {
     const key = (cls, text) => h("span", { class: "key" }, s("svg", { width: 14, height: 10 }, s("rect", { x: 0, y: 0, width: 14, height: 10, rx: 2, class: cls })), " ", text);
     legend.append(key("ph ph-queued", "queued / waiting"), key("ph ph-provisioning", "provisioning"), key("ph ph-running", "job running"),
       key("seg seg-live", "replica running"), key("seg seg-ok", "succeeded"), key("seg seg-restarted", "restarted"), key("seg seg-retried", "attempt retried"),
-      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"), h("span", { title: "rule L22" }, key("hang-span", "hung: no output or progress since")),
+      key("seg seg-failed", "failed"), key("seg seg-cancelled", "cancelled / stopped"), h("span", { title: "rules TY4 (hangs), TY5 (stragglers)" }, key("hang-span", "hung: no output or progress since")),
       h("span", { class: "muted small" }, " ◆ lifecycle event with its rule (hover for the reason); times are local"));
   }
 }

@@ -26,9 +26,13 @@ pub struct Entry {
     pub micros: i64,
 }
 
-/// The rule an event's text cites at its start (`L11: ...`, `L12a: ...`).
+/// The rule an event's text cites at its start (`L11: ...`, `L12a: ...`, or one of
+/// Trainyard's own rules, `TY4: ...`; see docs/lifecycle.md).
 pub fn cited_rule(text: &str) -> Option<String> {
     let (head, _) = text.split_once(": ")?;
+    if let Some(n) = head.strip_prefix("TY") {
+        return (!n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit())).then(|| head.to_string());
+    }
     let digits = head.strip_prefix('L')?;
     let n = digits.trim_end_matches(|c: char| c.is_ascii_lowercase());
     (!n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit()) && digits.len() <= n.len() + 1).then(|| head.to_string())
@@ -205,6 +209,8 @@ mod tests {
         assert_eq!(cited_rule("Lx: y"), None);
         assert_eq!(cited_rule("loss: 0.5"), None);
         assert_eq!(cited_rule("L123: too long"), None);
+        assert_eq!(cited_rule("TY4: Replica x may be hung"), Some("TY4".into()));
+        assert_eq!(cited_rule("TYPO: x"), None);
         // In words, the rule left to the entry's field.
         assert_eq!(plain_text("L12a: Replica x is restarting."), "Replica x is restarting.");
         assert_eq!(plain_text("loss: 0.5"), "loss: 0.5");

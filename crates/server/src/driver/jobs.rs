@@ -510,7 +510,7 @@ impl Driver {
                 .filter(|(i, r)| r.hung_since.is_some() && before.get(*i).is_some_and(Option::is_none))
                 .filter_map(|(_, r)| {
                     let (_, d) = dumps.iter().find(|(n, _)| *n == r.name)?;
-                    let text = format!("L22: Replica {}'s processes when its silence was reported:\n{}", r.name, d.trim_end());
+                    let text = format!("TY4: Replica {}'s processes when its silence was reported:\n{}", r.name, d.trim_end());
                     Some(Effect::Log(trainyard_core::step::LogLine { attempt: live.job.attempt, replica: Some(r.name.clone()), text }))
                 })
                 .collect();
