@@ -82,9 +82,16 @@ def edges(mods):
         for child in (n for n in names if n.startswith(m + "::") and n.count("::") == m.count("::") + 1):
             if re.search(r"(?<![:\w])" + re.escape(child.rsplit("::", 1)[1]) + r"::", text):
                 refs.append(child.split("::"))
-        # `use crate::{a, b::c}` groups
-        for group in re.findall(r"\bcrate::\{([^}]*)\}", text):
-            refs.extend(item.strip().split("::") for item in group.split(","))
+        # `use crate::{a, b::c}`, `use super::{a, B}` and `use self::{...}` groups: an
+        # item that is no module names the module the group is in.
+        for prefix, group in re.findall(r"\b(crate|super|self)::\{([^}]*)\}", text):
+            base = [] if prefix == "crate" else me[:-1] if prefix == "super" else me
+            for item in group.split(","):
+                item = item.strip()
+                if item and item != "self":
+                    refs.append(base + item.split("::"))
+                elif item == "self" and base:
+                    refs.append(base)
         for segs in refs:
             target = resolve(segs)
             if target and target != m:

@@ -43,3 +43,11 @@ pub fn internal(e: impl std::fmt::Display) -> ApiError {
     tracing::error!("internal error: {e}");
     ApiError::internal("Internal error encountered.")
 }
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// A request body past [`MAX_BODY`].
+pub fn body_too_large() -> ApiError {
+    ApiError::new(trainyard_api::Code::OutOfRange, format!("The request body is larger than the limit of {MAX_BODY} bytes."))
+}

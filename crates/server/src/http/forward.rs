@@ -9,7 +9,6 @@ use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use trainyard_api::ApiError;
 
-use super::AppState;
 use crate::cluster::View;
 
 /// Requests a follower forwards to the leader: those that go through the driver. Reads
@@ -60,11 +59,11 @@ impl Forwarder {
 /// The middleware of a follower: requests that need the leader go to it, the rest are
 /// served here. Not a follower (`state.forward` is None): everything is served here.
 pub async fn forward(
-    axum::extract::State(state): axum::extract::State<AppState>,
+    axum::extract::State(fwd): axum::extract::State<Option<Arc<Forwarder>>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some(fwd) = state.forward.clone() else {
+    let Some(fwd) = fwd else {
         return next.run(req).await;
     };
     if !needs_leader(req.method(), req.uri().path()) {
@@ -83,9 +82,9 @@ pub async fn forward(
         );
     };
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, crate::http::MAX_BODY).await {
+    let body = match axum::body::to_bytes(body, crate::reply::MAX_BODY).await {
         Ok(b) => b,
-        Err(_) => return crate::reply::AppError(super::body_too_large()).into_response(),
+        Err(_) => return crate::reply::AppError(crate::reply::body_too_large()).into_response(),
     };
     let url = format!(
         "{leader}{}",

@@ -7,7 +7,8 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use trainyard_api::ApiError;
 
-use super::{AppError, AppState};
+use super::common::AppState;
+use crate::reply::AppError;
 use crate::security::{authenticate, check_open_mode_host, is_mutating, reload_tokens_logged, CONTENT_SECURITY_POLICY};
 
 /// The guard of every request: the open-mode `Host` check, authentication, the audit line

@@ -7,7 +7,7 @@ use serde_json::Value;
 use trainyard_api::ApiError;
 
 use crate::kinds::{Page, ResourceKind, View};
-use super::{int_enums, json_response, ApiResult, AppState, Common};
+use super::common::{int_enums, json_response, ApiResult, AppState, Common};
 
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;

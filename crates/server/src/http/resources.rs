@@ -25,10 +25,11 @@ use trainyard_api::ApiError;
 
 use crate::kinds::{ResourceKind, View};
 use super::list::{page, ListQuery};
-use super::{
+use super::common::{
     ask, body_bytes, check_content_type, int_enums, json_response, method_not_allowed_response, parse_id, query_error, too_large,
-    Alt, ApiResult, AppError, AppState,
+    Alt, ApiResult, AppState,
 };
+use crate::reply::AppError;
 use crate::driver::Msg;
 
 /// The routes of kind `K`: its collection and its resources.

@@ -32,7 +32,8 @@ use trainyard_api::vizier as wire;
 use trainyard_api::ApiError;
 
 use super::list::{make_token, page_size, read_token};
-use super::{ask, body_bytes, check_content_type, int_enums, internal, json_response, parse_id, query_error, Alt, ApiResult, AppError, AppState};
+use super::common::{ask, body_bytes, check_content_type, int_enums, json_response, parse_id, query_error, Alt, ApiResult, AppState};
+use crate::reply::{internal, AppError};
 use crate::driver::{read_vizier_study, render_vizier_study, Msg, VizierCall, VizierOp, KIND_VIZIER};
 use crate::kinds::studies::{study_name, VizierStudy};
 
@@ -123,7 +124,7 @@ async fn list_studies(
     q: Result<Query<PageQuery>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
-    let ints = int_enums(&super::Common { alt: q.alt.clone() })?;
+    let ints = int_enums(&super::common::Common { alt: q.alt.clone() })?;
     let size = page_size(q.page_size.as_deref())?;
     let scope = format!("{KIND_VIZIER}|{project}|{region}");
     let before = match q.page_token.as_deref() {
@@ -225,7 +226,7 @@ async fn list_trials(
     q: Result<Query<PageQuery>, QueryRejection>,
 ) -> ApiResult {
     let Query(q) = q.map_err(query_error)?;
-    let ints = int_enums(&super::Common { alt: q.alt.clone() })?;
+    let ints = int_enums(&super::common::Common { alt: q.alt.clone() })?;
     let id = parse_id(&id, "Study")?;
     let size = page_size(q.page_size.as_deref())?;
     let scope = format!("{KIND_VIZIER}-trials|{project}|{region}|{id}");
@@ -281,7 +282,7 @@ async fn get_trial(
     let ints = int_enums(&common)?;
     if trial.contains(':') {
         // `{trial}:verb` is served by POST only.
-        return Ok(super::method_not_allowed_response("POST"));
+        return Ok(super::common::method_not_allowed_response("POST"));
     }
     let id = parse_id(&id, "Study")?;
     let trial = trial_id(&trial)?;
@@ -297,7 +298,7 @@ async fn delete_trial(
     let ints = int_enums(&common)?;
     if trial.contains(':') {
         // `{trial}:verb` is served by POST only.
-        return Ok(super::method_not_allowed_response("POST"));
+        return Ok(super::common::method_not_allowed_response("POST"));
     }
     let id = parse_id(&id, "Study")?;
     let trial = trial_id(&trial)?;
@@ -315,7 +316,7 @@ async fn trial_verb(
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     let id = parse_id(&id, "Study")?;
-    let Some((trial, verb)) = segment.split_once(':') else { return Ok(super::method_not_allowed_response("GET, DELETE")) };
+    let Some((trial, verb)) = segment.split_once(':') else { return Ok(super::common::method_not_allowed_response("GET, DELETE")) };
     let trial = trial_id(trial)?;
     let op = match verb {
         "addTrialMeasurement" => {
