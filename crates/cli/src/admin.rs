@@ -15,8 +15,9 @@ pub enum AdminCommand {
     /// Write a consistent copy of the server's database to FILE on the server's host
     /// (SQLite's online backup) while the server keeps serving. FILE must not exist.
     Backup {
-        /// Where the copy goes: an absolute path on the server's host (relative paths are
-        /// taken from this directory).
+        /// Where the copy goes: an absolute path on the server's host (a relative path is
+        /// taken from this directory when the server is on this host, and refused when it
+        /// is on another).
         #[arg(long)]
         to: PathBuf,
         #[command(flatten)]
@@ -42,8 +43,17 @@ pub enum AdminCommand {
 pub fn run(cmd: AdminCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         AdminCommand::Backup { to, target, format } => {
-            let to = std::path::absolute(&to)?;
             let api = Api::new(target)?;
+            // A relative path names a place on this machine: the server's host only when
+            // the server is here.
+            if to.is_relative() && !crate::client::server_is_local(api.server()) {
+                anyhow::bail!(
+                    "--to {}: a relative path names a place on this machine, and the server at {} is on another host: give an absolute path on that host",
+                    to.display(),
+                    api.server()
+                );
+            }
+            let to = std::path::absolute(&to)?;
             let v = api.send("POST", &api.admin_url("backup"), Some(&json!({ "to": to })))?;
             print_value(&v, format.format)?;
         }

@@ -266,6 +266,11 @@ impl Api {
         format!("{}/v1/projects/{}/locations/{}", self.t.server.trim_end_matches('/'), self.t.project, self.t.region)
     }
 
+    /// The server's address as given (`--server`, `TRAINYARD_SERVER`, the CLI's config).
+    pub(crate) fn server(&self) -> &str {
+        &self.t.server
+    }
+
     pub(crate) fn admin_url(&self, path: &str) -> String {
         format!("{}/v1/admin/{path}", self.t.server.trim_end_matches('/'))
     }

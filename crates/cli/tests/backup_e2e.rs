@@ -64,6 +64,20 @@ fn a_backup_taken_while_serving_restores_every_job() {
     let o = trainyard(&s, &["admin", "backup", "--to", backup.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("exists already") && text(&o).contains("backup.db"), "{}", text(&o));
     assert_eq!(std::fs::read(&backup).unwrap(), kept);
+    // A relative path is this machine's: taken from the CLI's directory when the server is
+    // here, refused (before anything is sent) when it is on another host.
+    let o = Command::new(BIN)
+        .args(["admin", "backup", "--to", "rel.db"])
+        .current_dir(s.dir.path())
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_CLI_CONFIG", s.dir.path().join("no-cli.toml"))
+        .env_remove("TRAINYARD_TOKEN")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(s.dir.path().join("rel.db").is_file(), "{}", text(&o));
+    let o = trainyard(&s, &["admin", "backup", "--to", "elsewhere.db", "--server", "http://192.0.2.1:8080"]);
+    assert!(!o.status.success() && text(&o).contains("is on another host: give an absolute path on that host"), "{}", text(&o));
     // The API says what is wrong in its error format.
     let (status, body) = s.call("POST", &s.url("/v1/admin/backup"), Some(r#"{"to": "relative.db"}"#));
     assert_eq!((status, body["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{body}");
