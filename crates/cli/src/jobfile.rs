@@ -54,7 +54,8 @@ pub fn check(path: &Path, job: &Value) -> anyhow::Result<trainyard_api::CustomJo
         Some(line) => format!("job file {}, line {line}: {message}", path.display()),
         None => format!("job file {}: {message}", path.display()),
     };
-    let parsed = trainyard_api::parse_custom_job(job.to_string().as_bytes()).map_err(|e| anyhow::anyhow!(at(&e.message)))?;
+    let parsed = trainyard_api::parse_custom_job(job.to_string().as_bytes())
+        .map_err(|e| anyhow::anyhow!(at(&trainyard_server::kinds::kind::with_suggestion(e).message)))?;
     trainyard_api::validate_custom_job(&parsed).map_err(|e| anyhow::anyhow!(at(&e.message)))?;
     Ok(parsed)
 }

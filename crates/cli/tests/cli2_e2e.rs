@@ -164,6 +164,10 @@ fn create_wait_reports_progress_and_exits_with_the_job() {
     let o = trainyard(&s, &["hp-tuning-jobs", "list"]);
     assert_eq!(stderr(&o).trim(), "No HyperparameterTuningJobs in project cli (us-central1).", "a known project: no guess");
 
+    // A misspelt accelerator type: refused with the nearest valid one.
+    let o = trainyard(&s, &["custom-jobs", "create", "--display-name=typo", "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=python:3.11,accelerator-type=NVIDIA_TESLA_T5,accelerator-count=1", "--command=true"]);
+    assert!(!o.status.success() && stderr(&o).contains("did you mean \"NVIDIA_TESLA_T4\"?"), "{}", text(&o));
+
     // --no-logs: the progress and the end only.
     let o = trainyard(&s, &["custom-jobs", "create", "--display-name=quiet", POOL, "--command=sh,-c,echo hush", "--wait", "--no-logs"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

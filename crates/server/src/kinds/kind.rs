@@ -136,7 +136,52 @@ pub fn belongs(stored: Option<(String, String)>, project: &str, region: &str, wh
 
 /// A create body parsed by `parse` and checked by `validate` (the wire rules).
 pub(crate) fn checked<T>(body: &[u8], parse: fn(&[u8]) -> Result<T, ApiError>, validate: fn(&T) -> Result<(), ApiError>) -> Result<T, ApiError> {
-    let resource = parse(body)?;
+    let resource = parse(body).map_err(with_suggestion)?;
     validate(&resource)?;
     Ok(resource)
+}
+
+/// A parse error for an unknown value of an enum a person types (an accelerator type, a
+/// scheduling strategy), with the nearest valid value when one is near: `... for enum
+/// google.cloud.aiplatform.v1.AcceleratorType (did you mean "NVIDIA_TESLA_T4"?)`.
+pub fn with_suggestion(mut e: ApiError) -> ApiError {
+    use trainyard_api::types::{AcceleratorType, Strategy};
+    let Some((_, rest)) = e.message.split_once("unknown value \"") else { return e };
+    let Some((value, rest)) = rest.split_once("\" for enum ") else { return e };
+    let enum_name = rest.trim_end_matches('.');
+    let names: Vec<&str> = if enum_name.starts_with(AcceleratorType::PROTO_NAME) {
+        AcceleratorType::ALL.iter().filter(|a| !a.is_unspecified()).map(|a| a.name()).collect()
+    } else if enum_name.starts_with(Strategy::PROTO_NAME) {
+        Strategy::ALL.iter().filter(|a| !a.is_unspecified()).map(|a| a.name()).collect()
+    } else {
+        return e;
+    };
+    let upper = value.to_ascii_uppercase();
+    if let Some(c) = trainyard_core::catalog::closest(&upper, names.iter().copied()) {
+        let hint = format!(" (did you mean \"{c}\"?)");
+        match e.message.strip_suffix('.') {
+            Some(m) => e.message = format!("{m}{hint}."),
+            None => e.message.push_str(&hint),
+        }
+    }
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An unknown accelerator type or strategy gets the nearest valid name; a value near
+    /// none, or an enum nobody types, is left as it was.
+    #[test]
+    fn a_misspelt_enum_value_gets_the_nearest_name() {
+        let e = trainyard_api::parse_custom_job(br#"{"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"acceleratorType": "NVIDIA_TESLA_T5"}}]}}"#).unwrap_err();
+        let m = with_suggestion(e).message;
+        assert!(m.contains("unknown value \"NVIDIA_TESLA_T5\"") && m.ends_with("(did you mean \"NVIDIA_TESLA_T4\"?)."), "{m}");
+        let e = trainyard_api::parse_custom_job(br#"{"jobSpec": {"scheduling": {"strategy": "SPOTT"}}}"#).unwrap_err();
+        assert!(with_suggestion(e).message.contains("(did you mean \"SPOT\"?)"));
+        let e = trainyard_api::parse_custom_job(br#"{"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"acceleratorType": "QUANTUM"}}]}}"#).unwrap_err();
+        let before = e.message.clone();
+        assert_eq!(with_suggestion(e).message, before);
+    }
 }
