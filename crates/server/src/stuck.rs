@@ -214,9 +214,14 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
         let pid = child.id() as i32;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
-        std::thread::sleep(Duration::from_millis(100));
-        let dump = stack_dump(&[pid], Instant::now() + Duration::from_secs(5));
+        // The stop lands when the child next leaves the kernel (it may still be in its
+        // exec, state D, on a busy machine): wait for it rather than for a fixed time.
+        let until = Instant::now() + Duration::from_secs(30);
+        while !all_stopped(&[pid]) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let stopped = all_stopped(&[pid]);
+        let dump = stack_dump(&[pid], Instant::now() + Duration::from_secs(5));
         let _ = child.kill();
         let _ = child.wait();
         assert!(dump.contains(&format!("process {pid} (sleep), state T")), "{dump}");
