@@ -188,10 +188,15 @@ impl EngineCgroupOom {
 /// its own in this other hierarchy. An error says why there is none (a pure v2 host, a
 /// v1 host that does not mount the pids controller).
 pub fn locate_v1_pids_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
-    let path = v1_controller_path(proc_cgroup, "pids")
-        .ok_or_else(|| "/proc/self/cgroup lists no cgroup v1 pids controller".to_string())?;
+    locate_v1_cgroup("pids", proc_cgroup, mountinfo)
+}
+
+/// This process's cgroup directory in the v1 hierarchy of `controller`.
+fn locate_v1_cgroup(controller: &str, proc_cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
+    let path = v1_controller_path(proc_cgroup, controller)
+        .ok_or_else(|| format!("/proc/self/cgroup lists no cgroup v1 {controller} controller"))?;
     let mounts: Vec<Mount> = mountinfo.lines().filter_map(parse_mountinfo_line).collect();
-    v1_controller_dir(&mounts, "pids", &path)
+    v1_controller_dir(&mounts, controller, &path)
 }
 
 /// This process's cgroup path in the v1 hierarchy that holds `controller`, as listed in
@@ -753,6 +758,109 @@ impl PidsCgroup {
     }
 }
 
+/// The kernel's weight of a task at nice 0 to 19 (`sched_prio_to_weight` in
+/// kernel/sched/core.c): a cgroup v1 `cpu.shares` of this value weighs, against the
+/// server's threads, what one task at that nice value would.
+const NICE_WEIGHT: [u64; 20] = [1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15];
+
+/// The CPU weight of a task at `nice` (clamped to 0..=19: replicas are never raised above
+/// the server).
+pub fn nice_weight(nice: i32) -> u64 {
+    NICE_WEIGHT[usize::try_from(nice.clamp(0, 19)).unwrap_or(0)]
+}
+
+/// Where replicas' host programs get their CPU share: one cgroup that holds all of them,
+/// a sibling of the server's own threads, weighted like one task at `[replicas] nice`.
+/// The control plane (the API, the scheduler, the shims starting replicas) thus gets the
+/// CPU first however many processes tenants run (a per-process nice does not bound a fork
+/// burst, and the kernel's autogroups give each replica's session the weight of the whole
+/// server), and an otherwise idle machine is all the replicas' (shares are work-conserving).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CpuSupport {
+    /// cgroup v1: `<own cpu cgroup>/trainyard` with `cpu.shares`; the program joins it next to
+    /// its memory cgroup (its `tasks`, opened by the shim before it changes namespaces).
+    V1 { group: PathBuf, shares: u64 },
+    /// cgroup v2: the replicas' base (`<own>/trainyard`, holding every replica's cgroup) has
+    /// the cpu controller and `cpu.weight.nice`.
+    V2 { group: PathBuf, nice: i32 },
+    /// Replicas share the CPU with the server by their nice value alone.
+    Unavailable { reason: String },
+}
+
+impl CpuSupport {
+    /// Prepares the replicas' CPU group next to `memory`'s base, weighted by `nice`.
+    pub fn detect(memory: &CgroupSupport, nice: i32) -> CpuSupport {
+        let unavailable = |reason: String| CpuSupport::Unavailable { reason };
+        match memory {
+            CgroupSupport::V1 { .. } => {
+                let read = |p: &str| fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
+                read("/proc/self/cgroup")
+                    .and_then(|cg| read("/proc/self/mountinfo").map(|mi| (cg, mi)))
+                    .and_then(|(cg, mi)| locate_v1_cpu_cgroup(&cg, &mi))
+                    .and_then(|own| prepare_v1_cpu_group(&own, nice_weight(nice)))
+                    .map_or_else(unavailable, |(group, shares)| CpuSupport::V1 { group, shares })
+            }
+            CgroupSupport::V2 { base } => prepare_v2_cpu_group(base, nice).map_or_else(unavailable, |()| CpuSupport::V2 { group: base.clone(), nice }),
+            CgroupSupport::Unavailable { .. } => unavailable("replicas have no cgroup".into()),
+        }
+    }
+
+    /// The v1 group a replica's program joins, when there is one.
+    pub fn v1_group(&self) -> Option<&Path> {
+        match self {
+            CpuSupport::V1 { group, .. } => Some(group),
+            CpuSupport::V2 { .. } | CpuSupport::Unavailable { .. } => None,
+        }
+    }
+
+    /// In words, for the server's description of itself and `doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            CpuSupport::V1 { group, shares } => {
+                format!("replicas' programs share one CPU group weighted {shares} against the server's 1024 per thread (cgroup v1 cpu.shares of {})", group.display())
+            }
+            CpuSupport::V2 { group, nice } => {
+                format!("replicas share one CPU group weighted like one task at nice {nice} against the server (cgroup v2 cpu.weight.nice of {})", group.display())
+            }
+            CpuSupport::Unavailable { reason } => format!("replicas' programs yield the CPU by their nice value only (no CPU group: {reason})"),
+        }
+    }
+}
+
+/// This process's cgroup directory in the v1 hierarchy of the cpu controller.
+pub fn locate_v1_cpu_cgroup(proc_cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
+    locate_v1_cgroup("cpu", proc_cgroup, mountinfo)
+}
+
+/// Makes `<own>/trainyard` in the v1 cpu hierarchy with `cpu.shares`, read back (the kernel
+/// bounds it to 2..).
+fn prepare_v1_cpu_group(own: &Path, shares: u64) -> Result<(PathBuf, u64), String> {
+    let group = own.join(BASE_DIR_NAME);
+    match fs::create_dir(&group) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create cgroup {}: {e}", group.display())),
+    }
+    let file = group.join("cpu.shares");
+    write_file(&file, &shares.to_string()).map_err(|e| e.to_string())?;
+    let set = read_file(&file).map_err(|e| e.to_string())?;
+    let set = set.trim().parse::<u64>().map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok((group, set))
+}
+
+/// v2: the cpu controller for the replicas' base (`+cpu` in its parent's
+/// `cgroup.subtree_control`, not below it: the replicas share the base's weight) and the
+/// base's `cpu.weight.nice`.
+fn prepare_v2_cpu_group(base: &Path, nice: i32) -> Result<(), String> {
+    let own = base.parent().ok_or_else(|| format!("{} has no parent cgroup", base.display()))?;
+    let ctl = own.join("cgroup.subtree_control");
+    let current = read_file(&ctl).map_err(|e| e.to_string())?;
+    if !current.split_whitespace().any(|c| c == "cpu") {
+        write_file(&ctl, "+cpu").map_err(|e| e.to_string())?;
+    }
+    write_file(&base.join("cpu.weight.nice"), &nice.clamp(0, 19).to_string()).map_err(|e| e.to_string())
+}
+
 fn kill_pids(pids: &[i32]) {
     for &pid in pids {
         if pid > 0 {
@@ -1024,6 +1132,32 @@ mod tests {
         // Pure v2: the pids controller is in the unified hierarchy, not a v1 one.
         let mi = "29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         assert!(locate_v1_pids_cgroup("0::/a\n", mi).is_err());
+    }
+
+    #[test]
+    fn the_replicas_cpu_group_weighs_one_task_at_their_nice_value() {
+        assert_eq!((nice_weight(0), nice_weight(10), nice_weight(19)), (1024, 110, 15));
+        assert_eq!((nice_weight(-5), nice_weight(40)), (1024, 15), "never above the server, never below the kernel's least");
+        // Co-mounted with cpuacct, as most v1 hosts have it.
+        let cg = "3:cpu,cpuacct:/system.slice/trainyard.service\n4:memory:/system.slice/trainyard.service\n";
+        let mi = "36 31 0:31 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n";
+        assert_eq!(locate_v1_cpu_cgroup(cg, mi).unwrap(), PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/system.slice/trainyard.service"));
+        assert_eq!(locate_v1_cpu_cgroup(HYBRID_CGROUP, HYBRID_MOUNTINFO).unwrap(), PathBuf::from("/sys/fs/cgroup/cpu"));
+        let err = locate_v1_cpu_cgroup("4:memory:/a\n0::/\n", HYBRID_MOUNTINFO).unwrap_err();
+        assert!(err.contains("no cgroup v1 cpu controller"), "{err}");
+        let tmp = tempfile::tempdir().unwrap();
+        fixture(&tmp.path().join(BASE_DIR_NAME), &[("cpu.shares", "1024\n")]);
+        let (group, shares) = prepare_v1_cpu_group(tmp.path(), nice_weight(10)).unwrap();
+        assert_eq!((group.clone(), shares), (tmp.path().join(BASE_DIR_NAME), 110));
+        assert_eq!(fs::read_to_string(group.join("cpu.shares")).unwrap(), "110");
+        // v2: the cpu controller is enabled in the base's parent, the base gets the nice value.
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join(BASE_DIR_NAME);
+        fixture(tmp.path(), &[("cgroup.subtree_control", "memory pids\n")]);
+        fixture(&base, &[("cpu.weight.nice", "0\n")]);
+        prepare_v2_cpu_group(&base, 10).unwrap();
+        assert_eq!(fs::read_to_string(tmp.path().join("cgroup.subtree_control")).unwrap(), "+cpu");
+        assert_eq!(fs::read_to_string(base.join("cpu.weight.nice")).unwrap(), "10");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
 
-use crate::cgroup::{CgroupSupport, CgroupVersion, PidsCgroup, PidsSupport, ReplicaCgroup};
+use crate::cgroup::{CgroupSupport, CgroupVersion, CpuSupport, PidsCgroup, PidsSupport, ReplicaCgroup};
 use crate::forkserver::{self, ForkServer};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::{lock, log};
@@ -48,6 +48,7 @@ pub struct LocalBackend {
     cgroups: CgroupSupport,
     /// Where replicas' task limits are enforced (with `cgroups`).
     pids: PidsSupport,
+    cpu: CpuSupport,
     /// Run directories that a watcher of this backend is reporting on.
     watched: Arc<Mutex<HashSet<PathBuf>>>,
     /// Images seen on the host, not checked again (a run whose image has gone since says
@@ -249,6 +250,7 @@ impl LocalBackend {
             shim_command,
             cgroups,
             pids,
+            cpu: CpuSupport::Unavailable { reason: "not asked for".into() },
             watched: Arc::new(Mutex::new(HashSet::new())),
             images: Arc::new(Mutex::new(HashSet::new())),
             pulls: Arc::new(Mutex::new(HashMap::new())),
@@ -261,6 +263,17 @@ impl LocalBackend {
 
     pub fn pids(&self) -> &PidsSupport {
         &self.pids
+    }
+
+    /// Puts replicas' host programs in one CPU group below the server, weighted like one
+    /// task at `nice` ([`CpuSupport::detect`]).
+    pub fn with_replica_cpu(mut self, nice: i32) -> LocalBackend {
+        self.cpu = CpuSupport::detect(&self.cgroups, nice);
+        self
+    }
+
+    pub fn cpu(&self) -> &CpuSupport {
+        &self.cpu
     }
 
     fn claim(&self, run_dir: &Path) -> Option<Claim> {
@@ -324,6 +337,9 @@ impl LocalBackend {
             (Some((CgroupVersion::V1, _)), Some(pids)) if spec.container.is_none() => Some(pids.to_path_buf()),
             _ => None,
         };
+        // cgroup v1: the replicas' CPU group is in a hierarchy of its own (v2: the replica's
+        // cgroup is below it already).
+        spec.cpu_cgroup = self.cpu.v1_group().filter(|_| spec.container.is_none()).map(Path::to_path_buf);
         shim::write_spec(&run_dir, &spec)?;
         let stderr_path = run_dir.join(shim::SHIM_STDERR_FILE);
         let shim_stderr = fsutil::open_append(&stderr_path)?;
@@ -883,7 +899,7 @@ impl crate::seam::Backend for LocalBackend {
                  project, and none for replicas that run as the server's user (no pids cgroup: {reason})"
             ),
         };
-        format!("{memory}; {tasks}")
+        format!("{memory}; {tasks}; {}", self.cpu.describe())
     }
 }
 

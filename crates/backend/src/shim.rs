@@ -132,6 +132,11 @@ pub struct ShimSpec {
     /// programs only (a container's limit is the engine's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_cgroup_base: Option<PathBuf>,
+    /// cgroup v1: the CPU group all replicas' programs join (`<own cpu cgroup>/trainyard`,
+    /// see [`crate::CpuSupport`]): the shim opens its `tasks` before it changes namespaces
+    /// and the program writes itself there before its exec. Host programs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cgroup: Option<PathBuf>,
     /// Run in a container (see [`crate::container`]): `argv`, `cwd`, `run_as`,
     /// `memory_limit_bytes` and `pids_max` are then the container's business, and `env`
     /// is the container's environment.
@@ -312,6 +317,7 @@ impl ShimSpec {
             pids_max: None,
             nice: None,
             pids_cgroup_base: None,
+            cpu_cgroup: None,
             container: None,
             gcs_mount: None,
             private_tmp: None,
@@ -556,6 +562,18 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
             }
         }
     }
+    // The replicas' CPU group (v1), reached through a descriptor opened now: the program's
+    // namespace may cover /sys/fs/cgroup below.
+    let cpu_tasks = match (&spec.cpu_cgroup, &spec.container) {
+        (Some(group), None) => match nix::fcntl::open(&group.join("tasks"), OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                let msg = format!("cannot open the replicas' CPU group {}: {e}", group.display());
+                return fail_before_start(run_dir, None, &cgroups, msg);
+            }
+        },
+        _ => None,
+    };
     // Where /proc is the replica's own (below), so is /sys/fs/cgroup. On v1, detached
     // copies of the replica's cgroup directories, attached in the program's namespace (kept
     // open until the program started).
@@ -663,13 +681,13 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         },
         None => (spec.clone(), limits),
     };
-    let child = match spawn_program(&program_spec, cgroup, cgroups.pids.as_ref(), limits) {
+    let child = match spawn_program(&program_spec, cgroup, cgroups.pids.as_ref(), cpu_tasks.as_ref(), limits) {
         Ok(child) => child,
         Err(SpawnFailure::Start(msg)) => return fail_before_start(run_dir, Some(msg), &cgroups, String::new()),
         Err(SpawnFailure::Launch(msg)) => return fail_before_start(run_dir, None, &cgroups, msg),
     };
     // The program's namespace has its cgroup directories attached (or never will).
-    drop((memory_tree, pids_tree));
+    drop((memory_tree, pids_tree, cpu_tasks));
     let pid = child.pid;
     let pgid = Pid::from_raw(pid as libc::pid_t);
 
@@ -1202,6 +1220,7 @@ fn spawn_program(
     spec: &ShimSpec,
     cgroup: Option<&ReplicaCgroup>,
     pids_cgroup: Option<&PidsCgroup>,
+    cpu_tasks: Option<&OwnedFd>,
     limits: Limits,
 ) -> Result<Program, SpawnFailure> {
     let Some(program) = spec.argv.first() else {
@@ -1222,19 +1241,21 @@ fn spawn_program(
         procs: cgroup_file_c(cgroup.map(|cg| cg.procs_file()))?,
         pids_tasks: cgroup_file_c(pids_cgroup.map(|cg| cg.tasks_file()))?,
         pids_procs: cgroup_file_c(pids_cgroup.map(|cg| cg.procs_file()))?,
+        cpu_tasks: cpu_tasks.map(AsRawFd::as_raw_fd),
     };
     spawn_direct(spec, program, into, &join, limits)
 }
 
 /// The cgroup files a child writes `0` into to join them (made before the clone: no
 /// allocation after it): the memory cgroup's `tasks` (v1), else its `cgroup.procs`; then
-/// the v1 pids cgroup's, the same way. A failure is ours (a launch failure), unlike an
-/// exec failure, which is the user's.
+/// the v1 pids cgroup's, the same way; then the v1 CPU group's `tasks`, open already. A
+/// failure is ours (a launch failure), unlike an exec failure, which is the user's.
 struct Join {
     tasks: Option<CString>,
     procs: Option<CString>,
     pids_tasks: Option<CString>,
     pids_procs: Option<CString>,
+    cpu_tasks: Option<RawFd>,
 }
 
 impl Join {
@@ -1251,6 +1272,12 @@ impl Join {
         // replica's `pids.max`.
         if !into(&self.pids_tasks, &self.pids_procs) {
             return Some(STEP_PIDS_CGROUP);
+        }
+        if let Some(fd) = self.cpu_tasks {
+            // SAFETY: write(2) of one static byte to a descriptor the shim holds open.
+            if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+                return Some(STEP_CPU_CGROUP);
+            }
         }
         None
     }
@@ -1291,6 +1318,7 @@ const STEP_EXEC: u8 = b'e';
 const STEP_IDENTITY: u8 = b'u';
 const STEP_CGROUP: u8 = b'c';
 const STEP_PIDS_CGROUP: u8 = b'p';
+const STEP_CPU_CGROUP: u8 = b'w';
 
 /// The places `execvp` would try for `program` in the program's own environment (`env`,
 /// the last value of each name): the program itself if its name has a slash, else each
@@ -1446,6 +1474,7 @@ fn spawn_direct(spec: &ShimSpec, program: &str, into: Option<&ReplicaCgroup>, jo
     Err(match buf[0] {
         STEP_CGROUP => SpawnFailure::Launch(format!("cannot move the program into its cgroup: {e}")),
         STEP_PIDS_CGROUP => SpawnFailure::Launch(format!("cannot move the program into its pids cgroup: {e}")),
+        STEP_CPU_CGROUP => SpawnFailure::Launch(format!("cannot move the program into the replicas' CPU group: {e}")),
         STEP_GROUP => SpawnFailure::Launch(format!("cannot give the program its own process group: {e}")),
         STEP_STDIO => SpawnFailure::Launch(format!("cannot set up the program's standard streams: {e}")),
         STEP_IDENTITY => {
@@ -1832,7 +1861,7 @@ mod tests {
     const NO_LIMITS: Limits = Limits { nproc: None, nofile_soft: None, run_as: None, cgroup_view: None, nice: None, seccomp: None };
 
     fn no_join() -> Join {
-        Join { tasks: None, procs: None, pids_tasks: None, pids_procs: None }
+        Join { tasks: None, procs: None, pids_tasks: None, pids_procs: None, cpu_tasks: None }
     }
 
     /// The vfork-like start (what a replica's program gets on cgroup v1): the program runs

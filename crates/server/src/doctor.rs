@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use trainyard_backend::{CgroupSupport, PidsSupport};
+use trainyard_backend::{CgroupSupport, CpuSupport, PidsSupport};
 
 use crate::config::{BackendChoice, Config};
 
@@ -102,6 +102,7 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
             let memory = CgroupSupport::detect();
             out.push(cgroups(&memory));
             out.push(pids(&PidsSupport::detect(&memory)));
+            out.push(cpu(&CpuSupport::detect(&memory, cfg.replicas.nice)));
             out.push(gpus());
         }
         BackendChoice::Slurm(s) => {
@@ -316,6 +317,17 @@ fn pids(pids: &PidsSupport) -> Finding {
         PidsSupport::V1 { base } => Finding::ok("pids cgroup", format!("v1 at {}", base.display())),
         PidsSupport::V2 => Finding::ok("pids cgroup", "v2 (pids.max of each replica's cgroup)"),
         PidsSupport::Unavailable { reason } => Finding::warn("pids cgroup", reason.clone(), "mount the v1 pids hierarchy or delegate the v2 pids controller; else a replica's task limit is RLIMIT_NPROC"),
+    }
+}
+
+fn cpu(cpu: &CpuSupport) -> Finding {
+    match cpu {
+        CpuSupport::Unavailable { .. } => Finding::warn(
+            "replicas' CPU group",
+            cpu.describe(),
+            "mount the v1 cpu hierarchy or delegate the v2 cpu controller; else many processes of a tenant can slow the server's answers",
+        ),
+        _ => Finding::ok("replicas' CPU group", cpu.describe()),
     }
 }
 

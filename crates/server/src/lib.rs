@@ -191,7 +191,7 @@ pub fn start_leading(
     nodeagent::write_fleet(&cfg.data_dir, &agent_nodes)
         .map_err(|source| StartError::Fleet { path: nodeagent::fleet_path(&cfg.data_dir), source })?;
     let backend: Arc<dyn Backend> = match &cfg.backend {
-        config::BackendChoice::Local => Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect())),
+        config::BackendChoice::Local => Arc::new(LocalBackend::new(shim_command, CgroupSupport::detect()).with_replica_cpu(cfg.replicas.nice)),
         config::BackendChoice::Slurm(s) => {
             let shim_command = match &s.shim_program {
                 Some(p) => vec![p.clone().into_os_string(), OsString::from("shim")],
