@@ -538,11 +538,22 @@ impl ReplicaCgroup {
         read_file(&self.path.join(file)).ok()?.trim().parse().ok()
     }
 
-    /// CPU time used, in seconds: v2 `cpu.stat` `usage_usec`. None on v1, whose memory
-    /// hierarchy does not account CPU.
+    /// CPU time used, in seconds: v2 `cpu.stat` `usage_usec`. v1's memory hierarchy
+    /// accounts no CPU: there it is the sum, over the processes in the cgroup now, of their
+    /// own time and their waited-for children's (so a child reaped by its parent still
+    /// counts; what a process that left or was reaped by the shim used since the last
+    /// reading is missed, and a sum that went down is taken as no use). None: no process.
     pub fn cpu_seconds(&self) -> Option<f64> {
         match self.version {
-            CgroupVersion::V1 => None,
+            CgroupVersion::V1 => {
+                let pids = self.pids().ok().filter(|p| !p.is_empty())?;
+                let ticks: u64 = pids
+                    .iter()
+                    .filter_map(|p| fs::read_to_string(format!("/proc/{p}/stat")).ok())
+                    .filter_map(|s| crate::procfs::cpu_ticks_with_children(&s))
+                    .sum();
+                Some(ticks as f64 / crate::procfs::clock_ticks())
+            }
             CgroupVersion::V2 => {
                 let text = read_file(&self.path.join("cpu.stat")).ok()?;
                 flat_keyed_value(&text, "usage_usec").map(|us| us as f64 / 1e6)
@@ -1132,6 +1143,21 @@ mod tests {
         // Pure v2: the pids controller is in the unified hierarchy, not a v1 one.
         let mi = "29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         assert!(locate_v1_pids_cgroup("0::/a\n", mi).is_err());
+    }
+
+    #[test]
+    fn a_v1_cgroup_counts_the_cpu_of_its_processes() {
+        let tmp = tempfile::tempdir().unwrap();
+        fixture(tmp.path(), &[("cgroup.procs", &format!("{}\n", std::process::id()))]);
+        let cg = ReplicaCgroup::open(CgroupVersion::V1, tmp.path().to_path_buf());
+        let until = std::time::Instant::now() + Duration::from_millis(200);
+        let mut x = 0u64;
+        while std::time::Instant::now() < until {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(cg.cpu_seconds().is_some_and(|s| s > 0.0), "{x}");
+        fs::write(tmp.path().join("cgroup.procs"), "").unwrap();
+        assert_eq!(cg.cpu_seconds(), None);
     }
 
     #[test]

@@ -69,9 +69,31 @@ pub fn parse_ppid(stat: &str) -> Option<libc::pid_t> {
     stat_field(stat, 4)?.parse().ok()
 }
 
+/// A process's CPU time in clock ticks from its `/proc/<pid>/stat` line: its own user and
+/// system time and that of its children it has waited for (fields 14 to 17).
+pub fn cpu_ticks_with_children(stat: &str) -> Option<u64> {
+    (14..=17).map(|n| stat_field(stat, n)?.parse::<u64>().ok()).sum()
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 where it cannot be read).
+pub fn clock_ticks() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(hz)) if hz > 0 => hz as f64,
+        _ => 100.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_count_a_process_and_its_waited_for_children() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+        let stat = "7 (a b) R 1 7 7 0 -1 0 0 0 0 0 11 22 33 44 20 0";
+        assert_eq!(cpu_ticks_with_children(stat), Some(110));
+        assert_eq!(cpu_ticks_with_children("7 (x) R 1"), None);
+    }
 
     #[test]
     fn ppid_after_a_command_name_with_parens_and_spaces() {

@@ -69,6 +69,7 @@ const PUMP_DRAIN_BOUND: Duration = Duration::from_secs(5);
 /// each time, up to 5 s between tries (L23).
 const STATUS_RETRY_FIRST: Duration = Duration::from_millis(50);
 const STATUS_RETRY_MAX: Duration = Duration::from_secs(5);
+const STATUS_RETRY: trainyard_core::retry::Backoff = trainyard_core::retry::Backoff::of(STATUS_RETRY_FIRST, STATUS_RETRY_MAX);
 /// A write of `status.json` that keeps failing is reported on the shim's stderr at most
 /// this often.
 const STATUS_RETRY_REPORT: Duration = Duration::from_secs(60);
@@ -801,7 +802,6 @@ fn write_until_done(
     mut sleep: impl FnMut(Duration),
 ) -> Result<u32, ShimError> {
     let mut failures: u32 = 0;
-    let mut delay = STATUS_RETRY_FIRST;
     let mut reported: Option<Instant> = None;
     loop {
         let e = match write() {
@@ -828,8 +828,7 @@ fn write_until_done(
             diag(format_args!("{e}; still trying ({failures} failed tries so far)"));
             reported = Some(Instant::now());
         }
-        sleep(delay);
-        delay = (delay * 2).min(STATUS_RETRY_MAX);
+        sleep(STATUS_RETRY.pause(failures));
     }
 }
 

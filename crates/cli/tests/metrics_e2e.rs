@@ -233,12 +233,13 @@ fn metrics_need_an_admin_token_in_tokens_mode() {
     assert_eq!(value(&text, refused), Some(1.0), "{text}");
 }
 
-/// A running replica's memory (and CPU time on cgroup v2) is read from its cgroup at each
-/// scrape, and its series go when it ends.
+/// A running replica's memory and CPU time are read from its cgroup at each scrape (CPU
+/// on cgroup v1 too, from its processes), its series go when it ends, and the CPU it used
+/// is in the usage report (`usedCpuHours`).
 #[test]
 fn running_replica_resources_from_its_cgroup() {
     let s = Server::start("");
-    let j = s.create("metrics", &sh_job("busy", "sleep 30"));
+    let j = s.create("metrics", &sh_job("busy", "while :; do :; done"));
     s.wait_for(&name_of(&j), 60, |j| j["state"] == "JOB_STATE_RUNNING");
     let spec_file = run_dir(&s.data_dir(), id_of(&j), 0, "workerpool0-0", 0).join("spec.json");
     let spec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&spec_file).expect("spec.json")).expect("spec");
@@ -250,8 +251,19 @@ fn running_replica_resources_from_its_cgroup() {
         promtool_check(&text);
         let memory = value(&text, &format!("trainyard_replica_memory_bytes{series}"));
         assert!(memory.is_some_and(|m| m > 0.0), "{text}");
-        if spec["cgroup_version"] == 2 {
-            assert!(value(&text, &format!("trainyard_replica_cpu_seconds_total{series}")).is_some(), "{text}");
+        assert!(value(&text, &format!("trainyard_replica_cpu_seconds_total{series}")).is_some(), "{text}");
+        // The first report samples what the replica used so far; a later one counts what it
+        // used since.
+        let used = || {
+            let (status, v) = s.call("GET", &s.url("/v1/admin/usage?project=metrics"), None);
+            assert_eq!(status, 200, "{v}");
+            v["usage"].as_array().and_then(|a| a.first()).map_or(0.0, |r| r["usedCpuHours"].as_f64().unwrap_or(0.0))
+        };
+        used();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while used() <= 0.0 {
+            assert!(Instant::now() < deadline, "no CPU counted for a busy replica within 60 s");
+            std::thread::sleep(Duration::from_millis(500));
         }
     }
     let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(&j))), Some("{}"));

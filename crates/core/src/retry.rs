@@ -1,6 +1,10 @@
 //! Retries as rules: one backoff policy for every effect that was refused and is asked
 //! again, with its settings per effect, and the steps of a stop seen through (L20). Pure:
-//! the caller keeps the state and the clock, these functions decide.
+//! the caller keeps the state and the clock, these functions decide. The loops that sleep
+//! between tries elsewhere (a shim's status write, the driver's recovery, a followed log,
+//! the listener's accept) use the same [`Backoff`], in `Duration`s.
+
+use std::time::Duration;
 
 use crate::Micros;
 
@@ -20,6 +24,11 @@ impl Backoff {
         Backoff { first, max, give_up_after: None }
     }
 
+    /// As [`Backoff::new`], in `Duration`s (whole microseconds).
+    pub const fn of(first: Duration, max: Duration) -> Backoff {
+        Backoff::new(first.as_micros() as Micros, max.as_micros() as Micros)
+    }
+
     pub const fn giving_up_after(self, failures: u32) -> Backoff {
         Backoff { give_up_after: Some(failures), ..self }
     }
@@ -37,6 +46,15 @@ impl Backoff {
     /// The delay for a policy that never gives up (at most `max` for one that would).
     pub fn retry_after(&self, failures: u32) -> Micros {
         self.delay(failures).unwrap_or(self.max)
+    }
+
+    /// [`Backoff::retry_after`] as a `Duration`, for a loop that sleeps; no failure yet
+    /// (`failures` 0) is no pause.
+    pub fn pause(&self, failures: u32) -> Duration {
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_micros(u64::try_from(self.retry_after(failures)).unwrap_or(0))
     }
 }
 
@@ -135,6 +153,14 @@ mod tests {
         assert_eq!(delays, [2, 4, 8, 16, 30, 30, 30]);
         assert_eq!(LAUNCH_LATER.delay(10_000), Some(30 * SECOND));
         assert_eq!(SUBMIT, LAUNCH_LATER);
+    }
+
+    #[test]
+    fn a_sleeping_loop_pauses_nothing_before_a_failure_then_doubles_to_its_bound() {
+        let b = Backoff::of(Duration::from_millis(10), Duration::from_secs(1));
+        let pauses: Vec<u128> = (0..=9).map(|n| b.pause(n).as_millis()).collect();
+        assert_eq!(pauses, [0, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(b.pause(u32::MAX), Duration::from_secs(1));
     }
 
     #[test]

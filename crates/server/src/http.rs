@@ -121,7 +121,8 @@ async fn job_logs(
         let _stream_share = stream_share;
         let mut cursor = logs::Cursor::default();
         // Followed logs are read again soon after lines came, less often while none do.
-        let mut pause = FOLLOW_FIRST;
+        // Reads that found nothing new since the last line: the pause before the next grows.
+        let mut idle = 0;
         loop {
             let (sel2, dd, mut cur) = (sel.clone(), data_dir.clone(), std::mem::take(&mut cursor));
             let batch = readers
@@ -164,7 +165,7 @@ async fn job_logs(
             }
             if !caught_up {
                 // More to read now.
-                pause = FOLLOW_FIRST;
+                idle = 0;
                 continue;
             }
             // A client that went away gives its stream (and its project's share) back now,
@@ -172,8 +173,8 @@ async fn job_logs(
             if !follow || terminal || tx.is_closed() {
                 break;
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(FOLLOW_MAX);
+            idle += 1;
+            tokio::time::sleep(FOLLOW.pause(idle)).await;
         }
     });
     let stream = tokio_stream_from(rx);
@@ -182,8 +183,8 @@ async fn job_logs(
 
 /// How soon a followed log is read again after lines came, and at most how long it waits
 /// while none do.
-const FOLLOW_FIRST: std::time::Duration = std::time::Duration::from_millis(10);
-const FOLLOW_MAX: std::time::Duration = std::time::Duration::from_millis(250);
+const FOLLOW: trainyard_core::retry::Backoff =
+    trainyard_core::retry::Backoff::of(std::time::Duration::from_millis(10), std::time::Duration::from_millis(250));
 
 fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,

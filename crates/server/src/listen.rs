@@ -83,7 +83,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut backoff = Duration::ZERO;
+    let mut failures = 0;
     let mut last_accept_warning: Option<Instant> = None;
     let mut last_full_warning: Option<Instant> = None;
     loop {
@@ -110,7 +110,7 @@ pub async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
-                backoff = Duration::ZERO;
+                failures = 0;
                 // Every response goes out at once: with Nagle's algorithm the last piece of
                 // a chunked body waits for the client's delayed acknowledgement (about 40 ms
                 // on a kept-alive connection, per request or per followed log line).
@@ -122,7 +122,8 @@ pub async fn serve(
             // The client went away before it was accepted: nothing to wait for.
             Err(e) if is_connection_error(&e) => {}
             Err(e) => {
-                backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                failures += 1;
+                let backoff = ACCEPT_RETRY.pause(failures);
                 if due(&mut last_accept_warning) {
                     tracing::warn!("cannot accept connections: {e}; trying again in {} ms", backoff.as_millis());
                 }
@@ -246,6 +247,10 @@ fn tls_client(peer: std::net::SocketAddr) {
 }
 
 /// The first byte of a TLS handshake record (a ClientHello); no HTTP request starts with it.
+/// An accept that failed (out of descriptors) is tried again after 10 ms, doubling, at
+/// most 1 s.
+const ACCEPT_RETRY: trainyard_core::retry::Backoff = trainyard_core::retry::Backoff::of(Duration::from_millis(10), Duration::from_secs(1));
+
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Where a connection is: waiting for (or reading) a request head, serving a request, or

@@ -32,11 +32,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 const USAGE: &str = "\
-usage: hostile-bench [--rounds N] [--jobs N] [--quick]
+usage: hostile-bench [--rounds N] [--jobs N] [--replica-nice N] [--quick]
 
-  --rounds N  rounds of each kind, alternating calm and hostile (default 3)
-  --jobs N    calm jobs created and started per round (default 20)
-  --quick     1 round of 5 jobs (a smoke test, not a measurement)
+  --rounds N        rounds of each kind, alternating calm and hostile (default 3)
+  --jobs N          calm jobs created and started per round (default 20)
+  --replica-nice N  the server's [replicas] nice (default: the server's default, 10;
+                    0 weighs the replicas' CPU group like one server thread)
+  --quick           1 round of 5 jobs (a smoke test, not a measurement)
 
 Run as root (the hostile tenant's jobs run as a user of their project's own). Build with
 `cargo build --release -p trainyard -p trainyard-bench`; run target/release/hostile-bench
@@ -45,17 +47,19 @@ Run as root (the hostile tenant's jobs run as a user of their project's own). Bu
 struct Opts {
     rounds: usize,
     jobs: usize,
+    replica_nice: Option<usize>,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
-        let mut o = Opts { rounds: 3, jobs: 20 };
+        let mut o = Opts { rounds: 3, jobs: 20, replica_nice: None };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut num = |name: &str| entry::number::<usize>(&mut it, name);
             match a.as_str() {
                 "--rounds" => o.rounds = num("--rounds")?.max(1),
                 "--jobs" => o.jobs = num("--jobs")?.max(2),
+                "--replica-nice" => o.replica_nice = Some(num("--replica-nice")?.min(19)),
                 "--quick" => {
                     o.rounds = 1;
                     o.jobs = 5;
@@ -384,7 +388,11 @@ fn run(o: &Opts) -> Result<()> {
     if std::env::var_os("HOSTILE_BENCH_KEEP").is_some() {
         eprintln!("keeping {}", dir.path().display());
     }
-    std::fs::write(dir.path().join("trainyard.toml"), CONFIG)?;
+    let config = match o.replica_nice {
+        Some(n) => CONFIG.replace("[replicas]\n", &format!("[replicas]\nnice = {n}\n")),
+        None => CONFIG.to_string(),
+    };
+    std::fs::write(dir.path().join("trainyard.toml"), config)?;
     // The hostile py-spy, first on the server's PATH.
     let fake = dir.path().join("fake-bin");
     std::fs::create_dir_all(&fake)?;
@@ -432,7 +440,8 @@ fn run(o: &Opts) -> Result<()> {
     let (cc, cs, hc, hs) = (stats(&mut calm_c), stats(&mut calm_s), stats(&mut host_c), stats(&mut host_s));
     let (cr, hr) = (stats(&mut calm_r), stats(&mut host_r));
     let n = (o.rounds * o.jobs) as f64;
-    println!("hostile-bench: {} calm jobs per side, {} rounds; the hostile tenant did {actions} rounds of deep-tree jobs, slow builds, listings and quota walks beside its looping job", o.jobs, o.rounds);
+    let nice = o.replica_nice.map_or_else(|| "the default".to_string(), |n| n.to_string());
+    println!("hostile-bench: {} calm jobs per side, {} rounds, replicas at nice {nice}; the hostile tenant did {actions} rounds of deep-tree jobs, slow builds, listings and quota walks beside its looping job", o.jobs, o.rounds);
     println!("                        no hostile tenant   with one    ratio");
     row::row("hostile-bench", "create p99 beside a hostile tenant", &format!("{:.2} ms", hc.p99), &format!("{:.2} ms without it", cc.p99), hc.p99 / cc.p99);
     row::row("hostile-bench", "start p99 beside a hostile tenant", &format!("{:.2} ms", hs.p99), &format!("{:.2} ms without it", cs.p99), hs.p99 / cs.p99);

@@ -37,6 +37,12 @@ use trainyard_core::step::{step, Rejected};
 use trainyard_core::{Effect, Event, Job, Micros, Outcome, Phase, RunId};
 use trainyard_store::{NewJob, Store, StoreError};
 
+/// A driver that panicked recovers from the store at once, then after each panic of a
+/// recovery 100 ms, doubling, at most 30 s.
+const RECOVERY: trainyard_core::retry::Backoff = trainyard_core::retry::Backoff::of(Duration::from_millis(100), Duration::from_secs(30));
+/// A store that cannot be written is probed again after 50 ms, doubling, at most 500 ms.
+const STORE_PROBE: trainyard_core::retry::Backoff = trainyard_core::retry::Backoff::of(Duration::from_millis(50), Duration::from_millis(500));
+
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::health::{Health, State as HealthState};
@@ -675,12 +681,13 @@ impl Driver {
             Err(payload) => payload,
         };
         let mut what = panic_text(payload.as_ref());
-        let mut delay = Duration::ZERO;
+        // The first recovery at once, then after each panic of a recovery a longer pause.
+        let mut failures = 0;
         loop {
             let reason = format!("the driver panicked ({what}); recovering its state from the store");
             tracing::error!("{reason}");
             self.health.set(HealthState::Degraded(reason.clone()));
-            let until = self.clock.monotonic() + delay;
+            let until = self.clock.monotonic() + RECOVERY.pause(failures);
             loop {
                 if self.refuse_queued(&reason) == Flow::Stop {
                     return Ok(Flow::Stop);
@@ -701,7 +708,7 @@ impl Driver {
                 Ok(Err(e)) => return Err(e),
                 Err(payload) => {
                     what = panic_text(payload.as_ref());
-                    delay = (delay * 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
+                    failures += 1;
                 }
             }
         }
@@ -714,7 +721,7 @@ impl Driver {
         let reason = error.reason();
         tracing::error!("{reason}; answering 503 and trying again until it passes");
         self.health.set(HealthState::Degraded(reason.clone()));
-        let mut delay = Duration::from_millis(50);
+        let mut failures = 0;
         loop {
             self.health.beat();
             if self.refuse_queued(&reason) == Flow::Stop {
@@ -740,8 +747,8 @@ impl Driver {
                     }
                 }
             }
-            std::thread::sleep(delay);
-            delay = (delay * 2).min(Duration::from_millis(500));
+            failures += 1;
+            std::thread::sleep(STORE_PROBE.pause(failures));
         }
         tracing::info!("the store can be written again; going on");
         self.health.set(HealthState::Ok);
