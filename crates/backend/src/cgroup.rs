@@ -2,7 +2,7 @@
 //! per-replica cgroup with a memory limit, the kernel's OOM-kill counter (L14), and
 //! killing everything in it (L20). Where that cgroup is a v1 one, the replica's task limit
 //! (`pids_max`) needs a second cgroup in the v1 pids hierarchy: [`PidsSupport`] and
-//! [`PidsCgroup`].
+//! [`V1Cgroup`].
 //!
 //! Every file helper takes the cgroup directory as a parameter, so unit tests run against
 //! a temporary directory holding fixture files.
@@ -454,7 +454,7 @@ impl ReplicaCgroup {
 
     /// v2: `pids.max`, the most tasks the cgroup may hold (forks beyond it fail with
     /// EAGAIN). An error where the pids controller is not enabled here; on v1 always (v1
-    /// keeps pids in a hierarchy of its own: see [`PidsCgroup`]).
+    /// keeps pids in a hierarchy of its own: see [`V1Cgroup`]).
     pub fn set_pids_max(&self, max: u64) -> Result<(), CgroupError> {
         match self.version {
             CgroupVersion::V1 => Err(FileError {
@@ -713,34 +713,46 @@ fn prepare_pids_base(own: &Path) -> Result<PathBuf, String> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("cannot create cgroup {}: {e}", base.display())),
     }
-    let probe = PidsCgroup::create(&base, &probe_name(), 64).map_err(|e| format!("cannot use cgroup base {}: {e}", base.display()))?;
+    let probe = V1Cgroup::pids(&base, &probe_name(), 64).map_err(|e| format!("cannot use cgroup base {}: {e}", base.display()))?;
     probe.remove().map_err(|e| format!("cannot remove probe cgroup: {e}"))?;
     Ok(base)
 }
 
-/// A replica's cgroup in the cgroup v1 pids hierarchy: its `pids.max`, nothing else. The
-/// program joins it next to its memory cgroup; its processes are counted and killed
-/// through the memory cgroup, which holds the same processes.
+/// A replica's cgroup in a cgroup v1 hierarchy other than memory's, with one setting and
+/// nothing else: in the pids hierarchy its `pids.max`, in the cpu hierarchy its
+/// `cpu.shares` (below the replicas' CPU group). The program joins it next to its memory
+/// cgroup; its processes are counted and killed through the memory cgroup, which holds
+/// the same processes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PidsCgroup {
+pub struct V1Cgroup {
     cg: ReplicaCgroup,
 }
 
-impl PidsCgroup {
+impl V1Cgroup {
+    /// `<base>/<name>` in the pids hierarchy with `pids.max`.
+    pub fn pids(base: &Path, name: &str, pids_max: u64) -> Result<V1Cgroup, CgroupError> {
+        V1Cgroup::make(base, name, "pids.max", pids_max)
+    }
+
+    /// `<group>/<name>` in the cpu hierarchy with `cpu.shares`.
+    pub fn cpu(group: &Path, name: &str, shares: u64) -> Result<V1Cgroup, CgroupError> {
+        V1Cgroup::make(group, name, "cpu.shares", shares)
+    }
+
     /// Creates `<base>/<name>` (or reuses it if it exists and holds no process, like
-    /// [`ReplicaCgroup::create`]) and writes `pids.max`.
-    pub fn create(base: &Path, name: &str, pids_max: u64) -> Result<PidsCgroup, CgroupError> {
+    /// [`ReplicaCgroup::create`]) and writes its setting.
+    fn make(base: &Path, name: &str, file: &str, value: u64) -> Result<V1Cgroup, CgroupError> {
         let cg = ReplicaCgroup::make_idle(CgroupVersion::V1, base, name)?;
-        if let Err(e) = write_file(&cg.path.join("pids.max"), &pids_max.to_string()) {
+        if let Err(e) = write_file(&cg.path.join(file), &value.to_string()) {
             let _ = fs::remove_dir(&cg.path);
             return Err(e.into());
         }
-        Ok(PidsCgroup { cg })
+        Ok(V1Cgroup { cg })
     }
 
     /// An existing one, e.g. named in a spec written by an earlier process.
-    pub fn open(path: PathBuf) -> PidsCgroup {
-        PidsCgroup { cg: ReplicaCgroup::open(CgroupVersion::V1, path) }
+    pub fn open(path: PathBuf) -> V1Cgroup {
+        V1Cgroup { cg: ReplicaCgroup::open(CgroupVersion::V1, path) }
     }
 
     pub fn path(&self) -> &Path {
@@ -786,13 +798,16 @@ pub fn nice_weight(nice: i32) -> u64 {
 /// CPU first however many processes tenants run (a per-process nice does not bound a fork
 /// burst, and the kernel's autogroups give each replica's session the weight of the whole
 /// server), and an otherwise idle machine is all the replicas' (shares are work-conserving).
+/// Inside the group each replica is one unit of equal weight, so one replica's fork burst
+/// takes its own share and not another tenant's replica's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CpuSupport {
-    /// cgroup v1: `<own cpu cgroup>/trainyard` with `cpu.shares`; the program joins it next to
-    /// its memory cgroup (its `tasks`, opened by the shim before it changes namespaces).
+    /// cgroup v1: `<own cpu cgroup>/trainyard` with `cpu.shares`; each replica gets a cgroup
+    /// of its own there ([`V1Cgroup::cpu`]), which its program joins next to its memory cgroup.
     V1 { group: PathBuf, shares: u64 },
     /// cgroup v2: the replicas' base (`<own>/trainyard`, holding every replica's cgroup) has
-    /// the cpu controller and `cpu.weight.nice`.
+    /// the cpu controller and `cpu.weight.nice`, and passes the controller on to the
+    /// replicas' cgroups.
     V2 { group: PathBuf, nice: i32 },
     /// Replicas share the CPU with the server by their nice value alone.
     Unavailable { reason: String },
@@ -828,10 +843,10 @@ impl CpuSupport {
     pub fn describe(&self) -> String {
         match self {
             CpuSupport::V1 { group, shares } => {
-                format!("replicas' programs share one CPU group weighted {shares} against the server's 1024 per thread (cgroup v1 cpu.shares of {})", group.display())
+                format!("replicas share one CPU group weighted {shares} against the server's 1024 per thread, one equal share each inside it (cgroup v1 cpu.shares of {})", group.display())
             }
             CpuSupport::V2 { group, nice } => {
-                format!("replicas share one CPU group weighted like one task at nice {nice} against the server (cgroup v2 cpu.weight.nice of {})", group.display())
+                format!("replicas share one CPU group weighted like one task at nice {nice} against the server, one equal share each inside it (cgroup v2 cpu.weight.nice of {})", group.display())
             }
             CpuSupport::Unavailable { reason } => format!("replicas' programs yield the CPU by their nice value only (no CPU group: {reason})"),
         }
@@ -869,7 +884,14 @@ fn prepare_v2_cpu_group(base: &Path, nice: i32) -> Result<(), String> {
     if !current.split_whitespace().any(|c| c == "cpu") {
         write_file(&ctl, "+cpu").map_err(|e| e.to_string())?;
     }
-    write_file(&base.join("cpu.weight.nice"), &nice.clamp(0, 19).to_string()).map_err(|e| e.to_string())
+    write_file(&base.join("cpu.weight.nice"), &nice.clamp(0, 19).to_string()).map_err(|e| e.to_string())?;
+    // Below the base, each replica's cgroup is one unit with the default weight: replicas
+    // share the group equally, whatever their numbers of processes.
+    let below = base.join("cgroup.subtree_control");
+    if !read_file(&below).map_err(|e| e.to_string())?.split_whitespace().any(|c| c == "cpu") {
+        write_file(&below, "+cpu").map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn kill_pids(pids: &[i32]) {
@@ -1180,9 +1202,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join(BASE_DIR_NAME);
         fixture(tmp.path(), &[("cgroup.subtree_control", "memory pids\n")]);
-        fixture(&base, &[("cpu.weight.nice", "0\n")]);
+        fixture(&base, &[("cpu.weight.nice", "0\n"), ("cgroup.subtree_control", "memory\n")]);
         prepare_v2_cpu_group(&base, 10).unwrap();
         assert_eq!(fs::read_to_string(tmp.path().join("cgroup.subtree_control")).unwrap(), "+cpu");
+        assert_eq!(fs::read_to_string(base.join("cgroup.subtree_control")).unwrap(), "+cpu");
         assert_eq!(fs::read_to_string(base.join("cpu.weight.nice")).unwrap(), "10");
     }
 
@@ -1191,7 +1214,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("j1-a0-workerpool0-0-r0-00000000");
         fixture(&dir, &[("pids.max", "max\n"), ("cgroup.procs", ""), ("tasks", "")]);
-        let cg = PidsCgroup::create(tmp.path(), "j1-a0-workerpool0-0-r0-00000000", 20).unwrap();
+        let cg = V1Cgroup::pids(tmp.path(), "j1-a0-workerpool0-0-r0-00000000", 20).unwrap();
         assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "20");
         assert_eq!(cg.path(), dir);
         assert_eq!(cg.tasks_file(), dir.join("tasks"));
@@ -1211,7 +1234,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("r");
         fixture(&dir, &[("pids.max", "max\n"), ("cgroup.procs", "4242\n")]);
-        let err = PidsCgroup::create(tmp.path(), "r", 20).unwrap_err();
+        let err = V1Cgroup::pids(tmp.path(), "r", 20).unwrap_err();
         assert!(matches!(err, CgroupError::InUse { processes: 1, .. }), "{err}");
         assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "max\n");
     }
@@ -1219,10 +1242,10 @@ mod tests {
     #[test]
     fn a_pids_cgroup_without_pids_max_is_an_error_and_is_removed() {
         let tmp = tempfile::tempdir().unwrap();
-        let err = PidsCgroup::create(tmp.path(), "r", 20).unwrap_err();
+        let err = V1Cgroup::pids(tmp.path(), "r", 20).unwrap_err();
         assert!(err.to_string().contains("pids.max"), "{err}");
         assert!(!tmp.path().join("r").exists());
-        assert!(matches!(PidsCgroup::create(tmp.path(), "..", 20), Err(CgroupError::InvalidName(_))));
+        assert!(matches!(V1Cgroup::pids(tmp.path(), "..", 20), Err(CgroupError::InvalidName(_))));
     }
 
     /// A v2 host's pids support is read from the base's `cgroup.subtree_control`.

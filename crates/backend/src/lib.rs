@@ -36,7 +36,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-pub use cgroup::{nice_weight, CgroupError, CgroupSupport, CgroupVersion, CpuSupport, PidsCgroup, PidsSupport, ReplicaCgroup};
+pub use cgroup::{nice_weight, CgroupError, CgroupSupport, CgroupVersion, CpuSupport, V1Cgroup, PidsSupport, ReplicaCgroup};
 pub use fsutil::{now_micros, write_atomic, FileError};
 pub use local::LocalBackend;
 pub use log::{read_log, read_log_from, stderr_tail, LogEntry, LogPos};

@@ -25,7 +25,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use trainyard_core::{Outcome, RunId};
 
-use crate::cgroup::{CgroupSupport, CgroupVersion, CpuSupport, PidsCgroup, PidsSupport, ReplicaCgroup};
+use crate::cgroup::{CgroupSupport, CgroupVersion, CpuSupport, V1Cgroup, PidsSupport, ReplicaCgroup};
 use crate::forkserver::{self, ForkServer};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::{lock, log};
@@ -719,16 +719,16 @@ fn spec_of(run_dir: &Path) -> Option<ShimSpec> {
 
 /// The replica's cgroups, if any are left once its shim is gone: whatever is in them is
 /// killed (L20) and they are removed, the memory cgroup first (it holds every process of
-/// the replica), then the v1 pids cgroup, empty by then.
+/// the replica), then the v1 pids and CPU cgroups, empty by then.
 fn remove_cgroups_of(spec: &ShimSpec, run_dir: &Path) {
     if let Some(cg) = replica_cgroup_of(spec) {
         if let Err(e) = cg.kill_and_remove() {
             tracing::warn!(run_dir = %run_dir.display(), "killing and removing the replica's cgroup: {e}");
         }
     }
-    if let Some(cg) = pids_cgroup_of(spec) {
-        if let Err(e) = cg.remove() {
-            tracing::warn!(run_dir = %run_dir.display(), "removing the replica's pids cgroup: {e}");
+    for (cg, what) in [(side_cgroup_of(spec, spec.pids_cgroup_base.as_deref()), "pids"), (side_cgroup_of(spec, spec.cpu_cgroup.as_deref()), "CPU")] {
+        if let Some(Err(e)) = cg.map(|cg| cg.remove()) {
+            tracing::warn!(run_dir = %run_dir.display(), "removing the replica's {what} cgroup: {e}");
         }
     }
 }
@@ -762,10 +762,11 @@ fn replica_cgroup_of(spec: &ShimSpec) -> Option<ReplicaCgroup> {
     (!spec.cgroup_name.is_empty() && path.is_dir()).then(|| ReplicaCgroup::open(version, path))
 }
 
-/// The replica's cgroup v1 pids cgroup, as its spec names it, if it exists.
-fn pids_cgroup_of(spec: &ShimSpec) -> Option<PidsCgroup> {
-    let path = spec.pids_cgroup_base.as_ref()?.join(&spec.cgroup_name);
-    (!spec.cgroup_name.is_empty() && !spec.cgroup_name.contains('/') && path.is_dir()).then(|| PidsCgroup::open(path))
+/// The replica's cgroup v1 pids or CPU cgroup below `base`, as its spec names it, if it
+/// exists.
+fn side_cgroup_of(spec: &ShimSpec, base: Option<&Path>) -> Option<V1Cgroup> {
+    let path = base?.join(&spec.cgroup_name);
+    (!spec.cgroup_name.is_empty() && !spec.cgroup_name.contains('/') && path.is_dir()).then(|| V1Cgroup::open(path))
 }
 
 /// How long `kill` goes on killing the children of a shim that keep appearing (orphans

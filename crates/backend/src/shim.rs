@@ -34,7 +34,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{CgroupError, CgroupVersion, PidsCgroup, ReplicaCgroup};
+use crate::cgroup::{CgroupError, CgroupVersion, V1Cgroup, ReplicaCgroup};
 use crate::container::{self, ContainerSpec};
 use crate::fsutil::{self, FileError, IoResultExt};
 use crate::log::{self, LogWriter};
@@ -69,6 +69,8 @@ const PUMP_DRAIN_BOUND: Duration = Duration::from_secs(5);
 /// each time, up to 5 s between tries (L23).
 const STATUS_RETRY_FIRST: Duration = Duration::from_millis(50);
 const STATUS_RETRY_MAX: Duration = Duration::from_secs(5);
+/// v1: each replica's `cpu.shares` in the replicas' CPU group: replicas share it equally.
+const REPLICA_CPU_SHARES: u64 = 1024;
 const STATUS_RETRY: trainyard_core::retry::Backoff = trainyard_core::retry::Backoff::of(STATUS_RETRY_FIRST, STATUS_RETRY_MAX);
 /// A write of `status.json` that keeps failing is reported on the shim's stderr at most
 /// this often.
@@ -133,9 +135,10 @@ pub struct ShimSpec {
     /// programs only (a container's limit is the engine's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_cgroup_base: Option<PathBuf>,
-    /// cgroup v1: the CPU group all replicas' programs join (`<own cpu cgroup>/trainyard`,
-    /// see [`crate::CpuSupport`]): the shim opens its `tasks` before it changes namespaces
-    /// and the program writes itself there before its exec. Host programs only.
+    /// cgroup v1: the replicas' CPU group (`<own cpu cgroup>/trainyard`, see
+    /// [`crate::CpuSupport`]): the shim makes the replica's cgroup `<cpu_cgroup>/<cgroup_name>`
+    /// there, opens its `tasks` before it changes namespaces, the program writes itself
+    /// there before its exec, and the shim removes it when the run ends. Host programs only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cgroup: Option<PathBuf>,
     /// Run in a container (see [`crate::container`]): `argv`, `cwd`, `run_as`,
@@ -556,24 +559,31 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
         }
     }
     if let (Some(base), Some(max), None) = (&spec.pids_cgroup_base, spec.pids_max, &spec.container) {
-        match PidsCgroup::create(base, &spec.cgroup_name, max) {
+        match V1Cgroup::pids(base, &spec.cgroup_name, max) {
             Ok(cg) => cgroups.pids = Some(cg),
             Err(e) => {
                 return fail_before_start(run_dir, None, &cgroups, format!("cannot set up the replica's pids cgroup: {e}"))
             }
         }
     }
-    // The replicas' CPU group (v1), reached through a descriptor opened now: the program's
-    // namespace may cover /sys/fs/cgroup below.
-    let cpu_tasks = match (&spec.cpu_cgroup, &spec.container) {
-        (Some(group), None) => match nix::fcntl::open(&group.join("tasks"), OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()) {
+    // v1: the replica's cgroup in the replicas' CPU group (one share among the replicas,
+    // whatever its number of processes), reached through a descriptor opened now: the
+    // program's namespace may cover /sys/fs/cgroup below.
+    if let (Some(group), None) = (&spec.cpu_cgroup, &spec.container) {
+        match V1Cgroup::cpu(group, &spec.cgroup_name, REPLICA_CPU_SHARES) {
+            Ok(cg) => cgroups.cpu = Some(cg),
+            Err(e) => return fail_before_start(run_dir, None, &cgroups, format!("cannot set up the replica's CPU cgroup: {e}")),
+        }
+    }
+    let cpu_tasks = match &cgroups.cpu {
+        Some(cg) => match nix::fcntl::open(&cg.tasks_file(), OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()) {
             Ok(fd) => Some(fd),
             Err(e) => {
-                let msg = format!("cannot open the replicas' CPU group {}: {e}", group.display());
+                let msg = format!("cannot open the replica's CPU cgroup {}: {e}", cg.path().display());
                 return fail_before_start(run_dir, None, &cgroups, msg);
             }
         },
-        _ => None,
+        None => None,
     };
     // Where /proc is the replica's own (below), so is /sys/fs/cgroup. On v1, detached
     // copies of the replica's cgroup directories, attached in the program's namespace (kept
@@ -851,7 +861,9 @@ fn fail_before_start(
 #[derive(Default)]
 struct ReplicaCgroups {
     memory: Option<ReplicaCgroup>,
-    pids: Option<PidsCgroup>,
+    pids: Option<V1Cgroup>,
+    /// v1: its cgroup in the replicas' CPU group.
+    cpu: Option<V1Cgroup>,
 }
 
 /// Kills what is left in the replica's cgroups and removes them: the memory cgroup
@@ -867,7 +879,8 @@ fn remove_cgroups(cgroups: &ReplicaCgroups) {
         let memory = cgroups.memory.as_ref().map(ReplicaCgroup::kill_and_remove);
         reap(Pid::from_raw(-1), &mut ignored);
         let pids = cgroups.pids.as_ref().map(|cg| cg.remove());
-        let errors: Vec<CgroupError> = [memory, pids].into_iter().flatten().filter_map(Result::err).collect();
+        let cpu = cgroups.cpu.as_ref().map(|cg| cg.remove());
+        let errors: Vec<CgroupError> = [memory, pids, cpu].into_iter().flatten().filter_map(Result::err).collect();
         if errors.is_empty() {
             return;
         }
@@ -1028,7 +1041,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// `own_cgroup_view`).
 fn cover_cgroup_tree(cgroups: &mut ReplicaCgroups, memory: &OwnedFd, pids: Option<&OwnedFd>) -> Option<OwnedFd> {
     let root = Path::new(CGROUP_ROOT);
-    if !cgroups.memory.iter().map(ReplicaCgroup::path).chain(cgroups.pids.iter().map(PidsCgroup::path)).all(|p| p.starts_with(root)) {
+    let side = cgroups.pids.iter().chain(&cgroups.cpu).map(V1Cgroup::path);
+    if !cgroups.memory.iter().map(ReplicaCgroup::path).chain(side).all(|p| p.starts_with(root)) {
         return None;
     }
     let host = nix::fcntl::open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
@@ -1039,7 +1053,7 @@ fn cover_cgroup_tree(cgroups: &mut ReplicaCgroups, memory: &OwnedFd, pids: Optio
     if let Some(cg) = &mut cgroups.memory {
         cg.rebase(root, &through);
     }
-    if let Some(cg) = &mut cgroups.pids {
+    for cg in cgroups.pids.iter_mut().chain(cgroups.cpu.iter_mut()) {
         cg.rebase(root, &through);
     }
     Some(host)
@@ -1218,7 +1232,7 @@ fn drop_identity(limits: Limits) -> Result<(), ()> {
 fn spawn_program(
     spec: &ShimSpec,
     cgroup: Option<&ReplicaCgroup>,
-    pids_cgroup: Option<&PidsCgroup>,
+    pids_cgroup: Option<&V1Cgroup>,
     cpu_tasks: Option<&OwnedFd>,
     limits: Limits,
 ) -> Result<Program, SpawnFailure> {
@@ -1995,7 +2009,7 @@ mod tests {
         fs::create_dir(&dir).unwrap();
         fs::write(dir.join("pids.max"), "max\n").unwrap();
         let run_as = Some(RunAs { uid: 200_000, gid: 200_000 });
-        let v2 = ReplicaCgroups { memory: Some(ReplicaCgroup::open(CgroupVersion::V2, dir.clone())), pids: None };
+        let v2 = ReplicaCgroups { memory: Some(ReplicaCgroup::open(CgroupVersion::V2, dir.clone())), pids: None, cpu: None };
         assert_eq!(program_nproc(Some(20), run_as, &v2), None);
         assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "20");
         assert_eq!(program_nproc(None, run_as, &v2), None);
@@ -2008,10 +2022,11 @@ mod tests {
         // cgroup v1: the memory cgroup cannot take it, the pids cgroup has it.
         let v1 = ReplicaCgroups {
             memory: Some(ReplicaCgroup::open(CgroupVersion::V1, dir.clone())),
-            pids: Some(PidsCgroup::open(tmp.path().join("p"))),
+            pids: Some(V1Cgroup::open(tmp.path().join("p"))),
+            cpu: None,
         };
         assert_eq!(program_nproc(Some(20), run_as, &v1), None);
-        let v1_without = ReplicaCgroups { memory: Some(ReplicaCgroup::open(CgroupVersion::V1, dir)), pids: None };
+        let v1_without = ReplicaCgroups { memory: Some(ReplicaCgroup::open(CgroupVersion::V1, dir)), pids: None, cpu: None };
         assert_eq!(program_nproc(Some(20), run_as, &v1_without), Some(20));
     }
 

@@ -2,7 +2,7 @@
 //! `<own cpu cgroup>/trainyard` with `cpu.shares` of one task at `[replicas] nice`, on v2
 //! the replicas' base with `cpu.weight.nice`. However many processes a tenant runs, they
 //! weigh together what one task at that nice value does against each of the server's
-//! threads. The program joins the group before its exec, also where its own mount
+//! threads; inside the group each replica has a cgroup of its own, one equal share. The program joins the group before its exec, also where its own mount
 //! namespace covers `/sys/fs/cgroup` (the shim opened the group's `tasks` before).
 //!
 //! Root only (cgroups, replicas switched to a uid of their own). A host without a usable
@@ -76,8 +76,10 @@ fn cgroup_of(pid: i32, controller: &str) -> String {
 }
 
 /// A replica's program (a per-project user's, in a mount namespace of its own with `/gcs`,
-/// and one without) is in the replicas' CPU group, which weighs what one task at nice 10
-/// does; the shim that supervises it is not (the control plane keeps the server's share).
+/// and one without) is in a cgroup of its own in the replicas' CPU group, which weighs
+/// what one task at nice 10 does, each replica one equal share inside it; the shim that
+/// supervises it is not (the control plane keeps the server's share); the replica's CPU
+/// cgroup goes when it ends.
 #[test]
 fn a_replicas_program_is_in_the_replicas_cpu_group_and_its_shim_is_not() {
     let Some(backend) = backend_with_cpu_group() else { return };
@@ -86,6 +88,7 @@ fn a_replicas_program_is_in_the_replicas_cpu_group_and_its_shim_is_not() {
     fs::create_dir_all(&gcs).unwrap();
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
     let script = "import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(60)";
+    let mut cpu_cgroups = Vec::new();
     for (n, mount) in [(0, None), (1, Some(gcs.clone()))] {
         let replica = format!("workerpool0-{n}");
         let dir = tmp.path().join(format!("runs/1/0/{replica}/0"));
@@ -97,6 +100,7 @@ fn a_replicas_program_is_in_the_replicas_cpu_group_and_its_shim_is_not() {
         backend.launch(RunId { job: 1, attempt: 0, replica, restart: 0 }, &dir, spec, sink).unwrap();
         let _kill = common::KillOnDrop(&backend, dir.clone());
         let pid = printed_pid(&dir);
+        let name = trainyard_backend::shim::read_spec(&dir).ok().flatten().map(|s| s.cgroup_name).expect("the replica's spec");
         let ppid: i32 = fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
             .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1).and_then(|p| p.parse().ok())))
@@ -105,20 +109,26 @@ fn a_replicas_program_is_in_the_replicas_cpu_group_and_its_shim_is_not() {
             CpuSupport::V1 { group, shares } => {
                 assert_eq!(*shares, nice_weight(NICE));
                 assert_eq!(fs::read_to_string(group.join("cpu.shares")).unwrap().trim(), nice_weight(NICE).to_string());
-                let tasks = fs::read_to_string(group.join("tasks")).unwrap();
-                assert!(tasks.lines().any(|t| t == pid.to_string()), "replica {n}: program {pid} is not in {}: {tasks:?}", group.display());
-                assert!(!tasks.lines().any(|t| t == ppid.to_string()), "replica {n}: its shim {ppid} is in the replicas' group");
-                assert!(cgroup_of(pid, "cpu").ends_with("/trainyard"), "{}", cgroup_of(pid, "cpu"));
-                assert!(!cgroup_of(ppid, "cpu").ends_with("/trainyard"), "{}", cgroup_of(ppid, "cpu"));
+                let own = group.join(&name);
+                let tasks = fs::read_to_string(own.join("tasks")).unwrap();
+                assert!(tasks.lines().any(|t| t == pid.to_string()), "replica {n}: program {pid} is not in {}: {tasks:?}", own.display());
+                assert_eq!(fs::read_to_string(own.join("cpu.shares")).unwrap().trim(), "1024", "replicas share the group equally");
+                assert!(cgroup_of(pid, "cpu").ends_with(&format!("/trainyard/{name}")), "{}", cgroup_of(pid, "cpu"));
+                assert!(!cgroup_of(ppid, "cpu").contains("/trainyard"), "its shim is in the replicas' group: {}", cgroup_of(ppid, "cpu"));
+                cpu_cgroups.push(own);
             }
             CpuSupport::V2 { group, nice } => {
                 assert_eq!(*nice, NICE);
                 assert_eq!(fs::read_to_string(group.join("cpu.weight.nice")).unwrap().trim(), NICE.to_string());
                 assert!(cgroup_of(pid, "").contains("/trainyard/"), "{}", cgroup_of(pid, ""));
+                assert!(fs::read_to_string(group.join("cgroup.subtree_control")).unwrap().split_whitespace().any(|c| c == "cpu"));
             }
             CpuSupport::Unavailable { .. } => unreachable!(),
         }
         backend.kill(&dir).unwrap();
         while !matches!(next_event(&rx), BackendEvent::Exited { .. }) {}
+    }
+    for cg in cpu_cgroups {
+        assert!(!cg.exists(), "{} is left after its replica ended", cg.display());
     }
 }
