@@ -174,6 +174,31 @@ pub fn run_dir(data_dir: &Path, run: &RunId) -> PathBuf {
 }
 
 
+/// Every run directory of a job: `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
+pub fn runs_on_disk(data_dir: &Path, job: u64) -> Vec<(RunId, PathBuf)> {
+    let mut out = Vec::new();
+    let dirs = |p: &Path| -> Vec<(String, PathBuf)> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (attempt, a) in dirs(&data_dir.join("runs").join(job.to_string())) {
+        let Ok(attempt) = attempt.parse::<u32>() else { continue };
+        for (replica, r) in dirs(&a) {
+            for (restart, dir) in dirs(&r) {
+                let Ok(restart) = restart.parse::<u32>() else { continue };
+                out.push((RunId { job, attempt, replica: replica.clone(), restart }, dir));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,8 +43,13 @@ pub enum Work {
     /// Answered with `Report::LogsPurged` once done, so that the sweep's cutoff is
     /// stored only then (a purge cut short by a crash is done again).
     PurgeLogs { dirs: Vec<PathBuf>, cutoff: Micros },
-    /// Remove the network namespaces of jobs that have ended.
-    RemoveNetns { paths: Vec<PathBuf> },
+    /// Kill every run found under a job's run directories (a job whose stored record is
+    /// damaged, L20), each reported as a `Kill` is.
+    KillRunsOf { job: u64, data_dir: PathBuf },
+    /// Remove the network namespaces under `dir` of jobs that have ended: those of ids up
+    /// to `known` (the highest id when it was asked: ids are never reused, and a job
+    /// created since is not known to have ended) that are not in `live`.
+    RemoveNetns { dir: PathBuf, live: std::collections::HashSet<u64>, known: u64 },
     /// What a job's tick decides on, read off the driver's thread: L21, the newest
     /// modification time under its checkpoint directory, bounded (see
     /// `paths::newest_mtime`); hang detection, each running replica's latest write (the
@@ -166,6 +171,39 @@ pub struct Planned {
     /// A restarted or retried replica's checkpoint directory: its newest entry becomes
     /// `TRAINYARD_LATEST_CHECKPOINT` (as the program sees `AIP_CHECKPOINT_DIR`).
     pub checkpoints: Option<Confined>,
+    /// The job's `packageUris`, each to name a file before the run starts.
+    pub packages: Vec<PackageCheck>,
+}
+
+/// A `packageUris` entry, looked at here, off the driver's thread (it is in a tenant's
+/// storage): one that names nothing is the user's (a StartError naming the URI and the
+/// project whose storage it was looked up in), never an internal error retried; for a
+/// build on the host it must be a file or a directory, not through a link.
+pub struct PackageCheck {
+    pub path: Confined,
+    pub uri: String,
+    pub project: String,
+    /// Its place in `pythonPackageSpec.packageUris`.
+    pub index: usize,
+    pub on_host: bool,
+}
+
+impl PackageCheck {
+    pub fn check(&self) -> Result<(), String> {
+        let (uri, project) = (&self.uri, &self.project);
+        match self.path.stat() {
+            Err(BeneathError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                let field = format!("pythonPackageSpec.packageUris[{}]", self.index);
+                return Err(format!(
+                    "{field}: the package {uri} was not found in project {project:?}'s storage; upload it to a bucket of project {project:?}"
+                ));
+            }
+            // A link or another kind of file: said by the build (in a container) or below.
+            _ if !self.on_host => return Ok(()),
+            _ => {}
+        }
+        crate::venv::check_package(&self.path, self.index).map(|_| ())
+    }
 }
 
 /// The newest entry of a restarted or retried replica's checkpoint directory.
@@ -673,6 +711,12 @@ impl Executor for Pool {
                     tracing::warn!("cannot start a thread to send a signal: {e}");
                 }
             }
+            Work::KillRunsOf { .. } => {
+                let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
+                if let Err(e) = std::thread::Builder::new().name("kill".into()).spawn(move || run(work, &backend, &noop_sink(), &report)) {
+                    tracing::error!("cannot start a thread to kill a damaged job's runs: {e}");
+                }
+            }
             Work::Stop { .. } | Work::Kill { .. } => {
                 let (backend, report) = (Arc::clone(&self.backend), Arc::clone(&self.report));
                 let (run_id, kill) = match &work {
@@ -683,6 +727,7 @@ impl Executor for Pool {
                     | Work::Purge { .. }
                     | Work::PurgeLogs { .. }
                     | Work::RemoveNetns { .. }
+                    | Work::KillRunsOf { .. }
                     | Work::Observe { .. }
                     | Work::ReadTrialMetrics { .. }
                     | Work::EngineReasons(_)
@@ -773,6 +818,11 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
                 tracing::warn!("{run}: the signal {signal} could not be sent: {e}");
             }
         }
+        Work::KillRunsOf { job, data_dir } => {
+            for (run, dir) in crate::datadir::runs_on_disk(&data_dir, job) {
+                guarded(Work::Kill { run, dir }, report, |work| self::run(work, backend, sink, report));
+            }
+        }
         Work::Kill { run, dir } => match backend.kill(&run, dir) {
             Ok(()) => report(Report::Killed { run }),
             Err(e) => report(Report::KillFailed { run, error: e.to_string() }),
@@ -812,9 +862,9 @@ fn remove_files(work: Work, report: &ReportSink) {
             }
             report(Report::LogsPurged { cutoff: Some(cutoff) });
         }
-        Work::RemoveNetns { paths } => {
-            for p in &paths {
-                if let Err(e) = trainyard_backend::netns::remove(p) {
+        Work::RemoveNetns { dir, live, known } => {
+            for id in trainyard_backend::netns::list(&dir).into_iter().filter(|id| *id <= known && !live.contains(id)) {
+                if let Err(e) = trainyard_backend::netns::remove(&dir.join(id.to_string())) {
                     tracing::warn!("{e}");
                 }
             }
@@ -887,6 +937,9 @@ impl Planned {
             }
         }
         let start_error = |run: RunId, message: String| (run, Outcome::StartError { message });
+        if let Some(message) = self.packages.iter().find_map(|p| p.check().err()) {
+            return Err(start_error(self.launch.run, message));
+        }
         for d in &self.dirs {
             match d.create_dir_all() {
                 Ok(()) => {}
@@ -965,6 +1018,28 @@ fn launch_ready(runs: Vec<Launch>, backend: &dyn Backend, sink: &EventSink) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A package is looked at by the executor before the launch: one that names nothing
+    /// is the user's error naming the URI and the project; on the host a link or a FIFO is
+    /// refused, in a container only a missing one (the build says the rest).
+    #[test]
+    fn packages_are_looked_at_before_the_launch() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("storage");
+        std::fs::create_dir_all(root.join("p/b")).unwrap();
+        std::fs::write(root.join("p/b/pkg.tar.gz"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("p/b/evil.tar.gz")).unwrap();
+        let check = |rel: &str, on_host: bool| {
+            let path = Confined::new(&root, rel).unwrap();
+            PackageCheck { path, uri: format!("gs://{rel}"), project: "p".into(), index: 1, on_host }.check()
+        };
+        assert_eq!(check("p/b/pkg.tar.gz", true), Ok(()));
+        let missing = check("p/b/none.tar.gz", false).unwrap_err();
+        assert!(missing.starts_with("pythonPackageSpec.packageUris[1]: the package gs://p/b/none.tar.gz was not found in project \"p\"'s storage"), "{missing}");
+        assert_eq!(check("p/b/none.tar.gz", true).unwrap_err(), missing);
+        assert!(check("p/b/evil.tar.gz", true).unwrap_err().contains("symbolic link"));
+        assert_eq!(check("p/b/evil.tar.gz", false), Ok(()));
+    }
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
     use std::time::Duration;

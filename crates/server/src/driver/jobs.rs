@@ -112,6 +112,7 @@ impl Driver {
         }
         self.metrics.job_changed(None, &live.job);
         self.account(None, &live.job);
+        self.newest_job = self.newest_job.max(id);
         self.jobs.insert(id, live);
     }
 

@@ -2,7 +2,7 @@
 //! handing committed effects to the executor.
 
 use super::*;
-use crate::executor::{Planned, Work};
+use crate::executor::{PackageCheck, Planned, Work};
 use crate::identity::Grant;
 use trainyard_backend::container::{container_name, ContainerSpec, Mount};
 
@@ -119,7 +119,7 @@ impl Driver {
         let live = self.jobs.get(&id)?;
         let node = live.job.replica(&run.replica).and_then(|r| r.node.clone()).unwrap_or_default();
         match launch_plan(&self.svc, live, run, run_as) {
-            Ok((spec, dirs, grants)) => {
+            Ok((spec, dirs, grants, packages)) => {
                 let credentials = credential_file(&self.svc, run)
                     .zip(credential_json(&self.svc, id, &project))
                     .map(|(path, contents)| crate::executor::SecretFile { path, contents });
@@ -132,7 +132,7 @@ impl Driver {
                     })
                     .flatten()
                     .map(|b| b.join("checkpoints"));
-                Some(Planned { seq, launch, dirs, grants, credentials, checkpoints })
+                Some(Planned { seq, launch, dirs, grants, credentials, checkpoints, packages })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
@@ -262,22 +262,6 @@ fn package_index(svc: &Services) -> crate::venv::PackageIndex<'_> {
     crate::venv::PackageIndex { url, proxy: proxied.then(|| svc.cfg.data_dir.join(crate::index_proxy::SOCKET)) }
 }
 
-/// A `packageUris` entry that names no file is the user's (a StartError naming the URI and
-/// the project whose storage it was looked up in), never an internal error retried.
-fn package_exists(path: &Confined, uri: &str, project: &str, field: &str) -> Result<(), Outcome> {
-    match path.stat() {
-        Ok(_) => Ok(()),
-        Err(crate::paths::BeneathError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(Outcome::StartError {
-            message: format!(
-                "{field}: the package {uri} was not found in project {project:?}'s storage; upload it to a bucket of \
-                 project {project:?}"
-            ),
-        }),
-        // A link or another kind of file: said by the build, which checks it.
-        Err(_) => Ok(()),
-    }
-}
-
 /// The server's Cloud Storage endpoint as a replica reaches it (`http://ADDR:PORT`, a
 /// wildcard listen address as loopback); `None` where replicas cannot reach the server
 /// (a network namespace per job).
@@ -334,9 +318,9 @@ pub fn netns_dir(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("netns")
 }
 
-/// What a launch needs: the shim's spec, the directories to make, and (with `run_as`)
-/// what to give the project's user.
-pub(super) type LaunchPlan = (ShimSpec, Vec<Confined>, Vec<Grant>);
+/// What a launch needs: the shim's spec, the directories to make, (with `run_as`) what to
+/// give the project's user, and the packages to look at first (all files: the executor's).
+pub(super) type LaunchPlan = (ShimSpec, Vec<Confined>, Vec<Grant>, Vec<PackageCheck>);
 
 /// With `run_as`, the program runs as its project's user (see `identity`): in
 /// `<run_dir>/work`, with `HOME` and `TMPDIR` `<run_dir>/home` and a minimal environment;
@@ -369,6 +353,8 @@ struct Planning<'a> {
     run_rel: PathBuf,
     mounts: Vec<Mount>,
     dirs: Vec<Confined>,
+    /// The job's `packageUris`, looked at by the executor before the launch.
+    packages: Vec<PackageCheck>,
 }
 
 impl<'a> Planning<'a> {
@@ -385,7 +371,7 @@ impl<'a> Planning<'a> {
         let base = live.resource.job_spec.base_output_directory.as_ref().and_then(|o| {
             resolve_uri(&o.output_uri_prefix, &job.project, &svc.cfg.storage_root, &svc.output_roots, "").ok()
         });
-        Ok(Planning { svc, live, run, run_as, idx, pool, base, run_rel: run_dir(Path::new(""), run), mounts: Vec::new(), dirs: Vec::new() })
+        Ok(Planning { svc, live, run, run_as, idx, pool, base, run_rel: run_dir(Path::new(""), run), mounts: Vec::new(), dirs: Vec::new(), packages: Vec::new() })
     }
 
     fn job(&self) -> &'a Job {
@@ -640,7 +626,7 @@ impl<'a> Planning<'a> {
             }
             (None, Some(p)) => {
                 for (i, uri) in p.package_uris.iter().enumerate() {
-                    let path = self.package(uri, i)?;
+                    let path = self.package(uri, i, false)?;
                     let name = path.rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "package".into());
                     let source = std::path::absolute(path.path()).unwrap_or_else(|_| path.path());
                     self.mounts.push(Mount { source, target: format!("{PACKAGES_DIR}/{i}-{name}"), read_only: true });
@@ -670,17 +656,19 @@ impl<'a> Planning<'a> {
             workdir: ce.workdir.clone(),
             netns: job_netns(svc, job.id),
         });
-        Ok((shim, self.dirs, grants))
+        Ok((shim, self.dirs, grants, self.packages))
     }
 
     /// A `packageUris` entry: the project's storage or an output root, as checked at
-    /// create (a job stored before that check is held to it now), naming a file.
-    fn package(&self, uri: &str, i: usize) -> Result<Confined, Outcome> {
+    /// create (a job stored before that check is held to it now). That it names a file
+    /// (or, for a build on the host, a directory) is looked at by the executor, off the
+    /// driver's thread: the path is in a tenant's storage.
+    fn package(&mut self, uri: &str, i: usize, on_host: bool) -> Result<Confined, Outcome> {
         let (svc, job) = (self.svc, self.job());
         let field = format!("pythonPackageSpec.packageUris[{i}]");
         let path = resolve_uri(uri, &job.project, &svc.cfg.storage_root, &svc.output_roots, &field)
             .map_err(|e| Outcome::StartError { message: e.message })?;
-        package_exists(&path, uri, &job.project, &field)?;
+        self.packages.push(PackageCheck { path: path.clone(), uri: uri.to_string(), project: job.project.clone(), index: i, on_host });
         Ok(path)
     }
 
@@ -756,8 +744,7 @@ impl<'a> Planning<'a> {
             (None, Some(p)) => {
                 let mut packages = Vec::new();
                 for (i, uri) in p.package_uris.iter().enumerate() {
-                    let path = self.package(uri, i)?;
-                    packages.push(crate::venv::check_package(&path, i).map_err(|message| Outcome::StartError { message })?);
+                    packages.push(self.package(uri, i, true)?.path());
                 }
                 let venv = job_venv(data_dir, job.id, self.run_as, &mut self.dirs, &mut grants);
                 let module = std::iter::once(p.python_module.clone()).chain(p.args.iter().cloned()).collect();
@@ -765,7 +752,7 @@ impl<'a> Planning<'a> {
             }
             (None, None) => return Err(no_program()),
         }
-        Ok((shim, self.dirs, grants))
+        Ok((shim, self.dirs, grants, self.packages))
     }
 }
 

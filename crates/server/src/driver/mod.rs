@@ -248,6 +248,9 @@ pub struct Driver {
     next_log_sweep: Micros,
     /// When the network namespaces of ended jobs are next looked for.
     next_netns_sweep: Micros,
+    /// The highest id of a job this driver has held live: a network namespace of a job up
+    /// to it that is not live is one of a job that ended (ids are never reused).
+    newest_job: u64,
     clock: Arc<dyn Clock>,
     /// Liveness for `/healthz` and the API.
     health: Arc<Health>,
@@ -315,30 +318,6 @@ pub fn now_micros() -> Micros {
 
 pub use crate::datadir::run_dir;
 
-/// Every run directory of a job: `<data_dir>/runs/<job>/<attempt>/<replica>/<restart>`.
-fn runs_on_disk(data_dir: &Path, job: u64) -> Vec<(RunId, PathBuf)> {
-    let mut out = Vec::new();
-    let dirs = |p: &Path| -> Vec<(String, PathBuf)> {
-        std::fs::read_dir(p)
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for (attempt, a) in dirs(&data_dir.join("runs").join(job.to_string())) {
-        let Ok(attempt) = attempt.parse::<u32>() else { continue };
-        for (replica, r) in dirs(&a) {
-            for (restart, dir) in dirs(&r) {
-                let Ok(restart) = restart.parse::<u32>() else { continue };
-                out.push((RunId { job, attempt, replica: replica.clone(), restart }, dir));
-            }
-        }
-    }
-    out
-}
 
 /// Backend events into the driver's channel.
 fn event_sink(tx: &Sender<Msg>) -> EventSink {
@@ -467,6 +446,7 @@ impl Driver {
             last_progress_poll: 0,
             next_log_sweep: 0,
             next_netns_sweep: 0,
+            newest_job: 0,
             clock,
             health: Arc::new(Health::default()),
             watched_nodes: HashSet::new(),
@@ -629,9 +609,9 @@ impl Driver {
         tracing::error!("job {id}: the stored record is damaged ({damage}); it is marked FAILED and its runs are stopped");
         let now = self.now();
         self.store.quarantine(id, damage, now)?;
-        for (run, dir) in runs_on_disk(&self.svc.cfg.data_dir, id) {
-            self.exec.submit(crate::executor::Work::Kill { run, dir });
-        }
+        // Its run directories are listed by the executor (a directory read is never the
+        // driver's), each run killed as a `Work::Kill` would.
+        self.exec.submit(crate::executor::Work::KillRunsOf { job: id, data_dir: self.svc.cfg.data_dir.clone() });
         Ok(())
     }
 
@@ -1056,15 +1036,11 @@ impl Driver {
             return;
         }
         self.next_netns_sweep = now + NETNS_SWEEP_EVERY;
+        // Listed and removed by the executor (a directory read is never the driver's).
         let dir = launch::netns_dir(&self.svc.cfg.data_dir);
-        let ended: Vec<PathBuf> = trainyard_backend::netns::list(&dir)
-            .into_iter()
-            .filter(|id| !self.jobs.contains_key(id))
-            .map(|id| dir.join(id.to_string()))
-            .collect();
-        if !ended.is_empty() {
-            self.exec.submit(crate::executor::Work::RemoveNetns { paths: ended });
-        }
+        let live = self.jobs.keys().copied().collect();
+        let known = self.newest_job;
+        self.exec.submit(crate::executor::Work::RemoveNetns { dir, live, known });
     }
 
     fn sweep_logs(&mut self, now: Micros) -> Result<(), StoreError> {
