@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// and the listen address.
     #[arg(long, env = "TRAINYARD_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// Serve HTTPS and gRPC with a private CA and certificate made under
+    /// <data_dir>/tls/ (as the config's `[tls] auto = true`).
+    #[arg(long)]
+    tls_auto: bool,
 }
 
 /// The config `serve` runs with: the file (or the built-in defaults) and the flags over it.
@@ -51,6 +55,12 @@ fn load(args: &ServeArgs) -> anyhow::Result<(Config, SocketAddr)> {
         .with_context(|| format!("--listen {:?} is not an address such as 127.0.0.1:8080", cfg.listen))?;
     if let Some(t) = &args.tokens {
         cfg.tokens_file = Some(t.clone());
+    }
+    if args.tls_auto {
+        if cfg.tls.cert_file.is_some() || cfg.tls.key_file.is_some() {
+            bail!("--tls-auto and the config's [tls] cert_file/key_file exclude each other: give one or the other");
+        }
+        cfg.tls.auto = true;
     }
     if let Some(url) = &args.store_url {
         cfg.store = Some(trainyard_store::Location::from_url(url).map_err(|e| anyhow::anyhow!("--store-url (TRAINYARD_STORE_URL): {e}"))?);
@@ -106,6 +116,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
              or listen on a loopback address such as 127.0.0.1:8080"
         );
     }
+    let tls = trainyard_server::tls::Tls::start(&cfg.tls, &cfg.data_dir, addr)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let tls_note = match tls.as_ref().map(|t| t.ca_file()) {
+        Some(Some(ca)) => format!(
+            "; TLS with the CA {ca} (clients: curl --cacert, REQUESTS_CA_BUNDLE for REST and storage, \
+             GRPC_DEFAULT_SSL_ROOTS_FILE_PATH for gRPC, TRAINYARD_CA_FILE for the CLI)",
+            ca = ca.display()
+        ),
+        Some(None) => "; TLS with [tls] cert_file (REST, storage, console and gRPC on this address)".to_string(),
+        None => String::new(),
+    };
     let auth_note = match &tokens {
         Some(t) => format!("{} bearer tokens from {} (SIGHUP reads them again)", t.current().len(), t.path().display()),
         None => "no tokens file: open to local clients only".to_string(),
@@ -144,8 +165,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 let mut limits = cfg.http.clone();
                 // Requests in flight to a leader that is gone are not waited for long.
                 limits.shutdown_grace = limits.shutdown_grace.min(std::time::Duration::from_secs(1));
-                let what = format!("region {region} on http://{addr} (config: {source}; data: {}); {auth_note}", data_dir.display());
-                match rt.block_on(follow(std::sync::Arc::clone(&member), &listener, follower, limits, what))? {
+                let what = format!("region {region} on {scheme}://{addr} (config: {source}; data: {}); {auth_note}{tls_note}", data_dir.display());
+                match rt.block_on(follow(std::sync::Arc::clone(&member), &listener, follower, limits, tls.clone(), what))? {
                     Some(fence) => fence,
                     None => return Ok(ExitCode::SUCCESS),
                 }
@@ -194,14 +215,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let hangup_tokens = state.tokens.clone();
     let role = epoch.map(|e| format!(" as the leader (epoch {e})")).unwrap_or_default();
     rt.block_on(async move {
-        reload_on_hangup(hangup_tokens)?;
+        reload_on_hangup(hangup_tokens, tls.clone())?;
         let listener = tokio::net::TcpListener::from_std(listener.try_clone()?).with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "Trainyard serving region {region} on http://{addr}{role} (config: {source}; data: {}); {auth_note}",
+            "Trainyard serving region {region} on {scheme}://{addr}{role} (config: {source}; data: {}); {auth_note}{tls_note}",
             data_dir.display()
         );
         ready();
-        trainyard_server::http::serve(listener, state, limits, shutdown_signal(health)).await?;
+        trainyard_server::http::serve(listener, state, limits, tls, shutdown_signal(health)).await?;
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         anyhow::Ok(())
     })?;
@@ -261,6 +282,7 @@ async fn follow(
     listener: &std::net::TcpListener,
     state: AppState,
     limits: trainyard_server::listen::Limits,
+    tls: Option<std::sync::Arc<trainyard_server::tls::Tls>>,
     what: String,
 ) -> anyhow::Result<Option<Fence>> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -289,7 +311,7 @@ async fn follow(
     let socket = tokio::net::TcpListener::from_std(listener.try_clone()?).context("cannot serve as a follower")?;
     tracing::info!("Trainyard serving {what}, as a follower until it holds the store's lease");
     ready();
-    trainyard_server::http::serve(socket, state, limits, shutdown).await?;
+    trainyard_server::http::serve(socket, state, limits, tls, shutdown).await?;
     let fence = won.lock().ok().and_then(|mut w| w.take()).transpose().context("cannot start the lease's threads")?;
     if let Some(f) = &fence {
         tracing::info!("this server holds the store's lease (epoch {}): it leads from now on", f.epoch);
@@ -305,14 +327,31 @@ fn ready() {
     }
 }
 
-/// SIGHUP reads the tokens file again (as `POST /v1/admin/tokens:reload` does); a file that
-/// cannot be used changes nothing and is logged. Without a tokens file SIGHUP is logged
-/// and ignored.
-fn reload_on_hangup(tokens: Option<std::sync::Arc<trainyard_server::auth::TokenStore>>) -> anyhow::Result<()> {
+/// SIGHUP reads the tokens file again (as `POST /v1/admin/tokens:reload` does) and the TLS
+/// certificate and key (`[tls]`); a file that cannot be used changes nothing and is
+/// logged. Without a tokens file or TLS, SIGHUP is logged and ignored. The automatic
+/// certificate is also looked at twice a day and renewed when due.
+fn reload_on_hangup(
+    tokens: Option<std::sync::Arc<trainyard_server::auth::TokenStore>>,
+    tls: Option<std::sync::Arc<trainyard_server::tls::Tls>>,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    if let Some(tls) = tls.clone() {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(trainyard_server::tls::RENEW_CHECK);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                reload_tls(&tls, "renewal check").await;
+            }
+        });
+    }
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
+            if let Some(tls) = &tls {
+                reload_tls(tls, "SIGHUP").await;
+            }
             match &tokens {
                 Some(store) => {
                     let store = std::sync::Arc::clone(store);
@@ -321,7 +360,8 @@ fn reload_on_hangup(tokens: Option<std::sync::Arc<trainyard_server::auth::TokenS
                         Err(e) => tracing::error!("SIGHUP: the tokens reload did not finish: {e}"),
                     }
                 }
-                None => tracing::warn!("SIGHUP: no tokens file to read again (open mode); ignored"),
+                None if tls.is_none() => tracing::warn!("SIGHUP: no tokens file or TLS certificate to read again; ignored"),
+                None => {}
             }
         }
     });
@@ -369,5 +409,15 @@ async fn terminated() {
         Err(_) => {
             let _ = ctrl_c.await;
         }
+    }
+}
+
+/// Read the TLS certificate again (or renew the automatic one), off the runtime's threads.
+async fn reload_tls(tls: &std::sync::Arc<trainyard_server::tls::Tls>, via: &'static str) {
+    let tls = std::sync::Arc::clone(tls);
+    match tokio::task::spawn_blocking(move || tls.reload()).await {
+        Ok(Ok(what)) => tracing::info!("{via}: {what}"),
+        Ok(Err(e)) => tracing::error!("{via}: the TLS certificate in use stays: {e}"),
+        Err(e) => tracing::error!("{via}: the TLS reload did not finish: {e}"),
     }
 }

@@ -55,6 +55,8 @@ struct File {
     machine_types: Vec<MachineTypeFile>,
     /// `[http]`: limits of the API's connections.
     http: Option<HttpFile>,
+    /// `[tls]`: the listener's certificate (see [`crate::tls`]).
+    tls: Option<TlsFile>,
     /// `[limits]`: what one project may hold and ask.
     limits: Option<LimitsFile>,
     /// `[replicas]`: whom replicas run as, and their task limit.
@@ -94,11 +96,11 @@ pub const DEFAULT_LEASE_SECS: u64 = 5;
 /// Keys that are each server's own: servers on one store may differ in these (where they
 /// listen and are reached, how they reach the store, their log), and must agree on every
 /// other one.
-pub const PER_SERVER_KEYS: &[&str] = &["listen", "store.url", "store.advertise_url", "log."];
+pub const PER_SERVER_KEYS: &[&str] = &["listen", "store.url", "store.advertise_url", "log.", "tls."];
 
 /// What to do about a server whose config is not its store's leader's.
 pub const ONE_CONFIG: &str =
-    "servers on one store run with one config (each server's own keys, listen, store.url, store.advertise_url and [log], may differ)";
+    "servers on one store run with one config (each server's own keys, listen, store.url, store.advertise_url, [log] and [tls], may differ)";
 
 /// `[log]`: `format` (`"text"` or `"json"`), and `audit_file` for the audit lines (one per
 /// mutating request) with its size before rotation and how many rotated files are kept.
@@ -319,6 +321,18 @@ pub const DEFAULT_UID_RANGE: (u32, u32) = (1_879_048_192, 1_879_148_191);
 /// Tasks per replica by default: room for data loaders and thread pools, not for a fork
 /// bomb.
 pub const DEFAULT_PIDS_MAX: u64 = 4096;
+
+/// `[tls]`: `cert_file` and `key_file` (PEM), or `auto = true`, and `names` for the
+/// automatic certificate.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    auto: Option<bool>,
+    #[serde(default)]
+    names: Vec<String>,
+}
 
 /// `[limits]`: per-project limits, so that one tenant cannot degrade the server for others.
 #[derive(Debug, Default, Deserialize)]
@@ -644,6 +658,8 @@ pub struct Config {
     pub stop_node_agents: bool,
     /// Limits of the API's connections (`[http]`).
     pub http: crate::listen::Limits,
+    /// The listener's TLS (`[tls]`; off by default).
+    pub tls: crate::tls::TlsSettings,
     /// Per-project limits (`[limits]`).
     pub limits: Limits,
     pub backend: BackendChoice,
@@ -1481,6 +1497,12 @@ impl Config {
                 }
                 l
             },
+            tls: file.tls.as_ref().map_or_else(crate::tls::TlsSettings::default, |t| crate::tls::TlsSettings {
+                cert_file: t.cert_file.clone(),
+                key_file: t.key_file.clone(),
+                auto: t.auto.unwrap_or(false),
+                names: t.names.clone(),
+            }),
             limits: {
                 let mut l = Limits::default();
                 if let Some(f) = &file.limits {

@@ -491,11 +491,12 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     mut limits: crate::listen::Limits,
+    tls: Option<std::sync::Arc<crate::tls::Tls>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Object uploads may be long: their bodies are only cut when they stall.
     limits.stall_only_prefixes.push(crate::storage::UPLOAD_PREFIX);
-    crate::listen::serve(listener, router(state), limits, shutdown).await
+    crate::listen::serve(listener, router(state), limits, tls, shutdown).await
 }
 
 #[cfg(test)]

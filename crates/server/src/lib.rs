@@ -12,6 +12,7 @@ pub mod driver;
 pub mod executor;
 pub mod health;
 pub mod gpus;
+pub mod grpc;
 pub mod identity;
 pub mod index_proxy;
 pub mod http;
@@ -30,6 +31,7 @@ pub mod shares;
 pub mod storage;
 pub mod stuck;
 pub mod tenant_work;
+pub mod tls;
 pub mod venv;
 
 use std::ffi::OsString;

@@ -1,5 +1,6 @@
-//! The HTTP listener: an accept loop on hyper's HTTP/1 server with limits against slow,
-//! idle and too many clients.
+//! The HTTP listener: an accept loop on hyper's HTTP/1 and HTTP/2 servers (HTTP/2 for
+//! gRPC: ALPN `h2` over TLS, prior knowledge on a plain listener), with TLS when `[tls]` is
+//! on, and limits against slow, idle and too many clients.
 //!
 //! - A request head (request line and headers) must arrive within `header_timeout` of its
 //!   first byte, or of the connection's start: a client that trickles a head byte by byte
@@ -20,9 +21,13 @@
 //! - At shutdown the listener closes, idle connections close, requests in flight finish,
 //!   and whatever still runs after `shutdown_grace` (a `follow=true` log stream) is cut.
 //!
-//! - A client that begins a TLS handshake on this plain-HTTP port (the Vertex AI SDK with
+//! - A client that begins a TLS handshake on a plain-HTTP port (the Vertex AI SDK with
 //!   its default gRPC transport) is told of in the server's log, with what to change; it
-//!   itself only sees its handshake fail.
+//!   itself only sees its handshake fail. A client that sends plain HTTP to a TLS port gets
+//!   a 400 that says to use https, and the connection closes.
+//! - With TLS, the handshake must end within `header_timeout` of the connection's start.
+//! - gRPC requests (`content-type: application/grpc...`) go to [`crate::grpc`], the rest to
+//!   the REST router.
 //!
 //! One watcher per connection holds the deadlines: the connection's I/O and its requests
 //! tell it where the connection is (waiting for a head, serving a request, idle), and it
@@ -77,6 +82,7 @@ pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: Limits,
+    tls: Option<Arc<crate::tls::Tls>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
@@ -117,7 +123,7 @@ pub async fn serve(
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!("TCP_NODELAY: {e}");
                 }
-                conns.spawn(connection(stream, peer, app.clone(), limits.clone(), stop_rx.clone(), permit));
+                conns.spawn(connection(stream, peer, app.clone(), limits.clone(), tls.clone(), stop_rx.clone(), permit));
             }
             // The client went away before it was accepted: nothing to wait for.
             Err(e) if is_connection_error(&e) => {}
@@ -175,33 +181,72 @@ async fn connection(
     peer: std::net::SocketAddr,
     app: axum::Router,
     limits: Limits,
-    mut stop: watch::Receiver<bool>,
+    tls: Option<Arc<crate::tls::Tls>>,
+    stop: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
     let watch = Arc::new(Watch::new());
-    let io = TokioIo::new(Watched { inner: stream, watch: Arc::clone(&watch) });
+    let Some(tls) = tls else {
+        let io = TokioIo::new(Watched { inner: stream, watch: Arc::clone(&watch) });
+        serve_connection(io, app, &limits, &watch, stop).await;
+        if watch.tls_hello.load(Ordering::SeqCst) {
+            tls_client(peer);
+        }
+        return;
+    };
+    // A TLS port: a client that speaks plain HTTP is told so, not left to time out.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(limits.header_timeout, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
+        Ok(Ok(1)) => return refuse_plain_http(stream, &tls).await,
+        _ => return,
+    }
+    let handshake = tls.acceptor().accept(Watched { inner: stream, watch: Arc::clone(&watch) });
+    let stream = match tokio::time::timeout(limits.header_timeout, handshake).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!("TLS handshake with {peer} failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake with {peer} did not end in time");
+            return;
+        }
+    };
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        watch.http2.store(true, Ordering::SeqCst);
+    }
+    serve_connection(TokioIo::new(stream), app, &limits, &watch, stop).await;
+}
+
+/// Serve HTTP/1 or HTTP/2 (by the client's preface) on `io` until it ends, its deadline
+/// passes or shutdown.
+async fn serve_connection<I>(io: I, app: axum::Router, limits: &Limits, watch: &Arc<Watch>, mut stop: watch::Receiver<bool>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let body_timeout = limits.body_timeout;
     let stall_only_prefixes = limits.stall_only_prefixes.clone();
-    let service_watch = Arc::clone(&watch);
+    let service_watch = Arc::clone(watch);
     // The project this connection is counted for ([`crate::shares`]), for as long as it lives.
     let share = Arc::new(crate::shares::ConnectionShare::default());
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         let app = app.clone();
         let watch = Arc::clone(&service_watch);
         req.extensions_mut().insert(Arc::clone(&share));
-        watch.set(BUSY);
+        watch.begin();
         let timer = (!req.body().is_end_stream()).then(|| Box::pin(tokio::time::sleep(body_timeout)));
         // Uploads of objects may take longer than the body timeout: theirs only stall.
         let stall_only = stall_only_prefixes.iter().any(|p| req.uri().path().starts_with(p));
         let req = req.map(|inner| axum::body::Body::new(TimedBody { inner, timer, limit: body_timeout, stall_only }));
         async move {
-            let response = app.oneshot(req).await;
+            let response = if crate::grpc::is_grpc(&req) { Ok(crate::grpc::handle(app, req).await) } else { app.oneshot(req).await };
             response.map(|r| r.map(|inner| EndNotice { inner, watch }))
         }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     // The watcher keeps the head deadline (hyper's own also starts on idle connections).
-    builder.keep_alive(true).header_read_timeout(None);
+    builder.http1().keep_alive(true).header_read_timeout(None);
     let conn = builder.serve_connection(io, service);
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
@@ -213,7 +258,7 @@ async fn connection(
                 }
                 break;
             }
-            why = watch.expired(&limits) => {
+            why = watch.expired(limits) => {
                 tracing::debug!("closing a connection: {why}");
                 break;
             }
@@ -223,9 +268,24 @@ async fn connection(
             }
         }
     }
-    if watch.tls_hello.load(Ordering::SeqCst) {
-        tls_client(peer);
-    }
+}
+
+/// Plain HTTP on a TLS port: a 400 in the API's error format that says what to use.
+async fn refuse_plain_http(mut stream: TcpStream, tls: &crate::tls::Tls) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // What the client sent is read first (a close with unread data would reset the
+    // connection before the client reads the answer).
+    let mut head = [0u8; 8192];
+    let _ = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut head)).await;
+    let trust = tls.ca_file().map(|ca| format!(", trusting {} (curl --cacert, REQUESTS_CA_BUNDLE)", ca.display())).unwrap_or_default();
+    let message = format!("this server speaks HTTPS only: use https:// instead of http://{trust}");
+    let body = serde_json::json!({"error": {"code": 400, "message": message, "status": "FAILED_PRECONDITION"}}).to_string();
+    let reply = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
+    let _ = stream.shutdown().await;
 }
 
 /// Connections whose first byte began a TLS handshake (see [`tls_client`]).
@@ -240,8 +300,9 @@ fn tls_client(peer: std::net::SocketAddr) {
     if due {
         tracing::warn!(
             "a client at {peer} began a TLS handshake on this port, which serves plain HTTP: it sees \"Ssl handshake failed ... \
-             WRONG_VERSION_NUMBER\". The Vertex AI SDK does this with its default transport (gRPC over TLS): pass \
-             api_transport=\"rest\" and api_endpoint=\"http://HOST:PORT\" to aiplatform.init"
+             WRONG_VERSION_NUMBER\". The Vertex AI SDK does this with its default transport (gRPC over TLS): start the \
+             server with TLS ([tls] auto = true, or trainyard serve --tls-auto) and give the client its CA \
+             (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH), or pass api_transport=\"rest\" and api_endpoint=\"http://HOST:PORT\" to aiplatform.init"
         );
     }
 }
@@ -271,6 +332,11 @@ struct Watch {
     /// (0x16)?
     first_read: std::sync::atomic::AtomicBool,
     tls_hello: std::sync::atomic::AtomicBool,
+    /// An HTTP/2 connection: its requests overlap, and frames between them (pings,
+    /// settings) begin no request head.
+    http2: std::sync::atomic::AtomicBool,
+    /// Requests being served.
+    busy: AtomicU64,
 }
 
 impl Watch {
@@ -282,6 +348,8 @@ impl Watch {
             notify: Notify::new(),
             first_read: std::sync::atomic::AtomicBool::new(false),
             tls_hello: std::sync::atomic::AtomicBool::new(false),
+            http2: std::sync::atomic::AtomicBool::new(false),
+            busy: AtomicU64::new(0),
         }
     }
 
@@ -294,10 +362,24 @@ impl Watch {
         self.notify.notify_one();
     }
 
-    /// Bytes came in: on an idle connection, a new request head begins.
+    /// A request begins.
+    fn begin(&self) {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        self.set(BUSY);
+    }
+
+    /// A request's response is done with: the connection is idle once none is left.
+    fn end(&self) {
+        if self.busy.fetch_sub(1, Ordering::SeqCst) <= 1 {
+            self.set(IDLE);
+        }
+    }
+
+    /// Bytes came in: on an idle HTTP/1 connection, a new request head begins.
     fn bytes_read(&self) {
         let s = self.state.load(Ordering::SeqCst);
         if s & 3 == IDLE
+            && !self.http2.load(Ordering::SeqCst)
             && self.state.compare_exchange(s, self.now_ms() << 2 | HEAD, Ordering::SeqCst, Ordering::SeqCst).is_ok()
         {
             self.notify.notify_one();
@@ -360,8 +442,14 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            if !self.watch.first_read.swap(true, Ordering::SeqCst) && buf.filled()[before] == TLS_HANDSHAKE_RECORD {
-                self.watch.tls_hello.store(true, Ordering::SeqCst);
+            if !self.watch.first_read.swap(true, Ordering::SeqCst) {
+                let first = &buf.filled()[before..];
+                if first[0] == TLS_HANDSHAKE_RECORD {
+                    self.watch.tls_hello.store(true, Ordering::SeqCst);
+                } else if first.starts_with(b"PRI ") {
+                    // The HTTP/2 connection preface (h2c with prior knowledge).
+                    self.watch.http2.store(true, Ordering::SeqCst);
+                }
             }
             self.watch.bytes_read();
         }
@@ -467,7 +555,7 @@ struct EndNotice {
 
 impl Drop for EndNotice {
     fn drop(&mut self) {
-        self.watch.set(IDLE);
+        self.watch.end();
     }
 }
 
