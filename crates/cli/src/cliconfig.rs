@@ -26,6 +26,9 @@ pub struct CliConfig {
     pub region: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The CA certificate (PEM) an https server is trusted by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
 }
 
 pub fn path() -> Option<PathBuf> {
@@ -53,16 +56,16 @@ pub fn load() -> anyhow::Result<CliConfig> {
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {
-    /// Set a value: server, project, region or token.
+    /// Set a value: server, project, region, token or ca_file.
     Set {
-        /// The setting: server, project, region or token.
+        /// The setting: server, project, region, token or ca_file.
         key: String,
         /// Its value (e.g. http://127.0.0.1:8080 for server).
         value: String,
     },
     /// Remove a value.
     Unset {
-        /// The setting: server, project, region or token.
+        /// The setting: server, project, region, token or ca_file.
         key: String,
     },
     /// Show the settings (the token masked) and the file they are kept in.
@@ -78,7 +81,8 @@ fn slot<'a>(c: &'a mut CliConfig, key: &str) -> anyhow::Result<&'a mut Option<St
         "project" => &mut c.project,
         "region" => &mut c.region,
         "token" => &mut c.token,
-        other => bail!("unknown setting {other:?}: use server, project, region or token"),
+        "ca_file" => &mut c.ca_file,
+        other => bail!("unknown setting {other:?}: use server, project, region, token or ca_file"),
     })
 }
 
@@ -91,7 +95,7 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
         ConfigCommand::List { format } => {
             let mut m = serde_json::Map::new();
             m.insert("file".into(), p.display().to_string().into());
-            for (k, v) in [("server", &c.server), ("project", &c.project), ("region", &c.region)] {
+            for (k, v) in [("server", &c.server), ("project", &c.project), ("region", &c.region), ("ca_file", &c.ca_file)] {
                 if let Some(v) = v {
                     m.insert(k.into(), v.clone().into());
                 }

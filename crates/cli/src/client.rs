@@ -42,6 +42,11 @@ pub struct Target {
     /// Bearer token, for a server with a tokens file (else the CLI config's `token`).
     #[arg(long, env = "TRAINYARD_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
+    /// CA certificate (PEM) to trust an https server by, such as the `<data_dir>/tls/ca.pem`
+    /// of a server with `[tls] auto` (else the CLI config's `ca_file`, else the usual
+    /// public CAs).
+    #[arg(long, env = "TRAINYARD_CA_FILE", global = true, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 /// The resolved target.
@@ -51,6 +56,7 @@ pub struct Resolved {
     project: String,
     region: String,
     token: Option<String>,
+    ca_file: Option<PathBuf>,
 }
 
 impl Target {
@@ -64,8 +70,25 @@ impl Target {
             project: self.project.or(file.project).unwrap_or_else(|| "local".into()),
             region: self.region.or(file.region).unwrap_or_else(|| "us-central1".into()),
             token: self.token.or(file.token),
+            ca_file: self.ca_file.or(file.ca_file.map(PathBuf::from)),
         })
     }
+}
+
+/// The certificates of a CA file (`--ca-file`), or why it cannot be used.
+fn read_ca_file(path: &Path) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("--ca-file (TRAINYARD_CA_FILE) {}: cannot read it", path.display()))?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item.with_context(|| format!("--ca-file (TRAINYARD_CA_FILE) {}: not a PEM file", path.display()))? {
+            ureq::tls::PemItem::Certificate(c) => certs.push(c),
+            _ => {}
+        }
+    }
+    if certs.is_empty() {
+        anyhow::bail!("--ca-file (TRAINYARD_CA_FILE) {}: holds no certificate (PEM \"BEGIN CERTIFICATE\")", path.display());
+    }
+    Ok(certs)
 }
 
 /// Is this server address on this host (a loopback address or `localhost`)?
@@ -218,6 +241,11 @@ pub enum CallError {
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            CallError::Unreachable { server, cause, .. } if untrusted(cause) => write!(
+                f,
+                "the Trainyard server at {server} has a certificate this CLI does not trust: give its CA with --ca-file or \
+                 TRAINYARD_CA_FILE (a server with [tls] auto keeps it in <data_dir>/tls/ca.pem): {cause}"
+            ),
             CallError::Unreachable { server, cause, timeout: false } => write!(
                 f,
                 "cannot reach the Trainyard server at {server} (start it with trainyard serve, or set --server or TRAINYARD_SERVER): {cause}"
@@ -233,11 +261,16 @@ impl std::fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
+/// A TLS failure that asking again does not mend: the server's certificate is not trusted.
+fn untrusted(cause: &str) -> bool {
+    cause.contains("certificate")
+}
+
 impl CallError {
     /// Worth asking again (a server restarting, overloaded or briefly unavailable)?
     fn transient(&self) -> bool {
         match self {
-            CallError::Unreachable { .. } => true,
+            CallError::Unreachable { cause, .. } => !untrusted(cause),
             CallError::Status { code, .. } => matches!(code, 429 | 502 | 503 | 504),
         }
     }
@@ -251,7 +284,13 @@ pub(crate) struct Api {
 
 impl Api {
     pub(crate) fn new(t: Target) -> anyhow::Result<Api> {
+        let t = t.resolve()?;
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(ca) = &t.ca_file {
+            tls = tls.root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(read_ca_file(ca)?)));
+        }
         let agent: ureq::Agent = ureq::Agent::config_builder()
+            .tls_config(tls.build())
             .http_status_as_error(false)
             // A server that does not answer is said to, not waited on forever. No limit
             // on bodies: a followed log is read for as long as its job runs.
@@ -259,7 +298,7 @@ impl Api {
             .timeout_recv_response(Some(Duration::from_secs(120)))
             .build()
             .into();
-        Ok(Api { agent, t: t.resolve()? })
+        Ok(Api { agent, t })
     }
 
     fn base(&self) -> String {

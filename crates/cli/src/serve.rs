@@ -117,6 +117,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let tls = trainyard_server::tls::Tls::start(&cfg.tls, &cfg.data_dir, addr)?;
+    if tls.is_none() && tokens.is_some() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {addr} with bearer tokens and no TLS: tokens cross the network in clear text; \
+             set [tls] auto = true (or --tls-auto), or [tls] cert_file and key_file"
+        );
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let tls_note = match tls.as_ref().map(|t| t.ca_file()) {
         Some(Some(ca)) => format!(
@@ -271,7 +277,10 @@ fn follower_state(
         shares: Arc::clone(&shares),
         storage: Arc::new(storage::Storage::new(cfg, tokens, usage, shares)),
         cluster: Some(Arc::clone(&member.view)),
-        forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(Arc::clone(&member.view)))),
+        forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(
+            Arc::clone(&member.view),
+            cfg.tls.auto.then(|| cfg.data_dir.join("tls").join(trainyard_server::tls::CA_FILE)).as_deref(),
+        ))),
     }
 }
 

@@ -65,6 +65,24 @@ pub enum Scope {
 }
 
 /// Every check for `cfg`; `listen` is the address the server would listen on.
+/// `[tls]`: usable files, or (off) whether bearer tokens would cross the network in clear.
+fn tls(cfg: &Config, addr: SocketAddr) -> Finding {
+    if cfg.tls.enabled() {
+        return match crate::tls::check(&cfg.tls, &cfg.data_dir) {
+            Ok(detail) => Finding::ok("TLS", detail),
+            Err(e) => Finding::fail("TLS", e.to_string(), "fix the file it names, or set [tls] auto = true for a certificate the server makes"),
+        };
+    }
+    if cfg.tokens_file.is_some() && !addr.ip().is_loopback() {
+        return Finding::warn(
+            "TLS",
+            format!("off while {addr} is beyond loopback with tokens: bearer tokens cross the network in clear text"),
+            "set [tls] auto = true (or trainyard serve --tls-auto), or [tls] cert_file and key_file",
+        );
+    }
+    Finding::ok("TLS", "off (plain HTTP; [tls] auto = true or cert_file/key_file turn it on)")
+}
+
 pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Finding> {
     let mut out: Vec<Finding> = cfg.output_roots.iter().map(|r| output_root(r)).collect();
     out.push(clock(&cfg.store_location()));
@@ -92,6 +110,7 @@ pub fn examine(cfg: &Config, listen: Option<SocketAddr>, scope: Scope) -> Vec<Fi
         });
     }
     if let Some(addr) = listen {
+        out.push(tls(cfg, addr));
         out.push(match std::net::TcpListener::bind(addr) {
             Ok(_) => Finding::ok("listen address", format!("{addr} is free")),
             Err(e) => Finding::fail("listen address", format!("{addr}: {e}"), "stop what listens there (another server?) or choose another address with --listen"),

@@ -168,6 +168,9 @@ pub struct Planned {
     pub grants: Vec<crate::identity::Grant>,
     /// The job's credential file (tokens mode), written before the run starts.
     pub credentials: Option<SecretFile>,
+    /// With `[tls]`: the certificates the job's clients trust (the host's and the
+    /// server's CA), written before the run starts.
+    pub trust: Option<TrustBundle>,
     /// A restarted or retried replica's checkpoint directory: its newest entry becomes
     /// `TRAINYARD_LATEST_CHECKPOINT` (as the program sees `AIP_CHECKPOINT_DIR`).
     pub checkpoints: Option<Confined>,
@@ -239,6 +242,45 @@ impl SecretFile {
                 .map_err(|e| fail("give its user", e.into()))?;
         }
         f.write_all(self.contents.as_bytes()).map_err(|e| fail("write", e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))
+    }
+}
+
+/// The host's CA certificates, where Debian, Fedora and Alpine keep them.
+const SYSTEM_BUNDLES: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+
+/// The certificates a TLS server's job trusts: the host's CA certificates (the job's
+/// downloads from elsewhere keep working) and the server's CA (`<data_dir>/tls/ca.pem`),
+/// in one PEM file that `REQUESTS_CA_BUNDLE`, `SSL_CERT_FILE` and
+/// `GRPC_DEFAULT_SSL_ROOTS_FILE_PATH` name.
+pub struct TrustBundle {
+    pub path: PathBuf,
+    pub server_ca: PathBuf,
+}
+
+impl TrustBundle {
+    /// Write it (a new file renamed into place), mode 0444: nothing in it is secret.
+    fn write(&self) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let fail = |what: &str, e: std::io::Error| format!("cannot {what} the job's CA bundle {}: {e}", self.path.display());
+        let ca = std::fs::read_to_string(&self.server_ca).map_err(|e| fail(&format!("read {} for", self.server_ca.display()), e))?;
+        let system = SYSTEM_BUNDLES.iter().find_map(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+        let dir = self.path.parent().ok_or_else(|| format!("{} has no directory", self.path.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail("make the directory of", e))?;
+        let tmp = self.path.with_extension("pem.new");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| fail("create", e))?;
+        let sep = if system.is_empty() || system.ends_with('\n') { "" } else { "\n" };
+        f.write_all(format!("{system}{sep}{ca}").as_bytes()).map_err(|e| fail("write", e))?;
+        // The server's umask is private: the job's user must read it all the same.
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o444)).map_err(|e| fail("open up", e))?;
         std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))
     }
 }
@@ -958,6 +1000,12 @@ impl Planned {
         self.apply_grants().map_err(|(run, message)| start_error(run, message))?;
         if let Some(c) = &self.credentials {
             if let Err(message) = c.write(self.launch.spec.run_as) {
+                tracing::error!("{}: {message}", self.launch.run);
+                return Err((self.launch.run, Outcome::LaunchFailed { message }));
+            }
+        }
+        if let Some(t) = &self.trust {
+            if let Err(message) = t.write() {
                 tracing::error!("{}: {message}", self.launch.run);
                 return Err((self.launch.run, Outcome::LaunchFailed { message }));
             }

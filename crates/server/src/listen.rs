@@ -275,8 +275,17 @@ async fn refuse_plain_http(mut stream: TcpStream, tls: &crate::tls::Tls) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // What the client sent is read first (a close with unread data would reset the
     // connection before the client reads the answer).
-    let mut head = [0u8; 8192];
-    let _ = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut head)).await;
+    let mut head = vec![0u8; 8192];
+    let mut got = 0;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while got < head.len() && !head[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut head[got..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
     let trust = tls.ca_file().map(|ca| format!(", trusting {} (curl --cacert, REQUESTS_CA_BUNDLE)", ca.display())).unwrap_or_default();
     let message = format!("this server speaks HTTPS only: use https:// instead of http://{trust}");
     let body = serde_json::json!({"error": {"code": 400, "message": message, "status": "FAILED_PRECONDITION"}}).to_string();

@@ -5,8 +5,9 @@
 //!   `key_file` (PEM, readable by its owner only). Both are read again on SIGHUP; a pair
 //!   that cannot be used then changes nothing and is logged.
 //! - Auto: `<data_dir>/tls/` holds `ca.pem` (readable by all: what clients trust),
-//!   `ca.key`, `server.pem` (the certificate and the CA) and `server.key` (0600). The CA
-//!   lasts ten years and is kept across restarts; the server certificate lasts 90 days, is
+//!   `ca.key`, and each server's `server-<host>-<port>.pem` (its certificate and the CA)
+//!   and `.key` (0600); the servers of one data directory share the CA. The CA lasts ten
+//!   years and is kept across restarts; a server certificate lasts 90 days, is
 //!   made for the listen address, the host's names and addresses, `127.0.0.1`, `::1`,
 //!   `localhost` and `[tls] names`, and is made again when it has less than 30 days left
 //!   or the names change (at start, on SIGHUP and twice a day).
@@ -65,13 +66,24 @@ pub const RENEW_CHECK: Duration = Duration::from_secs(12 * 3600);
 /// The names of the files of `[tls] auto`, under `<data_dir>/tls/`.
 pub const CA_FILE: &str = "ca.pem";
 const CA_KEY: &str = "ca.key";
-const SERVER_CERT: &str = "server.pem";
-const SERVER_KEY: &str = "server.key";
-const SERVER_NAMES: &str = "server.names";
 
 enum Source {
     Files { cert: PathBuf, key: PathBuf },
-    Auto { dir: PathBuf, names: Vec<String> },
+    /// `tag`: this server's own among the servers of one data directory (they share the
+    /// CA; each has its own certificate, for its own address).
+    Auto { dir: PathBuf, names: Vec<String>, tag: String },
+}
+
+/// The automatic server certificate's files: `server-<tag>.pem`, `.key` and `.names`.
+fn server_files(dir: &Path, tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    (dir.join(format!("server-{tag}.pem")), dir.join(format!("server-{tag}.key")), dir.join(format!("server-{tag}.names")))
+}
+
+/// This server's tag: the host's name and the listen port.
+fn server_tag(listen: SocketAddr) -> String {
+    let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let host: String = host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+    format!("{host}-{}", listen.port())
 }
 
 /// The listener's TLS: its configuration and the certificate in use (replaced on reload).
@@ -103,7 +115,7 @@ impl Tls {
     pub fn start(settings: &TlsSettings, data_dir: &Path, listen: SocketAddr) -> Result<Option<Arc<Tls>>, TlsError> {
         let source = match (settings.auto, &settings.cert_file, &settings.key_file) {
             (false, None, None) => return Ok(None),
-            (true, None, None) => Source::Auto { dir: data_dir.join("tls"), names: auto_names(listen, &settings.names) },
+            (true, None, None) => Source::Auto { dir: data_dir.join("tls"), names: auto_names(listen, &settings.names), tag: server_tag(listen) },
             (true, _, _) => return Err(TlsError::Config("auto = true and cert_file/key_file exclude each other: give one or the other".into())),
             (false, Some(cert), Some(key)) => Source::Files { cert: cert.clone(), key: key.clone() },
             (false, Some(_), None) => return Err(TlsError::Config("cert_file without key_file: give both".into())),
@@ -152,13 +164,34 @@ impl Tls {
     }
 }
 
+/// `[tls]` looked at without changing anything (`trainyard doctor`): with files, whether
+/// they can be used and until when; with `auto`, what is there.
+pub fn check(settings: &TlsSettings, data_dir: &Path) -> Result<String, TlsError> {
+    match (&settings.cert_file, &settings.key_file) {
+        (Some(cert), Some(key)) if !settings.auto => {
+            let (_, end) = load_pair(cert, "cert_file", key, "key_file")?;
+            Ok(format!("{} valid until {}", cert.display(), rfc3339(end)))
+        }
+        _ if settings.auto => {
+            let ca = data_dir.join("tls").join(CA_FILE);
+            Ok(if ca.exists() {
+                format!("auto: clients trust {}", ca.display())
+            } else {
+                format!("auto: the server makes its CA at {} when it starts", ca.display())
+            })
+        }
+        _ => Err(TlsError::Config("give cert_file and key_file together, or auto = true alone".into())),
+    }
+}
+
 /// The certificate and key of `source`, checked; for `Auto`, made first where missing or due.
 fn load(source: &Source) -> Result<(CertifiedKey, OffsetDateTime), TlsError> {
     match source {
         Source::Files { cert, key } => load_pair(cert, "cert_file", key, "key_file"),
-        Source::Auto { dir, names } => {
-            ensure_auto(dir, names)?;
-            load_pair(&dir.join(SERVER_CERT), "auto", &dir.join(SERVER_KEY), "auto")
+        Source::Auto { dir, names, tag } => {
+            ensure_auto(dir, names, tag)?;
+            let (cert, key, _) = server_files(dir, tag);
+            load_pair(&cert, "auto", &key, "auto")
         }
     }
 }
@@ -256,13 +289,23 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
 
 /// Make the CA (when missing) and the server certificate (when missing, due, or made for
 /// other names) of `[tls] auto` in `dir`.
-fn ensure_auto(dir: &Path, names: &[String]) -> Result<(), TlsError> {
+fn ensure_auto(dir: &Path, names: &[String], tag: &str) -> Result<(), TlsError> {
     let auto = |what: &str, e: &dyn std::fmt::Display| TlsError::Auto(format!("{what} in {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(|e| auto("cannot create the directory", &e))?;
     // ca.pem is for every user of this host to read.
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| auto("cannot set the directory's mode", &e))?;
+    // The servers of one data directory make and read the CA one at a time.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(dir.join(".lock"))
+        .map_err(|e| auto("cannot open the lock file", &e))?;
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| auto("cannot lock", &e))?;
     let now = OffsetDateTime::now_utc();
     let (ca_pem, ca_key) = (dir.join(CA_FILE), dir.join(CA_KEY));
+    let (server_pem, server_key, server_names) = server_files(dir, tag);
     let ca_key_pem = match (std::fs::read_to_string(&ca_key), std::fs::read(&ca_pem)) {
         (Ok(k), Ok(_)) => k,
         _ => {
@@ -274,19 +317,19 @@ fn ensure_auto(dir: &Path, names: &[String]) -> Result<(), TlsError> {
             write_file(&ca_key, key.serialize_pem().as_bytes(), 0o600).map_err(|e| auto("cannot write ca.key", &e))?;
             write_file(&ca_pem, cert.pem().as_bytes(), 0o644).map_err(|e| auto("cannot write ca.pem", &e))?;
             // A new CA: whatever the server certificate was, it is made again below.
-            let _ = std::fs::remove_file(dir.join(SERVER_NAMES));
+            let _ = std::fs::remove_file(&server_names);
             key.serialize_pem()
         }
     };
     let wanted = names.join("\n");
-    let made_for = std::fs::read_to_string(dir.join(SERVER_NAMES)).unwrap_or_default();
-    let current_end = std::fs::read(dir.join(SERVER_CERT))
+    let made_for = std::fs::read_to_string(&server_names).unwrap_or_default();
+    let current_end = std::fs::read(&server_pem)
         .ok()
         .and_then(|pem| CertificateDer::pem_slice_iter(&pem).next().and_then(Result::ok))
         .and_then(|c| validity(&c))
         .map(|(_, end)| end);
     let due = current_end.is_none_or(|end| end - now < time::Duration::days(RENEW_DAYS));
-    if !due && made_for == wanted && dir.join(SERVER_KEY).exists() {
+    if !due && made_for == wanted && server_key.exists() {
         return Ok(());
     }
     let ca_keypair = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(|e| auto("cannot read ca.key", &e))?;
@@ -302,9 +345,9 @@ fn ensure_auto(dir: &Path, names: &[String]) -> Result<(), TlsError> {
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let cert = params.signed_by(&key, &issuer).map_err(|e| auto("cannot sign the server certificate", &e))?;
     let ca_text = std::fs::read_to_string(&ca_pem).map_err(|e| auto("cannot read ca.pem", &e))?;
-    write_file(&dir.join(SERVER_KEY), key.serialize_pem().as_bytes(), 0o600).map_err(|e| auto("cannot write server.key", &e))?;
-    write_file(&dir.join(SERVER_CERT), format!("{}{ca_text}", cert.pem()).as_bytes(), 0o644).map_err(|e| auto("cannot write server.pem", &e))?;
-    write_file(&dir.join(SERVER_NAMES), wanted.as_bytes(), 0o644).map_err(|e| auto("cannot write server.names", &e))?;
+    write_file(&server_key, key.serialize_pem().as_bytes(), 0o600).map_err(|e| auto("cannot write the server's key", &e))?;
+    write_file(&server_pem, format!("{}{ca_text}", cert.pem()).as_bytes(), 0o644).map_err(|e| auto("cannot write the server's certificate", &e))?;
+    write_file(&server_names, wanted.as_bytes(), 0o644).map_err(|e| auto("cannot write the server's names", &e))?;
     tracing::info!("made a TLS server certificate for {} (valid {SERVER_DAYS} days, signed by {})", names.join(", "), ca_pem.display());
     Ok(())
 }
@@ -391,19 +434,21 @@ mod tests {
         let mode = |f: &str| std::fs::metadata(dir.path().join("tls").join(f)).expect("file").permissions().mode() & 0o777;
         assert_eq!(mode("ca.pem"), 0o644);
         assert_eq!(mode("ca.key"), 0o600);
-        assert_eq!(mode("server.key"), 0o600);
+        let tag = server_tag(listen);
+        assert_eq!(mode(&format!("server-{tag}.key")), 0o600);
         let first = std::fs::read(&ca).expect("ca");
-        let server = std::fs::read(dir.path().join("tls/server.pem")).expect("server");
+        let (server_pem, _, _) = server_files(&dir.path().join("tls"), &server_tag(listen));
+        let server = std::fs::read(&server_pem).expect("server");
         let days = (tls.not_after() - OffsetDateTime::now_utc()).whole_days();
         assert!((SERVER_DAYS - 1..=SERVER_DAYS).contains(&days), "{days}");
         drop(tls);
         Tls::start(&settings_auto(), dir.path(), listen).expect("again").expect("on");
         assert_eq!(std::fs::read(&ca).expect("ca"), first, "the CA is kept");
-        assert_eq!(std::fs::read(dir.path().join("tls/server.pem")).expect("server"), server, "a valid certificate is kept");
+        assert_eq!(std::fs::read(&server_pem).expect("server"), server, "a valid certificate is kept");
         // Other names: a new server certificate from the same CA.
         let more = TlsSettings { names: vec!["trainyard.example".into()], ..settings_auto() };
         Tls::start(&more, dir.path(), listen).expect("names").expect("on");
-        assert_ne!(std::fs::read(dir.path().join("tls/server.pem")).expect("server"), server);
+        assert_ne!(std::fs::read(&server_pem).expect("server"), server);
         assert_eq!(std::fs::read(&ca).expect("ca"), first);
     }
 
@@ -413,19 +458,21 @@ mod tests {
         let listen: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
         Tls::start(&settings_auto(), dir.path(), listen).expect("auto");
         let tls = dir.path().join("tls");
+        let tag = server_tag(listen);
+        let (cert_name, key_name, names_name) = (format!("server-{tag}.pem"), format!("server-{tag}.key"), format!("server-{tag}.names"));
         let files = |cert: &str, key: &str| TlsSettings { cert_file: Some(tls.join(cert)), key_file: Some(tls.join(key)), ..TlsSettings::default() };
-        assert!(Tls::start(&files("server.pem", "server.key"), dir.path(), listen).expect("a good pair").is_some());
+        assert!(Tls::start(&files(&cert_name, &key_name), dir.path(), listen).expect("a good pair").is_some());
         let err = |s: TlsSettings| Tls::start(&s, dir.path(), listen).err().map(|e| e.to_string()).unwrap_or_default();
-        let missing = err(files("nothing.pem", "server.key"));
+        let missing = err(files("nothing.pem", &key_name));
         assert!(missing.contains("cert_file") && missing.contains("cannot read"), "{missing}");
-        let wrong = err(files("server.pem", "ca.key"));
+        let wrong = err(files(&cert_name, "ca.key"));
         assert!(wrong.contains("key_file") && wrong.contains("does not go with"), "{wrong}");
-        std::fs::set_permissions(tls.join("server.key"), std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let open = err(files("server.pem", "server.key"));
+        std::fs::set_permissions(tls.join(&key_name), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let open = err(files(&cert_name, &key_name));
         assert!(open.contains("key_file") && open.contains("chmod 600"), "{open}");
-        let not_pem = err(files("server.names", "ca.key"));
+        let not_pem = err(files(&names_name, "ca.key"));
         assert!(not_pem.contains("cert_file"), "{not_pem}");
-        let half = err(TlsSettings { cert_file: Some(tls.join("server.pem")), ..TlsSettings::default() });
+        let half = err(TlsSettings { cert_file: Some(tls.join(&cert_name)), ..TlsSettings::default() });
         assert!(half.contains("key_file"), "{half}");
     }
 

@@ -29,6 +29,21 @@ pub struct Server {
     /// Start the server with this file open as descriptor 10, not close-on-exec, as a
     /// careless supervisor would leave it.
     pub inherit_fd10: Option<PathBuf>,
+    /// Serve HTTPS (`--tls-auto`); the client trusts the server's CA.
+    pub tls: bool,
+}
+
+/// A client that trusts the CA in `ca` (PEM).
+pub fn tls_agent(ca: &Path) -> ureq::Agent {
+    let pem = std::fs::read(ca).expect("the CA file");
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|i| match i {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let tls = ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs))).build();
+    ureq::Agent::config_builder().tls_config(tls).http_status_as_error(false).max_idle_connections(0).build().into()
 }
 
 /// Is `TRAINYARD_TEST_CONTAINERS=podman` asked for: every replica of the tests runs in
@@ -256,7 +271,7 @@ impl Server {
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
         let data = data_tmp.as_ref().map(|t| t.path().join("data"));
-        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp, env: Vec::new(), inherit_fd10: None }
+        Server { child: None, port: free_port(), dir, config, agent, data, bin: None, data_tmp, env: Vec::new(), inherit_fd10: None, tls: false }
     }
 
     /// Before the first `spawn`: keep the data in `data` instead of `<dir>/data`.
@@ -364,6 +379,7 @@ impl Server {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("--data-dir")
             .arg(self.data_dir())
+            .args(if self.tls { vec!["--tls-auto"] } else { vec![] })
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -373,8 +389,12 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            let ca = self.data_dir().join("tls/ca.pem");
+            if self.tls && ca.exists() {
+                self.agent = tls_agent(&ca);
+            }
             // Bounded: whoever holds the port may never answer.
-            let probe = self.agent.get(&format!("http://127.0.0.1:{}/healthz", self.port));
+            let probe = self.agent.get(&self.url("/healthz"));
             if let Ok(r) = probe.config().timeout_global(Some(Duration::from_secs(2))).build().call() {
                 if r.status() == 200 && self.server_log().matches(SERVING).count() > served_before {
                     return Ok(());
@@ -407,7 +427,8 @@ impl Server {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.port)
     }
 
     pub fn jobs_url(&self, project: &str) -> String {

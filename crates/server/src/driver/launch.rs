@@ -132,7 +132,10 @@ impl Driver {
                     })
                     .flatten()
                     .map(|b| b.join("checkpoints"));
-                Some(Planned { seq, launch, dirs, grants, credentials, checkpoints, packages })
+                let trust = trust_file(&self.svc, run)
+                    .zip(server_ca(&self.svc))
+                    .map(|(path, server_ca)| crate::executor::TrustBundle { path, server_ca });
+                Some(Planned { seq, launch, dirs, grants, credentials, trust, checkpoints, packages })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
@@ -275,7 +278,26 @@ fn storage_endpoint(svc: &Services) -> Option<String> {
         std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    Some(format!("http://{}", std::net::SocketAddr::new(ip, addr.port())))
+    let scheme = if svc.cfg.tls.enabled() { "https" } else { "http" };
+    Some(format!("{scheme}://{}", std::net::SocketAddr::new(ip, addr.port())))
+}
+
+/// The server's CA, which its jobs must trust: `[tls] auto`'s. With `cert_file`, the
+/// certificate is the administrator's, trusted by the hosts' own CA certificates (or not:
+/// then the job's clients are given the CA by the job itself).
+fn server_ca(svc: &Services) -> Option<PathBuf> {
+    svc.cfg.tls.auto.then(|| svc.cfg.data_dir.join("tls").join(crate::tls::CA_FILE))
+}
+
+/// Where a container sees its job's CA bundle.
+const TRUST_IN_CONTAINER: &str = "/trainyard/ca-bundle.pem";
+
+/// The run's CA bundle (`[tls] auto`, with a server endpoint the run can reach):
+/// `<run_dir>/ca-bundle.pem`.
+fn trust_file(svc: &Services, run: &RunId) -> Option<PathBuf> {
+    server_ca(svc)?;
+    storage_endpoint(svc)?;
+    Some(run_dir(&svc.cfg.data_dir, run).join("ca-bundle.pem"))
 }
 
 /// Where a container sees its job's credential file.
@@ -463,6 +485,20 @@ impl<'a> Planning<'a> {
             }
             (Some(endpoint), None) => clients.push(("STORAGE_EMULATOR_HOST".into(), endpoint)),
             (None, _) => {}
+        }
+        // Over TLS, the job's clients trust the server's CA besides the host's: requests
+        // (google-cloud-storage, the SDK over REST), Python's ssl and OpenSSL, and gRPC.
+        if let Some(file) = trust_file(self.svc, self.run) {
+            let path = match self.svc.containers {
+                Some(_) => {
+                    self.mounts.push(Mount { source: file, target: TRUST_IN_CONTAINER.into(), read_only: true });
+                    TRUST_IN_CONTAINER.to_string()
+                }
+                None => file.display().to_string(),
+            };
+            for var in ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] {
+                clients.push((var.into(), path.clone()));
+            }
         }
         clients
     }

@@ -45,8 +45,21 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    pub fn new(view: Arc<View>) -> Forwarder {
+    /// `ca`: the CA the leader's certificate is trusted by (`[tls] auto`'s, shared by the
+    /// servers of one data directory); without it, the usual public CAs.
+    pub fn new(view: Arc<View>, ca: Option<&std::path::Path>) -> Forwarder {
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(certs) = ca.and_then(|ca| std::fs::read(ca).ok()) {
+            let certs: Vec<_> = ureq::tls::parse_pem(&certs)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            tls = tls.root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)));
+        }
         let agent = ureq::Agent::config_builder()
+            .tls_config(tls.build())
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(3)))
             .timeout_global(Some(Duration::from_secs(120)))
