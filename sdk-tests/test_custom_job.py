@@ -1,4 +1,5 @@
-"""CustomJob through the official Python SDK (google-cloud-aiplatform), REST transport.
+"""CustomJob through the official Python SDK (google-cloud-aiplatform), over REST or gRPC
+(TRAINYARD_SDK_TRANSPORT).
 
 Every case uses the SDK exactly as a user would against the managed service, and asserts
 on what comes back. Programs are short `python3 -c` one-liners run as host processes.
@@ -293,10 +294,24 @@ def test_enum_encoding_int_both_ways(sdk, server):
     assert r.json()["jobSpec"]["scheduling"]["strategy"] == 1
 
 
-def test_default_grpc_transport_is_explained_in_the_server_log(server):
-    """The SDK's default transport (gRPC over TLS) against this plain-HTTP server: the
-    client can only show a failed handshake; the server's log says what it was and what to
-    change (api_transport="rest", an http:// endpoint)."""
+def test_the_other_transport_is_explained(server):
+    """A client of the other scheme is told what to change.
+
+    REST (a plain-HTTP server): the SDK's default transport (gRPC over TLS) can only show
+    a failed handshake; the server's log says what it was and what to change
+    (api_transport="rest", an http:// endpoint).
+
+    gRPC (an HTTPS server): a plain http:// request to the TLS port gets a 400 whose JSON
+    error says to use https."""
+    if server["transport"] == "grpc":
+        r = requests.get(f"http://{server['endpoint']}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=10)
+        assert r.status_code == 400, r.text
+        assert r.headers["content-type"].startswith("application/json"), r.headers
+        error = r.json()["error"]
+        assert error["code"] == 400, error
+        assert "https" in error["message"], error
+        return
+
     import google.auth.credentials
     from google.cloud import aiplatform_v1
 

@@ -1,8 +1,10 @@
 """The Cloud Storage endpoint through the official google-cloud-storage client.
 
 The client is pointed at the server exactly as at the Cloud Storage emulator:
-`STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (anonymous credentials: the suite's server
-has no tokens file). Objects are the files of the project's storage namespace.
+`STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with
+TRAINYARD_SDK_TRANSPORT=grpc, where the server speaks TLS and REQUESTS_CA_BUNDLE names its
+CA (anonymous credentials: the suite's server has no tokens file). Objects are the files of
+the project's storage namespace.
 """
 
 import base64

@@ -1,5 +1,6 @@
-"""Vizier studies through the official Python SDK over REST: the generated
-`aiplatform_v1.VizierServiceClient(transport="rest")`, and the SDK's own
+"""Vizier studies through the official Python SDK, over REST or gRPC
+(TRAINYARD_SDK_TRANSPORT): the generated `aiplatform_v1.VizierServiceClient`, and the
+SDK's own
 `google.cloud.aiplatform.vizier.Study` (which needs the `google-vizier` package for its
 `pyvizier` types), driving a training loop that runs in the test itself."""
 
@@ -22,9 +23,12 @@ def _loss(params):
 def client(server):
     from google.cloud import aiplatform_v1
 
+    # REST: an http:// endpoint; gRPC: host:port, the CA trusted by
+    # GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
+    endpoint = server["url"] if server["transport"] == "rest" else server["endpoint"]
     return aiplatform_v1.VizierServiceClient(
-        transport="rest",
-        client_options=ClientOptions(api_endpoint=server["url"]),
+        transport=server["transport"],
+        client_options=ClientOptions(api_endpoint=endpoint),
         credentials=google.oauth2.credentials.Credentials(token=TOKEN),
     )
 
@@ -119,7 +123,7 @@ def test_vizier_service_client_refuses_bad_input(client):
         client.get_study(name=f"{parent}/studies/999999")
 
 
-def test_sdk_vizier_study(sdk):
+def test_sdk_vizier_study(sdk, server):
     # The SDK's Study and Trial classes need google-vizier's pyvizier.
     pytest.importorskip("vizier")
     from google.cloud.aiplatform.vizier import Study
@@ -153,9 +157,14 @@ def test_sdk_vizier_study(sdk):
 
     # The name is taken now. Over REST, create_or_load cannot fall back to a lookup: the
     # REST transport turns the 409 ALREADY_EXISTS answer into `Conflict` (by HTTP status),
-    # while the SDK catches `AlreadyExists`, its subclass (by gRPC status).
-    with pytest.raises(exceptions.Conflict, match="exists already"):
-        Study.create_or_load(display_name=name, problem=config)
+    # while the SDK catches `AlreadyExists`, its subclass (by gRPC status). Over gRPC the
+    # status is ALREADY_EXISTS itself: the SDK catches it and loads the study by its name,
+    # as against the managed service.
+    if server["transport"] == "rest":
+        with pytest.raises(exceptions.Conflict, match="exists already"):
+            Study.create_or_load(display_name=name, problem=config)
+    else:
+        assert Study.create_or_load(display_name=name, problem=config).resource_name == study.resource_name
     assert Study(study.resource_name).resource_name == study.resource_name
     study.delete()
     with pytest.raises(exceptions.NotFound):

@@ -17,7 +17,7 @@
 //! program, a `BackendEvent::Exited` through the sink), which the driver handles like any
 //! other event: the driver, not the executor, decides what to try again and when.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -223,27 +223,37 @@ impl SecretFile {
     /// Write it (a new file renamed into place, never through a link), mode 0400, owned
     /// by `run_as` when given.
     fn write(&self, run_as: Option<trainyard_backend::RunAs>) -> Result<(), String> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let fail = |what: &str, e: std::io::Error| format!("cannot {what} the job's credential file {}: {e}", self.path.display());
-        let dir = self.path.parent().ok_or_else(|| format!("{} has no directory", self.path.display()))?;
-        std::fs::create_dir_all(dir).map_err(|e| fail("make the directory of", e))?;
-        let tmp = self.path.with_extension("json.new");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o400)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| fail("create", e))?;
-        if let Some(id) = run_as {
-            nix::unistd::fchown(&f, Some(nix::unistd::Uid::from_raw(id.uid)), Some(nix::unistd::Gid::from_raw(id.gid)))
-                .map_err(|e| fail("give its user", e.into()))?;
-        }
-        f.write_all(self.contents.as_bytes()).map_err(|e| fail("write", e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))
+        write_run_file(&self.path, "the job's credential file", self.contents.as_bytes(), 0o400, run_as)
     }
+}
+
+/// Write a file of a run's (a new file beside it, never opened through a link, renamed
+/// into place) with `mode` whatever the umask, owned by `run_as` when given.
+fn write_run_file(path: &Path, what: &str, contents: &[u8], mode: u32, run_as: Option<trainyard_backend::RunAs>) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let fail = |step: &str, e: std::io::Error| format!("cannot {step} {what} {}: {e}", path.display());
+    let dir = path.parent().ok_or_else(|| format!("{} has no directory", path.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| fail("make the directory of", e))?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| fail("create", e))?;
+    if let Some(id) = run_as {
+        nix::unistd::fchown(&f, Some(nix::unistd::Uid::from_raw(id.uid)), Some(nix::unistd::Gid::from_raw(id.gid)))
+            .map_err(|e| fail("give its user", e.into()))?;
+    }
+    f.write_all(contents).map_err(|e| fail("write", e))?;
+    // The server's umask is private: a mode that lets others read must be set.
+    f.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(|e| fail("set the mode of", e))?;
+    std::fs::rename(&tmp, path).map_err(|e| fail("rename", e))
 }
 
 /// The host's CA certificates, where Debian, Fedora and Alpine keep them.
@@ -259,29 +269,13 @@ pub struct TrustBundle {
 }
 
 impl TrustBundle {
-    /// Write it (a new file renamed into place), mode 0444: nothing in it is secret.
+    /// Write it, mode 0444: nothing in it is secret.
     fn write(&self) -> Result<(), String> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let fail = |what: &str, e: std::io::Error| format!("cannot {what} the job's CA bundle {}: {e}", self.path.display());
-        let ca = std::fs::read_to_string(&self.server_ca).map_err(|e| fail(&format!("read {} for", self.server_ca.display()), e))?;
+        let ca = std::fs::read_to_string(&self.server_ca)
+            .map_err(|e| format!("cannot read {} for the job's CA bundle {}: {e}", self.server_ca.display(), self.path.display()))?;
         let system = SYSTEM_BUNDLES.iter().find_map(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
-        let dir = self.path.parent().ok_or_else(|| format!("{} has no directory", self.path.display()))?;
-        std::fs::create_dir_all(dir).map_err(|e| fail("make the directory of", e))?;
-        let tmp = self.path.with_extension("pem.new");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| fail("create", e))?;
         let sep = if system.is_empty() || system.ends_with('\n') { "" } else { "\n" };
-        f.write_all(format!("{system}{sep}{ca}").as_bytes()).map_err(|e| fail("write", e))?;
-        // The server's umask is private: the job's user must read it all the same.
-        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o444)).map_err(|e| fail("open up", e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))
+        write_run_file(&self.path, "the job's CA bundle", format!("{system}{sep}{ca}").as_bytes(), 0o444, None)
     }
 }
 

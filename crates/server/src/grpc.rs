@@ -136,11 +136,31 @@ pub async fn handle(app: axum::Router, req: Request<Body>) -> Response<Body> {
     let deadline = req.headers().get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(grpc_timeout);
     let share = req.extensions().get::<Arc<crate::shares::ConnectionShare>>().cloned();
     let codec = DynamicCodec { input: route.method.input() };
-    // tonic's own limit is above ours, so that ours (RESOURCE_EXHAUSTED) is the one met.
-    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_MESSAGE * 2).max_encoding_message_size(MAX_ANSWER);
+    // tonic checks a message's length before it reads it: nothing larger is buffered.
+    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_ANSWER);
     let rpc = Rpc { app, route: route.clone(), deadline, share };
-    grpc.unary(rpc, req).await.map(Body::new)
+    let mut answer = grpc.unary(rpc, req).await;
+    too_large_is_resource_exhausted(&mut answer);
+    answer.map(Body::new)
 }
+
+/// tonic refuses a message over the limit with OUT_OF_RANGE; gRPC's own servers (and the
+/// service) say RESOURCE_EXHAUSTED, which clients know as "too large, do not retry as is".
+fn too_large_is_resource_exhausted<B>(answer: &mut Response<B>) {
+    let headers = answer.headers_mut();
+    let out_of_range = headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"11");
+    let too_large = headers.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("message%20length%20too%20large") || m.contains("message length too large"));
+    if out_of_range && too_large {
+        headers.insert("grpc-status", HeaderValue::from_static("8"));
+        let message = format!("the request message is larger than the limit of {MAX_MESSAGE} bytes");
+        if let Ok(v) = HeaderValue::from_str(&percent_encoding::utf8_percent_encode(&message, GRPC_MESSAGE).to_string()) {
+            headers.insert("grpc-message", v);
+        }
+    }
+}
+
+/// What `grpc-message` percent-encodes (the spec: anything outside printable ASCII, and `%`).
+const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
 
 async fn reflection(req: Request<Body>) -> Response<Body> {
     let builder = tonic_reflection::server::Builder::configure().register_encoded_file_descriptor_set(DESCRIPTORS);
@@ -280,12 +300,16 @@ impl tonic::server::UnaryService<DynamicMessage> for Rpc {
             if output.full_name() == "google.protobuf.Empty" || bytes.is_empty() {
                 return Ok(tonic::Response::new(DynamicMessage::new(output)));
             }
-            let mut json: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|e| Status::internal(format!("the answer is not JSON: {e}")))?;
-            empty_any_values(&mut json);
             let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
-            let message = DynamicMessage::deserialize_with_options(output.clone(), json, &options)
-                .map_err(|e| Status::internal(format!("cannot give the answer as {}: {e}", output.full_name())))?;
+            let cannot = |e: serde_json::Error| Status::internal(format!("cannot give the answer as {}: {e}", output.full_name()));
+            let message = if memchr::memmem::find(&bytes, b"google.protobuf.Empty").is_some() {
+                let mut json: serde_json::Value = serde_json::from_slice(&bytes).map_err(cannot)?;
+                empty_any_values(&mut json);
+                DynamicMessage::deserialize_with_options(output.clone(), json, &options).map_err(cannot)?
+            } else {
+                let mut de = serde_json::Deserializer::from_slice(&bytes);
+                DynamicMessage::deserialize_with_options(output.clone(), &mut de, &options).map_err(cannot)?
+            };
             Ok(tonic::Response::new(message))
         })
     }
@@ -308,45 +332,76 @@ fn empty_any_values(json: &mut serde_json::Value) {
 }
 
 /// The REST request of `message` by its route: the path's fields in the path, the body
-/// field (or the whole message) as JSON, the other fields as query parameters.
+/// field (or the whole message) as JSON, the other fields as query parameters. Only what
+/// goes into the query is built as a JSON tree; the body is written straight from the
+/// message.
 fn transcode(route: &Route, message: &DynamicMessage) -> Result<Request<Body>, Status> {
     let options = prost_reflect::SerializeOptions::new();
-    let json = message
-        .serialize_with_options(serde_json::value::Serializer, &options)
-        .map_err(|e| Status::invalid_argument(format!("the request cannot be read: {e}")))?;
-    let serde_json::Value::Object(mut fields) = json else {
-        return Err(Status::invalid_argument("the request is not a message"));
-    };
+    let unreadable = |e: serde_json::Error| Status::invalid_argument(format!("the request cannot be read: {e}"));
     let mut path = String::new();
+    let mut used: Vec<String> = Vec::new();
     let mut rest = route.template.as_str();
     while let Some(open) = rest.find('{') {
         path.push_str(&rest[..open]);
         let close = rest[open..].find('}').map(|c| open + c).ok_or_else(|| Status::internal("a malformed path template"))?;
         let variable = &rest[open + 1..close];
         let field = variable.split('=').next().unwrap_or(variable);
-        let value = take_path_field(message, &mut fields, field)?;
+        let value = path_field(message, field)?;
+        if !field.contains('.') {
+            used.push(field.to_string());
+        }
         path.push_str(&percent_encoding::utf8_percent_encode(&value, PATH_VALUE).to_string());
         rest = &rest[close + 1..];
     }
     path.push_str(rest);
-    let body = match route.body.as_str() {
+    let body: Option<Vec<u8>> = match route.body.as_str() {
         "" => None,
-        "*" => Some(serde_json::Value::Object(std::mem::take(&mut fields))),
+        "*" => {
+            let mut whole = message.clone();
+            for f in &used {
+                whole.clear_field_by_name(f);
+            }
+            used.extend(message.descriptor().fields().map(|f| f.name().to_string()));
+            let mut out = Vec::new();
+            whole.serialize_with_options(&mut serde_json::Serializer::new(&mut out), &options).map_err(unreadable)?;
+            Some(out)
+        }
         field => {
-            let json_name = message.descriptor().get_field_by_name(field).map(|f| f.json_name().to_string()).unwrap_or_else(|| field.to_string());
-            Some(fields.remove(&json_name).unwrap_or_else(|| serde_json::json!({})))
+            used.push(field.to_string());
+            let mut out = Vec::new();
+            match message.get_field_by_name(field).as_deref() {
+                Some(Value::Message(m)) => {
+                    m.serialize_with_options(&mut serde_json::Serializer::new(&mut out), &options).map_err(unreadable)?;
+                }
+                // A scalar body (not among the methods served): its JSON by way of the message's.
+                _ => {
+                    let json = message.serialize_with_options(serde_json::value::Serializer, &options).map_err(unreadable)?;
+                    let name = message.descriptor().get_field_by_name(field).map(|f| f.json_name().to_string()).unwrap_or_else(|| field.to_string());
+                    out = json.get(&name).cloned().unwrap_or_else(|| serde_json::json!({})).to_string().into_bytes();
+                }
+            }
+            Some(out)
         }
     };
-    let mut query = url_query(&fields);
-    if !query.is_empty() {
-        query.insert(0, '?');
+    // The fields left, and only they, as query parameters.
+    let mut left = DynamicMessage::new(message.descriptor());
+    for (field, value) in message.fields() {
+        if !used.iter().any(|u| u == field.name()) {
+            left.set_field(&field, value.clone());
+        }
     }
-    let uri = format!("{path}{query}");
+    let mut query = String::new();
+    if left.fields().next().is_some() {
+        if let serde_json::Value::Object(fields) = left.serialize_with_options(serde_json::value::Serializer, &options).map_err(unreadable)? {
+            query = url_query(&fields);
+        }
+    }
+    let uri = if query.is_empty() { path } else { format!("{path}?{query}") };
     let mut builder = Request::builder().method(route.verb.clone()).uri(&uri);
     let body = match body {
         Some(b) => {
             builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
-            Body::from(b.to_string())
+            Body::from(b)
         }
         None => Body::empty(),
     };
@@ -357,8 +412,9 @@ fn transcode(route: &Route, message: &DynamicMessage) -> Result<Request<Body>, S
 const PATH_VALUE: &percent_encoding::AsciiSet =
     &percent_encoding::NON_ALPHANUMERIC.remove(b'/').remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b':').remove(b'@');
 
-/// A path field's value (`name`, or `custom_job.name`), taken out of the query fields.
-fn take_path_field(message: &DynamicMessage, fields: &mut serde_json::Map<String, serde_json::Value>, field: &str) -> Result<String, Status> {
+/// A path field's value (`name`, or `custom_job.name`); an empty one is INVALID_ARGUMENT.
+fn path_field(message: &DynamicMessage, field: &str) -> Result<String, Status> {
+    let required = || Status::invalid_argument(format!("{field} is required"));
     let mut current = message.clone();
     let parts: Vec<&str> = field.split('.').collect();
     for (i, part) in parts.iter().enumerate() {
@@ -371,20 +427,14 @@ fn take_path_field(message: &DynamicMessage, fields: &mut serde_json::Map<String
                 Value::String(s) => s,
                 other => other.to_string(),
             };
-            if text.is_empty() {
-                return Err(Status::invalid_argument(format!("{field} is required")));
-            }
-            if i == 0 {
-                fields.remove(desc.json_name());
-            }
-            return Ok(text);
+            return if text.is_empty() { Err(required()) } else { Ok(text) };
         }
         current = match value {
             Value::Message(m) => m,
-            _ => return Err(Status::invalid_argument(format!("{field} is required"))),
+            _ => return Err(required()),
         };
     }
-    Err(Status::invalid_argument(format!("{field} is required")))
+    Err(required())
 }
 
 /// Query parameters of the fields left (`pageSize=10&filter=...`; a nested field as

@@ -188,7 +188,7 @@ async fn connection(
     let watch = Arc::new(Watch::new());
     let Some(tls) = tls else {
         let io = TokioIo::new(Watched { inner: stream, watch: Arc::clone(&watch) });
-        serve_connection(io, app, &limits, &watch, stop).await;
+        serve_connection(io, app, &limits, &watch, false, stop).await;
         if watch.tls_hello.load(Ordering::SeqCst) {
             tls_client(peer);
         }
@@ -216,12 +216,15 @@ async fn connection(
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
         watch.http2.store(true, Ordering::SeqCst);
     }
-    serve_connection(TokioIo::new(stream), app, &limits, &watch, stop).await;
+    serve_connection(TokioIo::new(stream), app, &limits, &watch, true, stop).await;
 }
 
 /// Serve HTTP/1 or HTTP/2 (by the client's preface) on `io` until it ends, its deadline
-/// passes or shutdown.
-async fn serve_connection<I>(io: I, app: axum::Router, limits: &Limits, watch: &Arc<Watch>, mut stop: watch::Receiver<bool>)
+/// passes or shutdown. On a TLS connection (`https`), requests carry
+/// `x-forwarded-proto: https` (whatever the client said), so that the links the server
+/// gives (Cloud Storage's `selfLink`, `mediaLink`, upload sessions) are https; an HTTP/2
+/// request's `:authority` is its `Host`.
+async fn serve_connection<I>(io: I, app: axum::Router, limits: &Limits, watch: &Arc<Watch>, https: bool, mut stop: watch::Receiver<bool>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -234,6 +237,14 @@ where
         let app = app.clone();
         let watch = Arc::clone(&service_watch);
         req.extensions_mut().insert(Arc::clone(&share));
+        if https {
+            req.headers_mut().insert("x-forwarded-proto", axum::http::HeaderValue::from_static("https"));
+        }
+        if !req.headers().contains_key(axum::http::header::HOST) {
+            if let Some(host) = req.uri().authority().and_then(|a| axum::http::HeaderValue::from_str(a.as_str()).ok()) {
+                req.headers_mut().insert(axum::http::header::HOST, host);
+            }
+        }
         watch.begin();
         let timer = (!req.body().is_end_stream()).then(|| Box::pin(tokio::time::sleep(body_timeout)));
         // Uploads of objects may take longer than the body timeout: theirs only stall.

@@ -25,7 +25,7 @@ use trainyard_store::{NewJob, Store};
 
 const USAGE: &str = "\
 usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--quick] [--metrics N]
-                    [--metrics-cost] [--backup] [--postgres URL]
+                    [--metrics-cost] [--backup] [--postgres URL] [--grpc]
 
   --queued N    jobs queued before the long-queue measurement (default 100000)
   --clients N   concurrent clients (default 8)
@@ -39,6 +39,10 @@ usage: create-bench [--queued N] [--clients N] [--creates N] [--baseline N] [--q
                 median create p99 with them against without
   --metrics-cost  only this: creates against a server with metrics and one with
                 `[metrics] enabled = false`, alternating, 3 rounds each: the ratio
+  --grpc        only this: creates (empty queue) over REST (HTTP/1.1, a keep-alive
+                connection per client) and over gRPC (HTTP/2, a connection per client),
+                the same client (hyper) for both, alternating, a server for each
+                measurement, 3 rounds each: creates/s and p50/p99
   --postgres URL  only this: creates (empty queue) against a server whose store is
                 PostgreSQL (a new schema on the server at URL, whose user may create
                 schemas) and one on SQLite, alternating, 3 rounds each: creates/s and p99
@@ -55,11 +59,12 @@ struct Opts {
     metrics_cost: bool,
     backup: bool,
     postgres: Option<String>,
+    grpc: bool,
 }
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Option<Opts>> {
-        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false, backup: false, postgres: None };
+        let mut o = Opts { queued: 100_000, clients: 8, creates: 2000, baseline: 500, metrics: 0, metrics_cost: false, backup: false, postgres: None, grpc: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut num = |name: &str| entry::number::<usize>(&mut it, name);
@@ -71,6 +76,7 @@ impl Opts {
                 "--metrics" => o.metrics = num("--metrics")?,
                 "--metrics-cost" => o.metrics_cost = true,
                 "--backup" => o.backup = true,
+                "--grpc" => o.grpc = true,
                 "--postgres" => o.postgres = Some(it.next().ok_or_else(|| anyhow!("--postgres needs a URL"))?.clone()),
                 "--quick" => {
                     o.queued = 2000;
@@ -315,6 +321,9 @@ fn run(o: &Opts) -> Result<()> {
     if o.metrics_cost {
         return metrics_cost(&exe, tmp.path(), o);
     }
+    if o.grpc {
+        return grpc_against_rest(&exe, tmp.path(), o);
+    }
     if let Some(url) = &o.postgres {
         return postgres_against_sqlite(&exe, tmp.path(), url, o);
     }
@@ -432,6 +441,155 @@ fn postgres_against_sqlite(exe: &Path, tmp: &Path, admin: &str, o: &Opts) -> Res
 /// What metrics cost a create: the same creates (empty queue) against a server that counts
 /// and one with `[metrics] enabled = false`, alternating so that the machine's drift falls
 /// on both; medians of 3 rounds.
+#[path = "../shared/grpc_client.rs"]
+mod grpc_client;
+
+/// `n` creates from `clients` tasks, each on its own connection: over gRPC (HTTP/2) or
+/// REST (HTTP/1.1 keep-alive), with the same client (hyper on tokio).
+/// The transports `--grpc` compares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Rest1,
+    Rest2,
+    Grpc,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Rest1 => "REST (HTTP/1.1)",
+            Transport::Rest2 => "REST (HTTP/2)",
+            Transport::Grpc => "gRPC (HTTP/2)",
+        }
+    }
+}
+
+fn measure_hyper(server: &Server, clients: usize, n: usize, tag: &str, transport: Transport) -> Result<Measured> {
+    let over_grpc = transport == Transport::Grpc;
+    let pool = prost_reflect::DescriptorPool::decode(trainyard_server::grpc::DESCRIPTORS)?;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let cpu0 = server.cpu_secs()?;
+    let start = Instant::now();
+    let mut lat: Vec<f64> = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let count = n / clients + usize::from(c < n % clients);
+            let bodies = (0..count)
+                .map(|i| {
+                    let job = job_body(&format!("{tag}-{c}-{i}"));
+                    if over_grpc {
+                        grpc_client::create_custom_job_request(&pool, "projects/bench/locations/us-central1", &job)
+                    } else {
+                        Ok(job.to_string().into_bytes())
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let addr = addr.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(bodies.len());
+                let path = "/v1/projects/bench/locations/us-central1/customJobs";
+                if transport != Transport::Rest1 {
+                    let mut conn = grpc_client::Connection::open(&addr).await?;
+                    for b in bodies {
+                        let t = Instant::now();
+                        if over_grpc {
+                            conn.unary("/google.cloud.aiplatform.v1.JobService/CreateCustomJob", &b).await?;
+                        } else {
+                            conn.post_json(path, b).await?;
+                        }
+                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                } else {
+                    let mut conn = grpc_client::Http1::open(&addr).await?;
+                    for b in bodies {
+                        let t = Instant::now();
+                        conn.post_json(path, b).await?;
+                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
+                anyhow::Ok(lat)
+            }));
+        }
+        let mut all = Vec::with_capacity(n);
+        for t in tasks {
+            all.extend(t.await.map_err(|e| anyhow!("a client task: {e}"))??);
+        }
+        anyhow::Ok(all)
+    })?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = server.cpu_secs()? - cpu0;
+    lat.sort_by(f64::total_cmp);
+    Ok(Measured { per_sec: n as f64 / wall, p50_ms: quantile(&lat, 0.5), p99_ms: quantile(&lat, 0.99), cpu_ms_per_create: cpu * 1000.0 / n as f64 })
+}
+
+/// Creates over REST and over gRPC, 3 rounds each, alternating, each measurement on a
+/// server of its own (the creates queue behind one running job: a server that served one
+/// measurement would give the next a longer queue): the medians and the ratios gRPC/REST.
+fn grpc_against_rest(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
+    const ROUNDS: usize = 3;
+    println!("create-bench --grpc: {} clients, {} creates per measurement, {ROUNDS} rounds", o.clients, o.creates);
+    let all = [Transport::Rest1, Transport::Rest2, Transport::Grpc];
+    let mut results: Vec<Vec<Measured>> = all.iter().map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        // Which goes first changes from round to round.
+        for k in 0..all.len() {
+            let i = (k + round) % all.len();
+            let transport = all[i];
+            let dir = tmp.join(format!("{i}-{round}"));
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("trainyard.toml"), CONFIG)?;
+            let server = start_server(exe, &dir)?;
+            measure_hyper(&server, o.clients, (o.creates / 10).max(o.clients), "warmup", transport)?;
+            let m = measure_hyper(&server, o.clients, o.creates, "bench", transport)?;
+            println!(
+                "round {round}, {}: {:.0} creates/s, p50 {:.2} ms, p99 {:.2} ms, server CPU {:.3} ms per create",
+                transport.name(),
+                m.per_sec,
+                m.p50_ms,
+                m.p99_ms,
+                m.cpu_ms_per_create
+            );
+            results[i].push(m);
+        }
+    }
+    let median = |v: &[Measured], f: fn(&Measured) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    println!();
+    println!("| transport | creates/s | p50 ms | p99 ms | CPU ms/create |");
+    println!("|---|---|---|---|---|");
+    for (t, v) in all.iter().zip(&results) {
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.3} |",
+            t.name(),
+            median(v, |m| m.per_sec),
+            median(v, |m| m.p50_ms),
+            median(v, |m| m.p99_ms),
+            median(v, |m| m.cpu_ms_per_create)
+        );
+    }
+    let (rest, rest2, grpc) = (&results[0], &results[1], &results[2]);
+    let ratio = |a: &[Measured], b: &[Measured], f: fn(&Measured) -> f64| median(a, f) / median(b, f);
+    println!(
+        "REST over HTTP/2 against HTTP/1.1: creates/s {:.2}x, p99 {:.2}x",
+        ratio(rest2, rest, |m| m.per_sec),
+        ratio(rest2, rest, |m| m.p99_ms)
+    );
+    println!(
+        "gRPC against REST over HTTP/2 (the bridge alone): creates/s {:.2}x, p99 {:.2}x",
+        ratio(grpc, rest2, |m| m.per_sec),
+        ratio(grpc, rest2, |m| m.p99_ms)
+    );
+    let ratio = |f: fn(&Measured) -> f64| median(grpc, f) / median(rest, f);
+    println!("gRPC/REST: creates/s {:.2}x, p50 {:.2}x, p99 {:.2}x", ratio(|m| m.per_sec), ratio(|m| m.p50_ms), ratio(|m| m.p99_ms));
+    row::row("create-bench", "creates/s over gRPC (8 clients)", &format!("{:.0}/s", median(&grpc, |m| m.per_sec)), &format!("{:.0}/s over REST", median(&rest, |m| m.per_sec)), ratio(|m| m.per_sec));
+    row::row("create-bench", "create p99 over gRPC (8 clients)", &format!("{:.2} ms", median(&grpc, |m| m.p99_ms)), &format!("{:.2} ms over REST", median(&rest, |m| m.p99_ms)), ratio(|m| m.p99_ms));
+    Ok(())
+}
+
 fn metrics_cost(exe: &Path, tmp: &Path, o: &Opts) -> Result<()> {
     const ROUNDS: usize = 3;
     println!("create-bench --metrics-cost: {} clients, {} creates per measurement, {ROUNDS} rounds", o.clients, o.creates);
