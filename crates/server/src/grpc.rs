@@ -33,7 +33,7 @@ use tower::ServiceExt;
 pub const DESCRIPTORS: &[u8] = include_bytes!("../grpc/aiplatform_v1.binpb");
 
 /// The largest request message (as the REST API's largest body).
-pub const MAX_MESSAGE: usize = crate::http::MAX_BODY;
+pub const MAX_MESSAGE: usize = crate::reply::MAX_BODY;
 
 /// The largest REST answer turned into a message.
 const MAX_ANSWER: usize = 64 << 20;
