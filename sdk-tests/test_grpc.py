@@ -405,6 +405,16 @@ def test_a_job_over_grpc_and_over_rest_is_the_same(channel, tls_server):
     assert not set(names) & set(_job_names(channel))
 
 
+def test_each_rpc_is_counted_in_the_metrics(channel, tls_server):
+    """An RPC is counted in /metrics as its REST twin's requests are, under method GRPC
+    and the RPC's path: one series per RPC, with the REST answer's code."""
+    _job_names(channel)
+    r = requests.get(f"{tls_server['url']}/metrics", verify=str(tls_server["ca"]), timeout=10)
+    assert r.status_code == 200, r.text
+    series = 'trainyard_http_request_duration_seconds_count{method="GRPC",route="/google.cloud.aiplatform.v1.JobService/ListCustomJobs",code="200"}'
+    assert series in r.text, [l for l in r.text.splitlines() if "GRPC" in l]
+
+
 def test_the_servers_are_still_up(channel, tls_server, tokens_channel, tls_tokens_server):
     """After all of the above (this module's last test): both servers still answer gRPC
     (a ListCustomJobs) and /healthz, and neither logged a panic."""

@@ -7,7 +7,8 @@
 //! `scripts/gen-grpc-descriptors.py`), turned into the REST request its `google.api.http`
 //! rule names (path fields into the path, the body field as JSON by the proto3 JSON
 //! mapping, the other fields as query parameters), and served by the REST router: the same
-//! auth (the `authorization` metadata), checks, audit lines and metrics. The REST answer
+//! auth (the `authorization` metadata), checks, audit lines and metrics (the latter under
+//! method `GRPC` and the RPC's path, one series per RPC). The REST answer
 //! comes back the same way: JSON into the response message, or the error (`{"error":
 //! {code, message, status, details}}`) into a `google.rpc.Status` with its details.
 //!
@@ -265,6 +266,7 @@ impl tonic::server::UnaryService<DynamicMessage> for Rpc {
 
     fn call(&mut self, request: tonic::Request<DynamicMessage>) -> RpcFuture {
         let (app, route, deadline, share) = (self.app.clone(), self.route.clone(), self.deadline, self.share.clone());
+        let rpc_path = format!("/{}/{}", route.method.parent_service().full_name(), route.method.name());
         Box::pin(async move {
             let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
             let message = request.into_inner();
@@ -273,7 +275,7 @@ impl tonic::server::UnaryService<DynamicMessage> for Rpc {
                 let value = HeaderValue::from_str(&a).map_err(|_| Status::unauthenticated("the authorization metadata is not a header value"))?;
                 rest.headers_mut().insert(axum::http::header::AUTHORIZATION, value);
             }
-            rest.headers_mut().insert("x-trainyard-transport", HeaderValue::from_static("grpc"));
+            rest.extensions_mut().insert(crate::metrics::GrpcMethod(rpc_path));
             if let Some(share) = share {
                 rest.extensions_mut().insert(share);
             }

@@ -780,8 +780,14 @@ pub fn to_text_format(open: &str) -> String {
 }
 
 
+/// A request made by the gRPC bridge for an RPC (its path, `/SERVICE/METHOD`): counted
+/// under method `GRPC` and the RPC's path, one series per RPC.
+#[derive(Clone, Debug)]
+pub struct GrpcMethod(pub String);
+
 /// Middleware: the duration of each request by method, route template (axum's
-/// `MatchedPath`; `unmatched` for a path no route has) and status code.
+/// `MatchedPath`; `unmatched` for a path no route has) and status code; a gRPC call's
+/// by `GRPC` and its RPC's path.
 pub async fn track_http(State(metrics): State<Arc<Metrics>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     if !metrics.enabled {
         return next.run(req).await;
@@ -793,7 +799,12 @@ pub async fn track_http(State(metrics): State<Arc<Metrics>>, req: axum::extract:
         _ => "other",
     }
     .to_string();
-    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let mut route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let mut method = method;
+    if let Some(rpc) = req.extensions().get::<GrpcMethod>() {
+        method = "GRPC".to_string();
+        route = rpc.0.clone();
+    }
     let resp = next.run(req).await;
     metrics.http_request(&method, &route, resp.status().as_u16(), began.elapsed());
     resp
