@@ -269,7 +269,15 @@ where
                 }
                 break;
             }
-            why = watch.expired(limits) => {
+            why = watch.expired(limits), if !stopping => {
+                // An idle HTTP/2 connection is told so (GOAWAY): its client opens a new
+                // one for its next call rather than sending it into a closed socket.
+                if why == IDLE_WHY && watch.http2.load(Ordering::SeqCst) {
+                    tracing::debug!("closing an HTTP/2 connection: {why}");
+                    stopping = true;
+                    conn.as_mut().graceful_shutdown();
+                    continue;
+                }
                 tracing::debug!("closing a connection: {why}");
                 break;
             }
@@ -336,6 +344,9 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Where a connection is: waiting for (or reading) a request head, serving a request, or
 /// idle between requests.
+/// Why an idle connection is closed.
+const IDLE_WHY: &str = "idle";
+
 const HEAD: u64 = 0;
 const BUSY: u64 = 1;
 const IDLE: u64 = 2;
@@ -426,7 +437,7 @@ impl Watch {
             let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX >> 4);
             let mut deadline = match s & 3 {
                 HEAD => Some((since.saturating_add(ms(limits.header_timeout)), "no complete request head in time")),
-                IDLE => Some((since.saturating_add(ms(limits.idle_timeout)), "idle")),
+                IDLE => Some((since.saturating_add(ms(limits.idle_timeout)), IDLE_WHY)),
                 _ => None,
             };
             let blocked = self.write_blocked.load(Ordering::SeqCst);
