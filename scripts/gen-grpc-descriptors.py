@@ -37,15 +37,29 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(ROOT, "crates", "server", "grpc", "aiplatform_v1.binpb")
 
-PACKAGE = "google.cloud.aiplatform.v1"
-SERVICES_FILE = "trainyard/aiplatform_v1_services.proto"
-
-# Service name -> the SDK module under google.cloud.aiplatform_v1.services.
-SERVICES = {
-    "JobService": "job_service",
-    "PipelineService": "pipeline_service",
-    "VizierService": "vizier_service",
-}
+# Each services file: its proto package, the SDK's Python package (whose
+# `services.<module>.transports` hold the gRPC paths and HTTP rules), and its services:
+# name -> (module, the methods kept, or None for all).
+SERVICE_FILES = [
+    (
+        "trainyard/aiplatform_v1_services.proto",
+        "google.cloud.aiplatform.v1",
+        "google.cloud.aiplatform_v1",
+        {
+            "JobService": ("job_service", None),
+            "PipelineService": ("pipeline_service", None),
+            "VizierService": ("vizier_service", None),
+        },
+    ),
+    # The SDK asks the resource manager for the id of the project it was given (inside a
+    # job, with no endpoint of its own): GetProject alone.
+    (
+        "trainyard/resourcemanager_v3_services.proto",
+        "google.cloud.resourcemanager.v3",
+        "google.cloud.resourcemanager_v3",
+        {"Projects": ("projects", ["GetProject"])},
+    ),
+]
 
 # Files the set always carries, besides what the services reach: the HTTP annotation,
 # the long-running operations service (with its own HTTP rules) and the error details.
@@ -121,7 +135,7 @@ def message_descriptor(fn):
     raise SystemExit(f"cannot tell the message type of {fn!r}")
 
 
-def grpc_methods(service, module):
+def grpc_methods(package, sdk, service, module, kept=None):
     """The service's RPCs as (name, streaming flags, request, response descriptors).
 
     Each RPC is a property of the gRPC transport that asks its channel for a stub. The
@@ -129,9 +143,7 @@ def grpc_methods(service, module):
     the channel in a logging interceptor that creates stubs only when called) and given
     a recording channel; reading every property in definition order records the stubs.
     """
-    grpc_mod = importlib.import_module(
-        f"google.cloud.aiplatform_v1.services.{module}.transports.grpc"
-    )
+    grpc_mod = importlib.import_module(f"{sdk}.services.{module}.transports.grpc")
     transport_cls = getattr(grpc_mod, f"{service}GrpcTransport")
     channel = RecordingChannel()
     transport = transport_cls.__new__(transport_cls)
@@ -146,11 +158,13 @@ def grpc_methods(service, module):
                 pass  # not an RPC (e.g. operations_client needs the real constructor)
 
     # Keep only this service's own paths, not the mixins (operations, locations, IAM).
-    prefix = f"/{PACKAGE}.{service}/"
+    prefix = f"/{package}.{service}/"
     methods = []
     for path, (cstream, sstream, ser, deser) in channel.calls.items():
         if path.startswith(prefix):
             name = path[len(prefix):]
+            if kept is not None and name not in kept:
+                continue
             methods.append((name, cstream, sstream, message_descriptor(ser),
                             message_descriptor(deser)))
     if not methods:
@@ -158,11 +172,9 @@ def grpc_methods(service, module):
     return methods
 
 
-def http_rule(service, module, method):
+def http_rule(sdk, service, module, method):
     """The method's `google.api.http` rule from the REST transport, or None."""
-    rest_mod = importlib.import_module(
-        f"google.cloud.aiplatform_v1.services.{module}.transports.rest_base"
-    )
+    rest_mod = importlib.import_module(f"{sdk}.services.{module}.transports.rest_base")
     base = getattr(rest_mod, f"_Base{service}RestTransport")
     holder = getattr(base, f"_Base{method}", None)
     if holder is None or not hasattr(holder, "_get_http_options"):
@@ -189,17 +201,17 @@ def http_rule(service, module, method):
     return rule
 
 
-def build_services_file():
-    """The extra file declaring the services, with the files their messages live in."""
+def build_services_file(file_name, package, sdk, services):
+    """An extra file declaring services, with the files their messages live in."""
     fdp = descriptor_pb2.FileDescriptorProto(
-        name=SERVICES_FILE, package=PACKAGE, syntax="proto3"
+        name=file_name, package=package, syntax="proto3"
     )
     deps = {"google/api/annotations.proto"}
     missing_rules = []
     method_count = 0
-    for service, module in SERVICES.items():
+    for service, (module, kept) in services.items():
         sdp = fdp.service.add(name=service)
-        for name, cstream, sstream, request, response in grpc_methods(service, module):
+        for name, cstream, sstream, request, response in grpc_methods(package, sdk, service, module, kept):
             mdp = sdp.method.add(
                 name=name,
                 input_type=f".{request.full_name}",
@@ -211,7 +223,7 @@ def build_services_file():
                 mdp.server_streaming = True
             deps.add(request.file.name)
             deps.add(response.file.name)
-            rule = http_rule(service, module, name)
+            rule = http_rule(sdk, service, module, name)
             if rule is None:
                 missing_rules.append(f"{service}.{name}")
             else:
@@ -263,13 +275,16 @@ def ordered_files(pool, roots):
 def main():
     out_path = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT
 
-    # 1. The services file; importing the transports also registers every proto-plus file.
-    services_fdp, method_count, missing_rules = build_services_file()
+    # 1. The services files; importing the transports also registers every proto-plus file.
+    built = [build_services_file(*spec) for spec in SERVICE_FILES]
+    method_count = sum(b[1] for b in built)
+    missing_rules = [m for b in built for m in b[2]]
 
-    # 2. Everything the services file imports, plus the fixed extras, from the default pool.
+    # 2. Everything the services files import, plus the fixed extras, from the default pool.
     pool = descriptor_pool.Default()
-    files = ordered_files(pool, EXTRA_FILES + list(services_fdp.dependency))
-    files.append(services_fdp)
+    roots = EXTRA_FILES + [d for b in built for d in b[0].dependency]
+    files = ordered_files(pool, roots)
+    files.extend(b[0] for b in built)
 
     # 3. Check the set stands on its own: a fresh pool must accept it file by file.
     check = descriptor_pool.DescriptorPool()
@@ -293,7 +308,7 @@ def main():
     print(
         f"{os.path.relpath(out_path, ROOT)}: {len(data)} bytes, {len(files)} files, "
         f"{len(services)} services ({names}), {total_methods} methods "
-        f"({method_count} aiplatform)"
+        f"({method_count} of the SDK's transports)"
         + (f"; no http rule: {', '.join(missing_rules)}" if missing_rules else "")
     )
 

@@ -208,9 +208,16 @@ def _running_server(tokens: str | None = None, replicas: str = "", tls: bool | N
     # Trials run this suite's own interpreter (sys.executable, with cloudml-hypertune),
     # which may live where other users cannot go (a venv of root's pyenv): replicas run
     # as the server's user here, not as per-project users.
-    config.write_text("[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n" + replicas + "[containers]\nengine = \"none\"\n")
     log = root / "server.log"
     port = _free_port()
+    # Each TLS server's jobs reach it by the service's host names at port 443 of a
+    # loopback address of its own ([tls] jobs_address; the default, 127.255.0.1, can be
+    # one server's only): 127.255.x.y from its port.
+    jobs_address = f'[tls]\njobs_address = "127.255.{port >> 8}.{port & 255}"\n' if tls else ""
+    config.write_text(
+        "[lifecycle]\ngrace_period_secs = 1\n[replicas]\nper_project_users = false\n" + replicas
+        + "[containers]\nengine = \"none\"\n" + jobs_address
+    )
     args = [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir), "--config", str(config)]
     if tokens is not None:
         tokens_file = root / "tokens.toml"

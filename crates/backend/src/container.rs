@@ -214,6 +214,10 @@ pub struct ContainerSpec {
     /// The job's network namespace (see [`crate::netns`]) instead of the host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<PathBuf>,
+    /// Names the container resolves to these addresses (`--add-host`): the managed
+    /// service's host names, which lead to this server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_hosts: Vec<(String, String)>,
 }
 
 /// The replica's container name: `trainyard-<job>-<attempt>-<replica>-<restart>-<hash of
@@ -265,6 +269,9 @@ pub fn run_args(c: &ContainerSpec, cgroup_parent: Option<&str>, env_file: &Path,
     match &c.netns {
         Some(ns) => push(format!("--network=ns:{}", ns.display())),
         None => push("--network=host".into()),
+    }
+    for (name, addr) in &c.add_hosts {
+        push(format!("--add-host={name}:{addr}"));
     }
     // PID 1 forwards signals and reaps: a program without a SIGTERM handler still stops.
     push("--init".into());
@@ -472,6 +479,7 @@ mod tests {
             devices: vec![],
             workdir: None,
             netns: None,
+            add_hosts: Vec::new(),
         }
     }
 
@@ -499,6 +507,10 @@ mod tests {
         s.netns = Some(PathBuf::from("/data/netns/7"));
         let a = run_args(&s, None, Path::new("/e"), &[], Path::new("/run"));
         assert!(a.contains(&OsString::from("--network=ns:/data/netns/7")) && !a.contains(&OsString::from("--network=host")), "{a:?}");
+        // The managed service's host names lead to the server's jobs' address.
+        s.add_hosts = vec![("storage.googleapis.com".into(), "127.255.0.1".into())];
+        let a = run_args(&s, None, Path::new("/e"), &[], Path::new("/run"));
+        assert!(a.contains(&OsString::from("--add-host=storage.googleapis.com:127.255.0.1")), "{a:?}");
     }
 
     #[test]

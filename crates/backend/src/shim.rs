@@ -156,6 +156,10 @@ pub struct ShimSpec {
     /// fixed name, no file left for the next tenant); emptied when the replica ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_tmp: Option<PathBuf>,
+    /// A hosts file bind-mounted (read-only) over `/etc/hosts` in the replica's mount
+    /// namespace (with `gcs_mount`): the managed service's host names lead to this server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts_file: Option<PathBuf>,
     /// The most bytes of output kept for the run (the log rotates at half of it); `None`:
     /// no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,6 +190,16 @@ fn mount_gcs(source: &Path) -> Result<(), String> {
     mount(Some(source), GCS_MOUNT_POINT, None::<&str>, MsFlags::MS_BIND, None::<&str>)
         .map_err(|e| format!("bind-mounting {} at {GCS_MOUNT_POINT}: {e}", source.display()))?;
     Ok(())
+}
+
+/// `hosts` over `/etc/hosts`, read-only, in the mount namespace [`mount_gcs`] made.
+fn mount_hosts(hosts: &Path) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    const ETC_HOSTS: &str = "/etc/hosts";
+    mount(Some(hosts), ETC_HOSTS, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| format!("bind-mounting {} at {ETC_HOSTS}: {e}", hosts.display()))?;
+    mount(None::<&str>, ETC_HOSTS, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY, None::<&str>)
+        .map_err(|e| format!("making {ETC_HOSTS} read-only: {e}"))
 }
 
 /// Can this host give a replica the mount namespace [`mount_gcs`] and [`hide_other_pids`]
@@ -325,6 +339,7 @@ impl ShimSpec {
             container: None,
             gcs_mount: None,
             private_tmp: None,
+            hosts_file: None,
             log_max_bytes: None,
             netns: None,
             engine_cgroup_oom: false,
@@ -634,6 +649,11 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     if let (Some(source), None) = (&spec.gcs_mount, &spec.container) {
         if let Err(e) = mount_gcs(source) {
             return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /gcs: {e}"));
+        }
+        if let Some(hosts) = &spec.hosts_file {
+            if let Err(e) = mount_hosts(hosts) {
+                return fail_before_start(run_dir, None, &cgroups, format!("cannot give the replica its /etc/hosts: {e}"));
+            }
         }
         // Other tenants' processes are hidden from a program that runs as its project's
         // user (a program of the server's own user sees what the server sees).

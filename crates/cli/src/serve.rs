@@ -94,7 +94,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Before anything is created: the data directory, database, run directories and logs
     // (and what shims and node agents create) are for this user only.
     trainyard_server::datadir::set_private_umask();
-    let (cfg, addr) = load(&args)?;
+    let (mut cfg, addr) = load(&args)?;
     // The log as the config asks (`[log]`), before anything is logged.
     if let Some(note) = crate::logwriter::init("info", &cfg.log)? {
         tracing::warn!("{note}");
@@ -117,6 +117,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let tls = trainyard_server::tls::Tls::start(&cfg.tls, &cfg.data_dir, addr)?;
+    let jobs_listener = jobs_listener(&mut cfg)?;
     if tls.is_none() && tokens.is_some() && !addr.ip().is_loopback() {
         tracing::warn!(
             "listening on {addr} with bearer tokens and no TLS: tokens cross the network in clear text; \
@@ -222,6 +223,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let role = epoch.map(|e| format!(" as the leader (epoch {e})")).unwrap_or_default();
     rt.block_on(async move {
         reload_on_hangup(hangup_tokens, tls.clone())?;
+        // The jobs' listener stops with the main one.
+        let (stopped_tx, mut stopped_rx) = tokio::sync::watch::channel(false);
+        let jobs = match jobs_listener {
+            Some((listener, jobs_tls)) => {
+                let listener = tokio::net::TcpListener::from_std(listener).context("cannot serve the jobs' address")?;
+                let stopped = async move {
+                    let _ = stopped_rx.wait_for(|s| *s).await;
+                };
+                Some(tokio::spawn(trainyard_server::http::serve(listener, state.clone(), limits.clone(), Some(jobs_tls), stopped)))
+            }
+            None => None,
+        };
         let listener = tokio::net::TcpListener::from_std(listener.try_clone()?).with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
             "Trainyard serving region {region} on {scheme}://{addr}{role} (config: {source}; data: {}); {auth_note}{tls_note}",
@@ -229,6 +242,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         ready();
         trainyard_server::http::serve(listener, state, limits, tls, shutdown_signal(health)).await?;
+        let _ = stopped_tx.send(true);
+        if let Some(jobs) = jobs {
+            jobs.await.context("the jobs' listener")??;
+        }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         anyhow::Ok(())
     })?;
@@ -429,4 +446,32 @@ async fn reload_tls(tls: &std::sync::Arc<trainyard_server::tls::Tls>, via: &'sta
         Ok(Err(e)) => tracing::error!("{via}: the TLS certificate in use stays: {e}"),
         Err(e) => tracing::error!("{via}: the TLS reload did not finish: {e}"),
     }
+}
+
+/// `[tls] jobs_address` (with `auto`): port 443 of that loopback address, where the
+/// managed service's host names lead in jobs, and its certificate (for those names, from
+/// the automatic CA). A server that cannot listen there (not root, the port taken) says
+/// so and goes on: its jobs get the endpoint variables only.
+fn jobs_listener(cfg: &mut Config) -> anyhow::Result<Option<(std::net::TcpListener, std::sync::Arc<trainyard_server::tls::Tls>)>> {
+    let Some(ip) = cfg.tls.jobs_address.filter(|_| cfg.tls.auto) else { return Ok(None) };
+    let at = SocketAddr::new(ip, 443);
+    let listener = match std::net::TcpListener::bind(at) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(
+                "[tls] jobs_address: cannot listen on {at} ({e}): jobs' clients reach this server through the endpoint \
+                 variables (API_ENDPOINT_OVERRIDE, STORAGE_EMULATOR_HOST) only, not by the service's host names; \
+                 run the server as root, or set [tls] jobs_address = \"off\" to say nothing"
+            );
+            return Ok(None);
+        }
+    };
+    listener.set_nonblocking(true).with_context(|| format!("cannot listen on {at}"))?;
+    let jobs_tls = trainyard_server::tls::Tls::for_jobs(&cfg.data_dir, ip, &cfg.region)?;
+    cfg.jobs_endpoint = Some(at);
+    tracing::info!(
+        "jobs reach this server by the service's host names ({}) at {at}",
+        trainyard_server::tls::service_names(&cfg.region).join(", ")
+    );
+    Ok(Some((listener, jobs_tls)))
 }

@@ -26,17 +26,24 @@ fn node_of(s: &Server, job: &Value, replica: &str, restart: u32) -> String {
 fn l9_drain_moves_replicas_to_another_node() {
     let s = Server::start(TWO_NODES);
     // The program traps SIGTERM, checkpoints (a file) and exits; restarted, it finds the
-    // checkpoint and finishes.
+    // checkpoint and finishes. It says where it runs once its trap is set: the drain
+    // waits for that (a SIGTERM before the trap would end it without a checkpoint).
     let marker = s.dir.path().join("ckpt");
     let script = format!(
-        "echo addr=$(echo $CLUSTER_SPEC | sed 's/.*workerpool0\":\\[\"\\([^\"]*\\)\".*/\\1/') node=$TRAINYARD_NODE; \
+        "trap 'echo saving; touch {m}; exit 0' TERM; \
+         echo addr=$(echo $CLUSTER_SPEC | sed 's/.*workerpool0\":\\[\"\\([^\"]*\\)\".*/\\1/') node=$TRAINYARD_NODE; \
          if [ -e {m} ]; then echo resumed; exit 0; fi; \
-         trap 'echo saving; touch {m}; exit 0' TERM; while true; do sleep 0.1; done",
+         while true; do sleep 0.1; done",
         m = marker.display()
     );
     let j = s.create("p", &sh_job("drain-me", &script));
     let name = name_of(&j);
     s.wait_for(&name, 30, |j| j["state"] == "JOB_STATE_RUNNING");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !s.logs_text(&name).contains("addr=") {
+        assert!(std::time::Instant::now() < deadline, "the program never started: {}", s.logs_text(&name));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let first = node_of(&s, &j, "workerpool0-0", 0);
     let (ok, out) = cli(&s, &["nodes", "drain", &first]);
     assert!(ok, "{out}");

@@ -332,6 +332,9 @@ struct TlsFile {
     auto: Option<bool>,
     #[serde(default)]
     names: Vec<String>,
+    /// With `auto`: the loopback address whose port 443 serves the managed service's host
+    /// names to jobs (`"off"`: none).
+    jobs_address: Option<String>,
 }
 
 /// `[limits]`: per-project limits, so that one tenant cannot degrade the server for others.
@@ -660,6 +663,9 @@ pub struct Config {
     pub http: crate::listen::Limits,
     /// The listener's TLS (`[tls]`; off by default).
     pub tls: crate::tls::TlsSettings,
+    /// Where jobs reach the managed service's host names (`[tls] jobs_address`, port
+    /// 443), once `serve` listens there; None: jobs get the endpoint variables only.
+    pub jobs_endpoint: Option<std::net::SocketAddr>,
     /// Per-project limits (`[limits]`).
     pub limits: Limits,
     pub backend: BackendChoice,
@@ -1150,6 +1156,12 @@ impl Config {
             }
             Some(other) => return Err(invalid("backend", format!("must be \"local\" or \"slurm\", not {other:?}"))),
         }
+        if let Some(a) = file.tls.as_ref().and_then(|t| t.jobs_address.as_deref()) {
+            let loopback = a.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            if a != "off" && !loopback {
+                return Err(invalid("tls.jobs_address", format!("must be a loopback address such as 127.255.0.1, or \"off\", not {a:?}")));
+            }
+        }
         if let Some(h) = &file.http {
             let at_least_one = [
                 ("header_timeout_secs", h.header_timeout_secs),
@@ -1497,12 +1509,21 @@ impl Config {
                 }
                 l
             },
-            tls: file.tls.as_ref().map_or_else(crate::tls::TlsSettings::default, |t| crate::tls::TlsSettings {
-                cert_file: t.cert_file.clone(),
-                key_file: t.key_file.clone(),
-                auto: t.auto.unwrap_or(false),
-                names: t.names.clone(),
-            }),
+            jobs_endpoint: None,
+            tls: file.tls.as_ref().map_or_else(
+                || crate::tls::TlsSettings { jobs_address: Some(crate::tls::JOBS_ADDRESS), ..Default::default() },
+                |t| crate::tls::TlsSettings {
+                    cert_file: t.cert_file.clone(),
+                    key_file: t.key_file.clone(),
+                    auto: t.auto.unwrap_or(false),
+                    names: t.names.clone(),
+                    jobs_address: match t.jobs_address.as_deref() {
+                        Some("off") => None,
+                        Some(a) => a.parse().ok(),
+                        None => Some(crate::tls::JOBS_ADDRESS),
+                    },
+                },
+            ),
             limits: {
                 let mut l = Limits::default();
                 if let Some(f) = &file.limits {
@@ -1777,7 +1798,7 @@ mod tests {
             }
             false
         };
-        let tables = ["", "node", "machine_types", "http", "limits", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm", "store"];
+        let tables = ["", "node", "machine_types", "http", "tls", "limits", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm", "store"];
         let mut missing = Vec::new();
         for table in tables {
             let keys = keys_of(table);

@@ -171,6 +171,9 @@ pub struct Planned {
     /// With `[tls]`: the certificates the job's clients trust (the host's and the
     /// server's CA), written before the run starts.
     pub trust: Option<TrustBundle>,
+    /// With `[tls] jobs_address`: a host program's hosts file (the host's and the
+    /// service's names), written before the run starts.
+    pub hosts: Option<HostsFile>,
     /// A restarted or retried replica's checkpoint directory: its newest entry becomes
     /// `TRAINYARD_LATEST_CHECKPOINT` (as the program sees `AIP_CHECKPOINT_DIR`).
     pub checkpoints: Option<Confined>,
@@ -276,6 +279,20 @@ impl TrustBundle {
         let system = SYSTEM_BUNDLES.iter().find_map(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
         let sep = if system.is_empty() || system.ends_with('\n') { "" } else { "\n" };
         write_run_file(&self.path, "the job's CA bundle", format!("{system}{sep}{ca}").as_bytes(), 0o444, None)
+    }
+}
+
+/// A run's hosts file: `/etc/hosts` of the host, then `lines`.
+pub struct HostsFile {
+    pub path: PathBuf,
+    pub lines: String,
+}
+
+impl HostsFile {
+    fn write(&self) -> Result<(), String> {
+        let host = std::fs::read_to_string("/etc/hosts").unwrap_or_else(|_| "127.0.0.1 localhost\n::1 localhost\n".into());
+        let sep = if host.is_empty() || host.ends_with('\n') { "" } else { "\n" };
+        write_run_file(&self.path, "the job's hosts file", format!("{host}{sep}{}", self.lines).as_bytes(), 0o444, None)
     }
 }
 
@@ -994,6 +1011,12 @@ impl Planned {
         self.apply_grants().map_err(|(run, message)| start_error(run, message))?;
         if let Some(c) = &self.credentials {
             if let Err(message) = c.write(self.launch.spec.run_as) {
+                tracing::error!("{}: {message}", self.launch.run);
+                return Err((self.launch.run, Outcome::LaunchFailed { message }));
+            }
+        }
+        if let Some(h) = &self.hosts {
+            if let Err(message) = h.write() {
                 tracing::error!("{}: {message}", self.launch.run);
                 return Err((self.launch.run, Outcome::LaunchFailed { message }));
             }

@@ -130,7 +130,11 @@ pub async fn handle(app: axum::Router, req: Request<Body>) -> Response<Body> {
         let why = if catalog.pool.get_service_by_name(service).is_some() {
             format!("Trainyard does not offer the method {method} of {service}")
         } else {
-            format!("Trainyard does not offer the gRPC service {service:?} (it offers JobService, PipelineService and VizierService of google.cloud.aiplatform.v1, and google.longrunning.Operations)")
+            format!(
+                "Trainyard does not offer the gRPC service {service:?} (it offers JobService, PipelineService and VizierService \
+                 of google.cloud.aiplatform.v1, google.longrunning.Operations, and Projects.GetProject of \
+                 google.cloud.resourcemanager.v3)"
+            )
         };
         return Status::unimplemented(why).into_http::<Body>();
     };

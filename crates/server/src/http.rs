@@ -356,6 +356,19 @@ async fn metrics_page(State(metrics): State<Arc<crate::metrics::Metrics>>, heade
 
 /// The driver's liveness (not the HTTP layer's): "ok", or 503 with the reason in the
 /// API's error shape.
+/// `GET /v3/projects/{project}` of Cloud Resource Manager: the SDK asks it for the id of
+/// the project it was given (inside a job, `GOOGLE_CLOUD_PROJECT`), taking it for a
+/// number. Projects here are named by their ids: the answer names the project as asked.
+async fn get_project(Path(project): Path<String>) -> Response {
+    let project = serde_json::json!({
+        "name": format!("projects/{project}"),
+        "projectId": project,
+        "displayName": project,
+        "state": "ACTIVE",
+    });
+    axum::Json(project).into_response()
+}
+
 async fn healthz(State(state): State<AppState>) -> Response {
     match state.health.unavailable() {
         // Several servers: which one this is (`ok (leader, epoch 3)`).
@@ -465,6 +478,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/usage", get(usage))
         .route("/v1/admin/tokens:reload", axum::routing::post(guard::reload_tokens))
         .route("/v1/admin/backup", axum::routing::post(backup))
+        .route("/v3/projects/{project}", get(get_project))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_page).with_state(state.metrics.clone()))
         .route("/", get(console))

@@ -50,6 +50,11 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
+/// A request that came in on the jobs' listener (`[tls] jobs_address`, reached through
+/// the managed service's host names in jobs' hosts files).
+#[derive(Clone, Copy, Debug)]
+pub struct JobsListener;
+
 /// Limits of the API's connections (`[http]` in the config).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -188,7 +193,7 @@ async fn connection(
     let watch = Arc::new(Watch::new());
     let Some(tls) = tls else {
         let io = TokioIo::new(Watched { inner: stream, watch: Arc::clone(&watch) });
-        serve_connection(io, app, &limits, &watch, false, stop).await;
+        serve_connection(io, app, &limits, &watch, false, false, stop).await;
         if watch.tls_hello.load(Ordering::SeqCst) {
             tls_client(peer);
         }
@@ -216,7 +221,8 @@ async fn connection(
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
         watch.http2.store(true, Ordering::SeqCst);
     }
-    serve_connection(TokioIo::new(stream), app, &limits, &watch, true, stop).await;
+    let for_jobs = tls.serves_jobs();
+    serve_connection(TokioIo::new(stream), app, &limits, &watch, true, for_jobs, stop).await;
 }
 
 /// Serve HTTP/1 or HTTP/2 (by the client's preface) on `io` until it ends, its deadline
@@ -224,7 +230,15 @@ async fn connection(
 /// `x-forwarded-proto: https` (whatever the client said), so that the links the server
 /// gives (Cloud Storage's `selfLink`, `mediaLink`, upload sessions) are https; an HTTP/2
 /// request's `:authority` is its `Host`.
-async fn serve_connection<I>(io: I, app: axum::Router, limits: &Limits, watch: &Arc<Watch>, https: bool, mut stop: watch::Receiver<bool>)
+async fn serve_connection<I>(
+    io: I,
+    app: axum::Router,
+    limits: &Limits,
+    watch: &Arc<Watch>,
+    https: bool,
+    for_jobs: bool,
+    mut stop: watch::Receiver<bool>,
+)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -239,6 +253,9 @@ where
         req.extensions_mut().insert(Arc::clone(&share));
         if https {
             req.headers_mut().insert("x-forwarded-proto", axum::http::HeaderValue::from_static("https"));
+        }
+        if for_jobs {
+            req.extensions_mut().insert(JobsListener);
         }
         if !req.headers().contains_key(axum::http::header::HOST) {
             if let Some(host) = req.uri().authority().and_then(|a| axum::http::HeaderValue::from_str(a.as_str()).ok()) {

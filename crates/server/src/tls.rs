@@ -39,6 +39,25 @@ pub struct TlsSettings {
     pub auto: bool,
     /// More names (DNS names or addresses) for the automatic certificate.
     pub names: Vec<String>,
+    /// With `auto`: the loopback address whose port 443 serves the managed service's
+    /// host names to jobs ([`JOBS_ADDRESS`] unless `jobs_address` says otherwise).
+    pub jobs_address: Option<IpAddr>,
+}
+
+/// The default `[tls] jobs_address`: a loopback address nothing else uses.
+pub const JOBS_ADDRESS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 255, 0, 1));
+
+/// The managed service's host names that jobs' clients call with no endpoint of their
+/// own: the SDK's (`{region}-aiplatform`, `aiplatform`), Cloud Storage's, and the
+/// resource manager's (the SDK asks it for a project's id; it answers 404 here, and the
+/// SDK keeps the number it has).
+pub fn service_names(region: &str) -> Vec<String> {
+    vec![
+        format!("{region}-aiplatform.googleapis.com"),
+        "aiplatform.googleapis.com".to_string(),
+        "storage.googleapis.com".to_string(),
+        "cloudresourcemanager.googleapis.com".to_string(),
+    ]
 }
 
 impl TlsSettings {
@@ -89,6 +108,8 @@ fn server_tag(listen: SocketAddr) -> String {
 /// The listener's TLS: its configuration and the certificate in use (replaced on reload).
 pub struct Tls {
     source: Source,
+    /// The listener of `[tls] jobs_address`: the service's names, for jobs.
+    for_jobs: bool,
     current: Arc<RwLock<Arc<CertifiedKey>>>,
     not_after: RwLock<OffsetDateTime>,
     config: Arc<rustls::ServerConfig>,
@@ -121,6 +142,18 @@ impl Tls {
             (false, Some(_), None) => return Err(TlsError::Config("cert_file without key_file: give both".into())),
             (false, None, Some(_)) => return Err(TlsError::Config("key_file without cert_file: give both".into())),
         };
+        Ok(Some(Tls::serving(source, false)?))
+    }
+
+    /// The TLS of the jobs' listener: a certificate of the automatic CA for the managed
+    /// service's host names ([`service_names`]) and `address`.
+    pub fn for_jobs(data_dir: &Path, address: IpAddr, region: &str) -> Result<Arc<Tls>, TlsError> {
+        let mut names = service_names(region);
+        names.push(address.to_string());
+        Tls::serving(Source::Auto { dir: data_dir.join("tls"), names, tag: format!("jobs-{address}") }, true)
+    }
+
+    fn serving(source: Source, for_jobs: bool) -> Result<Arc<Tls>, TlsError> {
         let (key, not_after) = load(&source)?;
         let current = Arc::new(RwLock::new(Arc::new(key)));
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
@@ -129,7 +162,12 @@ impl Tls {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Resolver(Arc::clone(&current))));
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Some(Arc::new(Tls { source, current, not_after: RwLock::new(not_after), config: Arc::new(config) })))
+        Ok(Arc::new(Tls { source, for_jobs, current, not_after: RwLock::new(not_after), config: Arc::new(config) }))
+    }
+
+    /// Is this the jobs' listener (`[tls] jobs_address`)?
+    pub fn serves_jobs(&self) -> bool {
+        self.for_jobs
     }
 
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {

@@ -135,7 +135,10 @@ impl Driver {
                 let trust = trust_file(&self.svc, run)
                     .zip(server_ca(&self.svc))
                     .map(|(path, server_ca)| crate::executor::TrustBundle { path, server_ca });
-                Some(Planned { seq, launch, dirs, grants, credentials, trust, checkpoints, packages })
+                let hosts = hosts_file(&self.svc, run)
+                    .zip(hosts_lines(&self.svc))
+                    .map(|(path, lines)| crate::executor::HostsFile { path, lines });
+                Some(Planned { seq, launch, dirs, grants, credentials, trust, hosts, checkpoints, packages })
             }
             Err(outcome) => {
                 (self.sink())(BackendEvent::Exited { run: run.clone(), outcome, stderr_tail: Vec::new() });
@@ -289,6 +292,33 @@ fn server_ca(svc: &Services) -> Option<PathBuf> {
     svc.cfg.tls.auto.then(|| svc.cfg.data_dir.join("tls").join(crate::tls::CA_FILE))
 }
 
+/// Where the managed service's host names lead in this server's jobs: `[tls]
+/// jobs_address` (port 443) and the names, once `serve` listens there and the replicas
+/// can reach it (not from a network namespace of the job's own).
+fn jobs_names(svc: &Services) -> Option<(std::net::IpAddr, Vec<String>)> {
+    let at = svc.cfg.jobs_endpoint?;
+    if svc.cfg.replicas.network == crate::config::Network::Job {
+        return None;
+    }
+    Some((at.ip(), crate::tls::service_names(&svc.cfg.region)))
+}
+
+/// The run's hosts file (`<run_dir>/hosts`: the host's, and the service's names), for a
+/// host program in a mount namespace of its own, where it replaces `/etc/hosts`.
+fn hosts_file(svc: &Services, run: &RunId) -> Option<PathBuf> {
+    if svc.containers.is_some() || !svc.gcs_mount {
+        return None;
+    }
+    jobs_names(svc)?;
+    Some(run_dir(&svc.cfg.data_dir, run).join("hosts"))
+}
+
+/// The lines a run's hosts file adds to the host's.
+pub(super) fn hosts_lines(svc: &Services) -> Option<String> {
+    let (ip, names) = jobs_names(svc)?;
+    Some(format!("# The managed service's names, served by Trainyard to this job.\n{ip} {}\n", names.join(" ")))
+}
+
 /// Where a container sees its job's CA bundle.
 const TRUST_IN_CONTAINER: &str = "/trainyard/ca-bundle.pem";
 
@@ -306,7 +336,11 @@ const CREDENTIALS_IN_CONTAINER: &str = "/trainyard/credentials.json";
 /// The run's credential file (tokens mode, with a server endpoint the run can reach):
 /// `<run_dir>/credentials.json`, written before the run starts, its user's alone.
 pub(super) fn credential_file(svc: &Services, run: &RunId) -> Option<PathBuf> {
-    svc.job_credentials.as_ref()?;
+    // Open mode: a credential for `google.auth.default()` where the job's clients reach
+    // the service by its host names (any token is taken, from this host only).
+    if svc.job_credentials.is_none() {
+        jobs_names(svc)?;
+    }
     storage_endpoint(svc)?;
     Some(run_dir(&svc.cfg.data_dir, run).join("credentials.json"))
 }
@@ -317,7 +351,10 @@ pub(super) fn credential_file(svc: &Services, run: &RunId) -> Option<PathBuf> {
 /// fields are there because the format needs them). Its real lifetime is the job's: the
 /// server refuses it once the job has ended.
 pub(super) fn credential_json(svc: &Services, job: u64, project: &str) -> Option<String> {
-    let credential = svc.job_credentials.as_ref()?.credential(job, project);
+    let credential = match svc.job_credentials.as_ref() {
+        Some(c) => c.credential(job, project),
+        None => format!("open-mode-job-{job}"),
+    };
     let file = serde_json::json!({
         "type": "authorized_user",
         "token": credential,
@@ -480,7 +517,12 @@ impl<'a> Planning<'a> {
                     }
                     None => file.display().to_string(),
                 };
-                clients.push(("API_ENDPOINT_OVERRIDE".into(), endpoint));
+                if self.svc.job_credentials.is_some() {
+                    clients.push(("API_ENDPOINT_OVERRIDE".into(), endpoint));
+                } else {
+                    // Open mode: google-cloud-storage goes on sending no credential.
+                    clients.push(("STORAGE_EMULATOR_HOST".into(), endpoint));
+                }
                 clients.push(("GOOGLE_APPLICATION_CREDENTIALS".into(), path));
             }
             (Some(endpoint), None) => clients.push(("STORAGE_EMULATOR_HOST".into(), endpoint)),
@@ -499,6 +541,11 @@ impl<'a> Planning<'a> {
             for var in ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] {
                 clients.push((var.into(), path.clone()));
             }
+        }
+        // The service's host names lead here (a hosts file, or the container's): gRPC
+        // reads it with the system's resolver.
+        if hosts_file(self.svc, self.run).is_some() || (self.svc.containers.is_some() && jobs_names(self.svc).is_some()) {
+            clients.push(("GRPC_DNS_RESOLVER".into(), "native".into()));
         }
         clients
     }
@@ -691,6 +738,7 @@ impl<'a> Planning<'a> {
             devices,
             workdir: ce.workdir.clone(),
             netns: job_netns(svc, job.id),
+            add_hosts: jobs_names(svc).map(|(ip, names)| names.into_iter().map(|n| (n, ip.to_string())).collect()).unwrap_or_default(),
         });
         Ok((shim, self.dirs, grants, self.packages))
     }
@@ -719,6 +767,7 @@ impl<'a> Planning<'a> {
         if let Some(ns) = self.namespace() {
             if svc.gcs_mount {
                 shim.gcs_mount = Some(std::path::absolute(ns.path()).unwrap_or_else(|_| ns.path()));
+                shim.hosts_file = hosts_file(svc, self.run);
                 // A /tmp of the replica's own, in its run directory: TMPDIR and /tmp are
                 // the same place, shared with no other replica.
                 if svc.private_tmp && self.run_as.is_some() {
