@@ -82,11 +82,16 @@ fn tls_files_are_refused_at_start_naming_the_key_and_read_again_on_sighup() {
     maker.tls = true;
     maker.spawn();
     let made = maker.data_dir().join("tls");
+    // The certificate of its listen address (`server-<host>-<port>.pem`), not the one of
+    // its jobs' address (`server-jobs-...`).
+    let port_suffix = format!("-{}.pem", maker.port);
     let pem = std::fs::read_dir(&made)
         .expect("tls dir")
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("server-") && n.ends_with(".pem")))
+        .find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("server-") && !n.starts_with("server-jobs-") && n.ends_with(&port_suffix))
+        })
         .expect("a server certificate");
     let key = pem.with_extension("key");
     // Kept here: the maker's directory goes with it.
