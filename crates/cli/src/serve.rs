@@ -296,7 +296,7 @@ fn follower_state(
         cluster: Some(Arc::clone(&member.view)),
         forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(
             Arc::clone(&member.view),
-            cfg.tls.auto.then(|| cfg.data_dir.join("tls").join(trainyard_server::tls::CA_FILE)).as_deref(),
+            cfg.tls.auto.then(|| trainyard_server::tls::auto_ca_file(&cfg.data_dir)).as_deref(),
         ))),
     }
 }

@@ -45,8 +45,10 @@ pub fn is_grpc<B>(req: &Request<B>) -> bool {
 }
 
 /// How one RPC reaches its REST twin.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Route {
+    /// `/SERVICE/METHOD`, the RPC's path (its metrics' route).
+    path: String,
     method: MethodDescriptor,
     verb: axum::http::Method,
     /// The path template, such as `/v1/{parent=projects/*/locations/*}/customJobs`.
@@ -77,16 +79,16 @@ fn load() -> Result<Catalog, String> {
             } else {
                 http_route(&method, &http)
             };
-            if let Some(route) = route {
-                routes.insert(path, route);
+            if let Some((verb, template, body)) = route {
+                routes.insert(path.clone(), Route { path, method, verb, template, body });
             }
         }
     }
     Ok(Catalog { pool, routes })
 }
 
-/// The route of a method by its `google.api.http` option.
-fn http_route(method: &MethodDescriptor, http: &prost_reflect::ExtensionDescriptor) -> Option<Route> {
+/// The verb, path template and body of a method by its `google.api.http` option.
+fn http_route(method: &MethodDescriptor, http: &prost_reflect::ExtensionDescriptor) -> Option<(axum::http::Method, String, String)> {
     let options = method.options();
     if !options.has_extension(http) {
         return None;
@@ -97,22 +99,23 @@ fn http_route(method: &MethodDescriptor, http: &prost_reflect::ExtensionDescript
     let (verb, template) = [("get", axum::http::Method::GET), ("post", axum::http::Method::POST), ("delete", axum::http::Method::DELETE), ("patch", axum::http::Method::PATCH), ("put", axum::http::Method::PUT)]
         .into_iter()
         .find_map(|(name, verb)| Some(text(name)).filter(|t| !t.is_empty()).map(|t| (verb, t)))?;
-    Some(Route { method: method.clone(), verb, template, body: text("body") })
+    Some((verb, template, text("body")))
 }
 
 /// `google.longrunning.Operations` on the service's own operation names
 /// (`projects/*/locations/*/operations/*`), as the SDK's REST transport maps them.
-fn operations_route(method: &MethodDescriptor) -> Option<Route> {
+/// None of them has a body.
+fn operations_route(method: &MethodDescriptor) -> Option<(axum::http::Method, String, String)> {
     use axum::http::Method;
-    let (verb, template, body) = match method.name() {
-        "GetOperation" => (Method::GET, "/v1/{name}", ""),
-        "DeleteOperation" => (Method::DELETE, "/v1/{name}", ""),
-        "CancelOperation" => (Method::POST, "/v1/{name}:cancel", ""),
-        "WaitOperation" => (Method::POST, "/v1/{name}:wait", ""),
-        "ListOperations" => (Method::GET, "/v1/{name}/operations", ""),
+    let (verb, template) = match method.name() {
+        "GetOperation" => (Method::GET, "/v1/{name}"),
+        "DeleteOperation" => (Method::DELETE, "/v1/{name}"),
+        "CancelOperation" => (Method::POST, "/v1/{name}:cancel"),
+        "WaitOperation" => (Method::POST, "/v1/{name}:wait"),
+        "ListOperations" => (Method::GET, "/v1/{name}/operations"),
         _ => return None,
     };
-    Some(Route { method: method.clone(), verb, template: template.into(), body: body.into() })
+    Some((verb, template.into(), String::new()))
 }
 
 /// Answer one gRPC request (reflection, or an RPC through its REST twin).
@@ -143,7 +146,7 @@ pub async fn handle(app: axum::Router, req: Request<Body>) -> Response<Body> {
     let codec = DynamicCodec { input: route.method.input() };
     // tonic checks a message's length before it reads it: nothing larger is buffered.
     let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_ANSWER);
-    let rpc = Rpc { app, route: route.clone(), deadline, share };
+    let rpc = Rpc { app, route, deadline, share };
     let mut answer = grpc.unary(rpc, req).await;
     too_large_is_resource_exhausted(&mut answer);
     answer.map(Body::new)
@@ -240,14 +243,9 @@ impl Decoder for DynamicDecoder {
     type Item = DynamicMessage;
     type Error = Status;
 
+    /// A message over [`MAX_MESSAGE`] never gets here: tonic refuses it by its length
+    /// (see [`too_large_is_resource_exhausted`]).
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
-        use prost::bytes::Buf;
-        if src.remaining() > MAX_MESSAGE {
-            return Err(Status::resource_exhausted(format!(
-                "the request message is {} bytes, more than the limit of {MAX_MESSAGE}",
-                src.remaining()
-            )));
-        }
         DynamicMessage::decode(self.input.clone(), src)
             .map(Some)
             .map_err(|e| Status::invalid_argument(format!("the request is not a valid {}: {e}", self.input.full_name())))
@@ -257,7 +255,7 @@ impl Decoder for DynamicDecoder {
 /// One RPC, answered by the REST router.
 struct Rpc {
     app: axum::Router,
-    route: Route,
+    route: &'static Route,
     deadline: Option<Duration>,
     share: Option<Arc<crate::shares::ConnectionShare>>,
 }
@@ -269,17 +267,16 @@ impl tonic::server::UnaryService<DynamicMessage> for Rpc {
     type Future = RpcFuture;
 
     fn call(&mut self, request: tonic::Request<DynamicMessage>) -> RpcFuture {
-        let (app, route, deadline, share) = (self.app.clone(), self.route.clone(), self.deadline, self.share.clone());
-        let rpc_path = format!("/{}/{}", route.method.parent_service().full_name(), route.method.name());
+        let (app, route, deadline, share) = (self.app.clone(), self.route, self.deadline, self.share.clone());
         Box::pin(async move {
             let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
             let message = request.into_inner();
-            let mut rest = transcode(&route, &message)?;
+            let mut rest = transcode(route, &message)?;
             if let Some(a) = authorization {
                 let value = HeaderValue::from_str(&a).map_err(|_| Status::unauthenticated("the authorization metadata is not a header value"))?;
                 rest.headers_mut().insert(axum::http::header::AUTHORIZATION, value);
             }
-            rest.extensions_mut().insert(crate::metrics::GrpcMethod(rpc_path));
+            rest.extensions_mut().insert(crate::metrics::GrpcMethod(route.path.clone()));
             if let Some(share) = share {
                 rest.extensions_mut().insert(share);
             }

@@ -352,18 +352,18 @@ fn tls_client(peer: std::net::SocketAddr) {
     }
 }
 
-/// The first byte of a TLS handshake record (a ClientHello); no HTTP request starts with it.
 /// An accept that failed (out of descriptors) is tried again after 10 ms, doubling, at
 /// most 1 s.
 const ACCEPT_RETRY: trainyard_core::retry::Backoff = trainyard_core::retry::Backoff::of(Duration::from_millis(10), Duration::from_secs(1));
 
+/// The first byte of a TLS handshake record (a ClientHello); no HTTP request starts with it.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Where a connection is: waiting for (or reading) a request head, serving a request, or
-/// idle between requests.
 /// Why an idle connection is closed.
 const IDLE_WHY: &str = "idle";
 
+/// Where a connection is: waiting for (or reading) a request head, serving a request, or
+/// idle between requests.
 const HEAD: u64 = 0;
 const BUSY: u64 = 1;
 const IDLE: u64 = 2;

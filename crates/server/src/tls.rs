@@ -83,7 +83,17 @@ const CA_DAYS: i64 = 3650;
 /// How often the automatic certificate is looked at while the server runs.
 pub const RENEW_CHECK: Duration = Duration::from_secs(12 * 3600);
 /// The names of the files of `[tls] auto`, under `<data_dir>/tls/`.
-pub const CA_FILE: &str = "ca.pem";
+const CA_FILE: &str = "ca.pem";
+
+/// The directory of `[tls] auto`'s CA and certificates.
+fn auto_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("tls")
+}
+
+/// `[tls] auto`'s CA certificate, what clients (jobs, followers, users) trust.
+pub fn auto_ca_file(data_dir: &Path) -> PathBuf {
+    auto_dir(data_dir).join(CA_FILE)
+}
 const CA_KEY: &str = "ca.key";
 
 enum Source {
@@ -136,7 +146,7 @@ impl Tls {
     pub fn start(settings: &TlsSettings, data_dir: &Path, listen: SocketAddr) -> Result<Option<Arc<Tls>>, TlsError> {
         let source = match (settings.auto, &settings.cert_file, &settings.key_file) {
             (false, None, None) => return Ok(None),
-            (true, None, None) => Source::Auto { dir: data_dir.join("tls"), names: auto_names(listen, &settings.names), tag: server_tag(listen) },
+            (true, None, None) => Source::Auto { dir: auto_dir(data_dir), names: auto_names(listen, &settings.names), tag: server_tag(listen) },
             (true, _, _) => return Err(TlsError::Config("auto = true and cert_file/key_file exclude each other: give one or the other".into())),
             (false, Some(cert), Some(key)) => Source::Files { cert: cert.clone(), key: key.clone() },
             (false, Some(_), None) => return Err(TlsError::Config("cert_file without key_file: give both".into())),
@@ -150,7 +160,7 @@ impl Tls {
     pub fn for_jobs(data_dir: &Path, address: IpAddr, region: &str) -> Result<Arc<Tls>, TlsError> {
         let mut names = service_names(region);
         names.push(address.to_string());
-        Tls::serving(Source::Auto { dir: data_dir.join("tls"), names, tag: format!("jobs-{address}") }, true)
+        Tls::serving(Source::Auto { dir: auto_dir(data_dir), names, tag: format!("jobs-{address}") }, true)
     }
 
     fn serving(source: Source, for_jobs: bool) -> Result<Arc<Tls>, TlsError> {
@@ -211,7 +221,7 @@ pub fn check(settings: &TlsSettings, data_dir: &Path) -> Result<String, TlsError
             Ok(format!("{} valid until {}", cert.display(), rfc3339(end)))
         }
         _ if settings.auto => {
-            let ca = data_dir.join("tls").join(CA_FILE);
+            let ca = auto_ca_file(data_dir);
             Ok(if ca.exists() {
                 format!("auto: clients trust {}", ca.display())
             } else {

@@ -289,7 +289,7 @@ fn storage_endpoint(svc: &Services) -> Option<String> {
 /// certificate is the administrator's, trusted by the hosts' own CA certificates (or not:
 /// then the job's clients are given the CA by the job itself).
 fn server_ca(svc: &Services) -> Option<PathBuf> {
-    svc.cfg.tls.auto.then(|| svc.cfg.data_dir.join("tls").join(crate::tls::CA_FILE))
+    svc.cfg.tls.auto.then(|| crate::tls::auto_ca_file(&svc.cfg.data_dir))
 }
 
 /// Where the managed service's host names lead in this server's jobs: `[tls]
@@ -498,6 +498,18 @@ impl<'a> Planning<'a> {
         Ok(env)
     }
 
+    /// Where the replica sees a file of its run directory: its own path for a host
+    /// program; in a container, `in_container`, mounted there read-only.
+    fn seen_at(&mut self, file: PathBuf, in_container: &str) -> String {
+        match self.svc.containers {
+            Some(_) => {
+                self.mounts.push(Mount { source: file, target: in_container.into(), read_only: true });
+                in_container.to_string()
+            }
+            None => file.display().to_string(),
+        }
+    }
+
     /// What the job's Cloud Storage and Google clients need to find this server's
     /// storage unchanged, as on the managed service (the job's own env may say
     /// otherwise): the endpoint (not reachable from a job's own network namespace), the
@@ -510,13 +522,7 @@ impl<'a> Planning<'a> {
                 // whose access token is the job's credential), and google-cloud-storage
                 // sends it to the endpoint of API_ENDPOINT_OVERRIDE (with
                 // STORAGE_EMULATOR_HOST it would send none).
-                let path = match self.svc.containers {
-                    Some(_) => {
-                        self.mounts.push(Mount { source: file, target: CREDENTIALS_IN_CONTAINER.into(), read_only: true });
-                        CREDENTIALS_IN_CONTAINER.to_string()
-                    }
-                    None => file.display().to_string(),
-                };
+                let path = self.seen_at(file, CREDENTIALS_IN_CONTAINER);
                 if self.svc.job_credentials.is_some() {
                     clients.push(("API_ENDPOINT_OVERRIDE".into(), endpoint));
                 } else {
@@ -531,13 +537,7 @@ impl<'a> Planning<'a> {
         // Over TLS, the job's clients trust the server's CA besides the host's: requests
         // (google-cloud-storage, the SDK over REST), Python's ssl and OpenSSL, and gRPC.
         if let Some(file) = trust_file(self.svc, self.run) {
-            let path = match self.svc.containers {
-                Some(_) => {
-                    self.mounts.push(Mount { source: file, target: TRUST_IN_CONTAINER.into(), read_only: true });
-                    TRUST_IN_CONTAINER.to_string()
-                }
-                None => file.display().to_string(),
-            };
+            let path = self.seen_at(file, TRUST_IN_CONTAINER);
             for var in ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] {
                 clients.push((var.into(), path.clone()));
             }
