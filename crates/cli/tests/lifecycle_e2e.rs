@@ -201,6 +201,29 @@ fn l3_l4_l5_quota() {
     assert!(s.logs_text(&name_of(&b)).contains("Waiting for quota: custom_model_training_cpus: needs 8, 8 of 8 in use"));
 }
 
+/// L15: a job waiting for capacity shows its place among its project's waiting jobs as
+/// the latest round gives it; its log line, written once when it started to wait, gives
+/// no place that the page would later contradict ("position 1 of 1" there, "1 of 2" here).
+#[test]
+fn l15_a_waiting_jobs_place_is_shown_from_the_latest_round_and_never_written() {
+    let s = Server::start("[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n");
+    let running = s.create("p", &sh_job("running", "sleep 120"));
+    s.wait_for(&name_of(&running), 20, |j| state(j) == "JOB_STATE_RUNNING");
+    let first = s.create("p", &sh_job("first", "true"));
+    let reason = |j: &Value| j["trainyardWaitingReason"].as_str().unwrap_or("").to_string();
+    s.wait_for(&name_of(&first), 10, |j| reason(j).contains("position 1 of 1 among project p's waiting jobs"));
+    s.wait_for(&name_of(&first), 10, |_| s.logs_text(&name_of(&first)).contains("Waiting for"));
+    let second = s.create("p", &sh_job("second", "true"));
+    s.wait_for(&name_of(&first), 10, |j| reason(j).contains("position 1 of 2"));
+    s.wait_for(&name_of(&second), 10, |j| reason(j).contains("position 2 of 2"));
+    let log = s.logs_text(&name_of(&first));
+    assert!(!log.contains("position"), "a place in the queue was written: {log}");
+    for j in [&second, &first, &running] {
+        let (status, body) = s.call("POST", &s.url(&format!("/v1/{}:cancel", name_of(j))), None);
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
 /// L21: the checkpoint directory is the same for every restart and retry.
 #[test]
 fn l21_checkpoint_dir_kept_across_restarts() {

@@ -608,11 +608,12 @@ impl Driver {
                 Decision::Wait { job, kind, reason, position, .. } => {
                     let Some(live) = self.jobs.get_mut(&job) else { continue };
                     let waiting = Waiting { reason, position };
-                    // The reason with its moving numbers is shown; it is written (state and
-                    // log line) only when its kind changes.
+                    // The reason is written (state and log line) only when its kind
+                    // changes, without its place in the queue: that moves with every
+                    // round, and is shown from the latest one, never written.
                     if live.waiting != Some(kind) {
                         live.waiting = Some(kind);
-                        live.job.waiting_reason = Some(waiting.text(&live.job.project));
+                        live.job.waiting_reason = Some(Waiting { position: None, ..waiting.clone() }.text(&live.job.project));
                         changed.push(job);
                     }
                     reasons.insert(job, waiting);
