@@ -147,6 +147,7 @@ macro_rules! proto_enum {
 pub mod components;
 pub mod enum_int;
 pub mod error;
+pub mod exec;
 pub mod hptuning;
 pub mod imageref;
 pub mod json;

@@ -5,6 +5,7 @@
 pub mod bounded;
 pub mod cgroup;
 pub mod container;
+pub mod enter;
 mod forkserver;
 mod fsutil;
 pub mod netns;

@@ -1249,6 +1249,23 @@ fn drop_identity(limits: Limits) -> Result<(), ()> {
     Ok(())
 }
 
+/// For a command entered into the running replica (`enter`), after its cgroups and
+/// namespaces: what its program got between fork and exec (the task limit where no cgroup
+/// holds it, the nice value, the user with no new privileges, the system call filter).
+pub(crate) fn limit_entered(spec: &ShimSpec) -> io::Result<()> {
+    let pids_in_cgroup = spec.pids_cgroup_base.is_some()
+        || spec.cgroup_base.as_ref().is_some_and(|b| b.join(&spec.cgroup_name).join("pids.max").exists());
+    let limits = Limits {
+        nproc: spec.pids_max.filter(|_| !pids_in_cgroup && spec.run_as.is_some()),
+        nofile_soft: None,
+        run_as: spec.run_as,
+        nice: spec.nice,
+        seccomp: spec.run_as.and_then(|_| tenant_filter()),
+        cgroup_view: None,
+    };
+    drop_identity(limits).map_err(|()| io::Error::last_os_error())
+}
+
 fn spawn_program(
     spec: &ShimSpec,
     cgroup: Option<&ReplicaCgroup>,
@@ -1359,7 +1376,7 @@ const STEP_CPU_CGROUP: u8 = b'w';
 /// entry is the working directory). Made before the clone, so the child searches without
 /// reading or writing the process's `environ`, which a vfork-like child shares with every
 /// thread of its parent.
-fn exec_candidates(program: &str, env: &std::collections::BTreeMap<&str, &str>) -> Result<Vec<CString>, io::Error> {
+pub(crate) fn exec_candidates(program: &str, env: &std::collections::BTreeMap<&str, &str>) -> Result<Vec<CString>, io::Error> {
     let c = |s: String| CString::new(s).map_err(|_| nul_byte());
     if program.contains('/') {
         return Ok(vec![c(program.to_string())?]);

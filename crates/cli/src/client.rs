@@ -201,6 +201,28 @@ pub enum JobCommand {
         /// Job id or resource name.
         job: String,
     },
+    /// Run a command, or a shell, inside a running replica of a CustomJob (its user,
+    /// cgroups, namespaces, environment and GPUs; `podman exec` in a container). With no
+    /// command: the replica's shell on a terminal. The exit status is the command's.
+    Exec {
+        #[command(flatten)]
+        target: Target,
+        /// Job id or resource name.
+        job: String,
+        /// The replica to enter (default: the primary, workerpool0-0).
+        #[arg(long, value_name = "NAME")]
+        replica: Option<String>,
+        /// A terminal for the command even when one is given (raw mode, its size passed on).
+        #[arg(long, short = 't', conflicts_with = "no_tty")]
+        tty: bool,
+        /// No terminal even for the shell: its output and exit status only.
+        #[arg(long, short = 'T')]
+        no_tty: bool,
+        /// The command and its arguments, after `--` (default: bash where the replica has
+        /// it, else sh).
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// Print a job's logs, following them until the job ends.
     StreamLogs {
         #[command(flatten)]
@@ -310,13 +332,23 @@ impl Api {
         &self.t.server
     }
 
+    /// The bearer token, if one is given.
+    pub(crate) fn token(&self) -> Option<&str> {
+        self.t.token.as_deref()
+    }
+
+    /// The CA an https server is trusted by (`--ca-file`), if one is given.
+    pub(crate) fn ca_file(&self) -> Option<&Path> {
+        self.t.ca_file.as_deref()
+    }
+
     pub(crate) fn admin_url(&self, path: &str) -> String {
         format!("{}/v1/admin/{path}", self.t.server.trim_end_matches('/'))
     }
 
     /// The URL of a resource given by id (in the target's project and region) or by full
     /// name `projects/P/locations/L/COLLECTION/ID` (in its own project and region).
-    fn resource_url(&self, collection: &str, job: &str) -> anyhow::Result<String> {
+    pub(crate) fn resource_url(&self, collection: &str, job: &str) -> anyhow::Result<String> {
         let bad = || anyhow::anyhow!("{job:?} is not a job id or a resource name projects/PROJECT/locations/REGION/{collection}/ID");
         let parts: Vec<&str> = job.trim_start_matches('/').split('/').collect();
         let (base, id) = match parts.as_slice() {
@@ -363,7 +395,7 @@ impl Api {
 
     /// An error answer as a message: the API's status and message, and for 401 and 403
     /// where the token comes from.
-    fn status_error(&self, code: u16, text: &str, url: &str) -> CallError {
+    pub(crate) fn status_error(&self, code: u16, text: &str, url: &str) -> CallError {
         let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
         let Some(msg) = v["error"]["message"].as_str() else {
             let snippet = crate::output::one_line(text.trim(), 200);
@@ -950,6 +982,22 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Describe { target, job, format } => describe(&CUSTOM_JOBS, target, &job, format.format),
         JobCommand::Cancel { target, job } => cancel(&CUSTOM_JOBS, target, &job),
         JobCommand::Delete { target, job } => delete(&CUSTOM_JOBS, target, &job),
+        JobCommand::Exec { target, job, replica, tty, no_tty, command } => {
+            let api = Api::new(target)?;
+            let url = api.resource_url(CUSTOM_JOBS.collection, &job)?;
+            let choice = match (tty, no_tty) {
+                (true, _) => crate::exec::TtyChoice::On,
+                (_, true) => crate::exec::TtyChoice::Off,
+                _ => crate::exec::TtyChoice::Auto,
+            };
+            let roots = match api.ca_file() {
+                Some(path) => Some(read_ca_file(path)?.iter().map(|c| c.der().to_vec()).collect()),
+                None => None,
+            };
+            let refusal = |code: u16, body: &str, url: &str| api.status_error(code, body, url).to_string();
+            let endpoint = crate::exec::Endpoint { server: api.server(), token: api.token(), roots, refusal: &refusal };
+            crate::exec::run(&endpoint, &url, replica.as_deref(), choice, &command)
+        }
         JobCommand::StreamLogs { target, job, sel } => {
             let api = Api::new(target)?;
             let url = api.resource_url(CUSTOM_JOBS.collection, &job)?;

@@ -183,7 +183,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let fence = leading.as_ref().map(|(_, f)| f.clone());
     let epoch = fence.as_ref().map(|f| f.epoch);
-    let engine = trainyard_server::start_leading(cfg, crate::shim_command()?, workdir, roots, fence)?;
+    let shim = crate::shim_command()?;
+    let engine = trainyard_server::start_leading(cfg, shim.clone(), workdir, roots, fence)?;
     if let Some((member, _)) = &leading {
         member.report_to(engine.metrics.clone());
     }
@@ -215,6 +216,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         cluster: leading.as_ref().map(|(m, _)| std::sync::Arc::clone(&m.view)),
         forward: None,
+        exec: Some(std::sync::Arc::new(trainyard_server::exec::Exec::new(shim, &engine.services.cfg, engine.metrics.clone()))),
     };
     let limits = engine.services.cfg.http.clone();
     let tx = engine.tx.clone();
@@ -294,6 +296,7 @@ fn follower_state(
         shares: Arc::clone(&shares),
         storage: Arc::new(storage::Storage::new(cfg, tokens, usage, shares)),
         cluster: Some(Arc::clone(&member.view)),
+        exec: None,
         forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(
             Arc::clone(&member.view),
             cfg.tls.auto.then(|| trainyard_server::tls::auto_ca_file(&cfg.data_dir)).as_deref(),

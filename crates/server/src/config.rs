@@ -75,6 +75,31 @@ struct File {
     log: Option<LogFile>,
     /// `[store]`: where the control plane's state is kept.
     store: Option<StoreFile>,
+    /// `[exec]`: commands and shells in running replicas (`custom-jobs exec`).
+    exec: Option<ExecFile>,
+}
+
+/// `[exec]`: sessions in running replicas (see [`crate::exec`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecFile {
+    /// A session with no input and no output for this long is ended.
+    idle_timeout_secs: Option<u64>,
+    /// Sessions of a project open at once.
+    max_sessions_per_project: Option<u64>,
+}
+
+/// Sessions in running replicas (`[exec]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exec {
+    pub idle_timeout: std::time::Duration,
+    pub max_sessions_per_project: usize,
+}
+
+impl Default for Exec {
+    fn default() -> Self {
+        Exec { idle_timeout: std::time::Duration::from_secs(1800), max_sessions_per_project: 16 }
+    }
 }
 
 /// `[store]`: `url` of a PostgreSQL database (`postgres://user:password@host:port/db`);
@@ -668,6 +693,8 @@ pub struct Config {
     pub jobs_endpoint: Option<std::net::SocketAddr>,
     /// Per-project limits (`[limits]`).
     pub limits: Limits,
+    /// Sessions in running replicas (`[exec]`).
+    pub exec: Exec,
     pub backend: BackendChoice,
     /// Whom replicas run as (`[replicas]`).
     pub replicas: Replicas,
@@ -1175,6 +1202,13 @@ impl Config {
                 }
             }
         }
+        if let Some(e) = &file.exec {
+            for (key, value) in [("idle_timeout_secs", e.idle_timeout_secs), ("max_sessions_per_project", e.max_sessions_per_project)] {
+                if value == Some(0) {
+                    return Err(invalid(&format!("exec.{key}"), "must be at least 1".into()));
+                }
+            }
+        }
         if let Some(l) = &file.limits {
             if l.max_live_jobs_per_project == Some(0) {
                 return Err(invalid("limits.max_live_jobs_per_project", "must be at least 1".into()));
@@ -1510,6 +1544,16 @@ impl Config {
                 l
             },
             jobs_endpoint: None,
+            exec: {
+                let d = Exec::default();
+                let f = file.exec.as_ref();
+                Exec {
+                    idle_timeout: f.and_then(|f| f.idle_timeout_secs).map_or(d.idle_timeout, std::time::Duration::from_secs),
+                    max_sessions_per_project: f
+                        .and_then(|f| f.max_sessions_per_project)
+                        .map_or(d.max_sessions_per_project, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+                }
+            },
             tls: file.tls.as_ref().map_or_else(
                 || crate::tls::TlsSettings { jobs_address: Some(crate::tls::JOBS_ADDRESS), ..Default::default() },
                 |t| crate::tls::TlsSettings {
@@ -1798,7 +1842,7 @@ mod tests {
             }
             false
         };
-        let tables = ["", "node", "machine_types", "http", "tls", "limits", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm", "store"];
+        let tables = ["", "node", "machine_types", "http", "tls", "limits", "exec", "replicas", "containers", "scheduler", "scheduler.priority_classes", "quotas", "quotas.cohorts", "lifecycle", "lifecycle.failure_rules", "fleet", "storage", "metrics", "log", "slurm", "store"];
         let mut missing = Vec::new();
         for table in tables {
             let keys = keys_of(table);
@@ -1806,6 +1850,22 @@ mod tests {
             missing.extend(keys.iter().filter(|k| !listed(table, k)).map(|k| format!("[{table}] {k}")));
         }
         assert!(missing.is_empty(), "keys the packaged config does not list: {missing:?}");
+    }
+
+    /// `[exec]`: read, with defaults; a zero is refused naming its key.
+    #[test]
+    fn exec_settings_are_read_and_checked() {
+        assert_eq!(Config::builtin(None).exec, Exec::default());
+        let (_d, p) = write("[exec]\nidle_timeout_secs = 60\nmax_sessions_per_project = 2\n");
+        let c = Config::load(&p, None).expect("valid");
+        assert_eq!(c.exec, Exec { idle_timeout: std::time::Duration::from_secs(60), max_sessions_per_project: 2 });
+        for (text, key) in [("idle_timeout_secs = 0", "exec.idle_timeout_secs"), ("max_sessions_per_project = 0", "exec.max_sessions_per_project")] {
+            let (_d, p) = write(&format!("[exec]\n{text}\n"));
+            let e = Config::load(&p, None).expect_err(text).to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let (_d, p) = write("[exec]\nidle_timeout = 5\n");
+        assert!(Config::load(&p, None).is_err(), "an unknown key is refused");
     }
 
     /// `[log]`: read, with defaults; a bad format, a relative audit file, a size too small

@@ -27,6 +27,7 @@ use crate::driver::Msg;
 use crate::logs;
 
 mod common;
+mod exec;
 pub mod forward;
 mod guard;
 mod list;
@@ -470,6 +471,7 @@ pub fn router(state: AppState) -> Router {
         .merge(resources::routes::<TrainingPipelines>())
         .merge(vizier::routes())
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
+        .route(&format!("{jobs}/{{id}}/exec"), get(exec::exec))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
         .route("/v1/admin/nodes", get(list_nodes))
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))

@@ -9,6 +9,7 @@ pub mod containers;
 pub mod datadir;
 pub mod doctor;
 pub mod driver;
+pub mod exec;
 pub mod executor;
 pub mod health;
 pub mod gpus;

@@ -275,7 +275,8 @@ where
     let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     // The watcher keeps the head deadline (hyper's own also starts on idle connections).
     builder.http1().keep_alive(true).header_read_timeout(None);
-    let conn = builder.serve_connection(io, service);
+    // With upgrades: a session in a replica (`.../exec`) is a WebSocket.
+    let conn = builder.serve_connection_with_upgrades(io, service);
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
     loop {

@@ -61,6 +61,14 @@ pub struct TenantWorkLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExecLabels {
+    pub project: String,
+    /// `exited`, `refused` (the replica could not be entered), `idle`, `replica_ended`,
+    /// `disconnected`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -281,6 +289,9 @@ pub struct Metrics {
     quarantines: Counter,
     quarantine_refusals: Counter,
     tenant_cpu: Family<TenantWorkLabels, FloatCounter>,
+    /// Sessions in running replicas (`custom-jobs exec`), per project and how they ended.
+    exec_sessions: Family<ExecLabels, Counter>,
+    exec_open: Gauge,
     progress_step: Family<JobIdLabels, Gauge>,
     progress_ratio: Family<JobIdLabels, FloatGauge>,
     progress_rate: Family<JobIdLabels, FloatGauge>,
@@ -361,6 +372,10 @@ impl Metrics {
             "Quarantines not made because no other node would have taken placements",
             quarantine_refusals.clone(),
         );
+        let exec_sessions = Family::<ExecLabels, Counter>::default();
+        r.register("exec_sessions", "Sessions in running replicas (custom-jobs exec) that ended, by project and outcome", exec_sessions.clone());
+        let exec_open = Gauge::default();
+        r.register("exec_sessions_open", "Sessions in running replicas open now", exec_open.clone());
         let tenant_cpu = Family::<TenantWorkLabels, FloatCounter>::default();
         r.register_with_unit(
             "tenant_work_cpu",
@@ -439,6 +454,8 @@ impl Metrics {
             quarantines,
             quarantine_refusals,
             tenant_cpu,
+            exec_sessions,
+            exec_open,
             progress_step,
             progress_ratio,
             progress_rate,
@@ -695,6 +712,24 @@ impl Metrics {
     }
 
     /// L15: a placement found no capacity.
+    /// A session in a running replica opened (`custom-jobs exec`).
+    pub fn exec_opened(&self) {
+        if self.enabled {
+            self.exec_open.inc();
+        }
+    }
+
+    /// A session ended (`outcome`: see [`ExecLabels`]); `opened`: it had been counted open.
+    pub fn exec_ended(&self, project: &str, outcome: &str, opened: bool) {
+        if !self.enabled {
+            return;
+        }
+        if opened {
+            self.exec_open.dec();
+        }
+        self.exec_sessions.get_or_create(&ExecLabels { project: project.to_string(), outcome: outcome.to_string() }).inc();
+    }
+
     pub fn stockout(&self) {
         if !self.enabled {
             return;

@@ -152,7 +152,14 @@ impl WriteLimiter {
 }
 
 pub(crate) fn is_mutating(method: &Method, path: &str) -> bool {
-    matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) && !reads_by_post(method, path)
+    (matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) && !reads_by_post(method, path))
+        || enters_a_replica(method, path)
+}
+
+/// `GET .../customJobs/{id}/exec`, a session in a running replica: a GET (a WebSocket
+/// opens with one) that needs a read-write token and is audited and limited as a write.
+pub(crate) fn enters_a_replica(method: &Method, path: &str) -> bool {
+    *method == Method::GET && path.starts_with("/v1/projects/") && path.ends_with("/exec") && path.contains("/customJobs/")
 }
 
 /// The Vizier methods that are POSTs but only read (`studies:lookup`,
@@ -173,7 +180,8 @@ pub(crate) fn authenticate(bearer: crate::auth::Bearer<'_>, req: &axum::extract:
         path.strip_prefix("/v1/projects/").map(|rest| rest.split('/').next().unwrap_or(""))
     };
     let Some(project) = project else { return Ok(()) };
-    let write = !matches!(*req.method(), Method::GET | Method::HEAD) && !reads_by_post(req.method(), path);
+    let write = (!matches!(*req.method(), Method::GET | Method::HEAD) && !reads_by_post(req.method(), path))
+        || enters_a_replica(req.method(), path);
     crate::auth::Tokens::check_bearer(bearer, project, write).map(|_| ())
 }
 

@@ -137,7 +137,7 @@ impl ResolvesServerCert for Resolver {
 /// ring's provider (no C toolchain beyond cc to build); it has no post-quantum key
 /// exchange, which rustls now marks by deprecating its constructor.
 #[allow(deprecated)]
-fn provider() -> Arc<CryptoProvider> {
+pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 

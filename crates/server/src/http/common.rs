@@ -45,6 +45,8 @@ pub struct AppState {
     pub cluster: Option<Arc<crate::cluster::View>>,
     /// A follower's forwarder to the leader (None: this server runs the driver).
     pub forward: Option<Arc<forward::Forwarder>>,
+    /// Sessions in running replicas (`custom-jobs exec`); None on a follower.
+    pub exec: Option<Arc<crate::exec::Exec>>,
 }
 
 /// Read connections to the store, reused across requests.

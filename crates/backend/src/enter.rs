@@ -1,0 +1,259 @@
+//! `trainyard shim enter <run_dir> ...`: a command inside a running replica's own sandbox
+//! (`custom-jobs exec`), as `nsenter` and `podman exec` give one: the replica's cgroups
+//! (the command counts against its memory and task limits, and ends with it), its network,
+//! IPC, cgroup and mount namespaces (its `/proc`, `/tmp`, `/gcs`, `/etc/hosts`), its
+//! working directory and environment, then its user, task limits, nice value and system
+//! call filter, in the order the shim gives them to the program (`shim.rs`). A replica in a
+//! container is entered by its engine (`podman exec`).
+//!
+//! The process is single-threaded from its start to its `execve` (`setns` of a mount
+//! namespace needs that), and becomes the command. What keeps it from entering (the run
+//! has ended, a namespace cannot be joined) is written to the report descriptor
+//! (`--report-fd`, closed on exec: nothing read there means the command runs), and the
+//! process exits with [`EXIT_NOT_ENTERED`].
+
+use std::ffi::{CString, OsString};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, FromRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use crate::cgroup::{CgroupVersion, ReplicaCgroup};
+use crate::shim::{self, ShimSpec};
+
+/// `trainyard shim enter ...` (or `trainyard-shim enter ...`): the binaries send these
+/// arguments here before the supervisor's own start (whose signal handling the command
+/// would inherit).
+pub const ENTER_ARG: &str = "enter";
+
+/// Exit code: the replica could not be entered (the reason is on the report descriptor).
+pub const EXIT_NOT_ENTERED: i32 = 125;
+
+/// With no command: the replica's `bash` where it has one, else `sh`.
+pub const DEFAULT_SHELL: [&str; 3] = ["/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi"];
+
+/// What `enter` was asked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub run_dir: PathBuf,
+    /// The command's standard streams are a terminal: it leads a session of its own with
+    /// that terminal as its controlling one.
+    pub tty: bool,
+    /// `TERM` for a terminal session.
+    pub term: Option<String>,
+    /// Where the reason goes when the replica cannot be entered.
+    pub report_fd: Option<RawFd>,
+    /// The command; empty: the shell.
+    pub argv: Vec<String>,
+}
+
+impl Request {
+    /// `<run_dir> [--tty] [--term T] [--report-fd N] [-- CMD ARGS...]`.
+    pub fn parse(args: &[String]) -> Result<Request, String> {
+        let mut it = args.iter();
+        let run_dir = it.next().ok_or("usage: trainyard shim enter <run_dir> [--tty] [--term T] [--report-fd N] [-- CMD ARGS...]")?;
+        let mut req = Request { run_dir: PathBuf::from(run_dir), tty: false, term: None, report_fd: None, argv: Vec::new() };
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--tty" => req.tty = true,
+                "--term" => req.term = Some(it.next().ok_or("--term needs a value")?.clone()),
+                "--report-fd" => {
+                    let n = it.next().ok_or("--report-fd needs a number")?;
+                    req.report_fd = Some(n.parse().map_err(|_| format!("--report-fd: {n:?} is not a descriptor number"))?);
+                }
+                "--" => {
+                    req.argv = it.cloned().collect();
+                    break;
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// The entry point: never returns when the command runs.
+pub fn main_from_args(args: &[String]) -> i32 {
+    let req = match Request::parse(args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("trainyard shim enter: {e}");
+            return shim::EXIT_USAGE;
+        }
+    };
+    let mut report = req.report_fd.map(|fd| {
+        // SAFETY: the descriptor was given to this process for this use alone; it is closed
+        // on exec (set below), so the command never holds it.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            File::from_raw_fd(fd)
+        }
+    });
+    let why = enter(&req);
+    match report.as_mut() {
+        Some(f) => {
+            let _ = f.write_all(why.as_bytes());
+        }
+        None => eprintln!("trainyard: {why}"),
+    }
+    EXIT_NOT_ENTERED
+}
+
+/// Enters the replica and execs the command; returns only the reason it could not.
+fn enter(req: &Request) -> String {
+    let spec = match shim::read_spec(&req.run_dir) {
+        Ok(Some(s)) => s,
+        Ok(None) => return "the replica's run has no spec (it was never started here)".into(),
+        Err(e) => return format!("the replica's spec: {e}"),
+    };
+    if req.run_dir.join(shim::STATUS_FILE).exists() {
+        return "the replica has ended".into();
+    }
+    let argv: Vec<String> = if req.argv.is_empty() { DEFAULT_SHELL.iter().map(|s| s.to_string()).collect() } else { req.argv.clone() };
+    if let Some(c) = &spec.container {
+        // The engine enters its container (its namespaces, cgroup, user and environment).
+        let mut args: Vec<OsString> = vec!["exec".into(), "--interactive".into()];
+        if req.tty {
+            args.push("--tty".into());
+            if let Some(t) = &req.term {
+                args.push(format!("--env=TERM={t}").into());
+            }
+        }
+        args.push(c.name.clone().into());
+        args.extend(argv.iter().map(OsString::from));
+        let e = c.engine.command(args).exec();
+        return format!("cannot run {}: {e}", c.engine.program.display());
+    }
+    let pid = match program_pid(&req.run_dir) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    match enter_host_program(&spec, pid, req, &argv) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+/// The pid of the replica's program: `started.json`'s, still a child of the shim that
+/// runs the replica (not a pid reused since).
+fn program_pid(run_dir: &Path) -> Result<u32, String> {
+    let started = match shim::read_started(run_dir) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err("the replica's program has not started yet".into()),
+        Err(e) => return Err(format!("the replica's start: {e}")),
+    };
+    let shim_pid = std::fs::read_to_string(run_dir.join(shim::PID_FILE)).map_err(|e| format!("the replica's supervisor: {e}"))?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", started.pid)).map_err(|_| "the replica has ended".to_string())?;
+    // `pid (comm) state ppid ...`: the name may hold anything but ends at the last ')'.
+    let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).unwrap_or("");
+    if ppid != shim_pid.trim() {
+        return Err("the replica has ended".into());
+    }
+    Ok(started.pid)
+}
+
+enum Never {}
+
+/// The replica's cgroups, namespaces, working directory and identity, then the command.
+fn enter_host_program(spec: &ShimSpec, pid: u32, req: &Request, argv: &[String]) -> Result<Never, String> {
+    // Namespaces are opened before anything is joined: after the mount namespace, the
+    // host's /proc and /sys/fs/cgroup may be out of sight.
+    const KINDS: [(&str, nix::sched::CloneFlags); 4] = [
+        ("net", nix::sched::CloneFlags::CLONE_NEWNET),
+        ("ipc", nix::sched::CloneFlags::CLONE_NEWIPC),
+        ("cgroup", nix::sched::CloneFlags::CLONE_NEWCGROUP),
+        ("mnt", nix::sched::CloneFlags::CLONE_NEWNS),
+    ];
+    let mut namespaces = Vec::new();
+    for (kind, flag) in KINDS {
+        let theirs = format!("/proc/{pid}/ns/{kind}");
+        let file = File::open(&theirs).map_err(|e| format!("the replica's {kind} namespace: {e}"))?;
+        let same = match (file.metadata(), std::fs::metadata(format!("/proc/self/ns/{kind}"))) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if !same {
+            namespaces.push((kind, flag, file));
+        }
+    }
+    // The replica's cgroups: its memory (and v2 every controller), v1 pids and CPU.
+    if let (Some(base), Some(version)) = (&spec.cgroup_base, spec.cgroup_version.and_then(|v| CgroupVersion::from_number(v).ok())) {
+        join(&ReplicaCgroup::open(version, base.join(&spec.cgroup_name)).procs_file())?;
+    }
+    if let (Some(base), Some(_)) = (&spec.pids_cgroup_base, spec.pids_max) {
+        join(&base.join(&spec.cgroup_name).join("cgroup.procs"))?;
+    }
+    if let Some(group) = &spec.cpu_cgroup {
+        join(&group.join(&spec.cgroup_name).join("cgroup.procs"))?;
+    }
+    for (kind, flag, file) in &namespaces {
+        nix::sched::setns(file.as_fd(), *flag).map_err(|e| format!("cannot join the replica's {kind} namespace: {e}"))?;
+    }
+    let cwd = spec.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+    std::env::set_current_dir(&cwd).map_err(|e| format!("the replica's working directory {}: {e}", cwd.display()))?;
+    let mut env: std::collections::BTreeMap<&str, &str> = spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    if let Some(t) = req.term.as_deref().filter(|_| req.tty) {
+        env.insert("TERM", t);
+    }
+    let c = |s: &str| CString::new(s).map_err(|_| format!("a NUL byte in {s:?}"));
+    let args: Vec<CString> = argv.iter().map(|a| c(a)).collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = env.iter().map(|(k, v)| c(&format!("{k}={v}"))).collect::<Result<_, _>>()?;
+    let candidates = shim::exec_candidates(&argv[0], &env).map_err(|e| format!("{:?}: {e}", argv[0]))?;
+    if req.tty {
+        // A session of its own, with the terminal on its standard input as its controlling
+        // terminal (a shell's job control and Ctrl-C need one).
+        // SAFETY: plain system calls on this process.
+        unsafe {
+            libc::setsid();
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(format!("the session's terminal: {}", std::io::Error::last_os_error()));
+            }
+        }
+    }
+    shim::limit_entered(spec).map_err(|e| format!("cannot take the replica's identity and limits: {e}"))?;
+    let mut last = std::io::Error::from_raw_os_error(libc::ENOENT);
+    for path in &candidates {
+        // SAFETY: execve with NUL-terminated arrays of pointers into CStrings that live
+        // until the call (it returns only on failure).
+        let mut a: Vec<*const libc::c_char> = args.iter().map(|s| s.as_ptr()).collect();
+        a.push(std::ptr::null());
+        let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+        e.push(std::ptr::null());
+        unsafe { libc::execve(path.as_ptr(), a.as_ptr(), e.as_ptr()) };
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ENOENT) {
+            last = err;
+        }
+    }
+    // Past the filter and the identity: the command's own failure, as a shell says it.
+    let code = if last.raw_os_error() == Some(libc::ENOENT) { 127 } else { 126 };
+    eprintln!("trainyard: {}: {}", argv[0], if code == 127 { "command not found".to_string() } else { last.to_string() });
+    std::process::exit(code);
+}
+
+/// Moves this process into a cgroup (`cgroup.procs`).
+fn join(procs: &Path) -> Result<(), String> {
+    std::fs::write(procs, b"0").map_err(|e| format!("cannot join the replica's cgroup {}: {e}", procs.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_parsed_and_wrong_ones_named() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let r = Request::parse(&a(&["/r", "--tty", "--term", "xterm", "--report-fd", "3", "--", "ls", "--tty"])).unwrap();
+        assert_eq!(r.run_dir, PathBuf::from("/r"));
+        assert!(r.tty);
+        assert_eq!(r.term.as_deref(), Some("xterm"));
+        assert_eq!(r.report_fd, Some(3));
+        assert_eq!(r.argv, ["ls", "--tty"]);
+        assert!(Request::parse(&a(&["/r"])).unwrap().argv.is_empty());
+        assert!(Request::parse(&a(&[])).is_err());
+        assert!(Request::parse(&a(&["/r", "--report-fd", "x"])).unwrap_err().contains("--report-fd"));
+        assert!(Request::parse(&a(&["/r", "--nope"])).unwrap_err().contains("--nope"));
+    }
+}

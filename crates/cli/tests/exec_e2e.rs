@@ -1,0 +1,320 @@
+//! `trainyard custom-jobs exec`: a command or a shell inside a running replica, through the
+//! CLI and the session WebSocket (docs/exec.md), on the local backend with host programs
+//! and (scripts/test's container part) with podman.
+//!
+//! What the replica's program sees of itself (user, cgroup, namespaces, environment,
+//! working directory) is what a session sees; exit statuses, stdout and stderr and stdin
+//! pass as if the command ran here; a terminal session runs a shell on a pty; each refusal
+//! names what is wrong; sessions end when idle too long and when the replica ends.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// What a process sees of its own sandbox: identity, cgroups, namespaces, environment
+/// and working directory (no pid: the session is another process).
+const SELF_VIEW: &str = "id; cat /proc/self/cgroup; for n in net ipc mnt cgroup; do readlink /proc/self/ns/$n; done; \
+                         echo job=$CLOUD_ML_JOB_ID spec=${CLUSTER_SPEC:+set}; pwd; ls /proc | grep -c '^[0-9]' >/dev/null; echo end-of-view";
+
+fn exec_cli(s: &Server, project: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("custom-jobs").arg("exec").args(args).env("TRAINYARD_SERVER", s.url("")).env("TRAINYARD_PROJECT", project).env_remove("TRAINYARD_TOKEN");
+    c
+}
+
+fn exec_out(s: &Server, project: &str, args: &[&str]) -> Output {
+    exec_cli(s, project, args).stdin(Stdio::null()).output().expect("run trainyard custom-jobs exec")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A job whose program prints its own view of its sandbox, then waits.
+fn viewer(s: &Server, project: &str) -> (String, String) {
+    let job = s.create(project, &in_test_image(sh_job("viewer", &format!("{SELF_VIEW}; exec sleep 600"))));
+    let name = name_of(&job);
+    s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = s.logs(&name);
+        let lines: Vec<String> =
+            log.iter().filter(|e| e["stream"] == "stdout").map(|e| e["text"].as_str().unwrap_or("").to_string()).collect();
+        if lines.iter().any(|l| l == "end-of-view") {
+            return (name, lines.join("\n"));
+        }
+        assert!(Instant::now() < deadline, "the program never printed its view: {}", s.logs_text(&name));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn id(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or("")
+}
+
+fn cancel(s: &Server, name: &str) {
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), None);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// The session runs in the replica's sandbox: the same user, cgroups, network, IPC, mount
+/// and cgroup namespaces, environment and working directory as the replica's program;
+/// stdout and stderr apart; the command's exit status as the CLI's; stdin piped in.
+#[test]
+fn a_command_runs_inside_the_replica_with_its_streams_and_exit_status() {
+    let s = Server::start("");
+    let (name, program_view) = viewer(&s, "p");
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", SELF_VIEW]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout).trim_end(), program_view.trim_end(), "the session's view differs from the program's");
+
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    assert_eq!(text(&out.stdout), "to-out\n");
+    assert_eq!(text(&out.stderr), "to-err\n");
+
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15), "a signal is 128 + N: {out:?}");
+
+    let out = exec_out(&s, "p", &[id(&name), "--", "no-such-command-here"]);
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+
+    // Standard input, with its end: a pipe works both ways.
+    let mut child = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "tr a-z A-Z; echo done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(b"piped in\n").expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(text(&out.stdout), "PIPED IN\ndone\n", "{out:?}");
+
+    // A binary stream of 3 MB passes unchanged (several WebSocket messages).
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x"]);
+    assert_eq!(out.stdout.len(), 3_000_000, "{}", text(&out.stderr));
+    assert!(out.stdout.iter().all(|b| *b == b'x'));
+    cancel(&s, &name);
+}
+
+/// With no command, a shell on a terminal: raw keys in, its `tty` a pty of its own,
+/// `TERM` and the terminal's size passed on, and its exit status out.
+#[test]
+fn the_shell_runs_on_a_terminal() {
+    let s = Server::start("");
+    let (name, _) = viewer(&s, "p");
+    let driver = r#"
+import os, pty, select, sys, time, struct, fcntl, termios
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["TERM"] = "xterm-256color"
+    os.execv(sys.argv[1], sys.argv[1:])
+fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+out = b""
+def read_for(secs, until=None):
+    global out
+    end = time.time() + secs
+    while time.time() < end and not (until and until in out):
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                return
+read_for(10, b"$ ")
+os.write(fd, b"echo marker-$((40+2)); tty; echo term=$TERM; stty size; exit 5\r")
+read_for(10)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace"))
+sys.stdout.write("\nexit=%d\n" % os.waitstatus_to_exitcode(status))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", driver, BIN, "custom-jobs", "exec", id(&name)])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .output()
+        .expect("python3");
+    let shown = text(&out.stdout);
+    assert!(shown.contains("marker-42"), "{shown}\n{}", text(&out.stderr));
+    assert!(shown.contains("/dev/pts/"), "a terminal of its own: {shown}");
+    assert!(shown.contains("term=xterm-256color"), "{shown}");
+    assert!(shown.contains("33 111"), "the terminal's size: {shown}");
+    assert!(shown.contains("exit=5"), "{shown}");
+    cancel(&s, &name);
+}
+
+/// Each refusal names what is wrong and opens nothing: a job of another project (404), a
+/// replica the job does not have (404 naming its replicas), a job that has ended
+/// (FAILED_PRECONDITION naming its state), a NUL byte or a wrong parameter (400), a plain
+/// GET that is no WebSocket (400), a page of another site (403).
+#[test]
+fn refusals_name_what_is_wrong() {
+    let s = Server::start("");
+    let (name, _) = viewer(&s, "p");
+    let url = |project: &str, id: &str, query: &str| s.url(&format!("/v1/projects/{project}/locations/us-central1/customJobs/{id}/exec{query}"));
+    let (status, body) = s.call("GET", &url("other", id(&name), ""), None);
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = s.call("GET", &url("p", id(&name), "?replica=workerpool3-9"), None);
+    assert_eq!(status, 404, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("workerpool3-9") && message.contains("workerpool0-0"), "{message}");
+    for (query, named) in [("?command=a%00b", "NUL"), ("?tty=maybe", "tty"), ("?tty=true&cols=0", "cols"), ("?shell=1", "shell")] {
+        let (status, body) = s.call("GET", &url("p", id(&name), query), None);
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap_or("").contains(named), "{query}: {body}");
+    }
+    let (status, body) = s.call("GET", &url("p", id(&name), ""), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("WebSocket"), "{body}");
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let resp = agent
+        .run(ureq::http::Request::builder().uri(url("p", id(&name), "")).header("Origin", "https://evil.example").body(()).unwrap())
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 403);
+
+    // Through the CLI: the API's message, a failing exit status.
+    let out = exec_out(&s, "p", &[id(&name), "--replica", "workerpool1-0", "--", "true"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("no replica \"workerpool1-0\""), "{}", text(&out.stderr));
+
+    cancel(&s, &name);
+    s.wait_terminal(&name, 30);
+    let (status, body) = s.call("GET", &url("p", id(&name), ""), None);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["status"], "FAILED_PRECONDITION");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("JOB_STATE_CANCELLED"), "{body}");
+}
+
+/// A session needs a read-write token of the job's project: read-only is 403, another
+/// project's token 403, and the session is audited with its holder.
+#[test]
+fn a_session_needs_a_read_write_token_and_is_audited() {
+    const RW: &str = "rw-exec-token-0123456789abcdef";
+    const RO: &str = "ro-exec-token-0123456789abcdef";
+    const OTHER: &str = "other-exec-token-0123456789ab";
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[tokens]]\ntoken = \"{RW}\"\nprojects = [\"p\"]\nname = \"debugger\"\n\n\
+             [[tokens]]\ntoken = \"{RO}\"\nprojects = [\"p\"]\naccess = \"read-only\"\n\n\
+             [[tokens]]\ntoken = \"{OTHER}\"\nprojects = [\"q\"]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let s = Server::start(&format!("tokens_file = \"{}\"\n", tokens.display()));
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let created = agent
+        .run(
+            ureq::http::Request::builder()
+                .method("POST")
+                .uri(s.jobs_url("p"))
+                .header("Authorization", format!("Bearer {RW}"))
+                .header("Content-Type", "application/json")
+                .body(in_test_image(sh_job("sleeper", "exec sleep 600")).to_string())
+                .unwrap(),
+        )
+        .expect("create");
+    let job: Value = serde_json::from_str(&created.into_body().read_to_string().unwrap()).unwrap();
+    let name = name_of(&job);
+    let running = |token: &str| {
+        let resp = agent
+            .run(ureq::http::Request::builder().uri(s.url(&format!("/v1/{name}"))).header("Authorization", format!("Bearer {token}")).body(()).unwrap())
+            .expect("get");
+        serde_json::from_str::<Value>(&resp.into_body().read_to_string().unwrap()).unwrap()["state"] == "JOB_STATE_RUNNING"
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !running(RW) {
+        assert!(Instant::now() < deadline, "the job never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let with = |token: &str| {
+        let mut c = exec_cli(&s, "p", &[id(&name), "--", "echo", "inside"]);
+        c.env("TRAINYARD_TOKEN", token).stdin(Stdio::null()).output().expect("exec")
+    };
+    for token in [RO, OTHER] {
+        let out = with(token);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(text(&out.stderr).contains("PERMISSION_DENIED"), "{}", text(&out.stderr));
+    }
+    let out = with(RW);
+    assert_eq!(text(&out.stdout), "inside\n", "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = s.server_log();
+        if let Some(line) = log.lines().find(|l| l.contains("exec session")) {
+            for part in ["holder=\"debugger\"", "replica=\"workerpool0-0\"", "command=\"echo inside\"", "outcome=\"exited\"", "exit_status=\"0\""] {
+                assert!(line.contains(part), "{part} missing in the audit line: {line}");
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "no audit line: {log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::mem::forget(dir);
+}
+
+/// `[exec] max_sessions_per_project`: one more session is 429 naming the key, another
+/// project's are its own; `[exec] idle_timeout_secs` ends a session with no input and no
+/// output, naming the key; the replica's end ends its sessions.
+#[test]
+fn sessions_are_limited_idle_ones_end_and_they_end_with_their_replica() {
+    let s = Server::start("[exec]\nmax_sessions_per_project = 1\nidle_timeout_secs = 2\n");
+    let (name, _) = viewer(&s, "p");
+    let mut holder = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The first session is open once its output comes.
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(holder.stdout.as_mut().expect("stdout"), &mut first).expect("the first session's output");
+    let out = exec_out(&s, "p", &[id(&name), "--", "true"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("RESOURCE_EXHAUSTED") && err.contains("exec.max_sessions_per_project = 1"), "{err}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    // Idle: no input, no output.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let out = exec_out(&s, "p", &[id(&name), "--", "sleep", "60"]);
+        // The slot of the killed session may take a moment to come back.
+        if !text(&out.stderr).contains("RESOURCE_EXHAUSTED") || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    assert!(text(&out.stderr).contains("exec.idle_timeout_secs"), "{}", text(&out.stderr));
+
+    // The replica ends: so does the session in it, though its command would go on.
+    let mut inside = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(inside.stdout.as_mut().expect("stdout"), &mut first).expect("the session's output");
+    cancel(&s, &name);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = inside.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the session outlived its replica");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "{status:?}");
+    s.wait_terminal(&name, 60);
+}

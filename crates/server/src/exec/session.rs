@@ -1,0 +1,486 @@
+//! One session: the `enter` process (on pipes or a terminal) bridged to a WebSocket.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message, WebSocket};
+use nix::libc;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trainyard_api::exec::{Failure, Size, Status, RESIZE, STATUS, STDERR, STDIN, STDOUT};
+use trainyard_api::ApiError;
+
+
+/// How long entering the replica may take (reading its spec, joining its namespaces).
+const ENTER_BOUND: Duration = Duration::from_secs(10);
+/// How often a session looks whether its replica has ended.
+const REPLICA_CHECK: Duration = Duration::from_secs(1);
+/// After the command exits, how long its last output may take to arrive.
+const DRAIN_BOUND: Duration = Duration::from_secs(2);
+/// The most bytes read at once from the command (one WebSocket message).
+const CHUNK: usize = 32 * 1024;
+
+/// The descriptor the `enter` process reports on.
+const REPORT_FD: RawFd = 3;
+
+/// Who enters which replica, and with what.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The token's holder, for the audit line.
+    pub holder: String,
+    pub project: String,
+    pub job: u64,
+    pub replica: String,
+    pub run_dir: PathBuf,
+    /// The command; empty: the replica's shell.
+    pub argv: Vec<String>,
+    /// A terminal of this size and `TERM`, else pipes.
+    pub tty: Option<(Size, Option<String>)>,
+}
+
+impl Request {
+    /// The command as the audit line shows it.
+    pub(super) fn command_text(&self) -> String {
+        if self.argv.is_empty() {
+            "(shell)".into()
+        } else {
+            self.argv.iter().map(|a| if a.contains(char::is_whitespace) || a.is_empty() { format!("{a:?}") } else { a.clone() }).collect::<Vec<_>>().join(" ")
+        }
+    }
+}
+
+/// One open session of a project, given back when dropped.
+pub struct Slot {
+    pub(super) open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
+    pub(super) project: String,
+}
+
+impl Slot {
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    pub(super) fn project(&self) -> &str {
+        &self.project
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.project) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.project);
+            }
+        }
+    }
+}
+
+/// A started session, entered into its replica, not yet bridged.
+pub struct Session {
+    req: Request,
+    slot: Slot,
+    child: tokio::process::Child,
+    /// The command's output (its stdout, or the terminal).
+    out: Out,
+    /// Its stderr (none with a terminal).
+    err: Option<tokio::process::ChildStderr>,
+    /// Where input goes.
+    inp: In,
+    idle_timeout: Duration,
+    started: Instant,
+    started_at: String,
+}
+
+enum Out {
+    Pipe(tokio::process::ChildStdout),
+    Pty(Arc<AsyncFd<OwnedFd>>),
+}
+
+enum In {
+    /// The command's stdin; `None` once the client ended its input.
+    Pipe(Option<tokio::process::ChildStdin>),
+    Pty(Arc<AsyncFd<OwnedFd>>),
+}
+
+/// How a session ended, for its client, the audit line and the metrics.
+struct End {
+    status: Status,
+    outcome: &'static str,
+}
+
+impl Session {
+    /// Starts `<shim> enter` for the request and waits for its report: nothing (it runs the
+    /// command) or why it could not enter.
+    pub(super) async fn start(shim: &[std::ffi::OsString], req: Request, slot: Slot, idle_timeout: Duration) -> Result<Session, (ApiError, Slot)> {
+        let fail = |e: ApiError, slot: Slot| Err((e, slot));
+        let Some((program, lead)) = shim.split_first() else {
+            return fail(ApiError::internal("no shim program to enter replicas with"), slot);
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(lead).arg(trainyard_backend::enter::ENTER_ARG).arg(&req.run_dir);
+        let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok(p) => p,
+            Err(e) => return fail(ApiError::unavailable(format!("cannot start a session: a pipe: {e}")), slot),
+        };
+        cmd.arg("--report-fd").arg(REPORT_FD.to_string());
+        let mut pty_master = None;
+        match &req.tty {
+            Some((size, term)) => {
+                cmd.arg("--tty");
+                if let Some(t) = term {
+                    cmd.arg("--term").arg(t);
+                }
+                let ws = winsize(*size);
+                let pty = match nix::pty::openpty(Some(&ws), None) {
+                    Ok(p) => p,
+                    Err(e) => return fail(ApiError::unavailable(format!("cannot start a session: a terminal: {e}")), slot),
+                };
+                let (Ok(a), Ok(b)) = (pty.slave.try_clone(), pty.slave.try_clone()) else {
+                    return fail(ApiError::unavailable("cannot start a session: the terminal's descriptors"), slot);
+                };
+                cmd.stdin(Stdio::from(pty.slave)).stdout(Stdio::from(a)).stderr(Stdio::from(b));
+                pty_master = Some(pty.master);
+            }
+            None => {
+                // A process group of its own, killed whole when the session ends.
+                cmd.process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+        }
+        if !req.argv.is_empty() {
+            cmd.arg("--").args(&req.argv);
+        }
+        // Nothing of the server's environment reaches the session (the replica's is given by
+        // `enter`).
+        cmd.env_clear().kill_on_drop(true);
+        let report_fd = report_w.as_raw_fd();
+        // SAFETY: between fork and exec only dup2(2), which is async-signal-safe; the
+        // descriptor stays open in the parent until the spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(report_fd, REPORT_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let spawned = cmd.spawn();
+        drop(report_w);
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => return fail(ApiError::unavailable(format!("cannot start a session ({}): {e}", program.to_string_lossy())), slot),
+        };
+        let report = tokio::time::timeout(ENTER_BOUND, read_report(report_r)).await;
+        let refused = match report {
+            Ok(Ok(text)) if text.is_empty() => None,
+            Ok(Ok(text)) => Some(text),
+            Ok(Err(e)) => Some(format!("its report could not be read: {e}")),
+            Err(_) => Some(format!("entering it did not finish within {}s", ENTER_BOUND.as_secs())),
+        };
+        if let Some(why) = refused {
+            kill(&mut child);
+            let _ = child.wait().await;
+            return fail(ApiError::failed_precondition(format!("Cannot enter replica {} of job {}: {why}.", req.replica, req.job)), slot);
+        }
+        let (out, err, inp) = match pty_master {
+            Some(master) => match nonblocking(master) {
+                Ok(m) => {
+                    let m = Arc::new(m);
+                    (Out::Pty(Arc::clone(&m)), None, In::Pty(m))
+                }
+                Err(e) => {
+                    kill(&mut child);
+                    return fail(ApiError::unavailable(format!("cannot start a session: the terminal: {e}")), slot);
+                }
+            },
+            None => match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+                (stdin, Some(stdout), Some(stderr)) => (Out::Pipe(stdout), Some(stderr), In::Pipe(stdin)),
+                _ => {
+                    kill(&mut child);
+                    return fail(ApiError::unavailable("cannot start a session: its pipes"), slot);
+                }
+            },
+        };
+        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text() })
+    }
+
+    /// Bridges the session to `ws` until it ends, then says how on the STATUS channel,
+    /// closes, audits and counts it.
+    pub async fn run(mut self, mut ws: WebSocket) {
+        let end = self.bridge(&mut ws).await;
+        let payload = serde_json::to_vec(&end.status).unwrap_or_default();
+        let mut msg = Vec::with_capacity(payload.len() + 1);
+        msg.push(STATUS);
+        msg.extend_from_slice(&payload);
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            let _ = ws.send(Message::Binary(msg.into())).await;
+            let _ = ws.send(Message::Close(None)).await;
+        })
+        .await;
+        let r = &self.req;
+        tracing::info!(
+            target: "audit",
+            holder = r.holder.as_str(),
+            project = r.project.as_str(),
+            job = r.job,
+            replica = r.replica.as_str(),
+            command = r.command_text().as_str(),
+            tty = r.tty.is_some(),
+            start = self.started_at.as_str(),
+            end = now_text().as_str(),
+            seconds = self.started.elapsed().as_secs_f64(),
+            outcome = end.outcome,
+            exit_status = end.status.exit_status.map_or_else(String::new, |s| s.to_string()).as_str(),
+            signal = end.status.signal.map_or_else(String::new, |s| s.to_string()).as_str(),
+            "exec session"
+        );
+        self.slot.metrics().exec_ended(&self.req.project, end.outcome, true);
+    }
+
+    async fn bridge(&mut self, ws: &mut WebSocket) -> End {
+        let mut out_buf = vec![0u8; CHUNK];
+        let mut err_buf = vec![0u8; CHUNK];
+        let mut out_open = true;
+        let mut err_open = self.err.is_some();
+        let mut last_activity = Instant::now();
+        let mut replica_check = tokio::time::interval(REPLICA_CHECK);
+        replica_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ended = loop {
+            let idle_at = tokio::time::Instant::from_std(last_activity + self.idle_timeout);
+            tokio::select! {
+                status = self.child.wait() => break Ok(status),
+                n = read_out(&mut self.out, &mut out_buf), if out_open => match n {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => {
+                        last_activity = Instant::now();
+                        if send(ws, STDOUT, &out_buf[..n]).await.is_err() {
+                            break Err(End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" });
+                        }
+                    }
+                },
+                n = read_err(&mut self.err, &mut err_buf), if err_open => match n {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) => {
+                        last_activity = Instant::now();
+                        if send(ws, STDERR, &err_buf[..n]).await.is_err() {
+                            break Err(End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" });
+                        }
+                    }
+                },
+                msg = ws.recv() => {
+                    last_activity = Instant::now();
+                    match msg {
+                        Some(Ok(Message::Binary(b))) => {
+                            if let Err(e) = self.input(&b).await {
+                                break Err(End { status: failure(e), outcome: "refused" });
+                            }
+                        }
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                        Some(Ok(Message::Text(_))) => {
+                            let e = ApiError::invalid_argument("Session messages are binary: a channel byte, then the payload (docs/exec.md).");
+                            break Err(End { status: failure(e), outcome: "refused" });
+                        }
+                        Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                            break Err(End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" });
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(idle_at) => {
+                    let e = ApiError::new(trainyard_api::Code::DeadlineExceeded, format!(
+                        "The session had no input and no output for {}s (exec.idle_timeout_secs) and was ended.",
+                        self.idle_timeout.as_secs()
+                    ));
+                    break Err(End { status: failure(e), outcome: "idle" });
+                }
+                _ = replica_check.tick() => {
+                    if replica_ended(&self.req.run_dir) {
+                        let e = ApiError::failed_precondition(format!("Replica {} of job {} ended, and the session with it.", self.req.replica, self.req.job));
+                        break Err(End { status: failure(e), outcome: "replica_ended" });
+                    }
+                }
+            }
+        };
+        match ended {
+            Ok(status) => {
+                // The command's last output, which may still be in the pipes or the terminal.
+                let _ = tokio::time::timeout(DRAIN_BOUND, async {
+                    while out_open || err_open {
+                        tokio::select! {
+                            n = read_out(&mut self.out, &mut out_buf), if out_open => match n {
+                                Ok(0) | Err(_) => out_open = false,
+                                Ok(n) => { let _ = send(ws, STDOUT, &out_buf[..n]).await; }
+                            },
+                            n = read_err(&mut self.err, &mut err_buf), if err_open => match n {
+                                Ok(0) | Err(_) => err_open = false,
+                                Ok(n) => { let _ = send(ws, STDERR, &err_buf[..n]).await; }
+                            },
+                        }
+                    }
+                })
+                .await;
+                use std::os::unix::process::ExitStatusExt;
+                let (exit_status, signal) = match &status {
+                    Ok(s) => (s.code(), s.signal()),
+                    Err(_) => (None, None),
+                };
+                let message = if exit_status.is_none() && signal.is_none() { "its end could not be read".to_string() } else { String::new() };
+                End { status: Status { exit_status, signal, error: None, message }, outcome: "exited" }
+            }
+            Err(end) => {
+                kill(&mut self.child);
+                let _ = tokio::time::timeout(DRAIN_BOUND, self.child.wait()).await;
+                end
+            }
+        }
+    }
+
+    /// A message from the client: input, its end, or a new terminal size.
+    async fn input(&mut self, msg: &[u8]) -> Result<(), ApiError> {
+        let Some((&channel, payload)) = msg.split_first() else {
+            return Err(ApiError::invalid_argument("An empty session message (it needs a channel byte)."));
+        };
+        match (channel, &mut self.inp) {
+            (STDIN, In::Pipe(stdin)) => {
+                if payload.is_empty() {
+                    // The end of input.
+                    *stdin = None;
+                } else if let Some(w) = stdin {
+                    if w.write_all(payload).await.is_err() {
+                        *stdin = None;
+                    }
+                }
+                Ok(())
+            }
+            (STDIN, In::Pty(master)) => {
+                // A terminal's end of input is its EOF character (Ctrl-D).
+                let bytes: &[u8] = if payload.is_empty() { &[4] } else { payload };
+                write_all_fd(master, bytes).await.map_err(|e| ApiError::unavailable(format!("the terminal: {e}")))
+            }
+            (RESIZE, In::Pty(master)) => {
+                let size: Size = serde_json::from_slice(payload)
+                    .map_err(|e| ApiError::invalid_argument(format!("A resize message: {e} (it is {{\"cols\": N, \"rows\": N}})")))?;
+                let size = size.check().map_err(|e| ApiError::invalid_argument(format!("A resize message: {e}")))?;
+                let ws = winsize(size);
+                // SAFETY: TIOCSWINSZ with a pointer to a winsize that lives across the call.
+                unsafe { libc::ioctl(master.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+                Ok(())
+            }
+            (RESIZE, In::Pipe(_)) => Ok(()),
+            (other, _) => Err(ApiError::invalid_argument(format!("Unknown session channel {other} (0 is input, 4 a terminal's size)."))),
+        }
+    }
+}
+
+fn failure(e: ApiError) -> Status {
+    Status { error: Some(Failure::from(&e)), message: e.message.clone(), ..Status::default() }
+}
+
+async fn send(ws: &mut WebSocket, channel: u8, data: &[u8]) -> Result<(), axum::Error> {
+    let mut msg = Vec::with_capacity(data.len() + 1);
+    msg.push(channel);
+    msg.extend_from_slice(data);
+    ws.send(Message::Binary(msg.into())).await
+}
+
+/// Reads the report pipe to its end (closed when `enter` execs or exits).
+async fn read_report(fd: OwnedFd) -> std::io::Result<String> {
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut f = std::fs::File::from(fd);
+        let mut text = String::new();
+        f.by_ref().take(16 * 1024).read_to_string(&mut text)?;
+        Ok(text.trim().to_string())
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+/// The command's output: the terminal's, or its stdout pipe.
+async fn read_out(out: &mut Out, buf: &mut [u8]) -> std::io::Result<usize> {
+    match out {
+        Out::Pipe(stdout) => stdout.read(buf).await,
+        Out::Pty(master) => read_fd(master, buf).await,
+    }
+}
+
+/// Its stderr pipe (a terminal has none: never ready).
+async fn read_err(err: &mut Option<tokio::process::ChildStderr>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match err {
+        Some(e) => e.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn read_fd(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        let mut guard = fd.readable().await?;
+        // SAFETY: read(2) into a buffer of buf.len() bytes that lives across the call.
+        let r = guard.try_io(|inner| match unsafe { libc::read(inner.get_ref().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } {
+            n if n >= 0 => Ok(n as usize),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+        match r {
+            // The terminal's other side is closed (the command and its children ended).
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+async fn write_all_fd(fd: &AsyncFd<OwnedFd>, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let mut guard = fd.writable().await?;
+        // SAFETY: write(2) of data.len() bytes from a live slice.
+        let r = guard.try_io(|inner| match unsafe { libc::write(inner.get_ref().as_raw_fd(), data.as_ptr().cast(), data.len()) } {
+            n if n >= 0 => Ok(n as usize),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+        match r {
+            Ok(Ok(n)) => data = &data[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(())
+}
+
+fn nonblocking(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: fcntl(2) on a descriptor this function owns.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: the descriptor is owned by the AsyncFd from here on and never replaced.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+fn winsize(size: Size) -> nix::pty::Winsize {
+    let c = |n: u32| u16::try_from(n).unwrap_or(u16::MAX);
+    nix::pty::Winsize { ws_row: c(size.rows), ws_col: c(size.cols), ws_xpixel: 0, ws_ypixel: 0 }
+}
+
+/// Kills the session's processes: its process group (a terminal session leads its own
+/// session, whose group has its id), then the process itself.
+fn kill(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = child.start_kill();
+}
+
+/// The replica's run has an outcome: it ended.
+fn replica_ended(run_dir: &Path) -> bool {
+    run_dir.join(trainyard_backend::shim::STATUS_FILE).exists()
+}
+
+fn now_text() -> String {
+    trainyard_api::Timestamp::from_micros(trainyard_backend::now_micros()).to_string()
+}
