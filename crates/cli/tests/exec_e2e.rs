@@ -296,6 +296,12 @@ fn sessions_are_limited_idle_ones_end_and_they_end_with_their_replica() {
     };
     assert_eq!(out.status.code(), Some(255), "{out:?}");
     assert!(text(&out.stderr).contains("exec.idle_timeout_secs"), "{}", text(&out.stderr));
+    // Counted by how they ended: the one whose client went away, the idle one.
+    let metrics = ureq::get(&s.url("/metrics")).call().expect("metrics").into_body().read_to_string().expect("text");
+    for outcome in ["idle", "disconnected"] {
+        let series = format!("trainyard_exec_sessions_total{{project=\"p\",outcome=\"{outcome}\"}}");
+        assert!(metrics.lines().any(|l| l.starts_with(&series)), "{series} missing:\n{metrics}");
+    }
 
     // The replica ends: so does the session in it, though its command would go on.
     let mut inside = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
