@@ -6,6 +6,11 @@
 //! call filter, in the order the shim gives them to the program (`shim.rs`). A replica in a
 //! container is entered by its engine (`podman exec`).
 //!
+//! With `--connect PORT` (`custom-jobs port-forward`), it enters the replica's network
+//! namespace only (a container's, found by its engine), takes the replica's user, connects
+//! to the port on the replica's loopback and pumps its standard input and output to and
+//! from that connection until both ends are done.
+//!
 //! The process is single-threaded from its start to its `execve` (`setns` of a mount
 //! namespace needs that), and becomes the command. What keeps it from entering (the run
 //! has ended, a namespace cannot be joined) is written to the report descriptor
@@ -47,14 +52,18 @@ pub struct Request {
     pub report_fd: Option<RawFd>,
     /// The command; empty: the shell.
     pub argv: Vec<String>,
+    /// Connect to this port on the replica's loopback instead of running a command.
+    pub connect: Option<u16>,
 }
 
 impl Request {
     /// `<run_dir> [--tty] [--term T] [--report-fd N] [-- CMD ARGS...]`.
     pub fn parse(args: &[String]) -> Result<Request, String> {
         let mut it = args.iter();
-        let run_dir = it.next().ok_or("usage: trainyard shim enter <run_dir> [--tty] [--term T] [--report-fd N] [-- CMD ARGS...]")?;
-        let mut req = Request { run_dir: PathBuf::from(run_dir), tty: false, term: None, report_fd: None, argv: Vec::new() };
+        let run_dir = it
+            .next()
+            .ok_or("usage: trainyard shim enter <run_dir> [--tty] [--term T] [--report-fd N] [--connect PORT | -- CMD ARGS...]")?;
+        let mut req = Request { run_dir: PathBuf::from(run_dir), tty: false, term: None, report_fd: None, argv: Vec::new(), connect: None };
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--tty" => req.tty = true,
@@ -62,6 +71,10 @@ impl Request {
                 "--report-fd" => {
                     let n = it.next().ok_or("--report-fd needs a number")?;
                     req.report_fd = Some(n.parse().map_err(|_| format!("--report-fd: {n:?} is not a descriptor number"))?);
+                }
+                "--connect" => {
+                    let n = it.next().ok_or("--connect needs a port")?;
+                    req.connect = Some(n.parse().ok().filter(|p| *p > 0).ok_or_else(|| format!("--connect: {n:?} is not a port (1 to 65535)"))?);
                 }
                 "--" => {
                     req.argv = it.cloned().collect();
@@ -91,7 +104,17 @@ pub fn main_from_args(args: &[String]) -> i32 {
             File::from_raw_fd(fd)
         }
     });
-    let why = enter(&req);
+    let why = match req.connect {
+        Some(port) => match connect(&req, port) {
+            Ok(stream) => {
+                // Connected: nothing to report (the server reads the end of the pipe).
+                drop(report);
+                return pump(stream);
+            }
+            Err(e) => e,
+        },
+        None => enter(&req),
+    };
     match report.as_mut() {
         Some(f) => {
             let _ = f.write_all(why.as_bytes());
@@ -134,6 +157,68 @@ fn enter(req: &Request) -> String {
         Ok(never) => match never {},
         Err(e) => e,
     }
+}
+
+/// The replica's network namespace and user, then a connection to `port` on its loopback.
+fn connect(req: &Request, port: u16) -> Result<std::net::TcpStream, String> {
+    let spec = match shim::read_spec(&req.run_dir) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err("the replica's run has no spec (it was never started here)".into()),
+        Err(e) => return Err(format!("the replica's spec: {e}")),
+    };
+    if req.run_dir.join(shim::STATUS_FILE).exists() {
+        return Err("the replica has ended".into());
+    }
+    let pid = match &spec.container {
+        Some(c) => {
+            let out = c.engine.output(["inspect", "--format", "{{.State.Pid}}", &c.name]).map_err(|e| format!("the replica's container: {e}"))?;
+            out.trim().parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| "the replica's container is not running".to_string())?
+        }
+        None => program_pid(&req.run_dir)?,
+    };
+    let ns = File::open(format!("/proc/{pid}/ns/net")).map_err(|e| format!("the replica's network namespace: {e}"))?;
+    nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| format!("cannot join the replica's network namespace: {e}"))?;
+    // The connection is the replica's user's, as a program of its own would make it.
+    if let (Some(id), None) = (spec.run_as, &spec.container) {
+        // SAFETY: plain system calls on this single-threaded process.
+        let dropped = unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                && libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setgid(id.gid) == 0
+                && libc::setuid(id.uid) == 0
+        };
+        if !dropped {
+            return Err(format!("cannot take the replica's user: {}", std::io::Error::last_os_error()));
+        }
+    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+        .map_err(|e| format!("nothing answers on port {port} of the replica's loopback ({e})"))
+}
+
+/// Standard input to the connection and the connection to standard output, until both
+/// are done; 0 when they ended cleanly.
+fn pump(stream: std::net::TcpStream) -> i32 {
+    let Ok(mut inbound) = stream.try_clone() else { return 1 };
+    let writer = std::thread::spawn(move || {
+        let copied = std::io::copy(&mut std::io::stdin().lock(), &mut inbound);
+        // The client's end of input: the connection's write half closes too.
+        let _ = inbound.shutdown(std::net::Shutdown::Write);
+        copied.is_ok()
+    });
+    let mut outbound = stream;
+    let read_ok = std::io::copy(&mut outbound, &mut std::io::stdout().lock()).is_ok();
+    let _ = std::io::stdout().flush();
+    // The replica's side closed: nothing more will be read, whatever stdin still holds.
+    if !read_ok {
+        return 1;
+    }
+    let _ = outbound.shutdown(std::net::Shutdown::Both);
+    // The writer may wait for input that never comes: the process ends without it.
+    if writer.is_finished() {
+        let _ = writer.join();
+    }
+    0
 }
 
 /// The pid of the replica's program: `started.json`'s, still a child of the shim that
@@ -255,5 +340,9 @@ mod tests {
         assert!(Request::parse(&a(&[])).is_err());
         assert!(Request::parse(&a(&["/r", "--report-fd", "x"])).unwrap_err().contains("--report-fd"));
         assert!(Request::parse(&a(&["/r", "--nope"])).unwrap_err().contains("--nope"));
+        assert_eq!(Request::parse(&a(&["/r", "--connect", "8888"])).unwrap().connect, Some(8888));
+        for bad in ["0", "65536", "x"] {
+            assert!(Request::parse(&a(&["/r", "--connect", bad])).unwrap_err().contains("--connect"), "{bad}");
+        }
     }
 }

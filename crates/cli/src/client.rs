@@ -223,6 +223,22 @@ pub enum JobCommand {
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// Forward a local port to a port inside a running replica (a Jupyter, TensorBoard or
+    /// a training dashboard), each connection through the server, until Ctrl-C.
+    PortForward {
+        #[command(flatten)]
+        target: Target,
+        /// Job id or resource name.
+        job: String,
+        /// LOCAL:REMOTE, or one PORT for both (LOCAL 0: any free port, printed).
+        ports: String,
+        /// The replica whose port it is (default: the primary, workerpool0-0).
+        #[arg(long, value_name = "NAME")]
+        replica: Option<String>,
+        /// The local address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        address: String,
+    },
     /// Print a job's logs, following them until the job ends.
     StreamLogs {
         #[command(flatten)]
@@ -990,13 +1006,21 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
                 (_, true) => crate::exec::TtyChoice::Off,
                 _ => crate::exec::TtyChoice::Auto,
             };
-            let roots = match api.ca_file() {
-                Some(path) => Some(read_ca_file(path)?.iter().map(|c| c.der().to_vec()).collect()),
-                None => None,
+            crate::exec::run(&session_endpoint(&api)?, &url, replica.as_deref(), choice, &command)
+        }
+        JobCommand::PortForward { target, job, replica, address, ports } => {
+            let api = Api::new(target)?;
+            let url = api.resource_url(CUSTOM_JOBS.collection, &job)?;
+            let (local, remote) = match ports.split_once(':') {
+                Some((l, r)) => (l, r),
+                None => (ports.as_str(), ports.as_str()),
             };
-            let refusal = |code: u16, body: &str, url: &str| api.status_error(code, body, url).to_string();
-            let endpoint = crate::exec::Endpoint { server: api.server(), token: api.token(), roots, refusal: &refusal };
-            crate::exec::run(&endpoint, &url, replica.as_deref(), choice, &command)
+            let port = |p: &str, what: &str| p.parse::<u16>().with_context(|| format!("{ports:?}: the {what} port {p:?} is not a port (LOCAL:REMOTE, or one PORT for both)"));
+            let (local, remote) = (port(local, "local")?, port(remote, "replica's")?);
+            if remote == 0 {
+                bail!("{ports:?}: the replica's port must be 1 to 65535");
+            }
+            crate::exec::port_forward(session_endpoint(&api)?, &url, replica.as_deref(), &address, local, remote)
         }
         JobCommand::StreamLogs { target, job, sel } => {
             let api = Api::new(target)?;
@@ -1005,6 +1029,22 @@ pub fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Where sessions go (`exec`, `port-forward`), trusted and authorised as the client's
+/// requests are, with its words for an error answer.
+fn session_endpoint(api: &Api) -> anyhow::Result<crate::exec::Endpoint> {
+    let roots = match api.ca_file() {
+        Some(path) => Some(read_ca_file(path)?.iter().map(|c| c.der().to_vec()).collect()),
+        None => None,
+    };
+    let words = api.clone();
+    Ok(crate::exec::Endpoint {
+        server: api.server().to_string(),
+        token: api.token().map(str::to_string),
+        roots,
+        refusal: Box::new(move |code, body, url| words.status_error(code, body, url).to_string()),
+    })
 }
 
 /// `--labels KEY=VALUE,...` as the resource's `labels`.

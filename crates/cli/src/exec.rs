@@ -21,14 +21,14 @@ use tokio_tungstenite::tungstenite::Message;
 use trainyard_api::exec::{Size, Status, RESIZE, STATUS, STDERR, STDIN, STDOUT};
 
 /// Where the session goes and how it is trusted and authorised (from the client's target).
-pub struct Endpoint<'a> {
+pub struct Endpoint {
     /// The server's address as given (for messages).
-    pub server: &'a str,
-    pub token: Option<&'a str>,
+    pub server: String,
+    pub token: Option<String>,
     /// `--ca-file`'s certificates (DER); None: the public CAs.
     pub roots: Option<Vec<Vec<u8>>>,
     /// An error answer (status, body, URL) as the client says it, with its fixes.
-    pub refusal: &'a dyn Fn(u16, &str, &str) -> String,
+    pub refusal: Box<dyn Fn(u16, &str, &str) -> String + Send + Sync>,
 }
 
 /// Exit status when the session ended without its command's (the replica ended, the
@@ -45,7 +45,7 @@ pub enum TtyChoice {
 }
 
 /// Opens the session and bridges it to this process's terminal or streams.
-pub fn run(api: &Endpoint<'_>, job_url: &str, replica: Option<&str>, tty: TtyChoice, argv: &[String]) -> anyhow::Result<ExitCode> {
+pub fn run(api: &Endpoint, job_url: &str, replica: Option<&str>, tty: TtyChoice, argv: &[String]) -> anyhow::Result<ExitCode> {
     let here = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let tty = match tty {
         TtyChoice::On => true,
@@ -105,9 +105,21 @@ fn session_url(job_url: &str, replica: Option<&str>, argv: &[String], tty: Optio
 }
 
 /// The session, from the handshake to its status.
-async fn session(api: &Endpoint<'_>, url: &str, tty: bool) -> anyhow::Result<Status> {
+async fn session(api: &Endpoint, url: &str, tty: bool) -> anyhow::Result<Status> {
+    let ws = connect(api, url).await?;
+    bridge(ws, tty).await
+}
+
+/// A stream a WebSocket runs on: TCP, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
+
+/// The WebSocket handshake of a session's URL; an error answer says what the API said.
+async fn connect(api: &Endpoint, url: &str) -> anyhow::Result<Socket> {
     let mut request = url.into_client_request().with_context(|| format!("{url}: not a valid session URL"))?;
-    if let Some(t) = api.token {
+    if let Some(t) = &api.token {
         let v = format!("Bearer {t}").parse().context("the token cannot be sent in a header")?;
         request.headers_mut().insert("Authorization", v);
     }
@@ -136,16 +148,16 @@ async fn session(api: &Endpoint<'_>, url: &str, tty: bool) -> anyhow::Result<Sta
             .connect(name, tcp)
             .await
             .with_context(|| format!("TLS with {} failed (is --ca-file, TRAINYARD_CA_FILE, the server's CA?)", api.server))?;
-        let (ws, _) = tokio_tungstenite::client_async(request, stream).await.map_err(refused)?;
-        bridge(ws, tty).await
+        let io: Box<dyn Io> = Box::new(stream);
+        Ok(tokio_tungstenite::client_async(request, io).await.map_err(refused)?.0)
     } else {
-        let (ws, _) = tokio_tungstenite::client_async(request, tcp).await.map_err(refused)?;
-        bridge(ws, tty).await
+        let io: Box<dyn Io> = Box::new(tcp);
+        Ok(tokio_tungstenite::client_async(request, io).await.map_err(refused)?.0)
     }
 }
 
 /// The roots an https server is trusted by: `--ca-file`'s, else the public CAs.
-fn tls_config(api: &Endpoint<'_>) -> anyhow::Result<rustls::ClientConfig> {
+fn tls_config(api: &Endpoint) -> anyhow::Result<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     match &api.roots {
         Some(certs) => {
@@ -202,10 +214,7 @@ fn frame(channel: u8, data: &[u8]) -> Message {
     Message::Binary(v.into())
 }
 
-async fn bridge<S>(ws: tokio_tungstenite::WebSocketStream<S>, tty: bool) -> anyhow::Result<Status>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
+async fn bridge(ws: Socket, tty: bool) -> anyhow::Result<Status> {
     let _raw = tty.then(RawMode::on);
     let (mut sink, mut stream) = ws.split();
     let mut stdin = tokio::io::stdin();
@@ -261,6 +270,82 @@ where
         message: "the session ended without its command's status (the server or the connection went away)".into(),
         ..Status::default()
     }))
+}
+
+/// `custom-jobs port-forward`: connections to `address:local` each become a session to
+/// port `remote` of the replica's loopback, until Ctrl-C.
+pub fn port_forward(api: Endpoint, job_url: &str, replica: Option<&str>, address: &str, local: u16, remote: u16) -> anyhow::Result<ExitCode> {
+    let ws = session_url(job_url, replica, &[], None)?.replacen("/exec", "/portForward", 1);
+    let url = format!("{ws}{}port={remote}", if ws.contains('?') { "&" } else { "?" });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the forwarder's runtime")?;
+    let api = Arc::new(api);
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((address, local)).await.with_context(|| format!("cannot listen on {address}:{local}"))?;
+        let bound = listener.local_addr().context("the local address")?;
+        println!("Forwarding from {bound} to port {remote} of replica {} (Ctrl-C to stop)", replica.unwrap_or(trainyard_api::exec::DEFAULT_REPLICA));
+        let _ = std::io::stdout().flush();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((conn, peer)) = accepted else { continue };
+                    let _ = conn.set_nodelay(true);
+                    let (api, url) = (Arc::clone(&api), url.clone());
+                    // Each connection its own session, side by side.
+                    tokio::spawn(async move {
+                        if let Err(e) = forward_one(&api, &url, conn).await {
+                            eprintln!("trainyard: a connection from {peer}: {e:#}");
+                        }
+                    });
+                }
+                _ = tokio::signal::ctrl_c() => return Ok::<(), anyhow::Error>(()),
+            }
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One local connection through its own session: its bytes in as input, the replica's
+/// port's bytes out, until both sides are done.
+async fn forward_one(api: &Endpoint, url: &str, conn: tokio::net::TcpStream) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let ws = connect(api, url).await?;
+    let (mut sink, mut stream) = ws.split();
+    let (mut rd, mut wr) = conn.into_split();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut local_open = true;
+    loop {
+        tokio::select! {
+            n = rd.read(&mut buf), if local_open => {
+                let n = n.unwrap_or(0);
+                if n == 0 {
+                    local_open = false;
+                }
+                if sink.send(frame(STDIN, &buf[..n])).await.is_err() {
+                    break;
+                }
+            }
+            msg = stream.next() => match msg {
+                Some(Ok(Message::Binary(b))) => match b.split_first() {
+                    Some((&STDOUT, data)) => {
+                        if wr.write_all(data).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some((&STATUS, data)) => {
+                        if let Some(e) = serde_json::from_slice::<Status>(data).ok().and_then(|s| s.error) {
+                            bail!("{} ({})", e.message, e.status);
+                        }
+                    }
+                    Some((&STDERR, data)) => eprint!("{}", String::from_utf8_lossy(data)),
+                    _ => {}
+                },
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    let _ = wr.shutdown().await;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -324,3 +324,90 @@ fn sessions_are_limited_idle_ones_end_and_they_end_with_their_replica() {
     assert!(!status.success(), "{status:?}");
     s.wait_terminal(&name, 60);
 }
+
+/// `port-forward LOCAL:REMOTE`: a local port reaches an HTTP server listening on the
+/// replica's loopback, connections side by side, 3 MB unchanged; with `[replicas] network =
+/// "job"` (a root server) that server is out of the host's reach and the forward still gets
+/// there (a container: its own network, entered through its engine). A port where nothing
+/// listens: the connection is closed and the CLI says why.
+#[test]
+fn port_forward_reaches_a_server_inside_the_replica() {
+    let job_network = is_root() && !containers_backend();
+    let s = Server::start(if job_network { "[replicas]\nnetwork = \"job\"\n" } else { "" });
+    let remote = free_port();
+    let script = format!(
+        "d=$(mktemp -d) && echo forwarded-ok > $d/hello.txt && head -c 3000000 /dev/zero > $d/big && \
+         exec python3 -m http.server {remote} --bind 127.0.0.1 --directory $d"
+    );
+    let job = s.create("p", &in_test_image(sh_job("web", &script)));
+    let name = name_of(&job);
+    s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let mut fwd = Command::new(BIN)
+        .args(["custom-jobs", "port-forward", id(&name), &format!("0:{remote}")])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("port-forward");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
+    let local: u16 = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no local address in {line:?}"));
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
+    let get = move |path: &str| -> Result<Vec<u8>, String> {
+        let mut r = agent.get(&format!("http://127.0.0.1:{local}{path}")).call().map_err(|e| e.to_string())?;
+        r.body_mut().with_config().limit(10_000_000).read_to_vec().map_err(|e| e.to_string())
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let hello = loop {
+        match get("/hello.txt") {
+            Ok(b) => break b,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the job's server never answered through the forward: {e}\n{}", s.logs_text(&name));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    assert_eq!(text(&hello), "forwarded-ok\n");
+    let parallel: Vec<_> = (0..4).map(|_| std::thread::spawn({
+        let get = get.clone();
+        move || get("/big")
+    })).collect();
+    for t in parallel {
+        let big = t.join().expect("thread").expect("the big file");
+        assert_eq!(big.len(), 3_000_000);
+        assert!(big.iter().all(|b| *b == 0));
+    }
+    if job_network {
+        let direct = std::net::TcpStream::connect_timeout(&std::net::SocketAddr::from(([127, 0, 0, 1], remote)), Duration::from_secs(2));
+        assert!(direct.is_err(), "the job's network is its own: the host reaches none of its ports");
+    }
+    let _ = fwd.kill();
+    let _ = fwd.wait();
+
+    // Nothing listens there: the connection closes, and the CLI says why.
+    let closed = free_port();
+    let mut fwd = Command::new(BIN)
+        .args(["custom-jobs", "port-forward", id(&name), &format!("0:{closed}")])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("port-forward");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
+    let local: u16 = line.split_whitespace().nth(2).and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).expect("port");
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(10))).build().into();
+    let got = agent.get(&format!("http://127.0.0.1:{local}/")).call();
+    assert!(got.is_err(), "{got:?}");
+    let _ = fwd.kill();
+    let out = fwd.wait_with_output().expect("wait");
+    assert!(text(&out.stderr).contains(&format!("nothing answers on port {closed}")), "{}", text(&out.stderr));
+    cancel(&s, &name);
+}

@@ -472,6 +472,7 @@ pub fn router(state: AppState) -> Router {
         .merge(vizier::routes())
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route(&format!("{jobs}/{{id}}/exec"), get(exec::exec))
+        .route(&format!("{jobs}/{{id}}/portForward"), get(exec::port_forward))
         .route("/v1/projects/{project}/locations/{region}/operations/{op}", get(get_operation))
         .route("/v1/admin/nodes", get(list_nodes))
         .route("/v1/admin/nodes/{node}", get(get_node).post(post_node))

@@ -156,10 +156,14 @@ pub(crate) fn is_mutating(method: &Method, path: &str) -> bool {
         || enters_a_replica(method, path)
 }
 
-/// `GET .../customJobs/{id}/exec`, a session in a running replica: a GET (a WebSocket
-/// opens with one) that needs a read-write token and is audited and limited as a write.
+/// `GET .../customJobs/{id}/exec` and `.../portForward`, a session in a running replica: a
+/// GET (a WebSocket opens with one) that needs a read-write token and is audited and
+/// limited as a write.
 pub(crate) fn enters_a_replica(method: &Method, path: &str) -> bool {
-    *method == Method::GET && path.starts_with("/v1/projects/") && path.ends_with("/exec") && path.contains("/customJobs/")
+    *method == Method::GET
+        && path.starts_with("/v1/projects/")
+        && (path.ends_with("/exec") || path.ends_with("/portForward"))
+        && path.contains("/customJobs/")
 }
 
 /// The Vizier methods that are POSTs but only read (`studies:lookup`,

@@ -116,8 +116,10 @@ mod tests {
             run_dir: PathBuf::new(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
             tty: None,
+            connect: None,
         };
         assert_eq!(r(&[]).command_text(), "(shell)");
+        assert_eq!(Request { connect: Some(8888), ..r(&[]) }.command_text(), "(port-forward to port 8888)");
         assert_eq!(r(&["sh", "-c", "echo hi"]).command_text(), "sh -c \"echo hi\"");
     }
 }

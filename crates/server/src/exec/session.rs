@@ -39,12 +39,17 @@ pub struct Request {
     pub argv: Vec<String>,
     /// A terminal of this size and `TERM`, else pipes.
     pub tty: Option<(Size, Option<String>)>,
+    /// A connection to this port of the replica's loopback instead of a command
+    /// (`port-forward`): its bytes are the session's input and output.
+    pub connect: Option<u16>,
 }
 
 impl Request {
     /// The command as the audit line shows it.
     pub(super) fn command_text(&self) -> String {
-        if self.argv.is_empty() {
+        if let Some(port) = self.connect {
+            format!("(port-forward to port {port})")
+        } else if self.argv.is_empty() {
             "(shell)".into()
         } else {
             self.argv.iter().map(|a| if a.contains(char::is_whitespace) || a.is_empty() { format!("{a:?}") } else { a.clone() }).collect::<Vec<_>>().join(" ")
@@ -152,7 +157,9 @@ impl Session {
                 cmd.process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
             }
         }
-        if !req.argv.is_empty() {
+        if let Some(port) = req.connect {
+            cmd.arg("--connect").arg(port.to_string());
+        } else if !req.argv.is_empty() {
             cmd.arg("--").args(&req.argv);
         }
         // Nothing of the server's environment reaches the session (the replica's is given by

@@ -1,5 +1,7 @@
 //! `GET .../customJobs/{id}/exec` (a WebSocket): a session in one of a running job's
-//! replicas ([`crate::exec`]; the protocol is [`trainyard_api::exec`]). The guard asks a
+//! replicas ([`crate::exec`]; the protocol is [`trainyard_api::exec`]), and
+//! `GET .../customJobs/{id}/portForward?port=N`: one connection to a port of the replica's
+//! loopback, its bytes on the same channels (`custom-jobs port-forward`). The guard asks a
 //! read-write token of the job's project and audits the request as a write
 //! ([`crate::security::enters_a_replica`]); this handler checks the rest, in this order:
 //! a page of another site (`Origin`), the query, the job (404 for another project's), the
@@ -32,6 +34,28 @@ struct Ask {
     cols: Option<u32>,
     rows: Option<u32>,
     term: Option<String>,
+    /// `portForward`: the replica's port.
+    port: Option<u16>,
+}
+
+/// Which of the two a request is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Exec,
+    PortForward,
+}
+
+pub async fn port_forward(
+    State(state): State<AppState>,
+    Path((project, region, id)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    match open(state, Kind::PortForward, project, region, id, query, headers, upgrade).await {
+        Ok(r) => r,
+        Err(e) => AppError(e).into_response(),
+    }
 }
 
 pub async fn exec(
@@ -41,14 +65,16 @@ pub async fn exec(
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    match open(state, project, region, id, query, headers, upgrade).await {
+    match open(state, Kind::Exec, project, region, id, query, headers, upgrade).await {
         Ok(r) => r,
         Err(e) => AppError(e).into_response(),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn open(
     state: AppState,
+    kind: Kind,
     project: String,
     region: String,
     id: String,
@@ -57,7 +83,7 @@ async fn open(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     same_origin(&headers)?;
-    let ask = parse_query(query.as_deref().unwrap_or(""))?;
+    let ask = parse_query(query.as_deref().unwrap_or(""), kind)?;
     let id = parse_id(&id, "CustomJob")?;
     let stored = super::resources::load::<CustomJobs>(&state, &project, &region, id).await?;
     let Some(exec) = state.exec.clone() else {
@@ -90,7 +116,8 @@ async fn open(
     };
     let upgrade = upgrade.map_err(|e| {
         ApiError::invalid_argument(format!(
-            "This is a WebSocket endpoint ({e}): open it with `trainyard custom-jobs exec {id}` or the console's terminal (docs/exec.md)."
+            "This is a WebSocket endpoint ({e}): open it with `trainyard custom-jobs {} {id}` (docs/exec.md).",
+            if kind == Kind::Exec { "exec" } else { "port-forward" }
         ))
     })?;
     let slot = exec.take_slot(&project)?;
@@ -107,6 +134,7 @@ async fn open(
         run_dir: crate::datadir::run_dir(&state.data_dir, &run),
         argv: ask.command,
         tty,
+        connect: ask.port,
     };
     let session = exec.start(req, slot).await?;
     Ok(upgrade.max_message_size(1 << 20).on_upgrade(move |ws| session.run(ws)))
@@ -128,9 +156,9 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `replica`, `command` (once per argument), `tty`, `cols`, `rows`, `term`; anything else
-/// is named.
-fn parse_query(query: &str) -> Result<Ask, ApiError> {
+/// `replica`, `command` (once per argument), `tty`, `cols`, `rows`, `term` (exec) or
+/// `replica` and `port` (portForward, where `port` is needed); anything else is named.
+fn parse_query(query: &str, kind: Kind) -> Result<Ask, ApiError> {
     let mut ask = Ask::default();
     let mut bytes = 0;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -140,8 +168,19 @@ fn parse_query(query: &str) -> Result<Ask, ApiError> {
             return Err(ApiError::invalid_argument(format!("{k}: a NUL byte is not allowed")));
         }
         let number = |v: &str| v.parse::<u32>().map_err(|_| ApiError::invalid_argument(format!("{k}: {v:?} is not a terminal size (1 to 65535)")));
+        if kind == Kind::PortForward && !matches!(k, "replica" | "port") {
+            return Err(ApiError::invalid_argument(format!("Unknown parameter {k:?}; a port-forward takes replica and port.")));
+        }
         match k {
             "replica" => ask.replica = Some(v),
+            "port" => {
+                ask.port = Some(
+                    v.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| ApiError::invalid_argument(format!("port: {v:?} is not a port (1 to 65535)")))?,
+                )
+            }
             "command" => {
                 bytes += v.len() + 1;
                 ask.command.push(v);
@@ -174,6 +213,9 @@ fn parse_query(query: &str) -> Result<Ask, ApiError> {
             }
         }
     }
+    if kind == Kind::PortForward && ask.port.is_none() {
+        return Err(ApiError::invalid_argument("port: the replica's port to connect to is needed (1 to 65535)."));
+    }
     Ok(ask)
 }
 
@@ -189,12 +231,17 @@ mod tests {
 
     #[test]
     fn the_query_names_the_session_and_wrong_parameters() {
-        let a = parse_query("replica=workerpool1-0&command=sh&command=-c&command=echo+a%26b&tty=true&cols=100&rows=30&term=xterm").unwrap();
+        let a = parse_query("replica=workerpool1-0&command=sh&command=-c&command=echo+a%26b&tty=true&cols=100&rows=30&term=xterm", Kind::Exec).unwrap();
         assert_eq!(a.replica.as_deref(), Some("workerpool1-0"));
         assert_eq!(a.command, ["sh", "-c", "echo a&b"]);
         assert!(a.tty);
         assert_eq!((a.cols, a.rows, a.term.as_deref()), (Some(100), Some(30), Some("xterm")));
-        assert_eq!(parse_query("").unwrap(), Ask::default());
+        assert_eq!(parse_query("", Kind::Exec).unwrap(), Ask::default());
+        assert_eq!(parse_query("port=8888", Kind::PortForward).unwrap().port, Some(8888));
+        for (q, named) in [("", "port"), ("port=0", "port"), ("port=70000", "port"), ("port=1&command=x", "\"command\"")] {
+            let e = parse_query(q, Kind::PortForward).unwrap_err();
+            assert!(e.message.contains(named), "{q}: {}", e.message);
+        }
         for (q, named) in [
             ("command=a%00b", "NUL"),
             ("tty=maybe", "tty"),
@@ -203,12 +250,12 @@ mod tests {
             ("shell=bash", "\"shell\""),
             ("command=%FF", "UTF-8"),
         ] {
-            let e = parse_query(q).unwrap_err();
+            let e = parse_query(q, Kind::Exec).unwrap_err();
             assert_eq!(e.code, trainyard_api::Code::InvalidArgument, "{q}");
             assert!(e.message.contains(named), "{q}: {}", e.message);
         }
         let many = vec!["command=x"; MAX_ARGS + 1].join("&");
-        assert!(parse_query(&many).unwrap_err().message.contains("at most"));
+        assert!(parse_query(&many, Kind::Exec).unwrap_err().message.contains("at most"));
     }
 
     #[test]
