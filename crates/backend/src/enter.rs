@@ -263,15 +263,18 @@ fn enter_host_program(spec: &ShimSpec, pid: u32, req: &Request, argv: &[String])
             namespaces.push((kind, flag, file));
         }
     }
-    // The replica's cgroups: its memory (and v2 every controller), v1 pids and CPU.
+    // The replica's cgroups: its memory (and v2 every controller), v1 pids and CPU. This
+    // process has one thread: on v1 it moves through `tasks`, which spares the global
+    // lock (and its RCU grace period) that moving through `cgroup.procs` takes.
     if let (Some(base), Some(version)) = (&spec.cgroup_base, spec.cgroup_version.and_then(|v| CgroupVersion::from_number(v).ok())) {
-        join(&ReplicaCgroup::open(version, base.join(&spec.cgroup_name)).procs_file())?;
+        let cg = ReplicaCgroup::open(version, base.join(&spec.cgroup_name));
+        join(&cg.thread_attach_file().unwrap_or_else(|| cg.procs_file()))?;
     }
     if let (Some(base), Some(_)) = (&spec.pids_cgroup_base, spec.pids_max) {
-        join(&base.join(&spec.cgroup_name).join("cgroup.procs"))?;
+        join(&base.join(&spec.cgroup_name).join("tasks"))?;
     }
     if let Some(group) = &spec.cpu_cgroup {
-        join(&group.join(&spec.cgroup_name).join("cgroup.procs"))?;
+        join(&group.join(&spec.cgroup_name).join("tasks"))?;
     }
     for (kind, flag, file) in &namespaces {
         nix::sched::setns(file.as_fd(), *flag).map_err(|e| format!("cannot join the replica's {kind} namespace: {e}"))?;
@@ -318,7 +321,7 @@ fn enter_host_program(spec: &ShimSpec, pid: u32, req: &Request, argv: &[String])
     std::process::exit(code);
 }
 
-/// Moves this process into a cgroup (`cgroup.procs`).
+/// Moves this process into a cgroup (through `cgroup.procs`, or v1's `tasks`).
 fn join(procs: &Path) -> Result<(), String> {
     std::fs::write(procs, b"0").map_err(|e| format!("cannot join the replica's cgroup {}: {e}", procs.display()))
 }
