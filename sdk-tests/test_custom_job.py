@@ -91,6 +91,25 @@ def test_run_fails_with_replica_exit_status_and_stderr(sdk):
     assert "workerpool0-0" in err.message and "boom" in err.message
 
 
+def test_enable_web_access_gives_each_replicas_terminal(sdk):
+    """`enable_web_access=True` (the SDK's field `enableWebAccess`): while the job runs,
+    `web_access_uris` maps each replica to its terminal in the console (docs/exec.md)."""
+    job = sdk.CustomJob(
+        display_name=unique("web-access"),
+        worker_pool_specs=[pool("import time; time.sleep(120)"), pool("import time; time.sleep(120)")],
+    )
+    job.submit(enable_web_access=True)
+    wait_for_state(job, {JobState.JOB_STATE_RUNNING})
+    job_id = job.resource_name.rsplit("/", 1)[1]
+    uris = dict(job.web_access_uris)
+    assert sorted(uris) == ["workerpool0-0", "workerpool1-0"], uris
+    for replica, uri in uris.items():
+        assert uri.endswith(f"/console?project={PROJECT}&region={LOCATION}#/jobs/{job_id}/terminal/{replica}"), uri
+    job.cancel()
+    wait_for_state(job, {JobState.JOB_STATE_CANCELLED}, timeout_s=15)
+    assert not dict(job.web_access_uris), "only while it runs"
+
+
 def test_submit_cancel_wait(sdk):
     job = sdk.CustomJob(
         display_name=unique("cancel"),

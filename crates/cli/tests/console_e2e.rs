@@ -1094,3 +1094,77 @@ fn console_log_opens_on_its_tail_and_loads_earlier_lines() {
     assert_eq!(c.eval("localStorage.getItem('trainyard.logTail')"), json!("20000"), "the setting is kept");
     c.assert_clean("job page, whole log by loads");
 }
+
+/// The console's terminal (issue 48): a job with `enableWebAccess` shows `webAccessUris`
+/// while it runs, each the console's terminal for that replica; opened with the token typed
+/// in the header (sent as the WebSocket's `bearer.` subprotocol), the page runs the
+/// replica's shell in xterm.js: typed keys reach it (real key events), its output is drawn,
+/// and no Content-Security-Policy rule is broken (the terminal's style elements carry the
+/// page's nonce). The job page links each running replica's terminal.
+#[test]
+fn console_terminal_runs_a_shell_in_a_running_replica() {
+    let Some((chromium, _turn)) = browser_turn() else { return };
+    const TOKEN: &str = "console-terminal-token-7f3a9c";
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, format!("[[tokens]]\nname = \"browser\"\ntoken = \"{TOKEN}\"\nprojects = [\"term\"]\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let s = Server::start(&format!("tokens_file = \"{}\"\n", tokens.display()));
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let call = |method: &str, url: &str, body: Option<&Value>| -> Value {
+        let req = ureq::http::Request::builder().method(method).uri(url).header("Authorization", format!("Bearer {TOKEN}")).header("Content-Type", "application/json");
+        let mut resp = agent.run(req.body(body.map(Value::to_string).unwrap_or_default()).unwrap()).expect("request");
+        serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null)
+    };
+    let mut body = sh_job("web-access", "echo ready; exec sleep 600");
+    body["jobSpec"]["enableWebAccess"] = json!(true);
+    let job = call("POST", &s.jobs_url("term"), Some(&body));
+    let name = name_of(&job);
+    let id = job_id(&job);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let j = call("GET", &s.url(&format!("/v1/{name}")), None);
+        if j["state"] == "JOB_STATE_RUNNING" {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "the job never ran: {j:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let uri = running["webAccessUris"]["workerpool0-0"].as_str().unwrap_or_else(|| panic!("no webAccessUris: {running:#}")).to_string();
+    assert_eq!(uri, s.url(&format!("/console?project=term&region=us-central1#/jobs/{id}/terminal/workerpool0-0")));
+
+    let mut c = Chrome::launch(&chromium, dir.path());
+    c.open(&uri);
+    // No token yet: the terminal cannot open, and the page says so.
+    c.wait_for("the refusal", "!document.getElementById('banner').hidden", 20);
+    let refused = c.errors();
+    assert!(refused.iter().any(|e| e.contains("401")), "the refusal without a token: {refused:?}");
+    c.eval(&format!("(() => {{ const i = document.getElementById('token'); i.value = '{TOKEN}'; i.dispatchEvent(new Event('change')); }})()"));
+    c.eval("(() => { document.getElementById('banner-close').click(); })()");
+    c.wait_for("the session", "(document.getElementById('terminal-status') || {}).textContent === 'connected'", 20);
+    let screen = "(() => { const b = window.trainyardTerminal.buffer.active; let s = ''; for (let i = 0; i < b.length; i++) s += b.getLine(i).translateToString(true) + '\\n'; return s; })()";
+    c.wait_for("the shell's prompt", &format!("{screen}.includes('$ ')"), 20);
+    c.click("#terminal .xterm-screen");
+    c.call("Input.insertText", json!({"text": "echo $((6*7))-from-the-browser; tty"}));
+    for kind in ["rawKeyDown", "char", "keyUp"] {
+        c.call("Input.dispatchKeyEvent", json!({"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "text": "\r", "unmodifiedText": "\r"}));
+    }
+    let shown = c.wait_for("the command's output", &format!("{screen}.split('\\n').some(l => l.trim() === '42-from-the-browser') && {screen}"), 20);
+    assert!(shown.as_str().unwrap_or("").contains("/dev/pts/"), "a terminal of its own: {shown}");
+    c.screenshot("19-terminal");
+    c.assert_clean("the terminal");
+
+    // To the job's page by its crumb (a real click): the terminal's session ends with the
+    // page, and the job page links the running replica's terminal.
+    c.click(&format!(".crumbs a[href='#/jobs/{id}']"));
+    c.wait_for("the terminal link", "document.querySelectorAll('a.terminal-link').length === 1", 20);
+    assert_eq!(c.eval("document.querySelector('a.terminal-link').getAttribute('href')"), json!(format!("#/jobs/{id}/terminal/workerpool0-0")));
+    c.assert_clean("the job page with its terminal link");
+    // Leaving the page ended the session: audited with the token's holder.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.server_log().lines().any(|l| l.contains("exec session") && l.contains("holder=\"browser\"") && l.contains("outcome=\"disconnected\"")) {
+        assert!(Instant::now() < deadline, "no audit line of the browser's session:\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    call("POST", &s.url(&format!("/v1/{name}:cancel")), None);
+}

@@ -433,7 +433,7 @@ async function route() {
   const [section = "jobs", id] = parts;
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.section === (section === "queue" ? "nodes" : section));
   const pages = {
-    jobs: id ? () => jobPage(pg, id) : () => jobsList(pg, q),
+    jobs: id ? (parts[2] === "terminal" ? () => terminalPage(pg, id, parts[3] || "workerpool0-0") : () => jobPage(pg, id)) : () => jobsList(pg, q),
     tuning: id ? () => studyPage(pg, id) : () => tuningList(pg, q),
     pipelines: id ? () => pipelinePage(pg, id) : () => pipelinesList(pg, q),
     studies: id ? () => vizierStudyPage(pg, id) : () => vizierStudiesList(pg),
@@ -718,6 +718,98 @@ function errorBlock(err) {
   // Code 1 (CANCELLED) is how a cancelled job ends, not a failure.
   return h("div", { class: err.code === 1 ? "error-block neutral" : "error-block", id: "job-error" }, h("b", {}, `${codeName(err.code)}: `), h("pre", { class: "errtext" }, err.message || JSON.stringify(err)));
 }
+// ---------------------------------------------------------------------------------------
+// A terminal in a running replica (#/jobs/ID/terminal/REPLICA): xterm.js (served from
+// /vendor, with its licence) on the session WebSocket of `custom-jobs exec` (docs/exec.md:
+// channel 0 input, 1 output, 3 the end, 4 the size). A browser's WebSocket can send no
+// Authorization header: the token goes as a subprotocol, `bearer.<base64url>`.
+
+/** xterm.js, loaded once; the style elements it makes carry the page's nonce (CSP). */
+let xtermLoaded = null;
+function loadXterm() {
+  if (xtermLoaded) return xtermLoaded;
+  const nonce = (document.querySelector('meta[name="trainyard-style-nonce"]') || {}).content || "";
+  const create = document.createElement.bind(document);
+  document.createElement = (tag, opts) => {
+    const el = create(tag, opts);
+    if (String(tag).toLowerCase() === "style" && nonce) el.nonce = nonce;
+    return el;
+  };
+  document.head.append(h("link", { rel: "stylesheet", href: "/vendor/xterm.css" }));
+  xtermLoaded = new Promise((resolve, reject) => {
+    const s = h("script", { src: "/vendor/xterm.js" });
+    s.addEventListener("load", () => (window.Terminal ? resolve(window.Terminal) : reject(new Error("xterm.js did not load"))));
+    s.addEventListener("error", () => { xtermLoaded = null; reject(new Error("xterm.js could not be loaded from /vendor/xterm.js")); });
+    document.head.append(s);
+  });
+  return xtermLoaded;
+}
+function b64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+async function terminalPage(pg, id, replica) {
+  const name = `projects/${project()}/locations/${region()}/customJobs/${id}`;
+  document.title = `${replica} of job ${id} · Trainyard`;
+  const status = h("span", { class: "stream-status", id: "terminal-status" }, "connecting…");
+  const box = h("div", { class: "terminal-box", id: "terminal" });
+  view.append(
+    h("div", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", h("a", { href: `#/jobs/${enc(id)}` }, id), " / ", replica),
+    h("section", { class: "card" }, h("div", { class: "head" }, h("h3", {}, `Terminal in ${replica}`), status),
+      h("p", { class: "small muted" }, `A shell inside the replica's sandbox, as trainyard custom-jobs exec ${id} --replica ${replica} gives; it ends with the replica, or after the server's idle timeout.`),
+      box));
+  const Terminal = await loadXterm();
+  if (pg.signal.aborted) return;
+  const term = new Terminal({ cols: 120, rows: 32, convertEol: false, cursorBlink: true, scrollback: 5000, fontSize: 13 });
+  term.open(box);
+  window.trainyardTerminal = term;
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  const q = new URLSearchParams({ replica, tty: "true", cols: String(term.cols), rows: String(term.rows), term: "xterm-256color" });
+  const protocols = ["trainyard.v1"];
+  if ($("token").value) protocols.push("bearer." + b64url($("token").value));
+  const ws = new WebSocket(`${proto}//${location.host}/v1/${name}/exec?${q}`, protocols);
+  ws.binaryType = "arraybuffer";
+  const send = (channel, bytes) => {
+    if (ws.readyState !== WebSocket.OPEN) return;
+    const msg = new Uint8Array(bytes.length + 1);
+    msg[0] = channel;
+    msg.set(bytes, 1);
+    ws.send(msg);
+  };
+  const enc8 = new TextEncoder();
+  const dataSub = term.onData((d) => send(0, enc8.encode(d)));
+  const binSub = term.onBinary((d) => send(0, Uint8Array.from(d, (c) => c.charCodeAt(0) & 255)));
+  const resizeSub = term.onResize(({ cols, rows }) => send(4, enc8.encode(JSON.stringify({ cols, rows }))));
+  let ended = false;
+  ws.addEventListener("open", () => { put(status, "connected"); status.className = "stream-status live"; term.focus(); });
+  ws.addEventListener("message", (ev) => {
+    const m = new Uint8Array(ev.data);
+    if (!m.length) return;
+    if (m[0] === 1 || m[0] === 2) term.write(m.subarray(1));
+    else if (m[0] === 3) {
+      ended = true;
+      let end = {};
+      try { end = JSON.parse(new TextDecoder().decode(m.subarray(1))); } catch (_) { /* said below */ }
+      const said = end.error ? `${end.error.status}: ${end.error.message}` : end.signal ? `ended by signal ${end.signal}` : `exited with status ${end.exitStatus}`;
+      put(status, "ended: " + said);
+      status.className = "stream-status " + (end.error || end.exitStatus ? "broken" : "done");
+    }
+  });
+  ws.addEventListener("close", () => {
+    if (!ended) { put(status, "the connection was closed (see the banner)"); status.className = "stream-status broken"; }
+  });
+  ws.addEventListener("error", () => {
+    // The handshake's answer is not readable from a page: ask the API why.
+    api(`/v1/${name}`, { signal: pg.signal }).then((job) => {
+      if (shortState(job.state) !== "RUNNING") report(new Error(`Job ${id} is ${shortState(job.state)}: a terminal needs a running replica.`));
+      else report(new Error(`The terminal in ${replica} could not be opened (a read-write token of the project is needed).`));
+    }).catch(report);
+  });
+  pg.cleanups.push(() => { dataSub.dispose(); binSub.dispose(); resizeSub.dispose(); ws.close(); term.dispose(); delete window.trainyardTerminal; });
+}
+
 function poolsTable(spec) {
   const pools = (spec && spec.workerPoolSpecs) || [];
   if (!pools.length) return null;
@@ -839,6 +931,7 @@ async function jobPage(pg, id) {
         ["Progress", job.trainyardProgress ? progressBar(job.trainyardProgress, true) : null],
         ["Health", job.trainyardHealth && job.trainyardHealth.state !== "ok" ? h("span", { class: "hang-text" }, `${job.trainyardHealth.state}: ${job.trainyardHealth.replica} since ${dateTime(Date.parse(job.trainyardHealth.since))}`) : null],
         ["Labels", job.labels && Object.keys(job.labels).length ? Object.entries(job.labels).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)) : null],
+        ["Terminal", shortState(job.state) === "RUNNING" ? replicasOf(spec).map((r) => h("a", { class: "terminal-link", href: `#/jobs/${enc(id)}/terminal/${enc(r)}`, title: `A shell in ${r} (as trainyard custom-jobs exec ${id} --replica ${r})` }, r)) : null],
         ["Output", spec.baseOutputDirectory ? h("code", {}, spec.baseOutputDirectory.outputUriPrefix) : null],
         ["Scheduling", Object.keys(sched).length ? h("code", {}, JSON.stringify(sched)) : null],
       ]),

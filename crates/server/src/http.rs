@@ -383,9 +383,28 @@ async fn healthz(State(state): State<AppState>) -> Response {
 
 /// The web console: one page that lists a project's jobs and shows a job's details and
 /// logs, through this same REST API. Its script and style are files of their own, so that
-/// the Content-Security-Policy allows no inline code ([`crate::security`]).
+/// the Content-Security-Policy allows no inline code ([`crate::security`]); the style
+/// elements its terminal (xterm.js) makes carry the page's nonce, new with every answer.
 async fn console() -> Response {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], include_str!("console.html")).into_response()
+    use base64::Engine as _;
+    let mut raw = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw));
+    if let Err(e) = random {
+        return crate::reply::AppError(ApiError::internal(format!("no random bytes for the page's nonce: {e}"))).into_response();
+    }
+    let nonce = base64::engine::general_purpose::STANDARD.encode(raw);
+    let page = include_str!("console.html").replace("{{STYLE_NONCE}}", &nonce);
+    let policy = crate::security::CONTENT_SECURITY_POLICY.replace("style-src 'self'", &format!("style-src 'self' 'nonce-{nonce}'"));
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8".to_string()), (header::CONTENT_SECURITY_POLICY, policy)], page).into_response()
+}
+
+/// The console's terminal, xterm.js (vendored with its licence: `vendor/xterm/`).
+async fn xterm_js() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("vendor/xterm/xterm.js")).into_response()
+}
+
+async fn xterm_css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], include_str!("vendor/xterm/xterm.css")).into_response()
 }
 
 async fn console_js() -> Response {
@@ -488,6 +507,8 @@ pub fn router(state: AppState) -> Router {
         .route("/console", get(console))
         .route("/console.js", get(console_js))
         .route("/console.css", get(console_css))
+        .route("/vendor/xterm.js", get(xterm_js))
+        .route("/vendor/xterm.css", get(xterm_css))
         .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -51,3 +51,11 @@ pub const MAX_BODY: usize = 1024 * 1024;
 pub fn body_too_large() -> ApiError {
     ApiError::new(trainyard_api::Code::OutOfRange, format!("The request body is larger than the limit of {MAX_BODY} bytes."))
 }
+
+/// `http://HOST` (or `https://` on a TLS connection) of the request, for links in
+/// resources (Cloud Storage's selfLink, a CustomJob's webAccessUris).
+pub fn base_url(headers: &axum::http::HeaderMap) -> String {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).filter(|h| !h.is_empty()).unwrap_or("127.0.0.1");
+    let https = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    format!("{}://{host}", if https { "https" } else { "http" })
+}

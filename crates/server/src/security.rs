@@ -151,6 +151,26 @@ impl WriteLimiter {
     }
 }
 
+/// The WebSocket subprotocol of sessions in replicas (`.../exec`, `.../portForward`).
+pub const SESSION_PROTOCOL: &str = "trainyard.v1";
+
+/// The request's bearer credential as an `Authorization` value: that header, else (a
+/// browser's WebSocket can set no header) a `Sec-WebSocket-Protocol` entry
+/// `bearer.<the token in unpadded base64url>` beside [`SESSION_PROTOCOL`], as Kubernetes'
+/// API server takes one.
+pub(crate) fn authorization_of(headers: &axum::http::HeaderMap) -> Option<String> {
+    use base64::Engine as _;
+    if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        return Some(v.to_string());
+    }
+    let protocols = headers.get(header::SEC_WEBSOCKET_PROTOCOL)?.to_str().ok()?;
+    protocols.split(',').map(str::trim).find_map(|p| {
+        let encoded = p.strip_prefix("bearer.")?;
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded.trim_end_matches('=')).ok()?;
+        Some(format!("Bearer {}", String::from_utf8(token).ok()?))
+    })
+}
+
 pub(crate) fn is_mutating(method: &Method, path: &str) -> bool {
     (matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) && !reads_by_post(method, path))
         || enters_a_replica(method, path)

@@ -123,7 +123,7 @@ async fn open(
     let slot = exec.take_slot(&project)?;
     let holder = match &state.tokens {
         None => "(open mode)".to_string(),
-        Some(t) => t.current().holder(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())).unwrap_or_else(|| "(unknown token)".into()),
+        Some(t) => t.current().holder(crate::security::authorization_of(&headers).as_deref()).unwrap_or_else(|| "(unknown token)".into()),
     };
     let run = trainyard_core::RunId { job: id, attempt: job.attempt, replica: name.clone(), restart: replica.restart };
     let req = crate::exec::Request {
@@ -137,7 +137,7 @@ async fn open(
         connect: ask.port,
     };
     let session = exec.start(req, slot).await?;
-    Ok(upgrade.max_message_size(1 << 20).on_upgrade(move |ws| session.run(ws)))
+    Ok(upgrade.max_message_size(1 << 20).protocols([crate::security::SESSION_PROTOCOL]).on_upgrade(move |ws| session.run(ws)))
 }
 
 /// A browser's page may open a session only from this server's own origin: WebSockets are

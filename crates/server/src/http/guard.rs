@@ -18,7 +18,7 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
     let path = req.uri().path().to_string();
     let tokens = state.tokens.as_ref().map(|t| t.current());
     // The token is looked up once: its holder, its check and whose share it counts in.
-    let auth = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let auth = crate::security::authorization_of(req.headers());
     let bearer = tokens.as_ref().map(|t| t.lookup(auth.as_deref()));
     let holder = match &bearer {
         None => "(open mode)".to_string(),
@@ -66,7 +66,10 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
         );
     }
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    // The console's page sets its own (with the nonce of its terminal's styles).
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    }
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));

@@ -115,13 +115,16 @@ async fn get_one<K: ResourceKind>(
     State(state): State<AppState>,
     Path((project, region, id)): Path<(String, String, String)>,
     Alt(common): Alt,
+    headers: HeaderMap,
 ) -> ApiResult {
     let ints = int_enums(&common)?;
     let (_, row) = match row_of::<K>(&state, &project, &region, &id).await {
         Ok(found) => found,
         Err(answer) => return Ok(answer),
     };
-    json_response(K::render(&row, &state.waiting, View::Get)?, ints)
+    let mut shown = K::render(&row, &state.waiting, View::Get)?;
+    K::add_links(&mut shown, &crate::reply::base_url(&headers));
+    json_response(shown, ints)
 }
 
 /// `POST .../{id}:cancel` (the id and the verb are one path segment).

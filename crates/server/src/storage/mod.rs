@@ -429,12 +429,7 @@ fn json_ok(v: Value) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json; charset=UTF-8")], v.to_string()).into_response()
 }
 
-/// `http://HOST` of the request, for links in resources.
-fn base_url(headers: &HeaderMap) -> String {
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).filter(|h| !h.is_empty()).unwrap_or("127.0.0.1");
-    let https = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    format!("{}://{host}", if https { "https" } else { "http" })
-}
+use crate::reply::base_url;
 
 /// The bucket of `<prefix>/b/{bucket}[/...]`.
 fn bucket_of(path: &str, prefix: &str) -> GcsResult<String> {
