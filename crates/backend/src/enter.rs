@@ -33,6 +33,17 @@ use crate::shim::{self, ShimSpec};
 /// would inherit).
 pub const ENTER_ARG: &str = "enter";
 
+/// The `oom_kill` counter of the replica's memory cgroup (host programs with a cgroup),
+/// for a session to tell whether its command's SIGKILL was an OOM kill.
+pub fn replica_oom_kills(run_dir: &Path) -> Option<u64> {
+    let spec = shim::read_spec(run_dir).ok()??;
+    if spec.container.is_some() {
+        return None;
+    }
+    let version = CgroupVersion::from_number(spec.cgroup_version?).ok()?;
+    ReplicaCgroup::open(version, spec.cgroup_base?.join(&spec.cgroup_name)).oom_kills()
+}
+
 /// Exit code: the replica could not be entered (the reason is on the report descriptor).
 pub const EXIT_NOT_ENTERED: i32 = 125;
 

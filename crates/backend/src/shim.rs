@@ -13,6 +13,8 @@
 //! - `started.json`: [`Started`], once the program runs
 //! - `log.jsonl`: the program's stdout and stderr ([`crate::log`])
 //! - `status.json`: [`ShimStatus`], the last thing the shim writes
+//! - `exec-oom-kills`: OOM kills of sessions' commands (`custom-jobs exec`), not counted
+//!   as the program's
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
@@ -48,6 +50,32 @@ pub const PID_FILE: &str = "shim.pid";
 pub const SHIM_STDERR_FILE: &str = "shim.stderr";
 /// The line the shim prints on its stdout once the program runs.
 pub const STARTED_LINE: &str = "started";
+
+/// `<run dir>/exec-oom-kills`: how many of the OOM kills in the replica's cgroup were of
+/// sessions' commands (a number), which the supervisor does not count as its program's
+/// (L14): a session that allocates past the replica's limit is the one killed, and the job
+/// is not failed for it.
+pub const EXEC_OOM_FILE: &str = "exec-oom-kills";
+
+/// Sessions' OOM kills recorded for the run so far.
+pub fn exec_oom_kills(run_dir: &Path) -> u64 {
+    std::fs::read_to_string(run_dir.join(EXEC_OOM_FILE)).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
+}
+
+/// One more OOM kill of a session's command, under the file's lock (sessions of one run
+/// may end together).
+pub fn note_exec_oom_kill(run_dir: &Path) -> std::io::Result<()> {
+    use std::io::Seek;
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(run_dir.join(EXEC_OOM_FILE))?;
+    let mut f = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    let n: u64 = text.trim().parse().unwrap_or(0);
+    f.set_len(0)?;
+    f.rewind()?;
+    f.write_all(format!("{}\n", n + 1).as_bytes())?;
+    Ok(())
+}
 
 /// Exit code: another shim holds this run directory's lock (it is running the replica).
 pub const EXIT_ALREADY_RUNNING: i32 = 75;
@@ -773,7 +801,11 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
     let mut status = ShimStatus {
         exit_code,
         signal,
-        oom_kills: cgroup.and_then(|cg| cg.oom_kills()).or_else(|| engine_oom.as_ref().and_then(|o| o.kills_since_start())),
+        // Kills of sessions' commands (`custom-jobs exec`) are not the program's (L14).
+        oom_kills: cgroup
+            .and_then(|cg| cg.oom_kills())
+            .map(|n| n.saturating_sub(exec_oom_kills(run_dir)))
+            .or_else(|| engine_oom.as_ref().and_then(|o| o.kills_since_start())),
         start_error: None,
         launch_error: None,
         ended_micros: fsutil::now_micros(),

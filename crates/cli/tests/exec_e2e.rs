@@ -411,3 +411,30 @@ fn port_forward_reaches_a_server_inside_the_replica() {
     assert!(text(&out.stderr).contains(&format!("nothing answers on port {closed}")), "{}", text(&out.stderr));
     cancel(&s, &name);
 }
+
+/// L14: a session counts against its replica's memory: a command that allocates past the
+/// replica's limit is the one killed (the CLI says so, 137), the replica goes on, and when
+/// its program later fails for a reason of its own, the job's error is that reason, not an
+/// OOM (the session's kill is written down as the session's).
+#[test]
+fn l14_a_sessions_oom_kill_is_the_sessions_not_the_jobs() {
+    if skip_in_containers("a container's memory is its engine's") || (!is_root() && trainyard_backend::skip_test("memory cgroups need a root server")) {
+        return;
+    }
+    let s = Server::start("[[machine_types]]\nname = \"tiny-1\"\nvcpus = 1\nmemory_gb = 0.25\n");
+    let mut body = sh_job("small", "echo ready; while [ ! -e /tmp/fail-now ]; do sleep 0.2; done; exit 3");
+    body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] = Value::String("tiny-1".into());
+    let job = s.create("p", &body);
+    let name = name_of(&job);
+    s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let out = exec_out(&s, "p", &[id(&name), "--", "python3", "-c", "b = bytearray(600 * 1024 * 1024); print(len(b))"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert!(text(&out.stderr).contains("past the replica's memory limit"), "{}", text(&out.stderr));
+    assert_eq!(s.get(&name)["state"], "JOB_STATE_RUNNING", "the replica goes on");
+    let out = exec_out(&s, "p", &[id(&name), "--", "touch", "/tmp/fail-now"]);
+    assert!(out.status.success(), "{out:?}");
+    let done = s.wait_terminal(&name, 60);
+    assert_eq!(done["state"], "JOB_STATE_FAILED", "{done:#}");
+    let message = done["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("status of 3") && !message.contains("memory"), "the program's own failure, not an OOM: {message}");
+}

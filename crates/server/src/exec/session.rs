@@ -100,6 +100,8 @@ pub struct Session {
     idle_timeout: Duration,
     started: Instant,
     started_at: String,
+    /// The replica cgroup's OOM kills when the session started (host programs).
+    oom_before: Option<u64>,
 }
 
 enum Out {
@@ -182,6 +184,7 @@ impl Session {
             Ok(c) => c,
             Err(e) => return fail(ApiError::unavailable(format!("cannot start a session ({}): {e}", program.to_string_lossy())), slot),
         };
+        let oom_before = trainyard_backend::enter::replica_oom_kills(&req.run_dir);
         let report = tokio::time::timeout(ENTER_BOUND, read_report(report_r)).await;
         let refused = match report {
             Ok(Ok(text)) if text.is_empty() => None,
@@ -213,7 +216,7 @@ impl Session {
                 }
             },
         };
-        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text() })
+        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text(), oom_before })
     }
 
     /// Bridges the session to `ws` until it ends, then says how on the STATUS channel,
@@ -335,7 +338,10 @@ impl Session {
                     Ok(s) => (s.code(), s.signal()),
                     Err(_) => (None, None),
                 };
-                let message = if exit_status.is_none() && signal.is_none() { "its end could not be read".to_string() } else { String::new() };
+                let mut message = if exit_status.is_none() && signal.is_none() { "its end could not be read".to_string() } else { String::new() };
+                if signal == Some(libc::SIGKILL) && self.oom_killed() {
+                    message = "the command was killed for going past the replica's memory limit; the replica itself goes on".into();
+                }
                 End { status: Status { exit_status, signal, error: None, message }, outcome: "exited" }
             }
             Err(end) => {
@@ -344,6 +350,20 @@ impl Session {
                 end
             }
         }
+    }
+
+    /// Was the command's SIGKILL the replica cgroup's OOM killer? Then the kill is written
+    /// down as a session's, so that the replica's supervisor does not count it as its
+    /// program's (L14).
+    fn oom_killed(&self) -> bool {
+        let after = trainyard_backend::enter::replica_oom_kills(&self.req.run_dir);
+        let rose = matches!((self.oom_before, after), (Some(b), Some(a)) if a > b);
+        if rose {
+            if let Err(e) = trainyard_backend::shim::note_exec_oom_kill(&self.req.run_dir) {
+                tracing::warn!("job {} replica {}: a session's OOM kill could not be written down: {e}", self.req.job, self.req.replica);
+            }
+        }
+        rose
     }
 
     /// A message from the client: input, its end, or a new terminal size.
