@@ -243,8 +243,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             data_dir.display()
         );
         ready();
+        let sessions = state.exec.clone();
         trainyard_server::http::serve(listener, state, limits, tls, shutdown_signal(health)).await?;
         let _ = stopped_tx.send(true);
+        // Sessions in replicas end, each told why; the replicas go on.
+        if let Some(exec) = sessions {
+            exec.stop(std::time::Duration::from_secs(3)).await;
+        }
         if let Some(jobs) = jobs {
             jobs.await.context("the jobs' listener")??;
         }

@@ -414,7 +414,8 @@ fn port_forward_reaches_a_server_inside_the_replica() {
 
 /// L14: a session counts against its replica's memory: a command that allocates past the
 /// replica's limit is the one killed (the CLI says so, 137), the replica goes on, and when
-/// its program later fails for a reason of its own, the job's error is that reason, not an
+/// its program later fails for a reason of its own (told by a file the session leaves in
+/// the working directory they share), the job's error is that reason, not an
 /// OOM (the session's kill is written down as the session's).
 #[test]
 fn l14_a_sessions_oom_kill_is_the_sessions_not_the_jobs() {
@@ -422,7 +423,7 @@ fn l14_a_sessions_oom_kill_is_the_sessions_not_the_jobs() {
         return;
     }
     let s = Server::start("[[machine_types]]\nname = \"tiny-1\"\nvcpus = 1\nmemory_gb = 0.25\n");
-    let mut body = sh_job("small", "echo ready; while [ ! -e /tmp/fail-now ]; do sleep 0.2; done; exit 3");
+    let mut body = sh_job("small", "echo ready; while [ ! -e fail-now ]; do sleep 0.2; done; exit 3");
     body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] = Value::String("tiny-1".into());
     let job = s.create("p", &body);
     let name = name_of(&job);
@@ -431,10 +432,51 @@ fn l14_a_sessions_oom_kill_is_the_sessions_not_the_jobs() {
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     assert!(text(&out.stderr).contains("past the replica's memory limit"), "{}", text(&out.stderr));
     assert_eq!(s.get(&name)["state"], "JOB_STATE_RUNNING", "the replica goes on");
-    let out = exec_out(&s, "p", &[id(&name), "--", "touch", "/tmp/fail-now"]);
+    let out = exec_out(&s, "p", &[id(&name), "--", "touch", "fail-now"]);
     assert!(out.status.success(), "{out:?}");
     let done = s.wait_terminal(&name, 60);
     assert_eq!(done["state"], "JOB_STATE_FAILED", "{done:#}");
     let message = done["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("status of 3") && !message.contains("memory"), "the program's own failure, not an OOM: {message}");
+}
+
+/// A server that stops (SIGTERM: a restart or a shutdown) ends its open sessions, each
+/// told why, and leaves the replica running: the restarted server adopts it, and a new
+/// session enters it.
+#[test]
+fn a_stopping_server_ends_its_sessions_with_a_message_and_leaves_the_replica() {
+    let mut s = Server::start("");
+    let (name, _) = viewer(&s, "p");
+    let mut session = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(session.stdout.as_mut().expect("stdout"), &mut first).expect("the session's output");
+    let pid = s.pid().expect("the server's pid") as i32;
+    // SAFETY: kill(2) of the test's own server process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = session.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the session outlived its server");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(session.stderr.as_mut().expect("stderr"), &mut err).expect("stderr");
+    assert_eq!(status.code(), Some(255), "{err}");
+    assert!(err.contains("The server is stopping") && err.contains("the replica goes on"), "{err}");
+    // The server is gone; its replica is not.
+    if let Some(mut c) = s.child.take() {
+        let _ = c.wait();
+    }
+    s.spawn();
+    assert_eq!(s.get(&name)["state"], "JOB_STATE_RUNNING");
+    let out = exec_out(&s, "p", &[id(&name), "--", "echo", "back"]);
+    assert_eq!(text(&out.stdout), "back\n", "{out:?}");
+    cancel(&s, &name);
 }

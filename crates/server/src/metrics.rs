@@ -64,7 +64,7 @@ pub struct TenantWorkLabels {
 pub struct ExecLabels {
     pub project: String,
     /// `exited`, `refused` (the replica could not be entered), `idle`, `replica_ended`,
-    /// `disconnected`.
+    /// `disconnected`, `server_stopped`.
     pub outcome: String,
 }
 

@@ -30,6 +30,8 @@ pub struct Exec {
     elsewhere: Option<String>,
     open: Arc<Mutex<HashMap<String, usize>>>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// True once the server stops: every session ends, saying so.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Exec {
@@ -42,7 +44,7 @@ impl Exec {
                     .to_string(),
             ),
         };
-        Exec { shim, cfg: cfg.exec.clone(), elsewhere, open: Arc::default(), metrics }
+        Exec { shim, cfg: cfg.exec.clone(), elsewhere, open: Arc::default(), metrics, stopping: tokio::sync::watch::Sender::new(false) }
     }
 
     /// Why sessions cannot be opened on this server, if so.
@@ -62,7 +64,20 @@ impl Exec {
             )));
         }
         *n += 1;
-        Ok(Slot { open: Arc::clone(&self.open), metrics: Arc::clone(&self.metrics), project: project.to_string() })
+        Ok(Slot { open: Arc::clone(&self.open), metrics: Arc::clone(&self.metrics), project: project.to_string(), stopping: self.stopping.subscribe() })
+    }
+
+    /// The server stops: every open session ends with a status that says so (its command
+    /// is killed; the replica goes on), and this waits up to `bound` for them to be gone.
+    pub async fn stop(&self, bound: std::time::Duration) {
+        self.stopping.send_replace(true);
+        let deadline = tokio::time::Instant::now() + bound;
+        while tokio::time::Instant::now() < deadline {
+            if self.open.lock().map(|m| m.is_empty()).unwrap_or(true) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Starts the session's process and waits until it entered the replica (or says why it

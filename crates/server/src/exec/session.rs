@@ -62,6 +62,8 @@ pub struct Slot {
     pub(super) open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
     pub(super) project: String,
+    /// Becomes true when the server stops.
+    pub(super) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Slot {
@@ -258,6 +260,7 @@ impl Session {
         let mut out_open = true;
         let mut err_open = self.err.is_some();
         let mut last_activity = Instant::now();
+        let mut stopping = self.slot.stopping.clone();
         let mut replica_check = tokio::time::interval(REPLICA_CHECK);
         replica_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
@@ -306,6 +309,10 @@ impl Session {
                         self.idle_timeout.as_secs()
                     ));
                     break Err(End { status: failure(e), outcome: "idle" });
+                }
+                _ = async { let _ = stopping.wait_for(|s| *s).await; } => {
+                    let e = ApiError::unavailable("The server is stopping (a restart or a shutdown): the session ends, and the replica goes on; open another once it is back.");
+                    break Err(End { status: failure(e), outcome: "server_stopped" });
                 }
                 _ = replica_check.tick() => {
                     if replica_ended(&self.req.run_dir) {
