@@ -87,6 +87,8 @@ struct ExecFile {
     idle_timeout_secs: Option<u64>,
     /// Sessions of a project open at once.
     max_sessions_per_project: Option<u64>,
+    /// Sessions open at once, all projects together (each is a process on this host).
+    max_sessions: Option<u64>,
 }
 
 /// Sessions in running replicas (`[exec]`).
@@ -94,11 +96,12 @@ struct ExecFile {
 pub struct Exec {
     pub idle_timeout: std::time::Duration,
     pub max_sessions_per_project: usize,
+    pub max_sessions: usize,
 }
 
 impl Default for Exec {
     fn default() -> Self {
-        Exec { idle_timeout: std::time::Duration::from_secs(1800), max_sessions_per_project: 16 }
+        Exec { idle_timeout: std::time::Duration::from_secs(1800), max_sessions_per_project: 16, max_sessions: 256 }
     }
 }
 
@@ -1203,7 +1206,9 @@ impl Config {
             }
         }
         if let Some(e) = &file.exec {
-            for (key, value) in [("idle_timeout_secs", e.idle_timeout_secs), ("max_sessions_per_project", e.max_sessions_per_project)] {
+            for (key, value) in
+                [("idle_timeout_secs", e.idle_timeout_secs), ("max_sessions_per_project", e.max_sessions_per_project), ("max_sessions", e.max_sessions)]
+            {
                 if value == Some(0) {
                     return Err(invalid(&format!("exec.{key}"), "must be at least 1".into()));
                 }
@@ -1552,6 +1557,7 @@ impl Config {
                     max_sessions_per_project: f
                         .and_then(|f| f.max_sessions_per_project)
                         .map_or(d.max_sessions_per_project, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+                    max_sessions: f.and_then(|f| f.max_sessions).map_or(d.max_sessions, |n| usize::try_from(n).unwrap_or(usize::MAX)),
                 }
             },
             tls: file.tls.as_ref().map_or_else(
@@ -1856,10 +1862,14 @@ mod tests {
     #[test]
     fn exec_settings_are_read_and_checked() {
         assert_eq!(Config::builtin(None).exec, Exec::default());
-        let (_d, p) = write("[exec]\nidle_timeout_secs = 60\nmax_sessions_per_project = 2\n");
+        let (_d, p) = write("[exec]\nidle_timeout_secs = 60\nmax_sessions_per_project = 2\nmax_sessions = 5\n");
         let c = Config::load(&p, None).expect("valid");
-        assert_eq!(c.exec, Exec { idle_timeout: std::time::Duration::from_secs(60), max_sessions_per_project: 2 });
-        for (text, key) in [("idle_timeout_secs = 0", "exec.idle_timeout_secs"), ("max_sessions_per_project = 0", "exec.max_sessions_per_project")] {
+        assert_eq!(c.exec, Exec { idle_timeout: std::time::Duration::from_secs(60), max_sessions_per_project: 2, max_sessions: 5 });
+        for (text, key) in [
+            ("idle_timeout_secs = 0", "exec.idle_timeout_secs"),
+            ("max_sessions_per_project = 0", "exec.max_sessions_per_project"),
+            ("max_sessions = 0", "exec.max_sessions"),
+        ] {
             let (_d, p) = write(&format!("[exec]\n{text}\n"));
             let e = Config::load(&p, None).expect_err(text).to_string();
             assert!(e.contains(key), "{text}: {e}");

@@ -55,6 +55,13 @@ impl Exec {
     /// One of the project's sessions, or 429 naming the limit.
     pub fn take_slot(&self, project: &str) -> Result<Slot, ApiError> {
         let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let all: usize = open.values().sum();
+        if all >= self.cfg.max_sessions {
+            return Err(ApiError::resource_exhausted(format!(
+                "The server has {all} sessions in running replicas open, its limit (exec.max_sessions = {}); try again later.",
+                self.cfg.max_sessions
+            )));
+        }
         let n = open.entry(project.to_string()).or_insert(0);
         if *n >= self.cfg.max_sessions_per_project {
             return Err(ApiError::resource_exhausted(format!(
@@ -119,6 +126,18 @@ mod tests {
         assert!(e.take_slot("victim").is_ok(), "another project's share is its own");
         drop(a);
         assert!(e.take_slot("evil").is_ok(), "a slot comes back when its session ends");
+    }
+
+    #[test]
+    fn the_server_holds_at_most_its_sessions_whatever_the_projects() {
+        let cfg = crate::config::Config::builtin(None);
+        let mut e = Exec::new(vec!["trainyard-shim".into()], &cfg, Arc::new(crate::metrics::Metrics::disabled()));
+        e.cfg.max_sessions = 3;
+        let held: Vec<Slot> = (0..3).map(|i| e.take_slot(&format!("p{i}")).expect("under the limit")).collect();
+        let over = e.take_slot("p9").err().expect("one more refused");
+        assert!(over.message.contains("exec.max_sessions = 3"), "{}", over.message);
+        drop(held);
+        assert!(e.take_slot("p9").is_ok());
     }
 
     #[test]
