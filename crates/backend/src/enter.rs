@@ -212,13 +212,13 @@ fn connect(req: &Request, port: u16) -> Result<std::net::TcpStream, String> {
 fn pump(stream: std::net::TcpStream) -> i32 {
     let Ok(mut inbound) = stream.try_clone() else { return 1 };
     let writer = std::thread::spawn(move || {
-        let copied = std::io::copy(&mut std::io::stdin().lock(), &mut inbound);
+        let copied = copy(&mut std::io::stdin().lock(), &mut inbound);
         // The client's end of input: the connection's write half closes too.
         let _ = inbound.shutdown(std::net::Shutdown::Write);
         copied.is_ok()
     });
     let mut outbound = stream;
-    let read_ok = std::io::copy(&mut outbound, &mut std::io::stdout().lock()).is_ok();
+    let read_ok = copy(&mut outbound, &mut std::io::stdout().lock()).is_ok();
     let _ = std::io::stdout().flush();
     // The replica's side closed: nothing more will be read, whatever stdin still holds.
     if !read_ok {
@@ -230,6 +230,21 @@ fn pump(stream: std::net::TcpStream) -> i32 {
         let _ = writer.join();
     }
     0
+}
+
+/// `io::copy` with a buffer as large as a pipe holds (its own is 8 KiB): a forwarded
+/// download moves in fewer, larger writes.
+fn copy(from: &mut impl std::io::Read, to: &mut impl Write) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+    }
 }
 
 /// The pid of the replica's program: `started.json`'s, still a child of the shim that

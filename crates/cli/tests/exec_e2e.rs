@@ -53,6 +53,32 @@ fn viewer(s: &Server, project: &str) -> (String, String) {
     }
 }
 
+/// A session printing a tick every half second, returned once its first tick came (it
+/// is open then).
+fn ticking_session(s: &Server, name: &str) -> std::process::Child {
+    let mut child = exec_cli(s, "p", &[id(name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(child.stdout.as_mut().expect("stdout"), &mut first).expect("the session's first output");
+    child
+}
+
+/// The CLI's exit once the session ended, within `secs` (or a panic saying `what`).
+fn ended(child: &mut std::process::Child, secs: u64, what: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            return st;
+        }
+        assert!(started.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn id(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or("")
 }
@@ -268,15 +294,7 @@ fn a_session_needs_a_read_write_token_and_is_audited() {
 fn sessions_are_limited_idle_ones_end_and_they_end_with_their_replica() {
     let s = Server::start("[exec]\nmax_sessions_per_project = 1\nidle_timeout_secs = 2\n");
     let (name, _) = viewer(&s, "p");
-    let mut holder = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    // The first session is open once its output comes.
-    let mut first = [0u8; 5];
-    std::io::Read::read_exact(holder.stdout.as_mut().expect("stdout"), &mut first).expect("the first session's output");
+    let mut holder = ticking_session(&s, &name);
     let out = exec_out(&s, "p", &[id(&name), "--", "true"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -304,23 +322,9 @@ fn sessions_are_limited_idle_ones_end_and_they_end_with_their_replica() {
     }
 
     // The replica ends: so does the session in it, though its command would go on.
-    let mut inside = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut first = [0u8; 5];
-    std::io::Read::read_exact(inside.stdout.as_mut().expect("stdout"), &mut first).expect("the session's output");
+    let mut inside = ticking_session(&s, &name);
     cancel(&s, &name);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(st) = inside.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "the session outlived its replica");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = ended(&mut inside, 60, "the session outlived its replica");
     assert!(!status.success(), "{status:?}");
     s.wait_terminal(&name, 60);
 }
@@ -447,25 +451,11 @@ fn l14_a_sessions_oom_kill_is_the_sessions_not_the_jobs() {
 fn a_stopping_server_ends_its_sessions_with_a_message_and_leaves_the_replica() {
     let mut s = Server::start("");
     let (name, _) = viewer(&s, "p");
-    let mut session = exec_cli(&s, "p", &[id(&name), "--", "sh", "-c", "while :; do echo tick; sleep 0.5; done"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut first = [0u8; 5];
-    std::io::Read::read_exact(session.stdout.as_mut().expect("stdout"), &mut first).expect("the session's output");
+    let mut session = ticking_session(&s, &name);
     let pid = s.pid().expect("the server's pid") as i32;
     // SAFETY: kill(2) of the test's own server process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(st) = session.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the session outlived its server");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = ended(&mut session, 30, "the session outlived its server");
     let mut err = String::new();
     std::io::Read::read_to_string(session.stderr.as_mut().expect("stderr"), &mut err).expect("stderr");
     assert_eq!(status.code(), Some(255), "{err}");

@@ -20,8 +20,9 @@ const ENTER_BOUND: Duration = Duration::from_secs(10);
 const REPLICA_CHECK: Duration = Duration::from_secs(1);
 /// After the command exits, how long its last output may take to arrive.
 const DRAIN_BOUND: Duration = Duration::from_secs(2);
-/// The most bytes read at once from the command (one WebSocket message).
-const CHUNK: usize = 32 * 1024;
+/// The most bytes read at once from the command (one WebSocket message): what a pipe
+/// holds.
+const CHUNK: usize = 64 * 1024;
 
 /// The descriptor the `enter` process reports on.
 const REPORT_FD: RawFd = 3;
