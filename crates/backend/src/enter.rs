@@ -135,16 +135,25 @@ pub fn main_from_args(args: &[String]) -> i32 {
     EXIT_NOT_ENTERED
 }
 
+/// The spec of the replica's run, while it runs.
+fn running_spec(run_dir: &Path) -> Result<ShimSpec, String> {
+    let spec = match shim::read_spec(run_dir) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err("the replica's run has no spec (it was never started here)".into()),
+        Err(e) => return Err(format!("the replica's spec: {e}")),
+    };
+    if run_dir.join(shim::STATUS_FILE).exists() {
+        return Err("the replica has ended".into());
+    }
+    Ok(spec)
+}
+
 /// Enters the replica and execs the command; returns only the reason it could not.
 fn enter(req: &Request) -> String {
-    let spec = match shim::read_spec(&req.run_dir) {
-        Ok(Some(s)) => s,
-        Ok(None) => return "the replica's run has no spec (it was never started here)".into(),
-        Err(e) => return format!("the replica's spec: {e}"),
+    let spec = match running_spec(&req.run_dir) {
+        Ok(s) => s,
+        Err(e) => return e,
     };
-    if req.run_dir.join(shim::STATUS_FILE).exists() {
-        return "the replica has ended".into();
-    }
     let argv: Vec<String> = if req.argv.is_empty() { DEFAULT_SHELL.iter().map(|s| s.to_string()).collect() } else { req.argv.clone() };
     if let Some(c) = &spec.container {
         // The engine enters its container (its namespaces, cgroup, user and environment).
@@ -172,14 +181,7 @@ fn enter(req: &Request) -> String {
 
 /// The replica's network namespace and user, then a connection to `port` on its loopback.
 fn connect(req: &Request, port: u16) -> Result<std::net::TcpStream, String> {
-    let spec = match shim::read_spec(&req.run_dir) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err("the replica's run has no spec (it was never started here)".into()),
-        Err(e) => return Err(format!("the replica's spec: {e}")),
-    };
-    if req.run_dir.join(shim::STATUS_FILE).exists() {
-        return Err("the replica has ended".into());
-    }
+    let spec = running_spec(&req.run_dir)?;
     let pid = match &spec.container {
         Some(c) => {
             let out = c.engine.output(["inspect", "--format", "{{.State.Pid}}", &c.name]).map_err(|e| format!("the replica's container: {e}"))?;

@@ -636,8 +636,17 @@ fn gather(api: &Api, data: &Path, tokens: &Path, acked: &[Acked]) -> (Vec<JobFac
             violations.push(format!("{}: logs: {e}", a.name));
             Vec::new()
         });
-        let events =
-            logs.iter().filter(|e| e["stream"] == "event").filter_map(|e| e["text"].as_str().map(str::to_owned)).collect();
+        // Events as a person reads them: without the rule id their text starts with
+        // ("L12: Job retry 1 of 3: ..."), which the entry's `rule` field keeps.
+        let events = logs
+            .iter()
+            .filter(|e| e["stream"] == "event")
+            .filter_map(|e| {
+                let text = e["text"].as_str()?;
+                let plain = e["rule"].as_str().and_then(|r| text.strip_prefix(r)).and_then(|t| t.strip_prefix(": ")).unwrap_or(text);
+                Some(plain.to_owned())
+            })
+            .collect();
         let started = format!("started {}", a.token);
         let log_starts =
             logs.iter().filter(|e| e["stream"] == "stdout" && e["text"].as_str().is_some_and(|t| t.trim() == started)).count();

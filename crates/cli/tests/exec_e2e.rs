@@ -470,3 +470,38 @@ fn a_stopping_server_ends_its_sessions_with_a_message_and_leaves_the_replica() {
     assert_eq!(text(&out.stdout), "back\n", "{out:?}");
     cancel(&s, &name);
 }
+
+/// No session inherits another's terminal: while a terminal session is open (script(1)
+/// gives the CLI a terminal), a second session's command holds no descriptor of it (the
+/// server makes both ends of every session's terminal close-on-exec from the start).
+#[test]
+fn a_session_holds_no_descriptor_of_another_sessions_terminal() {
+    let s = Server::start("");
+    let (name, _) = viewer(&s, "p");
+    let cmd = format!("{BIN} custom-jobs exec {} --tty -- sleep 60", id(&name));
+    let mut tty = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = ureq::get(&s.url("/metrics")).call().expect("metrics").into_body().read_to_string().expect("text");
+        if metrics.lines().any(|l| l == "trainyard_exec_sessions_open 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the terminal session never opened:\n{}", s.server_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", "for f in /proc/$$/fd/*; do echo \"$f -> $(readlink $f)\"; done"]);
+    let fds = text(&out.stdout);
+    assert!(out.status.success() && fds.contains("/proc/"), "{out:?}");
+    assert!(!fds.contains("ptmx") && !fds.contains("/dev/pts"), "another session's terminal leaked in:\n{fds}");
+    let _ = tty.kill();
+    let _ = tty.wait();
+    cancel(&s, &name);
+}

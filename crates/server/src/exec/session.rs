@@ -13,7 +13,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trainyard_api::exec::{Failure, Size, Status, RESIZE, STATUS, STDERR, STDIN, STDOUT};
 use trainyard_api::ApiError;
 
-
 /// How long entering the replica may take (reading its spec, joining its namespaces).
 const ENTER_BOUND: Duration = Duration::from_secs(10);
 /// How often a session looks whether its replica has ended.
@@ -146,16 +145,15 @@ impl Session {
                 if let Some(t) = term {
                     cmd.arg("--term").arg(t);
                 }
-                let ws = winsize(*size);
-                let pty = match nix::pty::openpty(Some(&ws), None) {
+                let (master, slave) = match open_pty(*size) {
                     Ok(p) => p,
                     Err(e) => return fail(ApiError::unavailable(format!("cannot start a session: a terminal: {e}")), slot),
                 };
-                let (Ok(a), Ok(b)) = (pty.slave.try_clone(), pty.slave.try_clone()) else {
+                let (Ok(a), Ok(b)) = (slave.try_clone(), slave.try_clone()) else {
                     return fail(ApiError::unavailable("cannot start a session: the terminal's descriptors"), slot);
                 };
-                cmd.stdin(Stdio::from(pty.slave)).stdout(Stdio::from(a)).stderr(Stdio::from(b));
-                pty_master = Some(pty.master);
+                cmd.stdin(Stdio::from(slave)).stdout(Stdio::from(a)).stderr(Stdio::from(b));
+                pty_master = Some(master);
             }
             None => {
                 // A process group of its own, killed whole when the session ends.
@@ -495,6 +493,26 @@ fn nonblocking(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
     }
     // SAFETY: the descriptor is owned by the AsyncFd from here on and never replaced.
     unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+/// A terminal pair of this size, both ends closed on exec from their first moment: the
+/// server starts other processes (sessions of other projects, replicas' supervisors) at any
+/// time, and none may inherit a session's terminal (openpty(3) gives descriptors without
+/// that flag). The session's process gets the other end as its standard streams.
+fn open_pty(size: Size) -> nix::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let name = nix::pty::ptsname_r(&master)?;
+    let slave = nix::fcntl::open(name.as_str(), OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+    let master = OwnedFd::from(master);
+    let ws = winsize(size);
+    // SAFETY: TIOCSWINSZ with a pointer to a winsize that lives across the call.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    Ok((master, slave))
 }
 
 fn winsize(size: Size) -> nix::pty::Winsize {
