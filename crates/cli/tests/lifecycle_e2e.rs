@@ -206,6 +206,9 @@ fn l3_l4_l5_quota() {
 /// no place that the page would later contradict ("position 1 of 1" there, "1 of 2" here).
 #[test]
 fn l15_a_waiting_jobs_place_is_shown_from_the_latest_round_and_never_written() {
+    if skip_on_slurm("declared nodes are the local scheduler's; on Slurm the engine places the work") {
+        return;
+    }
     let s = Server::start("[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n");
     let running = s.create("p", &sh_job("running", "sleep 120"));
     s.wait_for(&name_of(&running), 20, |j| state(j) == "JOB_STATE_RUNNING");
