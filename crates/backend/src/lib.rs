@@ -31,6 +31,17 @@ pub fn skip_test(reason: &str) -> bool {
     true
 }
 
+/// The program `trainyard-shim ARGS` (and `trainyard shim ARGS`), whichever binary runs it
+/// (the backend's and the product's have the same name): `enter ...` runs a command in a
+/// running replica ([`enter`]), before any of the supervisor's signal handling; anything
+/// else is a replica's supervisor ([`shim`]).
+pub fn shim_program_main(args: Vec<String>) -> i32 {
+    if args.first().is_some_and(|a| a == enter::ENTER_ARG) {
+        return enter::main_from_args(&args[1..]);
+    }
+    shim::main_from_args(args)
+}
+
 /// Locks `m`, taking over its data if a thread panicked while holding it (the data here
 /// are sets and maps that a panic leaves consistent).
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -80,12 +80,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     // The shim must set its signal mask before any thread exists.
     if args.get(1).map(String::as_str) == Some("shim") {
-        // `shim enter ...`: a command in a running replica (`custom-jobs exec`).
-        if args.get(2).is_some_and(|a| a == trainyard_backend::enter::ENTER_ARG) {
-            let code = trainyard_backend::enter::main_from_args(&args[3..]);
-            return ExitCode::from(code.clamp(0, 255) as u8);
-        }
-        let code = trainyard_backend::main_from_args(args[2..].to_vec());
+        // `shim enter ...` too: a command in a running replica (`custom-jobs exec`).
+        let code = trainyard_backend::shim_program_main(args[2..].to_vec());
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     // A virtual node's agent: holds the node's lock until killed.

@@ -3,5 +3,5 @@
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    std::process::exit(trainyard_backend::main_from_args(args));
+    std::process::exit(trainyard_backend::shim_program_main(args));
 }

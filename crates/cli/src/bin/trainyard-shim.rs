@@ -4,8 +4,5 @@
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == trainyard_backend::enter::ENTER_ARG) {
-        std::process::exit(trainyard_backend::enter::main_from_args(&args[1..]));
-    }
-    std::process::exit(trainyard_backend::main_from_args(args));
+    std::process::exit(trainyard_backend::shim_program_main(args));
 }
