@@ -23,6 +23,14 @@ pub const STDERR: u8 = 2;
 pub const STATUS: u8 = 3;
 pub const RESIZE: u8 = 4;
 
+/// A message of the protocol: the channel byte, then the payload.
+pub fn frame(channel: u8, data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(channel);
+    v.extend_from_slice(data);
+    v
+}
+
 /// The replica a session enters when the query names none: the primary's first.
 pub const DEFAULT_REPLICA: &str = "workerpool0-0";
 

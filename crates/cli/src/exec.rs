@@ -56,7 +56,7 @@ pub fn run(api: &Endpoint, job_url: &str, replica: Option<&str>, tty: TtyChoice,
         bail!("--tty: standard input is not a terminal (leave --tty out, or run from a terminal)");
     }
     let size = if tty { terminal_size() } else { None };
-    let url = session_url(job_url, replica, argv, tty.then(|| (size, std::env::var("TERM").ok())))?;
+    let url = session_url(job_url, "exec", replica, argv, tty.then(|| (size, std::env::var("TERM").ok())))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the session's runtime")?;
     let status = rt.block_on(session(api, &url, tty))?;
     // The runtime's blocking reader of stdin may still wait for a key: not waited for.
@@ -71,8 +71,9 @@ pub fn run(api: &Endpoint, job_url: &str, replica: Option<&str>, tty: TtyChoice,
     Ok(ExitCode::from(u8::try_from(status.shell_status()).unwrap_or(EXIT_NO_STATUS)))
 }
 
-/// `ws(s)://.../customJobs/ID/exec?replica=...&command=...&tty=true&cols=&rows=&term=`.
-fn session_url(job_url: &str, replica: Option<&str>, argv: &[String], tty: Option<(Option<Size>, Option<String>)>) -> anyhow::Result<String> {
+/// `ws(s)://.../customJobs/ID/ENDPOINT?replica=...&command=...&tty=true&cols=&rows=&term=`
+/// (ENDPOINT: `exec` or `portForward`).
+fn session_url(job_url: &str, endpoint: &str, replica: Option<&str>, argv: &[String], tty: Option<(Option<Size>, Option<String>)>) -> anyhow::Result<String> {
     use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
     let ws = if let Some(rest) = job_url.strip_prefix("https://") {
         format!("wss://{rest}")
@@ -101,7 +102,7 @@ fn session_url(job_url: &str, replica: Option<&str>, argv: &[String], tty: Optio
             q.push(format!("term={}", enc(&t)));
         }
     }
-    Ok(format!("{ws}/exec{}{}", if q.is_empty() { "" } else { "?" }, q.join("&")))
+    Ok(format!("{ws}/{endpoint}{}{}", if q.is_empty() { "" } else { "?" }, q.join("&")))
 }
 
 /// The session, from the handshake to its status.
@@ -208,10 +209,7 @@ fn terminal_size() -> Option<Size> {
 }
 
 fn frame(channel: u8, data: &[u8]) -> Message {
-    let mut v = Vec::with_capacity(data.len() + 1);
-    v.push(channel);
-    v.extend_from_slice(data);
-    Message::Binary(v.into())
+    Message::Binary(trainyard_api::exec::frame(channel, data).into())
 }
 
 async fn bridge(ws: Socket, tty: bool) -> anyhow::Result<Status> {
@@ -275,7 +273,7 @@ async fn bridge(ws: Socket, tty: bool) -> anyhow::Result<Status> {
 /// `custom-jobs port-forward`: connections to `address:local` each become a session to
 /// port `remote` of the replica's loopback, until Ctrl-C.
 pub fn port_forward(api: Endpoint, job_url: &str, replica: Option<&str>, address: &str, local: u16, remote: u16) -> anyhow::Result<ExitCode> {
-    let ws = session_url(job_url, replica, &[], None)?.replacen("/exec", "/portForward", 1);
+    let ws = session_url(job_url, "portForward", replica, &[], None)?;
     let url = format!("{ws}{}port={remote}", if ws.contains('?') { "&" } else { "?" });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the forwarder's runtime")?;
     let api = Arc::new(api);
@@ -356,15 +354,17 @@ mod tests {
     fn the_session_url_carries_the_command_and_the_terminal() {
         let u = session_url(
             "http://127.0.0.1:8080/v1/projects/p/locations/l/customJobs/7",
+            "exec",
             Some("workerpool1-0"),
             &["sh".into(), "-c".into(), "echo a&b".into()],
             None,
         )
         .unwrap();
         assert_eq!(u, "ws://127.0.0.1:8080/v1/projects/p/locations/l/customJobs/7/exec?replica=workerpool1%2D0&command=sh&command=%2Dc&command=echo%20a%26b");
-        let t = session_url("https://h:1/x", None, &[], Some((Some(Size { cols: 80, rows: 24 }), Some("xterm-256color".into())))).unwrap();
+        let t = session_url("https://h:1/x", "exec", None, &[], Some((Some(Size { cols: 80, rows: 24 }), Some("xterm-256color".into())))).unwrap();
         assert_eq!(t, "wss://h:1/x/exec?tty=true&cols=80&rows=24&term=xterm%2D256color");
-        assert!(session_url("ftp://h/x", None, &[], None).is_err());
-        assert!(session_url("http://h/x", None, &["a\0b".into()], None).is_err());
+        assert!(session_url("ftp://h/x", "exec", None, &[], None).is_err());
+        assert!(session_url("http://h/x", "exec", None, &["a\0b".into()], None).is_err());
+        assert_eq!(session_url("http://h/exec-proxy/x", "portForward", None, &[], None).unwrap(), "ws://h/exec-proxy/x/portForward");
     }
 }

@@ -79,6 +79,27 @@ fn ended(child: &mut std::process::Child, secs: u64, what: &str) -> std::process
     }
 }
 
+/// `custom-jobs port-forward JOB 0:REMOTE` running, and the local port it printed.
+fn forwarder(s: &Server, name: &str, remote: u16) -> (std::process::Child, u16) {
+    let mut fwd = Command::new(BIN)
+        .args(["custom-jobs", "port-forward", id(name), &format!("0:{remote}")])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("port-forward");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
+    let local = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no local address in {line:?}"));
+    (fwd, local)
+}
+
 fn id(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or("")
 }
@@ -346,22 +367,7 @@ fn port_forward_reaches_a_server_inside_the_replica() {
     let job = s.create("p", &in_test_image(sh_job("web", &script)));
     let name = name_of(&job);
     s.wait_for(&name, 60, |j| j["state"] == "JOB_STATE_RUNNING");
-    let mut fwd = Command::new(BIN)
-        .args(["custom-jobs", "port-forward", id(&name), &format!("0:{remote}")])
-        .env("TRAINYARD_SERVER", s.url(""))
-        .env("TRAINYARD_PROJECT", "p")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("port-forward");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
-    let local: u16 = line
-        .split_whitespace()
-        .nth(2)
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no local address in {line:?}"));
+    let (mut fwd, local) = forwarder(&s, &name, remote);
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
     let get = move |path: &str| -> Result<Vec<u8>, String> {
         let mut r = agent.get(&format!("http://127.0.0.1:{local}{path}")).call().map_err(|e| e.to_string())?;
@@ -396,17 +402,7 @@ fn port_forward_reaches_a_server_inside_the_replica() {
 
     // Nothing listens there: the connection closes, and the CLI says why.
     let closed = free_port();
-    let mut fwd = Command::new(BIN)
-        .args(["custom-jobs", "port-forward", id(&name), &format!("0:{closed}")])
-        .env("TRAINYARD_SERVER", s.url(""))
-        .env("TRAINYARD_PROJECT", "p")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("port-forward");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
-    let local: u16 = line.split_whitespace().nth(2).and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).expect("port");
+    let (mut fwd, local) = forwarder(&s, &name, closed);
     let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(10))).build().into();
     let got = agent.get(&format!("http://127.0.0.1:{local}/")).call();
     assert!(got.is_err(), "{got:?}");

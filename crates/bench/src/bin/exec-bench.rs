@@ -19,6 +19,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use trainyard_api::exec::frame;
 
 const USAGE: &str = "\
 usage: exec-bench [--quick] [--runs N] [--mb N]
@@ -239,12 +240,6 @@ fn owner(pid: u32) -> Result<(u32, u32)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok());
     Ok((field("Uid:").context("Uid")?, field("Gid:").context("Gid")?))
-}
-
-fn frame(channel: u8, data: &[u8]) -> Vec<u8> {
-    let mut v = vec![channel];
-    v.extend_from_slice(data);
-    v
 }
 
 type Ws = tungstenite::WebSocket<TcpStream>;

@@ -225,11 +225,8 @@ impl Session {
     pub async fn run(mut self, mut ws: WebSocket) {
         let end = self.bridge(&mut ws).await;
         let payload = serde_json::to_vec(&end.status).unwrap_or_default();
-        let mut msg = Vec::with_capacity(payload.len() + 1);
-        msg.push(STATUS);
-        msg.extend_from_slice(&payload);
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            let _ = ws.send(Message::Binary(msg.into())).await;
+            let _ = send(&mut ws, STATUS, &payload).await;
             let _ = ws.send(Message::Close(None)).await;
         })
         .await;
@@ -271,7 +268,7 @@ impl Session {
                     Ok(n) => {
                         last_activity = Instant::now();
                         if send(ws, STDOUT, &out_buf[..n]).await.is_err() {
-                            break Err(End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" });
+                            break Err(client_gone());
                         }
                     }
                 },
@@ -280,7 +277,7 @@ impl Session {
                     Ok(n) => {
                         last_activity = Instant::now();
                         if send(ws, STDERR, &err_buf[..n]).await.is_err() {
-                            break Err(End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" });
+                            break Err(client_gone());
                         }
                     }
                 },
@@ -298,7 +295,7 @@ impl Session {
                             break Err(End { status: failure(e), outcome: "refused" });
                         }
                         Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
-                            break Err(End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" });
+                            break Err(client_gone());
                         }
                     }
                 }
@@ -398,9 +395,8 @@ impl Session {
                 let size: Size = serde_json::from_slice(payload)
                     .map_err(|e| ApiError::invalid_argument(format!("A resize message: {e} (it is {{\"cols\": N, \"rows\": N}})")))?;
                 let size = size.check().map_err(|e| ApiError::invalid_argument(format!("A resize message: {e}")))?;
-                let ws = winsize(size);
-                // SAFETY: TIOCSWINSZ with a pointer to a winsize that lives across the call.
-                unsafe { libc::ioctl(master.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+                // A size the terminal refuses leaves it as it was.
+                let _ = set_size(master.get_ref(), size);
                 Ok(())
             }
             (RESIZE, In::Pipe(_)) => Ok(()),
@@ -409,15 +405,17 @@ impl Session {
     }
 }
 
+/// The client closed the session or its connection.
+fn client_gone() -> End {
+    End { status: failure(ApiError::new(trainyard_api::Code::Cancelled, "The client went away.")), outcome: "disconnected" }
+}
+
 fn failure(e: ApiError) -> Status {
     Status { error: Some(Failure::from(&e)), message: e.message.clone(), ..Status::default() }
 }
 
 async fn send(ws: &mut WebSocket, channel: u8, data: &[u8]) -> Result<(), axum::Error> {
-    let mut msg = Vec::with_capacity(data.len() + 1);
-    msg.push(channel);
-    msg.extend_from_slice(data);
-    ws.send(Message::Binary(msg.into())).await
+    ws.send(Message::Binary(trainyard_api::exec::frame(channel, data).into())).await
 }
 
 /// Reads the report pipe to its end (closed when `enter` execs or exits).
@@ -507,17 +505,19 @@ fn open_pty(size: Size) -> nix::Result<(OwnedFd, OwnedFd)> {
     let name = nix::pty::ptsname_r(&master)?;
     let slave = nix::fcntl::open(name.as_str(), OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
     let master = OwnedFd::from(master);
-    let ws = winsize(size);
+    set_size(&master, size)?;
+    Ok((master, slave))
+}
+
+/// The terminal's size (TIOCSWINSZ on its master).
+fn set_size(master: &OwnedFd, size: Size) -> nix::Result<()> {
+    let c = |n: u32| u16::try_from(n).unwrap_or(u16::MAX);
+    let ws = nix::pty::Winsize { ws_row: c(size.rows), ws_col: c(size.cols), ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCSWINSZ with a pointer to a winsize that lives across the call.
     if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
         return Err(nix::errno::Errno::last());
     }
-    Ok((master, slave))
-}
-
-fn winsize(size: Size) -> nix::pty::Winsize {
-    let c = |n: u32| u16::try_from(n).unwrap_or(u16::MAX);
-    nix::pty::Winsize { ws_row: c(size.rows), ws_col: c(size.cols), ws_xpixel: 0, ws_ypixel: 0 }
+    Ok(())
 }
 
 /// Kills the session's processes: its process group (a terminal session leads its own

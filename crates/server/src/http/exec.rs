@@ -45,27 +45,16 @@ enum Kind {
     PortForward,
 }
 
-pub async fn port_forward(
+/// `.../exec` (`PORT_FORWARD` false) and `.../portForward` (true).
+pub async fn session<const PORT_FORWARD: bool>(
     State(state): State<AppState>,
     Path((project, region, id)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    match open(state, Kind::PortForward, project, region, id, query, headers, upgrade).await {
-        Ok(r) => r,
-        Err(e) => AppError(e).into_response(),
-    }
-}
-
-pub async fn exec(
-    State(state): State<AppState>,
-    Path((project, region, id)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    match open(state, Kind::Exec, project, region, id, query, headers, upgrade).await {
+    let kind = if PORT_FORWARD { Kind::PortForward } else { Kind::Exec };
+    match open(state, kind, project, region, id, query, headers, upgrade).await {
         Ok(r) => r,
         Err(e) => AppError(e).into_response(),
     }
@@ -121,10 +110,9 @@ async fn open(
         ))
     })?;
     let slot = exec.take_slot(&project)?;
-    let holder = match &state.tokens {
-        None => "(open mode)".to_string(),
-        Some(t) => t.current().holder(crate::security::authorization_of(&headers).as_deref()).unwrap_or_else(|| "(unknown token)".into()),
-    };
+    let auth = crate::security::authorization_of(&headers);
+    let tokens = state.tokens.as_ref().map(|t| t.current());
+    let holder = super::guard::holder_of(tokens.as_ref().map(|t| t.lookup(auth.as_deref())).as_ref(), auth.is_some());
     let run = trainyard_core::RunId { job: id, attempt: job.attempt, replica: name.clone(), restart: replica.restart };
     let req = crate::exec::Request {
         holder,

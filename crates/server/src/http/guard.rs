@@ -20,14 +20,7 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
     // The token is looked up once: its holder, its check and whose share it counts in.
     let auth = crate::security::authorization_of(req.headers());
     let bearer = tokens.as_ref().map(|t| t.lookup(auth.as_deref()));
-    let holder = match &bearer {
-        None => "(open mode)".to_string(),
-        Some(b) => match (&auth, b.holder()) {
-            (_, Some(name)) => name.to_string(),
-            (None, None) => "(no token)".to_string(),
-            (Some(_), None) => "(unknown token)".to_string(),
-        },
-    };
+    let holder = holder_of(bearer.as_ref(), auth.is_some());
     let projects = bearer.as_ref().and_then(|b| b.projects()).map(<[String]>::to_vec);
     let refused = match bearer {
         None => check_open_mode_host(&req).err(),
@@ -74,6 +67,18 @@ pub async fn guard(State(state): State<AppState>, req: axum::extract::Request, n
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     resp
+}
+
+/// Who made a request, as audit lines name it: the token's holder, or why there is none.
+pub(super) fn holder_of(bearer: Option<&crate::auth::Bearer<'_>>, sent_one: bool) -> String {
+    match bearer {
+        None => "(open mode)".to_string(),
+        Some(b) => match (sent_one, b.holder()) {
+            (_, Some(name)) => name.to_string(),
+            (false, None) => "(no token)".to_string(),
+            (true, None) => "(unknown token)".to_string(),
+        },
+    }
 }
 
 /// Whom a request's connection is counted for ([`crate::shares`]): the project of its path,

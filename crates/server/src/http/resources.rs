@@ -123,7 +123,7 @@ async fn get_one<K: ResourceKind>(
         Err(answer) => return Ok(answer),
     };
     let mut shown = K::render(&row, &state.waiting, View::Get)?;
-    K::add_links(&mut shown, &crate::reply::base_url(&headers));
+    K::add_links(&row, &mut shown, &crate::reply::base_url(&headers));
     json_response(shown, ints)
 }
 

@@ -97,35 +97,26 @@ impl ResourceKind for CustomJobs {
 
     /// `webAccessUris` of a running job with `enableWebAccess`: each replica's terminal in
     /// the console (the managed service gives each replica an interactive shell's URI).
-    fn add_links(shown: &mut Value, base: &str) {
-        let uris = web_access_uris(shown, base);
+    fn add_links(row: &StoredJob, shown: &mut Value, base: &str) {
+        let uris = web_access_uris(row, shown, base);
         if let (false, Some(m)) = (uris.is_empty(), shown.as_object_mut()) {
             m.insert("webAccessUris".into(), Value::Object(uris));
         }
     }
 }
 
-/// Each replica's terminal page of a running job that asked for web access (none else).
-fn web_access_uris(job: &Value, base: &str) -> serde_json::Map<String, Value> {
-    let mut out = serde_json::Map::new();
-    let spec = &job["jobSpec"];
-    if spec["enableWebAccess"] != Value::Bool(true) || job["state"] != "JOB_STATE_RUNNING" {
-        return out;
+/// Each replica's terminal page of a running job that asked for web access (none else),
+/// by the replicas the job has.
+fn web_access_uris(row: &StoredJob, shown: &Value, base: &str) -> serde_json::Map<String, Value> {
+    if shown["jobSpec"]["enableWebAccess"] != Value::Bool(true) || shown["state"] != "JOB_STATE_RUNNING" {
+        return serde_json::Map::new();
     }
-    let name = job["name"].as_str().unwrap_or("");
-    let (Some((project, region)), Some(id)) = (crate::kinds::kind::place_of(name), name.rsplit('/').next()) else { return out };
     // A query value: what is not unreserved (RFC 3986) escaped.
     const VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
     let enc = |s: &str| percent_encoding::utf8_percent_encode(s, VALUE).to_string();
-    for (pool, p) in spec["workerPoolSpecs"].as_array().into_iter().flatten().enumerate() {
-        let count = p["replicaCount"].as_str().and_then(|c| c.parse::<u32>().ok()).or_else(|| p["replicaCount"].as_u64().map(|c| c as u32)).unwrap_or(0);
-        for i in 0..count.min(1024) {
-            let replica = format!("workerpool{pool}-{i}");
-            let uri = format!("{base}/console?project={}&region={}#/jobs/{id}/terminal/{replica}", enc(&project), enc(&region));
-            out.insert(replica, Value::String(uri));
-        }
-    }
-    out
+    let job = &row.job;
+    let page = format!("{base}/console?project={}&region={}#/jobs/{}/terminal/", enc(&job.project), enc(&job.region), job.id);
+    job.replicas.iter().map(|r| (r.name.clone(), Value::String(format!("{page}{}", r.name)))).collect()
 }
 
 /// A stored CustomJob as the API shows it. A resource that cannot be read is shown, not

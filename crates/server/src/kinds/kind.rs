@@ -95,9 +95,9 @@ pub trait ResourceKind: Send + Sync + 'static {
     /// The row as the API shows it.
     fn render(row: &Self::Row, waiting: &WaitingView, view: View) -> Result<Value, ApiError>;
 
-    /// Links in a rendered resource that depend on where the client reached the server
-    /// (`base`: `http(s)://HOST`), such as a CustomJob's `webAccessUris`.
-    fn add_links(_shown: &mut Value, _base: &str) {}
+    /// Links in the rendered row (`shown`) that depend on where the client reached the
+    /// server (`base`: `http(s)://HOST`), such as a CustomJob's `webAccessUris`.
+    fn add_links(_row: &Self::Row, _shown: &mut Value, _base: &str) {}
 
     /// Does the new resource ask for directories of the server's host
     /// (`trainyardHostDirectories`), which only some callers may?
