@@ -2,8 +2,8 @@
 """Write the protobuf descriptors the gRPC endpoint serves, as one FileDescriptorSet.
 
 The set holds the Vertex AI v1 services the server answers over gRPC (JobService,
-PipelineService, VizierService), the real `google.longrunning.Operations` service, and
-every file their messages come from, each file after the files it depends on, so that
+PipelineService, VizierService, MetadataService, TensorboardService), the real
+`google.longrunning.Operations` service, and every file their messages come from, each file after the files it depends on, so that
 prost-reflect's `DescriptorPool::decode` and gRPC server reflection need nothing else.
 
 Everything is taken from the installed SDK's own definitions, nothing is written by hand:
@@ -49,6 +49,8 @@ SERVICE_FILES = [
             "JobService": ("job_service", None),
             "PipelineService": ("pipeline_service", None),
             "VizierService": ("vizier_service", None),
+            "MetadataService": ("metadata_service", None),
+            "TensorboardService": ("tensorboard_service", None),
         },
     ),
     # The SDK asks the resource manager for the id of the project it was given (inside a

@@ -104,6 +104,15 @@ pub fn replica_env(input: &EnvInput<'_>) -> Vec<(String, String)> {
         env.push(("AIP_CHECKPOINT_DIR".into(), dir(base, "checkpoints")));
         env.push(("AIP_TENSORBOARD_LOG_DIR".into(), dir(base, "logs")));
     }
+    // Experiments: the job's run, which the SDK inside the job logs into (its
+    // `aiplatform.log_params` and friends read these, as on the managed service).
+    if let Ok(spec) = serde_json::from_str::<Value>(input.job_spec_json) {
+        for (field, var) in [("experiment", "AIP_EXPERIMENT_NAME"), ("experimentRun", "AIP_EXPERIMENT_RUN_NAME")] {
+            if let Some(v) = spec.get(field).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+                env.push((var.into(), v.to_string()));
+            }
+        }
+    }
     env.push(("CLOUD_ML_PROJECT_ID".into(), input.project.to_string()));
     env.push(("CLOUD_ML_REGION".into(), input.region.to_string()));
     env.push(("CLOUD_ML_JOB_ID".into(), input.job_id.to_string()));
@@ -181,6 +190,20 @@ mod tests {
         assert_eq!(get(&env, "CLOUD_ML_JOB_ID"), Some("42"));
         assert_eq!(get(&env, "FOO"), Some("bar"));
         assert_eq!(get(&env, "CLOUD_ML_TRIAL_ID"), None);
+    }
+
+    /// L8: a job run into an experiment run tells its program which
+    /// (AIP_EXPERIMENT_NAME, AIP_EXPERIMENT_RUN_NAME); a job without one gets neither.
+    #[test]
+    fn l8_experiment_run_names() {
+        let m = vec![Member { pool: 0, index: 0, address: "127.0.0.9:20007".into() }];
+        let spec = r#"{"experiment": "projects/p/locations/r/metadataStores/default/contexts/e", "experimentRun": "projects/p/locations/r/metadataStores/default/contexts/e-r"}"#;
+        let input = EnvInput { project: "p", region: "r", job_id: 1, trial_id: None, job_spec_json: spec, members: &m, this: 0, base_output_dir: None, pool_env: &[] };
+        let env = replica_env(&input);
+        assert_eq!(get(&env, "AIP_EXPERIMENT_NAME"), Some("projects/p/locations/r/metadataStores/default/contexts/e"));
+        assert_eq!(get(&env, "AIP_EXPERIMENT_RUN_NAME"), Some("projects/p/locations/r/metadataStores/default/contexts/e-r"));
+        let env = replica_env(&EnvInput { job_spec_json: "{}", ..input });
+        assert!(get(&env, "AIP_EXPERIMENT_NAME").is_none() && get(&env, "AIP_EXPERIMENT_RUN_NAME").is_none());
     }
 
     /// L8: a one-replica job gets no TF_CONFIG; a trial gets its id.

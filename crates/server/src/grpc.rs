@@ -1,5 +1,6 @@
 //! gRPC, the Vertex AI SDK's default transport, on the API's own address: every RPC of
-//! `google.cloud.aiplatform.v1.JobService`, `PipelineService`, `VizierService` and
+//! `google.cloud.aiplatform.v1.JobService`, `PipelineService`, `VizierService`,
+//! `MetadataService`, `TensorboardService` and
 //! `google.longrunning.Operations` is answered by its REST twin.
 //!
 //! One implementation, two encodings. A request's protobuf is decoded as a dynamic message
@@ -134,7 +135,7 @@ pub async fn handle(app: axum::Router, req: Request<Body>) -> Response<Body> {
             format!("Trainyard does not offer the method {method} of {service}")
         } else {
             format!(
-                "Trainyard does not offer the gRPC service {service:?} (it offers JobService, PipelineService and VizierService \
+                "Trainyard does not offer the gRPC service {service:?} (it offers JobService, PipelineService, VizierService, MetadataService and TensorboardService \
                  of google.cloud.aiplatform.v1, google.longrunning.Operations, and Projects.GetProject of \
                  google.cloud.resourcemanager.v3)"
             )

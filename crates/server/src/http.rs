@@ -31,6 +31,7 @@ mod exec;
 pub mod forward;
 mod guard;
 mod list;
+pub mod records;
 pub mod resources;
 pub mod vizier;
 
@@ -441,10 +442,10 @@ fn allowed_methods(path: &str) -> &'static str {
 }
 
 /// The collections of `projects.locations` this server serves.
-const SERVED: [&str; 5] = ["customJobs", "hyperparameterTuningJobs", "trainingPipelines", "studies", "operations"];
+const SERVED: [&str; 7] = ["customJobs", "hyperparameterTuningJobs", "trainingPipelines", "studies", "metadataStores", "tensorboards", "operations"];
 
 /// A URL no route matched: a collection of the managed service that Trainyard does not
-/// offer (`metadataStores`, `datasets`, `models`, `endpoints`, ...) is 501 UNIMPLEMENTED
+/// offer (`datasets`, `models`, `endpoints`, `featurestores`, ...) is 501 UNIMPLEMENTED
 /// naming it; anything else is 404.
 async fn not_found(uri: axum::http::Uri) -> AppError {
     AppError(unrouted(uri.path()))
@@ -457,7 +458,7 @@ fn unrouted(path: &str) -> ApiError {
         if version.starts_with("v1") && !collection.is_empty() && !SERVED.contains(&collection) {
             return ApiError::unimplemented(format!(
                 "Trainyard does not offer the managed service's {collection:?} resources; it serves {}.",
-                SERVED[..4].join(", ")
+                SERVED[..6].join(", ")
             ));
         }
     }
@@ -489,6 +490,7 @@ pub fn router(state: AppState) -> Router {
         .merge(resources::routes::<TuningJobs>())
         .merge(resources::routes::<TrainingPipelines>())
         .merge(vizier::routes())
+        .merge(records::routes())
         .route(&format!("{jobs}/{{id}}/logs"), get(job_logs))
         .route(&format!("{jobs}/{{id}}/exec"), get(exec::session::<false>))
         .route(&format!("{jobs}/{{id}}/portForward"), get(exec::session::<true>))
@@ -545,7 +547,7 @@ mod unrouted_tests {
     #[test]
     fn services_that_are_not_offered_are_unimplemented_and_named() {
         for (path, name) in [
-            ("/v1/projects/p/locations/us-central1/metadataStores/default/contexts", "metadataStores"),
+            ("/v1/projects/p/locations/us-central1/featurestores/f/entityTypes", "featurestores"),
             ("/v1/projects/p/locations/us-central1/datasets", "datasets"),
             ("/v1beta1/projects/p/locations/us-central1/models:upload", "models"),
             ("/v1/projects/p/locations/us-central1/endpoints/1:predict", "endpoints"),

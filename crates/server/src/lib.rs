@@ -26,6 +26,7 @@ pub mod nodeagent;
 pub mod openapi;
 pub mod paths;
 pub mod priority;
+pub mod records;
 pub mod reply;
 pub mod security;
 pub mod shares;

@@ -78,6 +78,9 @@ pub enum Msg {
     StorageFull(Vec<crate::storage::usage::Full>),
     /// A write of the Vizier API (a study or its trials).
     Vizier { call: Box<VizierCall>, reply: Reply<VizierAnswer> },
+    /// A write of Vertex ML Metadata or TensorBoard (`crate::records`): run on the store
+    /// here, its one writer.
+    Records { method: crate::records::dispatch::Method, req: Box<crate::records::ops::Request>, reply: Reply<serde_json::Value> },
     /// Delete an ended resource of a kind: answered with the done Operation; its files
     /// are purged through the outbox.
     Delete { kind: Kind, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
@@ -361,6 +364,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Cancel { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Admin { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Records { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         // A suggestion that cannot be stored now is computed again by the resync.
         Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(..) | Msg::StorageFull(_) => {}
@@ -973,6 +977,10 @@ impl Driver {
             }
             Msg::Vizier { call, reply } => {
                 let r = self.vizier(*call, now);
+                let _ = reply.send(r);
+            }
+            Msg::Records { method, req, reply } => {
+                let r = crate::records::dispatch::write(&mut self.store, method, &req, now);
                 let _ = reply.send(r);
             }
             Msg::Shutdown => {}
