@@ -16,6 +16,7 @@ pub mod gpus;
 pub mod grpc;
 pub mod identity;
 pub mod index_proxy;
+pub mod ingest;
 pub mod http;
 pub mod jobspec;
 pub mod kinds;
@@ -304,6 +305,12 @@ pub fn start_leading(
         let tx = tx.clone();
         storage::usage::watch(Arc::clone(&services.storage_usage), move |full| full.is_empty() || tx.send(Msg::StorageFull(full)).is_ok());
     }
+    // A job's TensorBoard event files become time series as they grow.
+    ingest::start(
+        store_location.clone(),
+        ingest::Roots { storage_root: services.cfg.storage_root.clone(), output_roots: services.output_roots.clone() },
+        tx.clone(),
+    );
     driver.recover()?;
     let waiting = driver.waiting_view();
     let health = driver.health();

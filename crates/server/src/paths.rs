@@ -303,6 +303,80 @@ fn walk(dir: OwnedFd, depth: u32, max_entries: usize, scan: &mut Scan) {
     }
 }
 
+/// What [`event_files`] found: regular files whose name holds `tfevents`, by their path
+/// below the scanned directory, and the entries that were passed over (links, FIFOs,
+/// devices named like event files), also by path.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct EventFiles {
+    pub files: Vec<PathBuf>,
+    pub passed_over: Vec<PathBuf>,
+}
+
+/// TensorBoard's event files below `dir` (its log directory), bounded as
+/// [`newest_mtime`]: no link followed (a link named like an event file is passed over,
+/// never read), at most `max_entries` entries and `max_depth` levels. Empty when `dir`
+/// cannot be opened.
+pub fn event_files(dir: &Confined, max_entries: usize, max_depth: u32) -> EventFiles {
+    let mut out = EventFiles::default();
+    let Ok(root) = open_root(&dir.root) else { return out };
+    let Ok(top) = open_beneath(root.as_fd(), &dir.rel, dir_flags()) else { return out };
+    let mut seen = 0;
+    walk_events(top, PathBuf::new(), max_depth, max_entries, &mut seen, &mut out);
+    out.files.sort();
+    out
+}
+
+fn walk_events(dir: OwnedFd, at: PathBuf, depth: u32, max_entries: usize, seen: &mut usize, out: &mut EventFiles) {
+    let Ok(mut d) = nix::dir::Dir::from_fd(dir) else { return };
+    let (names, _) = list_names(&mut d, max_entries.saturating_sub(*seen));
+    *seen += names.len();
+    for name in names {
+        let Ok(st) = nix::sys::stat::fstatat(d.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        let rel = at.join(&name);
+        if kind == SFlag::S_IFDIR {
+            if depth > 0 {
+                if let Ok(sub) = open_beneath(d.as_fd(), Path::new(&name), dir_flags()) {
+                    walk_events(sub, rel, depth - 1, max_entries, seen, out);
+                }
+            }
+        } else if name.to_string_lossy().contains("tfevents") {
+            if kind == SFlag::S_IFREG {
+                out.files.push(rel);
+            } else {
+                out.passed_over.push(rel);
+            }
+        }
+    }
+}
+
+/// Up to `max` bytes of the regular file `rel` below `dir`, from `offset`: opened without
+/// following a link and without waiting on a FIFO, and refused unless it is a regular file
+/// (a file swapped for a link or a FIFO since it was listed included).
+pub fn read_file_from(dir: &Confined, rel: &Path, offset: u64, max: usize) -> Result<Vec<u8>, BeneathError> {
+    let root = open_root(&dir.root)?;
+    let top = open_beneath(root.as_fd(), &dir.rel, dir_flags()).map_err(|e| dir.classify(e, &dir.rel))?;
+    let fd = open_beneath(top.as_fd(), rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY).map_err(|e| dir.classify(e, rel))?;
+    let st = nix::sys::stat::fstat(fd.as_fd())?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err(BeneathError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")));
+    }
+    let size = u64::try_from(st.st_size).unwrap_or(0);
+    let want = size.saturating_sub(offset).min(max as u64) as usize;
+    let mut buf = vec![0u8; want];
+    let mut got = 0;
+    while got < want {
+        match nix::sys::uio::pread(fd.as_fd(), &mut buf[got..], (offset + got as u64) as i64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(BeneathError::Io(e.into())),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +390,31 @@ mod tests {
     fn open_with(c: &Confined, openat2: bool) -> Result<OwnedFd, Errno> {
         let root = open_root(&c.root).map_err(|_| Errno::EIO)?;
         open_beneath_with(root.as_fd(), &c.rel, dir_flags(), openat2)
+    }
+
+    /// Event files are found below the log directory without following links; a link or
+    /// a FIFO named like one is passed over, never opened; a read stops at the file's end.
+    #[test]
+    fn event_files_are_regular_files_below_the_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("p/b/logs/eval")).unwrap();
+        std::fs::write(root.join("p/b/logs/events.out.tfevents.1"), b"abcdef").unwrap();
+        std::fs::write(root.join("p/b/logs/eval/events.out.tfevents.2"), b"x").unwrap();
+        std::fs::write(t.path().join("secret"), b"secret").unwrap();
+        symlink(t.path().join("secret"), root.join("p/b/logs/link.tfevents")).unwrap();
+        nix::unistd::mkfifo(&root.join("p/b/logs/fifo.tfevents"), Mode::from_bits_truncate(0o600)).unwrap();
+        symlink(t.path(), root.join("p/b/logs/up")).unwrap();
+        let dir = Confined::new(&root, "p/b/logs").unwrap();
+        let found = event_files(&dir, 100, 3);
+        assert_eq!(found.files, vec![PathBuf::from("eval/events.out.tfevents.2"), PathBuf::from("events.out.tfevents.1")]);
+        let mut passed = found.passed_over.clone();
+        passed.sort();
+        assert_eq!(passed, vec![PathBuf::from("fifo.tfevents"), PathBuf::from("link.tfevents")]);
+        assert_eq!(read_file_from(&dir, Path::new("events.out.tfevents.1"), 2, 3).unwrap(), b"cde");
+        assert_eq!(read_file_from(&dir, Path::new("events.out.tfevents.1"), 4, 100).unwrap(), b"ef");
+        assert!(read_file_from(&dir, Path::new("link.tfevents"), 0, 10).is_err());
+        assert!(read_file_from(&dir, Path::new("fifo.tfevents"), 0, 10).is_err(), "a FIFO is refused, not waited on");
     }
 
     #[test]

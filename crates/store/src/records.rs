@@ -46,6 +46,8 @@ pub enum Change<'a> {
     Delete(&'a str),
     /// Points appended to the series of this name: (step, JSON text).
     Points(&'a str, &'a [(i64, String)]),
+    /// A line of a job's log (its events), written with the records.
+    JobEvent(u64, &'a str),
 }
 
 const COLUMNS: &str = "seq, kind, project, region, parent, name, create_time, update_time, body";
@@ -175,6 +177,7 @@ fn apply(tx: &mut dyn Exec, change: &Change<'_>, now: Micros) -> Result<()> {
                 tx.execute("INSERT INTO points (series, step, body) VALUES (?1, ?2, ?3)", values![*series, *step, body])?;
             }
         }
+        Change::JobEvent(job, text) => crate::insert_event(tx, *job, now, 0, None, text)?,
     }
     Ok(())
 }

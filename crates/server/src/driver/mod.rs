@@ -81,6 +81,9 @@ pub enum Msg {
     /// A write of Vertex ML Metadata or TensorBoard (`crate::records`): run on the store
     /// here, its one writer.
     Records { method: crate::records::dispatch::Method, req: Box<crate::records::ops::Request>, reply: Reply<serde_json::Value> },
+    /// What a pass over a job's TensorBoard event files read (`crate::ingest`): written
+    /// as time series with the files' offsets.
+    Ingest { batch: Box<crate::records::ingest::Batch>, reply: Reply<()> },
     /// Delete an ended resource of a kind: answered with the done Operation; its files
     /// are purged through the outbox.
     Delete { kind: Kind, project: String, region: String, id: u64, reply: Reply<serde_json::Value> },
@@ -365,6 +368,7 @@ fn refuse(msg: Msg, reason: &str) -> Flow {
         Msg::Admin { reply, .. } | Msg::Delete { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Vizier { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Records { reply, .. } => drop(reply.send(Err(no()))),
+        Msg::Ingest { reply, .. } => drop(reply.send(Err(no()))),
         Msg::Shutdown => return Flow::Stop,
         // A suggestion that cannot be stored now is computed again by the resync.
         Msg::Backend(_) | Msg::Executed(_) | Msg::NodeLost(_) | Msg::GpusSeen(..) | Msg::StorageFull(_) => {}
@@ -981,6 +985,10 @@ impl Driver {
             }
             Msg::Records { method, req, reply } => {
                 let r = crate::records::dispatch::write(&mut self.store, method, &req, now);
+                let _ = reply.send(r);
+            }
+            Msg::Ingest { batch, reply } => {
+                let r = crate::records::ingest::apply(&mut self.store, &batch, now);
                 let _ = reply.send(r);
             }
             Msg::Shutdown => {}

@@ -15,7 +15,9 @@
 //! attributed or associated to; `__events`, an execution's events.
 
 pub mod dispatch;
+pub mod events;
 pub mod filter;
+pub mod ingest;
 pub mod metadata;
 pub mod ops;
 pub mod tensorboard;

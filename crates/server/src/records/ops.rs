@@ -292,6 +292,7 @@ pub fn delete(store: &mut Store, req: &Request, now: Micros, more: &[Change<'_>]
             Change::Put(p) => Change::Put(Put { ..*p }),
             Change::Delete(n) => Change::Delete(n),
             Change::Points(s, p) => Change::Points(s, p),
+            Change::JobEvent(j, t) => Change::JobEvent(*j, t),
         });
     }
     let op = store
