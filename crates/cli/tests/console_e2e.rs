@@ -1168,3 +1168,62 @@ fn console_terminal_runs_a_shell_in_a_running_replica() {
     }
     call("POST", &s.url(&format!("/v1/{name}:cancel")), None);
 }
+
+/// The experiments pages in headless Chromium: an experiment made as the SDK makes one
+/// (contexts of the default metadata store, a TensorBoard with a series per run), listed;
+/// its page shows each run's parameters and metrics, sorts by a metric when its header is
+/// clicked, compares the chosen runs (a differing row marked), and plots their loss by
+/// step, one line per run; unticking a run takes its line away.
+#[test]
+fn console_experiment_page_compares_runs_and_plots_their_series() {
+    let Some((chromium, _turn)) = browser_turn() else { return };
+    let s = Server::start("");
+    let base = s.url("/v1/projects/exps/locations/us-central1");
+    let post = |path: &str, body: Value| -> Value {
+        let (status, v) = s.call("POST", &format!("{base}/{path}"), Some(&body.to_string()));
+        assert_eq!(status, 200, "{path}: {v}");
+        v
+    };
+    let tb = post("tensorboards", json!({"displayName": "Default Tensorboard", "isDefault": true}))["response"]["name"].as_str().unwrap().to_string();
+    let tb_rel = tb.trim_start_matches("projects/exps/locations/us-central1/").to_string();
+    let store = "projects/exps/locations/us-central1/metadataStores/default";
+    post("metadataStores/default/contexts?contextId=sweep", json!({"displayName": "sweep", "schemaTitle": "system.Experiment", "description": "a sweep", "metadata": {"experiment_deleted": false, "backing_tensorboard_resource": tb}}));
+    post(&format!("{tb_rel}/experiments?tensorboardExperimentId=sweep"), json!({"displayName": "sweep"}));
+    for (run, lr, acc) in [("fast", 0.1, 0.81), ("slow", 0.01, 0.93), ("mid", 0.05, 0.88)] {
+        post(&format!("metadataStores/default/contexts?contextId=sweep-{run}"), json!({"displayName": run, "schemaTitle": "system.ExperimentRun",
+            "metadata": {"_params": {"lr": lr, "optimizer": "adam"}, "_metrics": {"accuracy": acc}, "_state": "COMPLETE"}}));
+        post("metadataStores/default/contexts/sweep:addContextChildren", json!({"childContexts": [format!("{store}/contexts/sweep-{run}")]}));
+        post(&format!("{tb_rel}/experiments/sweep/runs?tensorboardRunId={run}"), json!({"displayName": run}));
+        let ts = post(&format!("{tb_rel}/experiments/sweep/runs/{run}/timeSeries"), json!({"displayName": "loss", "valueType": "SCALAR", "pluginName": "scalars"}));
+        let sid = ts["name"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+        let values: Vec<Value> = (1..=5).map(|step| json!({"wallTime": "2026-12-07T00:00:00Z", "step": step.to_string(), "scalar": {"value": 1.0 / (step as f64 * (1.0 + lr))}})).collect();
+        post(&format!("{tb_rel}/experiments/sweep/runs/{run}:write"), json!({"timeSeriesData": [{"tensorboardTimeSeriesId": sid, "values": values}]}));
+    }
+
+    let mut c = Chrome::launch(&chromium, s.dir.path());
+    let root = s.url("/?project=exps&region=us-central1");
+    c.open(&format!("{root}#/experiments"));
+    c.wait_for("the experiments list", "document.querySelectorAll('table.list tr.row').length === 1", 20);
+    assert_eq!(c.eval("document.querySelector('table.list tr.row td.id').textContent"), json!("sweep"));
+    c.click("table.list tr.row td.id a");
+    c.wait_for("the runs table", "document.querySelectorAll('#runs tr.run').length === 3", 20);
+    let headers = c.eval("[...document.querySelectorAll('#runs th.sortable')].map(t => t.dataset.key).join(',')");
+    assert_eq!(headers, json!("run,state,param.lr,param.optimizer,metric.accuracy,created"));
+    // Sorted by accuracy (ascending, then descending) with a click on its header.
+    c.click("#runs th[data-key='metric.accuracy']");
+    assert_eq!(c.eval("[...document.querySelectorAll('#runs tr.run')].map(r => r.dataset.run).join(',')"), json!("fast,mid,slow"));
+    c.click("#runs th[data-key='metric.accuracy']");
+    assert_eq!(c.eval("[...document.querySelectorAll('#runs tr.run')].map(r => r.dataset.run).join(',')"), json!("slow,mid,fast"));
+    // Compare: lr differs between the runs, the optimizer does not.
+    assert_eq!(c.eval("document.querySelector('#run-compare tr[data-key=\"param.lr\"]').classList.contains('differs')"), json!(true));
+    assert_eq!(c.eval("document.querySelector('#run-compare tr[data-key=\"param.optimizer\"]').classList.contains('differs')"), json!(false));
+    // The plot: a loss line per run, 5 points each.
+    c.wait_for("the loss plot", "document.querySelectorAll('#series-plot-svg path.ts').length === 3", 20);
+    assert_eq!(c.eval("document.getElementById('series-tag').value"), json!("loss"));
+    let points = c.eval("document.querySelector('#series-plot-svg path.ts[data-run=\"fast\"]').getAttribute('d').split('L').length");
+    assert_eq!(points, json!(5));
+    c.click("#runs tr.run[data-run='mid'] input.pick");
+    c.wait_for("the unticked run's line to go", "document.querySelectorAll('#series-plot-svg path.ts').length === 2 && !document.querySelector('#series-plot-svg path.ts[data-run=\"mid\"]')", 10);
+    c.assert_clean("experiment page");
+    c.screenshot("20-experiment");
+}

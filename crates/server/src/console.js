@@ -5,7 +5,8 @@
 // Project and region come from the page's URL or are remembered in localStorage; the
 // token is typed in, kept in sessionStorage (this tab only, gone when it closes) and never
 // read from the URL. Pages are routed by the hash: #/jobs, #/jobs/ID, #/tuning,
-// #/tuning/ID, #/pipelines, #/pipelines/ID, #/nodes, #/nodes/NAME (and ?project=&region=
+// #/tuning/ID, #/pipelines, #/pipelines/ID, #/studies, #/experiments, #/experiments/NAME,
+// #/nodes, #/nodes/NAME (and ?project=&region=
 // in the hash switch to another project, for links to other projects' jobs).
 "use strict";
 
@@ -437,6 +438,7 @@ async function route() {
     tuning: id ? () => studyPage(pg, id) : () => tuningList(pg, q),
     pipelines: id ? () => pipelinePage(pg, id) : () => pipelinesList(pg, q),
     studies: id ? () => vizierStudyPage(pg, id) : () => vizierStudiesList(pg),
+    experiments: id ? () => experimentPage(pg, id) : () => experimentsList(pg),
     nodes: id ? () => nodePage(pg, id) : () => nodesPage(pg),
     queue: () => nodesPage(pg),
   };
@@ -2245,3 +2247,173 @@ if (params.has("job")) {
   history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + (location.hash || hashWith(["jobs", job])));
 }
 route();
+
+// ---------------------------------------------------------------------------------------
+// Experiments (#/experiments, #/experiments/NAME): Vertex AI Experiments as the SDK keeps
+// them (contexts of the project's default metadata store), a run's parameters and metrics
+// in a sortable table, chosen runs side by side, and their time series from the
+// experiment's TensorBoard on one plot.
+
+function metadataBase() {
+  return `${base()}/metadataStores/default`;
+}
+
+/** Every page of a list (for the experiment page: a few hundred runs at most). */
+async function listAll(path, collection, signal, cap = 2000) {
+  const out = [];
+  let token = "";
+  do {
+    const sep = path.includes("?") ? "&" : "?";
+    const body = await api(path + (token ? `${sep}pageToken=${enc(token)}` : ""), { signal });
+    out.push(...(body[collection] || []));
+    token = body.nextPageToken || "";
+  } while (token && out.length < cap);
+  return out;
+}
+
+function experimentsList(pg) {
+  document.title = "Experiments · Trainyard";
+  const filter = 'schema_title="system.Experiment"';
+  const table = pagedTable(pg, {
+    path: () => `${metadataBase()}/contexts?filter=${enc(filter)}`,
+    collection: "contexts",
+    columns: [
+      { h: "Experiment", cls: "id", cell: (c) => h("a", { href: `#/experiments/${enc(lastSegment(c.name))}` }, c.displayName || lastSegment(c.name)) },
+      { h: "Description", cell: (c) => c.description || "" },
+      { h: "TensorBoard", cell: (c) => lastSegment((c.metadata || {}).backing_tensorboard_resource || "") || "—" },
+      { h: "Created", cell: (c) => timeCell(c.createTime) },
+    ],
+    href: (c) => `#/experiments/${enc(lastSegment(c.name))}`,
+    empty: "No experiments in this project yet: aiplatform.init(experiment=...) makes one.",
+  });
+  view.append(h("section", { class: "card" }, h("h2", {}, "Experiments"), table.el));
+  return table.load(true);
+}
+
+/** A cell's value as sorting sees it: numbers as numbers, missing last. */
+function sortKey(v) {
+  if (v === undefined || v === null || v === "") return [2, 0];
+  return typeof v === "number" ? [0, v] : [1, String(v)];
+}
+
+async function experimentPage(pg, id) {
+  document.title = `Experiment ${id} · Trainyard`;
+  const name = `${metadataBase().slice(4)}/contexts/${id}`;
+  const exp = await api(`/v1/${name}`, { signal: pg.signal });
+  const filter = `schema_title="system.ExperimentRun" AND parent_contexts:"${name.replace(/^\//, "")}"`;
+  const runs = await listAll(`${metadataBase()}/contexts?filter=${enc(filter)}`, "contexts", pg.signal);
+  const params = [...new Set(runs.flatMap((r) => Object.keys(((r.metadata || {})._params) || {})))].sort();
+  const metrics = [...new Set(runs.flatMap((r) => Object.keys(((r.metadata || {})._metrics) || {})))].sort();
+  const columns = [
+    { key: "run", h: "Run", get: (r) => r.displayName || lastSegment(r.name) },
+    { key: "state", h: "State", get: (r) => (r.metadata || {})._state || "" },
+    ...params.map((p) => ({ key: `param.${p}`, h: `param.${p}`, get: (r) => ((r.metadata || {})._params || {})[p] })),
+    ...metrics.map((m) => ({ key: `metric.${m}`, h: `metric.${m}`, get: (r) => ((r.metadata || {})._metrics || {})[m] })),
+    { key: "created", h: "Created", get: (r) => r.createTime || "" },
+  ];
+  let sortBy = "created", desc = true;
+  const chosen = new Set(runs.map((r) => r.name));
+  const tbody = h("tbody");
+  const head = h("tr", {});
+  const compareBox = h("div", { id: "run-compare" });
+  const plotBox = h("div", { class: "plot-box", id: "series-plot" });
+  const tagSelect = h("select", { id: "series-tag" });
+  const cellText = (v) => (typeof v === "number" ? num(v) : v === undefined ? "—" : String(v));
+  function drawTable() {
+    put(head, h("th", {}, ""), columns.map((c) => {
+      const th = h("th", { class: `sortable${c.key === sortBy ? (desc ? " sorted-desc" : " sorted-asc") : ""}`, "data-key": c.key, title: `Sort by ${c.h}` }, c.h, c.key === sortBy ? (desc ? " ▾" : " ▴") : "");
+      th.addEventListener("click", () => { if (sortBy === c.key) desc = !desc; else { sortBy = c.key; desc = false; } drawTable(); });
+      return th;
+    }));
+    const col = columns.find((c) => c.key === sortBy) || columns[0];
+    const sorted = [...runs].sort((a, b) => {
+      const [ka, va] = sortKey(col.get(a)), [kb, vb] = sortKey(col.get(b));
+      if (ka !== kb) return ka - kb;
+      const d = va < vb ? -1 : va > vb ? 1 : 0;
+      return ka === 2 ? 0 : desc ? -d : d;
+    });
+    put(tbody, ...sorted.map((r) => {
+      const box = h("input", { type: "checkbox", class: "pick", title: "Compare and plot this run" });
+      box.checked = chosen.has(r.name);
+      box.addEventListener("change", () => { if (box.checked) chosen.add(r.name); else chosen.delete(r.name); drawCompare(); drawPlot(); });
+      return h("tr", { class: "run", "data-run": r.displayName || lastSegment(r.name) }, h("td", {}, box), columns.map((c) => h("td", { class: typeof c.get(r) === "number" ? "num" : "" }, c.key === "created" ? timeCell(c.get(r)) : cellText(c.get(r)))));
+    }));
+    if (!runs.length) tbody.append(h("tr", {}, h("td", { colspan: columns.length + 1, class: "muted empty" }, "No runs yet: aiplatform.start_run(...) makes one.")));
+  }
+  // The chosen runs side by side: a row per parameter and metric, those that differ marked.
+  function drawCompare() {
+    const picked = runs.filter((r) => chosen.has(r.name));
+    if (picked.length < 2) { put(compareBox, h("p", { class: "muted" }, "Choose two runs or more to compare them.")); return; }
+    const rows = columns.filter((c) => c.key.startsWith("param.") || c.key.startsWith("metric."));
+    put(compareBox, h("table", { class: "list compare" },
+      h("thead", {}, h("tr", {}, h("th", {}, ""), picked.map((r) => h("th", {}, r.displayName || lastSegment(r.name))))),
+      h("tbody", {}, rows.map((c) => {
+        const vals = picked.map((r) => c.get(r));
+        const differ = new Set(vals.map((v) => JSON.stringify(v))).size > 1;
+        return h("tr", { class: differ ? "differs" : "", "data-key": c.key }, h("th", {}, c.h), vals.map((v) => h("td", { class: typeof v === "number" ? "num" : "" }, cellText(v))));
+      }))));
+  }
+  // Time series: the experiment's TensorBoard runs (named as the runs), one tag at a time.
+  const series = new Map(); // run name -> {tag: [[step, value], ...]}
+  async function loadSeries() {
+    const tb = (exp.metadata || {}).backing_tensorboard_resource;
+    if (!tb) return;
+    await Promise.all(runs.map(async (r) => {
+      const runPath = `/v1/${tb}/experiments/${enc(id)}/runs/${enc(r.displayName || lastSegment(r.name))}`;
+      let list;
+      try { list = await listAll(`${runPath}/timeSeries`, "tensorboardTimeSeries", pg.signal, 200); } catch (e) { if (e.status === 404) return; throw e; }
+      const byTag = {};
+      for (let i = 0; i < list.length; i += 20) {
+        const chunk = list.slice(i, i + 20);
+        const q = chunk.map((t) => `timeSeries=${enc(t.name)}`).join("&");
+        const body = await api(`/v1/${tb}:batchRead?${q}`, { signal: pg.signal });
+        (body.timeSeriesData || []).forEach((d) => {
+          const t = chunk.find((c) => lastSegment(c.name) === d.tensorboardTimeSeriesId);
+          if (t) byTag[t.displayName] = (d.values || []).map((p) => [Number(p.step || 0), Number((p.scalar || {}).value)]).filter((p) => Number.isFinite(p[1]));
+        });
+      }
+      series.set(r.name, byTag);
+    }));
+    const tags = [...new Set([...series.values()].flatMap((m) => Object.keys(m)))].sort();
+    put(tagSelect, tags.map((t) => h("option", { value: t }, t)));
+    if (!tags.length) put(tagSelect, h("option", { value: "" }, "(no time series)"));
+  }
+  function drawPlot() {
+    const tag = tagSelect.value;
+    const lines = runs.filter((r) => chosen.has(r.name) && series.get(r.name) && (series.get(r.name)[tag] || []).length)
+      .map((r) => ({ run: r.displayName || lastSegment(r.name), pts: series.get(r.name)[tag] }));
+    if (!lines.length) { put(plotBox, h("p", { class: "muted" }, tag ? `No chosen run has ${tag}.` : "No time series in this experiment yet: aiplatform.log_time_series_metrics(...) writes them.")); return; }
+    const W = Math.max(480, Math.floor(plotBox.clientWidth || 800)), H = 280, L = 64, R = 18, T = 16, B = 40;
+    const steps = lines.flatMap((l) => l.pts.map((p) => p[0])), vals = lines.flatMap((l) => l.pts.map((p) => p[1]));
+    const xt = niceTicks(Math.min(...steps), Math.max(...steps), 6), yt = niceTicks(Math.min(...vals), Math.max(...vals), 5);
+    const xs = (v) => L + ((v - xt.lo) / (xt.hi - xt.lo)) * (W - L - R), ys = (v) => T + (1 - (v - yt.lo) / (yt.hi - yt.lo)) * (H - T - B);
+    const svg = s("svg", { class: "plot", id: "series-plot-svg", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${tag} by step` });
+    const axis = s("g", { class: "axis" });
+    for (const v of yt.ticks) axis.append(s("line", { x1: L, x2: W - R, y1: ys(v), y2: ys(v), class: "grid" }), s("text", { x: L - 6, y: ys(v) + 4, "text-anchor": "end" }, num(v, 3)));
+    for (const v of xt.ticks) axis.append(s("text", { x: xs(v), y: H - B + 16, "text-anchor": "middle" }, String(v)));
+    axis.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "base" }), s("line", { x1: L, x2: L, y1: T, y2: H - B, class: "base" }),
+      s("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title" }, "step"),
+      s("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", class: "axis-title", transform: `rotate(-90 14 ${(T + H - B) / 2})` }, tag));
+    svg.append(axis);
+    lines.forEach((l, i) => {
+      const d = [...l.pts].sort((a, b) => a[0] - b[0]).map((p, j) => `${j ? "L" : "M"}${xs(p[0]).toFixed(1)} ${ys(p[1]).toFixed(1)}`).join("");
+      svg.append(s("path", { d, class: `ts ts-${i % 8}`, "data-run": l.run }, title(`${l.run}: ${tag}, ${l.pts.length} points, last ${num(l.pts[l.pts.length - 1][1])}`)));
+    });
+    put(plotBox, svg, h("div", { class: "legend" }, lines.map((l, i) => h("span", { class: "key" }, s("svg", { width: 18, height: 10 }, s("path", { d: "M0 5H18", class: `ts ts-${i % 8}` })), ` ${l.run}`))));
+  }
+  tagSelect.addEventListener("change", drawPlot);
+  view.append(h("div", { class: "crumbs" }, h("a", { href: "#/experiments" }, "Experiments"), " / ", id),
+    h("section", { class: "card" }, h("h2", {}, exp.displayName || id), fields([
+      ["Description", exp.description || "—"],
+      ["Runs", String(runs.length)],
+      ["TensorBoard", (exp.metadata || {}).backing_tensorboard_resource || "—"],
+      ["Created", timeCell(exp.createTime)],
+    ])),
+    h("section", { class: "card" }, h("h3", {}, "Runs"), h("table", { class: "list runs", id: "runs" }, h("thead", {}, head), tbody)),
+    h("section", { class: "card" }, h("h3", {}, "Compare"), compareBox),
+    h("section", { class: "card" }, h("div", { class: "head" }, h("h3", {}, "Time series"), h("label", {}, "Metric ", tagSelect)), plotBox));
+  drawTable();
+  drawCompare();
+  await loadSeries();
+  drawPlot();
+}
