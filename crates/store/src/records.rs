@@ -28,6 +28,17 @@ pub struct Record {
     pub body: String,
 }
 
+/// What a list may be narrowed by before its filter is applied to each record: fields
+/// kept in indexed columns, read from the body as it is written (`schemaTitle`,
+/// `displayName`), and the contexts a record is in (its `parentContexts` and
+/// `__contexts`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Narrow<'a> {
+    pub schema_title: Option<&'a str>,
+    pub display_name: Option<&'a str>,
+    pub context: Option<&'a str>,
+}
+
 /// A record to write: created when its name is new, else its body replaced (its `seq` and
 /// `create_time` kept).
 pub struct Put<'a> {
@@ -51,6 +62,8 @@ pub enum Change<'a> {
 }
 
 const COLUMNS: &str = "seq, kind, project, region, parent, name, create_time, update_time, body";
+/// The same columns of `records r`.
+const R_COLUMNS: &str = "r.seq, r.kind, r.project, r.region, r.parent, r.name, r.create_time, r.update_time, r.body";
 
 fn record_of(r: &crate::sql::Row) -> Result<Record> {
     Ok(Record {
@@ -88,6 +101,33 @@ impl Store {
                 values![kind, parent, after, limit.min(i64::MAX as usize) as i64],
             )
         })?;
+        rows.iter().map(record_of).collect()
+    }
+
+    /// As [`Store::records`], only those `narrow` lets through.
+    pub fn records_narrowed(&self, kind: &str, parent: &str, narrow: Narrow<'_>, after: i64, limit: usize) -> Result<Vec<Record>> {
+        // With a context, its links lead (a context holds few of the parent's records);
+        // else the parent's index, by schema title or display name where given.
+        let mut sql = match narrow.context {
+            // CROSS JOIN: SQLite keeps the links as the outer loop (PostgreSQL plans it).
+            Some(_) => format!("SELECT {R_COLUMNS} FROM record_links l CROSS JOIN records r WHERE l.context = ?4 AND r.name = l.name AND r.kind = ?1 AND r.parent = ?2 AND r.seq > ?3"),
+            None => format!("SELECT {R_COLUMNS} FROM records r WHERE r.kind = ?1 AND r.parent = ?2 AND r.seq > ?3"),
+        };
+        let mut params = vec![crate::Value::from(kind), crate::Value::from(parent), crate::Value::from(after)];
+        if let Some(c) = narrow.context {
+            params.push(c.into());
+        }
+        if let Some(t) = narrow.schema_title {
+            params.push(t.into());
+            sql.push_str(&format!(" AND r.schema_title = ?{}", params.len()));
+        }
+        if let Some(d) = narrow.display_name {
+            params.push(d.into());
+            sql.push_str(&format!(" AND r.display_name = ?{}", params.len()));
+        }
+        params.push((limit.min(i64::MAX as usize) as i64).into());
+        sql.push_str(&format!(" ORDER BY r.seq LIMIT ?{}", params.len()));
+        let rows = self.read(|e| e.rows(&sql, &params))?;
         rows.iter().map(record_of).collect()
     }
 
@@ -160,16 +200,23 @@ impl Store {
 fn apply(tx: &mut dyn Exec, change: &Change<'_>, now: Micros) -> Result<()> {
     match change {
         Change::Put(p) => {
+            let (title, display, contexts) = indexed(p.body);
             tx.execute(
-                "INSERT INTO records (kind, project, region, parent, name, create_time, update_time, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)
-                 ON CONFLICT(name) DO UPDATE SET body = excluded.body, update_time = excluded.update_time",
-                values![p.kind, p.project, p.region, p.parent, p.name, now, p.body],
+                "INSERT INTO records (kind, project, region, parent, name, create_time, update_time, schema_title, display_name, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9)
+                 ON CONFLICT(name) DO UPDATE SET body = excluded.body, update_time = excluded.update_time,
+                    schema_title = excluded.schema_title, display_name = excluded.display_name",
+                values![p.kind, p.project, p.region, p.parent, p.name, now, title.as_str(), display.as_str(), p.body],
             )?;
+            tx.execute("DELETE FROM record_links WHERE name = ?1", values![p.name])?;
+            for c in contexts {
+                tx.execute("INSERT INTO record_links (context, name) VALUES (?1, ?2) ON CONFLICT DO NOTHING", values![c.as_str(), p.name])?;
+            }
         }
         Change::Delete(name) => {
             let (lo, hi) = under(name);
             tx.execute("DELETE FROM records WHERE name = ?1 OR (name >= ?2 AND name < ?3)", values![*name, lo.as_str(), hi.as_str()])?;
+            tx.execute("DELETE FROM record_links WHERE name = ?1 OR (name >= ?2 AND name < ?3)", values![*name, lo.as_str(), hi.as_str()])?;
             tx.execute("DELETE FROM points WHERE series = ?1 OR (series >= ?2 AND series < ?3)", values![*name, lo.as_str(), hi.as_str()])?;
         }
         Change::Points(series, points) => {
@@ -180,6 +227,22 @@ fn apply(tx: &mut dyn Exec, change: &Change<'_>, now: Micros) -> Result<()> {
         Change::JobEvent(job, text) => crate::insert_event(tx, *job, now, 0, None, text)?,
     }
     Ok(())
+}
+
+/// The indexed fields of a record's JSON: its schema title, display name and the contexts
+/// it is in.
+fn indexed(body: &str) -> (String, String, Vec<String>) {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else { return Default::default() };
+    let text = |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+    let mut contexts: Vec<String> = ["parentContexts", "__contexts"]
+        .iter()
+        .filter_map(|k| v.get(*k).and_then(serde_json::Value::as_array))
+        .flatten()
+        .filter_map(|c| c.as_str().map(String::from))
+        .collect();
+    contexts.sort();
+    contexts.dedup();
+    (text("schemaTitle"), text("displayName"), contexts)
 }
 
 #[cfg(test)]
@@ -216,6 +279,17 @@ mod tests {
         assert!(s.record(&ab).unwrap().is_some(), "a name that only starts alike stays");
         assert_eq!(s.count_records("context", st).unwrap(), 1);
         assert_eq!((s.next_record_number().unwrap(), s.next_record_number().unwrap()), (1, 2));
+        let x = format!("{st}/artifacts/x");
+        let y = format!("{st}/artifacts/y");
+        let ctx = format!("{st}/contexts/c");
+        let bx = format!(r#"{{"schemaTitle": "system.Metrics", "displayName": "x", "__contexts": ["{ctx}"]}}"#);
+        s.change_records(&[put("artifact", st, &x, &bx), put("artifact", st, &y, r#"{"schemaTitle": "system.Model"}"#)], 60).unwrap();
+        let names = |s: &Store, n: Narrow<'_>| -> Vec<String> { s.records_narrowed("artifact", st, n, 0, 10).unwrap().into_iter().map(|r| r.name).collect() };
+        assert_eq!(names(&s, Narrow { schema_title: Some("system.Metrics"), ..Narrow::default() }), vec![x.clone()]);
+        assert_eq!(names(&s, Narrow { display_name: Some("x"), context: Some(&ctx), ..Narrow::default() }), vec![x.clone()]);
+        assert_eq!(names(&s, Narrow::default()).len(), 2);
+        s.change_records(&[put("artifact", st, &x, r#"{"schemaTitle": "system.Metrics"}"#)], 70).unwrap();
+        assert!(names(&s, Narrow { context: Some(&ctx), ..Narrow::default() }).is_empty(), "a rewrite takes its old links away");
         let op = s.change_records_answered(&[Change::Delete(&ab)], ("p", "r"), 50, |id| format!("{{\"name\": \"op {id}\"}}")).unwrap();
         assert_eq!(s.get_operation("p", "r", op).unwrap().unwrap(), format!("{{\"name\": \"op {op}\"}}"));
         assert!(s.record(&ab).unwrap().is_none());

@@ -363,6 +363,31 @@ fn compare(v: &Value, op: Op, lit: &Literal) -> bool {
 }
 
 impl Filter {
+    /// What a store may narrow a list by before this filter looks at each record: the
+    /// comparisons at its top (alone or joined by AND) of the schema title or display
+    /// name with `=`, and a context by `in_context()` or `parent_contexts:`. A record the
+    /// narrowing leaves out could not pass.
+    pub fn narrow(&self) -> trainyard_store::records::Narrow<'_> {
+        let mut n = trainyard_store::records::Narrow::default();
+        let parts: &[Filter] = match self {
+            Filter::And(parts) => parts,
+            one => std::slice::from_ref(one),
+        };
+        for p in parts {
+            match p {
+                Filter::InContext(c) => n.context = Some(c),
+                Filter::Compare { field, op, value: Literal::Text(t) } if field.len() == 1 => match (field[0].as_str(), op) {
+                    ("schema_title" | "schemaTitle", Op::Eq) => n.schema_title = Some(t),
+                    ("display_name" | "displayName", Op::Eq) => n.display_name = Some(t),
+                    ("parent_contexts" | "parentContexts", Op::Has | Op::Eq) if !t.contains('*') => n.context = Some(t),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        n
+    }
+
     /// Does `subject` pass?
     pub fn matches(&self, subject: &dyn Subject) -> bool {
         match self {
@@ -429,6 +454,22 @@ mod tests {
         assert!(ok(r#"metadata.missing.string_value != "x""#, &run), "not set is not equal");
         assert!(ok(r#"(display_name="run-1" OR display_name="x") AND schema_title="system.ExperimentRun""#, &run));
         assert!(ok("", &run));
+    }
+
+    /// The store narrows by the comparisons at the top of a filter only: an OR or a NOT
+    /// narrows nothing (a record the narrowing leaves out could pass them).
+    #[test]
+    fn narrowing_takes_top_level_conjuncts_only() {
+        let f = parse(r#"schema_title="system.Metrics" AND in_context("c") AND display_name="d""#).unwrap();
+        let n = f.narrow();
+        assert_eq!((n.schema_title, n.context, n.display_name), (Some("system.Metrics"), Some("c"), Some("d")));
+        let n = parse(r#"parent_contexts:"p""#).unwrap();
+        assert_eq!(n.narrow().context, Some("p"));
+        for f in [r#"schema_title="a" OR schema_title="b""#, r#"NOT schema_title="a""#, r#"schema_title!="a""#, r#"parent_contexts:"p*""#] {
+            let p = parse(f).unwrap();
+            let n = p.narrow();
+            assert!(n.schema_title.is_none() && n.context.is_none(), "{f}");
+        }
     }
 
     /// Bad filters are errors that say what is wrong; a bomb is refused by its depth or

@@ -106,7 +106,8 @@ fn tensorboard(store: &mut Store, b: &Batch, now: Micros, puts: &mut Vec<(String
 /// log line of the job for each file found damaged. An error writes nothing.
 pub fn apply(store: &mut Store, b: &Batch, now: Micros) -> Result<(), ApiError> {
     let mut puts: Vec<(String, String, String, &'static str)> = Vec::new();
-    let mut points: Vec<(String, Vec<(i64, String)>)> = Vec::new();
+    // Per series: its new points, and the largest step and time among them.
+    let mut points: Vec<(String, Vec<(i64, String)>, (i64, String))> = Vec::new();
     let mut lines: Vec<String> = Vec::new();
     let job_name = format!("projects/{}/locations/{}/customJobs/{}", b.project, b.region, b.job);
     let has_scalars = b.files.iter().any(|f| !f.scalars.is_empty());
@@ -145,26 +146,32 @@ pub fn apply(store: &mut Store, b: &Batch, now: Micros) -> Result<(), ApiError> 
                     }
                 };
                 let wall = Timestamp::from_micros((s.wall_time * 1e6) as i64).to_string();
-                let value = if s.value.is_finite() { json!(s.value) } else { json!(s.value.to_string().replace("inf", "Infinity")) };
-                let point = json!({"wallTime": wall, "step": s.step.to_string(), "scalar": {"value": value}});
-                let (_, _, name, body) = &mut series[i];
-                let meta = body.get("metadata").cloned().unwrap_or(json!({}));
-                let max_step = meta.get("maxStep").and_then(Value::as_str).and_then(|x| x.parse::<i64>().ok()).unwrap_or(-1).max(s.step);
-                let max_wall = match meta.get("maxWallTime").and_then(Value::as_str) {
-                    Some(w) if w >= wall.as_str() => w.to_string(),
-                    _ => wall.clone(),
-                };
-                body["metadata"] = json!({"maxStep": max_step.to_string(), "maxWallTime": max_wall});
-                match points.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, p)) => p.push((s.step, point.to_string())),
-                    None => points.push((name.clone(), vec![(s.step, point.to_string())])),
+                let value = if s.value.is_finite() { s.value.to_string() } else { format!("{:?}", s.value.to_string().replace("inf", "Infinity")) };
+                let point = format!(r#"{{"wallTime":"{wall}","step":"{}","scalar":{{"value":{value}}}}}"#, s.step);
+                let name = &series[i].2;
+                match points.iter_mut().find(|(n, _, _)| n == name) {
+                    Some((_, p, top)) => {
+                        p.push((s.step, point));
+                        top.0 = top.0.max(s.step);
+                        if wall > top.1 {
+                            top.1 = wall;
+                        }
+                    }
+                    None => points.push((name.clone(), vec![(s.step, point)], (s.step, wall))),
                 }
             }
         }
-        for (run, _, name, body) in series {
-            if points.iter().any(|(n, _)| *n == name) {
-                puts.push((run, name, body.to_string(), "tensorboardTimeSeries"));
-            }
+        // Each series' metadata follows its points once per pass.
+        for (run, _, name, mut body) in series {
+            let Some((_, _, (step, wall))) = points.iter().find(|(n, _, _)| *n == name) else { continue };
+            let meta = body.get("metadata").cloned().unwrap_or(json!({}));
+            let max_step = meta.get("maxStep").and_then(Value::as_str).and_then(|x| x.parse::<i64>().ok()).unwrap_or(-1).max(*step);
+            let max_wall = match meta.get("maxWallTime").and_then(Value::as_str) {
+                Some(w) if w >= wall.as_str() => w.to_string(),
+                _ => wall.clone(),
+            };
+            body["metadata"] = json!({"maxStep": max_step.to_string(), "maxWallTime": max_wall});
+            puts.push((run, name, body.to_string(), "tensorboardTimeSeries"));
         }
     }
     for f in &b.files {
@@ -179,7 +186,7 @@ pub fn apply(store: &mut Store, b: &Batch, now: Micros) -> Result<(), ApiError> 
         .iter()
         .map(|(parent, name, body, kind)| Change::Put(Put { kind, project: &b.project, region: &b.region, parent, name, body }))
         .collect();
-    for (name, p) in &points {
+    for (name, p, _) in &points {
         changes.push(Change::Points(name, p));
     }
     for l in &lines {

@@ -161,7 +161,7 @@ pub fn matching(store: &Store, coll: &Collection, parent: &str, f: &Filter, pagi
     let mut out = Vec::new();
     let mut after = paging.after;
     loop {
-        let batch = store.records(coll.kind, parent, after, BATCH).map_err(read_err)?;
+        let batch = store.records_narrowed(coll.kind, parent, f.narrow(), after, BATCH).map_err(read_err)?;
         let n = batch.len();
         for r in batch {
             after = r.seq;
@@ -186,7 +186,7 @@ fn last_seq(store: &Store, coll: &Collection, parent: &str, after: i64, size: us
     let mut seen = 0;
     let mut at = after;
     loop {
-        let batch = store.records(coll.kind, parent, at, 512).map_err(read_err)?;
+        let batch = store.records_narrowed(coll.kind, parent, f.narrow(), at, 512).map_err(read_err)?;
         if batch.is_empty() {
             return Ok(at);
         }
