@@ -102,12 +102,15 @@ fn tensorboard(store: &mut Store, b: &Batch, now: Micros, puts: &mut Vec<(String
     Ok(name)
 }
 
+/// A series' name, its new points (step, JSON) and their largest step and time.
+type SeriesPoints = (String, Vec<(i64, String)>, (i64, String));
+
 /// Apply what a pass read: resources made as needed, points appended, offsets kept, a
 /// log line of the job for each file found damaged. An error writes nothing.
 pub fn apply(store: &mut Store, b: &Batch, now: Micros) -> Result<(), ApiError> {
     let mut puts: Vec<(String, String, String, &'static str)> = Vec::new();
     // Per series: its new points, and the largest step and time among them.
-    let mut points: Vec<(String, Vec<(i64, String)>, (i64, String))> = Vec::new();
+    let mut points: Vec<SeriesPoints> = Vec::new();
     let mut lines: Vec<String> = Vec::new();
     let job_name = format!("projects/{}/locations/{}/customJobs/{}", b.project, b.region, b.job);
     let has_scalars = b.files.iter().any(|f| !f.scalars.is_empty());
