@@ -244,6 +244,14 @@ impl Driver {
             return Err(ApiError::not_found(format!("The {what} {id} in projects/{project}/locations/{region} does not exist.")));
         };
         tracing::info!("{what} {id} deleted");
+        if kind == Kind::CustomJob {
+            // Where the reading of its TensorBoard event files stood (its time series stay:
+            // they are the TensorBoard's, as on the managed service).
+            let job = format!("projects/{project}/locations/{region}/customJobs/{id}");
+            if let Err(e) = self.store.change_records(&[trainyard_store::records::Change::Delete(&job)], now) {
+                tracing::warn!("CustomJob {id}: its event files' offsets are kept: {e}");
+            }
+        }
         if let Some(state) = ended {
             self.metrics.deleted(project, state);
         }
