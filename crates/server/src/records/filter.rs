@@ -18,6 +18,8 @@
 
 use serde_json::Value;
 
+use super::camel;
+
 /// The longest filter taken, in bytes.
 pub const MAX_LEN: usize = 8 * 1024;
 /// The deepest nesting of parentheses and NOTs.
@@ -279,23 +281,6 @@ impl Parser {
             other => Err(format!("unknown function {other}(); the filter takes in_context()")),
         }
     }
-}
-
-/// snake_case to camelCase (`schema_title` -> `schemaTitle`); camelCase is left as is.
-fn camel(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut up = false;
-    for ch in s.chars() {
-        if ch == '_' {
-            up = true;
-        } else if up {
-            out.extend(ch.to_uppercase());
-            up = false;
-        } else {
-            out.push(ch);
-        }
-    }
-    out
 }
 
 /// The values a field names in `v`: several when it crosses a list.

@@ -114,20 +114,24 @@ pub fn create(store: &mut Store, req: &Request, now: Micros, fix: impl FnOnce(&m
     for (p, n, b) in &rewrites {
         changes.push(Change::Put(Put { kind: coll.kind, project: &t.project, region: &t.region, parent: p, name: n, body: b }));
     }
-    let out = shown(coll, &body, req.ints);
-    match coll.create_lro {
-        Some(meta) => {
-            let plain = shown(coll, &body, false);
-            let op = store
-                .change_records_answered(&changes, (&t.project, &t.region), now, |op| done_operation(&t.project, &t.region, op, meta, Some((coll.api, &plain)), now).to_string())
-                .map_err(write_err)?;
-            Ok(done_operation(&t.project, &t.region, op, meta, Some((coll.api, &out)), now))
-        }
-        None => {
-            store.change_records(&changes, now).map_err(write_err)?;
-            Ok(out)
-        }
-    }
+    written(store, req, &changes, coll.create_lro, &body, now)
+}
+
+/// Write `changes` and answer with `body` as shown: as the response of a done operation
+/// stored with them when the method is long-running (`lro`: its metadata's type), else as
+/// it is.
+fn written(store: &mut Store, req: &Request, changes: &[Change<'_>], lro: Option<&str>, body: &Value, now: Micros) -> Result<Value, ApiError> {
+    let (t, coll) = (&req.target, req.target.coll);
+    let out = shown(coll, body, req.ints);
+    let Some(meta) = lro else {
+        store.change_records(changes, now).map_err(write_err)?;
+        return Ok(out);
+    };
+    let plain = shown(coll, body, false);
+    let op = store
+        .change_records_answered(changes, (&t.project, &t.region), now, |op| done_operation(&t.project, &t.region, op, meta, Some((coll.api, &plain)), now).to_string())
+        .map_err(write_err)?;
+    Ok(done_operation(&t.project, &t.region, op, meta, Some((coll.api, &out)), now))
 }
 
 /// GET of one record.
@@ -254,20 +258,7 @@ pub fn update(store: &mut Store, req: &Request, now: Micros) -> Result<Value, Ap
     let new = updated(coll, &old, &req.body, &mask(req), now)?;
     let text = new.to_string();
     let changes = [Change::Put(Put { kind: coll.kind, project: &t.project, region: &t.region, parent: &t.parent, name: &name, body: &text })];
-    let out = shown(coll, &new, req.ints);
-    match coll.update_lro {
-        Some(meta) => {
-            let plain = shown(coll, &new, false);
-            let op = store
-                .change_records_answered(&changes, (&t.project, &t.region), now, |op| done_operation(&t.project, &t.region, op, meta, Some((coll.api, &plain)), now).to_string())
-                .map_err(write_err)?;
-            Ok(done_operation(&t.project, &t.region, op, meta, Some((coll.api, &out)), now))
-        }
-        None => {
-            store.change_records(&changes, now).map_err(write_err)?;
-            Ok(out)
-        }
-    }
+    written(store, req, &changes, coll.update_lro, &new, now)
 }
 
 /// DELETE of one record with everything under it (a store's contexts, a TensorBoard's
