@@ -7,6 +7,7 @@ use serde_json::Value;
 use trainyard_api::ApiError;
 
 use crate::kinds::{Page, ResourceKind, View};
+use crate::records::camel;
 use super::common::{int_enums, json_response, ApiResult, AppState, Common};
 
 const DEFAULT_PAGE: usize = 100;
@@ -185,22 +186,6 @@ fn insert_path(obj: &mut serde_json::Map<String, Value>, path: &[String], value:
             }
         }
     }
-}
-
-fn camel(s: &str) -> String {
-    let mut out = String::new();
-    let mut up = false;
-    for c in s.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.extend(c.to_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Job state names by number, for filters (`state = 3`).
