@@ -234,3 +234,60 @@ fn find_dir(root: &std::path::Path, name: &str) -> std::path::PathBuf {
     }
     panic!("no directory {name} below {}", root.display())
 }
+
+/// Projects are apart as for jobs: another project's token may not read or write this
+/// project's records, a read-only token may not write them, and a name of another
+/// project's record in a body is refused naming it.
+#[test]
+fn records_of_a_project_are_out_of_other_projects_reach() {
+    const A: &str = "records-token-a-5d1f0c";
+    const B: &str = "records-token-b-9e27aa";
+    const RO: &str = "records-token-ro-33c1d8";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[tokens]]\ntoken = \"{A}\"\nprojects = [\"pa\"]\n\n[[tokens]]\ntoken = \"{B}\"\nprojects = [\"pb\"]\n\n\
+             [[tokens]]\ntoken = \"{RO}\"\nprojects = [\"pa\"]\naccess = \"read-only\"\n"
+        ),
+    )
+    .expect("tokens");
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let s = Server::start(&format!("tokens_file = \"{}\"\n", tokens.display()));
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
+    let call = |method: &str, project: &str, path: &str, token: &str, body: Option<Value>| -> (u16, Value) {
+        let url = s.url(&format!("/v1/projects/{project}/locations/us-central1/{path}"));
+        let req = ureq::http::Request::builder().method(method).uri(&url).header("Authorization", format!("Bearer {token}")).header("Content-Type", "application/json");
+        let mut resp = agent.run(req.body(body.map(|b| b.to_string()).unwrap_or_default()).expect("request")).expect("send");
+        let status = resp.status().as_u16();
+        (status, serde_json::from_str(&resp.body_mut().read_to_string().unwrap_or_default()).unwrap_or(Value::Null))
+    };
+    let (st, v) = call("POST", "pa", "metadataStores/default/artifacts?artifactId=secret", A, Some(json!({"schemaTitle": "system.Model", "uri": "gs://pa/model"})));
+    assert_eq!(st, 200, "{v}");
+    let (st, _) = call("POST", "pb", "metadataStores/default/contexts?contextId=mine", B, Some(json!({})));
+    assert_eq!(st, 200);
+    // B's token on A's project: refused; A's record named in B's project: not found.
+    assert_eq!(call("GET", "pa", "metadataStores/default/artifacts/secret", B, None).0, 403);
+    assert_eq!(call("GET", "pa", "metadataStores/default/artifacts", B, None).0, 403);
+    assert_eq!(call("GET", "pb", "metadataStores/default/artifacts/secret", B, None).0, 404);
+    let (st, v) = call("GET", "pb", "metadataStores/default/artifacts", B, None);
+    assert_eq!((st, v.get("artifacts")), (200, None), "{v}");
+    // A's artifact put into B's context through B's project: refused naming it, nothing changed.
+    let (st, v) = call(
+        "POST",
+        "pb",
+        "metadataStores/default/contexts/mine:addContextArtifactsAndExecutions",
+        B,
+        Some(json!({"artifacts": ["projects/pa/locations/us-central1/metadataStores/default/artifacts/secret"]})),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap_or("").contains("projects/pa/locations/us-central1/metadataStores/default/artifacts/secret"), "{v}");
+    let (_, lineage) = call("GET", "pb", "metadataStores/default/contexts/mine:queryContextLineageSubgraph", B, None);
+    assert_eq!(lineage, json!({}), "nothing of A's in B's context");
+    // The read-only token reads A's records and may not write them.
+    assert_eq!(call("GET", "pa", "metadataStores/default/artifacts/secret", RO, None).0, 200);
+    assert_eq!(call("DELETE", "pa", "metadataStores/default/artifacts/secret", RO, None).0, 403);
+    assert_eq!(call("POST", "pa", "tensorboards", RO, Some(json!({"displayName": "x"}))).0, 403);
+    assert_eq!(call("GET", "pa", "metadataStores/default/artifacts/secret", A, None).1["uri"], "gs://pa/model");
+}
