@@ -74,6 +74,11 @@ fn load() -> Result<Catalog, String> {
     let mut routes = HashMap::new();
     for service in pool.services() {
         for method in service.methods() {
+            // A streaming RPC (TensorBoard's ReadTensorboardBlobData) has no one REST
+            // answer: not offered (UNIMPLEMENTED naming it).
+            if method.is_client_streaming() || method.is_server_streaming() {
+                continue;
+            }
             let path = format!("/{}/{}", service.full_name(), method.name());
             let route = if service.full_name() == "google.longrunning.Operations" {
                 operations_route(&method)
@@ -549,6 +554,9 @@ mod tests {
             assert!(c.routes.contains_key(&format!("/google.cloud.aiplatform.v1.JobService/{m}")), "{m}");
         }
         assert!(c.routes.contains_key("/google.cloud.aiplatform.v1.VizierService/SuggestTrials"));
+        assert!(c.routes.contains_key("/google.cloud.aiplatform.v1.MetadataService/AddContextChildren"));
+        assert!(c.routes.contains_key("/google.cloud.aiplatform.v1.TensorboardService/BatchReadTensorboardTimeSeriesData"));
+        assert!(!c.routes.contains_key("/google.cloud.aiplatform.v1.TensorboardService/ReadTensorboardBlobData"), "a streaming RPC is not offered");
         assert!(c.routes.contains_key("/google.cloud.aiplatform.v1.PipelineService/CreateTrainingPipeline"));
         assert!(c.routes.contains_key("/google.longrunning.Operations/GetOperation"));
     }
