@@ -17,17 +17,32 @@ from conftest import LOCATION, PROJECT, _running_server
 
 @pytest.fixture
 def experiments(sdk):
-    """The SDK (configured by `sdk`), with the experiment it is set to reset afterwards."""
+    """The SDK (configured by `sdk`), with the experiment it is set to reset afterwards and
+    its transport kept (see `_init`)."""
+    from google.cloud.aiplatform import initializer
     from google.cloud.aiplatform.metadata import metadata
 
+    transport = initializer.global_config._api_transport
     yield sdk
     metadata._experiment_tracker.reset()
+    initializer.global_config._api_transport = transport
+
+
+def _init(aiplatform, **kwargs):
+    """`aiplatform.init(experiment=...)` with the project named again: without a project
+    (or a transport), the SDK's `init` switches the process to its REST transport, and the
+    gRPC run of this suite would then test REST."""
+    aiplatform.init(project=PROJECT, **kwargs)
 
 
 def test_experiment_runs_logged_and_read_back(experiments, server):
     aiplatform = experiments
     name = f"exp-{uuid.uuid4().hex[:8]}"
-    aiplatform.init(experiment=name, experiment_description="learning rates")
+    _init(aiplatform, experiment=name, experiment_description="learning rates")
+    # The transport of this suite's run, not one the SDK chose.
+    from google.cloud.aiplatform import initializer
+
+    assert (initializer.global_config._api_transport or "grpc") == server["transport"]
 
     exp = aiplatform.Experiment(name)
     assert exp.resource_name == f"projects/{PROJECT}/locations/{LOCATION}/metadataStores/default/contexts/{name}"
@@ -116,7 +131,7 @@ def test_custom_job_runs_into_an_experiment_run(tmp_path):
                 staging_bucket="gs://exp-bucket",
             )
             name = f"jobexp-{uuid.uuid4().hex[:8]}"
-            aiplatform.init(experiment=name)
+            _init(aiplatform, experiment=name)
             # The run exists before the job (the SDK asks for it), RUNNING.
             aiplatform.start_run("trained")
             job = aiplatform.CustomJob(

@@ -51,7 +51,8 @@ async fn nested(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    let root = if uri.path().contains("/metadataStores/") { "metadataStores" } else { "tensorboards" };
+    // The collection this route matched: the segment after `/locations/{region}/`.
+    let root = if uri.path().starts_with(&format!("/v1/projects/{project}/locations/{region}/metadataStores/")) { "metadataStores" } else { "tensorboards" };
     serve(state, method, project, region, format!("{root}/{rest}"), query, headers, body).await
 }
 
