@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import LOCATION, PROJECT, _running_server
+from conftest import LOCATION, PROJECT, TRANSPORT, _running_server
 
 
 @pytest.fixture
@@ -111,7 +111,8 @@ print("inside: logged into", aiplatform.initializer.global_config.project, flush
 
 def test_custom_job_runs_into_an_experiment_run(tmp_path):
     """`CustomJob.run(experiment=..., experiment_run=...)` against a TLS server (whose jobs
-    reach it with no endpoint of their own, see test_in_job): the job's program logs
+    reach it with no endpoint of their own, see test_in_job), over this run's transport:
+    the job's program logs
     parameters, metrics and a time series into the run; the SDK marks the run COMPLETE
     after the job. The SDK here is configured for this server alone and put back after."""
     import google.oauth2.credentials
@@ -122,11 +123,15 @@ def test_custom_job_runs_into_an_experiment_run(tmp_path):
     saved = {k: getattr(initializer.global_config, k) for k in ("_project", "_location", "_credentials", "_api_endpoint", "_api_transport", "_staging_bucket")}
     with _running_server(tls=True) as server:
         try:
+            # This run's transport: gRPC reads its trusted roots once a process, so the
+            # REST run (whose process may have used gRPC before this server's CA was
+            # trusted) goes over HTTPS.
+            grpc = TRANSPORT == "grpc"
             aiplatform.init(
                 project=PROJECT,
                 location=LOCATION,
-                api_endpoint=server["endpoint"],
-                api_transport="grpc",
+                api_endpoint=server["endpoint"] if grpc else server["url"],
+                api_transport="grpc" if grpc else "rest",
                 credentials=google.oauth2.credentials.Credentials(token="t"),
                 staging_bucket="gs://exp-bucket",
             )
