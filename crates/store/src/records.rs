@@ -41,6 +41,7 @@ pub struct Narrow<'a> {
 
 /// A record to write: created when its name is new, else its body replaced (its `seq` and
 /// `create_time` kept).
+#[derive(Clone, Copy)]
 pub struct Put<'a> {
     pub kind: &'a str,
     pub project: &'a str,
@@ -51,6 +52,7 @@ pub struct Put<'a> {
 }
 
 /// One change of [`Store::change_records`].
+#[derive(Clone, Copy)]
 pub enum Change<'a> {
     Put(Put<'a>),
     /// The record, every record named under it (`name/...`) and their points.

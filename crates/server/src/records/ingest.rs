@@ -18,7 +18,7 @@ use trainyard_store::Store;
 use super::events::Scalar;
 use super::metadata::all;
 use super::ops::{read_err, write_err};
-use super::{body_of, collection, created, target_of_name, valid_id, Collection};
+use super::{body_of, coll, created, target_of_name, valid_id};
 
 /// What one pass read of one job.
 #[derive(Debug, Default)]
@@ -63,9 +63,6 @@ pub fn offsets(store: &Store, project: &str, region: &str, job: u64) -> Result<V
     Ok(out)
 }
 
-fn coll(segment: &str) -> &'static Collection {
-    collection(segment).unwrap_or(&super::COLLECTIONS[0])
-}
 
 /// A run id from a directory below the log directory: lower case, `[a-z0-9-]`, at most
 /// 128 characters; the log directory itself is `default`.

@@ -11,14 +11,12 @@ use trainyard_store::records::{Change, Put, Record};
 use trainyard_store::Store;
 
 use super::ops::{self, load, read_err, write_err, Request, Seen};
-use super::{body_of, collection, shown, target_of_name, Collection};
+use super::filter::Subject;
+use super::{body_of, coll, shown, target_of_name, Collection};
 
 /// The most names one call adds (children, artifacts, executions, events).
 pub const MAX_NAMES: usize = 1000;
 
-fn coll(segment: &str) -> &'static Collection {
-    collection(segment).unwrap_or(&super::COLLECTIONS[0])
-}
 
 /// Every record of `kind` under `parent`.
 pub fn all(store: &Store, kind: &str, parent: &str) -> Result<Vec<Record>, ApiError> {
@@ -259,18 +257,11 @@ fn in_context(store: &Store, kind: &str, parent: &str, context: &str) -> Result<
     let mut out = Vec::new();
     for r in all(store, kind, parent)? {
         let v = body_of(&r)?;
-        if ops::Seen(&v).in_context_of(context) {
+        if ops::Seen(&v).in_context(context) {
             out.push(v);
         }
     }
     Ok(out)
-}
-
-impl Seen<'_> {
-    fn in_context_of(&self, context: &str) -> bool {
-        use super::filter::Subject;
-        self.in_context(context)
-    }
 }
 
 /// `contexts/{c}:queryContextLineageSubgraph`: the artifacts and executions in the context,

@@ -217,6 +217,12 @@ pub fn collection(segment: &str) -> Option<&'static Collection> {
     COLLECTIONS.iter().find(|c| c.segment == segment)
 }
 
+/// The collection of `segment`, one of [`COLLECTIONS`] (a name written in this module's
+/// code, never one a client sent: those go through [`target`]).
+pub(crate) fn coll(segment: &str) -> &'static Collection {
+    collection(segment).unwrap_or(&COLLECTIONS[0])
+}
+
 /// The collection of a record's kind.
 pub fn of_kind(kind: &str) -> Option<&'static Collection> {
     COLLECTIONS.iter().find(|c| c.kind == kind)

@@ -164,6 +164,8 @@ pub fn matching(store: &Store, coll: &Collection, parent: &str, f: &Filter, pagi
     const BATCH: usize = 512;
     let mut out = Vec::new();
     let mut after = paging.after;
+    // The position of the page's last record.
+    let mut last = paging.after;
     loop {
         let batch = store.records_narrowed(coll.kind, parent, f.narrow(), after, BATCH).map_err(read_err)?;
         let n = batch.len();
@@ -173,35 +175,14 @@ pub fn matching(store: &Store, coll: &Collection, parent: &str, f: &Filter, pagi
             if f.matches(&Seen(&v)) {
                 if out.len() == paging.size {
                     // One more passes: the page ends at the one before.
-                    return Ok((out, Some(last_seq(store, coll, parent, paging.after, paging.size, f)?)));
+                    return Ok((out, Some(last)));
                 }
                 out.push(v);
+                last = r.seq;
             }
         }
         if n < BATCH {
             return Ok((out, None));
-        }
-    }
-}
-
-/// The position of the `size`-th passing record after `after` (the page token of a full
-/// page), read again so that `matching` keeps no seq beside each body.
-fn last_seq(store: &Store, coll: &Collection, parent: &str, after: i64, size: usize, f: &Filter) -> Result<i64, ApiError> {
-    let mut seen = 0;
-    let mut at = after;
-    loop {
-        let batch = store.records_narrowed(coll.kind, parent, f.narrow(), at, 512).map_err(read_err)?;
-        if batch.is_empty() {
-            return Ok(at);
-        }
-        for r in batch {
-            at = r.seq;
-            if f.matches(&Seen(&body_of(&r)?)) {
-                seen += 1;
-                if seen == size {
-                    return Ok(r.seq);
-                }
-            }
         }
     }
 }
@@ -278,14 +259,7 @@ pub fn delete(store: &mut Store, req: &Request, now: Micros, more: &[Change<'_>]
         }
     }
     let mut changes = vec![Change::Delete(&name)];
-    for c in more {
-        changes.push(match c {
-            Change::Put(p) => Change::Put(Put { ..*p }),
-            Change::Delete(n) => Change::Delete(n),
-            Change::Points(s, p) => Change::Points(s, p),
-            Change::JobEvent(j, t) => Change::JobEvent(*j, t),
-        });
-    }
+    changes.extend(more.iter().cloned());
     let op = store
         .change_records_answered(&changes, (&t.project, &t.region), now, |op| {
             done_operation(&t.project, &t.region, op, "DeleteOperationMetadata", None, now).to_string()

@@ -14,16 +14,13 @@ use trainyard_store::Store;
 
 use super::metadata::all;
 use super::ops::{self, load, read_err, write_err, Request};
-use super::{body_of, collection, shown, target_of_name, Collection, Target};
+use super::{body_of, coll, shown, target_of_name, Target};
 
 /// The most points one write takes.
 pub const MAX_POINTS_PER_WRITE: usize = 10_000;
 /// The most time series a batch read takes (as the service).
 pub const MAX_BATCH_READ: usize = 20;
 
-fn coll(segment: &str) -> &'static Collection {
-    collection(segment).unwrap_or(&super::COLLECTIONS[0])
-}
 
 /// A new TensorBoard with `isDefault` set: the project's other TensorBoards stop being its
 /// default (there is one default per project and region, as the service has it).
