@@ -27,6 +27,9 @@ pub struct EnvInput<'a> {
     pub this: usize,
     /// Local directory that `baseOutputDirectory` maps to (for a trial: `<base>/<trialId>`).
     pub base_output_dir: Option<&'a str>,
+    /// TY10: the job's replica count at least and at most, when it has elastic pools
+    /// (torchrun's `PET_*` variables are set).
+    pub elastic: Option<(usize, usize)>,
     /// The pool's own `env` entries; they come last and win.
     pub pool_env: &'a [(String, String)],
 }
@@ -99,6 +102,9 @@ pub fn replica_env(input: &EnvInput<'_>) -> Vec<(String, String)> {
         env.push(("RANK".into(), rank.to_string()));
     }
 
+    if let Some((min, max)) = input.elastic {
+        env.extend(torchrun_env(input, min, max));
+    }
     if let Some(base) = input.base_output_dir {
         env.push(("AIP_MODEL_DIR".into(), dir(base, "model")));
         env.push(("AIP_CHECKPOINT_DIR".into(), dir(base, "checkpoints")));
@@ -129,6 +135,33 @@ pub fn replica_env(input: &EnvInput<'_>) -> Vec<(String, String)> {
 /// L8: the address of address slot `slot`: its own loopback address and a port that no
 /// other live slot below 20,000 uses, so programs that bind the wildcard address do not
 /// collide.
+/// TY10: what `torchrun` with no arguments reads (`PET_*`, one per option): every replica
+/// is a node of `min` to `max`, the rendezvous (c10d) is hosted by the primary's agent at
+/// the primary's address, which no elastic change takes away (the primary pool is never
+/// elastic), and a change of members restarts the workers in place (up to
+/// `PET_MAX_RESTARTS` times) instead of failing them. `last_call_timeout`: how long a
+/// rendezvous waits for more nodes once it has its minimum.
+fn torchrun_env(input: &EnvInput<'_>, min: usize, max: usize) -> Vec<(String, String)> {
+    let Some(primary) = input.members.iter().find(|m| m.pool == 0) else { return Vec::new() };
+    let is_host = input.members[input.this].pool == 0;
+    vec![
+        ("PET_NNODES".into(), format!("{min}:{max}")),
+        ("PET_NPROC_PER_NODE".into(), "1".into()),
+        ("PET_RDZV_BACKEND".into(), "c10d".into()),
+        ("PET_RDZV_ENDPOINT".into(), primary.address.clone()),
+        ("PET_RDZV_ID".into(), format!("trainyard-{}", input.job_id)),
+        ("PET_RDZV_CONF".into(), format!("is_host={},last_call_timeout={ELASTIC_LAST_CALL_SECS}", u8::from(is_host))),
+        ("PET_MAX_RESTARTS".into(), ELASTIC_MAX_RESTARTS.to_string()),
+    ]
+}
+
+/// TY10: seconds a torch rendezvous waits for more nodes once it has its minimum (torch's
+/// default is 30: a shrunk job would wait that long at every change).
+pub const ELASTIC_LAST_CALL_SECS: u32 = 3;
+/// TY10: how many times torchrun restarts its workers in place (each change of members is
+/// one); a replica's own failures beyond it end its run, and L10/L11 take over.
+pub const ELASTIC_MAX_RESTARTS: u32 = 100;
+
 pub fn slot_address(slot: u32, base_port: u16) -> String {
     let n = slot + 2; // 127.0.0.2 upward; 127.0.0.1 stays the host's own
     let port = base_port as u32 + slot % 20_000;
@@ -168,6 +201,7 @@ mod tests {
             this: 2,
             base_output_dir: Some("/data/out/bucket/dir"),
             pool_env: &pool_env,
+            elastic: None,
         };
         let env = replica_env(&input);
         let cs: Value = serde_json::from_str(get(&env, "CLUSTER_SPEC").unwrap()).unwrap();
@@ -198,7 +232,7 @@ mod tests {
     fn l8_experiment_run_names() {
         let m = vec![Member { pool: 0, index: 0, address: "127.0.0.9:20007".into() }];
         let spec = r#"{"experiment": "projects/p/locations/r/metadataStores/default/contexts/e", "experimentRun": "projects/p/locations/r/metadataStores/default/contexts/e-r"}"#;
-        let input = EnvInput { project: "p", region: "r", job_id: 1, trial_id: None, job_spec_json: spec, members: &m, this: 0, base_output_dir: None, pool_env: &[] };
+        let input = EnvInput { project: "p", region: "r", job_id: 1, trial_id: None, job_spec_json: spec, members: &m, this: 0, base_output_dir: None, pool_env: &[], elastic: None };
         let env = replica_env(&input);
         assert_eq!(get(&env, "AIP_EXPERIMENT_NAME"), Some("projects/p/locations/r/metadataStores/default/contexts/e"));
         assert_eq!(get(&env, "AIP_EXPERIMENT_RUN_NAME"), Some("projects/p/locations/r/metadataStores/default/contexts/e-r"));
@@ -220,6 +254,7 @@ mod tests {
             this: 0,
             base_output_dir: None,
             pool_env: &[],
+            elastic: None,
         };
         let env = replica_env(&input);
         assert!(get(&env, "TF_CONFIG").is_none());
@@ -239,5 +274,37 @@ mod tests {
         assert_eq!(ports.len(), 20_000);
         assert_eq!(slot_address(0, 20000), "127.0.0.2:20000");
         assert_eq!(slot_address(300, 20000), "127.0.1.46:20300");
+    }
+
+    /// TY10, L8: an elastic job's replicas get what torchrun reads; the primary hosts the
+    /// rendezvous at its own address; a job that is not elastic gets none of it.
+    #[test]
+    fn ty10_l8_elastic_jobs_get_torchrun_variables() {
+        let m = members();
+        let input = EnvInput {
+            project: "p",
+            region: "r",
+            job_id: 7,
+            trial_id: None,
+            job_spec_json: "{}",
+            members: &m[..3],
+            this: 2,
+            base_output_dir: None,
+            pool_env: &[("PET_NPROC_PER_NODE".to_string(), "4".to_string())],
+            elastic: Some((2, 3)),
+        };
+        let env = replica_env(&input);
+        assert_eq!(get(&env, "PET_NNODES"), Some("2:3"));
+        assert_eq!(get(&env, "PET_RDZV_BACKEND"), Some("c10d"));
+        assert_eq!(get(&env, "PET_RDZV_ENDPOINT"), Some("127.0.0.2:20000"));
+        assert_eq!(get(&env, "PET_RDZV_ID"), Some("trainyard-7"));
+        assert_eq!(get(&env, "PET_RDZV_CONF"), Some("is_host=0,last_call_timeout=3"));
+        assert_eq!(get(&env, "PET_MAX_RESTARTS"), Some("100"));
+        // The pool's own env wins.
+        assert_eq!(get(&env, "PET_NPROC_PER_NODE"), Some("4"));
+        let primary = replica_env(&EnvInput { this: 0, ..input.clone() });
+        assert_eq!(get(&primary, "PET_RDZV_CONF"), Some("is_host=1,last_call_timeout=3"));
+        let rigid = replica_env(&EnvInput { elastic: None, ..input });
+        assert!(rigid.iter().all(|(k, _)| !k.starts_with("PET_") || k == "PET_NPROC_PER_NODE"), "{rigid:?}");
     }
 }

@@ -221,7 +221,22 @@ pub struct Policy {
     /// L19 warned: this long before its time limit; 0: off.
     #[serde(default)]
     pub timeout_warning: Micros,
+    /// TY10: its elastic pools (label `trainyard-min-replicas-workerpoolN`), each with the
+    /// least number of replicas it runs with; `replicaCount` is the most.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elastic: Vec<ElasticPool>,
 }
+
+/// TY10: a worker pool that runs with any number of replicas from `min` to its
+/// `replicaCount`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElasticPool {
+    pub pool: usize,
+    pub min: u32,
+}
+
+/// TY10: the label that makes pool N elastic (`trainyard-min-replicas-workerpool1`).
+pub const ELASTIC_LABEL_PREFIX: &str = "trainyard-min-replicas-workerpool";
 
 impl Policy {
     pub fn defaults(settings: &Settings) -> Policy {
@@ -238,7 +253,13 @@ impl Policy {
             min_runtime: 0,
             transient_exit_codes: Vec::new(),
             timeout_warning: secs(settings.timeout_warning_secs),
+            elastic: Vec::new(),
         }
+    }
+
+    /// TY10: the least replica count of `pool` when it is elastic.
+    pub fn elastic_min(&self, pool: usize) -> Option<u32> {
+        self.elastic.iter().find(|e| e.pool == pool).map(|e| e.min)
     }
 
     /// L12a: `disableRetries` overrides `restartJobOnWorkerRestart` to false.
@@ -415,6 +436,11 @@ pub enum ReplicaState {
     Stopping { then: AfterReplicaStop },
     /// Exited and not to be restarted in this attempt (L17: non-primary exit 0).
     Done,
+    /// TY10: a replica of an elastic pool that is not part of the job now: never placed
+    /// (the job started with fewer), or taken away (`cause`) by a drain, a lost node or a
+    /// preemption. It joins again when the scheduler finds it room (`Event::Grow`). `ran`:
+    /// it had a run in this attempt (its next run takes the next number).
+    Away { since: Micros, cause: String, #[serde(default)] ran: bool },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -424,6 +450,9 @@ pub enum AfterReplicaStop {
     /// L9: node maintenance; restart on `node` with the same name and address, not
     /// counted against L11.
     Move { node: String },
+    /// TY10: an elastic replica leaves the job for `cause` (it goes `Away`), not counted
+    /// against L11 or L12.
+    Leave { cause: String },
 }
 
 impl ReplicaState {
@@ -725,6 +754,43 @@ impl Job {
 
     pub fn live_replicas(&self) -> impl Iterator<Item = &Replica> {
         self.replicas.iter().filter(|r| r.state.is_live())
+    }
+
+    /// TY10: replica `i` is in an elastic pool (never the primary).
+    pub fn is_elastic(&self, i: usize) -> bool {
+        self.replicas.get(i).is_some_and(|r| !r.is_primary() && self.policy.elastic_min(r.pool).is_some())
+    }
+
+    /// TY10: the replicas a placement must hold: all but the elastic pools' replicas past
+    /// their minimum (by index).
+    pub fn minimum(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|&i| {
+                let r = &self.replicas[i];
+                !self.is_elastic(i) || self.policy.elastic_min(r.pool).is_some_and(|min| r.index < min)
+            })
+            .collect()
+    }
+
+    /// TY10: replicas of `pool` that are part of the job now (not away, not stopping to
+    /// leave).
+    pub fn present(&self, pool: usize) -> usize {
+        self.replicas
+            .iter()
+            .filter(|r| r.pool == pool)
+            .filter(|r| match &r.state {
+                ReplicaState::Away { .. } | ReplicaState::Stopping { then: AfterReplicaStop::Leave { .. } } => false,
+                ReplicaState::Idle => r.node.is_some(),
+                _ => true,
+            })
+            .count()
+    }
+
+    /// TY10: the job runs (or starts) with elastic replicas away, which the scheduler may
+    /// place as capacity frees.
+    pub fn wants_growth(&self) -> bool {
+        matches!(self.phase, Phase::Running { .. } | Phase::Pending { wait: Wait::Starting, .. })
+            && self.replicas.iter().any(|r| matches!(r.state, ReplicaState::Away { .. }))
     }
 
     /// L19 warned: when the warning before the time limit is due (not yet sent, the job

@@ -65,6 +65,9 @@ pub enum Event {
         #[serde(default)]
         requeue: bool,
     },
+    /// TY10: the scheduler found room for an elastic replica that is away: it joins the
+    /// running job on `node`.
+    Grow { replica: String, node: String },
 }
 
 /// What the driver must do after committing the transition.
@@ -159,6 +162,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         Event::Preempt { reason } => cx.preempt(reason),
         Event::PreemptForPriority { reason, requeue } => cx.preempt_for_priority(reason, requeue),
         Event::StorageFull { message } => cx.storage_full(message),
+        Event::Grow { replica, node } => cx.grow(&replica, node),
     }
     let changed = cx.job != *job || !cx.effects.is_empty();
     if changed {
@@ -277,7 +281,29 @@ impl Cx<'_> {
         self.job.phase = Phase::Pending { admitted_at, wait: Wait::Starting };
         self.log_rule("L6", None, "Waiting for job to be provisioned.");
         for idx in 0..self.job.replicas.len() {
-            self.launch(idx);
+            if self.job.replicas[idx].node.is_none() && self.job.is_elastic(idx) {
+                // TY10: an elastic replica without room starts away and joins later.
+                let cause = "no room for it when the attempt started".to_string();
+                self.job.replicas[idx].state = ReplicaState::Away { since: self.now, cause, ran: false };
+            } else {
+                self.launch(idx);
+            }
+        }
+        self.log_elastic_start();
+    }
+
+    /// TY10: how many replicas of each elastic pool the attempt starts with.
+    fn log_elastic_start(&mut self) {
+        for e in self.job.policy.elastic.clone() {
+            let max = self.job.replicas.iter().filter(|r| r.pool == e.pool).count();
+            let now = self.job.present(e.pool);
+            if now < max {
+                self.log_rule(
+                    "TY10",
+                    None,
+                    format!("Elastic pool workerpool{}: starting with {now} of {max} replicas (at least {}); the others join as capacity frees.", e.pool, e.min),
+                );
+            }
         }
     }
 
@@ -285,6 +311,12 @@ impl Cx<'_> {
     fn place(&mut self, nodes: Vec<String>, addresses: Vec<String>, notes: Vec<String>) {
         let n = self.job.replicas.len();
         if !self.job.wants_placement(self.now) || nodes.len() != n || !(addresses.is_empty() || addresses.len() == n) {
+            return;
+        }
+        // TY10: only an elastic replica may be left unplaced (""), and only past its
+        // pool's minimum.
+        let minimum = self.job.minimum();
+        if nodes.iter().enumerate().any(|(i, node)| node.is_empty() && minimum.contains(&i)) {
             return;
         }
         for (r, address) in self.job.replicas.iter_mut().zip(addresses) {
@@ -295,7 +327,7 @@ impl Cx<'_> {
             self.log_rule("L5", None, "Job admitted: quota is held until the job ends.");
         }
         for (r, node) in self.job.replicas.iter_mut().zip(nodes) {
-            r.node = Some(node);
+            r.node = (!node.is_empty()).then_some(node);
         }
         self.job.waiting_reason = None;
         for n in notes {
@@ -395,7 +427,7 @@ impl Cx<'_> {
             .job
             .replicas
             .iter()
-            .all(|r| matches!(r.state, ReplicaState::Running { .. } | ReplicaState::Done));
+            .all(|r| matches!(r.state, ReplicaState::Running { .. } | ReplicaState::Done | ReplicaState::Away { .. }));
         if all_started {
             self.job.phase = Phase::Running { admitted_at };
             self.job.start_time.get_or_insert(self.now);
@@ -427,6 +459,12 @@ impl Cx<'_> {
                 r.restart += 1;
                 self.log_rule("L9", Some(&name), format!("Replica {name} restarted on node {node} after node maintenance."));
                 self.launch(idx);
+                return;
+            }
+            ReplicaState::Stopping { then: AfterReplicaStop::Leave { cause } } if !matches!(self.job.phase, Phase::Stopping { .. }) => {
+                // TY10: it has left; the others go on without it.
+                self.log_rule("L20", Some(&name), format!("Replica {name} stopped ({}).", describe(&outcome)));
+                self.go_away(idx, cause);
                 return;
             }
             ReplicaState::Stopping { .. } => {
@@ -635,7 +673,7 @@ impl Cx<'_> {
                 ReplicaState::Stopping { .. } => {
                     self.job.replicas[idx].state = ReplicaState::Stopping { then: AfterReplicaStop::Down }
                 }
-                ReplicaState::Idle | ReplicaState::Done => {}
+                ReplicaState::Idle | ReplicaState::Done | ReplicaState::Away { .. } => {}
             }
         }
         self.job.phase = Phase::Stopping { admitted_at, then, cancelling, was };
@@ -826,6 +864,9 @@ impl Cx<'_> {
             return;
         }
         let what = if graceful { "its node went into maintenance" } else { "its node was lost" };
+        if self.leaves(idx, what, graceful) {
+            return;
+        }
         if self.job.policy.restarts_become_retries() {
             // L12a: the restart becomes a job retry.
             let reason = format!("replica {replica}: {what} and scheduling.restartJobOnWorkerRestart is set");
@@ -851,6 +892,65 @@ impl Cx<'_> {
             self.log_rule("L9", Some(replica), format!("Replica {replica}: {what}; restarting it on node {node}."));
             self.launch(idx);
         }
+    }
+
+    /// TY10: an elastic replica above its pool's minimum that loses its place (`cause`)
+    /// leaves the job instead of restarting: SIGTERM and the grace period (`graceful`), or
+    /// at once. No L11 or L12 budget is spent; the others go on (torch's re-rendezvous).
+    /// False when the replica is not elastic or its pool is at its minimum (then the
+    /// usual rules apply).
+    fn leaves(&mut self, idx: usize, cause: &str, graceful: bool) -> bool {
+        let pool = self.job.replicas[idx].pool;
+        let Some(min) = self.job.policy.elastic_min(pool).filter(|_| self.job.is_elastic(idx)) else { return false };
+        if self.job.present(pool) <= min as usize {
+            return false;
+        }
+        let name = self.job.replicas[idx].name.clone();
+        if graceful {
+            self.log_rule("TY10", Some(&name), format!("Replica {name}: {cause}; SIGTERM, then it leaves the elastic job (not counted as a restart)."));
+            self.stop(idx, AfterReplicaStop::Leave { cause: cause.to_string() });
+        } else {
+            let run = self.run_id(idx);
+            self.effects.push(Effect::Stop { run, grace: 0 });
+            self.go_away(idx, cause.to_string());
+        }
+        true
+    }
+
+    /// TY10: the replica is away from the job from now; the job is told how many remain.
+    fn go_away(&mut self, idx: usize, cause: String) {
+        let pool = self.job.replicas[idx].pool;
+        let r = &mut self.job.replicas[idx];
+        r.state = ReplicaState::Away { since: self.now, cause: cause.clone(), ran: true };
+        r.node = None;
+        r.hung_since = None;
+        r.straggler = false;
+        let name = r.name.clone();
+        let (now, max) = (self.job.present(pool), self.job.replicas.iter().filter(|r| r.pool == pool).count());
+        self.log_rule(
+            "TY10",
+            Some(&name),
+            format!("Replica {name} left the job ({cause}); workerpool{pool} goes on with {now} of {max} replicas, and it joins again when capacity frees."),
+        );
+        self.maybe_running();
+    }
+
+    /// TY10: an away replica joins the running (or starting) job on `node`.
+    fn grow(&mut self, replica: &str, node: String) {
+        if !self.job.wants_growth() || node.is_empty() {
+            return;
+        }
+        let Some(idx) = self.job.replicas.iter().position(|r| r.name == replica) else { return };
+        let ReplicaState::Away { ran, .. } = self.job.replicas[idx].state else { return };
+        let pool = self.job.replicas[idx].pool;
+        let r = &mut self.job.replicas[idx];
+        r.node = Some(node.clone());
+        if ran {
+            r.restart += 1;
+        }
+        self.launch(idx);
+        let (now, max) = (self.job.present(pool), self.job.replicas.iter().filter(|r| r.pool == pool).count());
+        self.log_rule("TY10", Some(replica), format!("Replica {replica} joins the elastic job on node {node}: workerpool{pool} has {now} of {max} replicas."));
     }
 
     fn tick(&mut self) {

@@ -169,6 +169,7 @@ pub fn prepare(
         let secs: u64 = v.parse().map_err(|_| ApiError::invalid_argument(format!("labels.{label}: {v:?} is not a number of seconds")))?;
         policy.timeout_warning = trainyard_core::job::secs(secs);
     }
+    policy.elastic = elastic_pools(job, &pools)?;
     // Its priority class: its label's, else its project's, else the default.
     let label = job.labels.get(trainyard_core::schedule::PRIORITY_CLASS_LABEL).map(String::as_str);
     policy.priority = priorities.priority(label, project).map_err(|e| match e {
@@ -176,6 +177,44 @@ pub fn prepare(
         trainyard_core::schedule::PriorityError::NotAllowed(m) => ApiError::permission_denied(m),
     })?;
     Ok(Prepared { pools, demand, policy, checkpoints: job.job_spec.base_output_directory.is_some() })
+}
+
+/// TY10: the job's elastic pools, from its labels `trainyard-min-replicas-workerpoolN`
+/// (`pools[i]`: the replica count of pool i). Refused naming the label: a value that is
+/// not a number, below 1 or above the pool's `replicaCount`; the primary pool; a pool
+/// with no replicas; a job without PyTorch-style ranks (parameter servers or evaluators,
+/// pools 2 and 3, which `TF_CONFIG` names by role).
+fn elastic_pools(job: &CustomJob, pools: &[u32]) -> Result<Vec<trainyard_core::job::ElasticPool>, ApiError> {
+    use trainyard_core::job::{ElasticPool, ELASTIC_LABEL_PREFIX};
+    let mut out = Vec::new();
+    for (key, value) in &job.labels {
+        let Some(n) = key.strip_prefix(ELASTIC_LABEL_PREFIX) else { continue };
+        let bad = |why: String| Err(ApiError::invalid_argument(format!("labels.{key}: {why}")));
+        let Some(pool) = n.parse::<usize>().ok().filter(|_| n.bytes().all(|b| b.is_ascii_digit())) else {
+            return bad(format!("{n:?} is not a worker pool's index (the label is {ELASTIC_LABEL_PREFIX}N, N from 1 to 3)"));
+        };
+        if pool == 0 {
+            return bad("the primary pool (workerPoolSpecs[0]) cannot be elastic: its replica hosts the job's rendezvous".into());
+        }
+        let count = pools.get(pool).copied().unwrap_or(0);
+        if count == 0 {
+            return bad(format!("workerPoolSpecs[{pool}] has no replicas"));
+        }
+        if pools.iter().skip(2).any(|&c| c > 0) {
+            return bad(
+                "elastic training needs PyTorch-style ranks (a primary and workers); this job has parameter servers or evaluators                  (workerPoolSpecs[2] or [3])"
+                    .into(),
+            );
+        }
+        let Ok(min) = value.parse::<u32>() else {
+            return bad(format!("{value:?} is not a number of replicas"));
+        };
+        if min < 1 || min > count {
+            return bad(format!("the minimum must be from 1 to workerPoolSpecs[{pool}].replicaCount ({count}), not {min}"));
+        }
+        out.push(ElasticPool { pool, min });
+    }
+    Ok(out)
 }
 
 /// The refusal of a job that can never fit, naming its pool(s) and the largest node.

@@ -63,6 +63,7 @@ mod config;
 mod decision;
 mod explain;
 mod fit;
+mod grow;
 mod order;
 mod overcommit;
 mod preempt;
@@ -77,6 +78,7 @@ pub use config::{unknown_priority_class, Hints, Order, PriorityClasses, Priority
 pub use decision::{waiting_text, Decision, Position, Request, KIND_BEHIND_RESERVATION, KIND_BLOCKED, KIND_CAPACITY, KIND_LENT, KIND_PREEMPTING, KIND_QUOTA, KIND_RECLAIM, KIND_RESERVED, KIND_SPOT};
 pub use explain::{impossible_reason, rfc3339};
 pub use preempt::next_change;
+pub use grow::growth;
 use crate::capacity::{Need, NodeIx, Shape};
 use crate::job::{secs, Job, Micros, Phase};
 use crate::quota::Book;
@@ -137,7 +139,17 @@ pub fn schedule_with(
         }
     }
     let waiting: Vec<&Job> = jobs.iter().copied().filter(|j| j.wants_placement(now)).collect();
-    let shapes: Vec<Shape> = waiting.iter().map(|j| c.shape(&j.demand.replicas)).collect();
+    // TY10: an elastic job is placed when its minimum fits; the rest grow into it.
+    let minimums: Vec<Option<Vec<usize>>> =
+        waiting.iter().map(|j| Some(j.minimum()).filter(|m| m.len() < j.replicas.len())).collect();
+    let shapes: Vec<Shape> = waiting
+        .iter()
+        .zip(&minimums)
+        .map(|(j, m)| match m {
+            Some(m) => c.shape(&m.iter().map(|&i| j.demand.replicas[i].clone()).collect::<Vec<_>>()),
+            None => c.shape(&j.demand.replicas),
+        })
+        .collect();
     let reqs: Vec<Request> = waiting
         .iter()
         .zip(&shapes)
@@ -156,6 +168,13 @@ pub fn schedule_with(
         })
         .collect();
     let mut out = plan(&mut c, &reqs, quotas, &held, now, cfg);
+    for d in &mut out {
+        if let Decision::Place { job, nodes, .. } = d {
+            if let Some((j, Some(m))) = waiting.iter().zip(&minimums).find(|(j, _)| j.id == *job) {
+                *nodes = grow::spread(j.replicas.len(), m, std::mem::take(nodes));
+            }
+        }
+    }
     // A job that can never fit: the reason in the job's own words (its pools).
     for d in &mut out {
         if let Decision::Impossible { job, reason } = d {

@@ -331,7 +331,10 @@ impl Driver {
     pub(super) fn install(&mut self, id: u64, job: Job) {
         let was_placed = self.jobs.get(&id).is_some_and(|l| l.job.holds_capacity() || l.job.holds_quota());
         let terminal = job.is_terminal();
-        if terminal || (was_placed && !job.holds_capacity()) || job.wants_placement(self.now()) {
+        // TY10: a replica that left frees its room (and its job wants it back).
+        let live_before = self.jobs.get(&id).map_or(0, |l| l.job.live_replicas().count());
+        let shrank = job.live_replicas().count() < live_before || (job.wants_growth() && !self.jobs.get(&id).is_some_and(|l| l.job.wants_growth()));
+        if terminal || shrank || (was_placed && !job.holds_capacity()) || job.wants_placement(self.now()) {
             self.reschedule = true;
         }
         if let Some(p) = job.pipeline {
@@ -568,12 +571,19 @@ impl Driver {
         let hints = Hints { usage_history: self.usage_history.clone(), ..Hints::default() };
         let began = self.clock.monotonic();
         let elapsed = |clock: &dyn Clock| clock.monotonic().saturating_sub(began).as_micros() as Micros;
-        let decisions = {
+        let (decisions, grows) = {
             let live: Vec<&Job> = self.jobs.values().map(|l| &l.job).collect();
-            if !live.iter().any(|j| j.wants_placement(now)) {
+            if !live.iter().any(|j| j.wants_placement(now) || j.wants_growth()) {
                 return Ok(elapsed(self.clock.as_ref()));
             }
-            schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &hints)
+            let mut decisions = if live.iter().any(|j| j.wants_placement(now)) {
+                schedule_with(&live, &self.fleet, &self.quotas, now, &self.svc.cfg.scheduler, &hints)
+            } else {
+                Vec::new()
+            };
+            // TY10: elastic jobs grow into what the queue leaves.
+            let grows = trainyard_core::schedule::growth(&live, &self.fleet, &mut decisions, now);
+            (decisions, grows)
         };
         let cost = elapsed(self.clock.as_ref());
         let mut used: HashSet<String> = self
@@ -640,6 +650,7 @@ impl Driver {
                 }
             }
         }
+        placed.extend(grows.into_iter().map(|(job, replica, node)| (job, Event::Grow { replica, node })));
         self.apply_many(placed, now)?;
         self.engine_reasons.retain(|id, _| self.jobs.contains_key(id));
         self.publish_waiting(&changed, reasons, now)?;

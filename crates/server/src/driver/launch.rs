@@ -582,6 +582,7 @@ impl<'a> Planning<'a> {
             this: self.idx,
             base_output_dir: base_str.as_deref(),
             pool_env: &pool_env,
+            elastic: (!job.policy.elastic.is_empty()).then(|| (job.minimum().len(), job.replicas.len())),
         })
     }
 
