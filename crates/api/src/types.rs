@@ -474,6 +474,11 @@ pub struct CustomJob {
     #[serde(alias = "trainyard_progress", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
     pub trainyard_progress: Option<TrainyardProgress>,
+    /// Output only, a Trainyard extension: where the job's time went (goodput): wall and
+    /// accelerator seconds queued, starting, productive, idle and lost.
+    #[serde(alias = "trainyard_goodput", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(extend("readOnly" = true)))]
+    pub trainyard_goodput: Option<TrainyardGoodput>,
     /// A Trainyard extension: directories of the server's host that this job's containers
     /// see read-only at their own paths (`custom-jobs create --config` sends the job
     /// file's directory, so that a container runs the same `train.py` as `local-run`).
@@ -514,6 +519,33 @@ pub struct TrainyardProgress {
     pub steps_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta: Option<Timestamp>,
+}
+
+/// A Trainyard extension: a job's goodput. `goodput` is productive wall time over all its
+/// wall time so far; `wallSeconds` and `acceleratorSeconds` (accelerators held times time)
+/// split its time: queued (for quota or placement), starting (replicas launched, not all
+/// up), productive (running), idle (running while a replica is hung, stopped or
+/// (re)starting) and lost (work since the last checkpoint thrown away by a restart, a
+/// preemption, an elastic change or a retry, and the shutdown of a failed attempt).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TrainyardGoodput {
+    pub goodput: f64,
+    pub wall_seconds: GoodputSplit,
+    pub accelerator_seconds: GoodputSplit,
+}
+
+/// Seconds by bucket (see [`TrainyardGoodput`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct GoodputSplit {
+    pub queued: f64,
+    pub starting: f64,
+    pub productive: f64,
+    pub idle: f64,
+    pub lost: f64,
 }
 
 /// A Trainyard extension: `ok`, `straggler` (one replica silent while the others go on)

@@ -152,6 +152,12 @@ fn torchrun_env(input: &EnvInput<'_>, min: usize, max: usize) -> Vec<(String, St
         ("PET_RDZV_ID".into(), format!("trainyard-{}", input.job_id)),
         ("PET_RDZV_CONF".into(), format!("is_host={},last_call_timeout={ELASTIC_LAST_CALL_SECS}", u8::from(is_host))),
         ("PET_MAX_RESTARTS".into(), ELASTIC_MAX_RESTARTS.to_string()),
+        // The workers of each rendezvous round meet in a store of their own (rank 0's,
+        // on a fresh port) rather than in the agents' shared one, where the keys of the
+        // round before (the old ranks' addresses) are still there and a new round's
+        // workers connect to processes that are gone (measured with torch 2.15: after a
+        // node left, rounds failed over and over with "Connection refused").
+        ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE".into(), "1".into()),
     ]
 }
 

@@ -607,6 +607,9 @@ pub struct Job {
     /// failure that caused it may be its node's.
     #[serde(default)]
     pub place_again: bool,
+    /// Where its time went so far (`goodput.rs`).
+    #[serde(default)]
+    pub goodput: crate::goodput::Goodput,
 }
 
 /// How many nodes a job remembers to avoid.
@@ -659,6 +662,7 @@ impl Job {
             timeout_warned: false,
             avoid_nodes: Vec::new(),
             place_again: false,
+            goodput: crate::goodput::Goodput::default(),
         }
     }
 

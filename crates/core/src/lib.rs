@@ -7,6 +7,7 @@ pub mod clock_text;
 pub mod collections;
 pub mod env;
 pub mod fleet;
+pub mod goodput;
 pub mod gpu;
 pub mod replace;
 pub mod retry;

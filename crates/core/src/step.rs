@@ -127,6 +127,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         };
     }
     let mut cx = Cx { job: job.clone(), effects: Vec::new(), now, settings };
+    let checkpointed = matches!(event, Event::CheckpointSeen { .. });
     match event {
         Event::Place { nodes, addresses, notes } => cx.place(nodes, addresses, notes),
         Event::Stockout { detail } => cx.stockout(detail),
@@ -168,6 +169,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
     if changed {
         // L2: updateTime at every change.
         cx.job.update_time = now;
+        cx.job.goodput = crate::goodput::Goodput::after(job, &cx.job, now, checkpointed);
     }
     Ok(Transition { job: cx.job, effects: cx.effects, changed })
 }

@@ -199,3 +199,38 @@ fn ty10_growth_uses_room_the_queue_leaves() {
     assert!(matches!(&out[..], [Decision::Wait { job: 4, .. }]), "{out:?}");
     assert!(growth(&[&running, &bigger], &f, &mut out, 100).is_empty(), "a waiting job's room is not taken");
 }
+
+/// TY10 goodput: a job's time adds up to its life, split by what it was doing: queued,
+/// starting, productive, idle while a replica (re)starts, and work since the last
+/// checkpoint lost when a replica leaves; accelerator time weighted by what it holds.
+#[test]
+fn ty10_goodput_adds_up_and_counts_lost_work() {
+    let mut j = job(1, 2, Some(1), 0);
+    for d in &mut j.demand.replicas {
+        d.accelerator = Some(("NVIDIA_TESLA_T4".into(), 2));
+    }
+    let mut h = H::new(j);
+    h.now = 10 * SECOND; // queued 10 s
+    h.place(&["n1", "n2", "n3"]);
+    h.now += 5 * SECOND; // starting 5 s
+    h.start_live();
+    h.now += 20 * SECOND; // productive 20 s, checkpointed at its end
+    h.ev(Event::CheckpointSeen { at: h.now });
+    h.now += 8 * SECOND; // 8 s more, not saved
+    h.ev(Event::NodeLost { replica: "workerpool1-1".into(), replacement: None });
+    let g = h.job.goodput;
+    assert_eq!(g.wall.queued, 10 * SECOND);
+    assert_eq!(g.wall.starting, 5 * SECOND);
+    assert_eq!(g.wall.productive, 20 * SECOND, "{g:?}");
+    assert_eq!(g.wall.lost, 8 * SECOND, "the work since the checkpoint");
+    assert_eq!(g.accelerator.productive, 20 * SECOND * 6, "three replicas of two GPUs");
+    h.now += 4 * SECOND; // two replicas of two GPUs, productive
+    h.ev(Event::Grow { replica: "workerpool1-1".into(), node: "n4".into() });
+    h.now += 3 * SECOND; // idle while it starts
+    h.start_live();
+    let later = trainyard_core::goodput::Goodput::until(&h.job, h.now + 10 * SECOND);
+    assert_eq!(later.wall.idle, 3 * SECOND);
+    assert_eq!(later.wall.lost, 12 * SECOND, "joining restarts the workers from their checkpoint: {later:?}");
+    assert_eq!(later.wall.total(), h.now + 10 * SECOND, "every second of its life, once");
+    assert_eq!(later.accelerator.productive, 20 * SECOND * 6 + 10 * SECOND * 6);
+}

@@ -33,6 +33,7 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
         trainyard_core::State::Queued | trainyard_core::State::Pending => job.waiting_reason.clone().unwrap_or_default(),
         _ => String::new(),
     };
+    r.trainyard_goodput = Some(goodput_of(job));
     r.trainyard_health = (job.state() == trainyard_core::State::Running).then(|| {
         use trainyard_core::job::Health;
         let (state, replica, since) = match job.health() {
@@ -43,6 +44,29 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
         trainyard_api::types::TrainyardHealth { state: state.into(), replica, since: since.map(Timestamp::from_micros) }
     });
     r
+}
+
+/// TY10: the job's goodput up to its end, or up to now while it lives.
+pub fn goodput_of(job: &Job) -> trainyard_api::types::TrainyardGoodput {
+    use trainyard_api::types::{GoodputSplit, TrainyardGoodput};
+    use trainyard_core::goodput::{Goodput, Split};
+    let now = job.end_time().unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(job.update_time, |d| d.as_micros() as i64)
+    });
+    let g = Goodput::until(job, now.max(job.update_time));
+    let secs = |us: i64| (us as f64 / 1e6 * 1000.0).round() / 1000.0;
+    let split = |s: &Split| GoodputSplit {
+        queued: secs(s.queued),
+        starting: secs(s.starting),
+        productive: secs(s.productive),
+        idle: secs(s.idle),
+        lost: secs(s.lost),
+    };
+    TrainyardGoodput {
+        goodput: g.ratio().map_or(0.0, |r| (r * 1000.0).round() / 1000.0),
+        wall_seconds: split(&g.wall),
+        accelerator_seconds: split(&g.accelerator),
+    }
 }
 
 /// `CustomJob`: rows read typed (`StoredJob`, whose lifecycle state the store decodes and
