@@ -16,8 +16,9 @@ use serde_json::{json, Value};
 const FOUR_NODES: &str = "[[nodes]]\nname = \"n1\"\ncpus = 4\nmemory_gb = 16\n\n[[nodes]]\nname = \"n2\"\ncpus = 4\nmemory_gb = 16\n\n\
     [[nodes]]\nname = \"n3\"\ncpus = 4\nmemory_gb = 16\n\n[[nodes]]\nname = \"n4\"\ncpus = 4\nmemory_gb = 16\n";
 
-/// The training program: one all-reduce a step, a checkpoint (the step) written by rank
-/// 0 after each, resumed from on every (re)start; it stops when rank 0 sees the stop file.
+/// The training program: one all-reduce a step, a checkpoint (the step, in
+/// AIP_CHECKPOINT_DIR) written by rank 0 after each, resumed from on every (re)start; it
+/// stops when rank 0 sees the stop file.
 const TRAIN: &str = r#"
 import os, time
 import torch
@@ -25,7 +26,7 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-ckpt, stop = os.environ["ELASTIC_CKPT"], os.environ["ELASTIC_STOP"]
+ckpt, stop = os.path.join(os.environ["AIP_CHECKPOINT_DIR"], "step"), os.environ["ELASTIC_STOP"]
 step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
 if rank == 0:
     print(f"resumed step={step} world={world} restart={os.environ.get('TORCHELASTIC_RESTART_COUNT')}", flush=True)
@@ -87,6 +88,11 @@ fn wait_log(s: &Server, name: &str, secs: u64, what: &str, pred: impl Fn(&str) -
     }
 }
 
+/// Microseconds since the epoch of a time the API shows.
+fn ts(v: &Value) -> i64 {
+    trainyard_api::Timestamp::parse_rfc3339(v.as_str().expect("a time")).expect("RFC 3339").micros()
+}
+
 fn node_of(s: &Server, job: &Value, replica: &str, restart: u32) -> String {
     let dir = run_dir(&s.data_dir(), id_of(job), 0, replica, restart);
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spec.json")).unwrap()).unwrap();
@@ -105,11 +111,12 @@ fn ty10_l9_torchrun_job_shrinks_on_drain_and_grows_back() {
     let s = Server::start(FOUR_NODES);
     let script = s.dir.path().join("train.py");
     std::fs::write(&script, TRAIN).unwrap();
-    let (ckpt, stop) = (s.dir.path().join("ckpt"), s.dir.path().join("stop"));
-    let env = json!([{"name": "ELASTIC_CKPT", "value": ckpt.display().to_string()},
-                     {"name": "ELASTIC_STOP", "value": stop.display().to_string()}]);
+    let stop = s.dir.path().join("stop");
+    let env = json!([{"name": "ELASTIC_STOP", "value": stop.display().to_string()}]);
     let command = vec![format!("{venv}/bin/torchrun"), script.display().to_string()];
-    let j = s.create("p", &elastic_job("elastic", 3, "1", command, env));
+    let mut job = elastic_job("elastic", 3, "1", command, env);
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://b/elastic"});
+    let j = s.create("p", &job);
     let name = name_of(&j);
     wait_log(&s, &name, 180, "four workers step", |t| worlds(t).contains(&4));
     let victim = node_of(&s, &j, "workerpool1-2", 0);
@@ -129,6 +136,15 @@ fn ty10_l9_torchrun_job_shrinks_on_drain_and_grows_back() {
     });
     let grow = undrained.elapsed();
     assert!(text.contains("Replica workerpool1-2 joins the elastic job on node"), "{text}");
+    // Another project's job needs a node: an extra replica gives it way (not a restart,
+    // not a retry), and joins again once that job is done.
+    let other = s.create("q", &sh_job("needs-a-node", "sleep 2"));
+    let text = wait_log(&s, &name, 120, "an extra replica gives way", |t| t.contains("left the job (preempted"));
+    assert!(text.contains("its capacity is needed by work that waits for it"), "{text}");
+    assert_eq!(s.wait_terminal(&name_of(&other), 120)["state"], "JOB_STATE_SUCCEEDED");
+    let joins = |t: &str| t.matches("joins the elastic job on node").count();
+    let before = joins(&text);
+    let text = wait_log(&s, &name, 120, "four workers again after the other job", |t| joins(t) > before && worlds(t).last() == Some(&4));
     std::fs::write(&stop, "").unwrap();
     let done = s.wait_terminal(&name, 120);
     let text = s.logs_text(&name);
@@ -141,7 +157,14 @@ fn ty10_l9_torchrun_job_shrinks_on_drain_and_grows_back() {
         .filter_map(|l| l.split("step=").nth(1)?.split(' ').next()?.parse().ok())
         .collect();
     assert!(steps.windows(2).all(|w| w[1] == w[0] + 1), "{steps:?}");
-    eprintln!("TY10 figures: drain to three workers stepping {shrink:?}; undrain to four stepping {grow:?}");
+    // Where its time went: it adds up to its life, and the work thrown away by the
+    // changes (each restarts the workers from their checkpoint) is lost, not productive.
+    let g = &done["trainyardGoodput"]["wallSeconds"];
+    let sum: f64 = ["queued", "starting", "productive", "idle", "lost"].iter().map(|k| g[k].as_f64().unwrap()).sum();
+    let life = (ts(&done["endTime"]) - ts(&done["createTime"])) as f64 / 1e6;
+    assert!((sum - life).abs() < 0.01, "{g} adds up to {sum}, the job lived {life}");
+    assert!(g["productive"].as_f64().unwrap() > 0.0 && g["lost"].as_f64().unwrap() > 0.0, "{g}");
+    eprintln!("TY10 figures: drain to three workers stepping {shrink:?}; undrain to four stepping {grow:?}; goodput {}: {g}", done["trainyardGoodput"]["goodput"]);
 }
 
 /// TY10: bad elastic labels are refused with 400 naming the label, and nothing is made.

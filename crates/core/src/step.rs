@@ -68,6 +68,10 @@ pub enum Event {
     /// TY10: the scheduler found room for an elastic replica that is away: it joins the
     /// running job on `node`.
     Grow { replica: String, node: String },
+    /// TY10: an elastic replica above its pool's minimum gives its room to work that
+    /// waits (a preemption of that replica alone): SIGTERM, the grace period, then it
+    /// leaves the job, counted against nothing.
+    Leave { replica: String, cause: String },
 }
 
 /// What the driver must do after committing the transition.
@@ -164,6 +168,14 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         Event::PreemptForPriority { reason, requeue } => cx.preempt_for_priority(reason, requeue),
         Event::StorageFull { message } => cx.storage_full(message),
         Event::Grow { replica, node } => cx.grow(&replica, node),
+        Event::Leave { replica, cause } => {
+            let live = matches!(cx.job.phase, Phase::Running { .. } | Phase::Pending { wait: Wait::Starting, .. });
+            if let Some(idx) = cx.job.replicas.iter().position(|r| r.name == replica && r.state.is_live()).filter(|_| live) {
+                if matches!(cx.job.replicas[idx].state, ReplicaState::Launching | ReplicaState::Running { .. }) {
+                    cx.leaves(idx, &cause, true);
+                }
+            }
+        }
     }
     let changed = cx.job != *job || !cx.effects.is_empty();
     if changed {

@@ -234,3 +234,47 @@ fn ty10_goodput_adds_up_and_counts_lost_work() {
     assert_eq!(later.wall.total(), h.now + 10 * SECOND, "every second of its life, once");
     assert_eq!(later.accelerator.productive, 20 * SECOND * 6 + 10 * SECOND * 6);
 }
+
+/// TY10: work that waits takes an elastic job's extra replicas before any other victim,
+/// one replica at a time and never below the minimum; the replica leaves (SIGTERM, grace)
+/// without a restart or a retry counted.
+#[test]
+fn ty10_waiting_work_takes_an_elastic_jobs_extra_replicas_first() {
+    use trainyard_core::schedule::{extra_of, schedule_with, Hints, SchedulerConfig};
+    let f = fleet(4);
+    let mut h = H::new(job(1, 3, Some(1), 0));
+    h.place(&["n1", "n2", "n3", "n4"]);
+    h.start_live();
+    let elastic = h.job.clone();
+    // SPOT preemption off, no priorities: only the extras may give way.
+    let cfg = SchedulerConfig { preemption: false, ..SchedulerConfig::default() };
+    let one = job(2, 0, None, 5);
+    let out = schedule_with(&[&elastic, &one], &f, &Quotas::default(), 100, &cfg, &Hints::default());
+    let victims: Vec<(u64, usize)> = out
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Preempt { job, by_priority: None, reclaim: false, .. } => extra_of(*job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(victims.len(), 1, "one extra is enough: {out:?}");
+    assert_eq!(victims[0].0, 1);
+    assert!(matches!(out.iter().find(|d| matches!(d, Decision::Wait { job: 2, .. })), Some(Decision::Wait { reason, .. }) if reason.contains("elastic job's extra replica")), "{out:?}");
+    // Three nodes wanted: two extras give way, the minimum stays; still not enough room.
+    let three = job(3, 2, None, 5);
+    let out = schedule_with(&[&elastic, &three], &f, &Quotas::default(), 100, &cfg, &Hints::default());
+    assert!(!out.iter().any(|d| matches!(d, Decision::Preempt { .. })), "the minimum is never taken: {out:?}");
+    // The replica leaves.
+    let name = elastic.replicas[victims[0].1].name.clone();
+    h.ev(Event::Leave { replica: name.clone(), cause: "preempted: its capacity is needed".into() });
+    assert!(matches!(&h.effects[..], [.., Effect::Stop { .. }]));
+    h.stopped(&name);
+    assert_eq!(h.away(), [name.as_str()]);
+    assert_eq!((h.job.state(), h.job.retries.total(), h.job.retries.preemptions), (State::Running, 0, 0));
+    // At the minimum a leave changes nothing.
+    h.ev(Event::Leave { replica: "workerpool1-1".into(), cause: "x".into() });
+    h.ev(Event::Leave { replica: "workerpool1-0".into(), cause: "x".into() });
+    h.stopped("workerpool1-1");
+    assert_eq!(h.job.present(1), 1);
+    assert!(!h.ev(Event::Leave { replica: "workerpool1-0".into(), cause: "x".into() }));
+}

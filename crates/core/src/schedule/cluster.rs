@@ -78,7 +78,24 @@ pub struct Running {
     /// Expected end (timeout or hint).
     pub end: Micros,
     pub placed: Vec<(NodeIx, Need)>,
+    /// TY10: an elastic job's replica above its pool's minimum (see [`extra_id`]): the
+    /// first to give its room to work that waits, at any time.
+    pub extra: bool,
 }
+
+/// TY10: the id under which replica `replica` of elastic job `job`, above its pool's
+/// minimum, holds its room in a [`Cluster`] (a `Decision::Preempt` of it takes that one
+/// replica away).
+pub fn extra_id(job: u64, replica: usize) -> u64 {
+    EXTRA_BIT | (job << 12) | (replica as u64 & 0xfff)
+}
+
+/// The job and replica of an [`extra_id`].
+pub fn extra_of(id: u64) -> Option<(u64, usize)> {
+    (id & EXTRA_BIT != 0).then(|| ((id & !EXTRA_BIT) >> 12, (id & 0xfff) as usize))
+}
+
+const EXTRA_BIT: u64 = 1 << 62;
 
 /// The capacity state the scheduler decides on: the fleet, its free capacity per node
 /// (indexed for best fit), the jobs holding capacity ordered by expected end, and the use
@@ -92,6 +109,8 @@ pub struct Cluster {
     pub(super) by_end: BTreeSet<(Micros, u64)>,
     pub(super) spot: BTreeSet<u64>,
     pub(super) stopping: BTreeSet<u64>,
+    /// TY10: elastic replicas above their minimum ([`extra_id`]).
+    pub(super) extras: BTreeSet<u64>,
     pub(super) usage: HashMap<String, Vec<i64>>,
     pub(super) totals: Vec<i64>,
     /// Each project's past use by dimension ([`UsageHistory`]), for fair share.
@@ -140,6 +159,7 @@ impl Cluster {
             by_end: BTreeSet::new(),
             spot: BTreeSet::new(),
             stopping: BTreeSet::new(),
+            extras: BTreeSet::new(),
             usage: HashMap::default(),
             totals,
             history: HashMap::default(),
@@ -205,7 +225,16 @@ impl Cluster {
             priority: 0,
             preemptible: false,
             lost_since: start,
+            extra: false,
         });
+    }
+
+    /// TY10: the holder `id` is an elastic job's replica above its minimum.
+    pub fn mark_extra(&mut self, id: u64) {
+        if let Some(r) = self.running.get_mut(&id) {
+            r.extra = true;
+            self.extras.insert(id);
+        }
     }
 
     /// A running job's priority, whether a job of a higher priority may preempt it now,
@@ -233,6 +262,7 @@ impl Cluster {
         self.by_end.remove(&(r.end, id));
         self.spot.remove(&id);
         self.stopping.remove(&id);
+        self.extras.remove(&id);
         true
     }
 
@@ -242,6 +272,8 @@ impl Cluster {
         if let Some(r) = self.running.get_mut(&id) {
             r.spot = false;
             r.stopping = true;
+            r.extra = false;
+            self.extras.remove(&id);
             self.spot.remove(&id);
             self.stopping.insert(id);
         }

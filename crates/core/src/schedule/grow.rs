@@ -15,6 +15,25 @@ use crate::job::{AfterReplicaStop, Job, Micros, ReplicaState};
 use super::cluster::Cluster;
 use super::decision::{Decision, KIND_LENT, KIND_QUOTA};
 
+/// TY10: the live replicas of `j`'s elastic pools above their minimum (by index): those
+/// leaving, then, of the others, all but the first `min` of each pool.
+pub(super) fn extras(j: &Job) -> Vec<usize> {
+    let mut out = Vec::new();
+    for e in &j.policy.elastic {
+        let mut kept = 0u32;
+        for (i, r) in j.replicas.iter().enumerate().filter(|(i, r)| r.pool == e.pool && r.state.is_live() && j.is_elastic(*i)) {
+            let leaving = matches!(r.state, ReplicaState::Stopping { then: AfterReplicaStop::Leave { .. } });
+            if !leaving && kept < e.min {
+                kept += 1;
+            } else {
+                out.push(i);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// Nodes for a whole job from nodes for its minimum: `minimum[k]` runs on `nodes[k]`,
 /// every other replica on none ("").
 pub(super) fn spread(n: usize, minimum: &[usize], nodes: Vec<String>) -> Vec<String> {

@@ -73,7 +73,7 @@ mod round;
 pub use crate::fleet::{Fleet, Node};
 pub use crate::quota::{quota_usage, Cohort, Holder, QuotaUse, Quotas};
 pub use admission::quota_held;
-pub use cluster::{Cluster, Running};
+pub use cluster::{extra_id, extra_of, Cluster, Running};
 pub use config::{unknown_priority_class, Hints, Order, PriorityClasses, PriorityError, SchedulerConfig, UsageHistory, PRIORITY_CLASS_LABEL};
 pub use decision::{waiting_text, Decision, Position, Request, KIND_BEHIND_RESERVATION, KIND_BLOCKED, KIND_CAPACITY, KIND_LENT, KIND_PREEMPTING, KIND_QUOTA, KIND_RECLAIM, KIND_RESERVED, KIND_SPOT};
 pub use explain::{impossible_reason, rfc3339};
@@ -113,14 +113,17 @@ pub fn schedule_with(
         c.set_history(project, h);
     }
     for j in jobs.iter().filter(|j| j.holds_capacity()) {
+        let stopping = matches!(j.phase, Phase::Stopping { .. });
+        // TY10: an elastic job's replicas above its minimum hold their room apart.
+        let extras = if stopping { Vec::new() } else { grow::extras(j) };
         let placed: Vec<(NodeIx, Need)> = j
             .replicas
             .iter()
             .zip(&j.demand.replicas)
-            .filter(|(r, _)| r.state.is_live())
-            .filter_map(|(r, d)| Some((c.node(r.node.as_deref()?)?, c.table.need(d))))
+            .enumerate()
+            .filter(|(i, (r, _))| r.state.is_live() && !extras.contains(i))
+            .filter_map(|(_, (r, d))| Some((c.node(r.node.as_deref()?)?, c.table.need(d))))
             .collect();
-        let stopping = matches!(j.phase, Phase::Stopping { .. });
         let start = j.admitted_at().unwrap_or(now);
         // A stopping job frees its capacity soon.
         let end = if stopping { now } else { start.saturating_add(duration(j)) };
@@ -130,6 +133,21 @@ pub fn schedule_with(
         // a cancel frees a moment later loses its work for nothing).
         if stopping {
             c.mark_stopping(j.id);
+        }
+        for &i in &extras {
+            let (r, d) = (&j.replicas[i], &j.demand.replicas[i]);
+            let Some(n) = r.node.as_deref().and_then(|n| c.node(n)) else { continue };
+            let since = match r.state {
+                crate::job::ReplicaState::Running { since } => since,
+                _ => now,
+            };
+            let id = extra_id(j.id, i);
+            c.start(id, &j.project, false, since, end, vec![(n, c.table.need(d))]);
+            if matches!(r.state, crate::job::ReplicaState::Stopping { .. }) {
+                c.mark_stopping(id);
+            } else {
+                c.mark_extra(id);
+            }
         }
         if cfg.priority_preemption && !stopping {
             // Preemptible for priority once it has run its minimum, a limited number of times.

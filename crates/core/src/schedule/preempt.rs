@@ -56,9 +56,10 @@ impl<'a, 'r> Round<'a, 'r> {
         let c = self.c;
         let spot_on = self.cfg.preemption;
         let stopping_on = self.cfg.preemption || self.cfg.priority_preemption;
-        c.spot
+        // TY10: elastic replicas above their minimum give way first, preemption or not.
+        c.extras
             .iter()
-            .filter(move |_| spot_on)
+            .chain(c.spot.iter().filter(move |_| spot_on))
             .chain(c.stopping.iter().filter(move |_| stopping_on))
             .filter(|id| !self.chosen.contains(id))
             .filter_map(move |id| Some((*id, c.running.get(id)?)))
@@ -80,15 +81,20 @@ impl<'a, 'r> Round<'a, 'r> {
         };
         let mut cands: Vec<(u8, u128, u64, &Running)> = self
             .release_now()
-            .filter(|(_, run)| run.stopping || self.now.saturating_sub(run.start) >= min_run)
-            .map(|(id, run)| (0, if run.stopping { 0 } else { lost(run, run.start) }, id, run))
+            .filter(|(_, run)| run.stopping || run.extra || self.now.saturating_sub(run.start) >= min_run)
+            .map(|(id, run)| match run.extra {
+                // TY10: an elastic job's extra replicas before any other victim.
+                true => (0, lost(run, run.start), id, run),
+                false => (1, if run.stopping { 0 } else { lost(run, run.start) }, id, run),
+            })
             .collect();
         if self.cfg.priority_preemption && !r.spot {
             let lower = c
                 .running
                 .iter()
                 .filter(|(id, run)| !run.spot && !run.stopping && run.preemptible && run.priority < r.priority && !self.chosen.contains(*id))
-                .map(|(id, run)| (1, lost(run, run.lost_since), *id, run));
+                .filter(|(_, run)| !run.extra)
+                .map(|(id, run)| (2, lost(run, run.lost_since), *id, run));
             cands.extend(lower);
         }
         if cands.is_empty() {
@@ -212,7 +218,10 @@ impl<'a, 'r> Round<'a, 'r> {
     pub(super) fn preempted_for(&mut self, r: &'r Request<'r>, position: Option<Position>, miss: &Miss, q: &mut Queue) -> bool {
         let c = self.c;
         let by_priority = self.cfg.priority_preemption && !r.spot && c.running.values().any(|run| run.preemptible && run.priority < r.priority);
-        if self.preempt_tries >= self.cfg.max_preemption_tries || !(by_priority || (self.cfg.preemption && !(c.spot.is_empty() && c.stopping.is_empty()))) {
+        let extras = !r.spot && !c.extras.is_empty();
+        if self.preempt_tries >= self.cfg.max_preemption_tries
+            || !(by_priority || extras || (self.cfg.preemption && !(c.spot.is_empty() && c.stopping.is_empty())))
+        {
             return false;
         }
         self.preempt_tries += 1;
@@ -222,9 +231,10 @@ impl<'a, 'r> Round<'a, 'r> {
         let held = self.placed.last().map(|p| p.1.clone()).unwrap_or_default();
         // What it claims on reserved nodes is slack no later job may take again.
         self.charge_placed(r, &held, q);
-        let lower = victims.iter().filter(|v| c.running.get(v).is_some_and(|run| !run.spot)).count();
+        let lower = victims.iter().filter(|v| c.running.get(v).is_some_and(|run| !run.spot && !run.extra)).count();
+        let extra = victims.iter().filter(|v| c.running.get(v).is_some_and(|run| run.extra)).count();
         for v in &victims {
-            let by_priority = c.running.get(v).is_some_and(|run| !run.spot).then_some(r.priority);
+            let by_priority = c.running.get(v).is_some_and(|run| !run.spot && !run.extra).then_some(r.priority);
             let reason = match by_priority {
                 Some(p) => format!("its capacity is needed by a job of priority {p}"),
                 None => "its capacity is needed by work that waits for it".to_string(),
@@ -243,7 +253,10 @@ impl<'a, 'r> Round<'a, 'r> {
             if lower > 0 {
                 parts.push(counted(lower, "job of a lower priority", "jobs of a lower priority"));
             }
-            let verb = if spot + lower == 1 { "is" } else { "are" };
+            if extra > 0 {
+                parts.push(counted(extra, "elastic job's extra replica", "elastic jobs' extra replicas"));
+            }
+            let verb = if spot + lower + extra == 1 { "is" } else { "are" };
             let stopping_already = counted(earlier, "job that is stopping already", "jobs that are stopping already");
             let reason = match (parts.is_empty(), earlier > 0) {
                 (true, _) => format!("Waiting for capacity being freed: {stopping_already} will free what it needs; it starts when they have stopped"),

@@ -637,6 +637,13 @@ impl Driver {
                     reasons.insert(job, waiting);
                 }
                 Decision::Preempt { job, reason, by_priority: None, reclaim: false } => {
+                    // TY10: one elastic replica above its minimum gives its room.
+                    if let Some((job, i)) = trainyard_core::schedule::extra_of(job) {
+                        let Some(replica) = self.jobs.get(&job).and_then(|l| l.job.replicas.get(i)).map(|r| r.name.clone()) else { continue };
+                        let cause = format!("preempted: {reason}");
+                        self.apply(job, Event::Leave { replica, cause }, now)?.ok();
+                        continue;
+                    }
                     self.apply(job, Event::Preempt { reason }, now)?.ok();
                 }
                 Decision::Preempt { job, reason, by_priority: None, reclaim: true } => {

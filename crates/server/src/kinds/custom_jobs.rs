@@ -50,9 +50,7 @@ pub fn render(resource: &CustomJob, job: &Job) -> CustomJob {
 pub fn goodput_of(job: &Job) -> trainyard_api::types::TrainyardGoodput {
     use trainyard_api::types::{GoodputSplit, TrainyardGoodput};
     use trainyard_core::goodput::{Goodput, Split};
-    let now = job.end_time().unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(job.update_time, |d| d.as_micros() as i64)
-    });
+    let now = job.end_time().unwrap_or_else(|| Timestamp::now().micros());
     let g = Goodput::until(job, now.max(job.update_time));
     let secs = |us: i64| (us as f64 / 1e6 * 1000.0).round() / 1000.0;
     let split = |s: &Split| GoodputSplit {
