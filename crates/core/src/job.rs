@@ -612,6 +612,9 @@ pub struct Job {
     pub goodput: crate::goodput::Goodput,
 }
 
+/// TY10 goodput: how often a running elastic job's checkpoint directory is looked at.
+pub const CHECKPOINT_LOOK_EVERY: Micros = 15 * SECOND;
+
 /// How many nodes a job remembers to avoid.
 pub const MAX_AVOID_NODES: usize = 8;
 
@@ -837,6 +840,9 @@ impl Job {
                 if let Some(t) = self.checkpoint_due(settings) {
                     consider(t)
                 }
+                if let Some(t) = self.checkpoint_look_due(now) {
+                    consider(t)
+                }
                 for i in 0..self.replicas.len() {
                     if let Some(t) = self.hang_due(i) {
                         // Due but not reported (it waits for a stopped replica): looked at
@@ -884,6 +890,19 @@ impl Job {
             Some((since, r)) => Health::Hang { replica: r.name.clone(), since },
             None => Health::Ok,
         }
+    }
+
+    /// TY10 goodput: a running elastic job's checkpoint directory is looked at every
+    /// [`CHECKPOINT_LOOK_EVERY`] (on a grid from its start), so that the work a change of
+    /// its members throws away is counted from its latest checkpoint. The next look after
+    /// `now`; None for other jobs.
+    pub fn checkpoint_look_due(&self, now: Micros) -> Option<Micros> {
+        if self.policy.elastic.is_empty() || !self.checkpoint.enabled || !matches!(self.phase, Phase::Running { .. }) {
+            return None;
+        }
+        let base = self.start_time?;
+        let k = now.saturating_sub(base).max(0) / CHECKPOINT_LOOK_EVERY + 1;
+        Some(base.saturating_add(k.saturating_mul(CHECKPOINT_LOOK_EVERY)))
     }
 
     /// L21: when the next "no checkpoint" warning is due.

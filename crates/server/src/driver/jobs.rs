@@ -462,13 +462,19 @@ impl Driver {
     }
 
     /// L21: the checkpoint directory of a RUNNING job whose "no checkpoint" warning is
-    /// due, to be scanned before the warning is decided.
+    /// due, to be scanned before the warning is decided (and, for goodput, a running
+    /// elastic job's).
     pub(super) fn checkpoint_scan_due(&self, id: u64, now: Micros) -> Option<Confined> {
         let live = self.jobs.get(&id)?;
         if !matches!(live.job.phase, Phase::Running { .. }) {
             return None;
         }
-        live.job.checkpoint_due(&self.svc.cfg.settings).filter(|due| *due <= now)?;
+        // TY10 goodput: an elastic job's at each of its ticks (its looks are on a grid,
+        // `checkpoint_look_due`).
+        let look = live.job.checkpoint_look_due(now).is_some();
+        if !look {
+            live.job.checkpoint_due(&self.svc.cfg.settings).filter(|due| *due <= now)?;
+        }
         Some(self.output_base(live)?.join("checkpoints"))
     }
 
