@@ -90,6 +90,17 @@ pub struct EngineReport {
     pub wait: (f64, f64, f64),
     /// Virtual time from the first submission to the last job's end, seconds.
     pub makespan_s: f64,
+    /// Jobs run elastic (TY10), and replicas that joined or left them.
+    pub elastic_jobs: usize,
+    pub grows: u64,
+    pub leaves: u64,
+    /// GPU time held by jobs over the fleet's GPU time up to the makespan.
+    pub gpu_utilisation: f64,
+    /// The GPU time of the work done (a job's duration times its GPUs, for the jobs that
+    /// finished it) over the GPU time held.
+    pub goodput: f64,
+    /// p99 wait to RUNNING of the 1-GPU jobs, seconds.
+    pub wait_1gpu_p99: f64,
 }
 
 impl EngineReport {
@@ -141,8 +152,18 @@ struct Sim<'a> {
     live: Vec<Option<Job>>,
     /// Work done (checkpointed), per job.
     progress: Vec<Micros>,
-    /// Since when the whole gang runs, per job.
+    /// Since when the whole gang runs, per job, and at what rate (the share of its
+    /// replicas present: 1 for a rigid job).
     gang_since: Vec<Option<Micros>>,
+    rate: Vec<f64>,
+    /// TY10: per job, the shape of its minimum when it runs elastic.
+    min_shape: Vec<Option<Shape>>,
+    /// GPUs held since when, per job; GPU time held and worked so far.
+    held: Vec<(Micros, u64)>,
+    /// TY10: the cluster ids its replicas above the minimum hold their room under.
+    extra_ids: Vec<Vec<u64>>,
+    gpu_held_s: f64,
+    gpu_worked_s: f64,
     generation: Vec<u64>,
     deadline: Vec<Option<Micros>>,
     holds: Vec<bool>,
@@ -176,6 +197,8 @@ impl Sim<'_> {
             return;
         }
         let moved = job.replicas.iter().zip(&t.job.replicas).any(|(a, b)| a.node != b.node);
+        let left = |j: &Job| j.replicas.iter().filter(|r| matches!(r.state, trainyard_core::job::ReplicaState::Away { ran: true, .. })).count();
+        self.rep.leaves += left(&t.job).saturating_sub(left(job)) as u64;
         self.rep.steps += 1;
         let job = t.job;
         for e in t.effects {
@@ -189,33 +212,38 @@ impl Sim<'_> {
                 Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => {}
             }
         }
-        // The gang's work: it goes on while every replica runs.
+        // The gang's work: it goes on while every replica it has runs (an elastic job's
+        // away replicas aside), at the share of its replicas present; a change of members
+        // sets it back to its last checkpoint (torch restarts its workers from there).
+        use trainyard_core::job::ReplicaState;
         let running = matches!(job.phase, Phase::Running { .. });
-        let all_up = running && job.replicas.iter().all(|r| matches!(r.state, trainyard_core::job::ReplicaState::Running { .. }));
-        if self.gang_since[i].is_some() && !all_up {
+        let all_up = running && job.replicas.iter().all(|r| matches!(r.state, ReplicaState::Running { .. } | ReplicaState::Away { .. }));
+        let up = job.replicas.iter().filter(|r| matches!(r.state, ReplicaState::Running { .. })).count();
+        let rate = up as f64 / job.replicas.len().max(1) as f64;
+        if self.gang_since[i].is_some() && (!all_up || rate != self.rate[i]) {
             let since = self.gang_since[i].take().unwrap_or(now);
-            self.progress[i] += (now - since).max(0) / CHECKPOINT * CHECKPOINT;
+            let done = ((now - since).max(0) as f64 * self.rate[i]) as Micros;
+            self.progress[i] += done / CHECKPOINT * CHECKPOINT;
             self.generation[i] += 1;
         }
         if all_up && self.gang_since[i].is_none() {
             self.gang_since[i] = Some(now);
+            self.rate[i] = rate;
             self.generation[i] += 1;
             let left = (self.jobs[i].duration - self.progress[i]).max(SECOND);
             let g = self.generation[i];
-            self.push(now + left, Ev::Complete(i, g));
+            self.push(now + (left as f64 / rate.max(1e-9)) as Micros, Ev::Complete(i, g));
         }
         // Capacity: held from placement until the job lets go of it.
         let holds = job.holds_capacity();
         if holds && self.holds[i] && moved {
             // A replica moved (L9): its capacity goes with it.
-            self.cluster.finish(job.id);
-            self.holds[i] = false;
+            self.release(i, job.id, now);
         }
         if holds && !self.holds[i] {
             self.hold(i, &job, now);
         } else if !holds && self.holds[i] {
-            self.cluster.finish(job.id);
-            self.holds[i] = false;
+            self.release(i, job.id, now);
             self.dirty = true;
         }
         if job.wants_placement(now) {
@@ -246,23 +274,59 @@ impl Sim<'_> {
         self.live[i] = Some(job);
     }
 
+    /// Job `i` holds nothing any more: the GPU time it held is counted.
+    fn release(&mut self, i: usize, id: u64, now: Micros) {
+        self.cluster.finish(id);
+        for x in std::mem::take(&mut self.extra_ids[i]) {
+            self.cluster.finish(x);
+        }
+        self.holds[i] = false;
+        let (since, gpus) = std::mem::take(&mut self.held[i]);
+        self.gpu_held_s += (now - since).max(0) as f64 / SECOND as f64 * gpus as f64;
+    }
+
     /// The capacity job `i` holds on its replicas' nodes, until its time limit.
     fn hold(&mut self, i: usize, job: &Job, now: Micros) {
         let need = self.needs[self.shape_of[i]];
-        let placed: Vec<(NodeIx, Need)> = job
-            .replicas
-            .iter()
-            .filter(|r| r.state.is_live())
-            .filter_map(|r| Some((self.cluster.node(r.node.as_deref()?)?, need)))
-            .collect();
+        // TY10: replicas above an elastic job's minimum hold their room apart, the first
+        // to give way to work that waits (as the server's scheduler has them).
+        let extras = if matches!(job.phase, Phase::Stopping { .. }) { Vec::new() } else { trainyard_core::schedule::elastic_extras(job) };
+        let mut placed: Vec<(NodeIx, Need)> = Vec::new();
+        let mut apart = Vec::new();
+        for (k, r) in job.replicas.iter().enumerate().filter(|(_, r)| r.state.is_live()) {
+            let Some(n) = r.node.as_deref().and_then(|n| self.cluster.node(n)) else { continue };
+            if extras.contains(&k) {
+                apart.push((k, n, matches!(r.state, trainyard_core::job::ReplicaState::Stopping { .. })));
+            } else {
+                placed.push((n, need));
+            }
+        }
         let start = job.admitted_at().unwrap_or(now);
-        self.cluster.start(job.id, &job.project, job.policy.spot, start, start + self.jobs[i].limit, placed);
+        let end = start + self.jobs[i].limit;
+        self.held[i] = (now, (placed.len() + apart.len()) as u64 * self.jobs[i].gpus_per_replica as u64);
+        self.cluster.start(job.id, &job.project, job.policy.spot, start, end, placed);
+        for (k, n, stopping) in apart {
+            let id = trainyard_core::schedule::extra_id(job.id, k);
+            self.cluster.start(id, &job.project, false, now, end, vec![(n, need)]);
+            if stopping {
+                self.cluster.mark_stopping(id);
+            } else {
+                self.cluster.mark_extra(id);
+            }
+            self.extra_ids[i].push(id);
+        }
         self.holds[i] = true;
     }
 
     /// The capacity state again from the fleet (a node went down or came back) and the
     /// jobs that hold capacity.
     fn rebuild(&mut self, now: Micros) {
+        for i in 0..self.held.len() {
+            if self.holds[i] {
+                let (since, gpus) = self.held[i];
+                self.gpu_held_s += (now - since).max(0) as f64 / SECOND as f64 * gpus as f64;
+            }
+        }
         self.cluster = Cluster::new(&self.fleet);
         for i in 0..self.live.len() {
             if !self.holds[i] {
@@ -355,6 +419,7 @@ impl Sim<'_> {
             return;
         }
         let Some(job) = self.live[i].as_ref() else { return };
+        self.gpu_worked_s += self.jobs[i].duration as f64 / SECOND as f64 * self.jobs[i].gpus() as f64;
         let runs: Vec<RunId> = job
             .replicas
             .iter()
@@ -385,7 +450,7 @@ impl Sim<'_> {
                     submitted: j.create_time,
                     admitted: !matches!(j.phase, Phase::Queued),
                     spot: j.policy.spot,
-                    shape: &self.shapes[self.shape_of[i]],
+                    shape: self.min_shape[i].as_ref().unwrap_or(&self.shapes[self.shape_of[i]]),
                     metrics: &no_metrics,
                     duration: self.jobs[i].limit,
                     priority: j.policy.priority,
@@ -395,10 +460,30 @@ impl Sim<'_> {
             })
             .collect();
         let t0 = Instant::now();
-        let decisions = plan(&mut self.cluster, &reqs, &quotas, &used, now, &policy.cfg);
+        let mut decisions = plan(&mut self.cluster, &reqs, &quotas, &used, now, &policy.cfg);
         self.rep.plan_secs += t0.elapsed().as_secs_f64();
         self.rep.rounds += 1;
         drop(reqs);
+        // TY10: an elastic job placed at its minimum, its other replicas blank; then
+        // growth into what the round leaves.
+        let mut grows = Vec::new();
+        if self.rep.elastic_jobs > 0 {
+            for d in &mut decisions {
+                if let Decision::Place { job, nodes, .. } = d {
+                    let i = (*job - 1) as usize;
+                    if let (Some(_), Some(j)) = (&self.min_shape[i], self.live[i].as_ref()) {
+                        let min = j.minimum();
+                        let mut full = vec![String::new(); j.replicas.len()];
+                        for (&k, n) in min.iter().zip(std::mem::take(nodes)) {
+                            full[k] = n;
+                        }
+                        *nodes = full;
+                    }
+                }
+            }
+            let live: Vec<&Job> = self.live.iter().flatten().filter(|j| !j.is_terminal()).collect();
+            grows = trainyard_core::schedule::growth(&live, &self.fleet, &mut decisions, now);
+        }
         for d in decisions {
             match d {
                 Decision::Place { job, nodes, warnings } => {
@@ -410,6 +495,14 @@ impl Sim<'_> {
                     };
                     self.rep.placements += 1;
                     self.apply(i, Event::Place { nodes, addresses, notes: warnings }, now);
+                }
+                Decision::Preempt { job, reason, .. } if trainyard_core::schedule::extra_of(job).is_some() => {
+                    // TY10: one elastic replica above its minimum gives way.
+                    self.cluster.mark_stopping(job);
+                    let Some((id, k)) = trainyard_core::schedule::extra_of(job) else { continue };
+                    let i = (id - 1) as usize;
+                    let Some(replica) = self.live[i].as_ref().and_then(|j| j.replicas.get(k)).map(|r| r.name.clone()) else { continue };
+                    self.apply(i, Event::Leave { replica, cause: format!("preempted: {reason}") }, now);
                 }
                 Decision::Preempt { job, reason, by_priority, reclaim } => {
                     self.cluster.mark_stopping(job);
@@ -429,12 +522,31 @@ impl Sim<'_> {
                 Decision::Wait { .. } => {}
             }
         }
+        for (job, replica, node) in grows {
+            self.rep.grows += 1;
+            self.apply((job - 1) as usize, Event::Grow { replica, node }, now);
+        }
     }
 }
 
 /// Runs `policy` over the workload with the real lifecycle. Job ids must be 1..=n in
 /// order (as every workload of this crate makes them).
 pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval: Micros, faults: &Faults, seed: u64) -> EngineReport {
+    simulate_engine_elastic(jobs, nodes, policy, interval, faults, seed, None)
+}
+
+/// [`simulate_engine`] with elastic jobs (TY10): with `elastic_min` = Some(f), every job
+/// of three replicas or more runs elastic, its worker pool at least `ceil(f x workers)`
+/// (1 at least); its work goes at the share of its replicas present.
+pub fn simulate_engine_elastic(
+    jobs: &[SimJob],
+    nodes: usize,
+    policy: &Policy,
+    interval: Micros,
+    faults: &Faults,
+    seed: u64,
+    elastic_min: Option<f64>,
+) -> EngineReport {
     let wall = Instant::now();
     let fleet = fleet(nodes);
     let cluster = Cluster::new(&fleet);
@@ -448,6 +560,12 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
         live: vec![None; n],
         progress: vec![0; n],
         gang_since: vec![None; n],
+        rate: vec![1.0; n],
+        min_shape: vec![None; n],
+        held: vec![(0, 0); n],
+        extra_ids: vec![Vec::new(); n],
+        gpu_held_s: 0.0,
+        gpu_worked_s: 0.0,
         generation: vec![0; n],
         deadline: vec![None; n],
         holds: vec![false; n],
@@ -483,6 +601,13 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
                 policy.spot = j.spot;
                 // The model writes no output: hang detection would see only silence.
                 policy.hang_after = 0;
+                if let Some(f) = elastic_min.filter(|_| j.replicas >= 3) {
+                    let workers = j.replicas - 1;
+                    let min = ((workers as f64 * f).ceil() as u32).clamp(1, workers);
+                    policy.elastic = vec![trainyard_core::job::ElasticPool { pool: 1, min }];
+                    sim.min_shape[i] = Some(sim.cluster.shape(&vec![demand(j.gpus_per_replica); 1 + min as usize]));
+                    sim.rep.elastic_jobs += 1;
+                }
                 let d = Demand { metrics: BTreeMap::new(), replicas: vec![demand(j.gpus_per_replica); j.replicas as usize] };
                 sim.live[i] = Some(Job::new(j.id, j.project.clone(), "sim".into(), &pools, d, policy, true, now));
                 sim.waiting.push(i);
@@ -536,6 +661,25 @@ pub fn simulate_engine(jobs: &[SimJob], nodes: usize, policy: &Policy, interval:
     waits.sort_by(f64::total_cmp);
     rep.wait = (quantile(&waits, 0.5), quantile(&waits, 0.99), waits.last().copied().unwrap_or(0.0));
     rep.makespan_s = (sim.end_t - first) as f64 / SECOND as f64;
+    let mut small: Vec<f64> = sim
+        .live
+        .iter()
+        .flatten()
+        .zip(jobs)
+        .filter(|(_, sj)| sj.gpus() == 1)
+        .filter_map(|(j, _)| Some((j.start_time? - j.create_time) as f64 / SECOND as f64))
+        .collect();
+    small.sort_by(f64::total_cmp);
+    rep.wait_1gpu_p99 = quantile(&small, 0.99);
+    let end = sim.end_t;
+    for i in 0..n {
+        if sim.holds[i] {
+            let (since, gpus) = sim.held[i];
+            sim.gpu_held_s += (end - since).max(0) as f64 / SECOND as f64 * gpus as f64;
+        }
+    }
+    rep.gpu_utilisation = sim.gpu_held_s / (nodes as f64 * crate::GPUS_PER_NODE as f64 * rep.makespan_s).max(1e-9);
+    rep.goodput = sim.gpu_worked_s / sim.gpu_held_s.max(1e-9);
     rep.wall_secs = wall.elapsed().as_secs_f64();
     rep
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use trainyard_core::job::SECOND;
-use trainyard_sim::engine::{simulate_engine, Faults};
+use trainyard_sim::engine::{simulate_engine, simulate_engine_elastic, EngineReport, Faults};
 use trainyard_sim::guarantee::check_reservations;
 use trainyard_sim::{
     cohort_quotas, default_policies, hms, parse_trace_with, simulate, synthetic, table, verdict, wait_table, worst_excess, TraceOptions, GPUS_PER_NODE,
@@ -32,7 +32,9 @@ const USAGE: &str = "usage: trainyard-sim [--nodes N] [--jobs N] [--seed N] [--l
               --starvation bound or 7200 s): the oldest starving job's reservation never
               moves later and the job starts by it
   --engine    run our policy with the real lifecycle (trainyard_core::step) and faults,
-              against the plan-only model of the same run";
+              against the plan-only model of the same run
+  --elastic F  with --engine: the same workload run rigid and then elastic (TY10: every job
+              of 3 replicas or more, its workers at least ceil(F x workers)), side by side";
 
 fn main() -> ExitCode {
     let mut nodes = 10_000usize;
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
     let mut trace: Option<String> = None;
     let mut starvation: Option<u64> = None;
     let mut engine = false;
+    let mut elastic: Option<f64> = None;
     let mut check = false;
     let mut compress = 1.0f64;
     let mut max_resv: Option<usize> = None;
@@ -68,6 +71,13 @@ fn main() -> ExitCode {
                 }
                 "--starvation" => starvation = Some(val("--starvation")?.parse().map_err(|e| format!("--starvation: {e}"))?),
                 "--engine" => engine = true,
+                "--elastic" => {
+                    let f: f64 = val("--elastic")?.parse().map_err(|e| format!("--elastic: {e}"))?;
+                    if !(f > 0.0 && f <= 1.0) {
+                        return Err("--elastic must be a fraction above 0 and at most 1".into());
+                    }
+                    elastic = Some(f);
+                }
                 "--priority-from" => topts.priority_from = Some(val("--priority-from")?),
                 "--priority-classes" => {
                     for kv in val("--priority-classes")?.split(',').filter(|x| !x.is_empty()) {
@@ -206,6 +216,27 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let (true, Some(f)) = (engine, elastic) {
+        let Some(ours) = policies.iter().find(|p| p.name == "trainyard") else { return ExitCode::FAILURE };
+        let faults = Faults::none();
+        let rigid = simulate_engine(&workload, nodes, ours, interval as i64 * SECOND, &faults, seed);
+        let el = simulate_engine_elastic(&workload, nodes, ours, interval as i64 * SECOND, &faults, seed, Some(f));
+        println!("{}", elastic_table(&[("rigid", &rigid), (&format!("elastic (min {f} of workers)"), &el)]));
+        let what = format!("{nodes} nodes, {} jobs", workload.len());
+        println!(
+            "bench-row: trainyard-sim | GPU utilisation, elastic jobs, {what} | {:.3} | {:.3} rigid | {:.3}x",
+            el.gpu_utilisation,
+            rigid.gpu_utilisation,
+            el.gpu_utilisation / rigid.gpu_utilisation.max(1e-9)
+        );
+        println!(
+            "bench-row: trainyard-sim | 1-GPU p99 wait, elastic jobs, {what} | {:.0} s | {:.0} s rigid | {:.3}x",
+            el.wait_1gpu_p99,
+            rigid.wait_1gpu_p99,
+            el.wait_1gpu_p99 / rigid.wait_1gpu_p99.max(1e-9)
+        );
+        return ExitCode::SUCCESS;
+    }
     if engine {
         let Some(ours) = policies.iter().find(|p| p.name == "trainyard") else { return ExitCode::FAILURE };
         let model = simulate(&workload, nodes, ours, interval as i64 * SECOND);
@@ -293,4 +324,26 @@ fn main() -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+/// TY10: rigid against elastic on the same workload (the real lifecycle, no faults).
+fn elastic_table(rows: &[(&str, &EngineReport)]) -> String {
+    let mut out = String::from(
+        "| run | elastic jobs | GPU utilisation | goodput (work / GPU time held) | wait p50 | wait p99 | 1-GPU wait p99 | makespan | joins | leaves |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (name, r) in rows {
+        out.push_str(&format!(
+            "| {name} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {} |\n",
+            r.elastic_jobs,
+            r.gpu_utilisation * 100.0,
+            r.goodput * 100.0,
+            hms(r.wait.0),
+            hms(r.wait.1),
+            hms(r.wait_1gpu_p99),
+            hms(r.makespan_s),
+            r.grows,
+            r.leaves
+        ));
+    }
+    out
 }

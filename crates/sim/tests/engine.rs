@@ -65,3 +65,20 @@ fn l9_l15_node_losses_move_replicas_and_make_stockouts() {
     assert!(r.restarts > 0, "replicas on lost nodes restarted elsewhere (L9)");
     assert!(r.stockouts + r.stockout_retries > 0, "capacity missing while nodes are down (L15): {r:?}");
 }
+
+/// TY10: the same workload with elastic jobs: every job still ends, none is retried,
+/// elastic jobs start at their minimum, grow and give way (their replicas join and
+/// leave), and the GPU time of the work never exceeds the GPU time held.
+#[test]
+fn ty10_elastic_jobs_end_grow_and_give_way_without_retries() {
+    let nodes = 16;
+    let jobs = synthetic(7, 300, nodes as u64 * GPUS_PER_NODE as u64, 0.9);
+    let r = trainyard_sim::engine::simulate_engine_elastic(&jobs, nodes, &ours(), 10 * SECOND, &Faults::none(), 1, Some(0.5));
+    assert_eq!(ended(&r), jobs.len(), "{:?}", r.by_state);
+    assert_eq!(r.retries, 0);
+    assert!(r.elastic_jobs > 0 && r.grows > 0, "{} elastic jobs, {} joins", r.elastic_jobs, r.grows);
+    assert!(r.goodput > 0.0 && r.goodput <= 1.0 + 1e-9, "{}", r.goodput);
+    assert!(r.gpu_utilisation > 0.0 && r.gpu_utilisation <= 1.0 + 1e-9, "{}", r.gpu_utilisation);
+    let rigid = simulate_engine(&jobs, nodes, &ours(), 10 * SECOND, &Faults::none(), 1);
+    assert_eq!((rigid.elastic_jobs, rigid.grows, rigid.leaves), (0, 0, 0));
+}

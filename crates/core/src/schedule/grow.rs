@@ -17,7 +17,7 @@ use super::decision::{Decision, KIND_LENT, KIND_QUOTA};
 
 /// TY10: the live replicas of `j`'s elastic pools above their minimum (by index): those
 /// leaving, then, of the others, all but the first `min` of each pool.
-pub(super) fn extras(j: &Job) -> Vec<usize> {
+pub fn extras(j: &Job) -> Vec<usize> {
     let mut out = Vec::new();
     for e in &j.policy.elastic {
         let mut kept = 0u32;

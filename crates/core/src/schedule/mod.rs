@@ -78,7 +78,7 @@ pub use config::{unknown_priority_class, Hints, Order, PriorityClasses, Priority
 pub use decision::{waiting_text, Decision, Position, Request, KIND_BEHIND_RESERVATION, KIND_BLOCKED, KIND_CAPACITY, KIND_LENT, KIND_PREEMPTING, KIND_QUOTA, KIND_RECLAIM, KIND_RESERVED, KIND_SPOT};
 pub use explain::{impossible_reason, rfc3339};
 pub use preempt::next_change;
-pub use grow::growth;
+pub use grow::{extras as elastic_extras, growth};
 use crate::capacity::{Need, NodeIx, Shape};
 use crate::job::{secs, Job, Micros, Phase};
 use crate::quota::Book;
