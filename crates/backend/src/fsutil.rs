@@ -63,6 +63,29 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     fs::rename(&tmp, path).at("rename into place", path)
 }
 
+/// Writes `bytes` to `path` in a directory its tenant may write (a replica's own), for
+/// the tenant to read (mode 0644), replacing what was there: the temporary file is made
+/// new (O_EXCL: a link planted under its name is removed, never followed) and renamed over
+/// `path` (a rename replaces a link, never its target).
+pub fn write_for_tenant(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp_name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(FileError { op: "remove", path: tmp, source: e }),
+    }
+    {
+        let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp).at("create", &tmp)?;
+        // Readable by the tenant whatever the server's umask.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644)).at("chmod", &tmp)?;
+        file.write_all(bytes).at("write", &tmp)?;
+    }
+    fs::rename(&tmp, path).at("rename into place", path)
+}
+
 /// Writes `bytes` to a new `path` readable by its owner alone (mode 0600), replacing
 /// what was there.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {

@@ -49,7 +49,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub use cgroup::{nice_weight, CgroupError, CgroupSupport, CgroupVersion, CpuSupport, V1Cgroup, PidsSupport, ReplicaCgroup};
-pub use fsutil::{now_micros, write_atomic, FileError};
+pub use fsutil::{now_micros, write_atomic, write_for_tenant, FileError};
 pub use local::LocalBackend;
 pub use log::{read_log, read_log_from, stderr_tail, LogEntry, LogPos};
 pub use seam::{Backend, BackendError, BackendEvent, EventSink, Launch};

@@ -647,3 +647,44 @@ fn l9_lost_runs_of_two_projects_quarantine_a_node_and_the_next_job_lands_elsewhe
     let (_, n1) = s.call("GET", &s.url("/v1/admin/nodes/n1"), None);
     assert_eq!(n1["state"], "UP", "{n1:#}");
 }
+
+/// TY11, L9: with `[lifecycle] preemption_notice_secs`, a drain first tells the program:
+/// SIGUSR1 and `$TRAINYARD_NOTICE_FILE` with the reason and the deadline. The program
+/// saves and exits within its notice, and is moved as L9 says, its restart not counted.
+#[test]
+fn ty11_l9_a_drain_gives_notice_in_the_notice_file() {
+    let mut s = Server::prepare(TWO_NODES);
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("[lifecycle]\n", "[lifecycle]\npreemption_notice_secs = 30\n");
+    std::fs::write(&s.config, text).unwrap();
+    s.spawn();
+    let marker = s.dir.path().join("saved");
+    let script = format!(
+        "trap 'echo notice=$(cat \"$TRAINYARD_NOTICE_FILE\"); touch {m}; exit 0' USR1; \
+         trap 'echo sigterm-before-the-notice-ended; exit 1' TERM; \
+         if [ -e {m} ]; then echo resumed; exit 0; fi; echo ready; \
+         while true; do sleep 0.1; done",
+        m = marker.display()
+    );
+    let j = s.create("p", &sh_job("noticed", &script));
+    let name = name_of(&j);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !s.logs_text(&name).contains("ready") {
+        assert!(std::time::Instant::now() < deadline, "the program never started: {}", s.logs_text(&name));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let first = node_of(&s, &j, "workerpool0-0", 0);
+    let drained = std::time::Instant::now();
+    let (ok, out) = cli(&s, &["nodes", "drain", &first]);
+    assert!(ok, "{out}");
+    let done = s.wait_terminal(&name, 30);
+    let text = s.logs_text(&name);
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{text}");
+    assert!(drained.elapsed() < std::time::Duration::from_secs(25), "the program ended its notice early");
+    let line = text.lines().find_map(|l| l.split("notice=").nth(1)).unwrap_or_default();
+    let notice: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("the notice ({e}): {text}"));
+    assert_eq!(notice["signal"], "SIGUSR1");
+    assert!(notice["reason"].as_str().unwrap().starts_with("drain: its node went into maintenance"), "{notice}");
+    assert!(notice["deadline"].as_str().unwrap().ends_with('Z'), "{notice}");
+    assert!(!text.contains("sigterm-before-the-notice-ended") && text.contains("resumed"), "{text}");
+    assert_ne!(node_of(&s, &j, "workerpool0-0", 1), first);
+}

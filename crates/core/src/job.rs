@@ -65,6 +65,11 @@ pub struct Settings {
     pub timeout_warning_secs: u64,
     /// `SIGUSR1` or `SIGUSR2`.
     pub timeout_warning_signal: String,
+    /// TY11: before a preemption, a reclaim, a drain, an elastic replica's leave or a
+    /// timeout stops a replica, its program gets `timeout_warning_signal` and a notice in
+    /// `$TRAINYARD_NOTICE_FILE` (the reason and the deadline), and this long to write its
+    /// checkpoint and exit; then SIGTERM and the grace period as before. 0: off.
+    pub preemption_notice_secs: u64,
 }
 
 /// A failure rule: a replica's exit that matches `exit_codes` (its status; 128 + N for
@@ -134,6 +139,14 @@ impl FailureRule {
     }
 }
 
+/// The name of a warning signal's number (TY6, TY11).
+pub fn warning_signal_name(signal: i32) -> &'static str {
+    match signal {
+        12 => "SIGUSR2",
+        _ => "SIGUSR1",
+    }
+}
+
 /// The signal number of a timeout warning signal's name.
 pub fn warning_signal(name: &str) -> Option<i32> {
     match name {
@@ -163,6 +176,7 @@ impl Default for Settings {
             failure_rules: Vec::new(),
             timeout_warning_secs: 0,
             timeout_warning_signal: "SIGUSR1".into(),
+            preemption_notice_secs: 0,
         }
     }
 }
@@ -433,7 +447,13 @@ pub enum ReplicaState {
     /// The program runs (L7).
     Running { since: Micros },
     /// Stop issued (SIGTERM, grace, SIGKILL). `then` says what follows its exit.
-    Stopping { then: AfterReplicaStop },
+    /// `sigterm_at` (TY11): the program was given notice; SIGTERM follows at that time
+    /// unless it has exited by then.
+    Stopping {
+        then: AfterReplicaStop,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sigterm_at: Option<Micros>,
+    },
     /// Exited and not to be restarted in this attempt (L17: non-primary exit 0).
     Done,
     /// TY10: a replica of an elastic pool that is not part of the job now: never placed
@@ -786,7 +806,7 @@ impl Job {
             .iter()
             .filter(|r| r.pool == pool)
             .filter(|r| match &r.state {
-                ReplicaState::Away { .. } | ReplicaState::Stopping { then: AfterReplicaStop::Leave { .. } } => false,
+                ReplicaState::Away { .. } | ReplicaState::Stopping { then: AfterReplicaStop::Leave { .. }, .. } => false,
                 ReplicaState::Idle => r.node.is_some(),
                 _ => true,
             })
@@ -835,6 +855,14 @@ impl Job {
             Phase::Pending { wait: Wait::Placement { not_before }, .. } if *not_before > now => consider(*not_before),
             Phase::Pending { wait: Wait::Capacity { since }, .. } if self.policy.max_wait > 0 => {
                 consider(since.saturating_add(self.policy.max_wait))
+            }
+            _ if self.replicas.iter().any(|r| matches!(r.state, ReplicaState::Stopping { sigterm_at: Some(_), .. })) => {
+                // TY11: the end of a notice.
+                for r in &self.replicas {
+                    if let ReplicaState::Stopping { sigterm_at: Some(t), .. } = r.state {
+                        consider(t)
+                    }
+                }
             }
             Phase::Running { .. } => {
                 if let Some(t) = self.checkpoint_due(settings) {

@@ -35,7 +35,7 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
             // Where it runs now, and where it is moving to (both held until it stops).
             let at = r.node.as_deref().and_then(|n| c.node(n));
             let to = match &r.state {
-                ReplicaState::Stopping { then: AfterReplicaStop::Move { node } } => c.node(node),
+                ReplicaState::Stopping { then: AfterReplicaStop::Move { node }, .. } => c.node(node),
                 _ => None,
             };
             placed.extend([at, to].into_iter().flatten().map(|n| (n, need)));

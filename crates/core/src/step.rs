@@ -88,6 +88,10 @@ pub enum Effect {
     Purge { job: u64 },
     /// Send `signal` to the run's program (TY6: the timeout warning before L19), nothing else.
     Signal { run: RunId, signal: i32 },
+    /// TY11: notice before a stop: write `reason` and `deadline` to the run's notice file
+    /// (`$TRAINYARD_NOTICE_FILE`), then send `signal`. SIGTERM follows at `deadline`
+    /// (a later `Stop`) unless the run has exited.
+    Notice { run: RunId, signal: i32, reason: String, deadline: Micros },
     /// A replica failed on `node` in a way that is evidence about the node, not the job (a
     /// lost run, the engine failing to launch it): counted towards the node's quarantine.
     /// A death by a signal, an exit, an OOM or a failure rule's match is the job's own and
@@ -130,7 +134,7 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
             _ => Ok(Transition { job: job.clone(), effects: Vec::new(), changed: false }),
         };
     }
-    let mut cx = Cx { job: job.clone(), effects: Vec::new(), now, settings };
+    let mut cx = Cx { job: job.clone(), effects: Vec::new(), now, settings, notice: None };
     let checkpointed = matches!(event, Event::CheckpointSeen { .. });
     match event {
         Event::Place { nodes, addresses, notes } => cx.place(nodes, addresses, notes),
@@ -244,6 +248,8 @@ struct Cx<'a> {
     effects: Vec<Effect>,
     now: Micros,
     settings: &'a Settings,
+    /// TY11: the reason the replicas stopped by this event are given notice first.
+    notice: Option<String>,
 }
 
 impl Cx<'_> {
@@ -280,9 +286,42 @@ impl Cx<'_> {
 
     fn stop(&mut self, idx: usize, then: AfterReplicaStop) {
         let run = self.run_id(idx);
-        self.job.replicas[idx].state = ReplicaState::Stopping { then };
+        let notice = crate::job::secs(self.settings.preemption_notice_secs);
+        let running = matches!(self.job.replicas[idx].state, ReplicaState::Running { .. });
+        if let (Some(reason), true, true) = (self.notice.clone(), notice > 0, running) {
+            // TY11: notice first (the warning signal and the notice file); SIGTERM when
+            // it ends, unless the program has exited by then.
+            let deadline = self.now.saturating_add(notice);
+            self.job.replicas[idx].state = ReplicaState::Stopping { then, sigterm_at: Some(deadline) };
+            let signal = crate::job::warning_signal(&self.settings.timeout_warning_signal).unwrap_or(10);
+            self.effects.push(Effect::Notice { run, signal, reason, deadline });
+            return;
+        }
+        self.job.replicas[idx].state = ReplicaState::Stopping { then, sigterm_at: None };
         let grace = self.settings.grace();
         self.effects.push(Effect::Stop { run, grace });
+    }
+
+    /// TY11: notices that ran out: SIGTERM and the grace period now.
+    fn notices_due(&mut self) {
+        for idx in 0..self.job.replicas.len() {
+            if let ReplicaState::Stopping { sigterm_at: Some(t), .. } = self.job.replicas[idx].state {
+                if self.now >= t {
+                    self.sigterm_now(idx);
+                }
+            }
+        }
+    }
+
+    /// A replica given notice is sent SIGTERM at once.
+    fn sigterm_now(&mut self, idx: usize) {
+        if let ReplicaState::Stopping { sigterm_at, .. } = &mut self.job.replicas[idx].state {
+            if sigterm_at.take().is_some() {
+                let run = self.run_id(idx);
+                let grace = self.settings.grace();
+                self.effects.push(Effect::Stop { run, grace });
+            }
+        }
     }
 
     fn admitted_at(&self) -> Micros {
@@ -464,7 +503,7 @@ impl Cx<'_> {
         let name = self.job.replicas[idx].name.clone();
         let status = outcome.exit_status();
         match self.job.replicas[idx].state.clone() {
-            ReplicaState::Stopping { then: AfterReplicaStop::Move { node } }
+            ReplicaState::Stopping { then: AfterReplicaStop::Move { node }, .. }
                 if !matches!(self.job.phase, Phase::Stopping { .. }) =>
             {
                 // L9: restarted on another node, same name and address, not counted (L11).
@@ -475,7 +514,7 @@ impl Cx<'_> {
                 self.launch(idx);
                 return;
             }
-            ReplicaState::Stopping { then: AfterReplicaStop::Leave { cause } } if !matches!(self.job.phase, Phase::Stopping { .. }) => {
+            ReplicaState::Stopping { then: AfterReplicaStop::Leave { cause }, .. } if !matches!(self.job.phase, Phase::Stopping { .. }) => {
                 // TY10: it has left; the others go on without it.
                 self.log_rule("L20", Some(&name), format!("Replica {name} stopped ({}).", describe(&outcome)));
                 self.go_away(idx, cause);
@@ -684,8 +723,14 @@ impl Cx<'_> {
         for idx in 0..self.job.replicas.len() {
             match &self.job.replicas[idx].state {
                 ReplicaState::Launching | ReplicaState::Running { .. } => self.stop(idx, AfterReplicaStop::Down),
-                ReplicaState::Stopping { .. } => {
-                    self.job.replicas[idx].state = ReplicaState::Stopping { then: AfterReplicaStop::Down }
+                ReplicaState::Stopping { sigterm_at, .. } => {
+                    // A notice goes on only when this end gives notice too (TY11).
+                    let sigterm_at = if self.notice.is_some() { *sigterm_at } else { None };
+                    let pending = matches!(self.job.replicas[idx].state, ReplicaState::Stopping { sigterm_at: Some(_), .. });
+                    if pending && sigterm_at.is_none() {
+                        self.sigterm_now(idx);
+                    }
+                    self.job.replicas[idx].state = ReplicaState::Stopping { then: AfterReplicaStop::Down, sigterm_at }
                 }
                 ReplicaState::Idle | ReplicaState::Done | ReplicaState::Away { .. } => {}
             }
@@ -824,6 +869,7 @@ impl Cx<'_> {
             return;
         }
         self.log_rule("TY1", None, format!("SPOT job preempted: {reason}."));
+        self.notice = Some(format!("SPOT preemption: {reason}"));
         self.end_attempt(After::Preempted { reason, requeue: false });
     }
 
@@ -845,6 +891,7 @@ impl Cx<'_> {
         } else {
             self.log_rule("TY2", None, format!("Job preempted ({n} so far): {reason}; it goes back to the queue (not counted by L11 or L12)."));
         }
+        self.notice = Some(if requeue { format!("reclaim: {reason}") } else { format!("preemption: {reason}") });
         self.end_attempt(After::Preempted { reason, requeue });
     }
 
@@ -895,6 +942,7 @@ impl Cx<'_> {
         };
         if graceful {
             self.log_rule("L9", Some(replica), format!("Replica {replica}: {what}; SIGTERM, then restart on node {node}."));
+            self.notice = Some(format!("drain: {what}"));
             self.stop(idx, AfterReplicaStop::Move { node });
         } else {
             // The old run is stopped for good measure (L20); its late report is stale.
@@ -922,6 +970,7 @@ impl Cx<'_> {
         let name = self.job.replicas[idx].name.clone();
         if graceful {
             self.log_rule("TY10", Some(&name), format!("Replica {name}: {cause}; SIGTERM, then it leaves the elastic job (not counted as a restart)."));
+            self.notice = Some(cause.to_string());
             self.stop(idx, AfterReplicaStop::Leave { cause: cause.to_string() });
         } else {
             let run = self.run_id(idx);
@@ -969,6 +1018,7 @@ impl Cx<'_> {
 
     fn tick(&mut self) {
         let now = self.now;
+        self.notices_due();
         // L19: timeout since admission.
         if let Some(admitted) = self.job.admitted_at() {
             if !matches!(self.job.phase, Phase::Stopping { .. }) && now >= admitted.saturating_add(self.job.policy.timeout)
@@ -976,6 +1026,7 @@ impl Cx<'_> {
                 let secs = self.job.policy.timeout / crate::job::SECOND;
                 self.log_rule("L19", None, format!("Job reached its timeout of {secs}s (scheduling.timeout)."));
                 let message = format!("The job has run longer than its timeout of {secs}s (scheduling.timeout).");
+                self.notice = Some(format!("timeout: the job reached its timeout of {secs}s (scheduling.timeout)"));
                 self.end_attempt(After::Fail(JobError { code: code::DEADLINE_EXCEEDED, message }));
                 return;
             }

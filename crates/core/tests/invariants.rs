@@ -76,7 +76,7 @@ impl World {
                         self.stopping.insert(run.clone());
                     }
                 }
-                Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => {}
+                Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } | Effect::Notice { .. } => {}
             }
         }
     }
@@ -720,7 +720,7 @@ fn settle(job: Job, effects: Vec<Effect>, now: Micros) -> Job {
         let ev = match e {
             Effect::Launch { run, .. } => Event::Started { run },
             Effect::Stop { run, .. } => Event::Exited { run, outcome: Outcome::Signaled { signal: 15 }, stderr_tail: vec![] },
-            Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => continue,
+            Effect::Log(_) | Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } | Effect::Notice { .. } => continue,
         };
         let t = step(&j, ev, now, &s).unwrap();
         j = t.job;

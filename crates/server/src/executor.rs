@@ -36,7 +36,8 @@ pub enum Work {
     Kill { run: RunId, dir: PathBuf },
     /// Send a signal to a running run's program (the timeout warning, L19); best effort,
     /// nothing is reported.
-    Signal { run: RunId, dir: PathBuf, signal: i32 },
+    /// `notice`: a file to write first (TY11: the notice before a stop) and its text.
+    Signal { run: RunId, dir: PathBuf, signal: i32, notice: Option<(PathBuf, String)> },
     /// Remove a deleted job's files (outbox entry `seq`).
     Purge { seq: i64, dirs: Vec<PathBuf> },
     /// L22 retention: remove the output logs under these jobs' run directories.
@@ -866,7 +867,12 @@ pub fn run(work: Work, backend: &Arc<dyn Backend>, sink: &EventSink, report: &Re
             Ok(()) => report(Report::StopSent { run }),
             Err(e) => report(Report::StopFailed { run, error: e.to_string() }),
         },
-        Work::Signal { run, dir, signal } => {
+        Work::Signal { run, dir, signal, notice } => {
+            if let Some((file, text)) = notice {
+                if let Err(e) = trainyard_backend::write_for_tenant(&file, text.as_bytes()) {
+                    tracing::warn!("{run}: the notice could not be written: {e}");
+                }
+            }
             if let Err(e) = backend.signal(&run, dir, signal) {
                 tracing::warn!("{run}: the signal {signal} could not be sent: {e}");
             }

@@ -209,7 +209,8 @@ impl Sim<'_> {
                     self.push(at, Ev::Exited(i, run, OutcomeKey::Signaled(15)));
                 }
                 Effect::Log(_) => self.rep.log_lines += 1,
-                Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } => {}
+                // A notice changes nothing in the model: its SIGTERM comes at its end (a Tick).
+                Effect::Purge { .. } | Effect::Signal { .. } | Effect::NodeFailed { .. } | Effect::Notice { .. } => {}
             }
         }
         // The gang's work: it goes on while every replica it has runs (an elastic job's

@@ -22,7 +22,7 @@ pub fn extras(j: &Job) -> Vec<usize> {
     for e in &j.policy.elastic {
         let mut kept = 0u32;
         for (i, r) in j.replicas.iter().enumerate().filter(|(i, r)| r.pool == e.pool && r.state.is_live() && j.is_elastic(*i)) {
-            let leaving = matches!(r.state, ReplicaState::Stopping { then: AfterReplicaStop::Leave { .. } });
+            let leaving = matches!(r.state, ReplicaState::Stopping { then: AfterReplicaStop::Leave { .. }, .. });
             if !leaving && kept < e.min {
                 kept += 1;
             } else {
@@ -133,7 +133,7 @@ impl<'a> Room<'a> {
                 let need = c.table.need(d);
                 let at = r.node.as_deref().and_then(|n| c.node(n));
                 let to = match &r.state {
-                    ReplicaState::Stopping { then: AfterReplicaStop::Move { node } } => c.node(node),
+                    ReplicaState::Stopping { then: AfterReplicaStop::Move { node }, .. } => c.node(node),
                     _ => None,
                 };
                 placed.extend([at, to].into_iter().flatten().map(|n| (n, need)));

@@ -94,6 +94,7 @@ impl Driver {
             for (i, r) in live.job.replicas.iter().enumerate() {
                 if let trainyard_core::job::ReplicaState::Stopping {
                     then: trainyard_core::job::AfterReplicaStop::Move { node },
+                    ..
                 } = &r.state
                 {
                     out.entry(node.clone()).or_default().push((live.job.id, i));

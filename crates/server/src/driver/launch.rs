@@ -54,7 +54,21 @@ impl Driver {
                 }
                 Effect::Signal { run, signal } => {
                     let dir = run_dir(&self.svc.cfg.data_dir, &run);
-                    self.exec.submit(Work::Signal { run, dir, signal });
+                    self.exec.submit(Work::Signal { run, dir, signal, notice: None });
+                    done.push(seq);
+                }
+                Effect::Notice { run, signal, reason, deadline } => {
+                    // TY11: the notice file, then the warning signal.
+                    let dir = run_dir(&self.svc.cfg.data_dir, &run);
+                    let file = self.svc.cfg.data_dir.join(progress_rel(run.job, &run.replica)).join(NOTICE_FILE);
+                    let name = trainyard_core::job::warning_signal_name(signal);
+                    let text = serde_json::json!({
+                        "reason": reason,
+                        "deadline": trainyard_api::Timestamp::from_micros(deadline).to_rfc3339(),
+                        "signal": name,
+                    })
+                    .to_string();
+                    self.exec.submit(Work::Signal { run, dir, signal, notice: Some((file, text + "\n")) });
                     done.push(seq);
                 }
             }
@@ -491,6 +505,12 @@ impl<'a> Planning<'a> {
             None => progress.path().join(PROGRESS_FILE).display().to_string(),
         };
         env.push((PROGRESS_ENV.into(), file));
+        // TY11: where the notice before a stop is written (beside the progress file).
+        let notice = match ce {
+            Some(_) => format!("/trainyard/progress/{NOTICE_FILE}"),
+            None => progress.path().join(NOTICE_FILE).display().to_string(),
+        };
+        env.push((NOTICE_ENV.into(), notice));
         self.dirs.push(progress);
         set_all(&mut env, self.clients());
         set_all(&mut env, self.service_env());
@@ -857,6 +877,10 @@ fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
 /// Where a replica's program appends its progress (`TRAINYARD_PROGRESS_FILE`).
 pub(crate) const PROGRESS_ENV: &str = "TRAINYARD_PROGRESS_FILE";
 pub(crate) const PROGRESS_FILE: &str = "progress.jsonl";
+/// TY11: the notice before a stop (`TRAINYARD_NOTICE_FILE`): JSON with the reason, the
+/// deadline (RFC 3339) and the signal sent with it.
+pub(crate) const NOTICE_ENV: &str = "TRAINYARD_NOTICE_FILE";
+pub(crate) const NOTICE_FILE: &str = "notice.json";
 
 /// A replica's progress directory, below the data directory.
 pub(crate) fn progress_rel(job: u64, replica: &str) -> PathBuf {
