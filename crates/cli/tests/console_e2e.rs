@@ -682,6 +682,10 @@ fn console_in_headless_chromium() {
     // The code by name, not a number that means nothing to a user.
     assert!(error.as_str().unwrap_or("").starts_with("INVALID_ARGUMENT (3): "), "{error}");
     c.wait_for("the failed bar", "document.querySelectorAll('#timeline svg rect.seg-failed').length === 1", 20);
+    // TY10: where its time went, as one bar and in words.
+    c.wait_for("the goodput", "document.querySelectorAll('#goodput .goodput-bar .seg').length === 5", 20);
+    let goodput = c.eval("document.getElementById('goodput').textContent");
+    assert!(goodput.as_str().unwrap_or("").contains("% productive"), "{goodput}");
     c.assert_clean("failed job page");
     c.screenshot("04-job-failed");
 

@@ -341,8 +341,27 @@ function progressBar(p, long) {
   const text = [total ? `${fmtCount(step)} / ${fmtCount(total)}` : `step ${fmtCount(step)}`,
     long && p.stepsPerSecond != null ? `${p.stepsPerSecond} steps/s` : null,
     long && p.eta ? `ETA ${dateTime(Date.parse(p.eta))}` : null].filter(Boolean).join(" · ");
-  const bar = total ? h("span", { class: "bar progress-bar", title: text }, h("span", { class: "fill", style: `width:${Math.min(100, (100 * step) / total).toFixed(1)}%` })) : null;
+  const bar = total ? h("span", { class: "bar progress-bar", title: text }, widthOf(h("span", { class: "fill" }), Math.min(100, (100 * step) / total))) : null;
   return h("span", { class: "job-progress", title: text }, bar, " ", h("span", { class: "small" }, text));
+}
+/** An element `pct` percent wide (set through the CSSOM: the page's CSP refuses style attributes). */
+function widthOf(e, pct) {
+  e.style.width = `${pct.toFixed(1)}%`;
+  return e;
+}
+/** Where a job's time went (trainyardGoodput): its wall time by kind as one bar, and the
+ * share that was productive; accelerator time in the title when the job holds GPUs. */
+function goodputBar(g) {
+  const kinds = ["productive", "idle", "lost", "starting", "queued"];
+  const w = g.wallSeconds || {}, a = g.acceleratorSeconds || {};
+  const total = kinds.reduce((sum, k) => sum + (w[k] || 0), 0);
+  if (!total) return null;
+  const part = (o) => kinds.filter((k) => o[k]).map((k) => `${k} ${duration(o[k] * 1000)}`).join(" · ");
+  const gpu = kinds.some((k) => a[k]) ? `\nGPU time: ${part(a)}` : "";
+  const text = `${Math.round((g.goodput || 0) * 100)}% productive · ${part(w)}`;
+  const bar = h("span", { class: "bar goodput-bar", title: text + gpu },
+    kinds.map((k) => widthOf(h("span", { class: `seg seg-${k}` }), (100 * (w[k] || 0)) / total)));
+  return h("span", { class: "goodput", id: "goodput" }, bar, " ", h("span", { class: "small" }, text));
 }
 /** A "hang" badge for replicas hung now ([{replica, hang}]); null when none is. */
 function hangBadge(hung, extra) {
@@ -931,6 +950,7 @@ async function jobPage(pg, id) {
         ["Ended", timeCell(job.endTime)],
         ["Elapsed", elapsed(job)],
         ["Progress", job.trainyardProgress ? progressBar(job.trainyardProgress, true) : null],
+        ["Goodput", job.trainyardGoodput ? goodputBar(job.trainyardGoodput) : null],
         ["Health", job.trainyardHealth && job.trainyardHealth.state !== "ok" ? h("span", { class: "hang-text" }, `${job.trainyardHealth.state}: ${job.trainyardHealth.replica} since ${dateTime(Date.parse(job.trainyardHealth.since))}`) : null],
         ["Labels", job.labels && Object.keys(job.labels).length ? Object.entries(job.labels).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)) : null],
         ["Terminal", shortState(job.state) === "RUNNING" ? replicasOf(spec).map((r) => h("a", { class: "terminal-link", href: `#/jobs/${enc(id)}/terminal/${enc(r)}`, title: `A shell in ${r} (as trainyard custom-jobs exec ${id} --replica ${r})` }, r)) : null],

@@ -60,6 +60,14 @@ pub struct TenantWorkLabels {
     pub work: String,
 }
 
+/// Goodput (TY10): where ended jobs' time went.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GoodputLabels {
+    pub project: String,
+    /// queued, starting, productive, idle or lost.
+    pub kind: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExecLabels {
     pub project: String,
@@ -289,6 +297,9 @@ pub struct Metrics {
     quarantines: Counter,
     quarantine_refusals: Counter,
     tenant_cpu: Family<TenantWorkLabels, FloatCounter>,
+    /// Goodput of ended jobs: wall and accelerator seconds by project and kind.
+    goodput: Family<GoodputLabels, FloatCounter>,
+    goodput_accelerator: Family<GoodputLabels, FloatCounter>,
     /// Sessions in running replicas (`custom-jobs exec`), per project and how they ended.
     exec_sessions: Family<ExecLabels, Counter>,
     exec_open: Gauge,
@@ -383,6 +394,20 @@ impl Metrics {
             Unit::Seconds,
             tenant_cpu.clone(),
         );
+        let goodput = Family::<GoodputLabels, FloatCounter>::default();
+        r.register_with_unit(
+            "job_goodput_wall",
+            "Wall time of ended jobs by where it went (kind: queued, starting, productive, idle, lost), by project",
+            Unit::Seconds,
+            goodput.clone(),
+        );
+        let goodput_accelerator = Family::<GoodputLabels, FloatCounter>::default();
+        r.register_with_unit(
+            "job_goodput_accelerator",
+            "Accelerator time (GPUs held x time) of ended jobs by where it went, by project",
+            Unit::Seconds,
+            goodput_accelerator.clone(),
+        );
         let progress_step = Family::<JobIdLabels, Gauge>::default();
         r.register("job_progress_step", "The step a running job's program last reported (TRAINYARD_PROGRESS_FILE)", progress_step.clone());
         let progress_ratio = Family::<JobIdLabels, FloatGauge>::default();
@@ -454,6 +479,8 @@ impl Metrics {
             quarantines,
             quarantine_refusals,
             tenant_cpu,
+            goodput,
+            goodput_accelerator,
             exec_sessions,
             exec_open,
             progress_step,
@@ -601,6 +628,9 @@ impl Metrics {
             }
         }
         self.retries(&old.retries, &new.retries);
+        if new.is_terminal() && !old.is_terminal() {
+            self.goodput_of(new);
+        }
         if old.attempt == new.attempt {
             for (a, b) in old.replicas.iter().zip(&new.replicas) {
                 if b.restart > a.restart {
@@ -689,6 +719,16 @@ impl Metrics {
     }
 
     /// CPU seconds the server spent on `work` for `project` (see `tenant_work`).
+    /// TY10: an ended job's goodput, counted once.
+    fn goodput_of(&self, job: &Job) {
+        let g = &job.goodput;
+        for (family, split) in [(&self.goodput, &g.wall), (&self.goodput_accelerator, &g.accelerator)] {
+            for (kind, us) in [("queued", split.queued), ("starting", split.starting), ("productive", split.productive), ("idle", split.idle), ("lost", split.lost)] {
+                family.get_or_create(&GoodputLabels { project: job.project.clone(), kind: kind.into() }).inc_by(seconds(us));
+            }
+        }
+    }
+
     pub fn tenant_cpu(&self, project: &str, work: &str, seconds: f64) {
         if self.enabled && seconds > 0.0 {
             self.tenant_cpu.get_or_create(&TenantWorkLabels { project: project.to_string(), work: work.to_string() }).inc_by(seconds);
@@ -915,8 +955,14 @@ mod tests {
         let old = j.clone();
         j.phase = trainyard_core::Phase::Succeeded { end: 9_000_000 };
         j.replicas[0].state = ReplicaState::Done;
+        j.goodput.wall.productive = 5_000_000;
+        j.goodput.accelerator.lost = 2_000_000;
         m.job_changed(Some(&old), &j);
+        // TY10: an ended job's goodput is counted once, by project and kind.
+        m.job_changed(Some(&j), &j);
         let t = m.render_text();
+        assert_eq!(sample(&t, r#"trainyard_job_goodput_wall_seconds_total{project="research",kind="productive"}"#), Some(5.0), "{t}");
+        assert_eq!(sample(&t, r#"trainyard_job_goodput_accelerator_seconds_total{project="research",kind="lost"}"#), Some(2.0));
         assert_eq!(sample(&t, r#"trainyard_replica_restarts_total{reason="failure"}"#), Some(1.0));
         assert_eq!(sample(&t, r#"trainyard_job_retries_total{reason="transient_exit"}"#), Some(1.0));
         assert_eq!(sample(&t, r#"trainyard_jobs{project="research",state="JOB_STATE_SUCCEEDED"}"#), Some(1.0));
