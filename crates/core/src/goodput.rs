@@ -12,19 +12,8 @@
 //! replicas hold. Nothing here reads a clock: `now` is passed in, and a reader adds the
 //! time since the last transition with [`Goodput::until`].
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::job::{Goodput, Split};
 use crate::job::{After, Job, Micros, Phase, ReplicaState, Wait};
-
-/// Time by bucket, in microseconds (accelerator-microseconds for accelerator time).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Split {
-    pub queued: Micros,
-    pub starting: Micros,
-    pub productive: Micros,
-    pub idle: Micros,
-    pub lost: Micros,
-}
 
 impl Split {
     pub fn total(&self) -> Micros {
@@ -47,17 +36,6 @@ impl Split {
         self.productive -= moved;
         self.lost += moved;
     }
-}
-
-/// A job's account, kept in the job.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Goodput {
-    /// Accounted up to here (0: nothing yet; the account starts at the job's creation).
-    pub at: Micros,
-    pub wall: Split,
-    pub accelerator: Split,
-    /// Productive wall and accelerator time since the last checkpoint.
-    pub unsaved: (Micros, Micros),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

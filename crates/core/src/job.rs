@@ -629,7 +629,7 @@ pub struct Job {
     pub place_again: bool,
     /// Where its time went so far (`goodput.rs`).
     #[serde(default)]
-    pub goodput: crate::goodput::Goodput,
+    pub goodput: Goodput,
 }
 
 /// TY10 goodput: how often a running elastic job's checkpoint directory is looked at.
@@ -685,7 +685,7 @@ impl Job {
             timeout_warned: false,
             avoid_nodes: Vec::new(),
             place_again: false,
-            goodput: crate::goodput::Goodput::default(),
+            goodput: Goodput::default(),
         }
     }
 
@@ -944,4 +944,26 @@ impl Job {
             .max()?;
         Some(since.saturating_add(settings.checkpoint_warning()))
     }
+}
+
+/// Goodput (`goodput.rs`, which keeps it): a job's time by bucket.
+/// Time by bucket, in microseconds (accelerator-microseconds for accelerator time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Split {
+    pub queued: Micros,
+    pub starting: Micros,
+    pub productive: Micros,
+    pub idle: Micros,
+    pub lost: Micros,
+}
+
+/// A job's account, kept in the job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Goodput {
+    /// Accounted up to here (0: nothing yet; the account starts at the job's creation).
+    pub at: Micros,
+    pub wall: Split,
+    pub accelerator: Split,
+    /// Productive wall and accelerator time since the last checkpoint.
+    pub unsaved: (Micros, Micros),
 }

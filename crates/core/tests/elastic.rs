@@ -163,7 +163,7 @@ fn ty10_the_scheduler_places_an_elastic_job_at_its_minimum() {
     let mut out = schedule(&[&busy, &elastic], &f, &Quotas::default(), 100);
     let Decision::Place { nodes, .. } = &out[0] else { panic!("{out:?}") };
     assert_eq!(nodes.iter().filter(|n| n.is_empty()).count(), 2, "{nodes:?}");
-    assert!(nodes[0] != "" && nodes[1] != "");
+    assert!(!nodes[0].is_empty() && !nodes[1].is_empty());
     // No more room: growth adds nothing.
     assert!(growth(&[&busy, &elastic], &f, &mut out, 100).is_empty());
     assert_eq!(out.iter().filter(|d| matches!(d, Decision::Place { nodes, .. } if nodes.iter().any(String::is_empty))).count(), 1);

@@ -92,7 +92,7 @@ pub fn extra_id(job: u64, replica: usize) -> u64 {
 
 /// The job and replica of an [`extra_id`].
 pub fn extra_of(id: u64) -> Option<(u64, usize)> {
-    (id & EXTRA_BIT != 0).then(|| ((id & !EXTRA_BIT) >> 12, (id & 0xfff) as usize))
+    (id & EXTRA_BIT != 0).then_some(((id & !EXTRA_BIT) >> 12, (id & 0xfff) as usize))
 }
 
 const EXTRA_BIT: u64 = 1 << 62;
