@@ -93,12 +93,6 @@ fn ts(v: &Value) -> i64 {
     trainyard_api::Timestamp::parse_rfc3339(v.as_str().expect("a time")).expect("RFC 3339").micros()
 }
 
-fn node_of(s: &Server, job: &Value, replica: &str, restart: u32) -> String {
-    let dir = run_dir(&s.data_dir(), id_of(job), 0, replica, restart);
-    let spec: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spec.json")).unwrap()).unwrap();
-    spec["env"].as_array().unwrap().iter().find(|kv| kv[0] == "TRAINYARD_NODE").map(|kv| kv[1].as_str().unwrap().to_string()).unwrap()
-}
-
 /// TY10, L9, L11, L12: torchrun with no arguments; a drain takes a worker away and the job
 /// goes on with three (no restart, no retry), an undrain brings it back to four, and the
 /// job succeeds from its checkpoints.
@@ -144,7 +138,7 @@ fn ty10_l9_torchrun_job_shrinks_on_drain_and_grows_back() {
     assert_eq!(s.wait_terminal(&name_of(&other), 120)["state"], "JOB_STATE_SUCCEEDED");
     let joins = |t: &str| t.matches("joins the elastic job on node").count();
     let before = joins(&text);
-    let text = wait_log(&s, &name, 120, "four workers again after the other job", |t| joins(t) > before && worlds(t).last() == Some(&4));
+    wait_log(&s, &name, 120, "four workers again after the other job", |t| joins(t) > before && worlds(t).last() == Some(&4));
     std::fs::write(&stop, "").unwrap();
     let done = s.wait_terminal(&name, 120);
     let text = s.logs_text(&name);

@@ -14,12 +14,6 @@ fn cli(s: &Server, args: &[&str]) -> (bool, String) {
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
-fn node_of(s: &Server, job: &Value, replica: &str, restart: u32) -> String {
-    let dir = run_dir(&s.data_dir(), id_of(job), 0, replica, restart);
-    let spec: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spec.json")).unwrap()).unwrap();
-    spec["env"].as_array().unwrap().iter().find(|kv| kv[0] == "TRAINYARD_NODE").map(|kv| kv[1].as_str().unwrap().to_string()).unwrap()
-}
-
 /// L9: draining a node gives its replica SIGTERM and the grace period, then restarts it on
 /// the other node with the same name and address; the restart is not counted (L11).
 #[test]

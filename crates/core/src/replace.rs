@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::job::{AfterReplicaStop, ReplicaState};
 use crate::schedule::{plan, Cluster, Decision, Fleet, QuotaUse, Quotas, Request, SchedulerConfig};
 use crate::{Job, Micros};
 
@@ -24,25 +23,8 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
     for n in without.nodes.iter_mut().filter(|n| n.name == from) {
         n.schedulable = false;
     }
-    let mut c = Cluster::new(&without);
-    for j in jobs.iter().filter(|j| j.holds_capacity()) {
-        let mut placed = Vec::new();
-        for (i, (r, d)) in j.replicas.iter().zip(&j.demand.replicas).enumerate() {
-            if (j.id, i) == (job, replica) || !r.state.is_live() {
-                continue;
-            }
-            let need = c.table().need(d);
-            // Where it runs now, and where it is moving to (both held until it stops).
-            let at = r.node.as_deref().and_then(|n| c.node(n));
-            let to = match &r.state {
-                ReplicaState::Stopping { then: AfterReplicaStop::Move { node }, .. } => c.node(node),
-                _ => None,
-            };
-            placed.extend([at, to].into_iter().flatten().map(|n| (n, need)));
-        }
-        let start = j.admitted_at().unwrap_or(now);
-        c.start(j.id, &j.project, false, start, start.saturating_add(j.policy.timeout), placed);
-    }
+    let c = &mut Cluster::new(&without);
+    c.hold_live(jobs, Some((job, replica)), now);
     let shape = c.shape(std::slice::from_ref(&demand));
     let metrics = BTreeMap::new();
     let req = Request {
@@ -59,7 +41,7 @@ pub fn place_replacement(jobs: &[&Job], fleet: &Fleet, job: u64, replica: usize,
         avoid: Vec::new(),
     };
     let cfg = SchedulerConfig { explain: false, preemption: false, ..SchedulerConfig::default() };
-    plan(&mut c, &[req], &Quotas::default(), &QuotaUse::default(), now, &cfg).into_iter().find_map(|d| match d {
+    plan(c, &[req], &Quotas::default(), &QuotaUse::default(), now, &cfg).into_iter().find_map(|d| match d {
         Decision::Place { nodes, .. } => nodes.into_iter().next(),
         _ => None,
     })

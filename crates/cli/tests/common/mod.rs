@@ -832,3 +832,10 @@ pub fn percentile(xs: &[f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
+
+/// The node a replica's run (attempt 0) was placed on, from its spec.
+pub fn node_of(s: &Server, job: &Value, replica: &str, restart: u32) -> String {
+    let dir = run_dir(&s.data_dir(), id_of(job), 0, replica, restart);
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spec.json")).unwrap()).unwrap();
+    spec["env"].as_array().unwrap().iter().find(|kv| kv[0] == "TRAINYARD_NODE").map(|kv| kv[1].as_str().unwrap().to_string()).unwrap()
+}

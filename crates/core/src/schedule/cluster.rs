@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::collections::HashMap;
 use crate::capacity::{never_fits, Need, NeverFit, NodeIx, NodeTable, Shape, Work, NO_ACC};
 use crate::fleet::{Fleet, Node};
-use crate::job::{Micros, ReplicaDemand};
+use crate::job::{AfterReplicaStop, Job, Micros, ReplicaDemand, ReplicaState};
 use super::config::UsageHistory;
 
 impl Fleet {
@@ -227,6 +227,29 @@ impl Cluster {
             lost_since: start,
             extra: false,
         });
+    }
+
+    /// What every live replica of `jobs` holds: where it runs and, when it is moving (L9),
+    /// where it moves to (both held until it stops); `except` (job, replica) left out.
+    /// Each job to its time limit.
+    pub fn hold_live(&mut self, jobs: &[&Job], except: Option<(u64, usize)>, now: Micros) {
+        for j in jobs.iter().filter(|j| j.holds_capacity()) {
+            let mut placed = Vec::new();
+            for (i, (r, d)) in j.replicas.iter().zip(&j.demand.replicas).enumerate() {
+                if except == Some((j.id, i)) || !r.state.is_live() {
+                    continue;
+                }
+                let need = self.table.need(d);
+                let at = r.node.as_deref().and_then(|n| self.node(n));
+                let to = match &r.state {
+                    ReplicaState::Stopping { then: AfterReplicaStop::Move { node }, .. } => self.node(node),
+                    _ => None,
+                };
+                placed.extend([at, to].into_iter().flatten().map(|n| (n, need)));
+            }
+            let start = j.admitted_at().unwrap_or(now);
+            self.start(j.id, &j.project, false, start, start.saturating_add(j.policy.timeout), placed);
+        }
     }
 
     /// TY10: the holder `id` is an elastic job's replica above its minimum.

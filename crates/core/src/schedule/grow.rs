@@ -124,23 +124,7 @@ impl<'a> Room<'a> {
             return Room::Shared(fleet);
         }
         let mut c = Cluster::new(fleet);
-        for j in jobs.iter().filter(|j| j.holds_capacity()) {
-            let mut placed = Vec::new();
-            for (r, d) in j.replicas.iter().zip(&j.demand.replicas) {
-                if !r.state.is_live() {
-                    continue;
-                }
-                let need = c.table.need(d);
-                let at = r.node.as_deref().and_then(|n| c.node(n));
-                let to = match &r.state {
-                    ReplicaState::Stopping { then: AfterReplicaStop::Move { node }, .. } => c.node(node),
-                    _ => None,
-                };
-                placed.extend([at, to].into_iter().flatten().map(|n| (n, need)));
-            }
-            let start = j.admitted_at().unwrap_or(now);
-            c.start(j.id, &j.project, false, start, start.saturating_add(j.policy.timeout), placed);
-        }
+        c.hold_live(jobs, None, now);
         for d in decisions {
             let Decision::Place { job, nodes, .. } = d else { continue };
             let Some(j) = jobs.iter().find(|j| j.id == *job) else { continue };
