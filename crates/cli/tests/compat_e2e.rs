@@ -76,6 +76,12 @@ fn opens_and_goes_on(fixture: &str) {
     let data = s.data_dir();
     std::fs::create_dir_all(&data).unwrap();
     std::fs::copy(fixtures().join(format!("{fixture}.db")), data.join("trainyard.db")).unwrap();
+    // The fixture's live jobs were admitted when it was made, with the default time limit
+    // of 7 days (L19): as the fixture ages they would time out on start. Their limit is
+    // made to outlast the fixture, so that what the test follows (L10, L18) stays the same.
+    let db = rusqlite::Connection::open(data.join("trainyard.db")).unwrap();
+    db.execute("UPDATE jobs SET core = json_set(core, '$.policy.timeout', 3153600000000000) WHERE terminal = 0", []).unwrap();
+    drop(db);
     s.spawn();
     let m = manifest(fixture);
     let jobs = all(&s, "compat", "customJobs");
