@@ -799,6 +799,11 @@ impl Job {
             .collect()
     }
 
+    /// The replicas pool `pool` asked for (its `replicaCount`).
+    pub fn pool_size(&self, pool: usize) -> usize {
+        self.replicas.iter().filter(|r| r.pool == pool).count()
+    }
+
     /// TY10: replicas of `pool` that are part of the job now (not away, not stopping to
     /// leave).
     pub fn present(&self, pool: usize) -> usize {

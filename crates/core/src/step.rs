@@ -174,10 +174,9 @@ pub fn step(job: &Job, event: Event, now: Micros, settings: &Settings) -> Result
         Event::Grow { replica, node } => cx.grow(&replica, node),
         Event::Leave { replica, cause } => {
             let live = matches!(cx.job.phase, Phase::Running { .. } | Phase::Pending { wait: Wait::Starting, .. });
-            if let Some(idx) = cx.job.replicas.iter().position(|r| r.name == replica && r.state.is_live()).filter(|_| live) {
-                if matches!(cx.job.replicas[idx].state, ReplicaState::Launching | ReplicaState::Running { .. }) {
-                    cx.leaves(idx, &cause, true);
-                }
+            let up = |r: &crate::job::Replica| r.name == replica && matches!(r.state, ReplicaState::Launching | ReplicaState::Running { .. });
+            if let Some(idx) = cx.job.replicas.iter().position(up).filter(|_| live) {
+                cx.leaves(idx, &cause, true);
             }
         }
     }
@@ -348,7 +347,7 @@ impl Cx<'_> {
     /// TY10: how many replicas of each elastic pool the attempt starts with.
     fn log_elastic_start(&mut self) {
         for e in self.job.policy.elastic.clone() {
-            let max = self.job.replicas.iter().filter(|r| r.pool == e.pool).count();
+            let max = self.job.pool_size(e.pool);
             let now = self.job.present(e.pool);
             if now < max {
                 self.log_rule(
@@ -723,14 +722,14 @@ impl Cx<'_> {
         for idx in 0..self.job.replicas.len() {
             match &self.job.replicas[idx].state {
                 ReplicaState::Launching | ReplicaState::Running { .. } => self.stop(idx, AfterReplicaStop::Down),
-                ReplicaState::Stopping { sigterm_at, .. } => {
+                ReplicaState::Stopping { .. } => {
                     // A notice goes on only when this end gives notice too (TY11).
-                    let sigterm_at = if self.notice.is_some() { *sigterm_at } else { None };
-                    let pending = matches!(self.job.replicas[idx].state, ReplicaState::Stopping { sigterm_at: Some(_), .. });
-                    if pending && sigterm_at.is_none() {
+                    if self.notice.is_none() {
                         self.sigterm_now(idx);
                     }
-                    self.job.replicas[idx].state = ReplicaState::Stopping { then: AfterReplicaStop::Down, sigterm_at }
+                    if let ReplicaState::Stopping { then, .. } = &mut self.job.replicas[idx].state {
+                        *then = AfterReplicaStop::Down;
+                    }
                 }
                 ReplicaState::Idle | ReplicaState::Done | ReplicaState::Away { .. } => {}
             }
@@ -989,7 +988,7 @@ impl Cx<'_> {
         r.hung_since = None;
         r.straggler = false;
         let name = r.name.clone();
-        let (now, max) = (self.job.present(pool), self.job.replicas.iter().filter(|r| r.pool == pool).count());
+        let (now, max) = (self.job.present(pool), self.job.pool_size(pool));
         self.log_rule(
             "TY10",
             Some(&name),
@@ -1012,7 +1011,7 @@ impl Cx<'_> {
             r.restart += 1;
         }
         self.launch(idx);
-        let (now, max) = (self.job.present(pool), self.job.replicas.iter().filter(|r| r.pool == pool).count());
+        let (now, max) = (self.job.present(pool), self.job.pool_size(pool));
         self.log_rule("TY10", Some(replica), format!("Replica {replica} joins the elastic job on node {node}: workerpool{pool} has {now} of {max} replicas."));
     }
 

@@ -292,30 +292,18 @@ impl Sim<'_> {
         // TY10: replicas above an elastic job's minimum hold their room apart, the first
         // to give way to work that waits (as the server's scheduler has them).
         let extras = if matches!(job.phase, Phase::Stopping { .. }) { Vec::new() } else { trainyard_core::schedule::elastic_extras(job) };
-        let mut placed: Vec<(NodeIx, Need)> = Vec::new();
-        let mut apart = Vec::new();
-        for (k, r) in job.replicas.iter().enumerate().filter(|(_, r)| r.state.is_live()) {
-            let Some(n) = r.node.as_deref().and_then(|n| self.cluster.node(n)) else { continue };
-            if extras.contains(&k) {
-                apart.push((k, n, matches!(r.state, trainyard_core::job::ReplicaState::Stopping { .. })));
-            } else {
-                placed.push((n, need));
-            }
-        }
+        let placed: Vec<(NodeIx, Need)> = job
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(k, r)| r.state.is_live() && !extras.contains(k))
+            .filter_map(|(_, r)| Some((self.cluster.node(r.node.as_deref()?)?, need)))
+            .collect();
         let start = job.admitted_at().unwrap_or(now);
         let end = start + self.jobs[i].limit;
-        self.held[i] = (now, (placed.len() + apart.len()) as u64 * self.jobs[i].gpus_per_replica as u64);
-        self.cluster.start(job.id, &job.project, job.policy.spot, start, end, placed);
-        for (k, n, stopping) in apart {
-            let id = trainyard_core::schedule::extra_id(job.id, k);
-            self.cluster.start(id, &job.project, false, now, end, vec![(n, need)]);
-            if stopping {
-                self.cluster.mark_stopping(id);
-            } else {
-                self.cluster.mark_extra(id);
-            }
-            self.extra_ids[i].push(id);
-        }
+        self.cluster.start(job.id, &job.project, job.policy.spot, start, end, placed.clone());
+        self.extra_ids[i] = trainyard_core::schedule::hold_extras(&mut self.cluster, job, &extras, end, Some(now), now);
+        self.held[i] = (now, (placed.len() + self.extra_ids[i].len()) as u64 * self.jobs[i].gpus_per_replica as u64);
         self.holds[i] = true;
     }
 
@@ -473,12 +461,7 @@ impl Sim<'_> {
                 if let Decision::Place { job, nodes, .. } = d {
                     let i = (*job - 1) as usize;
                     if let (Some(_), Some(j)) = (&self.min_shape[i], self.live[i].as_ref()) {
-                        let min = j.minimum();
-                        let mut full = vec![String::new(); j.replicas.len()];
-                        for (&k, n) in min.iter().zip(std::mem::take(nodes)) {
-                            full[k] = n;
-                        }
-                        *nodes = full;
+                        *nodes = trainyard_core::schedule::spread_minimum(j.replicas.len(), &j.minimum(), std::mem::take(nodes));
                     }
                 }
             }

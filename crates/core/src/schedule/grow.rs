@@ -12,7 +12,7 @@ use crate::capacity::NodeIx;
 use crate::fleet::Fleet;
 use crate::job::{AfterReplicaStop, Job, Micros, ReplicaState};
 
-use super::cluster::Cluster;
+use super::cluster::{extra_id, Cluster};
 use super::decision::{Decision, KIND_LENT, KIND_QUOTA};
 
 /// TY10: the live replicas of `j`'s elastic pools above their minimum (by index): those
@@ -34,9 +34,36 @@ pub fn extras(j: &Job) -> Vec<usize> {
     out
 }
 
+/// TY10: each of `j`'s replicas `extras` (above its minimum, see [`extras`]) holds its
+/// room in `c` apart, under its own [`extra_id`] until `end`, counted from `from` or (None)
+/// from when it started running: one leaving is stopping, the others the first to give
+/// way. Returns their ids.
+pub fn hold_extras(c: &mut Cluster, j: &Job, extras: &[usize], end: Micros, from: Option<Micros>, now: Micros) -> Vec<u64> {
+    let mut ids = Vec::with_capacity(extras.len());
+    for &i in extras {
+        let (Some(r), Some(d)) = (j.replicas.get(i), j.demand.replicas.get(i)) else { continue };
+        let Some(n) = r.node.as_deref().and_then(|n| c.node(n)) else { continue };
+        let since = match (from, &r.state) {
+            (Some(t), _) => t,
+            (None, ReplicaState::Running { since }) => *since,
+            (None, _) => now,
+        };
+        let id = extra_id(j.id, i);
+        let need = c.table.need(d);
+        c.start(id, &j.project, false, since, end, vec![(n, need)]);
+        if matches!(r.state, ReplicaState::Stopping { .. }) {
+            c.mark_stopping(id);
+        } else {
+            c.mark_extra(id);
+        }
+        ids.push(id);
+    }
+    ids
+}
+
 /// Nodes for a whole job from nodes for its minimum: `minimum[k]` runs on `nodes[k]`,
 /// every other replica on none ("").
-pub(super) fn spread(n: usize, minimum: &[usize], nodes: Vec<String>) -> Vec<String> {
+pub fn spread(n: usize, minimum: &[usize], nodes: Vec<String>) -> Vec<String> {
     let mut out = vec![String::new(); n];
     for (&i, node) in minimum.iter().zip(nodes) {
         if let Some(slot) = out.get_mut(i) {

@@ -78,7 +78,7 @@ pub use config::{unknown_priority_class, Hints, Order, PriorityClasses, Priority
 pub use decision::{waiting_text, Decision, Position, Request, KIND_BEHIND_RESERVATION, KIND_BLOCKED, KIND_CAPACITY, KIND_LENT, KIND_PREEMPTING, KIND_QUOTA, KIND_RECLAIM, KIND_RESERVED, KIND_SPOT};
 pub use explain::{impossible_reason, rfc3339};
 pub use preempt::next_change;
-pub use grow::{extras as elastic_extras, growth};
+pub use grow::{extras as elastic_extras, growth, hold_extras, spread as spread_minimum};
 use crate::capacity::{Need, NodeIx, Shape};
 use crate::job::{secs, Job, Micros, Phase};
 use crate::quota::Book;
@@ -134,21 +134,7 @@ pub fn schedule_with(
         if stopping {
             c.mark_stopping(j.id);
         }
-        for &i in &extras {
-            let (r, d) = (&j.replicas[i], &j.demand.replicas[i]);
-            let Some(n) = r.node.as_deref().and_then(|n| c.node(n)) else { continue };
-            let since = match r.state {
-                crate::job::ReplicaState::Running { since } => since,
-                _ => now,
-            };
-            let id = extra_id(j.id, i);
-            c.start(id, &j.project, false, since, end, vec![(n, c.table.need(d))]);
-            if matches!(r.state, crate::job::ReplicaState::Stopping { .. }) {
-                c.mark_stopping(id);
-            } else {
-                c.mark_extra(id);
-            }
-        }
+        hold_extras(&mut c, j, &extras, end, None, now);
         if cfg.priority_preemption && !stopping {
             // Preemptible for priority once it has run its minimum, a limited number of times.
             let min_run = secs(cfg.min_runtime_secs).max(j.policy.min_runtime);
