@@ -341,6 +341,59 @@ fn python_package_spec_runs_module() {
     assert!(s.logs_text(&name).contains("task args ['--lr', '0.1']"), "{}", s.logs_text(&name));
 }
 
+/// pythonPackageSpec with a package index that cannot be reached (an offline host): the
+/// package installs from what the host has, without the index, or the replica fails at
+/// once with one line naming the index and what was missing; never pip's retries.
+#[test]
+fn python_package_spec_installs_offline_or_says_why_at_once() {
+    if skip_in_containers("a container installs with its image's pip") {
+        return;
+    }
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let s = Server::start(&format!("[replicas]\npackage_index = \"http://127.0.0.1:{closed}/simple\"\n"));
+    let write_package = |dir: &str| {
+        let pkg = s.data_dir().join("storage/p/pkgs").join(dir);
+        std::fs::create_dir_all(pkg.join("trainer")).unwrap();
+        std::fs::write(pkg.join("setup.py"), "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n").unwrap();
+        std::fs::write(pkg.join("trainer/__init__.py"), "").unwrap();
+        std::fs::write(pkg.join("trainer/task.py"), "print('offline task ran')\n").unwrap();
+        pkg
+    };
+    write_package("pkg");
+    let job = json!({
+        "displayName": "pkg-offline",
+        "jobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "pythonPackageSpec": {"executorImageUri": "python:3.11", "packageUris": ["gs://pkgs/pkg"], "pythonModule": "trainer.task"}
+        }]}
+    });
+    // The same package, but built by a backend nobody has: it cannot install offline.
+    let absent = write_package("absent");
+    std::fs::write(absent.join("pyproject.toml"), "[build-system]\nrequires = [\"trainyard-absent-backend\"]\nbuild-backend = \"trainyard_absent_backend\"\n").unwrap();
+    let mut other = job.clone();
+    other["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["packageUris"] = json!(["gs://pkgs/absent"]);
+    let (j, k) = (s.create("p", &job), s.create("p", &other));
+    let said = format!("the package index http://127.0.0.1:{closed}/simple cannot be reached from the replica");
+    for (j, must_fail) in [(j, false), (k, true)] {
+        let name = name_of(&j);
+        let done = s.wait_terminal(&name, 180);
+        let text = s.logs_text(&name);
+        assert!(!text.contains("Retrying"), "pip retried the index:\n{text}");
+        // The plain package builds where the replicas' Python has wheel's bdist_wheel (or
+        // setuptools 70.1 or later); else it too fails, saying so.
+        if state(&done) == "JOB_STATE_SUCCEEDED" && !must_fail {
+            assert!(text.contains("offline task ran"), "{text}");
+        } else {
+            assert_eq!(state(&done), "JOB_STATE_FAILED", "{done:#}\n{text}");
+            assert!(text.contains(&said), "{text}");
+            if must_fail {
+                assert!(text.contains("trainyard_absent_backend") || text.contains("trainyard-absent-backend"), "{text}");
+            }
+        }
+    }
+}
+
 /// The SDK's paths for host programs: `/gcs/<bucket>/<path>` is the project's object (a
 /// mount namespace of the replica's as root, else a rewrite of command and args), and a
 /// command that runs pip gets a venv of the job's first on PATH and a home and user base

@@ -15,6 +15,7 @@
 # with everything it started, and the replica exits 1 with a last line that says why.
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,10 +53,11 @@ for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, stopped)
 
 
-def run(what, argv, env):
-    """Run a step of the build in a process group of its own, until the deadline."""
+def run(what, argv, env, out=sys.stderr, check=True):
+    """Run a step of the build in a process group of its own, until the deadline; with
+    `check`, a step that fails fails the build, else its status is returned."""
     global child
-    child = subprocess.Popen(argv, env=env, cwd=venv, stdin=subprocess.DEVNULL, stdout=sys.stderr, start_new_session=True)
+    child = subprocess.Popen(argv, env=env, cwd=venv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     try:
         status = child.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -65,8 +67,9 @@ def run(what, argv, env):
     # Whatever the step left behind in its group goes too.
     kill_child()
     child = None
-    if status != 0:
+    if status != 0 and check:
         fail(f"{what} failed (exit status {status})")
+    return status
 
 
 def forward_to(path):
@@ -105,6 +108,73 @@ def forward_to(path):
 
     threading.Thread(target=accept, daemon=True).start()
     return listener.getsockname()[1]
+
+
+def index_url(env):
+    """The index pip would ask: `[replicas] package_index`, else pip's own setting."""
+    if index:
+        return index
+    if env.get("PIP_INDEX_URL"):
+        return env["PIP_INDEX_URL"]
+    try:
+        out = subprocess.run([os.path.join(venv, "bin", "python3"), "-m", "pip", "config", "get", "global.index-url"],
+                             env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "https://pypi.org/simple"
+
+
+def unreachable(url):
+    """Why the index at `url` cannot be reached from here (None if a connection opens)."""
+    import socket
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return None
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        socket.create_connection((u.hostname, port), timeout=5).close()
+        return None
+    except OSError as e:
+        return f"{u.hostname}:{port}: {e.strerror or e}"
+
+
+def install(copies, env):
+    """The job's packages into the venv: first from what is here alone (no index, and
+    the host's setuptools and wheel, not copies fetched for an isolated build), which
+    needs no network; then, if that is not enough, with the index. An index that cannot
+    be reached is said once, with what the offline try lacked, instead of pip's retries."""
+    names = ", ".join(os.path.basename(p.rstrip("/")) for p in packages)
+    what = f"installing packageUris ({names})"
+    pip = [os.path.join(venv, "bin", "python3"), "-m", "pip", "install", "--quiet"]
+    log_path = os.path.join(venv, ".trainyard-offline.log")
+    with open(log_path, "w") as log:
+        status = run(what, [*pip, "--no-index", "--no-build-isolation", *copies], env, out=log, check=False)
+    with open(log_path, errors="replace") as log:
+        offline = [line.strip() for line in log if line.strip()]
+    os.unlink(log_path)
+    if status == 0:
+        return
+    # The first error line that says something (pip's own codes, such as
+    # "error: subprocess-exited-with-error", say only that something failed, and
+    # "ERROR: Exception:" heads a traceback, whose last line says what).
+    lacked = next((l for l in offline if l.lower().startswith("error:") and not re.fullmatch(r"(?i)error: ([a-z-]+|exception:)", l)), offline[-1] if offline else f"exit status {status}")
+    if index == "none":
+        for line in offline:
+            print(line, file=sys.stderr)
+        fail(f"{what} failed without an index ([replicas] package_index = \"none\"): {lacked}")
+    url = index_url(env)
+    why = None if proxy else unreachable(url)
+    if why is not None:
+        fail(
+            f"{what}: the package index {url} cannot be reached from the replica ({why}), and the packages do "
+            f"not install from what the host has ({lacked}); set [replicas] package_index to an index the "
+            "replicas reach, or give the host's Python what the packages need (setuptools and wheel to build them)"
+        )
+    run(what, pip + copies, env)
 
 
 def is_ready():
@@ -159,9 +229,7 @@ def build():
             shutil.copyfile(p, copy, follow_symlinks=False)
         copies.append(copy)
     if copies:
-        names = ", ".join(os.path.basename(p.rstrip("/")) for p in packages)
-        pip = [os.path.join(venv, "bin", "python3"), "-m", "pip", "install", "--quiet", *copies]
-        run(f"installing packageUris ({names})", pip, env)
+        install(copies, env)
     # A new file in place of whatever is there (never opened through a link or a FIFO).
     try:
         os.unlink(ready)
