@@ -23,6 +23,9 @@ pub const STDERR: u8 = 2;
 pub const STATUS: u8 = 3;
 pub const RESIZE: u8 = 4;
 
+/// The largest message either side may send (a channel byte and its payload).
+pub const MAX_MESSAGE: usize = 1 << 20;
+
 /// A message of the protocol: the channel byte, then the payload.
 pub fn frame(channel: u8, data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(data.len() + 1);

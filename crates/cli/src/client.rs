@@ -1389,6 +1389,7 @@ const USAGE_COLUMNS: &[Column] = &[
     ("CANCELLED", |r| text(&r["jobsCancelled"])),
     ("PREEMPTIONS", |r| text(&r["preemptions"])),
     ("LOST_GPU_HOURS", |r| hours_cell(&r["lostGpuHours"])),
+    ("GOODPUT", |r| if r["goodput"].is_null() { "-".into() } else { text(&r["goodput"]) }),
 ];
 
 const USAGE_HOURLY_COLUMNS: &[Column] = &[

@@ -873,6 +873,13 @@ fn console_in_headless_chromium() {
     c.wait_for("past use", "document.querySelectorAll('#usage-history tbody tr').length > 0", 20);
     let aligned = c.eval("[...document.querySelectorAll('#usage-history th')].map(t => getComputedStyle(t).textAlign + ':' + t.textContent).join(',')");
     assert_eq!(aligned, json!("left:Project,right:CPUs (average),right:Memory GiB (average),left:Accelerators (average)"));
+    // TY10: the usage table's goodput of the jobs that ended, as a percentage.
+    let goodput = c.wait_for(
+        "the usage table's goodput",
+        "(h => h && h.textContent === 'Goodput' && [...document.querySelectorAll('#usage-table tbody tr')].map(r => r.lastElementChild.textContent).join(','))(document.querySelector('#usage-table thead th:last-child'))",
+        20,
+    );
+    assert!(goodput.as_str().unwrap_or("").split(',').any(|c| c.ends_with('%')), "{goodput}");
     c.assert_clean("nodes page");
     c.screenshot("12-nodes-and-queue");
     c.click("#nodes tr.row a");

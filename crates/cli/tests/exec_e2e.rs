@@ -198,7 +198,8 @@ sys.stdout.write("\nexit=%d\n" % os.waitstatus_to_exitcode(status))
 /// Each refusal names what is wrong and opens nothing: a job of another project (404), a
 /// replica the job does not have (404 naming its replicas), a job that has ended
 /// (FAILED_PRECONDITION naming its state), a NUL byte or a wrong parameter (400), a plain
-/// GET that is no WebSocket (400), a page of another site (403).
+/// GET that is no WebSocket (400), a page of another site (403), a message over 1 MiB (the
+/// session's status names the limit).
 #[test]
 fn refusals_name_what_is_wrong() {
     let s = Server::start("");
@@ -228,6 +229,32 @@ fn refusals_name_what_is_wrong() {
     let out = exec_out(&s, "p", &[id(&name), "--replica", "workerpool1-0", "--", "true"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("no replica \"workerpool1-0\""), "{}", text(&out.stderr));
+
+    // A message over the limit (1 MiB) ends the session with a status that names the limit.
+    {
+        use tokio_tungstenite::tungstenite::{self, Message};
+        let ws_url = url("p", id(&name), "?command=cat").replacen("http", "ws", 1);
+        let addr = s.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
+        let tcp = std::net::TcpStream::connect(&addr).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (mut ws, _) = tungstenite::client(ws_url.as_str(), tcp).expect("the session's handshake");
+        let mut big = vec![0u8; (1 << 20) + 2];
+        big[1..].fill(b'x');
+        let _ = ws.send(Message::Binary(big.into()));
+        let status = loop {
+            match ws.read() {
+                Ok(Message::Binary(b)) if b.first() == Some(&3) => break serde_json::from_slice::<Value>(&b[1..]).expect("a status"),
+                Ok(Message::Close(_)) | Err(_) => panic!("the session ended without a status"),
+                Ok(_) => {}
+            }
+        };
+        let message = status["message"].as_str().unwrap_or("");
+        assert!(message.contains("larger than 1048576 bytes"), "{status}");
+        assert_eq!(status["error"]["status"], "INVALID_ARGUMENT", "{status}");
+    }
+    // The replica goes on.
+    let out = exec_out(&s, "p", &[id(&name), "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 
     cancel(&s, &name);
     s.wait_terminal(&name, 30);

@@ -366,12 +366,28 @@ fn usage_report_gpu_hours_equal_the_sum_over_the_jobs_runs() {
     let cpu_secs = r["cpuHours"].as_f64().unwrap_or(0.0) * 3600.0;
     assert!(cpu_secs > gpu_secs, "a2-highgpu-1g has 12 vCPUs per GPU: {r:#}");
     assert!(v["series"].as_array().is_some_and(|a| !a.is_empty()), "{v:#}");
+    // TY10: the ended jobs' goodput, summed from their own accounts.
+    let (mut productive, mut accounted, mut gpu_productive) = (0.0, 0.0, 0.0);
+    for j in [&two, &one] {
+        let g = &j["trainyardGoodput"];
+        let total = |s: &Value| ["queued", "starting", "productive", "idle", "lost"].iter().map(|k| s[*k].as_f64().unwrap_or(0.0)).sum::<f64>();
+        productive += g["wallSeconds"]["productive"].as_f64().unwrap_or(-1.0);
+        accounted += total(&g["wallSeconds"]);
+        gpu_productive += g["acceleratorSeconds"]["productive"].as_f64().unwrap_or(-1.0);
+    }
+    let near = |hours: &Value, secs: f64| (hours.as_f64().unwrap_or(-1.0) * 3600.0 - secs).abs() < 0.05;
+    assert!(productive > 0.0 && accounted > productive && gpu_productive > productive, "{two:#} {one:#}");
+    assert!(near(&r["productiveHours"], productive) && near(&r["accountedHours"], accounted), "{r:#}\n{productive} of {accounted}");
+    assert!(near(&r["productiveGpuHours"], gpu_productive), "{r:#}");
+    let ratio = r["goodput"].as_f64().unwrap_or(-1.0);
+    assert!((ratio - productive / accounted).abs() < 0.002, "{r:#}");
 
     s.restart();
     let (_, after) = s.call("GET", &s.url("/v1/admin/usage?project=p"), None);
     let r2 = row(&after);
     assert_eq!(r2["gpuHours"], r["gpuHours"], "kept across a restart: {after:#}");
     assert_eq!(r2["jobsCancelled"], r["jobsCancelled"]);
+    assert_eq!(r2["goodput"], r["goodput"], "goodput kept across a restart: {after:#}");
     let metrics = ureq::get(&s.url("/metrics")).call().expect("GET /metrics").into_body().read_to_string().expect("body");
     let line = metrics
         .lines()

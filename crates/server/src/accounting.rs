@@ -125,12 +125,7 @@ impl Ledger {
         self.accrue(new.id, now);
         let acc = main_accelerator(new);
         if new.is_terminal() && !old.is_some_and(Job::is_terminal) && old.is_some() {
-            let e = self.entry(&new.project, &acc, now);
-            match new.state() {
-                State::Succeeded => e.succeeded += 1,
-                State::Failed => e.failed += 1,
-                _ => e.cancelled += 1,
-            }
+            self.ended(new, &acc, now);
         }
         let preempted = |j: &Job| matches!(j.phase, Phase::Stopping { then: After::Preempted { .. }, .. });
         if let Some(o) = old {
@@ -180,12 +175,23 @@ impl Ledger {
             self.accrue_parts(&job.project, &parts, from, end);
         }
         let acc = main_accelerator(job);
-        let e = self.entry(&job.project, &acc, end);
+        self.ended(job, &acc, end);
+    }
+
+    /// A job's end, in the hour of `at`: its end state, and its goodput's account (TY10).
+    fn ended(&mut self, job: &Job, acc: &str, at: Micros) {
+        let g = trainyard_core::goodput::Goodput::until(job, job.end_time().unwrap_or(at).max(job.update_time));
+        let secs = |us: Micros| us as f64 / SECOND as f64;
+        let e = self.entry(&job.project, acc, at);
         match job.state() {
             State::Succeeded => e.succeeded += 1,
             State::Failed => e.failed += 1,
             _ => e.cancelled += 1,
         }
+        e.productive_seconds += secs(g.wall.productive);
+        e.accounted_seconds += secs(g.wall.total());
+        e.productive_accelerator_seconds += secs(g.accelerator.productive);
+        e.accounted_accelerator_seconds += secs(g.accelerator.total());
     }
 
     /// What the running replicas' cgroups say, per running job. Memory is counted as in
@@ -304,6 +310,16 @@ mod tests {
         let total: f64 = rows.iter().map(|r| r.amounts.accelerator_seconds).sum();
         assert!((total - 4.0 * (at - start) as f64 / 1e6).abs() < 1e-6, "{rows:?}");
         assert_eq!(rows.iter().map(|r| r.amounts.cancelled).sum::<u64>(), 1);
+        // TY10: its goodput's account, once, in the hour of its end: all of its life, split
+        // as the job's own account says (its running time lost to the preemption: the
+        // checkpoint above was not seen by the lifecycle).
+        let sum = |f: fn(&Amounts) -> f64| rows.iter().map(|r| f(&r.amounts)).sum::<f64>();
+        let g = trainyard_core::goodput::Goodput::until(&j, at + HOUR);
+        assert!((sum(|a| a.accounted_seconds) - (at + HOUR) as f64 / 1e6).abs() < 1e-6, "{rows:?}");
+        assert!((sum(|a| a.accounted_seconds) - g.wall.total() as f64 / 1e6).abs() < 1e-6, "{g:?}");
+        assert!((sum(|a| a.productive_seconds) - g.wall.productive as f64 / 1e6).abs() < 1e-6, "{g:?}");
+        assert!((sum(|a| a.accounted_accelerator_seconds) - g.accelerator.total() as f64 / 1e6).abs() < 1e-6, "{g:?}");
+        assert!(g.wall.lost > 0 && g.accelerator.total() == 4 * g.wall.total() - 4 * g.wall.queued, "{g:?}");
         l.stored();
         assert!(l.rows(at + 3 * HOUR).is_empty());
     }

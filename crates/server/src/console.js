@@ -2184,11 +2184,13 @@ async function nodesPage(pg) {
       put(usageBox,
         h("table", { class: "list", id: "usage-table" },
           h("thead", {}, h("tr", {}, h("th", {}, "Project"), h("th", {}, "Accelerator"),
-            ["Reserved CPU-h", "GPU-h", "Reserved memory GB-h", "Used CPU-h", "Used memory GB-h", "Succeeded", "Failed", "Cancelled", "Preemptions", "GPU-h lost"].map((x) => h("th", { class: "num" }, x)))),
+            ["Reserved CPU-h", "GPU-h", "Reserved memory GB-h", "Used CPU-h", "Used memory GB-h", "Succeeded", "Failed", "Cancelled", "Preemptions", "GPU-h lost", "Goodput"].map((x) => h("th", { class: "num" }, x)))),
           h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, r.project), h("td", {}, r.acceleratorType),
             ...[r.cpuHours, r.gpuHours, r.memoryGbHours, r.usedCpuHours, r.usedMemoryGbHours].map((x) => h("td", { class: "num" }, n(x))),
             ...[r.jobsSucceeded, r.jobsFailed, r.jobsCancelled, r.preemptions].map((x) => h("td", { class: "num" }, String(x))),
-            h("td", { class: "num" }, n(r.lostGpuHours)))))),
+            h("td", { class: "num" }, n(r.lostGpuHours)),
+            h("td", { class: "num", title: r.goodput == null ? "no job ended" : `productive ${n(r.productiveHours)} h of ${n(r.accountedHours)} h` },
+              r.goodput == null ? "–" : `${Math.round(r.goodput * 1000) / 10}%`))))),
         h("div", { class: "usage-charts" }, [...byProject.entries()].map(([p, pts]) => usageChart(p, pts, from.getTime()))),
         h("p", { class: "muted small" }, "Reserved: what the jobs' machine types hold, from placement until their replicas are down. Used: what their cgroups say (memory; CPU where the cgroup accounts it). `trainyard usage` prints the same (table, json, csv)."));
       clearError("usage");

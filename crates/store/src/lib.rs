@@ -287,6 +287,12 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL
      );
      CREATE INDEX points_by_series ON points(series, seq);",
+    // 7: goodput in the usage ledger (TY10): each ended job's productive and accounted
+    // time, wall and accelerator, counted in the hour of its end.
+    "ALTER TABLE usage ADD COLUMN productive_seconds REAL NOT NULL DEFAULT 0;
+     ALTER TABLE usage ADD COLUMN accounted_seconds REAL NOT NULL DEFAULT 0;
+     ALTER TABLE usage ADD COLUMN productive_accelerator_seconds REAL NOT NULL DEFAULT 0;
+     ALTER TABLE usage ADD COLUMN accounted_accelerator_seconds REAL NOT NULL DEFAULT 0;",
 ];
 
 /// The same schema in PostgreSQL, migration for migration (a version means the same
@@ -426,6 +432,10 @@ const PG_MIGRATIONS: &[&str] = &[
      CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON records FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
      CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON points FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();
      CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON record_links FOR EACH STATEMENT EXECUTE FUNCTION trainyard_fence();"#,
+    "ALTER TABLE usage ADD COLUMN productive_seconds DOUBLE PRECISION NOT NULL DEFAULT 0;
+     ALTER TABLE usage ADD COLUMN accounted_seconds DOUBLE PRECISION NOT NULL DEFAULT 0;
+     ALTER TABLE usage ADD COLUMN productive_accelerator_seconds DOUBLE PRECISION NOT NULL DEFAULT 0;
+     ALTER TABLE usage ADD COLUMN accounted_accelerator_seconds DOUBLE PRECISION NOT NULL DEFAULT 0;",
 ];
 
 /// The advisory lock servers that start together on one PostgreSQL take while they

@@ -284,7 +284,7 @@ fn calm_round(api: &Api, n: usize, creates: &mut Vec<f64>, starts: &mut Vec<f64>
         let v = api.wait(&name, |v| v.get("startTime").is_some() || v["state"] == "JOB_STATE_FAILED")?;
         match (rfc3339_micros(&v["createTime"]), rfc3339_micros(&v["startTime"])) {
             (Some(c), Some(s)) => {
-                if s - c > 1_000_000 {
+                if s - c > 200_000 {
                     eprintln!("slow start: {name}: {} ms", (s - c) / 1000);
                 }
                 starts.push((s - c) as f64 / 1000.0)

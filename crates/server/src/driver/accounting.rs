@@ -42,6 +42,14 @@ fn amounts_json(a: &Amounts) -> serde_json::Map<String, Value> {
     m.insert("jobsCancelled".into(), json!(a.cancelled));
     m.insert("preemptions".into(), json!(a.preemptions));
     m.insert("lostGpuHours".into(), json!(hours(a.lost_accelerator_seconds)));
+    // TY10: the goodput of the jobs that ended, and its parts.
+    m.insert("productiveHours".into(), json!(hours(a.productive_seconds)));
+    m.insert("accountedHours".into(), json!(hours(a.accounted_seconds)));
+    m.insert("productiveGpuHours".into(), json!(hours(a.productive_accelerator_seconds)));
+    m.insert("accountedGpuHours".into(), json!(hours(a.accounted_accelerator_seconds)));
+    if a.accounted_seconds > 0.0 {
+        m.insert("goodput".into(), json!((a.productive_seconds / a.accounted_seconds * 1000.0).round() / 1000.0));
+    }
     m
 }
 

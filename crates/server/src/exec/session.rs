@@ -294,6 +294,13 @@ impl Session {
                             let e = ApiError::invalid_argument("Session messages are binary: a channel byte, then the payload (docs/exec.md).");
                             break Err(End { status: failure(e), outcome: "refused" });
                         }
+                        Some(Err(e)) if too_large(&e) => {
+                            let e = ApiError::invalid_argument(format!(
+                                "A session message was larger than {} bytes, the most one may carry (docs/exec.md); the session ended. Send input in smaller messages.",
+                                trainyard_api::exec::MAX_MESSAGE
+                            ));
+                            break Err(End { status: failure(e), outcome: "refused" });
+                        }
                         Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                             break Err(client_gone());
                         }
@@ -403,6 +410,18 @@ impl Session {
             (other, _) => Err(ApiError::invalid_argument(format!("Unknown session channel {other} (0 is input, 4 a terminal's size)."))),
         }
     }
+}
+
+/// Was a client's message or frame over the session's limit?
+fn too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if matches!(err.downcast_ref::<tungstenite::Error>(), Some(tungstenite::Error::Capacity(_))) {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// The client closed the session or its connection.

@@ -125,7 +125,7 @@ async fn open(
         connect: ask.port,
     };
     let session = exec.start(req, slot).await?;
-    Ok(upgrade.max_message_size(1 << 20).protocols([crate::security::SESSION_PROTOCOL]).on_upgrade(move |ws| session.run(ws)))
+    Ok(upgrade.max_message_size(trainyard_api::exec::MAX_MESSAGE).max_frame_size(trainyard_api::exec::MAX_MESSAGE).protocols([crate::security::SESSION_PROTOCOL]).on_upgrade(move |ws| session.run(ws)))
 }
 
 /// A browser's page may open a session only from this server's own origin: WebSockets are
