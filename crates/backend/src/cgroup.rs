@@ -736,7 +736,27 @@ impl V1Cgroup {
 
     /// `<group>/<name>` in the cpu hierarchy with `cpu.shares`.
     pub fn cpu(group: &Path, name: &str, shares: u64) -> Result<V1Cgroup, CgroupError> {
-        V1Cgroup::make(group, name, "cpu.shares", shares)
+        // `group` is a project's share of the replicas' CPU group (`cpu_share_name`),
+        // made by the first of its replicas; the last one to end may be removing it, so a
+        // share that went away meanwhile is made again.
+        let mut tries = 0;
+        loop {
+            match fs::create_dir(group) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(FileError { op: "create the project's CPU share", path: group.to_path_buf(), source: e }.into()),
+            }
+            match V1Cgroup::make(group, name, "cpu.shares", shares) {
+                Err(CgroupError::File(e)) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
+                made => return made,
+            }
+        }
+    }
+
+    /// Removes a project's share of the replicas' CPU group once no replica of the project
+    /// has a cgroup in it (any other state leaves it: it is in use).
+    pub fn remove_share_if_idle(group: &Path) {
+        let _ = fs::remove_dir(group);
     }
 
     /// Creates `<base>/<name>` (or reuses it if it exists and holds no process, like
@@ -851,6 +871,13 @@ impl CpuSupport {
             CpuSupport::Unavailable { reason } => format!("replicas' programs yield the CPU by their nice value only (no CPU group: {reason})"),
         }
     }
+}
+
+/// The name of a project's share of the replicas' CPU group (cgroup v1): `u<uid>` for a
+/// replica of a per-project user, `server` for one of the server's own user. A project with
+/// many replicas busy gets the same CPU as one with a single replica starting.
+pub fn cpu_share_name(uid: Option<u32>) -> String {
+    uid.map_or_else(|| "server".to_string(), |u| format!("u{u}"))
 }
 
 /// This process's cgroup directory in the v1 hierarchy of the cpu controller.

@@ -338,8 +338,9 @@ impl LocalBackend {
             _ => None,
         };
         // cgroup v1: the replicas' CPU group is in a hierarchy of its own (v2: the replica's
-        // cgroup is below it already).
-        spec.cpu_cgroup = self.cpu.v1_group().filter(|_| spec.container.is_none()).map(Path::to_path_buf);
+        // cgroup is below it already), with a level per project: the group's CPU is shared
+        // by the projects, then by each project's replicas.
+        spec.cpu_cgroup = self.cpu.v1_group().filter(|_| spec.container.is_none()).map(|g| g.join(crate::cgroup::cpu_share_name(spec.run_as.map(|r| r.uid))));
         shim::write_spec(&run_dir, &spec)?;
         let stderr_path = run_dir.join(shim::SHIM_STDERR_FILE);
         let shim_stderr = fsutil::open_append(&stderr_path)?;
@@ -730,6 +731,9 @@ fn remove_cgroups_of(spec: &ShimSpec, run_dir: &Path) {
         if let Some(Err(e)) = cg.map(|cg| cg.remove()) {
             tracing::warn!(run_dir = %run_dir.display(), "removing the replica's {what} cgroup: {e}");
         }
+    }
+    if let Some(share) = &spec.cpu_cgroup {
+        V1Cgroup::remove_share_if_idle(share);
     }
 }
 

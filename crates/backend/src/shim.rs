@@ -163,9 +163,10 @@ pub struct ShimSpec {
     /// programs only (a container's limit is the engine's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_cgroup_base: Option<PathBuf>,
-    /// cgroup v1: the replicas' CPU group (`<own cpu cgroup>/trainyard`, see
-    /// [`crate::CpuSupport`]): the shim makes the replica's cgroup `<cpu_cgroup>/<cgroup_name>`
-    /// there, opens its `tasks` before it changes namespaces, the program writes itself
+    /// cgroup v1: the project's share of the replicas' CPU group
+    /// (`<own cpu cgroup>/trainyard/<cpu_share_name>`, see [`crate::CpuSupport`] and
+    /// [`crate::cgroup::cpu_share_name`]), made if missing: the shim makes the replica's
+    /// cgroup `<cpu_cgroup>/<cgroup_name>` there, opens its `tasks` before it changes namespaces, the program writes itself
     /// there before its exec, and the shim removes it when the run ends. Host programs only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cgroup: Option<PathBuf>,
@@ -931,7 +932,14 @@ fn remove_cgroups(cgroups: &ReplicaCgroups) {
         let memory = cgroups.memory.as_ref().map(ReplicaCgroup::kill_and_remove);
         reap(Pid::from_raw(-1), &mut ignored);
         let pids = cgroups.pids.as_ref().map(|cg| cg.remove());
-        let cpu = cgroups.cpu.as_ref().map(|cg| cg.remove());
+        let cpu = cgroups.cpu.as_ref().map(|cg| {
+            let removed = cg.remove();
+            // The project's share goes with its last replica.
+            if let Some(share) = cg.path().parent() {
+                V1Cgroup::remove_share_if_idle(share);
+            }
+            removed
+        });
         let errors: Vec<CgroupError> = [memory, pids, cpu].into_iter().flatten().filter_map(Result::err).collect();
         if errors.is_empty() {
             return;

@@ -77,9 +77,11 @@ fn cgroup_of(pid: i32, controller: &str) -> String {
 
 /// A replica's program (a per-project user's, in a mount namespace of its own with `/gcs`,
 /// and one without) is in a cgroup of its own in the replicas' CPU group, which weighs
-/// what one task at nice 10 does, each replica one equal share inside it; the shim that
-/// supervises it is not (the control plane keeps the server's share); the replica's CPU
-/// cgroup goes when it ends.
+/// what one task at nice 10 does; on cgroup v1 the group is shared equally by projects
+/// (`u<uid>`), then by each project's replicas, so that a tenant's many busy replicas
+/// cannot starve another project's one starting; the shim that supervises it is not in
+/// the group (the control plane keeps the server's share); the replica's CPU cgroup, and
+/// its project's share with its last replica, go when it ends.
 #[test]
 fn a_replicas_program_is_in_the_replicas_cpu_group_and_its_shim_is_not() {
     let Some(backend) = backend_with_cpu_group() else { return };
@@ -109,13 +111,17 @@ fn a_replicas_program_is_in_the_replicas_cpu_group_and_its_shim_is_not() {
             CpuSupport::V1 { group, shares } => {
                 assert_eq!(*shares, nice_weight(NICE));
                 assert_eq!(fs::read_to_string(group.join("cpu.shares")).unwrap().trim(), nice_weight(NICE).to_string());
-                let own = group.join(&name);
+                // The project's share of the group, then the replica's within it.
+                let share = group.join(format!("u{UID}"));
+                assert_eq!(fs::read_to_string(share.join("cpu.shares")).unwrap().trim(), "1024", "projects share the group equally");
+                let own = share.join(&name);
                 let tasks = fs::read_to_string(own.join("tasks")).unwrap();
                 assert!(tasks.lines().any(|t| t == pid.to_string()), "replica {n}: program {pid} is not in {}: {tasks:?}", own.display());
-                assert_eq!(fs::read_to_string(own.join("cpu.shares")).unwrap().trim(), "1024", "replicas share the group equally");
-                assert!(cgroup_of(pid, "cpu").ends_with(&format!("/trainyard/{name}")), "{}", cgroup_of(pid, "cpu"));
+                assert_eq!(fs::read_to_string(own.join("cpu.shares")).unwrap().trim(), "1024", "a project's replicas share its share equally");
+                assert!(cgroup_of(pid, "cpu").ends_with(&format!("/trainyard/u{UID}/{name}")), "{}", cgroup_of(pid, "cpu"));
                 assert!(!cgroup_of(ppid, "cpu").contains("/trainyard"), "its shim is in the replicas' group: {}", cgroup_of(ppid, "cpu"));
                 cpu_cgroups.push(own);
+                cpu_cgroups.push(share);
             }
             CpuSupport::V2 { group, nice } => {
                 assert_eq!(*nice, NICE);
