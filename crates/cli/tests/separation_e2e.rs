@@ -300,7 +300,9 @@ fn a_venv_build_is_bounded_in_time_stopped_by_cancel_and_never_blocks_another_pr
     if skip_on_slurm("the package is read from the server's storage") {
         return;
     }
-    let s = Server::start("[replicas]\nvenv_build_timeout_secs = 20\n");
+    // A limit that a plain build (a venv, then pip) keeps well inside on a loaded 2-core
+    // machine: the quick project's build must end before the slow one is killed.
+    let s = Server::start("[replicas]\nvenv_build_timeout_secs = 45\n");
     let make = |project: &str, setup: &str| {
         let pkg = s.data_dir().join(format!("storage/{project}/pkgs/trainer-src"));
         std::fs::create_dir_all(pkg.join("trainer")).unwrap();

@@ -152,7 +152,7 @@ def install(copies, env):
     pip = [os.path.join(venv, "bin", "python3"), "-m", "pip", "install", "--quiet"]
     log_path = os.path.join(venv, ".trainyard-offline.log")
     with open(log_path, "w") as log:
-        status = run(what, [*pip, "--no-index", "--no-build-isolation", *copies], env, out=log, check=False)
+        status = run(f"{what} without an index", [*pip, "--no-index", "--no-build-isolation", *copies], env, out=log, check=False)
     with open(log_path, errors="replace") as log:
         offline = [line.strip() for line in log if line.strip()]
     os.unlink(log_path)
