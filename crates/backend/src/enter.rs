@@ -148,6 +148,31 @@ fn running_spec(run_dir: &Path) -> Result<ShimSpec, String> {
     Ok(spec)
 }
 
+/// How long a session waits for a running replica's container to be there: the engine
+/// creates it after its client (the replica's program, as the shim sees it) has started.
+/// Within the server's bound on entering (10 s).
+const CONTAINER_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// The pid of the replica's container's first process, once the container runs (waited
+/// for up to `CONTAINER_WAIT`, while the replica has not ended).
+fn running_container(c: &crate::container::ContainerSpec, run_dir: &Path) -> Result<u32, String> {
+    let deadline = std::time::Instant::now() + CONTAINER_WAIT;
+    loop {
+        let seen = c.engine.output(["inspect", "--format", "{{.State.Pid}}", &c.name]);
+        if let Some(pid) = seen.as_ref().ok().and_then(|o| o.trim().parse::<u32>().ok()).filter(|p| *p > 0) {
+            return Ok(pid);
+        }
+        if run_dir.join(shim::STATUS_FILE).exists() {
+            return Err("the replica has ended".into());
+        }
+        if std::time::Instant::now() >= deadline {
+            let why = seen.err().unwrap_or_else(|| "it is not running".into());
+            return Err(format!("the replica's container {} is not there after {}s: {why}", c.name, CONTAINER_WAIT.as_secs()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Enters the replica and execs the command; returns only the reason it could not.
 fn enter(req: &Request) -> String {
     let spec = match running_spec(&req.run_dir) {
@@ -156,6 +181,11 @@ fn enter(req: &Request) -> String {
     };
     let argv: Vec<String> = if req.argv.is_empty() { DEFAULT_SHELL.iter().map(|s| s.to_string()).collect() } else { req.argv.clone() };
     if let Some(c) = &spec.container {
+        // The replica is running once its engine client is; the container itself may be
+        // a moment behind.
+        if let Err(e) = running_container(c, &req.run_dir) {
+            return e;
+        }
         // The engine enters its container (its namespaces, cgroup, user and environment).
         let mut args: Vec<OsString> = vec!["exec".into(), "--interactive".into()];
         if req.tty {
@@ -183,10 +213,7 @@ fn enter(req: &Request) -> String {
 fn connect(req: &Request, port: u16) -> Result<std::net::TcpStream, String> {
     let spec = running_spec(&req.run_dir)?;
     let pid = match &spec.container {
-        Some(c) => {
-            let out = c.engine.output(["inspect", "--format", "{{.State.Pid}}", &c.name]).map_err(|e| format!("the replica's container: {e}"))?;
-            out.trim().parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| "the replica's container is not running".to_string())?
-        }
+        Some(c) => running_container(c, &req.run_dir)?,
         None => program_pid(&req.run_dir)?,
     };
     let ns = File::open(format!("/proc/{pid}/ns/net")).map_err(|e| format!("the replica's network namespace: {e}"))?;
