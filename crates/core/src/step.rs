@@ -283,11 +283,27 @@ impl Cx<'_> {
         self.effects.push(Effect::Launch { run, node });
     }
 
+    /// Whether `stop` gives the replica notice first (TY11): a reason for it, a notice
+    /// period, and a program that runs.
+    fn gives_notice(&self, idx: usize) -> bool {
+        self.notice.is_some()
+            && self.settings.preemption_notice_secs > 0
+            && matches!(self.job.replicas[idx].state, ReplicaState::Running { .. })
+    }
+
+    /// How `stop` will stop the replica, in the log's words.
+    fn stop_words(&self, idx: usize) -> String {
+        if self.gives_notice(idx) {
+            format!("notice ({}s, {}), then SIGTERM", self.settings.preemption_notice_secs, self.settings.timeout_warning_signal)
+        } else {
+            "SIGTERM".to_string()
+        }
+    }
+
     fn stop(&mut self, idx: usize, then: AfterReplicaStop) {
         let run = self.run_id(idx);
         let notice = crate::job::secs(self.settings.preemption_notice_secs);
-        let running = matches!(self.job.replicas[idx].state, ReplicaState::Running { .. });
-        if let (Some(reason), true, true) = (self.notice.clone(), notice > 0, running) {
+        if let (Some(reason), true) = (self.notice.clone(), self.gives_notice(idx)) {
             // TY11: notice first (the warning signal and the notice file); SIGTERM when
             // it ends, unless the program has exited by then.
             let deadline = self.now.saturating_add(notice);
@@ -940,8 +956,9 @@ impl Cx<'_> {
             return;
         };
         if graceful {
-            self.log_rule("L9", Some(replica), format!("Replica {replica}: {what}; SIGTERM, then restart on node {node}."));
             self.notice = Some(format!("drain: {what}"));
+            let how = self.stop_words(idx);
+            self.log_rule("L9", Some(replica), format!("Replica {replica}: {what}; {how}, then restart on node {node}."));
             self.stop(idx, AfterReplicaStop::Move { node });
         } else {
             // The old run is stopped for good measure (L20); its late report is stale.
@@ -968,8 +985,9 @@ impl Cx<'_> {
         }
         let name = self.job.replicas[idx].name.clone();
         if graceful {
-            self.log_rule("TY10", Some(&name), format!("Replica {name}: {cause}; SIGTERM, then it leaves the elastic job (not counted as a restart)."));
             self.notice = Some(cause.to_string());
+            let how = self.stop_words(idx);
+            self.log_rule("TY10", Some(&name), format!("Replica {name}: {cause}; {how}, then it leaves the elastic job (not counted as a restart)."));
             self.stop(idx, AfterReplicaStop::Leave { cause: cause.to_string() });
         } else {
             let run = self.run_id(idx);

@@ -39,6 +39,10 @@ fn notices(effects: &[Effect]) -> Vec<(String, i32, String, Micros)> {
         .collect()
 }
 
+fn logged(effects: &[Effect], needle: &str) -> bool {
+    effects.iter().any(|e| matches!(e, Effect::Log(l) if l.text.contains(needle)))
+}
+
 fn stops(effects: &[Effect]) -> usize {
     effects.iter().filter(|e| matches!(e, Effect::Stop { .. })).count()
 }
@@ -82,6 +86,8 @@ fn ty11_l9_l18_a_drain_gives_notice_and_a_cancel_cuts_it_short() {
     let t = step(&j, Event::NodeMaintenance { replica: "workerpool1-0".into(), replacement: Some("c".into()) }, 10 * SECOND, &s).unwrap();
     assert_eq!(notices(&t.effects).len(), 1);
     assert!(notices(&t.effects)[0].2.starts_with("drain: "));
+    // The log says what happens: notice first, not SIGTERM.
+    assert!(logged(&t.effects, "its node went into maintenance; notice (60s, SIGUSR1), then SIGTERM, then restart on node c"), "{:?}", t.effects);
     assert!(matches!(t.job.replica("workerpool1-0").unwrap().state, ReplicaState::Stopping { sigterm_at: Some(_), .. }));
     let t = step(&t.job, Event::Cancel, 20 * SECOND, &s).unwrap();
     assert_eq!(stops(&t.effects), 2, "SIGTERM now to both: {:?}", t.effects);
@@ -91,6 +97,7 @@ fn ty11_l9_l18_a_drain_gives_notice_and_a_cancel_cuts_it_short() {
     let j = running(false, &plain);
     let t = step(&j, Event::NodeMaintenance { replica: "workerpool1-0".into(), replacement: Some("c".into()) }, 10 * SECOND, &plain).unwrap();
     assert_eq!((stops(&t.effects), notices(&t.effects).len()), (1, 0));
+    assert!(logged(&t.effects, "its node went into maintenance; SIGTERM, then restart on node c"), "{:?}", t.effects);
 }
 
 /// TY11, L19: the timeout gives notice too; the job still fails with DEADLINE_EXCEEDED.

@@ -116,13 +116,16 @@ def index_url(env):
         return index
     if env.get("PIP_INDEX_URL"):
         return env["PIP_INDEX_URL"]
-    try:
-        out = subprocess.run([os.path.join(venv, "bin", "python3"), "-m", "pip", "config", "get", "global.index-url"],
-                             env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    # As a step of the build: bounded by its deadline and stopped with the replica.
+    path = os.path.join(venv, ".trainyard-pip-config")
+    with open(path, "w") as out:
+        status = run("asking pip for its index", [os.path.join(venv, "bin", "python3"), "-m", "pip", "config", "get", "global.index-url"],
+                     env, out=out, check=False)
+    with open(path, errors="replace") as out:
+        said = out.read().strip()
+    os.unlink(path)
+    if status == 0 and said and "\n" not in said:
+        return said
     return "https://pypi.org/simple"
 
 
@@ -134,12 +137,40 @@ def unreachable(url):
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         return None
-    port = u.port or (443 if u.scheme == "https" else 80)
     try:
-        socket.create_connection((u.hostname, port), timeout=5).close()
-        return None
-    except OSError as e:
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError as e:
+        return f"{u.netloc}: {e}"
+    # The name's lookup is bounded too (getaddrinfo has no timeout of its own): it runs
+    # on a thread that is left behind if it does not answer within 5 s.
+    import threading
+
+    found = {}
+
+    def lookup():
+        try:
+            found["addrs"] = socket.getaddrinfo(u.hostname, port, type=socket.SOCK_STREAM)
+        except OSError as e:
+            found["error"] = e
+
+    t = threading.Thread(target=lookup, daemon=True)
+    t.start()
+    t.join(5)
+    if t.is_alive():
+        return f"{u.hostname}: its name's lookup did not answer within 5 s"
+    if "error" in found:
+        e = found["error"]
         return f"{u.hostname}:{port}: {e.strerror or e}"
+    last = None
+    for family, kind, proto, _, addr in found["addrs"]:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.settimeout(5)
+                s.connect(addr)
+            return None
+        except OSError as e:
+            last = e
+    return f"{u.hostname}:{port}: {(last and last.strerror) or last or 'no address'}"
 
 
 def install(copies, env):
