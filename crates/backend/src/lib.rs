@@ -11,7 +11,7 @@ mod fsutil;
 pub mod netns;
 pub mod local;
 pub mod log;
-mod procfs;
+pub mod procfs;
 pub mod seam;
 pub mod seccomp;
 pub mod shim;

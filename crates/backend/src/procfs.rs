@@ -52,6 +52,20 @@ fn listed_children(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
     Some(pids)
 }
 
+/// The live processes (not zombies) of the session or the process group whose id is `id`
+/// (fields 6 and 5 of their stat lines): what a process that leads a session or a group
+/// started, less what left it with setsid(2) or setpgid(2).
+pub fn members_of(id: libc::pid_t) -> Vec<libc::pid_t> {
+    let member = |pid: libc::pid_t| {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let live = !matches!(parse_state(&stat)?, 'Z' | 'X');
+        let ids = [stat_field(&stat, 5)?, stat_field(&stat, 6)?].map(|f| f.parse::<libc::pid_t>().ok());
+        (live && ids.contains(&Some(id))).then_some(pid)
+    };
+    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok()).filter_map(member).collect()
+}
+
 /// Field `n` of a `/proc/<pid>/stat` line, numbered as proc(5) does (1: pid, 2: the
 /// command name, 3: state, 4: ppid, ...; n >= 3). The command name is in parentheses and
 /// may itself contain spaces and parentheses, so fields are counted after the last `)`.
@@ -100,6 +114,39 @@ mod tests {
         assert_eq!(parse_ppid("4242 (a) b (c) S 17 4242 4242 0 -1 4194560"), Some(17));
         assert_eq!(parse_ppid("garbage"), None);
         assert_eq!(parse_state("4242 (a) b (c) Z 17 4242 4242 0 -1 4194560"), Some('Z'));
+    }
+
+    /// A group's members are found by its id, with the grandchildren its leader left behind;
+    /// one that left with setsid is not, nor a zombie.
+    #[test]
+    fn members_of_a_group_and_not_who_left_it() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & setsid sleep 31 & echo $!; exit 0"])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let id = leader.id() as libc::pid_t;
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(leader.stdout.take().unwrap()), &mut line).unwrap();
+        let left: libc::pid_t = line.trim().parse().unwrap();
+        leader.wait().unwrap();
+        // setsid(1) may not have left yet.
+        let sid = || fs::read_to_string(format!("/proc/{left}/stat")).ok().and_then(|s| stat_field(&s, 6)?.parse::<libc::pid_t>().ok());
+        for _ in 0..1000 {
+            if sid() == Some(left) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(sid(), Some(left), "setsid did not leave the group");
+        let members = members_of(id);
+        assert_eq!(members.len(), 1, "the backgrounded sleep: {members:?}");
+        assert!(!members.contains(&left) && !members.contains(&id));
+        for pid in members.into_iter().chain([left]) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 
     #[test]

@@ -377,6 +377,73 @@ fn sessions_are_limited_idle_ones_end_and_they_end_with_their_replica() {
     s.wait_terminal(&name, 60);
 }
 
+/// The host's processes running `sleep SECS` (the tests' markers: a number no other
+/// test uses).
+fn sleeping(secs: u32) -> Vec<u32> {
+    let want = format!("sleep\0{secs}\0");
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits up to `secs` for `sleeping(marker)` to be as `gone` says.
+fn sleeping_becomes(marker: u32, gone: bool, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if sleeping(marker).is_empty() == gone {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What a session started ends with it (host programs), as a step's processes end with
+/// the step on Slurm: a command's background processes, and an interactive shell's
+/// background jobs (process groups of their own in its session) once the shell exits,
+/// at once (the CLI does not wait for them to close their output). A process that left
+/// with setsid lives on, until the replica ends.
+#[test]
+fn what_a_session_started_ends_with_it() {
+    if containers_backend() {
+        // In a container the engine runs the command: what it leaves is the engine's
+        // (docs/exec.md).
+        return;
+    }
+    let s = Server::start("");
+    let (name, _) = viewer(&s, "p");
+    let started = Instant::now();
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", "sleep 424241 & sleep 424242 & setsid sleep 424243 & sleep 0.5; echo started"]);
+    assert_eq!(text(&out.stdout), "started\n", "{out:?}");
+    assert!(out.status.success(), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(20), "the CLI waited for the background processes");
+    assert!(sleeping_becomes(424241, true, 10) && sleeping_becomes(424242, true, 10), "the background processes outlived the session");
+    assert!(sleeping_becomes(424243, false, 10), "the setsid one went too");
+
+    // An interactive shell on a terminal (the CLI on a pty): its background job is a
+    // process group of its own in the shell's session.
+    let on_a_pty = "import os, pty, sys; st = pty.spawn(sys.argv[1:]); print('exit=%d' % os.waitstatus_to_exitcode(st))";
+    let out = Command::new("python3")
+        .args(["-c", on_a_pty, BIN, "custom-jobs", "exec", id(&name), "--tty", "--", "bash", "-ic", "sleep 424244 & sleep 0.2; jobs -l; echo shell-done"])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3");
+    assert!(text(&out.stdout).contains("shell-done") && text(&out.stdout).contains("exit=0"), "{out:?}");
+    assert!(sleeping_becomes(424244, true, 10), "the shell's background job outlived the session");
+
+    cancel(&s, &name);
+    s.wait_terminal(&name, 60);
+    assert!(sleeping_becomes(424243, true, 30), "the setsid process outlived its replica");
+}
+
 /// `port-forward LOCAL:REMOTE`: a local port reaches an HTTP server listening on the
 /// replica's loopback, connections side by side, 3 MB unchanged; with `[replicas] network =
 /// "job"` (a root server) that server is out of the host's reach and the forward still gets

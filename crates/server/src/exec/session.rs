@@ -19,6 +19,8 @@ const ENTER_BOUND: Duration = Duration::from_secs(10);
 const REPLICA_CHECK: Duration = Duration::from_secs(1);
 /// After the command exits, how long its last output may take to arrive.
 const DRAIN_BOUND: Duration = Duration::from_secs(2);
+/// How many times the processes an ended session left are looked for and killed.
+const MEMBER_ROUNDS: usize = 50;
 /// The most bytes read at once from the command (one WebSocket message): what a pipe
 /// holds.
 const CHUNK: usize = 64 * 1024;
@@ -104,6 +106,9 @@ pub struct Session {
     started_at: String,
     /// The replica cgroup's OOM kills when the session started (host programs).
     oom_before: Option<u64>,
+    /// The pid of the session's first process: the id of its process group (a command) or
+    /// of its session (a terminal), which what it starts keeps.
+    leader: Option<i32>,
 }
 
 enum Out {
@@ -217,7 +222,8 @@ impl Session {
                 }
             },
         };
-        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text(), oom_before })
+        let leader = child.id().and_then(|p| i32::try_from(p).ok());
+        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text(), oom_before, leader })
     }
 
     /// Bridges the session to `ws` until it ends, then says how on the STATUS channel,
@@ -327,6 +333,9 @@ impl Session {
         };
         match ended {
             Ok(status) => {
+                // What the command left running ends with the session, as a step's
+                // processes end with the step on Slurm: the output they wrote is read below.
+                self.end_members().await;
                 // The command's last output, which may still be in the pipes or the terminal.
                 let _ = tokio::time::timeout(DRAIN_BOUND, async {
                     while out_open || err_open {
@@ -357,8 +366,36 @@ impl Session {
             Err(end) => {
                 kill(&mut self.child);
                 let _ = tokio::time::timeout(DRAIN_BOUND, self.child.wait()).await;
+                self.end_members().await;
                 end
             }
+        }
+    }
+
+    /// Kills what is left of the session once its first process has ended: the processes
+    /// of its process group and of its session (a shell's background jobs), over and over
+    /// until none is left (one may fork meanwhile). A process that left both with setsid(2)
+    /// lives on, until its replica ends. In a container, the session's processes are the
+    /// engine's client; what the command started in the container is the engine's.
+    async fn end_members(&self) {
+        let Some(leader) = self.leader else { return };
+        let left = tokio::task::spawn_blocking(move || {
+            for _ in 0..MEMBER_ROUNDS {
+                let members = trainyard_backend::procfs::members_of(leader);
+                if members.is_empty() {
+                    return 0;
+                }
+                for pid in &members {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            trainyard_backend::procfs::members_of(leader).len()
+        })
+        .await
+        .unwrap_or(0);
+        if left > 0 {
+            tracing::warn!("job {} replica {}: {left} processes of an ended session are still there", self.req.job, self.req.replica);
         }
     }
 
