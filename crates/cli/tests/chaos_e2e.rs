@@ -113,24 +113,17 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// SplitMix64: a small generator whose choices a printed seed replays.
-struct Rng(u64);
+/// The project's seeded generator (`trainyard_core::rng`), one stream per actor of a test,
+/// so that a printed seed replays its choices.
+struct Rng(trainyard_core::rng::Rng);
 
 impl Rng {
     fn new(seed: u64, stream: u64) -> Rng {
-        Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Rng(trainyard_core::rng::Rng::new(trainyard_core::rng::mix(&[seed, stream])))
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n.max(1) as usize) as u64
     }
 
     fn millis(&mut self, lo: u64, hi: u64) -> Duration {
@@ -138,11 +131,11 @@ impl Rng {
     }
 
     fn percent(&mut self, p: u64) -> bool {
-        self.below(100) < p
+        self.0.chance(p as u32)
     }
 
     fn pick<T: Copy>(&mut self, items: &[T]) -> Option<T> {
-        (!items.is_empty()).then(|| items[self.below(items.len() as u64) as usize])
+        self.0.choose(items).copied()
     }
 }
 

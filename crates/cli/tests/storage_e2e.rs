@@ -205,15 +205,8 @@ fn wait_md5(s: &Server, bucket: &str, name: &str) -> Value {
 }
 
 fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut rng = trainyard_core::rng::Rng::new(seed);
+    (0..n).map(|_| rng.next_u64() as u8).collect()
 }
 
 #[test]

@@ -1031,13 +1031,8 @@ mod tests {
         let fleet = Fleet { nodes: (0..40).map(|i| node(i, [0, 1, 4, 8][i % 4])).collect(), overcommit: false };
         let t = NodeTable::new(&fleet);
         let mut w = Work::new(&t);
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut rng = crate::rng::Rng::new(0x5EED);
+        let mut rnd = move |m: u64| rng.below(m as usize) as u64;
         let gpu = Need { cpus: 1, mem: 1 << 30, acc_type: 0, acc: 1 };
         let cpu = Need { cpus: 2, mem: 1 << 30, acc_type: NO_ACC, acc: 0 };
         for round in 0..50 {

@@ -11,6 +11,7 @@ pub mod goodput;
 pub mod gpu;
 pub mod replace;
 pub mod retry;
+pub mod rng;
 pub mod job;
 pub mod run;
 pub mod preempt;

@@ -255,13 +255,8 @@ mod tests {
         let running: Arc<Vec<AtomicUsize>> = Arc::new((0..5).map(|_| AtomicUsize::new(0)).collect());
         let total = Arc::new(AtomicUsize::new(0));
         let (worst, ran) = (Arc::new(Mutex::new((0usize, 0usize))), Arc::new(AtomicUsize::new(0)));
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = trainyard_core::rng::Rng::new(0x5EED);
+        let mut next = move || rng.next_u64();
         for i in 0..300 {
             let p = (next() % 5) as usize;
             let micros = next() % 3000;

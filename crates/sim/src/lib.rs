@@ -61,45 +61,8 @@ pub fn class_of(gpus: u64) -> usize {
     }
 }
 
-/// splitmix64: small, seeded, deterministic.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn normal(&mut self) -> f64 {
-        let u1 = self.f64().max(1e-12);
-        let u2 = self.f64();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    pub fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        median * (sigma * self.normal()).exp()
-    }
-    pub fn pick(&mut self, weights: &[f64]) -> usize {
-        let total: f64 = weights.iter().sum();
-        let mut x = self.f64() * total;
-        for (i, w) in weights.iter().enumerate() {
-            if x < *w {
-                return i;
-            }
-            x -= w;
-        }
-        weights.len() - 1
-    }
-}
+/// The project's one seeded generator: a printed seed replays a workload exactly.
+pub use trainyard_core::rng::Rng;
 
 /// Synthetic workload shaped like published GPU-cluster traces (Philly, Helios): most jobs
 /// are short single-GPU jobs, a long tail of multi-node gangs of 8-GPU replicas holds most
@@ -131,11 +94,11 @@ pub fn synthetic(seed: u64, jobs: usize, total_gpus: u64, load: f64) -> Vec<SimJ
     let mut out = Vec::with_capacity(jobs);
     let mut gpu_secs = 0f64;
     for id in 0..jobs {
-        let p = rng.pick(&shares);
+        let p = rng.weighted(&shares);
         let (name, _, mix, spot_share) = projects[p];
-        let class = rng.pick(&mix);
+        let class = rng.weighted(&mix);
         let ws: Vec<f64> = sizes[class].iter().map(|s| s.1).collect();
-        let mut gpus = sizes[class][rng.pick(&ws)].0;
+        let mut gpus = sizes[class][rng.weighted(&ws)].0;
         // No gang larger than half the fleet (small fleets in tests and --quick).
         while gpus > 8 && gpus as u64 > total_gpus / 2 {
             gpus /= 2;

@@ -1,77 +1,9 @@
-//! A small, seedable pseudo-random generator (xoshiro256++ seeded through
-//! SplitMix64). Local to this crate so that suggestions stay reproducible
+//! The tuner's quasi-random points (a scrambled Halton sequence), drawn from the project's
+//! one seeded generator (`trainyard_core::rng`), so that suggestions stay reproducible
 //! across dependency upgrades.
 
-#[derive(Clone, Debug)]
-pub(crate) struct Rng {
-    s: [u64; 4],
-}
-
-/// SplitMix64: the next value of the sequence `state` walks (for a seed's words, or a
-/// few draws where a whole generator is not needed).
-pub fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Mixes several words into one seed (order-sensitive).
-pub(crate) fn mix(words: &[u64]) -> u64 {
-    let mut state = 0x51_7CC1_B727_220A_u64;
-    let mut out = 0u64;
-    for &w in words {
-        state ^= w;
-        out = splitmix64(&mut state) ^ out.rotate_left(17);
-    }
-    out
-}
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        let mut st = seed;
-        let s = [
-            splitmix64(&mut st),
-            splitmix64(&mut st),
-            splitmix64(&mut st),
-            splitmix64(&mut st),
-        ];
-        Rng { s }
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        let s = &mut self.s;
-        let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        result
-    }
-
-    /// Uniform in [0, 1).
-    pub(crate) fn f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform integer in [0, n); n must be positive.
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        debug_assert!(n > 0);
-        // Lemire's multiply-shift; the bias for n << 2^64 is negligible.
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-
-    /// Standard normal (Box–Muller).
-    pub(crate) fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.f64(); // (0, 1]
-        let u2 = self.f64();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-}
+pub(crate) use trainyard_core::rng::{mix, Rng};
+pub use trainyard_core::rng::splitmix64;
 
 /// First 64 primes, the bases of the Halton sequence.
 const PRIMES: [u32; 64] = [
@@ -143,20 +75,6 @@ impl Halton {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rng_is_deterministic_and_uniformish() {
-        let mut a = Rng::new(7);
-        let mut b = Rng::new(7);
-        let mut sum = 0.0;
-        for _ in 0..10_000 {
-            let x = a.f64();
-            assert_eq!(x, b.f64());
-            assert!((0.0..1.0).contains(&x));
-            sum += x;
-        }
-        assert!((sum / 10_000.0 - 0.5).abs() < 0.02);
-    }
 
     #[test]
     fn halton_points_are_in_unit_cube_and_spread() {

@@ -154,19 +154,13 @@ fn main() -> ExitCode {
 // ---------------------------------------------------------------------------------------
 // Data: jobs shaped as the server stores them
 
-/// Deterministic generator (splitmix64), so that every run stores the same data.
-struct Rng(u64);
+/// The project's seeded generator (`trainyard_core::rng`), so that every run stores the
+/// same data.
+struct Rng(trainyard_core::rng::Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n as usize) as u64
     }
 }
 
@@ -352,7 +346,7 @@ fn fill(data_dir: &Path, jobs: usize, other: usize, cfg: &Config, shapes: &[Shap
     // The bulk load needs no per-commit durability; the final commit is synced below.
     conn.pragma_update(None, "synchronous", "OFF")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    let mut rng = Rng(0x7261_696e_7961_7264);
+    let mut rng = Rng(trainyard_core::rng::Rng::new(0x7261_696e_7961_7264));
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     let total = jobs + other;
     // Job creation times: one job every 20-40 s, ending about now.

@@ -182,14 +182,11 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn write_source(path: &Path, mib: u64) -> Result<()> {
     let mut f = std::fs::File::create(path)?;
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rng = trainyard_core::rng::Rng::new(0x5EED);
     let mut buf = vec![0u8; 1 << 20];
     for _ in 0..mib {
         for c in buf.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+            c.copy_from_slice(&rng.next_u64().to_le_bytes()[..c.len()]);
         }
         f.write_all(&buf)?;
     }

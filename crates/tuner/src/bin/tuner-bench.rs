@@ -61,6 +61,10 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+// SplitMix64 (the project's, `trainyard_core::rng`): the noise source, reproduced exactly
+// by `optuna_bench.py` so both sides see the same noise.
+use trainyard_tuner::splitmix64;
+
 use trainyard_tuner::{
     suggest, Algorithm, Assignment, Goal, ParamKind, ParamSpec, ParentValues, Scale, Space, Trial,
 };
@@ -462,16 +466,6 @@ fn problems() -> Vec<Problem> {
         h("dixonprice5", box_space(5, -10.0, 10.0), dixonprice5, 0.0),
         h("xgb6", xgb_space(), xgb6, 0.12),
     ]
-}
-
-/// SplitMix64 step: the noise source, reproduced exactly by
-/// `optuna_bench.py` so both sides see the same noise.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Standard normal noise for trial `t` of the study with `seed`.
