@@ -15,12 +15,15 @@
 //! namespace needs that), and becomes the command. What keeps it from entering (the run
 //! has ended, a namespace cannot be joined) is written to the report descriptor
 //! (`--report-fd`, closed on exec: nothing read there means the command runs), and the
-//! process exits with [`EXIT_NOT_ENTERED`].
+//! process exits with [`EXIT_NOT_ENTERED`]. Where no descriptor reaches (on the Slurm
+//! backend the server starts `enter` on the replica's node through `srun --overlap` in the
+//! replica's allocation), `--report-file` names a file in the run directory instead, which
+//! gets the reason, or [`ENTERED`] once the command is about to run.
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -44,6 +47,56 @@ pub fn replica_oom_kills(run_dir: &Path) -> Option<u64> {
     ReplicaCgroup::open(version, spec.cgroup_base?.join(&spec.cgroup_name)).oom_kills()
 }
 
+/// What `--report-file` holds once the replica was entered (the command, or the
+/// connection, is about to start).
+pub const ENTERED: &str = "entered\n";
+
+/// Where `enter` says why it could not enter, and (for a file) that it did.
+struct Report {
+    file: Option<File>,
+    /// A file, not a pipe: entering is said in it, not by its closing on exec.
+    says_entered: bool,
+}
+
+impl Report {
+    fn open(req: &Request) -> Report {
+        if let Some(path) = &req.report_file {
+            // Opened before the replica's identity is taken (the server made the file).
+            let file = std::fs::OpenOptions::new().write(true).open(path).ok();
+            if let Some(f) = &file {
+                // SAFETY: fcntl on a descriptor this process owns: closed on exec.
+                unsafe { libc::fcntl(f.as_fd().as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+            return Report { file, says_entered: true };
+        }
+        let file = req.report_fd.map(|fd| {
+            // SAFETY: the descriptor was given to this process for this use alone; it is
+            // closed on exec (set here), so the command never holds it.
+            unsafe {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                File::from_raw_fd(fd)
+            }
+        });
+        Report { file, says_entered: false }
+    }
+
+    /// The replica is entered: the command (or the connection) comes next.
+    fn entered(&mut self) {
+        if let (true, Some(f)) = (self.says_entered, self.file.as_mut()) {
+            let _ = f.write_all(ENTERED.as_bytes());
+        }
+    }
+
+    fn refused(&mut self, why: &str) {
+        match self.file.as_mut() {
+            Some(f) => {
+                let _ = f.write_all(why.as_bytes());
+            }
+            None => eprintln!("trainyard: {why}"),
+        }
+    }
+}
+
 /// Exit code: the replica could not be entered (the reason is on the report descriptor).
 pub const EXIT_NOT_ENTERED: i32 = 125;
 
@@ -61,6 +114,10 @@ pub struct Request {
     pub term: Option<String>,
     /// Where the reason goes when the replica cannot be entered.
     pub report_fd: Option<RawFd>,
+    /// A file for the same, where no descriptor reaches (a Slurm step started by `srun` on
+    /// the replica's node): it gets the reason, or [`ENTERED`] once the command is about
+    /// to run.
+    pub report_file: Option<PathBuf>,
     /// The command; empty: the shell.
     pub argv: Vec<String>,
     /// Connect to this port on the replica's loopback instead of running a command.
@@ -73,8 +130,9 @@ impl Request {
         let mut it = args.iter();
         let run_dir = it
             .next()
-            .ok_or("usage: trainyard shim enter <run_dir> [--tty] [--term T] [--report-fd N] [--connect PORT | -- CMD ARGS...]")?;
-        let mut req = Request { run_dir: PathBuf::from(run_dir), tty: false, term: None, report_fd: None, argv: Vec::new(), connect: None };
+            .ok_or("usage: trainyard shim enter <run_dir> [--tty] [--term T] [--report-fd N | --report-file F] [--connect PORT | -- CMD ARGS...]")?;
+        let mut req =
+            Request { run_dir: PathBuf::from(run_dir), tty: false, term: None, report_fd: None, report_file: None, argv: Vec::new(), connect: None };
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--tty" => req.tty = true,
@@ -83,6 +141,7 @@ impl Request {
                     let n = it.next().ok_or("--report-fd needs a number")?;
                     req.report_fd = Some(n.parse().map_err(|_| format!("--report-fd: {n:?} is not a descriptor number"))?);
                 }
+                "--report-file" => req.report_file = Some(PathBuf::from(it.next().ok_or("--report-file needs a path")?)),
                 "--connect" => {
                     let n = it.next().ok_or("--connect needs a port")?;
                     req.connect = Some(n.parse().ok().filter(|p| *p > 0).ok_or_else(|| format!("--connect: {n:?} is not a port (1 to 65535)"))?);
@@ -107,31 +166,20 @@ pub fn main_from_args(args: &[String]) -> i32 {
             return shim::EXIT_USAGE;
         }
     };
-    let mut report = req.report_fd.map(|fd| {
-        // SAFETY: the descriptor was given to this process for this use alone; it is closed
-        // on exec (set below), so the command never holds it.
-        unsafe {
-            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            File::from_raw_fd(fd)
-        }
-    });
+    let mut report = Report::open(&req);
     let why = match req.connect {
         Some(port) => match connect(&req, port) {
             Ok(stream) => {
                 // Connected: nothing to report (the server reads the end of the pipe).
+                report.entered();
                 drop(report);
                 return pump(stream);
             }
             Err(e) => e,
         },
-        None => enter(&req),
+        None => enter(&req, &mut report),
     };
-    match report.as_mut() {
-        Some(f) => {
-            let _ = f.write_all(why.as_bytes());
-        }
-        None => eprintln!("trainyard: {why}"),
-    }
+    report.refused(&why);
     EXIT_NOT_ENTERED
 }
 
@@ -174,7 +222,7 @@ fn running_container(c: &crate::container::ContainerSpec, run_dir: &Path) -> Res
 }
 
 /// Enters the replica and execs the command; returns only the reason it could not.
-fn enter(req: &Request) -> String {
+fn enter(req: &Request, report: &mut Report) -> String {
     let spec = match running_spec(&req.run_dir) {
         Ok(s) => s,
         Err(e) => return e,
@@ -196,6 +244,7 @@ fn enter(req: &Request) -> String {
         }
         args.push(c.name.clone().into());
         args.extend(argv.iter().map(OsString::from));
+        report.entered();
         let e = c.engine.command(args).exec();
         return format!("cannot run {}: {e}", c.engine.program.display());
     }
@@ -203,7 +252,7 @@ fn enter(req: &Request) -> String {
         Ok(p) => p,
         Err(e) => return e,
     };
-    match enter_host_program(&spec, pid, req, &argv) {
+    match enter_host_program(&spec, pid, req, &argv, report) {
         Ok(never) => match never {},
         Err(e) => e,
     }
@@ -297,7 +346,7 @@ fn program_pid(run_dir: &Path) -> Result<u32, String> {
 enum Never {}
 
 /// The replica's cgroups, namespaces, working directory and identity, then the command.
-fn enter_host_program(spec: &ShimSpec, pid: u32, req: &Request, argv: &[String]) -> Result<Never, String> {
+fn enter_host_program(spec: &ShimSpec, pid: u32, req: &Request, argv: &[String], report: &mut Report) -> Result<Never, String> {
     // Namespaces are opened before anything is joined: after the mount namespace, the
     // host's /proc and /sys/fs/cgroup may be out of sight.
     const KINDS: [(&str, nix::sched::CloneFlags); 4] = [
@@ -356,6 +405,7 @@ fn enter_host_program(spec: &ShimSpec, pid: u32, req: &Request, argv: &[String])
         }
     }
     shim::limit_entered(spec).map_err(|e| format!("cannot take the replica's identity and limits: {e}"))?;
+    report.entered();
     let mut last = std::io::Error::from_raw_os_error(libc::ENOENT);
     for path in &candidates {
         // SAFETY: execve with NUL-terminated arrays of pointers into CStrings that live
@@ -399,6 +449,8 @@ mod tests {
         assert!(Request::parse(&a(&["/r", "--report-fd", "x"])).unwrap_err().contains("--report-fd"));
         assert!(Request::parse(&a(&["/r", "--nope"])).unwrap_err().contains("--nope"));
         assert_eq!(Request::parse(&a(&["/r", "--connect", "8888"])).unwrap().connect, Some(8888));
+        assert_eq!(Request::parse(&a(&["/r", "--report-file", "/r/x"])).unwrap().report_file, Some(PathBuf::from("/r/x")));
+        assert!(Request::parse(&a(&["/r", "--report-file"])).unwrap_err().contains("--report-file"));
         for bad in ["0", "65536", "x"] {
             assert!(Request::parse(&a(&["/r", "--connect", bad])).unwrap_err().contains("--connect"), "{bad}");
         }

@@ -381,6 +381,9 @@ impl ShimSpec {
 pub struct Started {
     pub pid: u32,
     pub time_micros: i64,
+    /// The Slurm node the run is on (`SLURMD_NODENAME`), for a session started there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// `<run_dir>/status.json`: how the run ended. Exactly one of `exit_code`, `signal`,
@@ -753,7 +756,7 @@ fn supervise(run_dir: &Path) -> Result<i32, ShimError> {
 
     // The program runs (spawn returns once it was exec'd): say so before anything else,
     // the output readers included (the pipes hold the program's first output meanwhile).
-    let started = Started { pid, time_micros: fsutil::now_micros() };
+    let started = Started { pid, time_micros: fsutil::now_micros(), node: std::env::var("SLURMD_NODENAME").ok() };
     if let Err(e) = write_json_volatile(&run_dir.join(STARTED_FILE), &started) {
         diag(format_args!("{e}"));
     }

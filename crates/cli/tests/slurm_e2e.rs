@@ -398,3 +398,126 @@ fn l11_l12_a_lower_priority_gang_is_preempted_whole_and_resumes() {
     assert!(first[0].is_some() && first.iter().all(|i| *i == first[0]) && first[0] != again[0], "{first:?} then {again:?}");
     assert!(log.matches("resumed from 1").count() >= 1, "{log}");
 }
+
+/// `slurm_<node>/uid_<u>/job_<id>/` of a memory cgroup line (`4:memory:/slurm_n2/...`).
+fn allocation_of(cgroup: &str) -> Option<String> {
+    let line = cgroup.lines().find(|l| l.contains(":memory:/slurm_"))?;
+    let path = line.split(":memory:/").nth(1)?;
+    let parts: Vec<&str> = path.split('/').take(3).collect();
+    (parts.len() == 3 && parts[2].starts_with("job_")).then(|| parts.join("/"))
+}
+
+/// `custom-jobs exec` on the Slurm backend: a step of the replica's own allocation on the
+/// replica's node (`srun --overlap`), the replica of a gang included; stdout, stderr (with
+/// none of srun's own lines), stdin and the exit status pass as if the command ran here; a
+/// terminal session gets a pty; a port-forward reaches a server in the replica; a job that
+/// ended is refused naming its state.
+#[test]
+fn exec_runs_in_a_step_of_the_replicas_allocation_on_its_node() {
+    if !ready() {
+        return;
+    }
+    let s = Server::start("");
+    let port = free_port();
+    let script = format!(
+        "echo view; grep ':memory:' /proc/self/cgroup; echo end-of-view; \
+         if [ \"$RANK\" = 1 ]; then exec python3 -m http.server {port} --bind 127.0.0.1; fi; exec sleep 600"
+    );
+    let j = s.create("p", &gang_job("slurm-exec", &[("n1-standard-4", 1), ("n1-standard-4", 1)], &script));
+    let name = name_of(&j);
+    s.wait_for(&name, 120, |j| state(j) == "JOB_STATE_RUNNING");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let views = loop {
+        let log = s.logs(&name);
+        let of = |r: &str| -> Option<String> {
+            let lines: Vec<&str> =
+                log.iter().filter(|e| e["replica"] == r && e["stream"] == "stdout").filter_map(|e| e["text"].as_str()).collect();
+            lines.contains(&"end-of-view").then(|| lines.join("\n"))
+        };
+        if let (Some(a), Some(b)) = (of("workerpool0-0"), of("workerpool1-0")) {
+            break (a, b);
+        }
+        assert!(Instant::now() < deadline, "the replicas never printed their views: {}", s.logs_text(&name));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let id = name.rsplit('/').next().unwrap_or("").to_string();
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(["custom-jobs", "exec", &id]).args(args).env("TRAINYARD_SERVER", s.url("")).env("TRAINYARD_PROJECT", "p");
+        c
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+
+    for (replica, view) in [("workerpool0-0", &views.0), ("workerpool1-0", &views.1)] {
+        let out = cli(&["--replica", replica, "--", "sh", "-c", "grep ':memory:' /proc/self/cgroup; echo to-err >&2; exit 3"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("exec");
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+        assert_eq!(text(&out.stderr), "to-err\n", "srun's own lines are left out");
+        let (mine, theirs) = (allocation_of(&text(&out.stdout)), allocation_of(view));
+        assert!(mine.is_some() && mine == theirs, "{replica}: the session's allocation and node {mine:?}, the replica's {theirs:?}");
+    }
+
+    let out = cli(&["--", "sh", "-c", "kill -TERM $$"]).stdin(std::process::Stdio::null()).output().expect("exec");
+    assert_eq!(out.status.code(), Some(128 + 15), "{out:?}");
+    let mut child = cli(&["--", "tr", "a-z", "A-Z"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("exec");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), b"piped in\n").expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(text(&out.stdout), "PIPED IN\n", "{out:?}");
+
+    // A terminal: the CLI on a pty, the step's command on one of its own.
+    let on_a_pty = "import os, pty, sys; st = pty.spawn(sys.argv[1:]); print('exit=%d' % os.waitstatus_to_exitcode(st))";
+    let out = Command::new("python3")
+        .args(["-c", on_a_pty, BIN, "custom-jobs", "exec", &id, "--tty", "--", "sh", "-c", "tty; exit 4"])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("python3");
+    let shown = text(&out.stdout);
+    assert!(shown.contains("/dev/pts/") && shown.contains("exit=4") && !shown.contains("srun: error"), "{shown}\n{}", text(&out.stderr));
+
+    // A port of the gang's second replica, forwarded through a step on its node.
+    let mut fwd = Command::new(BIN)
+        .args(["custom-jobs", "port-forward", &id, "--replica", "workerpool1-0", &format!("0:{port}")])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("port-forward");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
+    let local: u16 = line.split_whitespace().nth(2).and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    let body = ureq::get(&format!("http://127.0.0.1:{local}/")).call().expect("GET through the forward").into_body().read_to_string().expect("body");
+    assert!(body.contains("Directory listing"), "{body}");
+    let _ = fwd.kill();
+    let _ = fwd.wait();
+
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{name}:cancel")), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&name, 120);
+    let out = cli(&["--", "true"]).stdin(std::process::Stdio::null()).output().expect("exec");
+    assert!(!out.status.success() && text(&out.stderr).contains("FAILED_PRECONDITION"), "{out:?}");
+
+    // A job of one replica: a Slurm job of its own, no gang.
+    let single = name_of(&s.create("p", &sh_job("slurm-exec-one", "exec sleep 600")));
+    s.wait_for(&single, 120, |j| state(j) == "JOB_STATE_RUNNING");
+    let one = single.rsplit('/').next().unwrap_or("").to_string();
+    let out = Command::new(BIN)
+        .args(["custom-jobs", "exec", &one, "--", "sh", "-c", "grep -c ':memory:/slurm_' /proc/self/cgroup"])
+        .env("TRAINYARD_SERVER", s.url(""))
+        .env("TRAINYARD_PROJECT", "p")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("exec");
+    assert_eq!((out.status.code(), text(&out.stdout).trim()), (Some(0), "1"), "{out:?}");
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{single}:cancel")), None);
+    assert_eq!(status, 200, "{body}");
+    s.wait_terminal(&single, 120);
+}

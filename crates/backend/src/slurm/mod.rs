@@ -96,6 +96,7 @@ mod command;
 mod gang;
 mod parse;
 mod request;
+pub mod session;
 mod submit;
 mod watch;
 

@@ -26,8 +26,8 @@ pub struct Exec {
     /// The shim's program and leading arguments; a session is `<shim> enter ...`.
     shim: Vec<OsString>,
     cfg: crate::config::Exec,
-    /// Why replicas cannot be entered from here (they run on other hosts), if so.
-    elsewhere: Option<String>,
+    /// Replicas run on the Slurm cluster: a session is a step of the replica's allocation.
+    slurm: bool,
     open: Arc<Mutex<HashMap<String, usize>>>,
     metrics: Arc<crate::metrics::Metrics>,
     /// True once the server stops: every session ends, saying so.
@@ -36,20 +36,8 @@ pub struct Exec {
 
 impl Exec {
     pub fn new(shim: Vec<OsString>, cfg: &crate::config::Config, metrics: Arc<crate::metrics::Metrics>) -> Exec {
-        let elsewhere = match cfg.backend {
-            crate::config::BackendChoice::Local => None,
-            crate::config::BackendChoice::Slurm(_) => Some(
-                "replicas run on the Slurm cluster's nodes, and sessions in them are not offered on the Slurm backend yet \
-                 (use `srun --jobid=JOBID --overlap --pty bash` on the cluster)"
-                    .to_string(),
-            ),
-        };
-        Exec { shim, cfg: cfg.exec.clone(), elsewhere, open: Arc::default(), metrics, stopping: tokio::sync::watch::Sender::new(false) }
-    }
-
-    /// Why sessions cannot be opened on this server, if so.
-    pub fn unavailable(&self) -> Option<&str> {
-        self.elsewhere.as_deref()
+        let slurm = matches!(cfg.backend, crate::config::BackendChoice::Slurm(_));
+        Exec { shim, cfg: cfg.exec.clone(), slurm, open: Arc::default(), metrics, stopping: tokio::sync::watch::Sender::new(false) }
     }
 
     /// One of the project's sessions, or 429 naming the limit.
@@ -90,7 +78,7 @@ impl Exec {
     /// Starts the session's process and waits until it entered the replica (or says why it
     /// could not: FAILED_PRECONDITION with the reason).
     pub async fn start(&self, req: Request, slot: Slot) -> Result<Session, ApiError> {
-        match Session::start(&self.shim, req, slot, self.cfg.idle_timeout).await {
+        match Session::start(&self.shim, self.slurm, req, slot, self.cfg.idle_timeout).await {
             Ok(s) => {
                 self.metrics.exec_opened();
                 Ok(s)

@@ -12,6 +12,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trainyard_api::exec::{Failure, Size, Status, RESIZE, STATUS, STDERR, STDIN, STDOUT};
 use trainyard_api::ApiError;
+use trainyard_backend::slurm::session::TaskEndFilter;
 
 /// How long entering the replica may take (reading its spec, joining its namespaces).
 const ENTER_BOUND: Duration = Duration::from_secs(10);
@@ -109,6 +110,74 @@ pub struct Session {
     /// The pid of the session's first process: the id of its process group (a command) or
     /// of its session (a terminal), which what it starts keeps.
     leader: Option<i32>,
+    /// On Slurm: the channel that carries srun's own standard error, and its filter.
+    filter: Option<(u8, TaskEndFilter)>,
+}
+
+/// Where `enter` says whether it entered.
+enum Report {
+    /// A pipe whose write end `enter` gets as [`REPORT_FD`]: closed on its exec with
+    /// nothing in it, it entered.
+    Pipe(OwnedFd, OwnedFd),
+    /// A file in the run directory (on Slurm, `enter` runs on the replica's node).
+    File(PathBuf),
+}
+
+impl Report {
+    /// Waits for the report: None once `enter` entered, else why not.
+    async fn wait(self, child: &mut tokio::process::Child) -> Option<String> {
+        match self {
+            Report::Pipe(r, w) => {
+                drop(w);
+                match tokio::time::timeout(ENTER_BOUND, read_report(r)).await {
+                    Ok(Ok(text)) if text.is_empty() => None,
+                    Ok(Ok(text)) => Some(text),
+                    Ok(Err(e)) => Some(format!("its report could not be read: {e}")),
+                    Err(_) => Some(format!("entering it did not finish within {}s", ENTER_BOUND.as_secs())),
+                }
+            }
+            Report::File(path) => {
+                let deadline = Instant::now() + ENTER_BOUND;
+                let why = loop {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    if text == trainyard_backend::enter::ENTERED {
+                        break None;
+                    }
+                    if !text.is_empty() && !trainyard_backend::enter::ENTERED.starts_with(text.as_str()) {
+                        break Some(text);
+                    }
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let said = std::fs::read_to_string(&path).unwrap_or_default();
+                        break Some(if said.is_empty() || said == trainyard_backend::enter::ENTERED {
+                            format!("a step in its Slurm allocation could not be started (srun: {status})")
+                        } else {
+                            said
+                        });
+                    }
+                    if Instant::now() > deadline {
+                        break Some(format!("entering it did not finish within {}s", ENTER_BOUND.as_secs()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                };
+                let _ = std::fs::remove_file(&path);
+                why
+            }
+        }
+    }
+
+    /// The report's file, when the session is not started after all.
+    fn remove(&self) {
+        if let Report::File(path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A report file of its own in the run directory.
+fn report_path(run_dir: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    run_dir.join(format!(".exec-{}-{n}.report", std::process::id()))
 }
 
 enum Out {
@@ -131,18 +200,38 @@ struct End {
 impl Session {
     /// Starts `<shim> enter` for the request and waits for its report: nothing (it runs the
     /// command) or why it could not enter.
-    pub(super) async fn start(shim: &[std::ffi::OsString], req: Request, slot: Slot, idle_timeout: Duration) -> Result<Session, (ApiError, Slot)> {
+    pub(super) async fn start(shim: &[std::ffi::OsString], slurm: bool, req: Request, slot: Slot, idle_timeout: Duration) -> Result<Session, (ApiError, Slot)> {
         let fail = |e: ApiError, slot: Slot| Err((e, slot));
         let Some((program, lead)) = shim.split_first() else {
             return fail(ApiError::internal("no shim program to enter replicas with"), slot);
         };
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(lead).arg(trainyard_backend::enter::ENTER_ARG).arg(&req.run_dir);
-        let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-            Ok(p) => p,
-            Err(e) => return fail(ApiError::unavailable(format!("cannot start a session: a pipe: {e}")), slot),
+        let refused = |why: &str| ApiError::failed_precondition(format!("Cannot enter replica {} of job {}: {why}.", req.replica, req.job));
+        // Local replicas: `enter` here, reporting on a pipe. Slurm's: `enter` on the
+        // replica's node in a step of its allocation, reporting in a file of its run.
+        let (mut cmd, report) = if slurm {
+            let step = match trainyard_backend::slurm::session::step_command(&req.run_dir, req.tty.is_some()) {
+                Ok(s) => s,
+                Err(why) => return fail(refused(&why), slot),
+            };
+            let Some((srun, opts)) = step.split_first() else { return fail(ApiError::internal("no srun command"), slot) };
+            let path = report_path(&req.run_dir);
+            if let Err(e) = std::fs::File::create(&path) {
+                return fail(ApiError::unavailable(format!("cannot start a session: {}: {e}", path.display())), slot);
+            }
+            let mut cmd = tokio::process::Command::new(srun);
+            cmd.args(opts).arg(program).args(lead).arg(trainyard_backend::enter::ENTER_ARG).arg(&req.run_dir);
+            cmd.arg("--report-file").arg(&path);
+            (cmd, Report::File(path))
+        } else {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(lead).arg(trainyard_backend::enter::ENTER_ARG).arg(&req.run_dir);
+            let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+                Ok(p) => p,
+                Err(e) => return fail(ApiError::unavailable(format!("cannot start a session: a pipe: {e}")), slot),
+            };
+            cmd.arg("--report-fd").arg(REPORT_FD.to_string());
+            (cmd, Report::Pipe(report_r, report_w))
         };
-        cmd.arg("--report-fd").arg(REPORT_FD.to_string());
         let mut pty_master = None;
         match &req.tty {
             Some((size, term)) => {
@@ -171,37 +260,57 @@ impl Session {
             cmd.arg("--").args(&req.argv);
         }
         // Nothing of the server's environment reaches the session (the replica's is given by
-        // `enter`).
+        // `enter`), but what `srun` needs to reach the cluster.
         cmd.env_clear().kill_on_drop(true);
-        let report_fd = report_w.as_raw_fd();
-        // SAFETY: between fork and exec only dup2(2), which is async-signal-safe; the
-        // descriptor stays open in the parent until the spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(report_fd, REPORT_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
+        if slurm {
+            for key in ["SLURM_CONF", "PATH"] {
+                if let Some(v) = std::env::var_os(key) {
+                    cmd.env(key, v);
                 }
-                Ok(())
-            });
+            }
+        }
+        if let Report::Pipe(_, report_w) = &report {
+            let report_fd = report_w.as_raw_fd();
+            // SAFETY: between fork and exec only dup2(2), which is async-signal-safe; the
+            // descriptor stays open in the parent until the spawn returns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(report_fd, REPORT_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        if slurm && req.tty.is_some() {
+            // srun leads a session with the terminal as its controlling one, so that a new
+            // size reaches it (SIGWINCH) and it passes it on to the step's terminal.
+            // SAFETY: between fork and exec only setsid(2) and ioctl(2), which are
+            // async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let spawned = cmd.spawn();
-        drop(report_w);
         let mut child = match spawned {
             Ok(c) => c,
-            Err(e) => return fail(ApiError::unavailable(format!("cannot start a session ({}): {e}", program.to_string_lossy())), slot),
+            Err(e) => {
+                report.remove();
+                let what = if slurm { "srun" } else { &program.to_string_lossy() };
+                return fail(ApiError::unavailable(format!("cannot start a session ({what}): {e}")), slot);
+            }
         };
         let oom_before = trainyard_backend::enter::replica_oom_kills(&req.run_dir);
-        let report = tokio::time::timeout(ENTER_BOUND, read_report(report_r)).await;
-        let refused = match report {
-            Ok(Ok(text)) if text.is_empty() => None,
-            Ok(Ok(text)) => Some(text),
-            Ok(Err(e)) => Some(format!("its report could not be read: {e}")),
-            Err(_) => Some(format!("entering it did not finish within {}s", ENTER_BOUND.as_secs())),
-        };
-        if let Some(why) = refused {
+        let why = report.wait(&mut child).await;
+        if let Some(why) = why {
             kill(&mut child);
             let _ = child.wait().await;
-            return fail(ApiError::failed_precondition(format!("Cannot enter replica {} of job {}: {why}.", req.replica, req.job)), slot);
+            return fail(refused(&why), slot);
         }
         let (out, err, inp) = match pty_master {
             Some(master) => match nonblocking(master) {
@@ -223,7 +332,9 @@ impl Session {
             },
         };
         let leader = child.id().and_then(|p| i32::try_from(p).ok());
-        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text(), oom_before, leader })
+        // srun's own lines about how the task ended are left out: the status says it.
+        let filter = slurm.then(|| (if err.is_some() { STDERR } else { STDOUT }, TaskEndFilter::default()));
+        Ok(Session { req, slot, child, out, err, inp, idle_timeout, started: Instant::now(), started_at: now_text(), oom_before, leader, filter })
     }
 
     /// Bridges the session to `ws` until it ends, then says how on the STATUS channel,
@@ -273,7 +384,7 @@ impl Session {
                     Ok(0) | Err(_) => out_open = false,
                     Ok(n) => {
                         last_activity = Instant::now();
-                        if send(ws, STDOUT, &out_buf[..n]).await.is_err() {
+                        if pass(ws, &mut self.filter, STDOUT, &out_buf[..n]).await.is_err() {
                             break Err(client_gone());
                         }
                     }
@@ -282,7 +393,7 @@ impl Session {
                     Ok(0) | Err(_) => err_open = false,
                     Ok(n) => {
                         last_activity = Instant::now();
-                        if send(ws, STDERR, &err_buf[..n]).await.is_err() {
+                        if pass(ws, &mut self.filter, STDERR, &err_buf[..n]).await.is_err() {
                             break Err(client_gone());
                         }
                     }
@@ -342,16 +453,22 @@ impl Session {
                         tokio::select! {
                             n = read_out(&mut self.out, &mut out_buf), if out_open => match n {
                                 Ok(0) | Err(_) => out_open = false,
-                                Ok(n) => { let _ = send(ws, STDOUT, &out_buf[..n]).await; }
+                                Ok(n) => { let _ = pass(ws, &mut self.filter, STDOUT, &out_buf[..n]).await; }
                             },
                             n = read_err(&mut self.err, &mut err_buf), if err_open => match n {
                                 Ok(0) | Err(_) => err_open = false,
-                                Ok(n) => { let _ = send(ws, STDERR, &err_buf[..n]).await; }
+                                Ok(n) => { let _ = pass(ws, &mut self.filter, STDERR, &err_buf[..n]).await; }
                             },
                         }
                     }
                 })
                 .await;
+                if let Some((channel, filter)) = &mut self.filter {
+                    let rest = filter.finish();
+                    if !rest.is_empty() {
+                        let _ = send(ws, *channel, &rest).await;
+                    }
+                }
                 use std::os::unix::process::ExitStatusExt;
                 let (exit_status, signal) = match &status {
                     Ok(s) => (s.code(), s.signal()),
@@ -517,6 +634,21 @@ async fn read_fd(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize
             Ok(r) => return r,
             Err(_would_block) => continue,
         }
+    }
+}
+
+/// Output of the command to the client: through the filter of srun's own lines where the
+/// channel has one; nothing is sent for what the filter holds back.
+async fn pass(ws: &mut WebSocket, filter: &mut Option<(u8, TaskEndFilter)>, channel: u8, data: &[u8]) -> Result<(), axum::Error> {
+    match filter {
+        Some((ch, f)) if *ch == channel => {
+            let shown = f.feed(data);
+            if shown.is_empty() {
+                return Ok(());
+            }
+            send(ws, channel, &shown).await
+        }
+        _ => send(ws, channel, data).await,
     }
 }
 

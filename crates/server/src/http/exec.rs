@@ -80,9 +80,6 @@ async fn open(
             "This server follows another (several servers on one store): sessions in replicas are opened on the leader, whose address `trainyard serve` printed.",
         ));
     };
-    if let Some(why) = exec.unavailable() {
-        return Err(ApiError::failed_precondition(format!("Cannot enter the job's replicas: {why}.")));
-    }
     let name = ask.replica.clone().unwrap_or_else(|| DEFAULT_REPLICA.to_string());
     let job = &stored.job;
     let Some(replica) = job.replicas.iter().find(|r| r.name == name) else {
