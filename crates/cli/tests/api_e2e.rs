@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn good() -> Value {
@@ -531,4 +532,86 @@ fn logs_on_a_kept_alive_connection_do_not_wait_for_acknowledgements() {
     let (k, f) = (median(&mut kept_ms), median(&mut fresh_ms));
     eprintln!("measure: logs request on a kept-alive connection {k:.2} ms, on a fresh one {f:.2} ms (median of 10)");
     assert!(k < f + 30.0, "a kept-alive request waits for an acknowledgement: {kept_ms:?} against fresh {fresh_ms:?}");
+}
+
+/// The driver's thread (`driver`) never touches a file but the store's (the architecture's
+/// rule: every file a job's work reads, a tenant's storage included, is read off it): a
+/// server is watched with strace on that thread alone while it takes creates of each kind
+/// with output and host directories, runs, fails, cancels and lists jobs and trials, and
+/// every path system call it made is listed. On PostgreSQL (the suite's second run) the
+/// store has no file at all.
+#[test]
+fn the_driver_thread_touches_no_file_but_the_stores() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI has strace (.ci/run installs it)");
+        eprintln!("SKIP: no strace here");
+        return;
+    }
+    let s = Server::start("");
+    let pid = s.pid().expect("the server runs");
+    let tid = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("its threads")
+        .filter_map(|e| e.ok())
+        .find(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "driver"))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .expect("a thread named driver");
+    let out = s.dir.path().join("driver.strace");
+    let mut strace = Command::new("strace")
+        .args(["-qq", "-p", &tid, "-e", "trace=%file,getdents64", "-o"])
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("strace");
+    // Attached once the thread has a tracer.
+    let traced = || {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+            .is_ok_and(|st| st.lines().any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0")))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !traced() {
+        assert!(Instant::now() < deadline, "strace did not attach to the driver's thread");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let host_dir = s.dir.path().join("host-data");
+    std::fs::create_dir_all(&host_dir).expect("dir");
+    let mut job = sh_job("io-a", "echo hi; exit 3");
+    job["jobSpec"]["baseOutputDirectory"] = json!({"outputUriPrefix": "gs://bkt/out"});
+    job["trainyardHostDirectories"] = json!([host_dir.display().to_string()]);
+    let failing = name_of(&s.create("p", &job));
+    let long = name_of(&s.create("p", &sh_job("io-b", "sleep 60")));
+    let study = json!({
+        "displayName": "io-tune",
+        "studySpec": {"metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
+                      "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0}}]},
+        "maxTrialCount": 2, "parallelTrialCount": 2,
+        "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                         "containerSpec": {"imageUri": "i", "command": ["sh", "-c", "echo trial"]}}],
+                         "baseOutputDirectory": {"outputUriPrefix": "gs://bkt/tune"}}
+    });
+    let (status, tuning) = s.call("POST", &s.url("/v1/projects/p/locations/us-central1/hyperparameterTuningJobs"), Some(&study.to_string()));
+    assert_eq!(status, 200, "{tuning}");
+    s.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
+    let (status, body) = s.call("POST", &s.url(&format!("/v1/{long}:cancel")), None);
+    assert_eq!(status, 200, "{body}");
+    for name in [&failing, &long] {
+        s.wait_terminal(name, 60);
+    }
+    let tuning_name = tuning["name"].as_str().expect("name").to_string();
+    s.wait_terminal(&tuning_name, 120);
+    let (status, body) = s.call("GET", &s.url("/v1/projects/p/locations/us-central1/customJobs?filter=state=JOB_STATE_FAILED"), None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.call("DELETE", &s.url(&format!("/v1/{failing}")), None);
+    assert_eq!(status, 200, "{body}");
+
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(strace.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = strace.wait();
+    let calls = std::fs::read_to_string(&out).expect("strace's output");
+    let data = s.data_dir();
+    let store: Vec<String> = ["trainyard.db", "trainyard.db-wal", "trainyard.db-shm", "trainyard.db-journal"]
+        .iter()
+        .map(|f| format!("\"{}\"", data.join(f).display()))
+        .collect();
+    let touched: Vec<&str> = calls.lines().filter(|l| l.contains('"') && !store.iter().any(|f| l.contains(f.as_str()))).collect();
+    assert!(touched.is_empty(), "the driver's thread touched files:\n{}", touched.join("\n"));
 }

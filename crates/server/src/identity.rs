@@ -311,6 +311,14 @@ pub fn minimal_env(base_env: &[(String, String)], home: &Path) -> Vec<(String, S
     env
 }
 
+/// Looks at the directories of `base_env`'s PATH now (at the server's start), so that
+/// [`minimal_env`] never reads the disk.
+pub fn warm_replica_path(base_env: &[(String, String)]) {
+    if let Some((_, path)) = base_env.iter().find(|(k, _)| k == "PATH") {
+        replica_path(path);
+    }
+}
+
 /// `path` without the directories other users cannot search (looked at once per server
 /// PATH, not at every launch: a few stat calls per directory and ancestor).
 fn replica_path(path: &str) -> String {

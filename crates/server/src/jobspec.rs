@@ -320,11 +320,11 @@ pub fn resolve_uri(uri: &str, project: &str, storage_root: &Path, roots: &[PathB
     )))
 }
 
-/// The paths of a job spec, checked at create (`prefix` is `jobSpec` or `trialJobSpec`):
-/// `baseOutputDirectory` in the project's storage or under an output root, and not
-/// through a symbolic link that exists now (the server never follows one: see `paths`);
-/// every `pythonPackageSpec.packageUris[j]` in the project's storage or under an output
-/// root, from its text alone (a refusal does not tell whether a host file exists).
+/// The paths of a job spec, checked at create from their text alone (`prefix` is
+/// `jobSpec`, `trialJobSpec` or `trainingTaskInputs`): `baseOutputDirectory` and every
+/// `pythonPackageSpec.packageUris[j]` in the project's storage or under an output root (a
+/// refusal does not tell whether a host file exists). What is looked at on disk is
+/// [`OnDisk`]'s, before the driver gets the create.
 pub fn check_paths(
     spec: &trainyard_api::CustomJobSpec,
     prefix: &str,
@@ -334,14 +334,7 @@ pub fn check_paths(
 ) -> Result<(), ApiError> {
     if let Some(out) = &spec.base_output_directory {
         let field = format!("{prefix}.baseOutputDirectory.outputUriPrefix");
-        let dir = resolve_uri(&out.output_uri_prefix, project, storage_root, roots, &field)?;
-        if let Err(BeneathError::Symlink { at }) = dir.check_no_symlinks() {
-            let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            return Err(ApiError::invalid_argument(format!(
-                "{field}: \"{}\" passes through a symbolic link ({name:?}), which this server does not follow",
-                out.output_uri_prefix
-            )));
-        }
+        resolve_uri(&out.output_uri_prefix, project, storage_root, roots, &field)?;
     }
     for (i, pool) in spec.worker_pool_specs.iter().enumerate() {
         let Some(p) = &pool.python_package_spec else { continue };
@@ -351,6 +344,53 @@ pub fn check_paths(
         }
     }
     Ok(())
+}
+
+/// Where a job's paths lead: the storage root, the output roots and the data directory.
+#[derive(Clone, Debug, Default)]
+pub struct PathRoots {
+    pub storage_root: PathBuf,
+    pub output_roots: Vec<PathBuf>,
+    pub data_dir: PathBuf,
+}
+
+/// What of a new job is looked at on disk at create: its output directory (no symbolic
+/// link on the way that exists now: the server never follows one, see `paths`) and its
+/// `trainyardHostDirectories`. Checked by the API's create (off the async executor) before
+/// the driver gets the job, whose thread never touches a file.
+#[derive(Clone, Debug, Default)]
+pub struct OnDisk {
+    /// The field's name and the output directory's URI.
+    pub output: Option<(String, String)>,
+    pub host_directories: Vec<String>,
+}
+
+impl OnDisk {
+    /// Of a job spec (`prefix` as for [`check_paths`]) and the job's host directories.
+    pub fn of(spec: &trainyard_api::CustomJobSpec, prefix: &str, host_directories: &[String]) -> OnDisk {
+        let output =
+            spec.base_output_directory.as_ref().map(|o| (format!("{prefix}.baseOutputDirectory.outputUriPrefix"), o.output_uri_prefix.clone()));
+        OnDisk { output, host_directories: host_directories.to_vec() }
+    }
+
+    /// Nothing to look at.
+    pub fn is_empty(&self) -> bool {
+        self.output.is_none() && self.host_directories.is_empty()
+    }
+
+    /// Reads the disk: INVALID_ARGUMENT naming the field at fault.
+    pub fn check(&self, project: &str, roots: &PathRoots) -> Result<(), ApiError> {
+        if let Some((field, uri)) = &self.output {
+            let dir = resolve_uri(uri, project, &roots.storage_root, &roots.output_roots, field)?;
+            if let Err(BeneathError::Symlink { at }) = dir.check_no_symlinks() {
+                let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                return Err(ApiError::invalid_argument(format!(
+                    "{field}: \"{uri}\" passes through a symbolic link ({name:?}), which this server does not follow"
+                )));
+            }
+        }
+        check_host_directories(&self.host_directories, &roots.data_dir, &roots.storage_root)
+    }
 }
 
 /// `trainyardHostDirectories`, checked at create: each an existing directory (reached

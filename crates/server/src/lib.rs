@@ -259,10 +259,13 @@ pub fn start_leading(
         Some(_) => Some(Arc::new(auth::JobCredentials::new(&token_key(&mut store)?))),
         None => None,
     };
-    let base_env = PASSED_ENV
+    let base_env: Vec<(String, String)> = PASSED_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
+    // The PATH of replicas run as their project's user is looked at on disk once, here,
+    // not at the first launch on the driver's thread.
+    identity::warm_replica_path(&base_env);
     let gcs_mount = gcs_mount_point(cfg.tokens_file.is_some())?;
     let private_tmp = gcs_mount && private_tmp_possible(&cfg, &output_roots);
     let services = Arc::new(Services {

@@ -113,7 +113,6 @@ impl Driver {
         prepare(&sample, &self.svc.catalog, &self.svc.cfg.settings, &self.fleet, &self.quotas, &self.priorities, &project)
             .map_err(|e| ApiError::new(e.code, e.message.replace("jobSpec.", "trialJobSpec.")))?;
         check_paths(&resource.trial_job_spec, "trialJobSpec", &project, &self.svc.cfg.storage_root, &self.svc.output_roots)?;
-        crate::jobspec::check_host_directories(&resource.trainyard_host_directories, &self.svc.cfg.data_dir, &self.svc.cfg.storage_root)?;
         let text = serde_json::to_string(&resource).map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
         let labels: Vec<(String, String)> = resource.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let (p, r) = (project.clone(), region.clone());

@@ -47,6 +47,8 @@ pub struct AppState {
     pub forward: Option<Arc<forward::Forwarder>>,
     /// Sessions in running replicas (`custom-jobs exec`); None on a follower.
     pub exec: Option<Arc<crate::exec::Exec>>,
+    /// Where jobs' paths lead, for what a create looks at on disk.
+    pub job_paths: Arc<crate::jobspec::PathRoots>,
 }
 
 /// Read connections to the store, reused across requests.

@@ -83,6 +83,14 @@ async fn create<K: ResourceKind>(
     if K::asks_host_directories(&resource) {
         allow_host_directories(&state, &headers)?;
     }
+    // What is looked at on disk is looked at here (the driver's thread never touches a file).
+    let disk = K::on_disk(&resource);
+    if !disk.is_empty() {
+        let (roots, p) = (std::sync::Arc::clone(&state.job_paths), project.clone());
+        tokio::task::spawn_blocking(move || disk.check(&p, &roots))
+            .await
+            .map_err(|e| ApiError::internal(format!("checking the job's paths: {e}")))??;
+    }
     let created = ask(&state, |reply| Msg::Create { project, region, new: K::create(resource, reply) }).await?;
     json_response(created, ints)
 }

@@ -89,6 +89,10 @@ impl ResourceKind for CustomJobs {
         Create::CustomJob { resource: Box::new(resource), reply }
     }
 
+    fn on_disk(resource: &CustomJob) -> crate::jobspec::OnDisk {
+        crate::jobspec::OnDisk::of(&resource.job_spec, "jobSpec", &resource.trainyard_host_directories)
+    }
+
     fn asks_host_directories(resource: &CustomJob) -> bool {
         !resource.trainyard_host_directories.is_empty()
     }

@@ -99,6 +99,12 @@ pub trait ResourceKind: Send + Sync + 'static {
     /// server (`base`: `http(s)://HOST`), such as a CustomJob's `webAccessUris`.
     fn add_links(_row: &Self::Row, _shown: &mut Value, _base: &str) {}
 
+    /// What of the new resource is looked at on disk at create, before the driver gets it
+    /// (its output directory, its host directories).
+    fn on_disk(_resource: &Self::New) -> crate::jobspec::OnDisk {
+        crate::jobspec::OnDisk::default()
+    }
+
     /// Does the new resource ask for directories of the server's host
     /// (`trainyardHostDirectories`), which only some callers may?
     fn asks_host_directories(_resource: &Self::New) -> bool {

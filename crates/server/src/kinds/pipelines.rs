@@ -187,6 +187,14 @@ impl ResourceKind for TrainingPipelines {
         Create::Pipeline { resource: Box::new(resource), reply }
     }
 
+    fn on_disk(resource: &Self::New) -> crate::jobspec::OnDisk {
+        // A pipeline whose job cannot be made is refused by the driver, naming why.
+        match trainyard_api::pipeline_custom_job(resource) {
+            Ok(job) => crate::jobspec::OnDisk::of(&job.job_spec, "trainingTaskInputs", &job.trainyard_host_directories),
+            Err(_) => crate::jobspec::OnDisk::default(),
+        }
+    }
+
     fn stored_place(row: &PipelineRow) -> Option<(String, String)> {
         row.record.as_ref().ok().and_then(|(r, _)| super::kind::place_of(&r.name))
     }

@@ -1003,6 +1003,10 @@ impl ResourceKind for TuningJobs {
         Create::TuningJob { resource: Box::new(resource), reply }
     }
 
+    fn on_disk(resource: &HyperparameterTuningJob) -> crate::jobspec::OnDisk {
+        crate::jobspec::OnDisk::of(&resource.trial_job_spec, "trialJobSpec", &resource.trainyard_host_directories)
+    }
+
     fn asks_host_directories(resource: &HyperparameterTuningJob) -> bool {
         !resource.trainyard_host_directories.is_empty()
     }
