@@ -580,6 +580,11 @@ fn the_driver_thread_touches_no_file_but_the_stores() {
     job["trainyardHostDirectories"] = json!([host_dir.display().to_string()]);
     let failing = name_of(&s.create("p", &job));
     let long = name_of(&s.create("p", &sh_job("io-b", "sleep 60")));
+    // A package in the tenant's storage that is not there: looked for by the executor.
+    let package = json!({"displayName": "io-pkg", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+        "pythonPackageSpec": {"executorImageUri": "i", "packageUris": ["gs://bkt/absent.tar.gz"], "pythonModule": "m"}}]}});
+    let package = name_of(&s.create("p", &package));
     let study = json!({
         "displayName": "io-tune",
         "studySpec": {"metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
@@ -594,7 +599,7 @@ fn the_driver_thread_touches_no_file_but_the_stores() {
     s.wait_for(&long, 60, |j| j["state"] == "JOB_STATE_RUNNING");
     let (status, body) = s.call("POST", &s.url(&format!("/v1/{long}:cancel")), None);
     assert_eq!(status, 200, "{body}");
-    for name in [&failing, &long] {
+    for name in [&failing, &long, &package] {
         s.wait_terminal(name, 60);
     }
     let tuning_name = tuning["name"].as_str().expect("name").to_string();
