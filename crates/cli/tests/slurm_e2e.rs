@@ -521,3 +521,34 @@ fn exec_runs_in_a_step_of_the_replicas_allocation_on_its_node() {
     assert_eq!(status, 200, "{body}");
     s.wait_terminal(&single, 120);
 }
+
+/// TY11, L19 on Slurm: with `[lifecycle] preemption_notice_secs`, a gang's timeout first
+/// gives every replica notice, through Slurm (`scancel --signal=USR1` to each replica's
+/// step) and the notice file in the run's shared directory; SIGTERM follows at the
+/// notice's end, and the job fails DEADLINE_EXCEEDED as L19 says.
+#[test]
+fn ty11_l19_a_gangs_timeout_gives_notice_through_slurm() {
+    if !ready() {
+        return;
+    }
+    let mut s = Server::prepare("");
+    let text = std::fs::read_to_string(&s.config).expect("config").replace("[lifecycle]\n", "[lifecycle]\npreemption_notice_secs = 3\n");
+    std::fs::write(&s.config, text).expect("config");
+    s.spawn();
+    let script = "trap 'echo notice=$(cat \"$TRAINYARD_NOTICE_FILE\")' USR1; trap 'echo term-after-notice; exit 1' TERM; \
+                  echo ready; while true; do sleep 0.1; done";
+    let mut job = gang_job("slurm-notice", &[("n1-standard-4", 1), ("n1-standard-4", 1)], script);
+    job["jobSpec"]["scheduling"] = serde_json::json!({"timeout": "8s"});
+    let name = name_of(&s.create("p", &job));
+    let done = s.wait_terminal(&name, 120);
+    let text = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done:#}\n{text}");
+    assert_eq!(done["error"]["code"], 4, "DEADLINE_EXCEEDED: {done:#}");
+    let notices: Vec<Value> = text.lines().filter_map(|l| l.split("notice=").nth(1)).filter_map(|j| serde_json::from_str(j).ok()).collect();
+    assert_eq!(notices.len(), 2, "each replica got its notice:\n{text}");
+    for n in &notices {
+        assert_eq!(n["signal"], "SIGUSR1", "{n}");
+        assert!(n["reason"].as_str().unwrap_or("").starts_with("timeout:"), "{n}");
+    }
+    assert_eq!(text.matches("term-after-notice").count(), 2, "SIGTERM at the notice's end:\n{text}");
+}
