@@ -496,6 +496,36 @@ fn ty6_the_timeout_warning_reaches_the_program_before_the_limit() {
     assert_eq!(std::fs::read_to_string(&last).unwrap_or_default().trim(), "warned", "{}", last.display());
 }
 
+/// TY11, L19 on every backend and in containers (scripts/test runs this file on each): with
+/// `[lifecycle] preemption_notice_secs`, the timeout first gives the program notice
+/// (SIGUSR1, and `$TRAINYARD_NOTICE_FILE` with the reason, the deadline and the signal,
+/// which a container sees at its own path); SIGTERM follows at the notice's end, and the
+/// job fails DEADLINE_EXCEEDED.
+#[test]
+fn ty11_l19_the_timeout_gives_notice_then_sigterm() {
+    let mut s = Server::prepare("");
+    let text = std::fs::read_to_string(&s.config).expect("config").replace("[lifecycle]\n", "[lifecycle]\npreemption_notice_secs = 3\n");
+    std::fs::write(&s.config, text).expect("config");
+    s.spawn();
+    let mut job = sh_job(
+        "noticed",
+        "trap 'echo notice=$(cat \"$TRAINYARD_NOTICE_FILE\")' USR1; trap 'echo term-after-notice; exit 1' TERM; \
+         echo ready; while true; do sleep 0.1; done",
+    );
+    job["jobSpec"]["scheduling"] = json!({"timeout": "8s"});
+    let name = name_of(&s.create("p", &job));
+    let done = s.wait_terminal(&name, 90);
+    let log = s.logs_text(&name);
+    assert_eq!(state(&done), "JOB_STATE_FAILED", "{done:#}\n{log}");
+    assert_eq!(done["error"]["code"], 4, "DEADLINE_EXCEEDED: {done:#}");
+    let line = log.lines().find_map(|l| l.split("notice=").nth(1)).unwrap_or_default();
+    let notice: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("the notice ({e}):\n{log}"));
+    assert_eq!(notice["signal"], "SIGUSR1", "{notice}");
+    assert!(notice["reason"].as_str().unwrap_or("").starts_with("timeout:"), "{notice}");
+    let (noticed, termed) = (log.find("notice="), log.find("term-after-notice"));
+    assert!(matches!((noticed, termed), (Some(a), Some(b)) if a < b), "notice, then SIGTERM:\n{log}");
+}
+
 /// L21, L10: a restarted replica is given the newest entry of its checkpoint directory
 /// (`TRAINYARD_LATEST_CHECKPOINT`, as the program sees `AIP_CHECKPOINT_DIR`); a first
 /// start has none.
