@@ -1,7 +1,8 @@
 //! TLS (`[tls]`): `--tls-auto` serves HTTPS with a private CA kept across restarts; plain
 //! HTTP to it gets a 400 that says https; the CLI trusts it with `--ca-file`; a job's
 //! clients trust it with nothing set; certificate files are read again on SIGHUP, and a
-//! pair that cannot be used is refused at start naming its key (and kept out on SIGHUP).
+//! pair that cannot be used is refused at start naming its key (and kept out on SIGHUP);
+//! `ca_file`, the CA of those files, is checked against them and given to jobs.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
+use serde_json::Value;
 
 fn plain_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
@@ -120,8 +122,21 @@ fn tls_files_are_refused_at_start_naming_the_key_and_read_again_on_sighup() {
     let open = serve_refused(&format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert_file.display(), key_file.display()));
     assert!(open.contains("key_file") && open.contains("chmod 600"), "{open}");
     std::fs::set_permissions(&key_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    // `ca_file`: the CA of cert_file, checked at start (the chain must lead to it).
+    let pair = format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert_file.display(), key_file.display());
+    // The leaf alone (the certificate file holds its chain, the CA included).
+    let text = std::fs::read_to_string(&pem).expect("pem");
+    let end = "-----END CERTIFICATE-----";
+    let leaf_only = dir.path().join("leaf.pem");
+    std::fs::write(&leaf_only, format!("{}{end}\n", text.split(end).next().unwrap_or(""))).expect("leaf");
+    let not_its_ca = serve_refused(&format!("{pair}ca_file = \"{}\"\n", leaf_only.display()));
+    assert!(not_its_ca.contains("ca_file") && not_its_ca.contains("is not the CA of cert_file"), "{not_its_ca}");
+    let no_cert = serve_refused(&format!("{pair}ca_file = \"{}\"\n", key.display()));
+    assert!(no_cert.contains("ca_file") && no_cert.contains("no CA certificate"), "{no_cert}");
+    let with_auto = serve_refused(&format!("[tls]\nauto = true\nca_file = \"{}\"\n", made.join("ca.pem").display()));
+    assert!(with_auto.contains("ca_file"), "{with_auto}");
 
-    let mut s = Server::prepare(&format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert_file.display(), key_file.display()));
+    let mut s = Server::prepare(&format!("{pair}ca_file = \"{}\"\n", made.join("ca.pem").display()));
     s.tls = true;
     // The client trusts the maker's CA; the server serves the files (not --tls-auto).
     let ca = made.join("ca.pem");
@@ -164,4 +179,33 @@ fn tls_files_are_refused_at_start_naming_the_key_and_read_again_on_sighup() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
     wait_log("SIGHUP: TLS certificate valid until");
     assert_eq!(health(), 200);
+
+    // A job trusts the administrator's CA (`ca_file`, in the bundle it is given) and
+    // reaches the server over TLS.
+    let body = sh_job(
+        "ca-file-job",
+        "python3 -c 'import os, urllib.request; print(\"health\", urllib.request.urlopen(os.environ[\"STORAGE_EMULATOR_HOST\"] + \"/healthz\").status)'",
+    );
+    let jobs = s.url("/v1/projects/p/locations/us-central1/customJobs");
+    let created: Value = agent
+        .post(&jobs)
+        .header("content-type", "application/json")
+        .send(body.to_string())
+        .expect("create")
+        .body_mut()
+        .read_json()
+        .expect("json");
+    let name = created["name"].as_str().unwrap_or_else(|| panic!("{created}")).to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let j: Value = agent.get(&s.url(&format!("/v1/{name}"))).call().expect("get").body_mut().read_json().expect("json");
+        if matches!(j["state"].as_str(), Some("JOB_STATE_SUCCEEDED" | "JOB_STATE_FAILED" | "JOB_STATE_CANCELLED")) {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "{j}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let logs = agent.get(&s.url(&format!("/v1/{name}/logs"))).call().expect("logs").body_mut().read_to_string().expect("text");
+    assert_eq!(done["state"], "JOB_STATE_SUCCEEDED", "{logs}\n{}", s.server_log());
+    assert!(logs.contains("health 200"), "{logs}");
 }

@@ -363,6 +363,9 @@ struct TlsFile {
     /// With `auto`: the loopback address whose port 443 serves the managed service's host
     /// names to jobs (`"off"`: none).
     jobs_address: Option<String>,
+    /// With `cert_file`: the CA certificate(s) that `cert_file` chains to, which the jobs'
+    /// clients are given to trust.
+    ca_file: Option<PathBuf>,
 }
 
 /// `[limits]`: per-project limits, so that one tenant cannot degrade the server for others.
@@ -1565,6 +1568,7 @@ impl Config {
                 |t| crate::tls::TlsSettings {
                     cert_file: t.cert_file.clone(),
                     key_file: t.key_file.clone(),
+                    ca_file: t.ca_file.clone(),
                     auto: t.auto.unwrap_or(false),
                     names: t.names.clone(),
                     jobs_address: match t.jobs_address.as_deref() {

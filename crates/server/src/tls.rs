@@ -36,6 +36,8 @@ use time::OffsetDateTime;
 pub struct TlsSettings {
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
+    /// With `cert_file`: the CA that signed it, for the jobs' clients to trust.
+    pub ca_file: Option<PathBuf>,
     pub auto: bool,
     /// More names (DNS names or addresses) for the automatic certificate.
     pub names: Vec<String>,
@@ -97,7 +99,7 @@ pub fn auto_ca_file(data_dir: &Path) -> PathBuf {
 const CA_KEY: &str = "ca.key";
 
 enum Source {
-    Files { cert: PathBuf, key: PathBuf },
+    Files { cert: PathBuf, key: PathBuf, ca: Option<PathBuf> },
     /// `tag`: this server's own among the servers of one data directory (they share the
     /// CA; each has its own certificate, for its own address).
     Auto { dir: PathBuf, names: Vec<String>, tag: String },
@@ -145,10 +147,16 @@ impl Tls {
     /// Load (or, with `auto`, make) the listener's certificate; None when `[tls]` is off.
     pub fn start(settings: &TlsSettings, data_dir: &Path, listen: SocketAddr) -> Result<Option<Arc<Tls>>, TlsError> {
         let source = match (settings.auto, &settings.cert_file, &settings.key_file) {
+            (false, None, None) if settings.ca_file.is_some() => {
+                return Err(TlsError::Config("ca_file without cert_file and key_file: it names the CA of your own certificate".into()))
+            }
             (false, None, None) => return Ok(None),
+            (true, _, _) if settings.ca_file.is_some() => {
+                return Err(TlsError::Config("ca_file goes with cert_file and key_file; auto = true makes and gives its own CA".into()))
+            }
             (true, None, None) => Source::Auto { dir: auto_dir(data_dir), names: auto_names(listen, &settings.names), tag: server_tag(listen) },
             (true, _, _) => return Err(TlsError::Config("auto = true and cert_file/key_file exclude each other: give one or the other".into())),
-            (false, Some(cert), Some(key)) => Source::Files { cert: cert.clone(), key: key.clone() },
+            (false, Some(cert), Some(key)) => Source::Files { cert: cert.clone(), key: key.clone(), ca: settings.ca_file.clone() },
             (false, Some(_), None) => return Err(TlsError::Config("cert_file without key_file: give both".into())),
             (false, None, Some(_)) => return Err(TlsError::Config("key_file without cert_file: give both".into())),
         };
@@ -189,7 +197,7 @@ impl Tls {
     pub fn ca_file(&self) -> Option<PathBuf> {
         match &self.source {
             Source::Auto { dir, .. } => Some(dir.join(CA_FILE)),
-            Source::Files { .. } => None,
+            Source::Files { ca, .. } => ca.clone(),
         }
     }
 
@@ -217,7 +225,10 @@ impl Tls {
 pub fn check(settings: &TlsSettings, data_dir: &Path) -> Result<String, TlsError> {
     match (&settings.cert_file, &settings.key_file) {
         (Some(cert), Some(key)) if !settings.auto => {
-            let (_, end) = load_pair(cert, "cert_file", key, "key_file")?;
+            let (certified, end) = load_pair(cert, "cert_file", key, "key_file")?;
+            if let Some(ca) = &settings.ca_file {
+                check_signed_by(&certified, ca)?;
+            }
             Ok(format!("{} valid until {}", cert.display(), rfc3339(end)))
         }
         _ if settings.auto => {
@@ -235,7 +246,13 @@ pub fn check(settings: &TlsSettings, data_dir: &Path) -> Result<String, TlsError
 /// The certificate and key of `source`, checked; for `Auto`, made first where missing or due.
 fn load(source: &Source) -> Result<(CertifiedKey, OffsetDateTime), TlsError> {
     match source {
-        Source::Files { cert, key } => load_pair(cert, "cert_file", key, "key_file"),
+        Source::Files { cert, key, ca } => {
+            let loaded = load_pair(cert, "cert_file", key, "key_file")?;
+            if let Some(ca) = ca {
+                check_signed_by(&loaded.0, ca)?;
+            }
+            Ok(loaded)
+        }
         Source::Auto { dir, names, tag } => {
             ensure_auto(dir, names, tag)?;
             let (cert, key, _) = server_files(dir, tag);
@@ -246,6 +263,36 @@ fn load(source: &Source) -> Result<(CertifiedKey, OffsetDateTime), TlsError> {
 
 fn file_error(key: &'static str, path: &Path, message: impl Into<String>) -> TlsError {
     TlsError::File { key, path: path.to_path_buf(), message: message.into() }
+}
+
+/// `[tls] ca_file`: PEM certificates, one of which `certified`'s chain leads to (for any
+/// of its names), as the jobs' clients will check it.
+fn check_signed_by(certified: &CertifiedKey, ca: &Path) -> Result<(), TlsError> {
+    let key = "ca_file";
+    let roots: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+        .map_err(|e| file_error(key, ca, format!("cannot read: {e}")))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_error(key, ca, format!("not a PEM certificate file: {e}")))?;
+    let mut store = rustls::RootCertStore::empty();
+    let (added, _) = store.add_parsable_certificates(roots);
+    if added == 0 {
+        return Err(file_error(key, ca, "holds no CA certificate (PEM \"BEGIN CERTIFICATE\") that can be read"));
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider())
+        .build()
+        .map_err(|e| file_error(key, ca, format!("cannot be used: {e}")))?;
+    let Some((leaf, intermediates)) = certified.cert.split_first() else {
+        return Err(TlsError::Config("cert_file holds no certificate".into()));
+    };
+    // Any name: only the chain is looked at here (the names are the clients' to check).
+    let name = rustls_pki_types::ServerName::try_from("trainyard.invalid").map_err(|e| TlsError::Config(e.to_string()))?;
+    let now = rustls_pki_types::UnixTime::now();
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::{CertificateError, Error};
+    match verifier.verify_server_cert(leaf, intermediates, &name, &[], now) {
+        Ok(_) | Err(Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => Ok(()),
+        Err(e) => Err(file_error(key, ca, format!("is not the CA of cert_file: its chain does not lead there ({e})"))),
+    }
 }
 
 /// Read a certificate chain and its key, and check them as a start refuses them.

@@ -299,11 +299,14 @@ fn storage_endpoint(svc: &Services) -> Option<String> {
     Some(format!("{scheme}://{}", std::net::SocketAddr::new(ip, addr.port())))
 }
 
-/// The server's CA, which its jobs must trust: `[tls] auto`'s. With `cert_file`, the
-/// certificate is the administrator's, trusted by the hosts' own CA certificates (or not:
-/// then the job's clients are given the CA by the job itself).
+/// The server's CA, which its jobs must trust: `[tls] auto`'s, or with `cert_file` the
+/// administrator's `[tls] ca_file` (without one, the certificate is taken to be trusted by
+/// the hosts' own CA certificates, which jobs keep).
 fn server_ca(svc: &Services) -> Option<PathBuf> {
-    svc.cfg.tls.auto.then(|| crate::tls::auto_ca_file(&svc.cfg.data_dir))
+    match svc.cfg.tls.auto {
+        true => Some(crate::tls::auto_ca_file(&svc.cfg.data_dir)),
+        false => svc.cfg.tls.cert_file.as_ref().and(svc.cfg.tls.ca_file.clone()),
+    }
 }
 
 /// Where the managed service's host names lead in this server's jobs: `[tls]
