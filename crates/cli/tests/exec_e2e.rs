@@ -419,7 +419,11 @@ fn what_a_session_started_ends_with_it() {
     let s = Server::start("");
     let (name, _) = viewer(&s, "p");
     let started = Instant::now();
-    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", "sleep 424241 & sleep 424242 & setsid sleep 424243 & sleep 0.5; echo started"]);
+    // The command ends once the setsid one has left (it says so from its new session).
+    let script = "left=${TMPDIR:-/tmp}/left-424243; rm -f $left; sleep 424241 & sleep 424242 & \
+                  setsid sh -c \"touch $left; exec sleep 424243\" & \
+                  n=0; while [ ! -e $left ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done; echo started";
+    let out = exec_out(&s, "p", &[id(&name), "--", "sh", "-c", script]);
     assert_eq!(text(&out.stdout), "started\n", "{out:?}");
     assert!(out.status.success(), "{out:?}");
     assert!(started.elapsed() < Duration::from_secs(20), "the CLI waited for the background processes");

@@ -494,7 +494,15 @@ fn exec_runs_in_a_step_of_the_replicas_allocation_on_its_node() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(fwd.stdout.take().expect("stdout")), &mut line).expect("its first line");
     let local: u16 = line.split_whitespace().nth(2).and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
-    let body = ureq::get(&format!("http://127.0.0.1:{local}/")).call().expect("GET through the forward").into_body().read_to_string().expect("body");
+    // The replica's server may still be starting: asked again until it answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        match ureq::get(&format!("http://127.0.0.1:{local}/")).call() {
+            Ok(r) => break r.into_body().read_to_string().expect("body"),
+            Err(e) => assert!(Instant::now() < deadline, "GET through the forward: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(body.contains("Directory listing"), "{body}");
     let _ = fwd.kill();
     let _ = fwd.wait();
