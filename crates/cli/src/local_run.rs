@@ -85,7 +85,7 @@ pub fn run(args: LocalRunArgs) -> anyhow::Result<ExitCode> {
     cfg.containers.workdir = Some(job_dir.display().to_string());
     // What the job's paths lead to on disk is looked at before the engine gets the job,
     // as the API's create does.
-    let paths = trainyard_server::jobspec::PathRoots { storage_root: cfg.storage_root.clone(), output_roots: roots.clone(), data_dir: cfg.data_dir.clone() };
+    let paths = trainyard_server::jobspec::PathRoots::new(&cfg, roots.clone());
     trainyard_server::jobspec::OnDisk::of(&job.job_spec, "jobSpec", &job.trainyard_host_directories)
         .check(&args.project, &paths)
         .map_err(|e| anyhow::anyhow!("{}: {}", args.job_file.display(), e.message))?;

@@ -217,11 +217,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cluster: leading.as_ref().map(|(m, _)| std::sync::Arc::clone(&m.view)),
         forward: None,
         exec: Some(std::sync::Arc::new(trainyard_server::exec::Exec::new(shim, &engine.services.cfg, engine.metrics.clone()))),
-        job_paths: std::sync::Arc::new(trainyard_server::jobspec::PathRoots {
-            storage_root: engine.services.cfg.storage_root.clone(),
-            output_roots: engine.services.output_roots.clone(),
-            data_dir: engine.services.cfg.data_dir.clone(),
-        }),
+        job_paths: std::sync::Arc::new(trainyard_server::jobspec::PathRoots::new(&engine.services.cfg, engine.services.output_roots.clone())),
     };
     let limits = engine.services.cfg.http.clone();
     let tx = engine.tx.clone();
@@ -307,11 +303,7 @@ fn follower_state(
         storage: Arc::new(storage::Storage::new(cfg, tokens, usage, shares)),
         cluster: Some(Arc::clone(&member.view)),
         exec: None,
-        job_paths: Arc::new(trainyard_server::jobspec::PathRoots {
-            storage_root: cfg.storage_root.clone(),
-            output_roots: cfg.output_roots.clone(),
-            data_dir: cfg.data_dir.clone(),
-        }),
+        job_paths: Arc::new(trainyard_server::jobspec::PathRoots::new(cfg, cfg.output_roots.clone())),
         forward: Some(Arc::new(trainyard_server::http::forward::Forwarder::new(
             Arc::clone(&member.view),
             cfg.tls.auto.then(|| trainyard_server::tls::auto_ca_file(&cfg.data_dir)).as_deref(),

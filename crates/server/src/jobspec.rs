@@ -354,6 +354,13 @@ pub struct PathRoots {
     pub data_dir: PathBuf,
 }
 
+impl PathRoots {
+    /// The configuration's storage root and data directory, with these output roots.
+    pub fn new(cfg: &crate::config::Config, output_roots: Vec<PathBuf>) -> PathRoots {
+        PathRoots { storage_root: cfg.storage_root.clone(), output_roots, data_dir: cfg.data_dir.clone() }
+    }
+}
+
 /// What of a new job is looked at on disk at create: its output directory (no symbolic
 /// link on the way that exists now: the server never follows one, see `paths`) and its
 /// `trainyardHostDirectories`. Checked by the API's create (off the async executor) before

@@ -46,6 +46,18 @@ pub struct TlsSettings {
     pub jobs_address: Option<IpAddr>,
 }
 
+impl TlsSettings {
+    /// The CA that clients (the jobs' among them) are given to trust: `auto`'s, or with
+    /// `cert_file` the administrator's `ca_file` (without one, the hosts' own CA
+    /// certificates are taken to trust the certificate).
+    pub fn clients_ca(&self, data_dir: &Path) -> Option<PathBuf> {
+        match self.auto {
+            true => Some(auto_ca_file(data_dir)),
+            false => self.cert_file.as_ref().and(self.ca_file.clone()),
+        }
+    }
+}
+
 /// The default `[tls] jobs_address`: a loopback address nothing else uses.
 pub const JOBS_ADDRESS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 255, 0, 1));
 

@@ -299,14 +299,9 @@ fn storage_endpoint(svc: &Services) -> Option<String> {
     Some(format!("{scheme}://{}", std::net::SocketAddr::new(ip, addr.port())))
 }
 
-/// The server's CA, which its jobs must trust: `[tls] auto`'s, or with `cert_file` the
-/// administrator's `[tls] ca_file` (without one, the certificate is taken to be trusted by
-/// the hosts' own CA certificates, which jobs keep).
+/// The server's CA, which its jobs must trust (`TlsSettings::clients_ca`).
 fn server_ca(svc: &Services) -> Option<PathBuf> {
-    match svc.cfg.tls.auto {
-        true => Some(crate::tls::auto_ca_file(&svc.cfg.data_dir)),
-        false => svc.cfg.tls.cert_file.as_ref().and(svc.cfg.tls.ca_file.clone()),
-    }
+    svc.cfg.tls.clients_ca(&svc.cfg.data_dir)
 }
 
 /// Where the managed service's host names lead in this server's jobs: `[tls]

@@ -80,11 +80,11 @@ async fn create<K: ResourceKind>(
     };
     check_content_type(&headers)?;
     let resource = K::parse(&body)?;
-    if K::asks_host_directories(&resource) {
+    let disk = K::on_disk(&resource);
+    if !disk.host_directories.is_empty() {
         allow_host_directories(&state, &headers)?;
     }
     // What is looked at on disk is looked at here (the driver's thread never touches a file).
-    let disk = K::on_disk(&resource);
     if !disk.is_empty() {
         let (roots, p) = (std::sync::Arc::clone(&state.job_paths), project.clone());
         tokio::task::spawn_blocking(move || disk.check(&p, &roots))

@@ -93,10 +93,6 @@ impl ResourceKind for CustomJobs {
         crate::jobspec::OnDisk::of(&resource.job_spec, "jobSpec", &resource.trainyard_host_directories)
     }
 
-    fn asks_host_directories(resource: &CustomJob) -> bool {
-        !resource.trainyard_host_directories.is_empty()
-    }
-
     fn stored_place(row: &StoredJob) -> Option<(String, String)> {
         Some((row.job.project.clone(), row.job.region.clone()))
     }

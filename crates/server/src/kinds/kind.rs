@@ -100,15 +100,10 @@ pub trait ResourceKind: Send + Sync + 'static {
     fn add_links(_row: &Self::Row, _shown: &mut Value, _base: &str) {}
 
     /// What of the new resource is looked at on disk at create, before the driver gets it
-    /// (its output directory, its host directories).
+    /// (its output directory, its host directories: `trainyardHostDirectories`, which only
+    /// some callers may ask for).
     fn on_disk(_resource: &Self::New) -> crate::jobspec::OnDisk {
         crate::jobspec::OnDisk::default()
-    }
-
-    /// Does the new resource ask for directories of the server's host
-    /// (`trainyardHostDirectories`), which only some callers may?
-    fn asks_host_directories(_resource: &Self::New) -> bool {
-        false
     }
 
     /// Its resource name: `projects/{project}/locations/{region}/{COLLECTION}/{id}`.

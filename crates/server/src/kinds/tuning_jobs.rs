@@ -1007,10 +1007,6 @@ impl ResourceKind for TuningJobs {
         crate::jobspec::OnDisk::of(&resource.trial_job_spec, "trialJobSpec", &resource.trainyard_host_directories)
     }
 
-    fn asks_host_directories(resource: &HyperparameterTuningJob) -> bool {
-        !resource.trainyard_host_directories.is_empty()
-    }
-
     fn stored_place(row: &TuningJobRow) -> Option<(String, String)> {
         row.record.as_ref().ok().and_then(|(r, _)| super::kind::place_of(&r.name))
     }
